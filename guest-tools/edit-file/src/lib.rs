@@ -1,0 +1,428 @@
+//! `edit_file`: exact string replacement in a text file, one edit or several in order, all or
+//! nothing.
+
+use serde::Deserialize;
+use serde_json::json;
+use toolcell_sdk::path::quote;
+use toolcell_sdk::text::{self, BOM};
+use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
+
+/// Lines of context shown around each edited region.
+const CONTEXT_LINES: usize = 3;
+/// Regions shown in the result; the rest are counted.
+const MAX_REGIONS_SHOWN: usize = 10;
+/// Longer lines in the snippet are cut.
+const MAX_SNIPPET_LINE_CHARS: usize = 500;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Edit {
+    old_string: String,
+    new_string: String,
+    #[serde(default)]
+    replace_all: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    path: String,
+    old_string: Option<String>,
+    new_string: Option<String>,
+    replace_all: Option<bool>,
+    edits: Option<Vec<Edit>>,
+}
+
+struct EditFile;
+
+impl Tool for EditFile {
+    type Args = Args;
+
+    fn info() -> ToolInfo {
+        let edit_properties = json!({
+            "old_string": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The exact text to replace, including whitespace and indentation, as read_file shows it without the line-number prefix. It must match exactly one place unless replace_all is set."
+            },
+            "new_string": {
+                "type": "string",
+                "description": "The replacement text (may be empty, to delete old_string)."
+            },
+            "replace_all": {
+                "type": "boolean",
+                "description": "Replace every occurrence of old_string instead of requiring exactly one. Default: false."
+            }
+        });
+        let mut properties = edit_properties.clone();
+        properties["path"] = json!({
+            "type": "string",
+            "description": "The file to edit, relative to the workspace root."
+        });
+        properties["edits"] = json!({
+            "type": "array",
+            "minItems": 1,
+            "description": "Several edits, applied in order to the result of the previous ones; if any fails, none is applied. Use instead of old_string/new_string.",
+            "items": {
+                "type": "object",
+                "properties": edit_properties,
+                "required": ["old_string", "new_string"],
+                "additionalProperties": false
+            }
+        });
+        ToolInfo::new(
+            "edit_file",
+            "Edit file",
+            "Replace exact text in an existing text file. Give `old_string` (the exact current \
+             text, copied from read_file output without the line-number prefix) and `new_string`; \
+             old_string must match exactly one place, or set `replace_all` to replace every \
+             occurrence. For several changes to one file, pass `edits: [{old_string, new_string, \
+             replace_all?}, ...]`: they apply in order, and if any fails nothing is written. An \
+             empty new_string deletes the text. The file keeps its line endings (CRLF or LF), its \
+             byte-order mark and its permissions. Returns each edited region with 3 numbered \
+             lines of context. Read the file first.",
+        )
+        .schema(json!({
+            "type": "object",
+            "properties": properties,
+            "required": ["path"],
+            "dependentRequired": {
+                "old_string": ["new_string"],
+                "new_string": ["old_string"]
+            },
+            "additionalProperties": false
+        }))
+        .destructive()
+    }
+
+    fn call(args: Args) -> Result<Output, ToolError> {
+        let path = WorkspacePath::parse(&args.path)?;
+        let edits = edits_of(args)?;
+        let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
+        if !metadata.is_file() {
+            return Err(ToolError::Unsupported(format!(
+                "{} is not a regular file: edit_file only edits text files",
+                quote(path.as_str())
+            )));
+        }
+        let bytes = std::fs::read(path.as_str()).map_err(|error| path.io_error(error))?;
+        if text::is_binary(&bytes) {
+            return Err(ToolError::Unsupported(format!(
+                "{} looks like a binary file (it has a NUL byte in its first 8 KiB): edit_file only edits text",
+                quote(path.as_str())
+            )));
+        }
+        let original = String::from_utf8(bytes).map_err(|_| {
+            ToolError::Unsupported(format!(
+                "{} is not valid UTF-8 text: edit_file only edits UTF-8 files; use write_file to replace it whole",
+                quote(path.as_str())
+            ))
+        })?;
+        let document = Document::parse(&original);
+        let applied = apply_edits(&path, &document.body, document.crlf, &edits)?;
+        std::fs::write(path.as_str(), document.render(&applied.content)).map_err(|error| path.io_error(error))?;
+
+        let snippets = snippets(&applied);
+        let count = applied.replacements;
+        let mut text = format!(
+            "Edited {}: {count} replacement{} from {} edit{}.",
+            quote(path.as_str()),
+            if count == 1 { "" } else { "s" },
+            edits.len(),
+            if edits.len() == 1 { "" } else { "s" },
+        );
+        for snippet in &snippets.shown {
+            text.push_str("\n\n");
+            text.push_str(snippet);
+        }
+        if snippets.hidden > 0 {
+            text.push_str(&format!("\n\n[{} more edited region(s) not shown]", snippets.hidden));
+        }
+        Ok(Output::text(text).with_structured(json!({
+            "path": path.as_str(),
+            "edits": edits.len(),
+            "replacements": count,
+            "line_endings": if document.crlf { "crlf" } else { "lf" },
+        })))
+    }
+}
+
+fn edits_of(args: Args) -> Result<Vec<Edit>, ToolError> {
+    let single = match (args.old_string, args.new_string) {
+        (Some(old_string), Some(new_string)) => Some(Edit {
+            old_string,
+            new_string,
+            replace_all: args.replace_all.unwrap_or(false),
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(ToolError::InvalidArgs(
+                "`old_string` and `new_string` go together: give both, or use `edits`".to_owned(),
+            ));
+        }
+    };
+    let edits = match (single, args.edits) {
+        (Some(edit), None) => vec![edit],
+        (None, Some(edits)) => {
+            if args.replace_all.is_some() {
+                return Err(ToolError::InvalidArgs(
+                    "`replace_all` at the top level goes with `old_string`; with `edits`, set it on each edit".to_owned(),
+                ));
+            }
+            edits
+        }
+        (Some(_), Some(_)) => {
+            return Err(ToolError::InvalidArgs(
+                "give either `old_string`/`new_string` or `edits`, not both".to_owned(),
+            ));
+        }
+        (None, None) => {
+            return Err(ToolError::InvalidArgs(
+                "nothing to do: give `old_string` and `new_string`, or `edits`".to_owned(),
+            ));
+        }
+    };
+    if edits.is_empty() {
+        return Err(ToolError::InvalidArgs("`edits` is empty: give at least one edit".to_owned()));
+    }
+    for (index, edit) in edits.iter().enumerate() {
+        let name = field_name(edits.len(), index);
+        if edit.old_string.is_empty() {
+            return Err(ToolError::InvalidArgs(format!(
+                "{name}old_string` is empty: give the exact text to replace (to create a file, use write_file)"
+            )));
+        }
+        if edit.old_string == edit.new_string {
+            return Err(ToolError::InvalidArgs(format!(
+                "{name}old_string` and `new_string` are identical: the edit would change nothing"
+            )));
+        }
+    }
+    Ok(edits)
+}
+
+/// "`" or "`edits[2]." : how a message names an edit's fields.
+fn field_name(count: usize, index: usize) -> String {
+    if count == 1 { "`".to_owned() } else { format!("`edits[{index}].") }
+}
+
+/// A text file split into what edits see (LF line endings, no byte-order mark) and how to
+/// write it back.
+struct Document {
+    bom: bool,
+    crlf: bool,
+    body: String,
+}
+
+impl Document {
+    fn parse(original: &str) -> Self {
+        let (bom, text) = match original.strip_prefix(BOM) {
+            Some(rest) => (true, rest),
+            None => (false, original),
+        };
+        // A file counts as CRLF only if every newline is CRLF; a mixed file is edited as is.
+        let newlines = text.matches('\n').count();
+        let crlf = newlines > 0 && text.matches("\r\n").count() == newlines;
+        let body = if crlf { text.replace("\r\n", "\n") } else { text.to_owned() };
+        Document { bom, crlf, body }
+    }
+
+    fn render(&self, body: &str) -> Vec<u8> {
+        let mut out = String::with_capacity(body.len() + 16);
+        if self.bom {
+            out.push_str(BOM);
+        }
+        if self.crlf {
+            out.push_str(&body.replace('\n', "\r\n"));
+        } else {
+            out.push_str(body);
+        }
+        out.into_bytes()
+    }
+}
+
+/// The edited body and where the new text landed in it.
+struct Applied {
+    content: String,
+    /// Byte ranges of replaced text in `content`, sorted, not overlapping.
+    regions: Vec<(usize, usize)>,
+    replacements: usize,
+}
+
+/// Apply `edits` in order to `body` (a [`Document`]'s body; `crlf` says whether the file was
+/// CRLF, in which case the edits' CRLFs are matched as LFs).
+fn apply_edits(path: &WorkspacePath, body: &str, crlf: bool, edits: &[Edit]) -> Result<Applied, ToolError> {
+    let normalise = |text: &str| if crlf { text.replace("\r\n", "\n") } else { text.to_owned() };
+    let mut content = body.to_owned();
+    let mut regions: Vec<(usize, usize)> = Vec::new();
+    let mut replacements = 0;
+    for (index, edit) in edits.iter().enumerate() {
+        let name = field_name(edits.len(), index);
+        let old = normalise(&edit.old_string);
+        let new = normalise(&edit.new_string);
+        let positions: Vec<usize> = content.match_indices(old.as_str()).map(|(at, _)| at).collect();
+        match positions.len() {
+            0 => {
+                let hint = if index > 0 { " after the previous edits" } else { "" };
+                return Err(ToolError::Conflict(format!(
+                    "{name}old_string` was not found in {}{hint}: read the file again and copy the text exactly, including whitespace and indentation. Nothing was changed.",
+                    quote(path.as_str())
+                )));
+            }
+            count if count > 1 && !edit.replace_all => {
+                let lines: Vec<String> =
+                    positions.iter().map(|&at| line_of(&content, at).to_string()).collect();
+                return Err(ToolError::Conflict(format!(
+                    "{name}old_string` matches {count} places in {} (lines {}): include more surrounding lines to make it unique, or set `replace_all` to replace every one. Nothing was changed.",
+                    quote(path.as_str()),
+                    lines.join(", ")
+                )));
+            }
+            _ => {}
+        }
+        let mut rebuilt = String::with_capacity(content.len() + positions.len() * new.len());
+        let mut last = 0;
+        let delta = new.len() as isize - old.len() as isize;
+        let mut new_regions = Vec::with_capacity(positions.len());
+        for &at in &positions {
+            rebuilt.push_str(&content[last..at]);
+            let start = rebuilt.len();
+            rebuilt.push_str(&new);
+            new_regions.push((at, start, rebuilt.len()));
+            last = at + old.len();
+        }
+        rebuilt.push_str(&content[last..]);
+        // Move earlier regions to where their text now stands, merging those the edit touched.
+        let mut moved = Vec::with_capacity(regions.len() + new_regions.len());
+        for (start, end) in regions {
+            let before = new_regions.iter().filter(|&&(at, _, _)| at + old.len() <= start).count() as isize;
+            let offset = before * delta;
+            let overlapped = new_regions.iter().any(|&(at, _, _)| at < end && start < at + old.len());
+            if overlapped {
+                continue;
+            }
+            moved.push(((start as isize + offset) as usize, (end as isize + offset) as usize));
+        }
+        moved.extend(new_regions.iter().map(|&(_, start, end)| (start, end)));
+        moved.sort_unstable();
+        regions = moved;
+        replacements += positions.len();
+        content = rebuilt;
+    }
+    Ok(Applied {
+        content,
+        regions,
+        replacements,
+    })
+}
+
+/// The 1-based line number of byte offset `at`.
+fn line_of(content: &str, at: usize) -> usize {
+    content[..at].matches('\n').count() + 1
+}
+
+struct Snippets {
+    shown: Vec<String>,
+    hidden: usize,
+}
+
+/// Numbered excerpts of the edited regions with their context, overlapping ones merged.
+fn snippets(applied: &Applied) -> Snippets {
+    let lines: Vec<&str> = text::lines(&applied.content).collect();
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for &(start, end) in &applied.regions {
+        let first = line_of(&applied.content, start);
+        // The line holding the region's last byte (its start, for a deletion).
+        let last = line_of(&applied.content, if end > start { end - 1 } else { start });
+        let from = first.saturating_sub(CONTEXT_LINES).max(1);
+        let to = (last + CONTEXT_LINES).min(lines.len().max(1));
+        match ranges.last_mut() {
+            Some(previous) if from <= previous.1 + 1 => previous.1 = previous.1.max(to),
+            _ => ranges.push((from, to)),
+        }
+    }
+    let hidden = ranges.len().saturating_sub(MAX_REGIONS_SHOWN);
+    let shown = ranges
+        .iter()
+        .take(MAX_REGIONS_SHOWN)
+        .map(|&(from, to)| {
+            if lines.is_empty() {
+                return "(the file is now empty)".to_owned();
+            }
+            (from..=to)
+                .filter_map(|number| {
+                    lines
+                        .get(number - 1)
+                        .map(|line| text::numbered(number, &text::clip(line, MAX_SNIPPET_LINE_CHARS)))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    Snippets { shown, hidden }
+}
+
+toolcell_sdk::export_tool!(EditFile);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edit(old: &str, new: &str, replace_all: bool) -> Edit {
+        Edit {
+            old_string: old.to_owned(),
+            new_string: new.to_owned(),
+            replace_all,
+        }
+    }
+
+    fn apply(body: &str, edits: &[Edit]) -> Result<Applied, ToolError> {
+        apply_with(body, false, edits)
+    }
+
+    fn apply_with(body: &str, crlf: bool, edits: &[Edit]) -> Result<Applied, ToolError> {
+        apply_edits(&WorkspacePath::parse("f.txt").expect("valid"), body, crlf, edits)
+    }
+
+    #[test]
+    fn edits_apply_in_order_and_track_regions() {
+        let applied = apply("a\nb\nc\n", &[edit("b", "B\nB2", false), edit("c", "C", false)]).expect("applies");
+        assert_eq!(applied.content, "a\nB\nB2\nC\n");
+        assert_eq!(applied.replacements, 2);
+        let regions: Vec<&str> = applied.regions.iter().map(|&(s, e)| &applied.content[s..e]).collect();
+        assert_eq!(regions, ["B\nB2", "C"]);
+    }
+
+    #[test]
+    fn ambiguous_and_missing_matches_are_conflicts() {
+        match apply("x\ny\nx\n", &[edit("x", "z", false)]) {
+            Err(ToolError::Conflict(message)) => assert!(message.contains("2 places") && message.contains("lines 1, 3"), "{message}"),
+            other => panic!("expected a conflict, got {:?}", other.map(|a| a.content)),
+        }
+        assert!(matches!(apply("x\n", &[edit("q", "z", false)]), Err(ToolError::Conflict(_))));
+        let all = apply("x\ny\nx\n", &[edit("x", "z", true)]).expect("replace_all applies");
+        assert_eq!(all.content, "z\ny\nz\n");
+    }
+
+    #[test]
+    fn crlf_and_bom_survive() {
+        let document = Document::parse("\u{feff}one\r\ntwo\r\n");
+        assert!(document.bom && document.crlf);
+        let applied = apply_with(&document.body, true, &[edit("one\r\ntwo", "uno\ndos", false)]).expect("applies");
+        assert_eq!(document.render(&applied.content), "\u{feff}uno\r\ndos\r\n".as_bytes());
+        let mixed = Document::parse("a\r\nb\n");
+        assert!(!mixed.crlf);
+        assert_eq!(mixed.render(&mixed.body), b"a\r\nb\n");
+    }
+
+    #[test]
+    fn snippets_show_context() {
+        let body: String = (1..=20).map(|n| format!("line {n}\n")).collect();
+        let applied = apply(&body, &[edit("line 10\n", "ten\n", false)]).expect("applies");
+        let shown = snippets(&applied).shown;
+        assert_eq!(shown.len(), 1);
+        assert!(shown[0].starts_with("     7\tline 7"), "{}", shown[0]);
+        assert!(shown[0].contains("    10\tten"));
+        assert!(shown[0].ends_with("    13\tline 13"), "{}", shown[0]);
+    }
+}

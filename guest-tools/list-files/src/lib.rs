@@ -1,0 +1,150 @@
+//! `list_files`: the entries of a directory, optionally recursive and filtered by a glob.
+
+use std::ops::ControlFlow;
+
+use serde::Deserialize;
+use serde_json::json;
+use toolcell_sdk::path::quote;
+use toolcell_sdk::walk::{self, EntryKind};
+use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
+
+const DEFAULT_MAX_RESULTS: u64 = 1000;
+const MAX_MAX_RESULTS: u64 = 10_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    path: Option<String>,
+    pattern: Option<String>,
+    recursive: Option<bool>,
+    max_results: Option<u64>,
+}
+
+struct ListFiles;
+
+impl Tool for ListFiles {
+    type Args = Args;
+
+    fn info() -> ToolInfo {
+        ToolInfo::new(
+            "list_files",
+            "List files",
+            "List the entries of a workspace directory, one workspace-relative path per line; \
+             directories end with `/`, symlinks with `@` (never followed). `pattern` is a glob \
+             matched against each entry's path relative to `path`: `*` and `?` stay within one \
+             path component, `**` crosses directories, `{a,b}` picks alternatives (for example \
+             `**/*.rs`). `recursive` descends into subdirectories; it defaults to true when the \
+             pattern contains `/` or `**`, false otherwise. Order: depth-first, each directory's \
+             entries sorted by name, a directory before its contents. The contents of `.git` are \
+             not listed. At most `max_results` entries (default 1000) are returned; the \
+             structured result says `truncated` if more matched.",
+        )
+        .schema(json!({
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "The directory to list, relative to the workspace root. Default: `.`, the root."
+                },
+                "pattern": {
+                    "type": "string",
+                    "description": "A glob over paths relative to `path`, for example `*.md` or `src/**/*.rs`."
+                },
+                "recursive": {
+                    "type": "boolean",
+                    "description": "Descend into subdirectories. Default: true if `pattern` contains `/` or `**`, else false."
+                },
+                "max_results": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_MAX_RESULTS,
+                    "description": "The most entries to return. Default: 1000."
+                }
+            },
+            "additionalProperties": false
+        }))
+        .read_only()
+    }
+
+    fn call(args: Args) -> Result<Output, ToolError> {
+        let root = WorkspacePath::parse(args.path.as_deref().unwrap_or("."))?;
+        let matcher = match &args.pattern {
+            Some(pattern) => Some(
+                globset::GlobBuilder::new(pattern)
+                    .literal_separator(true)
+                    .backslash_escape(true)
+                    .build()
+                    .map_err(|error| {
+                        ToolError::InvalidArgs(format!("`pattern` {} is not a valid glob: {}", quote(pattern), error.kind()))
+                    })?
+                    .compile_matcher(),
+            ),
+            None => None,
+        };
+        let recursive = args.recursive.unwrap_or_else(|| {
+            args.pattern.as_deref().is_some_and(|pattern| pattern.contains('/') || pattern.contains("**"))
+        });
+        let max_results = args.max_results.unwrap_or(DEFAULT_MAX_RESULTS);
+        let metadata = std::fs::metadata(root.as_str()).map_err(|error| root.io_error(error))?;
+        if !metadata.is_dir() {
+            return Err(ToolError::Unsupported(format!(
+                "{} is a file, not a directory: use read_file to read it, or list its parent directory",
+                quote(root.as_str())
+            )));
+        }
+
+        let mut entries = Vec::new();
+        let mut truncated = false;
+        let summary = walk::walk(&root, recursive, |entry| {
+            let relative = entry.path.strip_prefix(&root).unwrap_or(entry.path.as_str());
+            if matcher.as_ref().is_some_and(|matcher| !matcher.is_match(relative)) {
+                return ControlFlow::Continue(());
+            }
+            if entries.len() as u64 == max_results {
+                truncated = true;
+                return ControlFlow::Break(());
+            }
+            entries.push((entry.path.clone(), entry.kind));
+            ControlFlow::Continue(())
+        })
+        .map_err(|error| root.io_error(error))?;
+
+        let mut text: String = entries
+            .iter()
+            .map(|(path, kind)| match kind {
+                EntryKind::Directory => format!("{path}/"),
+                EntryKind::Symlink => format!("{path}@"),
+                _ => path.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        if entries.is_empty() {
+            text = match &args.pattern {
+                Some(pattern) => format!("No entries in {} match {}.", quote(root.as_str()), quote(pattern)),
+                None => format!("{} is empty.", quote(root.as_str())),
+            };
+        }
+        if truncated {
+            text.push_str(&format!(
+                "\n[truncated at {max_results} entries: narrow `path` or `pattern`, or raise `max_results` (up to {MAX_MAX_RESULTS})]"
+            ));
+        }
+        if summary.unreadable_directories > 0 {
+            text.push_str(&format!(
+                "\n[{} directories could not be read and were skipped]",
+                summary.unreadable_directories
+            ));
+        }
+        let structured_entries: Vec<_> = entries
+            .iter()
+            .map(|(path, kind)| json!({ "path": path.as_str(), "type": kind.as_str() }))
+            .collect();
+        Ok(Output::text(text).with_structured(json!({
+            "path": root.as_str(),
+            "entries": structured_entries,
+            "truncated": truncated,
+        })))
+    }
+}
+
+toolcell_sdk::export_tool!(ListFiles);

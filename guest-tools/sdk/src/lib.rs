@@ -1,0 +1,239 @@
+//! Write toolcell tool components in a few lines.
+//!
+//! A tool is a type implementing [`Tool`]: a description (name, schema, annotations), a
+//! serde-deserialisable argument type, and a `call` function. [`export_tool!`] wires it to the
+//! WIT `toolcell:tool/tool` export. Build the crate as a `cdylib` for `wasm32-wasip2`.
+//!
+//! ```ignore
+//! use toolcell_sdk::{Tool, ToolInfo, Output, ToolError, WorkspacePath};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Args { path: String }
+//!
+//! struct FileSize;
+//!
+//! impl Tool for FileSize {
+//!     type Args = Args;
+//!     fn info() -> ToolInfo {
+//!         ToolInfo::new("file_size", "File size", "Return the size of a file in bytes.")
+//!             .schema(serde_json::json!({
+//!                 "type": "object",
+//!                 "properties": { "path": { "type": "string" } },
+//!                 "required": ["path"],
+//!                 "additionalProperties": false
+//!             }))
+//!             .read_only()
+//!     }
+//!     fn call(args: Args) -> Result<Output, ToolError> {
+//!         let path = WorkspacePath::parse(&args.path)?;
+//!         let size = std::fs::metadata(path.as_str()).map_err(|e| path.io_error(e))?.len();
+//!         Ok(Output::text(format!("{size}")))
+//!     }
+//! }
+//!
+//! toolcell_sdk::export_tool!(FileSize);
+//! ```
+//!
+//! Everything a tool does on the filesystem goes through `std::fs` on workspace-relative
+//! paths; the host checks each call. The helpers here exist to give agents good messages, not
+//! to enforce anything.
+
+pub mod path;
+pub mod text;
+pub mod walk;
+
+pub use path::WorkspacePath;
+
+/// Bindings generated from `wit/tool.wit` (world `plugin`).
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "plugin",
+        path: "../../wit",
+        pub_export_macro: true,
+        export_macro_name: "export_plugin",
+        default_bindings_module: "toolcell_sdk::bindings",
+    });
+}
+
+pub use bindings::toolcell::tool::types::ToolError;
+
+use bindings::toolcell::tool::context;
+use bindings::toolcell::tool::types as wit;
+
+/// A tool component's behaviour.
+pub trait Tool {
+    /// The arguments, decoded from the JSON object the agent sent. The host has already
+    /// checked them against [`ToolInfo::input_schema`].
+    type Args: serde::de::DeserializeOwned;
+
+    /// The tool's description. Called once when the host loads the component.
+    fn info() -> ToolInfo;
+
+    /// Run the tool.
+    ///
+    /// # Errors
+    ///
+    /// A [`ToolError`] whose message names the offending value and says what to do next.
+    fn call(args: Self::Args) -> Result<Output, ToolError>;
+}
+
+/// What [`Tool::info`] returns: a builder for the WIT `tool-info` record.
+#[derive(Debug, Clone)]
+pub struct ToolInfo {
+    name: String,
+    title: String,
+    description: String,
+    input_schema: serde_json::Value,
+    read_only: bool,
+    destructive: bool,
+    idempotent: bool,
+}
+
+impl ToolInfo {
+    /// A tool that may write (not read-only), not destructive, not idempotent, with an empty
+    /// object schema. Refine it with the other methods.
+    pub fn new(name: &str, title: &str, description: &str) -> Self {
+        ToolInfo {
+            name: name.to_owned(),
+            title: title.to_owned(),
+            description: description.to_owned(),
+            input_schema: serde_json::json!({ "type": "object" }),
+            read_only: false,
+            destructive: false,
+            idempotent: false,
+        }
+    }
+
+    /// The JSON Schema of the arguments.
+    #[must_use]
+    pub fn schema(mut self, schema: serde_json::Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+
+    /// The tool never modifies the workspace (implies idempotent).
+    #[must_use]
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self.idempotent = true;
+        self
+    }
+
+    /// The tool may overwrite or delete existing content.
+    #[must_use]
+    pub fn destructive(mut self) -> Self {
+        self.destructive = true;
+        self
+    }
+
+    /// Repeating a call with the same arguments has no further effect.
+    #[must_use]
+    pub fn idempotent(mut self) -> Self {
+        self.idempotent = true;
+        self
+    }
+
+    /// The argument schema.
+    pub fn input_schema(&self) -> &serde_json::Value {
+        &self.input_schema
+    }
+}
+
+/// A successful result: the text the agent reads and, optionally, a structured JSON value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    text: String,
+    structured: Option<serde_json::Value>,
+}
+
+impl Output {
+    /// A plain-text result.
+    pub fn text(text: impl Into<String>) -> Self {
+        Output {
+            text: text.into(),
+            structured: None,
+        }
+    }
+
+    /// Attach the structured form of the result.
+    #[must_use]
+    pub fn with_structured(mut self, value: serde_json::Value) -> Self {
+        self.structured = Some(value);
+        self
+    }
+}
+
+/// The caller's role, as the host names it.
+pub fn role() -> String {
+    context::role()
+}
+
+/// The caller's session id.
+pub fn session_id() -> String {
+    context::session_id()
+}
+
+/// This call's id.
+pub fn call_id() -> String {
+    context::call_id()
+}
+
+/// Attach a note to this call's audit record.
+pub fn note(text: &str) {
+    context::note(text);
+}
+
+/// Glue between [`Tool`] and the generated `describe` export. Used by [`export_tool!`].
+#[doc(hidden)]
+pub fn describe<T: Tool>() -> wit::ToolInfo {
+    let info = T::info();
+    wit::ToolInfo {
+        name: info.name,
+        title: info.title,
+        description: info.description,
+        input_schema: info.input_schema.to_string(),
+        annotations: wit::Annotations {
+            read_only: info.read_only,
+            destructive: info.destructive,
+            idempotent: info.idempotent,
+        },
+    }
+}
+
+/// Glue between [`Tool`] and the generated `call` export. Used by [`export_tool!`].
+#[doc(hidden)]
+pub fn call<T: Tool>(args: &str) -> Result<wit::ToolOutput, ToolError> {
+    let args: T::Args = serde_json::from_str(args)
+        .map_err(|error| ToolError::InvalidArgs(format!("the arguments do not fit the tool's schema: {error}")))?;
+    let output = T::call(args)?;
+    Ok(wit::ToolOutput {
+        text: output.text,
+        structured: output.structured.map(|value| value.to_string()),
+    })
+}
+
+/// Export a [`Tool`] implementation as the component's `toolcell:tool/tool` interface.
+#[macro_export]
+macro_rules! export_tool {
+    ($tool:ty) => {
+        struct __ToolcellExport;
+
+        impl $crate::bindings::exports::toolcell::tool::tool::Guest for __ToolcellExport {
+            fn describe() -> $crate::bindings::toolcell::tool::types::ToolInfo {
+                $crate::describe::<$tool>()
+            }
+
+            fn call(
+                args: ::std::string::String,
+            ) -> ::std::result::Result<
+                $crate::bindings::toolcell::tool::types::ToolOutput,
+                $crate::bindings::toolcell::tool::types::ToolError,
+            > {
+                $crate::call::<$tool>(&args)
+            }
+        }
+
+        $crate::bindings::export_plugin!(__ToolcellExport with_types_in $crate::bindings);
+    };
+}

@@ -1,0 +1,123 @@
+//! A deterministic directory walk for listing and searching.
+//!
+//! Order: depth-first, the entries of each directory sorted by name (byte order), a directory
+//! before its contents. Symlinks are reported but never followed, so a walk cannot loop or
+//! leave the workspace through one. The contents of `.git` are skipped. Entries the host hides
+//! (the policy does not let the caller read them) never appear.
+
+use std::ops::ControlFlow;
+
+use crate::WorkspacePath;
+
+/// What an entry is, without following symlinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// A symbolic link (not followed).
+    Symlink,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+impl EntryKind {
+    /// The name used in structured output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::File => "file",
+            EntryKind::Directory => "directory",
+            EntryKind::Symlink => "symlink",
+            EntryKind::Other => "other",
+        }
+    }
+}
+
+/// One entry met by [`walk`].
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The entry's workspace-relative path.
+    pub path: WorkspacePath,
+    /// What it is.
+    pub kind: EntryKind,
+    /// 1 for the root's direct children, 2 for theirs, and so on.
+    pub depth: usize,
+}
+
+/// Totals of a walk, for the result's footnotes.
+#[derive(Debug, Clone, Default)]
+pub struct WalkSummary {
+    /// Directories that could not be read (the host refused them, or they vanished).
+    pub unreadable_directories: usize,
+}
+
+/// Walk the directory `root`, calling `visit` for each entry below it (not for `root`
+/// itself). `recursive: false` visits only the direct children. `visit` may stop the walk.
+///
+/// # Errors
+///
+/// The I/O error of reading `root` itself; errors on subdirectories are counted in the
+/// summary instead.
+pub fn walk(
+    root: &WorkspacePath,
+    recursive: bool,
+    mut visit: impl FnMut(&Entry) -> ControlFlow<()>,
+) -> std::io::Result<WalkSummary> {
+    let mut summary = WalkSummary::default();
+    let mut stack: Vec<Entry> = Vec::new();
+    let children = sorted_children(root)?;
+    push_children(&mut stack, root, children, 1);
+    while let Some(entry) = stack.pop() {
+        let (kind, depth) = (entry.kind, entry.depth);
+        if visit(&entry).is_break() {
+            break;
+        }
+        let is_git = entry.path.as_str().rsplit('/').next() == Some(".git");
+        if recursive && kind == EntryKind::Directory && !is_git {
+            match sorted_children(&entry.path) {
+                Ok(children) => push_children(&mut stack, &entry.path, children, depth + 1),
+                Err(_) => summary.unreadable_directories += 1,
+            }
+        }
+    }
+    Ok(summary)
+}
+
+fn sorted_children(directory: &WorkspacePath) -> std::io::Result<Vec<(String, EntryKind)>> {
+    let mut children: Vec<(String, EntryKind)> = std::fs::read_dir(directory.as_str())?
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let kind = kind_of(&entry.file_type().ok()?);
+            Some((entry.file_name().to_string_lossy().into_owned(), kind))
+        })
+        .collect();
+    children.sort_unstable_by(|left, right| left.0.cmp(&right.0));
+    Ok(children)
+}
+
+fn push_children(
+    stack: &mut Vec<Entry>,
+    parent: &WorkspacePath,
+    children: Vec<(String, EntryKind)>,
+    depth: usize,
+) {
+    // Reversed, so that popping yields the names in order.
+    stack.extend(children.into_iter().rev().map(|(name, kind)| Entry {
+        path: parent.join(&name),
+        kind,
+        depth,
+    }));
+}
+
+fn kind_of(file_type: &std::fs::FileType) -> EntryKind {
+    if file_type.is_symlink() {
+        EntryKind::Symlink
+    } else if file_type.is_dir() {
+        EntryKind::Directory
+    } else if file_type.is_file() {
+        EntryKind::File
+    } else {
+        EntryKind::Other
+    }
+}

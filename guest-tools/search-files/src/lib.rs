@@ -1,0 +1,388 @@
+//! `search_files`: regular-expression search over the workspace's text files.
+
+use std::ops::ControlFlow;
+
+use serde::Deserialize;
+use serde_json::json;
+use toolcell_sdk::path::quote;
+use toolcell_sdk::text;
+use toolcell_sdk::walk::{self, EntryKind};
+use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
+
+const DEFAULT_MAX_RESULTS: u64 = 200;
+const MAX_MAX_RESULTS: u64 = 10_000;
+const MAX_CONTEXT: u64 = 20;
+/// Matched and context lines are cut to this many characters.
+const MAX_LINE_CHARS: usize = 500;
+/// Larger files are skipped (and counted).
+const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+/// The compiled regex may not grow past this (the regex crate guarantees linear-time matching;
+/// this bounds its memory).
+const REGEX_SIZE_LIMIT: usize = 8 * 1024 * 1024;
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    #[default]
+    Files,
+    Content,
+    Count,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Globs {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Globs {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Globs::One(glob) => vec![glob],
+            Globs::Many(globs) => globs,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    query: String,
+    path: Option<String>,
+    include: Option<Globs>,
+    exclude: Option<Globs>,
+    #[serde(default)]
+    output_mode: Mode,
+    #[serde(default)]
+    context: u64,
+    #[serde(default)]
+    case_insensitive: bool,
+    max_results: Option<u64>,
+}
+
+struct SearchFiles;
+
+impl Tool for SearchFiles {
+    type Args = Args;
+
+    fn info() -> ToolInfo {
+        let globs = json!({
+            "anyOf": [
+                { "type": "string" },
+                { "type": "array", "items": { "type": "string" } }
+            ]
+        });
+        let mut include = globs.clone();
+        include["description"] = json!("Only search files matching these globs (for example `*.rs` or `src/**/*.ts`). A glob without `/` matches the file name; one with `/` matches the workspace-relative path.");
+        let mut exclude = globs;
+        exclude["description"] = json!("Skip files matching these globs (same rules as `include`).");
+        ToolInfo::new(
+            "search_files",
+            "Search files",
+            "Search the workspace's text files for a regular expression (Rust `regex` syntax, \
+             like ripgrep: `fn\\s+main`, `log.*Error`; escape literal braces and dots). \
+             `output_mode`: `files` (default) lists the paths that match, `content` shows the \
+             matching lines as `path:line:text` (with `context` lines before and after as \
+             `path-line-text`, groups separated by `--`), `count` gives `path:count`. Narrow with \
+             `path` (a directory or a file) and `include`/`exclude` globs. Binary files, files \
+             over 16 MiB and the contents of `.git` are skipped; symlinks are not followed; long \
+             lines are cut at 500 characters. Results are in path order and capped by \
+             `max_results` (default 200 files or lines), with `truncated` in the structured result.",
+        )
+        .schema(json!({
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The regular expression to search for."
+                },
+                "path": {
+                    "type": "string",
+                    "description": "The directory or file to search, relative to the workspace root. Default: the whole workspace."
+                },
+                "include": include,
+                "exclude": exclude,
+                "output_mode": {
+                    "type": "string",
+                    "enum": ["files", "content", "count"],
+                    "description": "What to return. Default: `files`."
+                },
+                "context": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_CONTEXT,
+                    "description": "With output_mode `content`: lines of context before and after each match. Default: 0."
+                },
+                "case_insensitive": {
+                    "type": "boolean",
+                    "description": "Match letters regardless of case. Default: false."
+                },
+                "max_results": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_MAX_RESULTS,
+                    "description": "The most files (files, count) or matching lines (content) to return. Default: 200."
+                }
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        }))
+        .read_only()
+    }
+
+    fn call(args: Args) -> Result<Output, ToolError> {
+        let regex = regex::RegexBuilder::new(&args.query)
+            .case_insensitive(args.case_insensitive)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .dfa_size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map_err(|error| {
+                ToolError::InvalidArgs(format!(
+                    "`query` {} is not a valid regular expression: {error}",
+                    quote(&args.query)
+                ))
+            })?;
+        let include = FileFilter::new("include", args.include)?;
+        let exclude = FileFilter::new("exclude", args.exclude)?;
+        let root = WorkspacePath::parse(args.path.as_deref().unwrap_or("."))?;
+        let max_results = args.max_results.unwrap_or(DEFAULT_MAX_RESULTS);
+        let mut search = Search {
+            regex,
+            mode: args.output_mode,
+            context: usize::try_from(args.context).unwrap_or(0),
+            max_results,
+            results: Vec::new(),
+            structured: Vec::new(),
+            emitted: 0,
+            truncated: false,
+            files_searched: 0,
+            skipped_binary: 0,
+            skipped_large: 0,
+        };
+        let metadata = std::fs::metadata(root.as_str()).map_err(|error| root.io_error(error))?;
+        let mut unreadable_directories = 0;
+        if metadata.is_file() {
+            // A single file: whether the cap stopped the search shows in `truncated`.
+            let _stopped = search.file(&root, metadata.len());
+        } else {
+            let summary = walk::walk(&root, true, |entry| {
+                if entry.kind != EntryKind::File {
+                    return ControlFlow::Continue(());
+                }
+                if !include.is_empty() && !include.matches(&entry.path) || exclude.matches(&entry.path) {
+                    return ControlFlow::Continue(());
+                }
+                let size = std::fs::metadata(entry.path.as_str()).map(|m| m.len()).unwrap_or(0);
+                search.file(&entry.path, size)
+            })
+            .map_err(|error| root.io_error(error))?;
+            unreadable_directories = summary.unreadable_directories;
+        }
+        Ok(search.finish(&args.query, &root, unreadable_directories))
+    }
+}
+
+/// Compiled `include` or `exclude` globs.
+struct FileFilter {
+    by_name: globset::GlobSet,
+    by_path: globset::GlobSet,
+}
+
+impl FileFilter {
+    fn new(field: &str, globs: Option<Globs>) -> Result<Self, ToolError> {
+        let mut by_name = globset::GlobSetBuilder::new();
+        let mut by_path = globset::GlobSetBuilder::new();
+        for pattern in globs.map(Globs::into_vec).unwrap_or_default() {
+            let glob = globset::GlobBuilder::new(&pattern)
+                .literal_separator(true)
+                .backslash_escape(true)
+                .build()
+                .map_err(|error| {
+                    ToolError::InvalidArgs(format!("`{field}` glob {} is not valid: {}", quote(&pattern), error.kind()))
+                })?;
+            if pattern.contains('/') {
+                by_path.add(glob);
+            } else {
+                by_name.add(glob);
+            }
+        }
+        let build = |builder: globset::GlobSetBuilder| {
+            builder
+                .build()
+                .map_err(|error| ToolError::InvalidArgs(format!("`{field}` globs are not valid: {error}")))
+        };
+        Ok(FileFilter {
+            by_name: build(by_name)?,
+            by_path: build(by_path)?,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_name.is_empty() && self.by_path.is_empty()
+    }
+
+    fn matches(&self, path: &WorkspacePath) -> bool {
+        let name = path.as_str().rsplit('/').next().unwrap_or(path.as_str());
+        self.by_name.is_match(name) || self.by_path.is_match(path.as_str())
+    }
+}
+
+struct Search {
+    regex: regex::Regex,
+    mode: Mode,
+    context: usize,
+    max_results: u64,
+    /// Text lines of the result.
+    results: Vec<String>,
+    structured: Vec<serde_json::Value>,
+    /// Files (files, count) or matching lines (content) emitted so far.
+    emitted: u64,
+    truncated: bool,
+    files_searched: u64,
+    skipped_binary: u64,
+    skipped_large: u64,
+}
+
+impl Search {
+    fn file(&mut self, path: &WorkspacePath, size: u64) -> ControlFlow<()> {
+        if size > MAX_FILE_BYTES {
+            self.skipped_large += 1;
+            return ControlFlow::Continue(());
+        }
+        let Ok(bytes) = std::fs::read(path.as_str()) else {
+            return ControlFlow::Continue(());
+        };
+        if text::is_binary(&bytes) {
+            self.skipped_binary += 1;
+            return ControlFlow::Continue(());
+        }
+        self.files_searched += 1;
+        let content = String::from_utf8_lossy(&bytes);
+        match self.mode {
+            Mode::Files => {
+                if self.regex.is_match(&content) {
+                    return self.emit_file(path, None);
+                }
+            }
+            Mode::Count => {
+                let count = text::lines(&content).filter(|line| self.regex.is_match(line)).count();
+                if count > 0 {
+                    return self.emit_file(path, Some(count));
+                }
+            }
+            Mode::Content => return self.content(path, &content),
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn emit_file(&mut self, path: &WorkspacePath, count: Option<usize>) -> ControlFlow<()> {
+        if self.emitted == self.max_results {
+            self.truncated = true;
+            return ControlFlow::Break(());
+        }
+        self.emitted += 1;
+        match count {
+            None => {
+                self.results.push(path.to_string());
+                self.structured.push(json!(path.as_str()));
+            }
+            Some(count) => {
+                self.results.push(format!("{path}:{count}"));
+                self.structured.push(json!({ "path": path.as_str(), "count": count }));
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn content(&mut self, path: &WorkspacePath, content: &str) -> ControlFlow<()> {
+        let lines: Vec<&str> = text::lines(content).collect();
+        let matching: Vec<usize> =
+            (0..lines.len()).filter(|&index| self.regex.is_match(lines[index])).collect();
+        if matching.is_empty() {
+            return ControlFlow::Continue(());
+        }
+        let mut last_printed: Option<usize> = None;
+        for &index in &matching {
+            if self.emitted == self.max_results {
+                self.truncated = true;
+                return ControlFlow::Break(());
+            }
+            self.emitted += 1;
+            let from = index.saturating_sub(self.context);
+            let to = (index + self.context).min(lines.len() - 1);
+            let from = match last_printed {
+                Some(printed) if printed + 1 >= from => printed + 1,
+                Some(_) => {
+                    self.results.push("--".to_owned());
+                    from
+                }
+                None if !self.results.is_empty() && self.context > 0 => {
+                    self.results.push("--".to_owned());
+                    from
+                }
+                None => from,
+            };
+            for line in from..=to {
+                // Later matches print themselves; context stops at the next match.
+                if line > index && matching.binary_search(&line).is_ok() {
+                    break;
+                }
+                let separator = if line == index { ':' } else { '-' };
+                let clipped = text::clip(lines[line], MAX_LINE_CHARS);
+                self.results.push(format!("{path}{separator}{}{separator}{clipped}", line + 1));
+                last_printed = Some(line);
+            }
+            self.structured.push(json!({
+                "path": path.as_str(),
+                "line": index + 1,
+                "text": text::clip(lines[index], MAX_LINE_CHARS),
+            }));
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn finish(self, query: &str, root: &WorkspacePath, unreadable_directories: usize) -> Output {
+        let mut text = if self.results.is_empty() {
+            format!("No matches for {} in {}.", quote(query), quote(root.as_str()))
+        } else {
+            self.results.join("\n")
+        };
+        if self.truncated {
+            let unit = if self.mode == Mode::Content { "matching lines" } else { "files" };
+            text.push_str(&format!(
+                "\n[truncated at {} {unit}: narrow `path`, `include` or `query`, or raise `max_results` (up to {MAX_MAX_RESULTS})]",
+                self.max_results
+            ));
+        }
+        let mut skipped = Vec::new();
+        if self.skipped_binary > 0 {
+            skipped.push(format!("{} binary", self.skipped_binary));
+        }
+        if self.skipped_large > 0 {
+            skipped.push(format!("{} over 16 MiB", self.skipped_large));
+        }
+        if unreadable_directories > 0 {
+            skipped.push(format!("{unreadable_directories} unreadable directories"));
+        }
+        if !skipped.is_empty() && self.results.is_empty() {
+            text.push_str(&format!("\n[skipped: {}]", skipped.join(", ")));
+        }
+        let (mode, key) = match self.mode {
+            Mode::Files => ("files", "files"),
+            Mode::Content => ("content", "matches"),
+            Mode::Count => ("count", "counts"),
+        };
+        Output::text(text).with_structured(json!({
+            "mode": mode,
+            key: self.structured,
+            "truncated": self.truncated,
+            "files_searched": self.files_searched,
+            "skipped_binary": self.skipped_binary,
+            "skipped_large": self.skipped_large,
+        }))
+    }
+}
+
+toolcell_sdk::export_tool!(SearchFiles);

@@ -1,0 +1,100 @@
+//! The runtime's typed errors: what went wrong in the host, as opposed to a tool's own
+//! [`ToolError`](toolcell_types::ToolError), which the agent sees.
+
+use std::path::PathBuf;
+
+/// A failure of the host itself: loading components, opening the workspace, or running a
+/// call's machinery. Messages may name host paths (they are for the operator, never a guest).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The wasmtime engine could not be configured.
+    #[error("cannot set up the WebAssembly engine: {reason}")]
+    Engine {
+        /// wasmtime's explanation.
+        reason: String,
+    },
+
+    /// A component could not be compiled, instantiated or described.
+    #[error("cannot load the tool component `{origin}`: {reason}")]
+    Load {
+        /// Where the component came from (`builtin:read_file`, a file path).
+        origin: String,
+        /// What failed.
+        reason: String,
+    },
+
+    /// A component imports an interface outside the `tool-component` world.
+    #[error(
+        "the tool component `{origin}` imports `{import}`, which toolcell does not provide: a tool may import only \
+         `toolcell:tool/context` and the WASI interfaces of the `tool-component` world in wit/tool.wit \
+         (filesystem, io, clocks, random, cli); rebuild it without that dependency"
+    )]
+    ForbiddenImport {
+        /// Where the component came from.
+        origin: String,
+        /// The refused import, as the component names it.
+        import: String,
+    },
+
+    /// Two components describe themselves with the same tool name.
+    #[error("two tool components are named `{name}`: `{first}` and `{second}`; remove or rename one of them")]
+    DuplicateTool {
+        /// The shared name.
+        name: String,
+        /// The component loaded first.
+        first: String,
+        /// The component refused.
+        second: String,
+    },
+
+    /// A component's `describe()` is not acceptable.
+    #[error("the tool component `{origin}` describes itself badly: {reason}")]
+    InvalidDescription {
+        /// Where the component came from.
+        origin: String,
+        /// What is wrong (name syntax, schema).
+        reason: String,
+    },
+
+    /// A call named a tool that is not loaded.
+    #[error("there is no tool named `{name}`; the tools are: {available}")]
+    UnknownTool {
+        /// The requested name (control characters escaped).
+        name: String,
+        /// The loaded tools' names, comma-separated.
+        available: String,
+    },
+
+    /// The workspace directory cannot be used.
+    #[error("cannot use `{}` as the workspace: {reason}", path.display())]
+    Workspace {
+        /// The directory given.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+
+    /// The compiled-component cache directory cannot be used.
+    #[error("cannot use the compiled-component cache at `{}`: {source}", path.display())]
+    Cache {
+        /// The cache directory or file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+
+    /// The host failed while running a call (not the tool: instantiation or a host bug).
+    #[error("the host failed to run `{tool}`: {reason}")]
+    Call {
+        /// The tool being called.
+        tool: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// A wasmtime error with its whole chain of causes, on one line.
+pub(crate) fn describe(error: &wasmtime::Error) -> String {
+    error.chain().map(ToString::to_string).collect::<Vec<_>>().join(": ")
+}

@@ -1,0 +1,112 @@
+//! What a tool component may import: exactly the `tool-component` world of `wit/tool.wit`.
+//!
+//! The host links only these interfaces (`wasi:sockets` and everything else is never linked),
+//! and refuses at load a component importing anything else, naming the import, before any
+//! instance exists.
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use crate::error::Error;
+
+/// `(package, interface)` of every WASI interface a tool may import, in any `0.2.x` version.
+pub(crate) const ALLOWED_WASI: &[(&str, &str)] = &[
+    ("wasi:io", "error"),
+    ("wasi:io", "poll"),
+    ("wasi:io", "streams"),
+    ("wasi:clocks", "monotonic-clock"),
+    ("wasi:clocks", "wall-clock"),
+    ("wasi:random", "random"),
+    ("wasi:random", "insecure"),
+    ("wasi:random", "insecure-seed"),
+    ("wasi:filesystem", "types"),
+    ("wasi:filesystem", "preopens"),
+    ("wasi:cli", "environment"),
+    ("wasi:cli", "exit"),
+    ("wasi:cli", "stdin"),
+    ("wasi:cli", "stdout"),
+    ("wasi:cli", "stderr"),
+    ("wasi:cli", "terminal-input"),
+    ("wasi:cli", "terminal-output"),
+    ("wasi:cli", "terminal-stdin"),
+    ("wasi:cli", "terminal-stdout"),
+    ("wasi:cli", "terminal-stderr"),
+];
+
+/// `toolcell:tool` interfaces a tool may import, in any `0.1.x` version.
+pub(crate) const ALLOWED_TOOLCELL: &[&str] = &["types", "context"];
+
+/// Refuse `component` if it imports anything outside the `tool-component` world.
+pub(crate) fn check(engine: &Engine, origin: &str, component: &Component) -> Result<(), Error> {
+    for (name, _) in component.component_type().imports(engine) {
+        if !is_allowed(name) {
+            return Err(Error::ForbiddenImport {
+                origin: origin.to_owned(),
+                import: name.escape_default().to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn is_allowed(import: &str) -> bool {
+    let Some((path, version)) = import.split_once('@') else {
+        return false;
+    };
+    let Some((package, interface)) = path.split_once('/') else {
+        return false;
+    };
+    if package == "toolcell:tool" {
+        return version.starts_with("0.1.") && ALLOWED_TOOLCELL.contains(&interface);
+    }
+    version.starts_with("0.2.") && ALLOWED_WASI.contains(&(package, interface))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowed_imports_table() {
+        let table = [
+            ("wasi:filesystem/types@0.2.0", true),
+            ("wasi:filesystem/types@0.2.12", true),
+            ("wasi:cli/environment@0.2.6", true),
+            ("toolcell:tool/context@0.1.0", true),
+            ("toolcell:tool/types@0.1.3", true),
+            ("toolcell:tool/tool@0.1.0", false),
+            ("toolcell:tool/context@0.2.0", false),
+            ("wasi:sockets/tcp@0.2.0", false),
+            ("wasi:sockets/instance-network@0.2.0", false),
+            ("wasi:http/outgoing-handler@0.2.0", false),
+            ("wasi:filesystem/types@0.3.0", false),
+            ("wasi:filesystem/types", false),
+            ("filesystem", false),
+            ("wasi:filesystem/typesx@0.2.0", false),
+        ];
+        for (import, expected) in table {
+            assert_eq!(is_allowed(import), expected, "{import}");
+        }
+    }
+
+    /// The list above and the `tool-component` world in wit/tool.wit must agree.
+    #[test]
+    fn allowed_list_matches_the_wit_world() {
+        let wit = include_str!("../../../wit/tool.wit");
+        let world = wit.split("world tool-component").nth(1).expect("the world is in wit/tool.wit");
+        let mut declared: Vec<(String, String)> = world
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("import wasi:"))
+            .map(|rest| {
+                let (path, _) = rest.split_once('@').expect("versioned import");
+                let (package, interface) = path.split_once('/').expect("package/interface");
+                (format!("wasi:{package}"), interface.to_owned())
+            })
+            .collect();
+        declared.sort();
+        let mut allowed: Vec<(String, String)> =
+            ALLOWED_WASI.iter().map(|(package, interface)| ((*package).to_owned(), (*interface).to_owned())).collect();
+        allowed.sort();
+        assert_eq!(declared, allowed);
+    }
+}

@@ -1,0 +1,429 @@
+//! The toolcell host: runs tool components on wasmtime, granting each call the workspace and
+//! nothing else.
+//!
+//! A [`Runtime`] is built once: it compiles (or loads from the on-disk cache) every tool
+//! component, refuses components that import anything outside the `tool-component` world of
+//! `wit/tool.wit`, asks each for its description, and compiles its argument schema. Each
+//! [`Runtime::call`] then validates the arguments, creates a fresh store and instance from a
+//! pre-linked `InstancePre` (pooling allocator), preopens the workspace as `.` (the only
+//! directory the component can name), captures stdout and stderr, and runs the tool. Nothing
+//! survives between calls.
+//!
+//! ```no_run
+//! use toolcell_runtime::{CallRequest, RuntimeBuilder, Workspace};
+//!
+//! # fn main() -> Result<(), toolcell_runtime::Error> {
+//! let wasm: &'static [u8] = include_bytes!("../../../target/guests/wasm32-wasip2/release/tool_read_file.wasm");
+//! let runtime = RuntimeBuilder::new()
+//!     .cache_dir("/tmp/toolcell-cache")
+//!     .component("builtin:read_file", wasm)
+//!     .build()?;
+//! let workspace = Workspace::open("/path/to/repo".as_ref())?;
+//! let outcome = runtime.call(&CallRequest {
+//!     workspace: &workspace,
+//!     role: "impl",
+//!     session_id: "s-1",
+//!     tool: "read_file",
+//!     args: r#"{"path": "README.md", "limit": 5}"#,
+//! })?;
+//! match outcome.result {
+//!     Ok(output) => eprintln!("{}", output.text),
+//!     Err(error) => eprintln!("{error}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use toolcell_types::{Annotations, ToolError, ToolErrorKind, ToolInfo, ToolName, ToolOutput};
+use wasmtime::Engine;
+use wasmtime::Store;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+mod engine;
+mod error;
+mod imports;
+mod schema;
+mod state;
+
+pub use engine::CacheOutcome;
+pub use error::Error;
+pub use schema::MAX_ARGS_BYTES;
+pub use state::Captured;
+
+use error::describe;
+use schema::ArgsSchema;
+use state::{CallContext, CallState, CapturePipe};
+
+/// Host bindings generated from `wit/tool.wit` (world `plugin`; the WASI part of
+/// `tool-component` is linked from wasmtime-wasi).
+mod bindings {
+    wasmtime::component::bindgen!({
+        world: "plugin",
+        path: "../../wit",
+    });
+}
+
+/// Bytes of stdout and of stderr kept per call; the rest is counted and dropped.
+pub const STDIO_CAPACITY: usize = 64 * 1024;
+
+/// Configures and builds a [`Runtime`].
+#[derive(Default)]
+pub struct RuntimeBuilder {
+    cache_dir: Option<PathBuf>,
+    components: Vec<(String, Cow<'static, [u8]>)>,
+}
+
+impl RuntimeBuilder {
+    /// A builder with no components and no compiled-component cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keep compiled components in `directory` (created if missing), so that later starts
+    /// load them instead of compiling. The directory must be writable only by this user:
+    /// cached artifacts are loaded without validation.
+    #[must_use]
+    pub fn cache_dir(mut self, directory: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(directory.into());
+        self
+    }
+
+    /// Add a tool component. `origin` names it in errors and reports (`builtin:read_file`,
+    /// a file path).
+    #[must_use]
+    pub fn component(mut self, origin: impl Into<String>, wasm: impl Into<Cow<'static, [u8]>>) -> Self {
+        self.components.push((origin.into(), wasm.into()));
+        self
+    }
+
+    /// Compile or load every component, check its imports and its description, and link it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ForbiddenImport`] naming the import, [`Error::Load`],
+    /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::Cache`] or
+    /// [`Error::Engine`].
+    pub fn build(self) -> Result<Runtime, Error> {
+        let engine = engine::new_engine()?;
+        let linker = state::linker(&engine)?;
+        let cache = self.cache_dir.as_deref().map(engine::ComponentCache::open).transpose()?;
+        let mut tools: BTreeMap<String, LoadedTool> = BTreeMap::new();
+        let mut loaded = Vec::new();
+        for (origin, wasm) in &self.components {
+            let (component, cache_outcome) = match &cache {
+                Some(cache) => cache.load(&engine, origin, wasm)?,
+                None => (engine::compile(&engine, origin, wasm)?, CacheOutcome::Compiled),
+            };
+            imports::check(&engine, origin, &component)?;
+            let load_error = |error: wasmtime::Error| Error::Load {
+                origin: origin.clone(),
+                reason: describe(&error),
+            };
+            let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
+            let pre = bindings::PluginPre::new(instance_pre).map_err(load_error)?;
+            let (info, schema) = describe_tool(&engine, &pre, origin)?;
+            if let Some(existing) = tools.get(info.name.as_str()) {
+                return Err(Error::DuplicateTool {
+                    name: info.name.to_string(),
+                    first: existing.origin.clone(),
+                    second: origin.clone(),
+                });
+            }
+            loaded.push(LoadedComponent {
+                origin: origin.clone(),
+                tool: info.name.clone(),
+                cache: cache_outcome,
+            });
+            tools.insert(
+                info.name.to_string(),
+                LoadedTool {
+                    info,
+                    schema,
+                    pre,
+                    origin: origin.clone(),
+                },
+            );
+        }
+        Ok(Runtime { engine, tools, loaded })
+    }
+}
+
+/// Ask a freshly loaded component to describe itself, and check what it says. The instance
+/// gets no preopened directory: `describe` must not touch the filesystem.
+fn describe_tool(
+    engine: &Engine,
+    pre: &bindings::PluginPre<CallState>,
+    origin: &str,
+) -> Result<(ToolInfo, ArgsSchema), Error> {
+    let state = CallState {
+        wasi: WasiCtxBuilder::new().build(),
+        table: ResourceTable::new(),
+        context: CallContext::default(),
+    };
+    let mut store = Store::new(engine, state);
+    let load_error = |error: wasmtime::Error| Error::Load {
+        origin: origin.to_owned(),
+        reason: format!("`describe()` failed: {}", describe(&error)),
+    };
+    let plugin = pre.instantiate(&mut store).map_err(load_error)?;
+    let info = plugin.toolcell_tool_tool().call_describe(&mut store).map_err(load_error)?;
+    let invalid = |reason: String| Error::InvalidDescription {
+        origin: origin.to_owned(),
+        reason,
+    };
+    let name = ToolName::new(&info.name).map_err(|error| invalid(error.to_string()))?;
+    if info.description.trim().is_empty() {
+        return Err(invalid(format!("`{name}` has an empty description; agents need one to know when to use it")));
+    }
+    let (schema, input_schema) = ArgsSchema::compile(&info.input_schema).map_err(invalid)?;
+    let info = ToolInfo {
+        name,
+        title: info.title,
+        description: info.description,
+        input_schema,
+        annotations: Annotations {
+            read_only: info.annotations.read_only,
+            destructive: info.annotations.destructive,
+            idempotent: info.annotations.idempotent,
+        },
+    };
+    Ok((info, schema))
+}
+
+/// One component the runtime loaded, and whether it came from the cache.
+#[derive(Debug, Clone)]
+pub struct LoadedComponent {
+    /// Where it came from.
+    pub origin: String,
+    /// The tool it provides.
+    pub tool: ToolName,
+    /// Compiled now, or loaded from the compiled-component cache.
+    pub cache: CacheOutcome,
+}
+
+struct LoadedTool {
+    info: ToolInfo,
+    schema: ArgsSchema,
+    pre: bindings::PluginPre<CallState>,
+    origin: String,
+}
+
+/// Loaded tool components, ready to run calls. Cheap to share between threads.
+pub struct Runtime {
+    engine: Engine,
+    tools: BTreeMap<String, LoadedTool>,
+    loaded: Vec<LoadedComponent>,
+}
+
+/// The workspace a call may touch: a directory on the host, granted to the component as its
+/// only preopen, named `.`.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    root: PathBuf,
+}
+
+impl Workspace {
+    /// Resolve `path` (symlinks included) and check that it is a directory.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Workspace`] if it does not exist or is not a directory.
+    pub fn open(path: &Path) -> Result<Self, Error> {
+        let workspace_error = |reason: String| Error::Workspace {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let root = std::fs::canonicalize(path).map_err(|error| {
+            workspace_error(match error.kind() {
+                std::io::ErrorKind::NotFound => "it does not exist; create it or pass an existing directory".to_owned(),
+                _ => error.to_string(),
+            })
+        })?;
+        if !root.is_dir() {
+            return Err(workspace_error("it is not a directory".to_owned()));
+        }
+        Ok(Workspace { root })
+    }
+
+    /// The canonical host path of the workspace root. For the operator only: never shown to
+    /// a component or an agent.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+/// One tool call.
+#[derive(Debug, Clone, Copy)]
+pub struct CallRequest<'a> {
+    /// The workspace the call may touch.
+    pub workspace: &'a Workspace,
+    /// The caller's role.
+    pub role: &'a str,
+    /// The caller's session id.
+    pub session_id: &'a str,
+    /// The tool's name.
+    pub tool: &'a str,
+    /// The arguments, a JSON object as text.
+    pub args: &'a str,
+}
+
+/// What a call produced.
+#[derive(Debug, Clone)]
+pub struct CallOutcome {
+    /// The call's unique id.
+    pub call_id: String,
+    /// The tool's result, or the error the agent sees (a bad argument, a tool error, or a
+    /// crashed component reported as `failed`).
+    pub result: Result<ToolOutput, ToolError>,
+    /// Notes the tool attached for the audit trail.
+    pub notes: Vec<String>,
+    /// What the component wrote to stdout.
+    pub stdout: Captured,
+    /// What the component wrote to stderr.
+    pub stderr: Captured,
+    /// Whether the component trapped (crashed); `result` is then a `failed` error.
+    pub trapped: bool,
+    /// Wall-clock time of the whole call.
+    pub duration: Duration,
+}
+
+impl Runtime {
+    /// The loaded tools, sorted by name.
+    pub fn tools(&self) -> impl Iterator<Item = &ToolInfo> {
+        self.tools.values().map(|tool| &tool.info)
+    }
+
+    /// The tool named `name`, if loaded.
+    pub fn tool(&self, name: &str) -> Option<&ToolInfo> {
+        self.tools.get(name).map(|tool| &tool.info)
+    }
+
+    /// Every component loaded, in load order, and whether each came from the cache.
+    pub fn loaded(&self) -> &[LoadedComponent] {
+        &self.loaded
+    }
+
+    /// Run one tool call in a fresh instance.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTool`] for a tool that is not loaded; [`Error::Call`] if the host
+    /// cannot set up the instance. Everything the tool itself gets wrong, including a trap, is
+    /// in [`CallOutcome::result`].
+    pub fn call(&self, request: &CallRequest<'_>) -> Result<CallOutcome, Error> {
+        let started = Instant::now();
+        let tool = self.tools.get(request.tool).ok_or_else(|| Error::UnknownTool {
+            name: request.tool.escape_default().to_string(),
+            available: self.tools.keys().map(String::as_str).collect::<Vec<_>>().join(", "),
+        })?;
+        let call_id = new_call_id();
+        let mut outcome = CallOutcome {
+            call_id: call_id.clone(),
+            result: Err(ToolError::new(ToolErrorKind::Failed, "the call did not run")),
+            notes: Vec::new(),
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            trapped: false,
+            duration: Duration::ZERO,
+        };
+        if let Err(error) = tool.schema.check(request.tool, request.args) {
+            outcome.result = Err(error);
+            outcome.duration = started.elapsed();
+            return Ok(outcome);
+        }
+
+        let host_error = |error: wasmtime::Error| Error::Call {
+            tool: request.tool.to_owned(),
+            reason: describe(&error),
+        };
+        let stdout = CapturePipe::new(STDIO_CAPACITY);
+        let stderr = CapturePipe::new(STDIO_CAPACITY);
+        let mut wasi = WasiCtxBuilder::new();
+        // The host runs calls on plain threads, so blocking filesystem calls run in place
+        // instead of hopping to a worker thread.
+        wasi.allow_blocking_current_thread(true)
+            .stdout(stdout.clone())
+            .stderr(stderr.clone());
+        wasi.preopened_dir(request.workspace.root(), ".", FsPerms::ReadWrite)
+            .map_err(host_error)?;
+        let state = CallState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            context: CallContext {
+                role: request.role.to_owned(),
+                session_id: request.session_id.to_owned(),
+                call_id,
+                ..CallContext::default()
+            },
+        };
+        let mut store = Store::new(&self.engine, state);
+        let plugin = tool.pre.instantiate(&mut store).map_err(host_error)?;
+        let returned = plugin.toolcell_tool_tool().call_call(&mut store, request.args);
+        outcome.result = match returned {
+            Ok(Ok(output)) => convert_output(request.tool, output),
+            Ok(Err(error)) => Err(convert_error(error)),
+            Err(trap) => {
+                outcome.trapped = true;
+                Err(ToolError::new(
+                    ToolErrorKind::Failed,
+                    format!(
+                        "the tool `{}` crashed ({}); nothing it returned is used. This is a bug in the tool; try another approach or report it.",
+                        request.tool,
+                        trap.root_cause()
+                    ),
+                ))
+            }
+        };
+        let state = store.into_data();
+        outcome.notes = state.context.notes;
+        outcome.stdout = stdout.take();
+        outcome.stderr = stderr.take();
+        outcome.duration = started.elapsed();
+        Ok(outcome)
+    }
+}
+
+fn convert_output(tool: &str, output: bindings::toolcell::tool::types::ToolOutput) -> Result<ToolOutput, ToolError> {
+    let structured = match output.structured {
+        None => None,
+        Some(text) => Some(serde_json::from_str(&text).map_err(|error| {
+            ToolError::new(
+                ToolErrorKind::Failed,
+                format!("the tool `{tool}` returned structured output that is not JSON ({error}); this is a bug in the tool"),
+            )
+        })?),
+    };
+    Ok(ToolOutput {
+        text: output.text,
+        structured,
+    })
+}
+
+fn convert_error(error: bindings::toolcell::tool::types::ToolError) -> ToolError {
+    use bindings::toolcell::tool::types::ToolError as Wit;
+    let (kind, message) = match error {
+        Wit::InvalidArgs(message) => (ToolErrorKind::InvalidArgs, message),
+        Wit::NotFound(message) => (ToolErrorKind::NotFound, message),
+        Wit::Denied(message) => (ToolErrorKind::Denied, message),
+        Wit::Conflict(message) => (ToolErrorKind::Conflict, message),
+        Wit::TooLarge(message) => (ToolErrorKind::TooLarge, message),
+        Wit::Unsupported(message) => (ToolErrorKind::Unsupported, message),
+        Wit::Failed(message) => (ToolErrorKind::Failed, message),
+    };
+    ToolError::new(kind, message)
+}
+
+/// A call id unique across calls and processes: time, process and a counter.
+fn new_call_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_nanos()).unwrap_or(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("c-{nanos:x}-{:x}-{count:x}", std::process::id())
+}

@@ -1,0 +1,169 @@
+//! Tool argument schemas: checked once when a component loads, then used to validate every
+//! call's arguments before the component runs.
+
+use toolcell_types::{ToolError, ToolErrorKind};
+
+/// Arguments larger than this are refused before parsing.
+pub const MAX_ARGS_BYTES: usize = 16 * 1024 * 1024;
+/// At most this many schema violations are listed in one error.
+const MAX_LISTED_VIOLATIONS: usize = 5;
+/// Each violation's text is cut to this many characters (it may quote a large argument).
+const MAX_VIOLATION_CHARS: usize = 300;
+
+/// A tool's compiled argument schema.
+pub(crate) struct ArgsSchema {
+    validator: jsonschema::Validator,
+}
+
+impl ArgsSchema {
+    /// Compile a tool's `input-schema` text.
+    ///
+    /// # Errors
+    ///
+    /// A reason, if the text is not JSON, not an object schema, or not a valid JSON Schema.
+    pub(crate) fn compile(text: &str) -> Result<(Self, serde_json::Value), String> {
+        let schema: serde_json::Value =
+            serde_json::from_str(text).map_err(|error| format!("its input schema is not JSON: {error}"))?;
+        if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
+            return Err("its input schema must have `\"type\": \"object\"` (tool arguments are a JSON object)".to_owned());
+        }
+        jsonschema::meta::validate(&schema)
+            .map_err(|error| format!("its input schema is not a valid JSON Schema: {error}"))?;
+        let validator = jsonschema::validator_for(&schema)
+            .map_err(|error| format!("its input schema cannot be compiled: {error}"))?;
+        Ok((ArgsSchema { validator }, schema))
+    }
+
+    /// Parse and validate a call's arguments, as the tool will receive them.
+    ///
+    /// # Errors
+    ///
+    /// `too-large` over [`MAX_ARGS_BYTES`]; `invalid-args` naming each offending field.
+    pub(crate) fn check(&self, tool: &str, args: &str) -> Result<(), ToolError> {
+        if args.len() > MAX_ARGS_BYTES {
+            return Err(ToolError::new(
+                ToolErrorKind::TooLarge,
+                format!(
+                    "the arguments to `{tool}` are {} bytes, over the limit of {MAX_ARGS_BYTES} bytes: split the work into smaller calls",
+                    args.len()
+                ),
+            ));
+        }
+        let value: serde_json::Value = serde_json::from_str(args).map_err(|error| {
+            ToolError::new(
+                ToolErrorKind::InvalidArgs,
+                format!("the arguments to `{tool}` are not valid JSON ({error}): send a JSON object such as {{\"path\": \"src/main.rs\"}}"),
+            )
+        })?;
+        let violations: Vec<String> = self
+            .validator
+            .iter_errors(&value)
+            .take(MAX_LISTED_VIOLATIONS + 1)
+            .map(|error| {
+                let field = field_name(error.instance_path().as_str());
+                let text = clip(&error.to_string());
+                match field {
+                    Some(field) => format!("`{field}`: {text}"),
+                    None => text,
+                }
+            })
+            .collect();
+        if violations.is_empty() {
+            return Ok(());
+        }
+        let more = if violations.len() > MAX_LISTED_VIOLATIONS { "; and more" } else { "" };
+        let listed = violations.iter().take(MAX_LISTED_VIOLATIONS).cloned().collect::<Vec<_>>().join("; ");
+        Err(ToolError::new(
+            ToolErrorKind::InvalidArgs,
+            format!("invalid arguments to `{tool}`: {listed}{more}. Check the tool's input schema."),
+        ))
+    }
+}
+
+/// `/edits/0/old_string` as `edits[0].old_string`; `None` for the whole arguments object.
+fn field_name(pointer: &str) -> Option<String> {
+    if pointer.is_empty() {
+        return None;
+    }
+    let mut name = String::new();
+    for segment in pointer.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
+            name.push_str(&format!("[{segment}]"));
+        } else {
+            if !name.is_empty() {
+                name.push('.');
+            }
+            name.push_str(&segment);
+        }
+    }
+    Some(name)
+}
+
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(MAX_VIOLATION_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> ArgsSchema {
+        let text = r#"{
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "offset": {"type": "integer", "minimum": 1},
+                "edits": {"type": "array", "items": {"type": "object", "properties": {"old_string": {"type": "string"}}}}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        }"#;
+        ArgsSchema::compile(text).expect("valid schema").0
+    }
+
+    fn message(args: &str) -> String {
+        match schema().check("t", args) {
+            Ok(()) => "ok".to_owned(),
+            Err(error) => format!("{}: {}", error.kind, error.message),
+        }
+    }
+
+    #[test]
+    fn argument_errors_name_the_field() {
+        assert_eq!(message(r#"{"path": "a"}"#), "ok");
+        let table = [
+            (r#"{"path": "a", "offset": 0}"#, "`offset`"),
+            (r#"{"path": 3}"#, "`path`"),
+            (r#"{"path": "a", "edits": [{"old_string": 1}]}"#, "`edits[0].old_string`"),
+            (r#"{}"#, "\"path\" is a required property"),
+            (r#"{"path": "a", "bogus": 1}"#, "bogus"),
+            (r#"{"path": "#, "not valid JSON"),
+            (r#"[1]"#, "invalid-args"),
+        ];
+        for (args, expected) in table {
+            let got = message(args);
+            assert!(got.starts_with("invalid-args"), "{args}: {got}");
+            assert!(got.contains(expected), "{args}: expected {expected:?} in {got}");
+        }
+    }
+
+    #[test]
+    fn schemas_are_checked_at_load() {
+        assert!(ArgsSchema::compile("not json").is_err());
+        assert!(ArgsSchema::compile(r#"{"type": "string"}"#).is_err());
+        assert!(ArgsSchema::compile(r#"{"type": "object", "properties": {"a": {"type": 12}}}"#).is_err());
+        assert!(ArgsSchema::compile(r#"{"type": "object", "minProperties": -1}"#).is_err());
+    }
+
+    #[test]
+    fn field_names() {
+        assert_eq!(field_name(""), None);
+        assert_eq!(field_name("/path"), Some("path".to_owned()));
+        assert_eq!(field_name("/edits/2/new_string"), Some("edits[2].new_string".to_owned()));
+        assert_eq!(field_name("/a~1b"), Some("a/b".to_owned()));
+    }
+}

@@ -1,0 +1,274 @@
+//! Per-call store state, the host side of `toolcell:tool/context`, captured stdio, and the
+//! linker that grants a component exactly the `tool-component` world.
+
+use std::sync::{Arc, Mutex};
+
+use wasmtime::Engine;
+use wasmtime::component::{HasData, Linker, ResourceTable};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream, WasiCli};
+use wasmtime_wasi::clocks::WasiClocks;
+use wasmtime_wasi::filesystem::WasiFilesystem;
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::random::WasiRandom;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::bindings;
+use crate::error::{Error, describe};
+
+/// Notes a call may attach to its audit record, in bytes; the rest is cut with a marker.
+pub(crate) const MAX_NOTE_BYTES: usize = 4 * 1024;
+
+/// What a component's store holds for one call. Dropped with the store when the call ends.
+pub(crate) struct CallState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) context: CallContext,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The caller's identity for this call, and the notes the tool attached.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallContext {
+    pub(crate) role: String,
+    pub(crate) session_id: String,
+    pub(crate) call_id: String,
+    pub(crate) notes: Vec<String>,
+    pub(crate) note_bytes: usize,
+    pub(crate) notes_cut: bool,
+}
+
+impl bindings::toolcell::tool::context::Host for CallContext {
+    fn role(&mut self) -> String {
+        self.role.clone()
+    }
+
+    fn session_id(&mut self) -> String {
+        self.session_id.clone()
+    }
+
+    fn call_id(&mut self) -> String {
+        self.call_id.clone()
+    }
+
+    fn note(&mut self, text: String) {
+        if self.notes_cut {
+            return;
+        }
+        let room = MAX_NOTE_BYTES - self.note_bytes;
+        if text.len() <= room {
+            self.note_bytes += text.len();
+            self.notes.push(text);
+            return;
+        }
+        let mut cut = room;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.notes.push(format!("{}… [notes cut at {MAX_NOTE_BYTES} bytes]", &text[..cut]));
+        self.note_bytes = MAX_NOTE_BYTES;
+        self.notes_cut = true;
+    }
+}
+
+impl bindings::toolcell::tool::types::Host for CallContext {}
+
+struct HasContext;
+
+impl HasData for HasContext {
+    type Data<'a> = &'a mut CallContext;
+}
+
+struct HasTable;
+
+impl HasData for HasTable {
+    type Data<'a> = &'a mut ResourceTable;
+}
+
+/// A linker with exactly the interfaces of the `tool-component` world. `wasi:sockets` is
+/// deliberately absent: a component that imports it fails the import check at load, and could
+/// not be instantiated anyway.
+pub(crate) fn linker(engine: &Engine) -> Result<Linker<CallState>, Error> {
+    use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random, sync};
+
+    fn link(result: wasmtime::Result<()>) -> Result<(), Error> {
+        result.map_err(|error| Error::Engine {
+            reason: format!("cannot link the host interfaces: {}", describe(&error)),
+        })
+    }
+
+    let mut linker = Linker::new(engine);
+    let l = &mut linker;
+    link(sync::io::error::add_to_linker::<CallState, HasTable>(l, |state| &mut state.table))?;
+    link(sync::io::poll::add_to_linker::<CallState, HasTable>(l, |state| &mut state.table))?;
+    link(sync::io::streams::add_to_linker::<CallState, HasTable>(l, |state| &mut state.table))?;
+    link(clocks::wall_clock::add_to_linker::<CallState, WasiClocks>(l, |state| {
+        wasmtime_wasi::clocks::WasiClocksView::clocks(state)
+    }))?;
+    link(clocks::monotonic_clock::add_to_linker::<CallState, WasiClocks>(l, |state| {
+        wasmtime_wasi::clocks::WasiClocksView::clocks(state)
+    }))?;
+    link(random::random::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
+    link(random::insecure::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
+    link(random::insecure_seed::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
+    link(filesystem::preopens::add_to_linker::<CallState, WasiFilesystem>(l, filesystem_view))?;
+    link(sync::filesystem::types::add_to_linker::<CallState, WasiFilesystem>(l, filesystem_view))?;
+    link(cli::exit::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
+    link(cli::environment::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
+    link(cli::stdin::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
+    link(cli::stdout::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
+    link(cli::stderr::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
+    link(cli::terminal_input::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
+    link(cli::terminal_output::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
+    link(cli::terminal_stdin::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
+    link(cli::terminal_stdout::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
+    link(cli::terminal_stderr::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
+    link(bindings::Plugin::add_to_linker::<CallState, HasContext>(l, |state| &mut state.context))?;
+    Ok(linker)
+}
+
+fn filesystem_view(state: &mut CallState) -> wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_> {
+    wasmtime_wasi::filesystem::WasiFilesystemView::filesystem(state)
+}
+
+fn cli_view(state: &mut CallState) -> wasmtime_wasi::cli::WasiCliCtxView<'_> {
+    wasmtime_wasi::cli::WasiCliView::cli(state)
+}
+
+/// What a component wrote to stdout or stderr: the first `capacity` bytes, and how many more
+/// were dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// The kept bytes.
+    pub bytes: Vec<u8>,
+    /// Bytes written past the capacity and dropped.
+    pub dropped: u64,
+}
+
+/// A capture pipe that keeps the first `capacity` bytes and counts the rest. Unlike a pipe
+/// that fails when full, it never breaks the guest's `println!`.
+#[derive(Clone)]
+pub(crate) struct CapturePipe {
+    capacity: usize,
+    captured: Arc<Mutex<Captured>>,
+}
+
+impl CapturePipe {
+    pub(crate) fn new(capacity: usize) -> Self {
+        CapturePipe {
+            capacity,
+            captured: Arc::new(Mutex::new(Captured::default())),
+        }
+    }
+
+    pub(crate) fn take(&self) -> Captured {
+        std::mem::take(&mut *self.captured.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    fn keep(&self, bytes: &[u8]) {
+        let mut captured = self.captured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let room = self.capacity.saturating_sub(captured.bytes.len());
+        let kept = bytes.len().min(room);
+        captured.bytes.extend_from_slice(&bytes[..kept]);
+        captured.dropped += (bytes.len() - kept) as u64;
+    }
+}
+
+impl IsTerminal for CapturePipe {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for CapturePipe {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl OutputStream for CapturePipe {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        self.keep(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for CapturePipe {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for CapturePipe {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _context: &mut std::task::Context<'_>,
+        buffer: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.keep(buffer);
+        std::task::Poll::Ready(Ok(buffer.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_keeps_the_first_bytes_and_counts_the_rest() {
+        let pipe = CapturePipe::new(4);
+        pipe.keep(b"abc");
+        pipe.keep(b"defg");
+        assert_eq!(
+            pipe.take(),
+            Captured {
+                bytes: b"abcd".to_vec(),
+                dropped: 3
+            }
+        );
+    }
+
+    #[test]
+    fn notes_are_capped() {
+        use bindings::toolcell::tool::context::Host as _;
+        let mut context = CallContext::default();
+        context.note("first".to_owned());
+        context.note("x".repeat(MAX_NOTE_BYTES));
+        context.note("dropped".to_owned());
+        assert_eq!(context.notes.len(), 2);
+        assert!(context.notes[1].ends_with("[notes cut at 4096 bytes]"));
+        assert!(context.note_bytes <= MAX_NOTE_BYTES);
+    }
+}

@@ -1,0 +1,196 @@
+//! Types shared by the toolcell host crates. Pure data: no wasmtime, no filesystem.
+//!
+//! They mirror the WIT `toolcell:tool/types` interface (`wit/tool.wit`) on the host side, in a
+//! form the policy, audit, MCP and CLI layers can use without knowing about components.
+//!
+//! ```
+//! use toolcell_types::{ToolError, ToolErrorKind, ToolName};
+//!
+//! let name = ToolName::new("read_file").unwrap();
+//! assert_eq!(name.as_str(), "read_file");
+//! assert!(ToolName::new("Read File").is_err());
+//!
+//! let error = ToolError::new(ToolErrorKind::NotFound, "`a.txt` does not exist");
+//! assert_eq!(error.to_string(), "not-found: `a.txt` does not exist");
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// A tool's name: 1 to 64 characters of `a-z`, `0-9` and `_`, starting with a letter.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ToolName(String);
+
+/// Why a string is not a valid [`ToolName`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{name}` is not a valid tool name: {reason}; use 1 to 64 characters of `a-z`, `0-9` and `_`, starting with a letter (for example `read_file`)")]
+pub struct InvalidToolName {
+    /// The rejected name (control characters escaped).
+    pub name: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl ToolName {
+    /// The longest name accepted.
+    pub const MAX_LEN: usize = 64;
+
+    /// Validate a tool name.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidToolName`] naming the problem.
+    pub fn new(name: &str) -> Result<Self, InvalidToolName> {
+        let invalid = |reason| InvalidToolName {
+            name: name.escape_default().to_string(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(invalid("it is empty"));
+        }
+        if name.len() > Self::MAX_LEN {
+            return Err(invalid("it is longer than 64 characters"));
+        }
+        if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+            return Err(invalid("it does not start with a lowercase letter"));
+        }
+        if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+            return Err(invalid("it has a character other than `a-z`, `0-9` and `_`"));
+        }
+        Ok(ToolName(name.to_owned()))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ToolName {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.0)
+    }
+}
+
+/// Hints about a tool's effect (MCP's tool annotations). They grant nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Annotations {
+    /// The tool never modifies the workspace.
+    pub read_only: bool,
+    /// The tool may overwrite or delete existing content.
+    pub destructive: bool,
+    /// Repeating a call has no further effect.
+    pub idempotent: bool,
+}
+
+/// What a tool says about itself, validated by the host when it loads the component.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolInfo {
+    /// The name agents call it by.
+    pub name: ToolName,
+    /// A short human-readable title.
+    pub title: String,
+    /// When and how to use it, for an agent.
+    pub description: String,
+    /// The JSON Schema of its arguments (an object schema).
+    pub input_schema: serde_json::Value,
+    /// Hints about its effect.
+    pub annotations: Annotations,
+}
+
+/// A successful tool result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolOutput {
+    /// What the agent reads.
+    pub text: String,
+    /// The same result as JSON, if the tool gives one.
+    pub structured: Option<serde_json::Value>,
+}
+
+/// The kinds of [`ToolError`], one per case of the WIT `tool-error` variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum ToolErrorKind {
+    /// The arguments are malformed or inconsistent.
+    InvalidArgs,
+    /// A named path does not exist.
+    NotFound,
+    /// The host refused an operation (outside the workspace, or the policy).
+    Denied,
+    /// The workspace is not in the state the call expects.
+    Conflict,
+    /// An input or result exceeds a limit.
+    TooLarge,
+    /// The tool does not handle this kind of input.
+    Unsupported,
+    /// Anything else, including a tool that crashed.
+    Failed,
+}
+
+impl ToolErrorKind {
+    /// The WIT case name, such as `invalid-args`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolErrorKind::InvalidArgs => "invalid-args",
+            ToolErrorKind::NotFound => "not-found",
+            ToolErrorKind::Denied => "denied",
+            ToolErrorKind::Conflict => "conflict",
+            ToolErrorKind::TooLarge => "too-large",
+            ToolErrorKind::Unsupported => "unsupported",
+            ToolErrorKind::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for ToolErrorKind {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// A failed tool call as the agent sees it: a kind and a message that names the offending value
+/// and says what to do. Never holds a host path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ToolError {
+    /// What went wrong.
+    pub kind: ToolErrorKind,
+    /// The explanation for the agent.
+    pub message: String,
+}
+
+impl ToolError {
+    /// A tool error of `kind`.
+    pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
+        ToolError {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names() {
+        let valid = ["read_file", "a", "x9", "a_b_c"];
+        for name in valid {
+            assert!(ToolName::new(name).is_ok(), "{name} should be valid");
+        }
+        let long = "a".repeat(65);
+        let invalid = ["", "Read", "9lives", "_x", "read-file", "read file", "é", long.as_str(), "a\n"];
+        for name in invalid {
+            assert!(ToolName::new(name).is_err(), "{name:?} should be invalid");
+        }
+        assert!(ToolName::new(&"a".repeat(64)).is_ok());
+    }
+
+    #[test]
+    fn invalid_name_message_escapes_control_characters() {
+        let error = ToolName::new("a\nb").expect_err("newline is invalid");
+        assert!(error.to_string().starts_with("`a\\nb` is not a valid tool name"));
+    }
+}

@@ -1,0 +1,10 @@
+//! Compiles the guest test programs in `tests/guest-programs/` for wasm32-wasip2.
+
+fn main() {
+    toolcell_guest_build::build_guests(&toolcell_guest_build::GuestWorkspace {
+        manifest_dir: "guest-programs".as_ref(),
+        packages: &[("fs-probe", "fs_probe"), ("net-probe", "net_probe"), ("misbehave", "misbehave")],
+        extra_inputs: &["../wit".as_ref(), "../guest-tools/sdk".as_ref()],
+        output_name: "guest_programs.rs",
+    });
+}

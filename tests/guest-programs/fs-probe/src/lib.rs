@@ -1,0 +1,82 @@
+//! `fs_probe`: a hostile tool that calls `std::fs` directly on whatever paths it is given, for
+//! the host's sandbox tests. It reports what each operation did, so a test can tell whether
+//! the host let anything through.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolcell_sdk::{Output, Tool, ToolError, ToolInfo};
+
+#[derive(Deserialize)]
+struct Operation {
+    op: String,
+    path: String,
+    #[serde(default)]
+    to: String,
+    #[serde(default)]
+    content: String,
+}
+
+#[derive(Deserialize)]
+struct Args {
+    ops: Vec<Operation>,
+}
+
+struct FsProbe;
+
+impl Tool for FsProbe {
+    type Args = Args;
+
+    fn info() -> ToolInfo {
+        ToolInfo::new("fs_probe", "Filesystem probe", "Test program: runs raw std::fs operations.").schema(json!({
+            "type": "object",
+            "properties": { "ops": { "type": "array" } },
+            "required": ["ops"]
+        }))
+    }
+
+    fn call(args: Args) -> Result<Output, ToolError> {
+        let results: Vec<Value> = args.ops.iter().map(run).collect();
+        Ok(Output::text(serde_json::to_string(&results).unwrap_or_default()).with_structured(json!(results)))
+    }
+}
+
+fn run(operation: &Operation) -> Value {
+    let path = operation.path.as_str();
+    let result: std::io::Result<Value> = match operation.op.as_str() {
+        "read" => std::fs::read(path).map(|bytes| json!(String::from_utf8_lossy(&bytes))),
+        "write" => std::fs::write(path, &operation.content).map(|()| json!(null)),
+        "append" => {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(path)
+                .and_then(|mut file| file.write_all(operation.content.as_bytes()))
+                .map(|()| json!(null))
+        }
+        "truncate" => std::fs::OpenOptions::new().write(true).truncate(true).open(path).map(|_| json!(null)),
+        "list" => std::fs::read_dir(path).map(|entries| {
+            let mut names: Vec<String> =
+                entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+            names.sort();
+            json!(names)
+        }),
+        "stat" => std::fs::metadata(path).map(|m| json!({ "len": m.len(), "dir": m.is_dir() })),
+        "lstat" => std::fs::symlink_metadata(path).map(|m| json!({ "len": m.len(), "symlink": m.is_symlink() })),
+        "mkdir" => std::fs::create_dir_all(path).map(|()| json!(null)),
+        "remove" => std::fs::remove_file(path).map(|()| json!(null)),
+        "rmdir" => std::fs::remove_dir(path).map(|()| json!(null)),
+        "rename" => std::fs::rename(path, &operation.to).map(|()| json!(null)),
+        "hard_link" => std::fs::hard_link(path, &operation.to).map(|()| json!(null)),
+        "read_link" => std::fs::read_link(path).map(|target| json!(target.to_string_lossy())),
+        "canonicalize" => std::fs::canonicalize(path).map(|target| json!(target.to_string_lossy())),
+        "cwd" => std::env::current_dir().map(|dir| json!(dir.to_string_lossy())),
+        "env" => Ok(json!(std::env::vars().collect::<Vec<_>>())),
+        other => return json!({ "op": other, "ok": false, "error": "unknown op" }),
+    };
+    match result {
+        Ok(value) => json!({ "op": operation.op, "path": path, "ok": true, "value": value }),
+        Err(error) => json!({ "op": operation.op, "path": path, "ok": false, "error": format!("{:?}: {error}", error.kind()) }),
+    }
+}
+
+toolcell_sdk::export_tool!(FsProbe);

@@ -1,0 +1,61 @@
+//! `misbehave`: a tool that crashes, floods stdout, or returns broken output on request, for
+//! the host's robustness tests.
+
+use serde::Deserialize;
+use serde_json::json;
+use toolcell_sdk::{Output, Tool, ToolError, ToolInfo};
+
+#[derive(Deserialize)]
+struct Args {
+    action: String,
+    #[serde(default)]
+    bytes: usize,
+}
+
+struct Misbehave;
+
+impl Tool for Misbehave {
+    type Args = Args;
+
+    fn info() -> ToolInfo {
+        ToolInfo::new("misbehave", "Misbehave", "Test program: crashes or floods on request.").schema(json!({
+            "type": "object",
+            "properties": {
+                "action": { "enum": ["panic", "print", "note", "context", "ok"] },
+                "bytes": { "type": "integer", "minimum": 0 }
+            },
+            "required": ["action"],
+            "additionalProperties": false
+        }))
+    }
+
+    fn call(args: Args) -> Result<Output, ToolError> {
+        match args.action.as_str() {
+            "panic" => panic!("misbehave was asked to panic"),
+            "print" => {
+                let line = "x".repeat(1023);
+                let mut written = 0;
+                while written < args.bytes {
+                    println!("{line}");
+                    eprintln!("{line}");
+                    written += 1024;
+                }
+                Ok(Output::text(format!("printed {written} bytes")))
+            }
+            "note" => {
+                toolcell_sdk::note("first note");
+                toolcell_sdk::note(&"n".repeat(args.bytes));
+                Ok(Output::text("noted"))
+            }
+            "context" => Ok(Output::text(format!(
+                "{} {} {}",
+                toolcell_sdk::role(),
+                toolcell_sdk::session_id(),
+                toolcell_sdk::call_id()
+            ))),
+            _ => Ok(Output::text("ok")),
+        }
+    }
+}
+
+toolcell_sdk::export_tool!(Misbehave);

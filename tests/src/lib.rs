@@ -1,0 +1,185 @@
+//! Test support: one runtime per test binary (built-in tools plus the guest test programs),
+//! and a fixture with a fresh workspace beside an `outside` directory the tools must never
+//! reach.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use toolcell_runtime::{CallOutcome, CallRequest, Runtime, RuntimeBuilder, Workspace};
+use toolcell_types::{ToolError, ToolErrorKind, ToolOutput};
+
+/// The guest test programs, `(name, component bytes)`.
+pub mod guest_programs {
+    include!(concat!(env!("OUT_DIR"), "/guest_programs.rs"));
+}
+
+/// The bytes of a guest test program.
+///
+/// # Panics
+///
+/// If there is no such program.
+pub fn guest_program(name: &str) -> &'static [u8] {
+    guest_programs::COMPONENTS
+        .iter()
+        .find(|(program, _)| *program == name)
+        .map(|(_, bytes)| *bytes)
+        .unwrap_or_else(|| panic!("no guest test program named {name}"))
+}
+
+/// A compiled-component cache shared by the tests, so that each test binary compiles once.
+pub fn shared_cache_dir() -> PathBuf {
+    Path::new(env!("OUT_DIR")).join("test-component-cache")
+}
+
+/// A runtime builder with the built-in tools and the shared cache.
+pub fn builtin_runtime_builder() -> RuntimeBuilder {
+    let mut builder = RuntimeBuilder::new().cache_dir(shared_cache_dir());
+    for (name, wasm) in toolcell_builtins::components() {
+        builder = builder.component(format!("builtin:{name}"), wasm);
+    }
+    builder
+}
+
+/// The runtime the tests share: built-in tools plus `fs_probe` and `misbehave`.
+pub fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        builtin_runtime_builder()
+            .component("test:fs_probe", guest_program("fs_probe"))
+            .component("test:misbehave", guest_program("misbehave"))
+            .build()
+            .unwrap_or_else(|error| panic!("the test runtime does not build: {error}"))
+    })
+}
+
+/// A temporary directory holding `workspace/` (what tools see) and, beside it, `outside/`
+/// and `workspace-sibling/` (a sibling whose name extends the workspace's), each with a
+/// canary file.
+pub struct Fixture {
+    /// Keeps the directory alive.
+    pub temp: tempfile::TempDir,
+    /// The workspace as the runtime sees it.
+    pub workspace: Workspace,
+}
+
+/// The content of every canary file outside the workspace.
+pub const CANARY: &str = "CANARY-outside-the-workspace";
+
+impl Default for Fixture {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Fixture {
+    /// A fresh fixture with an empty workspace.
+    pub fn new() -> Self {
+        let temp = tempfile::tempdir().expect("a temporary directory");
+        for directory in ["workspace", "outside", "workspace-sibling"] {
+            std::fs::create_dir(temp.path().join(directory)).expect("create fixture directory");
+        }
+        std::fs::write(temp.path().join("outside/secret.txt"), CANARY).expect("write canary");
+        std::fs::write(temp.path().join("workspace-sibling/secret.txt"), CANARY).expect("write canary");
+        let workspace = Workspace::open(&temp.path().join("workspace")).expect("open workspace");
+        Fixture { temp, workspace }
+    }
+
+    /// The host path of the workspace.
+    pub fn root(&self) -> &Path {
+        self.workspace.root()
+    }
+
+    /// The host path of the temporary directory holding everything.
+    pub fn base(&self) -> PathBuf {
+        self.root().parent().expect("workspace has a parent").to_path_buf()
+    }
+
+    /// Write a file in the workspace (parents created).
+    pub fn write(&self, relative: &str, content: impl AsRef<[u8]>) {
+        let path = self.root().join(relative);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("create parents");
+        std::fs::write(path, content).expect("write fixture file");
+    }
+
+    /// Read a workspace file's bytes.
+    pub fn read(&self, relative: &str) -> Vec<u8> {
+        std::fs::read(self.root().join(relative)).expect("read fixture file")
+    }
+
+    /// Read a workspace file as text.
+    pub fn read_text(&self, relative: &str) -> String {
+        String::from_utf8(self.read(relative)).expect("UTF-8 fixture file")
+    }
+
+    /// Create a symlink in the workspace.
+    pub fn symlink(&self, target: impl AsRef<Path>, relative: &str) {
+        std::os::unix::fs::symlink(target, self.root().join(relative)).expect("create symlink");
+    }
+
+    /// Call a tool as role `impl` in session `s-test`.
+    pub fn call(&self, tool: &str, args: &Value) -> CallOutcome {
+        let args = args.to_string();
+        runtime()
+            .call(&CallRequest {
+                workspace: &self.workspace,
+                role: "impl",
+                session_id: "s-test",
+                tool,
+                args: &args,
+            })
+            .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
+    }
+
+    /// Call a tool that must succeed; return its output. Checks that no host path leaks.
+    pub fn ok(&self, tool: &str, args: Value) -> ToolOutput {
+        let outcome = self.call(tool, &args);
+        match outcome.result {
+            Ok(output) => {
+                self.assert_no_host_path(&output.text);
+                if let Some(structured) = &output.structured {
+                    self.assert_no_host_path(&structured.to_string());
+                }
+                output
+            }
+            Err(error) => panic!("{tool} {args} failed: {error}"),
+        }
+    }
+
+    /// Call a tool that must fail with `kind`; return the message. Checks that no host path
+    /// leaks.
+    pub fn error(&self, tool: &str, args: Value, kind: ToolErrorKind) -> String {
+        let outcome = self.call(tool, &args);
+        match outcome.result {
+            Ok(output) => panic!("{tool} {args} should fail with {kind} but returned:\n{}", output.text),
+            Err(ToolError { kind: got, message }) => {
+                assert_eq!(got, kind, "{tool} {args}: wrong error kind, message: {message}");
+                self.assert_no_host_path(&message);
+                message
+            }
+        }
+    }
+
+    /// Panic if `text` contains a host path of this fixture or the canary.
+    pub fn assert_no_host_path(&self, text: &str) {
+        let base = self.base();
+        let base = base.to_string_lossy();
+        assert!(!text.contains(base.as_ref()), "a host path leaked: {text}");
+        let temp_root = std::env::temp_dir();
+        assert!(!text.contains(temp_root.to_string_lossy().as_ref()), "a host path leaked: {text}");
+        assert!(!text.contains(CANARY), "content from outside the workspace leaked: {text}");
+    }
+
+    /// Panic unless the canary files outside the workspace are intact and alone.
+    pub fn assert_outside_untouched(&self) {
+        for directory in ["outside", "workspace-sibling"] {
+            let names: Vec<String> = std::fs::read_dir(self.base().join(directory))
+                .expect("read outside directory")
+                .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(names, ["secret.txt"], "{directory} gained or lost entries");
+            let content = std::fs::read_to_string(self.base().join(directory).join("secret.txt")).expect("read canary");
+            assert_eq!(content, CANARY, "{directory}/secret.txt was modified");
+        }
+    }
+}
