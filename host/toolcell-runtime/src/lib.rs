@@ -251,6 +251,19 @@ impl Workspace {
         Ok(Workspace { root })
     }
 
+    /// Create the directory `path` (and its parents) if missing, then [`open`](Self::open) it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Workspace`] if it cannot be created or is not a directory.
+    pub fn create(path: &Path) -> Result<Self, Error> {
+        std::fs::create_dir_all(path).map_err(|error| Error::Workspace {
+            path: path.to_path_buf(),
+            reason: format!("it cannot be created: {error}"),
+        })?;
+        Self::open(path)
+    }
+
     /// The canonical host path of the workspace root. For the operator only: never shown to
     /// a component or an agent.
     pub fn root(&self) -> &Path {

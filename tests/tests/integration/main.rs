@@ -1,3 +1,9 @@
-//! Integration tests: every tool through the real host and real components.
+//! Integration tests: every tool through the real host and real components, in one test binary.
 
-mod smoke;
+mod edit_file;
+mod escapes;
+mod list_files;
+mod loading;
+mod read_file;
+mod search_files;
+mod write_file;

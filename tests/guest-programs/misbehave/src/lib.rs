@@ -14,6 +14,8 @@ struct Args {
 
 struct Misbehave;
 
+static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 impl Tool for Misbehave {
     type Args = Args;
 
@@ -21,7 +23,7 @@ impl Tool for Misbehave {
         ToolInfo::new("misbehave", "Misbehave", "Test program: crashes or floods on request.").schema(json!({
             "type": "object",
             "properties": {
-                "action": { "enum": ["panic", "print", "note", "context", "ok"] },
+                "action": { "enum": ["panic", "print", "note", "context", "count", "ok"] },
                 "bytes": { "type": "integer", "minimum": 0 }
             },
             "required": ["action"],
@@ -53,6 +55,11 @@ impl Tool for Misbehave {
                 toolcell_sdk::session_id(),
                 toolcell_sdk::call_id()
             ))),
+            "count" => {
+                // A fresh instance per call must always answer 1.
+                let calls = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                Ok(Output::text(calls.to_string()))
+            }
             _ => Ok(Output::text("ok")),
         }
     }

@@ -1,0 +1,82 @@
+//! Every command-line flag, in one place.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Run file tools for LLM agents as sandboxed WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "toolcell", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How the host loads its components.
+#[derive(Debug, Args)]
+pub struct RuntimeArgs {
+    /// Where compiled components are cached [default: $TOOLCELL_CACHE_DIR, else
+    /// $XDG_CACHE_HOME/toolcell, else ~/.cache/toolcell].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// Compile every component at start instead of using the cache.
+    #[arg(long, global = true, conflicts_with = "cache_dir")]
+    pub no_cache: bool,
+
+    /// Report on stderr how each component was loaded (compiled, or from the cache).
+    #[arg(long, short, global = true)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the tools with their descriptions and argument schemas.
+    Tools {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Call one tool and print its result.
+    ///
+    /// Exit status: 0 on success, 1 if the tool returned an error (printed on stderr), 2 if the
+    /// host could not run the call.
+    Call(CallArgs),
+
+    /// Create a demo workspace and run a short agent session through every tool.
+    Demo {
+        /// The workspace to use (created if missing) [default: a new directory under the system
+        /// temporary directory].
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// The tool's name, for example `read_file`.
+    pub tool: String,
+
+    /// The arguments, a JSON object, for example '{"path": "README.md"}'.
+    pub args: String,
+
+    /// The workspace directory the tool may touch.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: PathBuf,
+
+    /// The role the caller acts as.
+    #[arg(long, default_value = "impl")]
+    pub role: String,
+
+    /// The caller's session id.
+    #[arg(long, default_value = "cli")]
+    pub session: String,
+
+    /// Print the whole outcome as JSON (text, structured result or error, call id).
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,57 @@
+//! `toolcell demo`: a short scripted agent session over a fresh workspace, through every
+//! built-in tool and the real host, including a refused escape.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use toolcell_runtime::{CallRequest, Runtime, Workspace};
+
+const MAIN_RS: &str = "fn main() {\n    let name = \"world\";\n    println!(\"Hello, {name}!\");\n}\n";
+const README: &str = "# demo\n\nA workspace created by `toolcell demo`.\n";
+const GUIDE: &str = "# Guide\n\nRun it with `cargo run`; it prints a greeting.\n";
+
+/// The session: what an agent would do, in order.
+fn script() -> Vec<(&'static str, Value)> {
+    vec![
+        ("write_file", json!({"path": "src/main.rs", "content": MAIN_RS})),
+        ("write_file", json!({"path": "README.md", "content": README})),
+        ("write_file", json!({"path": "docs/guide.md", "content": GUIDE})),
+        ("list_files", json!({"pattern": "**"})),
+        ("read_file", json!({"path": "src/main.rs"})),
+        ("edit_file", json!({"path": "src/main.rs", "old_string": "\"world\"", "new_string": "\"toolcell\""})),
+        ("search_files", json!({"query": "print", "output_mode": "content", "context": 1})),
+        ("read_file", json!({"path": "../../etc/passwd"})),
+        ("edit_file", json!({"path": "src/main.rs", "old_string": "not in the file", "new_string": "x"})),
+    ]
+}
+
+pub fn run(runtime: &Runtime, workspace: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let directory = workspace.unwrap_or_else(|| {
+        let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_millis()).unwrap_or(0);
+        std::env::temp_dir().join(format!("toolcell-demo-{}-{stamp}", std::process::id()))
+    });
+    let workspace = Workspace::create(&directory)?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "toolcell demo: workspace {}, role `impl`\n", workspace.root().display())?;
+    for (tool, args) in script() {
+        let args = args.to_string();
+        writeln!(stdout, "$ toolcell call {tool} '{args}'")?;
+        let outcome = runtime.call(&CallRequest {
+            workspace: &workspace,
+            role: "impl",
+            session_id: "demo",
+            tool,
+            args: &args,
+        })?;
+        match outcome.result {
+            Ok(output) => writeln!(stdout, "{}", output.text)?,
+            Err(error) => writeln!(stdout, "error {error}")?,
+        }
+        writeln!(stdout, "[{tool} took {} µs]\n", outcome.duration.as_micros())?;
+    }
+    writeln!(stdout, "The workspace is left at {} for you to inspect.", workspace.root().display())?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,142 @@
+use std::os::unix::fs::PermissionsExt as _;
+
+use serde_json::json;
+use toolcell_tests::Fixture;
+use toolcell_types::ToolErrorKind;
+
+fn twenty_lines() -> String {
+    (1..=20).map(|n| format!("line {n}\n")).collect()
+}
+
+#[test]
+fn replaces_one_match_and_shows_numbered_context() {
+    let fixture = Fixture::new();
+    fixture.write("f.txt", twenty_lines());
+    let output = fixture.ok("edit_file", json!({"path": "f.txt", "old_string": "line 10\n", "new_string": "ten\nTEN\n"}));
+    assert!(fixture.read_text("f.txt").contains("line 9\nten\nTEN\nline 11\n"));
+    let expected_snippet = "     7\tline 7\n     8\tline 8\n     9\tline 9\n    10\tten\n    11\tTEN\n    12\tline 11\n    13\tline 12\n    14\tline 13";
+    assert!(output.text.ends_with(expected_snippet), "{}", output.text);
+    let structured = output.structured.expect("structured");
+    assert_eq!(structured["replacements"], 1);
+    assert_eq!(structured["edits"], 1);
+}
+
+#[test]
+fn no_match_and_ambiguous_match_change_nothing() {
+    let fixture = Fixture::new();
+    let content = "alpha\nbeta\nalpha\ngamma\nalpha\n";
+    fixture.write("f.txt", content);
+    let message = fixture.error(
+        "edit_file",
+        json!({"path": "f.txt", "old_string": "delta", "new_string": "x"}),
+        ToolErrorKind::Conflict,
+    );
+    assert!(message.contains("was not found in `f.txt`"), "{message}");
+    let message = fixture.error(
+        "edit_file",
+        json!({"path": "f.txt", "old_string": "alpha", "new_string": "x"}),
+        ToolErrorKind::Conflict,
+    );
+    assert!(message.contains("matches 3 places") && message.contains("lines 1, 3, 5"), "{message}");
+    assert!(message.contains("replace_all"), "{message}");
+    assert_eq!(fixture.read_text("f.txt"), content);
+}
+
+#[test]
+fn replace_all_and_deletion() {
+    let fixture = Fixture::new();
+    fixture.write("f.txt", "a-b-a-c-a\n");
+    let output = fixture.ok("edit_file", json!({"path": "f.txt", "old_string": "a", "new_string": "Z", "replace_all": true}));
+    assert_eq!(fixture.read_text("f.txt"), "Z-b-Z-c-Z\n");
+    assert_eq!(output.structured.expect("structured")["replacements"], 3);
+    fixture.ok("edit_file", json!({"path": "f.txt", "old_string": "-b", "new_string": ""}));
+    assert_eq!(fixture.read_text("f.txt"), "Z-Z-c-Z\n");
+}
+
+#[test]
+fn several_edits_apply_in_order_all_or_nothing() {
+    let fixture = Fixture::new();
+    fixture.write("f.rs", "fn one() {}\nfn two() {}\n");
+    let output = fixture.ok(
+        "edit_file",
+        json!({"path": "f.rs", "edits": [
+            {"old_string": "one", "new_string": "uno"},
+            {"old_string": "fn uno", "new_string": "pub fn uno"},
+            {"old_string": "two", "new_string": "dos"}
+        ]}),
+    );
+    assert_eq!(fixture.read_text("f.rs"), "pub fn uno() {}\nfn dos() {}\n");
+    assert_eq!(output.structured.expect("structured")["edits"], 3);
+
+    let before = fixture.read_text("f.rs");
+    let message = fixture.error(
+        "edit_file",
+        json!({"path": "f.rs", "edits": [
+            {"old_string": "uno", "new_string": "eins"},
+            {"old_string": "missing", "new_string": "x"}
+        ]}),
+        ToolErrorKind::Conflict,
+    );
+    assert!(message.contains("`edits[1].old_string`"), "{message}");
+    assert_eq!(fixture.read_text("f.rs"), before, "a failed edit list must write nothing");
+}
+
+#[test]
+fn keeps_crlf_bom_and_mode() {
+    let fixture = Fixture::new();
+    fixture.write("win.txt", "\u{feff}first\r\nsecond\r\nthird\r\n");
+    let path = fixture.root().join("win.txt");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    fixture.ok("edit_file", json!({"path": "win.txt", "old_string": "first\nsecond", "new_string": "1st\n2nd\n2.5th"}));
+    assert_eq!(fixture.read_text("win.txt"), "\u{feff}1st\r\n2nd\r\n2.5th\r\nthird\r\n");
+    let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640);
+}
+
+#[test]
+fn argument_errors() {
+    let fixture = Fixture::new();
+    fixture.write("f.txt", "text\n");
+    let message = fixture.error(
+        "edit_file",
+        json!({"path": "f.txt", "old_string": "text", "new_string": "text"}),
+        ToolErrorKind::InvalidArgs,
+    );
+    assert!(message.contains("identical"), "{message}");
+    let message = fixture.error(
+        "edit_file",
+        json!({"path": "f.txt", "old_string": "text", "new_string": "x", "edits": [{"old_string": "a", "new_string": "b"}]}),
+        ToolErrorKind::InvalidArgs,
+    );
+    assert!(message.contains("not both"), "{message}");
+    let message = fixture.error("edit_file", json!({"path": "f.txt", "old_string": "text"}), ToolErrorKind::InvalidArgs);
+    assert!(message.contains("new_string"), "{message}");
+    let message = fixture.error(
+        "edit_file",
+        json!({"path": "f.txt", "old_string": "", "new_string": "x"}),
+        ToolErrorKind::InvalidArgs,
+    );
+    assert!(message.contains("`old_string`"), "{message}");
+    fixture.error("edit_file", json!({"path": "f.txt"}), ToolErrorKind::InvalidArgs);
+    assert_eq!(fixture.read_text("f.txt"), "text\n");
+}
+
+#[test]
+fn file_errors() {
+    let fixture = Fixture::new();
+    fixture.write("bin.dat", b"ab\x00cd");
+    fixture.write("latin1.txt", b"caf\xe9\n");
+    fixture.error(
+        "edit_file",
+        json!({"path": "missing.txt", "old_string": "a", "new_string": "b"}),
+        ToolErrorKind::NotFound,
+    );
+    fixture.error("edit_file", json!({"path": "bin.dat", "old_string": "ab", "new_string": "x"}), ToolErrorKind::Unsupported);
+    let message = fixture.error(
+        "edit_file",
+        json!({"path": "latin1.txt", "old_string": "caf", "new_string": "x"}),
+        ToolErrorKind::Unsupported,
+    );
+    assert!(message.contains("UTF-8"), "{message}");
+    assert_eq!(fixture.read("latin1.txt"), b"caf\xe9\n");
+}

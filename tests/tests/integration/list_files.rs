@@ -1,0 +1,87 @@
+use serde_json::json;
+use toolcell_tests::Fixture;
+use toolcell_types::ToolErrorKind;
+
+fn tree() -> Fixture {
+    let fixture = Fixture::new();
+    for path in ["b.rs", "a.md", "src/main.rs", "src/lib/mod.rs", "src/lib/util.txt", ".git/HEAD", ".hidden"] {
+        fixture.write(path, "x\n");
+    }
+    fixture
+}
+
+fn lines(text: &str) -> Vec<&str> {
+    text.lines().collect()
+}
+
+#[test]
+fn lists_the_root_sorted_with_directories_marked() {
+    let fixture = tree();
+    let output = fixture.ok("list_files", json!({}));
+    assert_eq!(lines(&output.text), [".git/", ".hidden", "a.md", "b.rs", "src/"]);
+    let structured = output.structured.expect("structured");
+    assert_eq!(structured["truncated"], false);
+    assert_eq!(structured["entries"][4], json!({"path": "src", "type": "directory"}));
+}
+
+#[test]
+fn recursive_order_is_depth_first_and_skips_git_contents() {
+    let fixture = tree();
+    let output = fixture.ok("list_files", json!({"path": "src", "recursive": true}));
+    assert_eq!(lines(&output.text), ["src/lib/", "src/lib/mod.rs", "src/lib/util.txt", "src/main.rs"]);
+    let all = fixture.ok("list_files", json!({"recursive": true}));
+    assert!(all.text.contains(".git/\n"), "{}", all.text);
+    assert!(!all.text.contains(".git/HEAD"), "{}", all.text);
+}
+
+#[test]
+fn globs_do_not_cross_slashes_unless_double_star() {
+    let fixture = tree();
+    let output = fixture.ok("list_files", json!({"pattern": "*.rs"}));
+    assert_eq!(lines(&output.text), ["b.rs"]);
+    let output = fixture.ok("list_files", json!({"pattern": "*.rs", "recursive": true}));
+    assert_eq!(lines(&output.text), ["b.rs"], "`*` must not match across `/`");
+    let output = fixture.ok("list_files", json!({"pattern": "**/*.rs"}));
+    assert_eq!(lines(&output.text), ["b.rs", "src/lib/mod.rs", "src/main.rs"]);
+    let output = fixture.ok("list_files", json!({"path": "src", "pattern": "lib/*"}));
+    assert_eq!(lines(&output.text), ["src/lib/mod.rs", "src/lib/util.txt"]);
+    let output = fixture.ok("list_files", json!({"pattern": "*.none"}));
+    assert!(output.text.starts_with("No entries"), "{}", output.text);
+}
+
+#[test]
+fn results_are_capped() {
+    let fixture = Fixture::new();
+    for n in 0..30 {
+        fixture.write(&format!("f{n:02}.txt"), "");
+    }
+    let output = fixture.ok("list_files", json!({"max_results": 10}));
+    let listed: Vec<&str> = output.text.lines().filter(|line| !line.starts_with('[')).collect();
+    assert_eq!(listed.len(), 10);
+    assert_eq!(listed[0], "f00.txt");
+    assert!(output.text.contains("[truncated at 10 entries"), "{}", output.text);
+    assert_eq!(output.structured.expect("structured")["truncated"], true);
+    let exact = fixture.ok("list_files", json!({"max_results": 30}));
+    assert_eq!(exact.structured.expect("structured")["truncated"], false);
+}
+
+#[test]
+fn symlinks_are_marked_and_not_followed() {
+    let fixture = tree();
+    fixture.symlink("src", "link");
+    let output = fixture.ok("list_files", json!({"recursive": true, "pattern": "**"}));
+    assert!(output.text.lines().any(|line| line == "link@"), "{}", output.text);
+    assert!(!output.text.contains("link/"), "{}", output.text);
+}
+
+#[test]
+fn errors() {
+    let fixture = tree();
+    let message = fixture.error("list_files", json!({"path": "a.md"}), ToolErrorKind::Unsupported);
+    assert!(message.contains("read_file"), "{message}");
+    fixture.error("list_files", json!({"path": "nope"}), ToolErrorKind::NotFound);
+    let message = fixture.error("list_files", json!({"pattern": "a[b"}), ToolErrorKind::InvalidArgs);
+    assert!(message.contains("`pattern`"), "{message}");
+    let message = fixture.error("list_files", json!({"max_results": 0}), ToolErrorKind::InvalidArgs);
+    assert!(message.contains("`max_results`"), "{message}");
+}
