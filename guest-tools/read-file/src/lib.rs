@@ -96,7 +96,7 @@ impl Tool for ReadFile {
             )));
         }
         let window = read_window(
-            BufReader::with_capacity(64 * 1024, std::io::Cursor::new(head).chain(file)),
+            BufReader::with_capacity(16 * 1024, std::io::Cursor::new(head).chain(file)),
             start,
             limit,
         )

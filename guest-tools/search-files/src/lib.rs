@@ -324,13 +324,13 @@ impl Search {
                 }
                 None => from,
             };
-            for line in from..=to {
+            for (line, content) in lines.iter().enumerate().take(to + 1).skip(from) {
                 // Later matches print themselves; context stops at the next match.
                 if line > index && matching.binary_search(&line).is_ok() {
                     break;
                 }
                 let separator = if line == index { ':' } else { '-' };
-                let clipped = text::clip(lines[line], MAX_LINE_CHARS);
+                let clipped = text::clip(content, MAX_LINE_CHARS);
                 self.results.push(format!("{path}{separator}{}{separator}{clipped}", line + 1));
                 last_printed = Some(line);
             }

@@ -12,11 +12,11 @@
 //! ```no_run
 //! use toolcell_runtime::{CallRequest, RuntimeBuilder, Workspace};
 //!
-//! # fn main() -> Result<(), toolcell_runtime::Error> {
-//! let wasm: &'static [u8] = include_bytes!("../../../target/guests/wasm32-wasip2/release/tool_read_file.wasm");
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let wasm = std::fs::read("read_file.wasm")?;
 //! let runtime = RuntimeBuilder::new()
 //!     .cache_dir("/tmp/toolcell-cache")
-//!     .component("builtin:read_file", wasm)
+//!     .component("read_file.wasm", wasm)
 //!     .build()?;
 //! let workspace = Workspace::open("/path/to/repo".as_ref())?;
 //! let outcome = runtime.call(&CallRequest {

@@ -28,10 +28,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// The runtime with the built-in tools.
 pub fn build_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
     let mut builder = RuntimeBuilder::new();
-    if !args.no_cache {
-        if let Some(directory) = args.cache_dir.clone().or_else(default_cache_dir) {
-            builder = builder.cache_dir(directory);
-        }
+    if !args.no_cache
+        && let Some(directory) = args.cache_dir.clone().or_else(default_cache_dir)
+    {
+        builder = builder.cache_dir(directory);
     }
     for (name, wasm) in toolcell_builtins::components() {
         builder = builder.component(format!("builtin:{name}"), wasm);

@@ -1,0 +1,94 @@
+//! Per-call latency of a built-in tool against native code, in one run.
+//!
+//! `cargo bench -p toolcell-runtime --bench call` measures, on a 4 KiB file:
+//! - `read_file` through the host: argument validation, a fresh store and instance (pooling
+//!   allocator), the component's own work, and output conversion;
+//! - native `std::fs::read_to_string` of the same file, the baseline.
+//!
+//! It prints p50/p99 and the ratio. Under `cargo test` (no `--bench` flag) it runs a few
+//! iterations only, to keep the benchmark compiling and working.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use toolcell_runtime::{CallRequest, RuntimeBuilder, Workspace};
+
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    mean: Duration,
+}
+
+fn measure(iterations: usize, mut run: impl FnMut()) -> Stats {
+    for _ in 0..iterations / 10 + 1 {
+        run();
+    }
+    let mut samples: Vec<Duration> = (0..iterations)
+        .map(|_| {
+            let started = Instant::now();
+            run();
+            started.elapsed()
+        })
+        .collect();
+    samples.sort_unstable();
+    let total: Duration = samples.iter().sum();
+    Stats {
+        p50: samples[samples.len() / 2],
+        p99: samples[(samples.len() * 99 / 100).min(samples.len() - 1)],
+        mean: total / u32::try_from(samples.len()).unwrap_or(u32::MAX),
+    }
+}
+
+fn main() {
+    let benchmarking = std::env::args().any(|arg| arg == "--bench");
+    let iterations = if benchmarking { 5_000 } else { 20 };
+
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let root = temp.path().join("workspace");
+    let line = "The quick brown fox jumps over the lazy dog, again and again.\n";
+    let content: String = line.repeat(4096 / line.len() + 1)[..4096].to_owned();
+    std::fs::create_dir(&root).expect("create workspace");
+    std::fs::write(root.join("file.txt"), &content).expect("write file");
+    let mut builder = RuntimeBuilder::new().cache_dir(temp.path().join("cache"));
+    for (name, wasm) in toolcell_builtins::components() {
+        builder = builder.component(format!("builtin:{name}"), wasm);
+    }
+    let runtime = builder.build().expect("runtime builds");
+    let workspace = Workspace::open(&root).expect("workspace");
+    let request = CallRequest {
+        workspace: &workspace,
+        role: "impl",
+        session_id: "bench",
+        tool: "read_file",
+        args: r#"{"path": "file.txt"}"#,
+    };
+
+    let host = measure(iterations, || {
+        let outcome = runtime.call(&request).expect("call runs");
+        assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    });
+    let native = measure(iterations, || {
+        let text = std::fs::read_to_string(root.join("file.txt")).expect("read");
+        assert_eq!(text.len(), 4096);
+    });
+
+    let mut out = std::io::stderr().lock();
+    let _ = writeln!(out, "read_file on a 4 KiB file, {iterations} iterations each");
+    let _ = writeln!(out, "{:<42} {:>10} {:>10} {:>10}", "", "p50", "p99", "mean");
+    for (name, stats) in [
+        ("toolcell read_file (fresh instance per call)", &host),
+        ("native std::fs::read_to_string", &native),
+    ] {
+        let _ = writeln!(out, "{name:<42} {:>8.1}µs {:>8.1}µs {:>8.1}µs", micros(stats.p50), micros(stats.p99), micros(stats.mean));
+    }
+    let _ = writeln!(
+        out,
+        "ratio toolcell/native at p50: {:.1}x; target: toolcell p50 <= 50µs ({})",
+        micros(host.p50) / micros(native.p50).max(0.001),
+        if host.p50 <= Duration::from_micros(50) { "met" } else { "NOT met" }
+    );
+}
+
+fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}

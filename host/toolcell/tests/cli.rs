@@ -1,0 +1,146 @@
+//! The `toolcell` command as a user runs it: real processes, exit codes, and snapshots of
+//! what it prints (temporary paths filtered out).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+struct Run {
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Run `toolcell` with a private cache directory.
+fn toolcell(cache: &Path, args: &[&str]) -> Run {
+    let Output { status, stdout, stderr } = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .env_remove("TOOLCELL_CACHE_DIR")
+        .output()
+        .expect("run toolcell");
+    Run {
+        status: status.code().unwrap_or(-1),
+        stdout: String::from_utf8(stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(stderr).expect("UTF-8 stderr"),
+    }
+}
+
+/// A workspace with one file, and a cache directory shared by this test binary.
+fn setup() -> (tempfile::TempDir, std::path::PathBuf) {
+    let workspace = tempfile::tempdir().expect("temporary workspace");
+    std::fs::write(workspace.path().join("notes.txt"), "first\nsecond\n").expect("write file");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-component-cache");
+    (workspace, cache)
+}
+
+fn filtered(text: &str, workspace: &Path) -> String {
+    text.replace(&workspace.to_string_lossy().into_owned(), "[WORKSPACE]")
+}
+
+#[test]
+fn tools_lists_every_builtin_with_its_schema() {
+    let (_workspace, cache) = setup();
+    let run = toolcell(&cache, &["tools"]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let headings: Vec<&str> = run.stdout.lines().filter(|line| line.contains(" — ")).collect();
+    insta::assert_snapshot!(headings.join("\n"), @r"
+    edit_file — Edit file [destructive]
+    list_files — List files [read-only, idempotent]
+    read_file — Read file [read-only, idempotent]
+    search_files — Search files [read-only, idempotent]
+    write_file — Write file [destructive, idempotent]
+    ");
+    assert_eq!(run.stdout.matches("  arguments: {").count(), 5);
+
+    let json = toolcell(&cache, &["tools", "--json"]);
+    let tools: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON output");
+    assert_eq!(tools.as_array().map(Vec::len), Some(5));
+    assert_eq!(tools[2]["name"], "read_file");
+    assert_eq!(tools[2]["input_schema"]["required"], serde_json::json!(["path"]));
+}
+
+#[test]
+fn call_prints_the_output() {
+    let (workspace, cache) = setup();
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    let run = toolcell(&cache, &["call", "read_file", r#"{"path": "notes.txt"}"#, "--workspace", root]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    insta::assert_snapshot!(run.stdout, @r"
+         1	first
+         2	second
+    ");
+    assert_eq!(run.stderr, "");
+}
+
+#[test]
+fn a_tool_error_exits_1_with_the_message_on_stderr() {
+    let (workspace, cache) = setup();
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    let run = toolcell(&cache, &["call", "read_file", r#"{"path": "../x"}"#, "--workspace", root]);
+    assert_eq!(run.status, 1);
+    assert_eq!(run.stdout, "");
+    insta::assert_snapshot!(run.stderr, @"denied: `../x` leaves the workspace: its `..` components climb above the workspace root; give a path inside the workspace");
+    let run = toolcell(&cache, &["call", "read_file", r#"{"path": 1}"#, "--workspace", root]);
+    assert_eq!(run.status, 1);
+    insta::assert_snapshot!(run.stderr, @r#"invalid-args: invalid arguments to `read_file`: `path`: 1 is not of type "string". Check the tool's input schema."#);
+}
+
+#[test]
+fn json_output_carries_the_structured_result_and_the_call_id() {
+    let (workspace, cache) = setup();
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    let run = toolcell(&cache, &["call", "write_file", r#"{"path": "new.txt", "content": "hi"}"#, "--workspace", root, "--json"]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let document: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON output");
+    assert_eq!(document["ok"], true);
+    assert_eq!(document["structured"], serde_json::json!({"path": "new.txt", "action": "created", "bytes": 2}));
+    assert!(document["call_id"].as_str().is_some_and(|id| id.starts_with("c-")));
+    assert_eq!(std::fs::read_to_string(workspace.path().join("new.txt")).expect("written"), "hi");
+
+    let run = toolcell(&cache, &["call", "read_file", r#"{"path": "nope"}"#, "--workspace", root, "--json"]);
+    assert_eq!(run.status, 1);
+    let document: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON output");
+    assert_eq!(document["error"]["kind"], "not-found");
+}
+
+#[test]
+fn host_errors_exit_2() {
+    let (workspace, cache) = setup();
+    let missing = workspace.path().join("missing");
+    let missing = missing.to_str().expect("UTF-8 path");
+    let run = toolcell(&cache, &["call", "read_file", "{}", "--workspace", missing]);
+    assert_eq!(run.status, 2);
+    insta::assert_snapshot!(
+        filtered(&run.stderr, workspace.path()),
+        @"error: cannot use `[WORKSPACE]/missing` as the workspace: it does not exist; create it or pass an existing directory"
+    );
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    let run = toolcell(&cache, &["call", "rm_rf", "{}", "--workspace", root]);
+    assert_eq!(run.status, 2);
+    insta::assert_snapshot!(run.stderr, @"error: there is no tool named `rm_rf`; the tools are: edit_file, list_files, read_file, search_files, write_file");
+}
+
+#[test]
+fn the_second_start_reuses_the_compiled_cache() {
+    let cache = tempfile::tempdir().expect("temporary cache");
+    let first = toolcell(cache.path(), &["tools", "--verbose"]);
+    assert_eq!(first.status, 0, "{}", first.stderr);
+    assert_eq!(first.stderr.matches("(compiled)").count(), 5, "{}", first.stderr);
+    let second = toolcell(cache.path(), &["tools", "--verbose"]);
+    assert_eq!(second.stderr.matches("(loaded from cache)").count(), 5, "{}", second.stderr);
+    assert_eq!(second.stderr.matches("(compiled)").count(), 0, "{}", second.stderr);
+}
+
+#[test]
+fn demo_runs_a_whole_session() {
+    let (workspace, cache) = setup();
+    let demo = workspace.path().join("demo");
+    let run = toolcell(&cache, &["demo", "--workspace", demo.to_str().expect("UTF-8 path")]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("Created `src/main.rs`"), "{}", run.stdout);
+    assert!(run.stdout.contains("src/main.rs:3:    println!(\"Hello, {name}!\");"), "{}", run.stdout);
+    assert!(run.stdout.contains("error denied: `../../etc/passwd` leaves the workspace"), "{}", run.stdout);
+    let main = std::fs::read_to_string(demo.join("src/main.rs")).expect("demo wrote src/main.rs");
+    assert!(main.contains("\"toolcell\""), "{main}");
+}
