@@ -1,0 +1,543 @@
+//! toolcell's governance policy: which tools a role may call, and which workspace paths it may
+//! read, list, write or delete.
+//!
+//! A policy is TOML, parsed, validated and compiled once ([`Policy::parse`]); every filesystem
+//! call then asks [`Policy::decide`] about one canonical workspace-relative path (no `.`, `..`,
+//! duplicate slashes or symlinks left: the host resolves them first). Rules are ordered per role;
+//! the default is deny; among the rules that match, deny overrides ask, which overrides allow.
+//! Protected paths (`.git` always, plus the policy's `protected` list) may not be written or
+//! deleted unless a rule names them explicitly: a rule `**` does not, a rule `.git/hooks/**`
+//! does.
+//!
+//! ```
+//! use toolcell_policy::{Access, Effect, Policy};
+//!
+//! let policy = Policy::parse("example.toml", r#"
+//!     version = 1
+//!
+//!     [roles.impl]
+//!     tools = ["read_file", "write_file"]
+//!
+//!     [[roles.impl.rules]]
+//!     access = ["read", "list", "write"]
+//!     paths = ["**"]
+//!     effect = "allow"
+//!
+//!     [[roles.impl.rules]]
+//!     id = "docs-read-only"
+//!     access = ["write", "delete"]
+//!     paths = ["docs/**"]
+//!     effect = "deny"
+//! "#, &["read_file", "write_file"]).unwrap();
+//!
+//! let role = policy.role("impl").unwrap();
+//! assert!(role.may_call("write_file"));
+//! assert_eq!(policy.decide(role, Access::Write, "src/a.rs").effect, Effect::Allow);
+//! let decision = policy.decide(role, Access::Write, "docs/guide.md");
+//! assert_eq!(decision.effect, Effect::Deny);
+//! assert_eq!(decision.rule, "docs-read-only");
+//! assert_eq!(policy.decide(role, Access::Write, ".git/config").rule, "protected:.git/**");
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// What a filesystem operation does to a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Access {
+    /// Read a file's content or metadata.
+    Read,
+    /// List a directory's entries.
+    List,
+    /// Create or modify a file or directory (including truncation, renaming onto, linking).
+    Write,
+    /// Remove a file or directory (including renaming away).
+    Delete,
+}
+
+impl Access {
+    /// Every access, in a fixed order.
+    pub const ALL: [Access; 4] = [Access::Read, Access::List, Access::Write, Access::Delete];
+
+    /// The name used in policies and audit records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::List => "list",
+            Access::Write => "write",
+            Access::Delete => "delete",
+        }
+    }
+
+    /// Parse a policy's access name.
+    pub fn from_name(name: &str) -> Option<Access> {
+        Access::ALL.into_iter().find(|access| access.as_str() == name)
+    }
+
+    fn is_modification(self) -> bool {
+        matches!(self, Access::Write | Access::Delete)
+    }
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// What a rule or a decision says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Effect {
+    /// Go ahead.
+    Allow,
+    /// Ask the embedding platform's approval callback (the CLI: `--approve`).
+    Ask,
+    /// Refuse.
+    Deny,
+}
+
+impl Effect {
+    /// The name used in policies and audit records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::Allow => "allow",
+            Effect::Ask => "ask",
+            Effect::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for Effect {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// The verdict on one access to one path, and what decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Allow, ask or deny.
+    pub effect: Effect,
+    /// The deciding rule's id, `default-deny`, or `protected:<pattern>`.
+    pub rule: String,
+    /// The deciding rule's line in the policy file, if a rule decided.
+    pub line: Option<usize>,
+}
+
+/// A policy that cannot be loaded: the file, the line (when known) and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}{}: {reason}", line.map(|line| format!(" line {line}")).unwrap_or_default())]
+pub struct PolicyError {
+    /// The policy file's name as given to [`Policy::parse`].
+    pub file: String,
+    /// The 1-based line of the offending text.
+    pub line: Option<usize>,
+    /// What is wrong and how to fix it.
+    pub reason: String,
+}
+
+/// A compiled policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    file: String,
+    roles: BTreeMap<String, Role>,
+    protected: Vec<Protected>,
+}
+
+/// One role: its tools and its ordered path rules.
+#[derive(Debug, Clone)]
+pub struct Role {
+    name: String,
+    description: String,
+    tools: ToolSet,
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone)]
+enum ToolSet {
+    All,
+    Only(Vec<String>),
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    id: String,
+    line: usize,
+    access: Vec<Access>,
+    globs: Vec<PathGlob>,
+    effect: Effect,
+}
+
+/// A compiled glob and its literal prefix (the text before its first wildcard).
+#[derive(Debug, Clone)]
+struct PathGlob {
+    matcher: globset::GlobMatcher,
+    /// For `X/**`, a matcher of `X` itself (globset's `X/**` does not match the directory).
+    directory: Option<globset::GlobMatcher>,
+    literal_prefix: String,
+}
+
+impl PathGlob {
+    fn is_match(&self, path: &str) -> bool {
+        self.matcher.is_match(path) || self.directory.as_ref().is_some_and(|directory| directory.is_match(path))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Protected {
+    pattern: String,
+    glob: PathGlob,
+}
+
+/// Paths protected in every policy.
+const BUILT_IN_PROTECTED: &[&str] = &[".git/**"];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    version: Spanned<i64>,
+    #[serde(default)]
+    protected: Vec<Spanned<String>>,
+    roles: BTreeMap<Spanned<String>, RawRole>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRole {
+    #[serde(default)]
+    description: String,
+    tools: Vec<Spanned<String>>,
+    #[serde(default)]
+    rules: Vec<Spanned<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    id: Option<Spanned<String>>,
+    access: Vec<Spanned<String>>,
+    paths: Vec<Spanned<String>>,
+    effect: Spanned<String>,
+}
+
+impl Policy {
+    /// Parse, validate and compile a policy. `file` names it in errors; `known_tools` are the
+    /// tools a role may list (`"*"` in a role's `tools` means all of them).
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError`] with the line for a TOML syntax error, an unknown key, an unsupported
+    /// version, an unknown tool, access or effect, a bad or unmatchable glob, a duplicate rule id,
+    /// or a role without tools.
+    pub fn parse(file: &str, text: &str, known_tools: &[&str]) -> Result<Policy, PolicyError> {
+        let error = |span: Option<std::ops::Range<usize>>, reason: String| PolicyError {
+            file: file.to_owned(),
+            line: span.map(|span| line_of(text, span.start)),
+            reason,
+        };
+        let raw: RawPolicy = toml::from_str(text).map_err(|parse_error| {
+            error(parse_error.span(), parse_error.message().trim().to_owned())
+        })?;
+        if *raw.version.get_ref() != 1 {
+            return Err(error(
+                Some(raw.version.span()),
+                format!("unsupported policy version {}: this toolcell reads version 1", raw.version.get_ref()),
+            ));
+        }
+        let mut protected = Vec::new();
+        for pattern in BUILT_IN_PROTECTED {
+            protected.push(Protected {
+                pattern: (*pattern).to_owned(),
+                glob: compile_glob(pattern).map_err(|reason| error(None, reason))?,
+            });
+        }
+        for pattern in &raw.protected {
+            protected.push(Protected {
+                pattern: pattern.get_ref().clone(),
+                glob: compile_glob(pattern.get_ref()).map_err(|reason| error(Some(pattern.span()), reason))?,
+            });
+        }
+        if raw.roles.is_empty() {
+            return Err(error(None, "the policy defines no roles: add at least one `[roles.NAME]` table".to_owned()));
+        }
+        let mut roles = BTreeMap::new();
+        let mut rule_ids: BTreeMap<String, usize> = BTreeMap::new();
+        for (name, raw_role) in raw.roles {
+            let role_name = name.get_ref().clone();
+            if role_name.is_empty()
+                || !role_name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+            {
+                return Err(error(
+                    Some(name.span()),
+                    format!("role name `{}` must be lowercase letters, digits, `_` and `-`", role_name.escape_default()),
+                ));
+            }
+            let tools = compile_tools(&role_name, &raw_role.tools, known_tools).map_err(|(span, reason)| error(span, reason))?;
+            let mut rules = Vec::new();
+            for (index, raw_rule) in raw_role.rules.iter().enumerate() {
+                let line = line_of(text, raw_rule.span().start);
+                let raw_rule = raw_rule.get_ref();
+                let id = match &raw_rule.id {
+                    Some(id) => id.get_ref().clone(),
+                    None => format!("{role_name}#{}", index + 1),
+                };
+                if let Some(first) = rule_ids.insert(id.clone(), line) {
+                    return Err(error(
+                        raw_rule.id.as_ref().map(Spanned::span),
+                        format!("rule id `{id}` is used twice (first on line {first}): ids name rules in audit records, so they must be unique"),
+                    ));
+                }
+                rules.push(compile_rule(id, line, raw_rule).map_err(|(span, reason)| error(span, reason))?);
+            }
+            roles.insert(
+                role_name.clone(),
+                Role {
+                    name: role_name,
+                    description: raw_role.description,
+                    tools,
+                    rules,
+                },
+            );
+        }
+        Ok(Policy {
+            file: file.to_owned(),
+            roles,
+            protected,
+        })
+    }
+
+    /// The policy file's name.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The role named `name`.
+    pub fn role(&self, name: &str) -> Option<&Role> {
+        self.roles.get(name)
+    }
+
+    /// Every role, sorted by name.
+    pub fn roles(&self) -> impl Iterator<Item = &Role> {
+        self.roles.values()
+    }
+
+    /// Protect another workspace-relative path or glob (the host adds the policy file and its
+    /// state directory when they sit inside the workspace).
+    ///
+    /// # Errors
+    ///
+    /// A reason, if `pattern` is not a valid glob.
+    pub fn protect(&mut self, pattern: &str) -> Result<(), String> {
+        let glob = compile_glob(pattern)?;
+        self.protected.push(Protected {
+            pattern: pattern.to_owned(),
+            glob,
+        });
+        Ok(())
+    }
+
+    /// Decide one access by `role` to the canonical workspace-relative `path` (`.` for the root).
+    pub fn decide(&self, role: &Role, access: Access, path: &str) -> Decision {
+        let protected = if access.is_modification() {
+            self.protected.iter().find(|protected| protected.glob.is_match(path))
+        } else {
+            None
+        };
+        let mut verdict: Option<(Effect, &Rule)> = None;
+        for rule in &role.rules {
+            if !rule.access.contains(&access) {
+                continue;
+            }
+            let matches = rule.globs.iter().any(|glob| {
+                glob.is_match(path)
+                    && protected.is_none_or(|protected| names_explicitly(glob, protected))
+            });
+            if !matches {
+                continue;
+            }
+            let stronger = match verdict {
+                None => true,
+                Some((effect, _)) => rank(rule.effect) > rank(effect),
+            };
+            if stronger {
+                verdict = Some((rule.effect, rule));
+            }
+        }
+        match (verdict, protected) {
+            (Some((effect, rule)), _) => Decision {
+                effect,
+                rule: rule.id.clone(),
+                line: Some(rule.line),
+            },
+            (None, Some(protected)) => Decision {
+                effect: Effect::Deny,
+                rule: format!("protected:{}", protected.pattern),
+                line: None,
+            },
+            (None, None) => Decision {
+                effect: Effect::Deny,
+                rule: "default-deny".to_owned(),
+                line: None,
+            },
+        }
+    }
+}
+
+impl Role {
+    /// The role's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The role's description.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Whether the role may call `tool`.
+    pub fn may_call(&self, tool: &str) -> bool {
+        match &self.tools {
+            ToolSet::All => true,
+            ToolSet::Only(tools) => tools.iter().any(|allowed| allowed == tool),
+        }
+    }
+
+    /// The tools the role may call, or `None` for all tools.
+    pub fn tools(&self) -> Option<&[String]> {
+        match &self.tools {
+            ToolSet::All => None,
+            ToolSet::Only(tools) => Some(tools),
+        }
+    }
+}
+
+fn rank(effect: Effect) -> u8 {
+    match effect {
+        Effect::Allow => 0,
+        Effect::Ask => 1,
+        Effect::Deny => 2,
+    }
+}
+
+/// A rule's glob names a protected path explicitly when its literal prefix starts inside the
+/// protected pattern's literal root: `.git/hooks/**` names `.git/**`; `**` and `*.toml` do not.
+fn names_explicitly(glob: &PathGlob, protected: &Protected) -> bool {
+    let root = protected.glob.literal_prefix.trim_end_matches('/');
+    !root.is_empty() && glob.literal_prefix.starts_with(root)
+}
+
+type SpannedError = (Option<std::ops::Range<usize>>, String);
+
+fn compile_tools(role: &str, tools: &[Spanned<String>], known_tools: &[&str]) -> Result<ToolSet, SpannedError> {
+    if tools.is_empty() {
+        return Err((
+            None,
+            format!("role `{role}` lists no tools: give `tools = [\"read_file\", ...]`, or `[\"*\"]` for every tool"),
+        ));
+    }
+    if tools.iter().any(|tool| tool.get_ref() == "*") {
+        return Ok(ToolSet::All);
+    }
+    let mut names = Vec::new();
+    for tool in tools {
+        if !known_tools.contains(&tool.get_ref().as_str()) {
+            return Err((
+                Some(tool.span()),
+                format!(
+                    "role `{role}` lists the unknown tool `{}`; the tools are: {}",
+                    tool.get_ref().escape_default(),
+                    known_tools.join(", ")
+                ),
+            ));
+        }
+        names.push(tool.get_ref().clone());
+    }
+    Ok(ToolSet::Only(names))
+}
+
+fn compile_rule(id: String, line: usize, raw: &RawRule) -> Result<Rule, SpannedError> {
+    let effect = match raw.effect.get_ref().as_str() {
+        "allow" => Effect::Allow,
+        "ask" => Effect::Ask,
+        "deny" => Effect::Deny,
+        other => {
+            return Err((
+                Some(raw.effect.span()),
+                format!("rule `{id}`: unknown effect `{}`; use `allow`, `ask` or `deny`", other.escape_default()),
+            ));
+        }
+    };
+    if raw.access.is_empty() {
+        return Err((None, format!("rule `{id}` on line {line} has an empty `access` list")));
+    }
+    let mut access = Vec::new();
+    for name in &raw.access {
+        let parsed = Access::from_name(name.get_ref()).ok_or_else(|| {
+            (
+                Some(name.span()),
+                format!(
+                    "rule `{id}`: unknown access `{}`; use `read`, `list`, `write` or `delete`",
+                    name.get_ref().escape_default()
+                ),
+            )
+        })?;
+        access.push(parsed);
+    }
+    if raw.paths.is_empty() {
+        return Err((None, format!("rule `{id}` on line {line} has an empty `paths` list")));
+    }
+    let mut globs = Vec::new();
+    for pattern in &raw.paths {
+        globs.push(
+            compile_glob(pattern.get_ref()).map_err(|reason| (Some(pattern.span()), format!("rule `{id}`: {reason}")))?,
+        );
+    }
+    Ok(Rule {
+        id,
+        line,
+        access,
+        globs,
+        effect,
+    })
+}
+
+fn compile_glob(pattern: &str) -> Result<PathGlob, String> {
+    let quoted = format!("`{}`", pattern.escape_default());
+    if pattern.is_empty() {
+        return Err("an empty glob matches nothing: use `**` for every path".to_owned());
+    }
+    if pattern.starts_with('/') || pattern.split('/').any(|part| part == ".." || part == ".") {
+        return Err(format!(
+            "glob {quoted} can never match: rules match canonical workspace-relative paths such as `src/main.rs`, without a leading `/`, `.` or `..`"
+        ));
+    }
+    let build = |pattern: &str| {
+        globset::GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()
+            .map(|glob| glob.compile_matcher())
+            .map_err(|glob_error| format!("glob {quoted} is not valid: {}", glob_error.kind()))
+    };
+    let matcher = build(pattern)?;
+    let directory = match pattern.strip_suffix("/**") {
+        Some(prefix) if !prefix.is_empty() && prefix != "**" => Some(build(prefix)?),
+        _ => None,
+    };
+    let literal_prefix: String = pattern.chars().take_while(|c| !matches!(c, '*' | '?' | '[' | '{' | '\\')).collect();
+    Ok(PathGlob {
+        matcher,
+        directory,
+        literal_prefix,
+    })
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+#[cfg(test)]
+mod tests;

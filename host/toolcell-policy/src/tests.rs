@@ -1,0 +1,166 @@
+use super::*;
+
+const TOOLS: &[&str] = &["read_file", "write_file", "edit_file", "list_files", "search_files"];
+
+fn default_policy() -> Policy {
+    let text = include_str!("../../../policies/default.toml");
+    Policy::parse("policies/default.toml", text, TOOLS).expect("the shipped policy loads")
+}
+
+fn decide(policy: &Policy, role: &str, access: &str, path: &str) -> (Effect, String) {
+    let role = policy.role(role).expect("role exists");
+    let decision = policy.decide(role, Access::from_name(access).expect("access"), path);
+    (decision.effect, decision.rule)
+}
+
+#[test]
+fn default_policy_decisions() {
+    use Effect::{Allow, Deny};
+    let policy = default_policy();
+    let table: &[(&str, &str, &str, Effect, &str)] = &[
+        ("control", "read", "src/main.rs", Allow, "control-read"),
+        ("control", "list", ".", Allow, "control-read"),
+        ("control", "list", "src", Allow, "control-read"),
+        ("control", "write", "src/main.rs", Deny, "default-deny"),
+        ("control", "delete", "src/main.rs", Deny, "default-deny"),
+        ("control", "read", ".env", Deny, "secrets-unreadable"),
+        ("control", "read", "config/.env.local", Allow, "control-read"),
+        ("control", "read", "certs/server.pem", Deny, "secrets-unreadable"),
+        ("impl", "read", "docs/guide.md", Allow, "impl-read"),
+        ("impl", "write", "src/lib.rs", Allow, "impl-write"),
+        ("impl", "write", "docs/guide.md", Deny, "docs-read-only"),
+        ("impl", "write", "docs", Deny, "docs-read-only"),
+        ("impl", "delete", "docs/a/b/c.md", Deny, "docs-read-only"),
+        ("impl", "write", "docsx/a.md", Allow, "impl-write"),
+        ("impl", "write", "src/docs/a.md", Allow, "impl-write"),
+        ("impl", "write", "DOCS/a.md", Allow, "impl-write"),
+        ("impl", "write", ".git/config", Deny, "protected:.git/**"),
+        ("impl", "write", ".git", Deny, "protected:.git/**"),
+        ("impl", "delete", ".git/HEAD", Deny, "protected:.git/**"),
+        ("impl", "read", ".git/HEAD", Allow, "impl-read"),
+        ("impl", "write", ".gitignore", Allow, "impl-write"),
+        ("impl", "write", ".env", Deny, "protected:.env"),
+        ("impl", "write", ".env.production", Deny, "protected:.env.*"),
+        ("reviewer", "read", "src/main.rs", Allow, "reviewer-read"),
+        ("reviewer", "write", "src/main.rs", Deny, "default-deny"),
+    ];
+    for (role, access, path, effect, rule) in table {
+        assert_eq!(decide(&policy, role, access, path), (*effect, (*rule).to_owned()), "{role} {access} {path}");
+    }
+}
+
+#[test]
+fn precedence_and_explicit_protection() {
+    let text = r#"
+        version = 1
+        [roles.r]
+        tools = ["*"]
+        [[roles.r.rules]]
+        id = "all"
+        access = ["read", "write"]
+        paths = ["**"]
+        effect = "allow"
+        [[roles.r.rules]]
+        id = "ask-src"
+        access = ["write"]
+        paths = ["src/**"]
+        effect = "ask"
+        [[roles.r.rules]]
+        id = "deny-gen"
+        access = ["write"]
+        paths = ["src/generated/**"]
+        effect = "deny"
+        [[roles.r.rules]]
+        id = "allow-gen-again"
+        access = ["write"]
+        paths = ["src/generated/keep.rs"]
+        effect = "allow"
+        [[roles.r.rules]]
+        id = "hooks"
+        access = ["write"]
+        paths = [".git/hooks/*"]
+        effect = "allow"
+    "#;
+    let policy = Policy::parse("p.toml", text, &[]).expect("valid policy");
+    use Effect::{Allow, Ask, Deny};
+    let table: &[(&str, &str, Effect, &str)] = &[
+        ("read", "src/a.rs", Allow, "all"),
+        ("write", "README.md", Allow, "all"),
+        ("write", "src/a.rs", Ask, "ask-src"),
+        ("write", "src/generated/x.rs", Deny, "deny-gen"),
+        ("write", "src/generated/keep.rs", Deny, "deny-gen"),
+        ("write", ".git/hooks/pre-commit", Allow, "hooks"),
+        ("write", ".git/config", Deny, "protected:.git/**"),
+        ("delete", "src/a.rs", Deny, "default-deny"),
+    ];
+    for (access, path, effect, rule) in table {
+        assert_eq!(decide(&policy, "r", access, path), (*effect, (*rule).to_owned()), "{access} {path}");
+    }
+    assert!(policy.role("r").expect("role").may_call("anything"));
+    let decision = policy.decide(policy.role("r").expect("role"), Access::Write, "src/a.rs");
+    // A rule is reported at its `[[roles.r.rules]]` header.
+    assert_eq!(decision.line, Some(10));
+}
+
+#[test]
+fn globs_do_not_cross_slashes() {
+    let text = r#"
+        version = 1
+        [roles.r]
+        tools = ["*"]
+        [[roles.r.rules]]
+        access = ["read"]
+        paths = ["*.md"]
+        effect = "allow"
+    "#;
+    let policy = Policy::parse("p.toml", text, &[]).expect("valid policy");
+    assert_eq!(decide(&policy, "r", "read", "a.md"), (Effect::Allow, "r#1".to_owned()));
+    assert_eq!(decide(&policy, "r", "read", "docs/a.md"), (Effect::Deny, "default-deny".to_owned()));
+}
+
+#[test]
+fn extra_protected_paths() {
+    let mut policy = default_policy();
+    policy.protect(".toolcell/**").expect("valid glob");
+    assert_eq!(decide(&policy, "impl", "write", ".toolcell/audit.jsonl"), (Effect::Deny, "protected:.toolcell/**".to_owned()));
+    assert_eq!(decide(&policy, "impl", "read", ".toolcell/audit.jsonl"), (Effect::Allow, "impl-read".to_owned()));
+}
+
+fn load_error(text: &str) -> PolicyError {
+    Policy::parse("bad.toml", text, TOOLS).expect_err("the policy must be refused")
+}
+
+#[test]
+fn bad_policies_fail_with_file_line_and_reason() {
+    let header = "version = 1\n[roles.r]\ntools = [\"read_file\"]\n";
+    let rule = |body: &str| format!("{header}[[roles.r.rules]]\n{body}");
+    let table: Vec<(String, Option<usize>, &str)> = vec![
+        ("version = 1\n[roles.r\n".to_owned(), Some(2), ""),
+        ("version = 2\n[roles.r]\ntools = [\"*\"]\n".to_owned(), Some(1), "unsupported policy version 2"),
+        (format!("{header}colour = \"red\"\n"), Some(4), "colour"),
+        ("version = 1\n[roles.r]\ntools = [\"read_file\", \"red_file\"]\n".to_owned(), Some(3), "unknown tool `red_file`"),
+        ("version = 1\n[roles.r]\ntools = []\n".to_owned(), None, "lists no tools"),
+        ("version = 1\n[roles.R]\ntools = [\"*\"]\n".to_owned(), Some(2), "role name `R`"),
+        ("version = 1\n".to_owned(), Some(1), "missing field `roles`"),
+        (rule("access = [\"read\"]\npaths = [\"src/[\"]\neffect = \"allow\"\n"), Some(6), "is not valid"),
+        (rule("access = [\"read\"]\npaths = [\"/etc/**\"]\neffect = \"allow\"\n"), Some(6), "can never match"),
+        (rule("access = [\"read\"]\npaths = [\"../x\"]\neffect = \"allow\"\n"), Some(6), "can never match"),
+        (rule("access = [\"raed\"]\npaths = [\"**\"]\neffect = \"allow\"\n"), Some(5), "unknown access `raed`"),
+        (rule("access = [\"read\"]\npaths = [\"**\"]\neffect = \"permit\"\n"), Some(7), "unknown effect `permit`"),
+        (rule("access = [\"read\"]\npaths = [\"**\"]\neffect = \"allow\"\nextra = 1\n"), Some(8), "extra"),
+        (
+            rule("id = \"x\"\naccess = [\"read\"]\npaths = [\"**\"]\neffect = \"allow\"\n[[roles.r.rules]]\nid = \"x\"\naccess = [\"read\"]\npaths = [\"**\"]\neffect = \"deny\"\n"),
+            Some(10),
+            "used twice",
+        ),
+    ];
+    for (text, line, reason) in table {
+        let error = load_error(&text);
+        assert_eq!(error.file, "bad.toml");
+        assert_eq!(error.line, line, "{text}\n=> {error}");
+        assert!(error.reason.contains(reason), "{text}\n=> {error}");
+        if let Some(line) = line {
+            assert!(error.to_string().starts_with(&format!("bad.toml line {line}: ")), "{error}");
+        }
+    }
+}
