@@ -127,6 +127,7 @@ impl Fixture {
                 session_id: "s-test",
                 tool,
                 args: &args,
+                approver: None,
             })
             .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
     }

@@ -61,6 +61,7 @@ fn main() {
         session_id: "bench",
         tool: "read_file",
         args: r#"{"path": "file.txt"}"#,
+        approver: None,
     };
 
     let host = measure(iterations, || {

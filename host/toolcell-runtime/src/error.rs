@@ -66,6 +66,19 @@ pub enum Error {
         available: String,
     },
 
+    /// A call named a role the policy does not define.
+    #[error("the policy has no role `{role}`; its roles are: {roles}")]
+    UnknownRole {
+        /// The requested role (control characters escaped).
+        role: String,
+        /// The policy's roles, comma-separated.
+        roles: String,
+    },
+
+    /// The policy cannot be loaded.
+    #[error("cannot load the policy: {0}")]
+    Policy(#[from] toolcell_policy::PolicyError),
+
     /// The workspace directory cannot be used.
     #[error("cannot use `{}` as the workspace: {reason}", path.display())]
     Workspace {

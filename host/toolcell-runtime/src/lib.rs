@@ -47,17 +47,22 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 mod engine;
 mod error;
+mod guard;
 mod imports;
 mod schema;
 mod state;
 
 pub use engine::CacheOutcome;
 pub use error::Error;
+pub use guard::{Approver, Denial, FsEvent};
+pub use toolcell_policy::{Access, Effect, Policy, PolicyError};
 pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
 
 use error::describe;
+use guard::FsGuard;
 use schema::ArgsSchema;
+use std::sync::Arc;
 use state::{CallContext, CallState, CapturePipe};
 
 /// Host bindings generated from `wit/tool.wit` (world `plugin`; the WASI part of
@@ -77,6 +82,7 @@ pub const STDIO_CAPACITY: usize = 64 * 1024;
 pub struct RuntimeBuilder {
     cache_dir: Option<PathBuf>,
     components: Vec<(String, Cow<'static, [u8]>)>,
+    policy: Option<(String, String)>,
 }
 
 impl RuntimeBuilder {
@@ -102,13 +108,22 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Govern every call by the policy in `text` (TOML; `file` names it in errors). It is
+    /// compiled when the runtime is built, once the tools' names are known. Without a policy,
+    /// only the workspace boundary applies.
+    #[must_use]
+    pub fn policy(mut self, file: impl Into<String>, text: impl Into<String>) -> Self {
+        self.policy = Some((file.into(), text.into()));
+        self
+    }
+
     /// Compile or load every component, check its imports and its description, and link it.
     ///
     /// # Errors
     ///
     /// [`Error::ForbiddenImport`] naming the import, [`Error::Load`],
-    /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::Cache`] or
-    /// [`Error::Engine`].
+    /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::Policy`],
+    /// [`Error::Cache`] or [`Error::Engine`].
     pub fn build(self) -> Result<Runtime, Error> {
         let engine = engine::new_engine()?;
         let linker = state::linker(&engine)?;
@@ -150,7 +165,19 @@ impl RuntimeBuilder {
                 },
             );
         }
-        Ok(Runtime { engine, tools, loaded })
+        let policy = match &self.policy {
+            Some((file, text)) => {
+                let names: Vec<&str> = tools.keys().map(String::as_str).collect();
+                Some(Arc::new(Policy::parse(file, text, &names)?))
+            }
+            None => None,
+        };
+        Ok(Runtime {
+            engine,
+            tools,
+            loaded,
+            policy,
+        })
     }
 }
 
@@ -165,6 +192,7 @@ fn describe_tool(
         wasi: WasiCtxBuilder::new().build(),
         table: ResourceTable::new(),
         context: CallContext::default(),
+        guard: FsGuard::new(None, "", None, None),
     };
     let mut store = Store::new(engine, state);
     let load_error = |error: wasmtime::Error| Error::Load {
@@ -219,13 +247,16 @@ pub struct Runtime {
     engine: Engine,
     tools: BTreeMap<String, LoadedTool>,
     loaded: Vec<LoadedComponent>,
+    policy: Option<Arc<Policy>>,
 }
 
 /// The workspace a call may touch: a directory on the host, granted to the component as its
 /// only preopen, named `.`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Workspace {
     root: PathBuf,
+    /// The workspace directory, opened once; the guard resolves symlinks through it.
+    directory: cap_std::fs::Dir,
 }
 
 impl Workspace {
@@ -248,7 +279,9 @@ impl Workspace {
         if !root.is_dir() {
             return Err(workspace_error("it is not a directory".to_owned()));
         }
-        Ok(Workspace { root })
+        let directory = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority())
+            .map_err(|error| workspace_error(format!("it cannot be opened: {error}")))?;
+        Ok(Workspace { root, directory })
     }
 
     /// Create the directory `path` (and its parents) if missing, then [`open`](Self::open) it.
@@ -272,7 +305,7 @@ impl Workspace {
 }
 
 /// One tool call.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct CallRequest<'a> {
     /// The workspace the call may touch.
     pub workspace: &'a Workspace,
@@ -284,6 +317,8 @@ pub struct CallRequest<'a> {
     pub tool: &'a str,
     /// The arguments, a JSON object as text.
     pub args: &'a str,
+    /// Asked about accesses the policy marks `ask`; without one they are refused.
+    pub approver: Option<&'a Arc<dyn Approver>>,
 }
 
 /// What a call produced.
@@ -302,6 +337,15 @@ pub struct CallOutcome {
     pub stderr: Captured,
     /// Whether the component trapped (crashed); `result` is then a `failed` error.
     pub trapped: bool,
+    /// Whether the role may not call the tool, so no component ran.
+    pub gated: bool,
+    /// The filesystem accesses the guard allowed, in order (at most 10,000 are kept).
+    pub events: Vec<FsEvent>,
+    /// Allowed accesses beyond those kept in `events`.
+    pub unrecorded_events: u64,
+    /// The filesystem accesses the guard refused, with their messages. If there are any,
+    /// `result` is a `denied` error carrying them, whatever the component returned.
+    pub denials: Vec<Denial>,
     /// Wall-clock time of the whole call.
     pub duration: Duration,
 }
@@ -343,8 +387,33 @@ impl Runtime {
             stdout: Captured::default(),
             stderr: Captured::default(),
             trapped: false,
+            gated: false,
+            events: Vec::new(),
+            unrecorded_events: 0,
+            denials: Vec::new(),
             duration: Duration::ZERO,
         };
+        if let Some(policy) = &self.policy {
+            let role = policy.role(request.role).ok_or_else(|| Error::UnknownRole {
+                role: request.role.escape_default().to_string(),
+                roles: policy.roles().map(|role| role.name()).collect::<Vec<_>>().join(", "),
+            })?;
+            if !role.may_call(request.tool) {
+                outcome.gated = true;
+                let tools = role.tools().map(|tools| tools.join(", ")).unwrap_or_default();
+                outcome.result = Err(ToolError::new(
+                    ToolErrorKind::Denied,
+                    format!(
+                        "role `{}` may not call `{}`; its tools are: {tools}. Use one of those, or ask the operator for a role that has `{}`.",
+                        role.name(),
+                        request.tool,
+                        request.tool
+                    ),
+                ));
+                outcome.duration = started.elapsed();
+                return Ok(outcome);
+            }
+        }
         if let Err(error) = tool.schema.check(request.tool, request.args) {
             outcome.result = Err(error);
             outcome.duration = started.elapsed();
@@ -365,6 +434,10 @@ impl Runtime {
             .stderr(stderr.clone());
         wasi.preopened_dir(request.workspace.root(), ".", FsPerms::ReadWrite)
             .map_err(host_error)?;
+        let directory = request.workspace.directory.try_clone().map_err(|error| Error::Call {
+            tool: request.tool.to_owned(),
+            reason: format!("cannot reopen the workspace: {error}"),
+        })?;
         let state = CallState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
@@ -374,6 +447,7 @@ impl Runtime {
                 call_id,
                 ..CallContext::default()
             },
+            guard: FsGuard::new(self.policy.clone(), request.role, request.approver.cloned(), Some(directory)),
         };
         let mut store = Store::new(&self.engine, state);
         let plugin = tool.pre.instantiate(&mut store).map_err(host_error)?;
@@ -395,11 +469,43 @@ impl Runtime {
         };
         let state = store.into_data();
         outcome.notes = state.context.notes;
+        outcome.events = state.guard.events;
+        outcome.unrecorded_events = state.guard.unrecorded_events;
+        outcome.denials = state.guard.denials;
+        if !outcome.denials.is_empty() {
+            outcome.result = Err(denied_result(&outcome.denials, &outcome.result));
+        }
         outcome.stdout = stdout.take();
         outcome.stderr = stderr.take();
         outcome.duration = started.elapsed();
         Ok(outcome)
     }
+}
+
+/// Refusals listed in one result, at most.
+const MAX_LISTED_DENIALS: usize = 5;
+
+/// The result of a call in which the guard refused something: the refusals, whatever the
+/// component made of them, and what the component said, for context.
+fn denied_result(denials: &[Denial], returned: &Result<ToolOutput, ToolError>) -> ToolError {
+    let mut messages: Vec<&str> = Vec::new();
+    for denial in denials {
+        if !messages.contains(&denial.message.as_str()) {
+            messages.push(&denial.message);
+        }
+    }
+    let mut text = messages.iter().take(MAX_LISTED_DENIALS).copied().collect::<Vec<_>>().join("\n");
+    if messages.len() > MAX_LISTED_DENIALS {
+        text.push_str(&format!("\n(and {} more refusals)", messages.len() - MAX_LISTED_DENIALS));
+    }
+    match returned {
+        Err(error) if error.kind != ToolErrorKind::Denied => {
+            text.push_str(&format!("\n(the tool then reported: {error})"));
+        }
+        Ok(_) => text.push_str("\n(the tool returned a result anyway; it is withheld because the host refused an operation)"),
+        Err(_) => {}
+    }
+    ToolError::new(ToolErrorKind::Denied, text)
 }
 
 fn convert_output(tool: &str, output: bindings::toolcell::tool::types::ToolOutput) -> Result<ToolOutput, ToolError> {

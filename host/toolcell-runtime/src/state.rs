@@ -7,13 +7,13 @@ use wasmtime::Engine;
 use wasmtime::component::{HasData, Linker, ResourceTable};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream, WasiCli};
 use wasmtime_wasi::clocks::WasiClocks;
-use wasmtime_wasi::filesystem::WasiFilesystem;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::random::WasiRandom;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings;
 use crate::error::{Error, describe};
+use crate::guard::{FsGuard, GuardedFilesystem};
 
 /// Notes a call may attach to its audit record, in bytes; the rest is cut with a marker.
 pub(crate) const MAX_NOTE_BYTES: usize = 4 * 1024;
@@ -23,6 +23,7 @@ pub(crate) struct CallState {
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
     pub(crate) context: CallContext,
+    pub(crate) guard: FsGuard,
 }
 
 impl WasiView for CallState {
@@ -86,6 +87,24 @@ impl HasData for HasContext {
     type Data<'a> = &'a mut CallContext;
 }
 
+struct HasGuardedFilesystem;
+
+impl HasData for HasGuardedFilesystem {
+    type Data<'a> = GuardedFilesystem<'a>;
+}
+
+/// The host side of `wasi:filesystem` for a call: wasmtime-wasi's implementation behind the
+/// policy guard.
+fn guarded_filesystem(state: &mut CallState) -> GuardedFilesystem<'_> {
+    GuardedFilesystem {
+        inner: wasmtime_wasi::filesystem::WasiFilesystemCtxView {
+            ctx: state.wasi.filesystem(),
+            table: &mut state.table,
+        },
+        guard: &mut state.guard,
+    }
+}
+
 struct HasTable;
 
 impl HasData for HasTable {
@@ -118,8 +137,10 @@ pub(crate) fn linker(engine: &Engine) -> Result<Linker<CallState>, Error> {
     link(random::random::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
     link(random::insecure::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
     link(random::insecure_seed::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
-    link(filesystem::preopens::add_to_linker::<CallState, WasiFilesystem>(l, filesystem_view))?;
-    link(sync::filesystem::types::add_to_linker::<CallState, WasiFilesystem>(l, filesystem_view))?;
+    // Every filesystem call goes through the guard; wasmtime-wasi's own filesystem linking is
+    // never used.
+    link(filesystem::preopens::add_to_linker::<CallState, HasGuardedFilesystem>(l, guarded_filesystem))?;
+    link(sync::filesystem::types::add_to_linker::<CallState, HasGuardedFilesystem>(l, guarded_filesystem))?;
     link(cli::exit::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
     link(cli::environment::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
     link(cli::stdin::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
@@ -132,10 +153,6 @@ pub(crate) fn linker(engine: &Engine) -> Result<Linker<CallState>, Error> {
     link(cli::terminal_stderr::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
     link(bindings::Plugin::add_to_linker::<CallState, HasContext>(l, |state| &mut state.context))?;
     Ok(linker)
-}
-
-fn filesystem_view(state: &mut CallState) -> wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_> {
-    wasmtime_wasi::filesystem::WasiFilesystemView::filesystem(state)
 }
 
 fn cli_view(state: &mut CallState) -> wasmtime_wasi::cli::WasiCliCtxView<'_> {

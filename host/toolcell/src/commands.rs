@@ -91,6 +91,7 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
         session_id: &args.session,
         tool: &args.tool,
         args: &args.args,
+        approver: None,
     })?;
     let mut stdout = std::io::stdout().lock();
     if args.json {

@@ -45,6 +45,7 @@ pub fn run(runtime: &Runtime, workspace: Option<PathBuf>) -> anyhow::Result<Exit
             session_id: "demo",
             tool,
             args: &args,
+            approver: None,
         })?;
         match outcome.result {
             Ok(output) => writeln!(stdout, "{}", output.text)?,

@@ -118,16 +118,22 @@ fn a_component_using_std_fs_cannot_leave_the_workspace() {
         {"op": "stat", "path": "../outside/secret.txt"},
         {"op": "stat", "path": "dir-link/secret.txt"}
     ]);
-    let attempt_count = attempts.as_array().map_or(0, Vec::len);
-    // Not `fixture.ok`: the probe echoes the paths it was given, absolute ones included.
-    let output = fixture.call("fs_probe", &json!({"ops": attempts})).result.expect("the probe runs");
-    let results = output.structured.expect("structured");
-    let results = results.as_array().expect("array of results");
-    assert_eq!(results.len(), attempt_count);
-    for result in results {
-        assert_eq!(result["ok"], false, "an escape succeeded: {result}");
-        let error = result["error"].as_str().expect("an error message");
-        assert!(error.starts_with("PermissionDenied") || error.starts_with("NotFound"), "{result}");
+    // One attempt per call: the host turns a call with a refusal into a `denied` result.
+    for attempt in attempts.as_array().expect("attempts") {
+        let outcome = fixture.call("fs_probe", &json!({"ops": [attempt]}));
+        match outcome.result {
+            Err(error) => {
+                assert_eq!(error.kind, ToolErrorKind::Denied, "{attempt}: {error}");
+                assert!(!outcome.denials.is_empty(), "{attempt}: a denied result must come from a refusal");
+                fixture.assert_no_host_path(&error.message);
+            }
+            Ok(output) => {
+                let result = &output.structured.expect("structured")[0];
+                assert_eq!(result["ok"], false, "an escape succeeded: {result}");
+                let error = result["error"].as_str().expect("an error message");
+                assert!(error.starts_with("NotFound"), "{attempt}: {result}");
+            }
+        }
     }
     // The root the component sees is the workspace, whatever it calls it.
     let probe = fixture.ok("fs_probe", json!({"ops": [

@@ -51,6 +51,7 @@ fn the_second_start_loads_every_component_from_the_cache() {
             session_id: "s",
             tool: "read_file",
             args: r#"{"path": "a.txt"}"#,
+            approver: None,
         })
         .expect("call runs");
     assert_eq!(outcome.result.expect("read succeeds").text, "     1\tcached");
@@ -116,6 +117,7 @@ fn unknown_tools_are_a_host_error() {
         session_id: "s",
         tool: "rm_rf",
         args: "{}",
+        approver: None,
     });
     match result {
         Err(Error::UnknownTool { name, available }) => {
@@ -189,6 +191,7 @@ fn arguments_are_validated_before_the_component_runs() {
             session_id: "s",
             tool: "misbehave",
             args: "{not json",
+            approver: None,
         })
         .expect("call");
     assert!(raw.result.expect_err("invalid").message.contains("not valid JSON"));

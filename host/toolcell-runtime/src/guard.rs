@@ -1,0 +1,700 @@
+//! The policy guard on every `wasi:filesystem` call a component makes.
+//!
+//! [`GuardedFilesystem`] implements wasmtime-wasi's own generated host traits for
+//! `wasi:filesystem/types` and `wasi:filesystem/preopens`: each method resolves the paths it
+//! touches to canonical workspace-relative paths (`.`, `..`, duplicate slashes and symlinks
+//! resolved against the real workspace), asks the policy about the caller's role, and only then
+//! delegates to wasmtime-wasi's implementation. Because it implements the upstream traits, a
+//! method added by a wasmtime upgrade breaks the build instead of slipping through unchecked.
+//!
+//! A refusal reaches the component as a WASI error code (`access`), and is recorded with a
+//! human-readable reason that the host puts in the call's result whatever the component does
+//! with the error. Directory entries the role may not see are left out of listings.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use toolcell_policy::{Access, Decision, Effect, Policy};
+use wasmtime::component::Resource;
+use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
+use wasmtime_wasi::p2::bindings::filesystem::preopens;
+use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
+use wasmtime_wasi::p2::bindings::sync::filesystem::types::{
+    self as fs, Descriptor, DescriptorFlags, DescriptorStat, DescriptorType, DirectoryEntry, DirectoryEntryStream,
+    Filesize, MetadataHashValue, NewTimestamp, OpenFlags, PathFlags,
+};
+use wasmtime_wasi::p2::bindings::sync::io::streams;
+use wasmtime_wasi::p2::{FsError, FsResult};
+
+/// Symlinks followed while resolving one path before it counts as a loop.
+const MAX_SYMLINK_HOPS: usize = 40;
+/// Allowed reads and listings remembered per call; the rest are counted.
+const MAX_RECORDED_EVENTS: usize = 10_000;
+
+/// Asked about every `ask` decision. Returns whether to allow the access.
+pub trait Approver: Send + Sync {
+    /// Approve or refuse `access` to the workspace-relative `path` for `role`, as the rule `rule`
+    /// asks.
+    fn approve(&self, role: &str, access: Access, path: &str, rule: &str) -> bool;
+}
+
+/// One decision the guard made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsEvent {
+    /// The WASI operation (`open-at`, `unlink-file-at`, ...).
+    pub operation: &'static str,
+    /// The canonical workspace-relative path, or the path as the component wrote it if it
+    /// leads outside the workspace.
+    pub path: String,
+    /// What the operation does to the path.
+    pub access: Access,
+    /// What was decided (an approved `ask` is `allow`).
+    pub effect: Effect,
+    /// The deciding rule, `default-deny`, `protected:...`, `workspace-boundary`, `hard-link`
+    /// or `symlink-target`.
+    pub rule: String,
+    /// Whether the policy asked and the approver answered.
+    pub asked: bool,
+}
+
+/// A refusal, with the message the agent sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// The decision.
+    pub event: FsEvent,
+    /// Why, and what to do: names the path and the rule, never a host path.
+    pub message: String,
+}
+
+/// What the guard knows for one call.
+pub(crate) struct FsGuard {
+    /// `None`: no policy, only the workspace boundary applies.
+    policy: Option<Arc<Policy>>,
+    role: String,
+    approver: Option<Arc<dyn Approver>>,
+    /// The workspace, for resolving symlinks; `None` when the call has no workspace (`describe`).
+    root: Option<cap_std::fs::Dir>,
+    /// Workspace-relative path of each open descriptor, by resource index.
+    descriptors: HashMap<u32, String>,
+    /// Directory path of each open directory stream, by resource index.
+    streams: HashMap<u32, String>,
+    pub(crate) events: Vec<FsEvent>,
+    pub(crate) unrecorded_events: u64,
+    pub(crate) denials: Vec<Denial>,
+}
+
+impl FsGuard {
+    pub(crate) fn new(
+        policy: Option<Arc<Policy>>,
+        role: &str,
+        approver: Option<Arc<dyn Approver>>,
+        root: Option<cap_std::fs::Dir>,
+    ) -> Self {
+        FsGuard {
+            policy,
+            role: role.to_owned(),
+            approver,
+            root,
+            descriptors: HashMap::new(),
+            streams: HashMap::new(),
+            events: Vec::new(),
+            unrecorded_events: 0,
+            denials: Vec::new(),
+        }
+    }
+
+    fn base(&self, descriptor: &Resource<Descriptor>) -> FsResult<String> {
+        self.descriptors
+            .get(&descriptor.rep())
+            .cloned()
+            .ok_or_else(|| FsError::from(ErrorCode::BadDescriptor))
+    }
+
+    /// Resolve `path` against the descriptor's directory, then decide `access` to it.
+    fn check_at(
+        &mut self,
+        operation: &'static str,
+        descriptor: &Resource<Descriptor>,
+        path: &str,
+        follow_final: bool,
+        access: Access,
+    ) -> FsResult<String> {
+        let canonical = self.resolve_at(operation, descriptor, path, follow_final, access)?;
+        self.check(operation, &canonical, access)?;
+        Ok(canonical)
+    }
+
+    /// Resolve `path` against the descriptor's directory to a canonical workspace path; a path
+    /// outside the workspace is refused (and recorded) as an `access` to it.
+    fn resolve_at(
+        &mut self,
+        operation: &'static str,
+        descriptor: &Resource<Descriptor>,
+        path: &str,
+        follow_final: bool,
+        access: Access,
+    ) -> FsResult<String> {
+        let base = self.base(descriptor)?;
+        match resolve(self.root.as_ref(), &base, path, follow_final) {
+            Resolved::Inside(canonical) => Ok(canonical),
+            Resolved::Outside => Err(self.refuse(
+                FsEvent {
+                    operation,
+                    path: path.to_owned(),
+                    access,
+                    effect: Effect::Deny,
+                    rule: "workspace-boundary".to_owned(),
+                    asked: false,
+                },
+                format!(
+                    "`{}` is outside the workspace: tools can only reach paths inside it",
+                    display(path)
+                ),
+            )),
+            Resolved::Loop => Err(FsError::from(ErrorCode::Loop)),
+        }
+    }
+
+    /// Decide `access` to the canonical `path`.
+    fn check(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
+        let decision = self.decide(access, path);
+        let mut event = FsEvent {
+            operation,
+            path: path.to_owned(),
+            access,
+            effect: decision.effect,
+            rule: decision.rule.clone(),
+            asked: false,
+        };
+        if decision.effect == Effect::Ask {
+            event.asked = true;
+            let approved = self
+                .approver
+                .as_ref()
+                .is_some_and(|approver| approver.approve(&self.role, access, path, &decision.rule));
+            if approved {
+                event.effect = Effect::Allow;
+            } else {
+                event.effect = Effect::Deny;
+                let message = format!(
+                    "{access} of `{}` needs approval (rule `{}`{}) and was not approved: ask the operator to approve it (the CLI takes `--approve`)",
+                    display(path),
+                    decision.rule,
+                    self.rule_location(&decision)
+                );
+                return Err(self.refuse(event, message));
+            }
+        }
+        if event.effect == Effect::Deny {
+            let message = self.denial_message(access, path, &decision);
+            return Err(self.refuse(event, message));
+        }
+        self.remember(event);
+        Ok(())
+    }
+
+    fn decide(&self, access: Access, path: &str) -> Decision {
+        let Some(policy) = &self.policy else {
+            return Decision {
+                effect: Effect::Allow,
+                rule: "no-policy".to_owned(),
+                line: None,
+            };
+        };
+        match policy.role(&self.role) {
+            Some(role) => policy.decide(role, access, path),
+            // The runtime refuses unknown roles before a call starts; stay closed regardless.
+            None => Decision {
+                effect: Effect::Deny,
+                rule: "unknown-role".to_owned(),
+                line: None,
+            },
+        }
+    }
+
+    /// Whether the role may see `path` in a listing: read it (a file) or list it (a directory).
+    fn is_visible(&self, path: &str, is_directory: bool) -> bool {
+        let access = if is_directory { Access::List } else { Access::Read };
+        self.decide(access, path).effect != Effect::Deny
+    }
+
+    fn rule_location(&self, decision: &Decision) -> String {
+        match (&self.policy, decision.line) {
+            (Some(policy), Some(line)) => format!(", {} line {line}", policy.file()),
+            _ => String::new(),
+        }
+    }
+
+    fn denial_message(&self, access: Access, path: &str, decision: &Decision) -> String {
+        let path = display(path);
+        let role = &self.role;
+        match decision.rule.as_str() {
+            "default-deny" => format!(
+                "{access} of `{path}` is denied for role `{role}`: no rule of the policy allows it (default deny). Work on another path, or ask the operator for a role or policy that allows it."
+            ),
+            rule if rule.starts_with("protected:") => format!(
+                "{access} of `{path}` is denied for role `{role}`: the path is protected (`{}`), and no rule names it explicitly. Leave it unchanged.",
+                &rule["protected:".len()..]
+            ),
+            rule => format!(
+                "{access} of `{path}` is denied for role `{role}` by rule `{rule}`{}. Work on another path, or ask the operator to change the policy.",
+                self.rule_location(decision)
+            ),
+        }
+    }
+
+    fn refuse(&mut self, event: FsEvent, message: String) -> FsError {
+        self.denials.push(Denial { event, message });
+        FsError::from(ErrorCode::Access)
+    }
+
+    fn remember(&mut self, event: FsEvent) {
+        if self.events.len() < MAX_RECORDED_EVENTS {
+            self.events.push(event);
+        } else {
+            self.unrecorded_events += 1;
+        }
+    }
+
+    /// Refuse a write through a file with several hard links: the other names may lie where the
+    /// role may not write.
+    fn check_single_link(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        let Some(root) = self.root.as_ref().filter(|_| path != ".") else {
+            return Ok(());
+        };
+        match root.symlink_metadata(path) {
+            Ok(metadata) if metadata.is_file() && cap_std::fs::MetadataExt::nlink(&metadata) > 1 => {
+                let event = FsEvent {
+                    operation,
+                    path: path.to_owned(),
+                    access: Access::Write,
+                    effect: Effect::Deny,
+                    rule: "hard-link".to_owned(),
+                    asked: false,
+                };
+                let message = format!(
+                    "write to `{}` is refused: the file has other hard links, which may lie where this role may not write. Write a new file instead.",
+                    display(path)
+                );
+                Err(self.refuse(event, message))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Where a path leads.
+enum Resolved {
+    /// The canonical workspace-relative path (`.` for the root).
+    Inside(String),
+    /// Outside the workspace (through `..`, an absolute path, or a symlink).
+    Outside,
+    /// Too many symlinks.
+    Loop,
+}
+
+/// Resolve `path` relative to the workspace directory `base`, following symlinks in every
+/// component (and in the last one if `follow_final`), without ever leaving the workspace.
+fn resolve(root: Option<&cap_std::fs::Dir>, base: &str, path: &str, follow_final: bool) -> Resolved {
+    let Some(root) = root else {
+        return Resolved::Outside;
+    };
+    if path.starts_with('/') {
+        return Resolved::Outside;
+    }
+    let mut resolved: Vec<String> = if base == "." {
+        Vec::new()
+    } else {
+        base.split('/').map(str::to_owned).collect()
+    };
+    let mut pending: std::collections::VecDeque<String> = path.split('/').map(str::to_owned).collect();
+    let mut hops = 0;
+    while let Some(component) = pending.pop_front() {
+        match component.as_str() {
+            "" | "." => continue,
+            ".." => {
+                if resolved.pop().is_none() {
+                    return Resolved::Outside;
+                }
+                continue;
+            }
+            _ => {}
+        }
+        resolved.push(component);
+        let is_last = pending.iter().all(|rest| rest.is_empty() || rest == ".");
+        if is_last && !follow_final {
+            continue;
+        }
+        let joined = resolved.join("/");
+        let Ok(metadata) = root.symlink_metadata(&joined) else {
+            // Missing (about to be created) or unreadable: nothing to follow.
+            continue;
+        };
+        if !metadata.file_type().is_symlink() {
+            continue;
+        }
+        hops += 1;
+        if hops > MAX_SYMLINK_HOPS {
+            return Resolved::Loop;
+        }
+        let Ok(target) = root.read_link(&joined) else {
+            // cap-std refuses to read a link that points outside (an absolute target).
+            return Resolved::Outside;
+        };
+        let Some(target) = target.to_str() else {
+            return Resolved::Outside;
+        };
+        if target.starts_with('/') {
+            return Resolved::Outside;
+        }
+        resolved.pop();
+        for (index, part) in target.split('/').enumerate() {
+            pending.insert(index, part.to_owned());
+        }
+    }
+    if resolved.is_empty() {
+        Resolved::Inside(".".to_owned())
+    } else {
+        Resolved::Inside(resolved.join("/"))
+    }
+}
+
+/// A path as messages show it: control characters escaped.
+fn display(path: &str) -> String {
+    path.chars().flat_map(char::escape_default).collect::<String>().replace("\\'", "'").replace("\\\"", "\"")
+}
+
+/// The access an `open-at` needs.
+fn open_access(open_flags: OpenFlags, flags: DescriptorFlags) -> Access {
+    if open_flags.intersects(OpenFlags::CREATE | OpenFlags::TRUNCATE)
+        || flags.intersects(DescriptorFlags::WRITE | DescriptorFlags::MUTATE_DIRECTORY)
+    {
+        Access::Write
+    } else {
+        Access::Read
+    }
+}
+
+fn follows(flags: PathFlags) -> bool {
+    flags.contains(PathFlags::SYMLINK_FOLLOW)
+}
+
+/// wasmtime-wasi's filesystem view plus the guard: the host side of `wasi:filesystem` for a
+/// governed call.
+pub(crate) struct GuardedFilesystem<'a> {
+    pub(crate) inner: WasiFilesystemCtxView<'a>,
+    pub(crate) guard: &'a mut FsGuard,
+}
+
+impl preopens::Host for GuardedFilesystem<'_> {
+    fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
+        let directories = preopens::Host::get_directories(&mut self.inner)?;
+        for (descriptor, _) in &directories {
+            self.guard.descriptors.insert(descriptor.rep(), ".".to_owned());
+        }
+        Ok(directories)
+    }
+}
+
+impl fs::Host for GuardedFilesystem<'_> {
+    fn convert_error_code(&mut self, error: FsError) -> wasmtime::Result<fs::ErrorCode> {
+        fs::Host::convert_error_code(&mut self.inner, error)
+    }
+
+    fn filesystem_error_code(&mut self, error: Resource<streams::Error>) -> wasmtime::Result<Option<fs::ErrorCode>> {
+        fs::Host::filesystem_error_code(&mut self.inner, error)
+    }
+}
+
+impl fs::HostDescriptor for GuardedFilesystem<'_> {
+    fn advise(&mut self, fd: Resource<Descriptor>, offset: Filesize, len: Filesize, advice: fs::Advice) -> FsResult<()> {
+        fs::HostDescriptor::advise(&mut self.inner, fd, offset, len, advice)
+    }
+
+    fn sync_data(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
+        fs::HostDescriptor::sync_data(&mut self.inner, fd)
+    }
+
+    fn get_flags(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorFlags> {
+        fs::HostDescriptor::get_flags(&mut self.inner, fd)
+    }
+
+    fn get_type(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorType> {
+        fs::HostDescriptor::get_type(&mut self.inner, fd)
+    }
+
+    fn set_size(&mut self, fd: Resource<Descriptor>, size: Filesize) -> FsResult<()> {
+        let path = self.guard.base(&fd)?;
+        self.guard.check("set-size", &path, Access::Write)?;
+        self.guard.check_single_link("set-size", &path)?;
+        fs::HostDescriptor::set_size(&mut self.inner, fd, size)
+    }
+
+    fn set_times(&mut self, fd: Resource<Descriptor>, atim: NewTimestamp, mtim: NewTimestamp) -> FsResult<()> {
+        let path = self.guard.base(&fd)?;
+        self.guard.check("set-times", &path, Access::Write)?;
+        fs::HostDescriptor::set_times(&mut self.inner, fd, atim, mtim)
+    }
+
+    fn read(&mut self, fd: Resource<Descriptor>, len: Filesize, offset: Filesize) -> FsResult<(Vec<u8>, bool)> {
+        // Checked when the descriptor was opened for reading.
+        fs::HostDescriptor::read(&mut self.inner, fd, len, offset)
+    }
+
+    fn write(&mut self, fd: Resource<Descriptor>, buffer: Vec<u8>, offset: Filesize) -> FsResult<Filesize> {
+        let path = self.guard.base(&fd)?;
+        self.guard.check("write", &path, Access::Write)?;
+        fs::HostDescriptor::write(&mut self.inner, fd, buffer, offset)
+    }
+
+    fn read_directory(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<DirectoryEntryStream>> {
+        let path = self.guard.base(&fd)?;
+        self.guard.check("read-directory", &path, Access::List)?;
+        let stream = fs::HostDescriptor::read_directory(&mut self.inner, fd)?;
+        self.guard.streams.insert(stream.rep(), path);
+        Ok(stream)
+    }
+
+    fn sync(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
+        fs::HostDescriptor::sync(&mut self.inner, fd)
+    }
+
+    fn create_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
+        self.guard.check_at("create-directory-at", &fd, &path, false, Access::Write)?;
+        fs::HostDescriptor::create_directory_at(&mut self.inner, fd, path)
+    }
+
+    fn stat(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorStat> {
+        fs::HostDescriptor::stat(&mut self.inner, fd)
+    }
+
+    fn stat_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<DescriptorStat> {
+        let canonical = self.guard.resolve_at("stat-at", &fd, &path, follows(path_flags), Access::Read)?;
+        let stat = fs::HostDescriptor::stat_at(&mut self.inner, fd, path_flags, path)?;
+        // Judged once the type is known: a directory needs `list`, anything else `read`.
+        let access = if stat.type_ == DescriptorType::Directory { Access::List } else { Access::Read };
+        self.guard.check("stat-at", &canonical, access)?;
+        Ok(stat)
+    }
+
+    fn set_times_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        path_flags: PathFlags,
+        path: String,
+        atim: NewTimestamp,
+        mtim: NewTimestamp,
+    ) -> FsResult<()> {
+        self.guard.check_at("set-times-at", &fd, &path, follows(path_flags), Access::Write)?;
+        fs::HostDescriptor::set_times_at(&mut self.inner, fd, path_flags, path, atim, mtim)
+    }
+
+    fn link_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        old_path_flags: PathFlags,
+        old_path: String,
+        new_descriptor: Resource<Descriptor>,
+        new_path: String,
+    ) -> FsResult<()> {
+        self.guard.check_at("link-at", &fd, &old_path, follows(old_path_flags), Access::Write)?;
+        self.guard.check_at("link-at", &new_descriptor, &new_path, false, Access::Write)?;
+        fs::HostDescriptor::link_at(&mut self.inner, fd, old_path_flags, old_path, new_descriptor, new_path)
+    }
+
+    fn open_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        path_flags: PathFlags,
+        path: String,
+        open_flags: OpenFlags,
+        flags: DescriptorFlags,
+    ) -> FsResult<Resource<Descriptor>> {
+        let access = open_access(open_flags, flags);
+        // A directory is judged when it is listed, not when it is opened to reach its children.
+        let canonical = if open_flags.contains(OpenFlags::DIRECTORY) && access == Access::Read {
+            self.guard.resolve_at("open-at", &fd, &path, follows(path_flags), access)?
+        } else {
+            self.guard.check_at("open-at", &fd, &path, follows(path_flags), access)?
+        };
+        if access == Access::Write {
+            self.guard.check_single_link("open-at", &canonical)?;
+        }
+        let opened = fs::HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, open_flags, flags)?;
+        self.guard.descriptors.insert(opened.rep(), canonical);
+        Ok(opened)
+    }
+
+    fn drop(&mut self, fd: Resource<Descriptor>) -> wasmtime::Result<()> {
+        self.guard.descriptors.remove(&fd.rep());
+        fs::HostDescriptor::drop(&mut self.inner, fd)
+    }
+
+    fn readlink_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<String> {
+        self.guard.check_at("readlink-at", &fd, &path, false, Access::Read)?;
+        fs::HostDescriptor::readlink_at(&mut self.inner, fd, path)
+    }
+
+    fn remove_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
+        self.guard.check_at("remove-directory-at", &fd, &path, false, Access::Delete)?;
+        fs::HostDescriptor::remove_directory_at(&mut self.inner, fd, path)
+    }
+
+    fn rename_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        old_path: String,
+        new_descriptor: Resource<Descriptor>,
+        new_path: String,
+    ) -> FsResult<()> {
+        self.guard.check_at("rename-at", &fd, &old_path, false, Access::Delete)?;
+        let destination = self.guard.check_at("rename-at", &new_descriptor, &new_path, false, Access::Write)?;
+        self.guard.check_single_link("rename-at", &destination)?;
+        fs::HostDescriptor::rename_at(&mut self.inner, fd, old_path, new_descriptor, new_path)
+    }
+
+    fn symlink_at(&mut self, fd: Resource<Descriptor>, target: String, link_path: String) -> FsResult<()> {
+        let link = self.guard.check_at("symlink-at", &fd, &link_path, false, Access::Write)?;
+        // The target is resolved from the link's directory; it must stay inside the workspace.
+        let directory = link.rsplit_once('/').map_or(".", |(parent, _)| parent).to_owned();
+        let lexical_target = lexical_join(&directory, &target);
+        if target.starts_with('/') || lexical_target.is_none() {
+            let event = FsEvent {
+                operation: "symlink-at",
+                path: link,
+                access: Access::Write,
+                effect: Effect::Deny,
+                rule: "symlink-target".to_owned(),
+                asked: false,
+            };
+            let message = format!(
+                "a symlink to `{}` is refused: its target leaves the workspace. Link only to paths inside it.",
+                display(&target)
+            );
+            return Err(self.guard.refuse(event, message));
+        }
+        fs::HostDescriptor::symlink_at(&mut self.inner, fd, target, link_path)
+    }
+
+    fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
+        self.guard.check_at("unlink-file-at", &fd, &path, false, Access::Delete)?;
+        fs::HostDescriptor::unlink_file_at(&mut self.inner, fd, path)
+    }
+
+    fn read_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::InputStream>> {
+        // Checked when the descriptor was opened for reading.
+        fs::HostDescriptor::read_via_stream(&mut self.inner, fd, offset)
+    }
+
+    fn write_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::OutputStream>> {
+        let path = self.guard.base(&fd)?;
+        self.guard.check("write-via-stream", &path, Access::Write)?;
+        fs::HostDescriptor::write_via_stream(&mut self.inner, fd, offset)
+    }
+
+    fn append_via_stream(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<streams::OutputStream>> {
+        let path = self.guard.base(&fd)?;
+        self.guard.check("append-via-stream", &path, Access::Write)?;
+        fs::HostDescriptor::append_via_stream(&mut self.inner, fd)
+    }
+
+    fn is_same_object(&mut self, a: Resource<Descriptor>, b: Resource<Descriptor>) -> wasmtime::Result<bool> {
+        fs::HostDescriptor::is_same_object(&mut self.inner, a, b)
+    }
+
+    fn metadata_hash(&mut self, fd: Resource<Descriptor>) -> FsResult<MetadataHashValue> {
+        fs::HostDescriptor::metadata_hash(&mut self.inner, fd)
+    }
+
+    fn metadata_hash_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<MetadataHashValue> {
+        self.guard.check_at("metadata-hash-at", &fd, &path, follows(path_flags), Access::Read)?;
+        fs::HostDescriptor::metadata_hash_at(&mut self.inner, fd, path_flags, path)
+    }
+}
+
+impl fs::HostDirectoryEntryStream for GuardedFilesystem<'_> {
+    fn read_directory_entry(&mut self, stream: Resource<DirectoryEntryStream>) -> FsResult<Option<DirectoryEntry>> {
+        let directory = self.guard.streams.get(&stream.rep()).cloned().unwrap_or_else(|| ".".to_owned());
+        loop {
+            let Some(entry) =
+                fs::HostDirectoryEntryStream::read_directory_entry(&mut self.inner, Resource::new_borrow(stream.rep()))?
+            else {
+                return Ok(None);
+            };
+            let child = if directory == "." { entry.name.clone() } else { format!("{directory}/{}", entry.name) };
+            if self.guard.is_visible(&child, entry.type_ == DescriptorType::Directory) {
+                return Ok(Some(entry));
+            }
+        }
+    }
+
+    fn drop(&mut self, stream: Resource<DirectoryEntryStream>) -> wasmtime::Result<()> {
+        self.guard.streams.remove(&stream.rep());
+        fs::HostDirectoryEntryStream::drop(&mut self.inner, stream)
+    }
+}
+
+/// `base/path` normalised lexically, or `None` if it climbs above the workspace root.
+fn lexical_join(base: &str, path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = if base == "." { Vec::new() } else { base.split('/').collect() };
+    for component in path.split('/') {
+        match component {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            name => parts.push(name),
+        }
+    }
+    Some(if parts.is_empty() { ".".to_owned() } else { parts.join("/") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexical_join_table() {
+        let table = [
+            (".", "a", Some("a")),
+            ("src", "../docs/x", Some("docs/x")),
+            ("src", "../../x", None),
+            (".", "..", None),
+            ("a/b", "./c//d", Some("a/b/c/d")),
+            ("a", "..", Some(".")),
+        ];
+        for (base, path, expected) in table {
+            assert_eq!(lexical_join(base, path).as_deref(), expected, "{base} + {path}");
+        }
+    }
+
+    #[test]
+    fn resolution_follows_symlinks_inside_the_workspace() {
+        let temp = tempfile::tempdir().expect("temporary directory");
+        let root_path = temp.path().join("ws");
+        std::fs::create_dir_all(root_path.join("src")).expect("mkdir");
+        std::fs::create_dir_all(root_path.join("docs")).expect("mkdir");
+        std::os::unix::fs::symlink("../docs", root_path.join("src/link")).expect("symlink");
+        std::os::unix::fs::symlink(temp.path(), root_path.join("out")).expect("symlink");
+        std::os::unix::fs::symlink("loop2", root_path.join("loop1")).expect("symlink");
+        std::os::unix::fs::symlink("loop1", root_path.join("loop2")).expect("symlink");
+        let root = cap_std::fs::Dir::open_ambient_dir(&root_path, cap_std::ambient_authority()).expect("open");
+        let inside = |base: &str, path: &str, follow: bool| match resolve(Some(&root), base, path, follow) {
+            Resolved::Inside(path) => path,
+            Resolved::Outside => "OUTSIDE".to_owned(),
+            Resolved::Loop => "LOOP".to_owned(),
+        };
+        assert_eq!(inside(".", "src/../docs/x", true), "docs/x");
+        assert_eq!(inside(".", "./docs//x", true), "docs/x");
+        assert_eq!(inside(".", "src/link/x", true), "docs/x");
+        assert_eq!(inside("src", "link/x", true), "docs/x");
+        assert_eq!(inside(".", "src/link", true), "docs");
+        assert_eq!(inside(".", "src/link", false), "src/link");
+        assert_eq!(inside(".", "out/secret", true), "OUTSIDE");
+        assert_eq!(inside(".", "out", false), "out");
+        assert_eq!(inside(".", "../x", true), "OUTSIDE");
+        assert_eq!(inside(".", "/etc/passwd", true), "OUTSIDE");
+        assert_eq!(inside(".", "loop1/x", true), "LOOP");
+        assert_eq!(inside(".", "new/file.txt", true), "new/file.txt");
+    }
+}
