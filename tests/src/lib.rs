@@ -53,6 +53,81 @@ pub fn runtime() -> &'static Runtime {
     })
 }
 
+/// The shipped default policy.
+pub const DEFAULT_POLICY: &str = include_str!("../../policies/default.toml");
+
+/// A policy for the governance tests: the default policy's path rules, with every tool
+/// allowed (so hostile test components can run), a secret directory, and an `ask` area.
+pub const TEST_POLICY: &str = r#"
+version = 1
+
+[roles.control]
+tools = ["*"]
+
+[[roles.control.rules]]
+id = "control-read"
+access = ["read", "list"]
+paths = ["**"]
+effect = "allow"
+
+[roles.impl]
+tools = ["*"]
+
+[[roles.impl.rules]]
+id = "impl-read"
+access = ["read", "list"]
+paths = ["**"]
+effect = "allow"
+
+[[roles.impl.rules]]
+id = "impl-write"
+access = ["write", "delete"]
+paths = ["**"]
+effect = "allow"
+
+[[roles.impl.rules]]
+id = "docs-read-only"
+access = ["write", "delete"]
+paths = ["docs/**"]
+effect = "deny"
+
+[[roles.impl.rules]]
+id = "secrets-hidden"
+access = ["read"]
+paths = ["secrets/**"]
+effect = "deny"
+
+[[roles.impl.rules]]
+id = "ask-before-release"
+access = ["write"]
+paths = ["release/**"]
+effect = "ask"
+"#;
+
+/// The built-in tools and the test programs, governed by [`TEST_POLICY`].
+pub fn governed_runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        builtin_runtime_builder()
+            .component("test:fs_probe", guest_program("fs_probe"))
+            .component("test:misbehave", guest_program("misbehave"))
+            .policy("test-policy.toml", TEST_POLICY)
+            .build()
+            .unwrap_or_else(|error| panic!("the governed test runtime does not build: {error}"))
+    })
+}
+
+/// The built-in tools governed by the shipped default policy.
+pub fn default_policy_runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        builtin_runtime_builder()
+            .policy("policies/default.toml", DEFAULT_POLICY)
+            .build()
+            .unwrap_or_else(|error| panic!("the default-policy runtime does not build: {error}"))
+    })
+}
+
 /// A temporary directory holding `workspace/` (what tools see) and, beside it, `outside/`
 /// and `workspace-sibling/` (a sibling whose name extends the workspace's), each with a
 /// canary file.
@@ -117,19 +192,55 @@ impl Fixture {
         std::os::unix::fs::symlink(target, self.root().join(relative)).expect("create symlink");
     }
 
-    /// Call a tool as role `impl` in session `s-test`.
+    /// Call a tool as role `impl` in session `s-test`, on the ungoverned runtime.
     pub fn call(&self, tool: &str, args: &Value) -> CallOutcome {
+        self.call_on(runtime(), "impl", tool, args, None)
+    }
+
+    /// Call a tool on `runtime` as `role`, with an optional approver for `ask` rules.
+    pub fn call_on(
+        &self,
+        runtime: &Runtime,
+        role: &str,
+        tool: &str,
+        args: &Value,
+        approver: Option<&std::sync::Arc<dyn toolcell_runtime::Approver>>,
+    ) -> CallOutcome {
         let args = args.to_string();
-        runtime()
+        runtime
             .call(&CallRequest {
                 workspace: &self.workspace,
-                role: "impl",
+                role,
                 session_id: "s-test",
                 tool,
                 args: &args,
-                approver: None,
+                approver,
             })
             .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
+    }
+
+    /// Call a tool on the governed runtime as `role`; it must be refused by the guard. Returns
+    /// the message and the rules of the refusals; checks that no host path leaks.
+    pub fn denied(&self, role: &str, tool: &str, args: Value) -> (String, Vec<String>) {
+        let outcome = self.call_on(governed_runtime(), role, tool, &args, None);
+        match outcome.result {
+            Ok(output) => panic!("{role} {tool} {args} should be denied but returned:\n{}", output.text),
+            Err(error) => {
+                assert_eq!(error.kind, ToolErrorKind::Denied, "{role} {tool} {args}: {error}");
+                self.assert_no_host_path(&error.message);
+                let rules = outcome.denials.iter().map(|denial| denial.event.rule.clone()).collect();
+                (error.message, rules)
+            }
+        }
+    }
+
+    /// Call a tool on the governed runtime as `role`; it must succeed.
+    pub fn allowed(&self, role: &str, tool: &str, args: Value) -> ToolOutput {
+        let outcome = self.call_on(governed_runtime(), role, tool, &args, None);
+        match outcome.result {
+            Ok(output) => output,
+            Err(error) => panic!("{role} {tool} {args} should succeed but failed: {error}"),
+        }
     }
 
     /// Call a tool that must succeed; return its output. Checks that no host path leaks.

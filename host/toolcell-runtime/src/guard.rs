@@ -212,6 +212,26 @@ impl FsGuard {
         }
     }
 
+    /// Allow a metadata-only access (`metadata-hash-at`, which wasi-libc makes for every
+    /// directory entry it lists) if the role may read or list the path.
+    fn check_visible(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        if self.decide(Access::List, path).effect == Effect::Allow {
+            return Ok(());
+        }
+        self.check(operation, path, Access::Read)
+    }
+
+    /// Whether an existing directory the role may see is at `path`: creating it again is then
+    /// answered `exist` without a refusal, as `mkdir -p` (and std's `create_dir_all`) expect.
+    fn is_visible_directory(&self, path: &str) -> bool {
+        let is_directory = self
+            .root
+            .as_ref()
+            .and_then(|root| root.symlink_metadata(path).ok())
+            .is_some_and(|metadata| metadata.is_dir());
+        is_directory && self.is_visible(path, true)
+    }
+
     /// Whether the role may see `path` in a listing: read it (a file) or list it (a directory).
     fn is_visible(&self, path: &str, is_directory: bool) -> bool {
         let access = if is_directory { Access::List } else { Access::Read };
@@ -460,7 +480,11 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn create_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
-        self.guard.check_at("create-directory-at", &fd, &path, false, Access::Write)?;
+        let canonical = self.guard.resolve_at("create-directory-at", &fd, &path, false, Access::Write)?;
+        if self.guard.is_visible_directory(&canonical) {
+            return Err(FsError::from(ErrorCode::Exist));
+        }
+        self.guard.check("create-directory-at", &canonical, Access::Write)?;
         fs::HostDescriptor::create_directory_at(&mut self.inner, fd, path)
     }
 
@@ -607,7 +631,8 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn metadata_hash_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<MetadataHashValue> {
-        self.guard.check_at("metadata-hash-at", &fd, &path, follows(path_flags), Access::Read)?;
+        let canonical = self.guard.resolve_at("metadata-hash-at", &fd, &path, follows(path_flags), Access::Read)?;
+        self.guard.check_visible("metadata-hash-at", &canonical)?;
         fs::HostDescriptor::metadata_hash_at(&mut self.inner, fd, path_flags, path)
     }
 }

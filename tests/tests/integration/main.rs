@@ -2,6 +2,7 @@
 
 mod edit_file;
 mod escapes;
+mod governance;
 mod list_files;
 mod loading;
 mod read_file;

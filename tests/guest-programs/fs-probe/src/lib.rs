@@ -1,6 +1,6 @@
 //! `fs_probe`: a hostile tool that calls `std::fs` directly on whatever paths it is given, for
 //! the host's sandbox tests. It reports what each operation did, so a test can tell whether
-//! the host let anything through.
+//! the host let anything through. `symlink` takes the link path in `path` and its target in `to`.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -66,6 +66,7 @@ fn run(operation: &Operation) -> Value {
         "remove" => std::fs::remove_file(path).map(|()| json!(null)),
         "rmdir" => std::fs::remove_dir(path).map(|()| json!(null)),
         "rename" => std::fs::rename(path, &operation.to).map(|()| json!(null)),
+        "symlink" => symlink(&operation.to, path).map(|()| json!(null)),
         "hard_link" => std::fs::hard_link(path, &operation.to).map(|()| json!(null)),
         "read_link" => std::fs::read_link(path).map(|target| json!(target.to_string_lossy())),
         "canonicalize" => std::fs::canonicalize(path).map(|target| json!(target.to_string_lossy())),
@@ -77,6 +78,18 @@ fn run(operation: &Operation) -> Value {
         Ok(value) => json!({ "op": operation.op, "path": path, "ok": true, "value": value }),
         Err(error) => json!({ "op": operation.op, "path": path, "ok": false, "error": format!("{:?}: {error}", error.kind()) }),
     }
+}
+
+/// `symlink(target, link)` from wasi-libc: std's `symlink_path` is unstable on WASI.
+fn symlink(target: &str, link: &str) -> std::io::Result<()> {
+    unsafe extern "C" {
+        fn symlink(target: *const std::ffi::c_char, link: *const std::ffi::c_char) -> std::ffi::c_int;
+    }
+    let target = std::ffi::CString::new(target)?;
+    let link = std::ffi::CString::new(link)?;
+    // SAFETY: both arguments are NUL-terminated strings that outlive the call.
+    let status = unsafe { symlink(target.as_ptr(), link.as_ptr()) };
+    if status == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 
 toolcell_sdk::export_tool!(FsProbe);
