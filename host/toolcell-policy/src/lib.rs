@@ -535,6 +535,27 @@ fn compile_glob(pattern: &str) -> Result<PathGlob, String> {
     })
 }
 
+/// `base/path` normalised lexically (`.` and empty components dropped, `..` applied) as a
+/// workspace-relative path, `.` for the root; `None` if it is absolute or climbs above the root.
+/// `base` is itself such a path. Symlinks are not resolved: the host does that against the real
+/// workspace before asking [`Policy::decide`].
+pub fn join_lexically(base: &str, path: &str) -> Option<String> {
+    if path.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = if base == "." { Vec::new() } else { base.split('/').collect() };
+    for component in path.split('/') {
+        match component {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            name => parts.push(name),
+        }
+    }
+    Some(if parts.is_empty() { ".".to_owned() } else { parts.join("/") })
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }

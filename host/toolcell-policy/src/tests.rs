@@ -164,3 +164,20 @@ fn bad_policies_fail_with_file_line_and_reason() {
         }
     }
 }
+
+#[test]
+fn lexical_join_table() {
+    let table = [
+        (".", "a", Some("a")),
+        ("src", "../docs/x", Some("docs/x")),
+        ("src", "../../x", None),
+        (".", "..", None),
+        (".", "/etc/passwd", None),
+        ("a/b", "./c//d", Some("a/b/c/d")),
+        ("a", "..", Some(".")),
+        (".", "", Some(".")),
+    ];
+    for (base, path, expected) in table {
+        assert_eq!(join_lexically(base, path).as_deref(), expected, "{base} + {path}");
+    }
+}

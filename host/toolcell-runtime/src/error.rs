@@ -75,6 +75,15 @@ pub enum Error {
         roles: String,
     },
 
+    /// The policy file cannot be read.
+    #[error("cannot read the policy `{}`: {source}", path.display())]
+    PolicyFile {
+        /// The file given.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+
     /// The policy cannot be loaded.
     #[error("cannot load the policy: {0}")]
     Policy(#[from] toolcell_policy::PolicyError),

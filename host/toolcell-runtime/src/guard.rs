@@ -581,8 +581,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let link = self.guard.check_at("symlink-at", &fd, &link_path, false, Access::Write)?;
         // The target is resolved from the link's directory; it must stay inside the workspace.
         let directory = link.rsplit_once('/').map_or(".", |(parent, _)| parent).to_owned();
-        let lexical_target = lexical_join(&directory, &target);
-        if target.starts_with('/') || lexical_target.is_none() {
+        if toolcell_policy::join_lexically(&directory, &target).is_none() {
             let event = FsEvent {
                 operation: "symlink-at",
                 path: link,
@@ -659,39 +658,9 @@ impl fs::HostDirectoryEntryStream for GuardedFilesystem<'_> {
     }
 }
 
-/// `base/path` normalised lexically, or `None` if it climbs above the workspace root.
-fn lexical_join(base: &str, path: &str) -> Option<String> {
-    let mut parts: Vec<&str> = if base == "." { Vec::new() } else { base.split('/').collect() };
-    for component in path.split('/') {
-        match component {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            name => parts.push(name),
-        }
-    }
-    Some(if parts.is_empty() { ".".to_owned() } else { parts.join("/") })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lexical_join_table() {
-        let table = [
-            (".", "a", Some("a")),
-            ("src", "../docs/x", Some("docs/x")),
-            ("src", "../../x", None),
-            (".", "..", None),
-            ("a/b", "./c//d", Some("a/b/c/d")),
-            ("a", "..", Some(".")),
-        ];
-        for (base, path, expected) in table {
-            assert_eq!(lexical_join(base, path).as_deref(), expected, "{base} + {path}");
-        }
-    }
 
     #[test]
     fn resolution_follows_symlinks_inside_the_workspace() {

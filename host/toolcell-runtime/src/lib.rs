@@ -17,6 +17,7 @@
 //! let runtime = RuntimeBuilder::new()
 //!     .cache_dir("/tmp/toolcell-cache")
 //!     .component("read_file.wasm", wasm)
+//!     .policy_file("policies/default.toml")
 //!     .build()?;
 //! let workspace = Workspace::open("/path/to/repo".as_ref())?;
 //! let outcome = runtime.call(&CallRequest {
@@ -25,6 +26,7 @@
 //!     session_id: "s-1",
 //!     tool: "read_file",
 //!     args: r#"{"path": "README.md", "limit": 5}"#,
+//!     approver: None,
 //! })?;
 //! match outcome.result {
 //!     Ok(output) => eprintln!("{}", output.text),
@@ -82,7 +84,12 @@ pub const STDIO_CAPACITY: usize = 64 * 1024;
 pub struct RuntimeBuilder {
     cache_dir: Option<PathBuf>,
     components: Vec<(String, Cow<'static, [u8]>)>,
-    policy: Option<(String, String)>,
+    policy: Option<PolicySource>,
+}
+
+enum PolicySource {
+    Text { file: String, text: String },
+    File(PathBuf),
 }
 
 impl RuntimeBuilder {
@@ -113,7 +120,17 @@ impl RuntimeBuilder {
     /// only the workspace boundary applies.
     #[must_use]
     pub fn policy(mut self, file: impl Into<String>, text: impl Into<String>) -> Self {
-        self.policy = Some((file.into(), text.into()));
+        self.policy = Some(PolicySource::Text {
+            file: file.into(),
+            text: text.into(),
+        });
+        self
+    }
+
+    /// Like [`policy`](Self::policy), reading the policy from `path` when the runtime is built.
+    #[must_use]
+    pub fn policy_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.policy = Some(PolicySource::File(path.into()));
         self
     }
 
@@ -165,10 +182,15 @@ impl RuntimeBuilder {
                 },
             );
         }
-        let policy = match &self.policy {
-            Some((file, text)) => {
-                let names: Vec<&str> = tools.keys().map(String::as_str).collect();
-                Some(Arc::new(Policy::parse(file, text, &names)?))
+        let names: Vec<&str> = tools.keys().map(String::as_str).collect();
+        let policy = match self.policy {
+            Some(PolicySource::Text { file, text }) => Some(Arc::new(Policy::parse(&file, &text, &names)?)),
+            Some(PolicySource::File(path)) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| Error::PolicyFile {
+                    path: path.clone(),
+                    source,
+                })?;
+                Some(Arc::new(Policy::parse(&path.display().to_string(), &text, &names)?))
             }
             None => None,
         };
@@ -359,6 +381,11 @@ impl Runtime {
     /// The tool named `name`, if loaded.
     pub fn tool(&self, name: &str) -> Option<&ToolInfo> {
         self.tools.get(name).map(|tool| &tool.info)
+    }
+
+    /// The policy governing calls, if any.
+    pub fn policy(&self) -> Option<&Policy> {
+        self.policy.as_deref()
     }
 
     /// Every component loaded, in load order, and whether each came from the cache.

@@ -30,6 +30,10 @@ pub struct RuntimeArgs {
     /// Report on stderr how each component was loaded (compiled, or from the cache).
     #[arg(long, short, global = true)]
     pub verbose: bool,
+
+    /// The governance policy (TOML) [default: the built-in policies/default.toml].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -46,6 +50,10 @@ pub enum Command {
     /// Exit status: 0 on success, 1 if the tool returned an error (printed on stderr), 2 if the
     /// host could not run the call.
     Call(CallArgs),
+
+    /// Check and explain governance policies.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
 
     /// Create a demo workspace and run a short agent session through every tool.
     Demo {
@@ -79,4 +87,31 @@ pub struct CallArgs {
     /// Print the whole outcome as JSON (text, structured result or error, call id).
     #[arg(long)]
     pub json: bool,
+
+    /// Approve every access the policy marks `ask` (each approval is reported on stderr).
+    #[arg(long)]
+    pub approve: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Load a policy and report its roles, or the first error with its file and line.
+    Check {
+        /// The policy file.
+        file: PathBuf,
+    },
+
+    /// Show the decision for one access to one path, and the rule that makes it.
+    Explain {
+        /// The role asking.
+        #[arg(long)]
+        role: String,
+
+        /// The access: read, list, write or delete.
+        #[arg(long, value_parser = ["read", "list", "write", "delete"])]
+        access: String,
+
+        /// The workspace-relative path (normalised lexically: `src/../docs/x` is `docs/x`).
+        path: String,
+    },
 }

@@ -6,9 +6,15 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use serde_json::json;
-use toolcell_runtime::{CacheOutcome, CallRequest, Runtime, RuntimeBuilder, Workspace};
+use std::sync::Arc;
 
-use crate::cli::{CallArgs, Cli, Command, RuntimeArgs};
+use toolcell_runtime::{Access, Approver, CacheOutcome, CallRequest, Error, Runtime, RuntimeBuilder, Workspace};
+
+use crate::cli::{CallArgs, Cli, Command, PolicyCommand, RuntimeArgs};
+
+/// The shipped default policy, built in.
+const DEFAULT_POLICY: &str = include_str!("../../../policies/default.toml");
+const DEFAULT_POLICY_NAME: &str = "policies/default.toml (built in)";
 
 /// Exit status when a tool returned an error.
 pub const EXIT_TOOL_ERROR: u8 = 1;
@@ -17,10 +23,15 @@ pub const EXIT_HOST_ERROR: u8 = 2;
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Policy(PolicyCommand::Check { file }) = &cli.command {
+        return policy_check(&cli.runtime, file);
+    }
     let runtime = build_runtime(&cli.runtime)?;
     match cli.command {
         Command::Tools { json } => tools(&runtime, json),
         Command::Call(args) => call(&runtime, &args),
+        Command::Policy(PolicyCommand::Explain { role, access, path }) => policy_explain(&runtime, &role, &access, &path),
+        Command::Policy(PolicyCommand::Check { .. }) => unreachable!("handled above"),
         Command::Demo { workspace } => crate::demo::run(&runtime, workspace),
     }
 }
@@ -36,6 +47,10 @@ pub fn build_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
     for (name, wasm) in toolcell_builtins::components() {
         builder = builder.component(format!("builtin:{name}"), wasm);
     }
+    builder = match &args.policy {
+        Some(path) => builder.policy_file(path),
+        None => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),
+    };
     let runtime = builder.build().context("cannot start the toolcell host")?;
     if args.verbose {
         let mut stderr = std::io::stderr().lock();
@@ -83,15 +98,26 @@ fn tools(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--approve`: approves every `ask`, and says so on stderr.
+struct ApproveAll;
+
+impl Approver for ApproveAll {
+    fn approve(&self, role: &str, access: Access, path: &str, rule: &str) -> bool {
+        let _ = writeln!(std::io::stderr(), "approved (--approve): {access} of `{path}` for role `{role}` (rule `{rule}`)");
+        true
+    }
+}
+
 fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
     let workspace = Workspace::open(&args.workspace)?;
+    let approver: Arc<dyn Approver> = Arc::new(ApproveAll);
     let outcome = runtime.call(&CallRequest {
         workspace: &workspace,
         role: &args.role,
         session_id: &args.session,
         tool: &args.tool,
         args: &args.args,
-        approver: None,
+        approver: args.approve.then_some(&approver),
     })?;
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -114,4 +140,55 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(EXIT_TOOL_ERROR))
         }
     }
+}
+
+fn policy_check(args: &RuntimeArgs, file: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let checked = RuntimeArgs {
+        policy: Some(file.to_path_buf()),
+        cache_dir: args.cache_dir.clone(),
+        no_cache: args.no_cache,
+        verbose: args.verbose,
+    };
+    let runtime = match build_runtime(&checked) {
+        Ok(runtime) => runtime,
+        Err(error) => match error.downcast_ref::<Error>() {
+            Some(Error::Policy(policy_error)) => {
+                writeln!(std::io::stderr(), "{policy_error}")?;
+                return Ok(ExitCode::from(EXIT_TOOL_ERROR));
+            }
+            _ => return Err(error),
+        },
+    };
+    let policy = runtime.policy().context("the runtime was built with a policy")?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}: ok", policy.file())?;
+    for role in policy.roles() {
+        let tools = role.tools().map_or_else(|| "every tool".to_owned(), |tools| tools.join(", "));
+        writeln!(stdout, "  role `{}`: {tools}", role.name())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn policy_explain(runtime: &Runtime, role_name: &str, access: &str, path: &str) -> anyhow::Result<ExitCode> {
+    let policy = runtime.policy().context("the runtime was built with a policy")?;
+    let role = policy.role(role_name).with_context(|| {
+        let roles: Vec<&str> = policy.roles().map(|role| role.name()).collect();
+        format!("the policy `{}` has no role `{role_name}`; its roles are: {}", policy.file(), roles.join(", "))
+    })?;
+    let access = Access::from_name(access).with_context(|| format!("unknown access `{access}`"))?;
+    // Lexical only: symlinks are resolved when a real call touches the workspace.
+    let Some(canonical) = toolcell_policy::join_lexically(".", path) else {
+        writeln!(std::io::stdout(), "deny: `{path}` is outside the workspace (rule `workspace-boundary`)")?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    let decision = policy.decide(role, access, &canonical);
+    let location = decision.line.map(|line| format!(", {} line {line}", policy.file())).unwrap_or_default();
+    writeln!(
+        std::io::stdout(),
+        "{}: {access} of `{canonical}` by role `{}` (rule `{}`{location})",
+        decision.effect,
+        role.name(),
+        decision.rule
+    )?;
+    Ok(ExitCode::SUCCESS)
 }

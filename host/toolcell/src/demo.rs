@@ -13,18 +13,21 @@ const MAIN_RS: &str = "fn main() {\n    let name = \"world\";\n    println!(\"He
 const README: &str = "# demo\n\nA workspace created by `toolcell demo`.\n";
 const GUIDE: &str = "# Guide\n\nRun it with `cargo run`; it prints a greeting.\n";
 
-/// The session: what an agent would do, in order.
-fn script() -> Vec<(&'static str, Value)> {
+/// The session: what agents in two roles would do, in order, under the default policy.
+fn script() -> Vec<(&'static str, &'static str, Value)> {
     vec![
-        ("write_file", json!({"path": "src/main.rs", "content": MAIN_RS})),
-        ("write_file", json!({"path": "README.md", "content": README})),
-        ("write_file", json!({"path": "docs/guide.md", "content": GUIDE})),
-        ("list_files", json!({"pattern": "**"})),
-        ("read_file", json!({"path": "src/main.rs"})),
-        ("edit_file", json!({"path": "src/main.rs", "old_string": "\"world\"", "new_string": "\"toolcell\""})),
-        ("search_files", json!({"query": "print", "output_mode": "content", "context": 1})),
-        ("read_file", json!({"path": "../../etc/passwd"})),
-        ("edit_file", json!({"path": "src/main.rs", "old_string": "not in the file", "new_string": "x"})),
+        ("impl", "write_file", json!({"path": "src/main.rs", "content": MAIN_RS})),
+        ("impl", "write_file", json!({"path": "README.md", "content": README})),
+        ("impl", "list_files", json!({"pattern": "**"})),
+        ("impl", "read_file", json!({"path": "src/main.rs"})),
+        ("impl", "edit_file", json!({"path": "src/main.rs", "old_string": "\"world\"", "new_string": "\"toolcell\""})),
+        ("impl", "search_files", json!({"query": "print", "output_mode": "content", "context": 1})),
+        ("impl", "edit_file", json!({"path": "src/main.rs", "old_string": "not in the file", "new_string": "x"})),
+        // Refused: the workspace boundary, the policy's read-only docs, and tool gating.
+        ("impl", "read_file", json!({"path": "../../etc/passwd"})),
+        ("impl", "write_file", json!({"path": "docs/guide.md", "content": GUIDE})),
+        ("control", "write_file", json!({"path": "src/main.rs", "content": ""})),
+        ("control", "search_files", json!({"query": "toolcell"})),
     ]
 }
 
@@ -35,13 +38,13 @@ pub fn run(runtime: &Runtime, workspace: Option<PathBuf>) -> anyhow::Result<Exit
     });
     let workspace = Workspace::create(&directory)?;
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "toolcell demo: workspace {}, role `impl`\n", workspace.root().display())?;
-    for (tool, args) in script() {
+    writeln!(stdout, "toolcell demo: workspace {}\n", workspace.root().display())?;
+    for (role, tool, args) in script() {
         let args = args.to_string();
-        writeln!(stdout, "$ toolcell call {tool} '{args}'")?;
+        writeln!(stdout, "$ toolcell call {tool} '{args}' --role {role}")?;
         let outcome = runtime.call(&CallRequest {
             workspace: &workspace,
-            role: "impl",
+            role,
             session_id: "demo",
             tool,
             args: &args,

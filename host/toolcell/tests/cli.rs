@@ -141,6 +141,84 @@ fn demo_runs_a_whole_session() {
     assert!(run.stdout.contains("Created `src/main.rs`"), "{}", run.stdout);
     assert!(run.stdout.contains("src/main.rs:3:    println!(\"Hello, {name}!\");"), "{}", run.stdout);
     assert!(run.stdout.contains("error denied: `../../etc/passwd` leaves the workspace"), "{}", run.stdout);
+    assert!(run.stdout.contains("by rule `docs-read-only`"), "{}", run.stdout);
+    assert!(run.stdout.contains("role `control` may not call `write_file`"), "{}", run.stdout);
     let main = std::fs::read_to_string(demo.join("src/main.rs")).expect("demo wrote src/main.rs");
     assert!(main.contains("\"toolcell\""), "{main}");
+}
+
+#[test]
+fn policy_check_reports_roles_or_the_first_error_with_its_line() {
+    let (workspace, cache) = setup();
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/default.toml");
+    let run = toolcell(&cache, &["policy", "check", policy.to_str().expect("UTF-8 path")]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("role `control`: read_file, list_files, search_files"), "{}", run.stdout);
+    assert!(run.stdout.contains("role `reviewer`"), "{}", run.stdout);
+
+    let bad = workspace.path().join("bad.toml");
+    std::fs::write(&bad, "version = 1\n[roles.r]\ntools = [\"read_file\", \"red_file\"]\n").expect("write policy");
+    let run = toolcell(&cache, &["policy", "check", bad.to_str().expect("UTF-8 path")]);
+    assert_eq!(run.status, 1);
+    insta::assert_snapshot!(
+        filtered(&run.stderr, workspace.path()),
+        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: edit_file, list_files, read_file, search_files, write_file"
+    );
+}
+
+#[test]
+fn policy_explain_names_the_deciding_rule() {
+    let (_workspace, cache) = setup();
+    let explain = |role: &str, access: &str, path: &str| {
+        let run = toolcell(&cache, &["policy", "explain", "--role", role, "--access", access, path]);
+        assert_eq!(run.status, 0, "{}", run.stderr);
+        run.stdout
+    };
+    insta::assert_snapshot!(
+        [
+            explain("impl", "write", "src/../docs/guide.md"),
+            explain("impl", "write", "src/main.rs"),
+            explain("control", "write", "src/main.rs"),
+            explain("impl", "delete", ".git/HEAD"),
+            explain("impl", "read", "../outside"),
+        ]
+        .concat(),
+        @r"
+    deny: write of `docs/guide.md` by role `impl` (rule `docs-read-only`, policies/default.toml (built in) line 50)
+    allow: write of `src/main.rs` by role `impl` (rule `impl-write`, policies/default.toml (built in) line 44)
+    deny: write of `src/main.rs` by role `control` (rule `default-deny`)
+    deny: delete of `.git/HEAD` by role `impl` (rule `protected:.git/**`)
+    deny: `../outside` is outside the workspace (rule `workspace-boundary`)
+    "
+    );
+}
+
+#[test]
+fn calls_are_governed_and_ask_needs_approve() {
+    let (workspace, cache) = setup();
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    let run = toolcell(&cache, &["call", "write_file", r#"{"path": "docs/a.md", "content": "x"}"#, "--workspace", root]);
+    assert_eq!(run.status, 1);
+    assert!(run.stderr.starts_with("denied: write of `docs` is denied for role `impl` by rule `docs-read-only`"), "{}", run.stderr);
+    let run = toolcell(&cache, &["call", "write_file", r#"{"path": "a.md", "content": "x"}"#, "--workspace", root, "--role", "control"]);
+    assert_eq!(run.status, 1);
+    assert!(run.stderr.contains("role `control` may not call `write_file`"), "{}", run.stderr);
+
+    let policy = workspace.path().join("ask.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[roles.impl]\ntools = [\"*\"]\n[[roles.impl.rules]]\nid = \"ask-all\"\naccess = [\"read\", \"list\", \"write\"]\npaths = [\"**\"]\neffect = \"ask\"\n",
+    )
+    .expect("write policy");
+    let policy = policy.to_str().expect("UTF-8 path");
+    let args = r#"{"path": "notes.txt", "content": "approved"}"#;
+    let run = toolcell(&cache, &["--policy", policy, "call", "write_file", args, "--workspace", root]);
+    assert_eq!(run.status, 1);
+    assert!(run.stderr.contains("needs approval (rule `ask-all`"), "{}", run.stderr);
+    assert!(run.stderr.contains("--approve"), "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(workspace.path().join("notes.txt")).expect("unchanged"), "first\nsecond\n");
+    let run = toolcell(&cache, &["--policy", policy, "call", "write_file", args, "--workspace", root, "--approve"]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("approved (--approve): write of `notes.txt` for role `impl` (rule `ask-all`)"), "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(workspace.path().join("notes.txt")).expect("written"), "approved");
 }
