@@ -117,6 +117,23 @@ pub fn governed_runtime() -> &'static Runtime {
     })
 }
 
+/// A fresh runtime like [`governed_runtime`] that keeps its audit trail in `state_dir`.
+pub fn audited_runtime(state_dir: &Path) -> Runtime {
+    builtin_runtime_builder()
+        .component("test:fs_probe", guest_program("fs_probe"))
+        .policy("test-policy.toml", TEST_POLICY)
+        .audit_dir(state_dir)
+        .build()
+        .unwrap_or_else(|error| panic!("the audited test runtime does not build: {error}"))
+}
+
+/// The records of an audit log, parsed.
+pub fn audit_records(runtime: &Runtime) -> Vec<toolcell_audit::Record> {
+    let text = runtime.audit().expect("an audited runtime").read().expect("read the audit log");
+    toolcell_audit::verify(text.lines()).expect("the audit chain is intact");
+    text.lines().map(|line| serde_json::from_str(line).expect("a record")).collect()
+}
+
 /// The built-in tools governed by the shipped default policy.
 pub fn default_policy_runtime() -> &'static Runtime {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();

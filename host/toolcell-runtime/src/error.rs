@@ -106,6 +106,15 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The audit trail's directory cannot be used.
+    #[error("cannot use the audit trail at `{}`: {source}", path.display())]
+    Audit {
+        /// The state directory or log file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+
     /// The host failed while running a call (not the tool: instantiation or a host bug).
     #[error("the host failed to run `{tool}`: {reason}")]
     Call {

@@ -14,7 +14,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use toolcell_audit::Record;
 use toolcell_policy::{Access, Decision, Effect, Policy};
+
+use crate::audit::AuditLog;
 use wasmtime::component::Resource;
 use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
 use wasmtime_wasi::p2::bindings::filesystem::preopens;
@@ -66,8 +69,22 @@ pub struct Denial {
     pub message: String,
 }
 
+/// Where the guard writes its records, and who the call is for.
+pub(crate) struct AuditSink {
+    pub(crate) log: Arc<AuditLog>,
+    pub(crate) session: String,
+    pub(crate) tool: String,
+    pub(crate) call_id: String,
+}
+
 /// What the guard knows for one call.
 pub(crate) struct FsGuard {
+    audit: Option<AuditSink>,
+    /// Workspace-relative paths no call may modify (the state directory and the policy file,
+    /// when they sit inside the workspace).
+    state_paths: Vec<String>,
+    /// Records the guard could not write (the refusals stand regardless).
+    pub(crate) audit_failures: u64,
     /// `None`: no policy, only the workspace boundary applies.
     policy: Option<Arc<Policy>>,
     role: String,
@@ -91,6 +108,9 @@ impl FsGuard {
         root: Option<cap_std::fs::Dir>,
     ) -> Self {
         FsGuard {
+            audit: None,
+            state_paths: Vec::new(),
+            audit_failures: 0,
             policy,
             role: role.to_owned(),
             approver,
@@ -101,6 +121,38 @@ impl FsGuard {
             unrecorded_events: 0,
             denials: Vec::new(),
         }
+    }
+
+    /// Write decisions to `sink`, and refuse modifications of `state_paths`.
+    pub(crate) fn with_audit(mut self, sink: Option<AuditSink>, state_paths: Vec<String>) -> Self {
+        self.audit = sink;
+        self.state_paths = state_paths;
+        self
+    }
+
+    /// Write one decision to the audit trail before the operation proceeds.
+    fn audit(&self, event: &FsEvent) -> std::io::Result<()> {
+        let Some(sink) = &self.audit else {
+            return Ok(());
+        };
+        let decision = match (event.asked, event.effect) {
+            (true, Effect::Allow) => "approved",
+            (true, _) => "refused",
+            (false, effect) => effect.as_str(),
+        };
+        let record = Record::filesystem(
+            &now(),
+            &sink.session,
+            &self.role,
+            &sink.tool,
+            &sink.call_id,
+            event.operation,
+            &event.path,
+            event.access.as_str(),
+            decision,
+            &event.rule,
+        );
+        sink.log.append(&[record])
     }
 
     fn base(&self, descriptor: &Resource<Descriptor>) -> FsResult<String> {
@@ -189,11 +241,33 @@ impl FsGuard {
             let message = self.denial_message(access, path, &decision);
             return Err(self.refuse(event, message));
         }
+        if matches!(access, Access::Write | Access::Delete) && self.audit(&event).is_err() {
+            // No record, no modification.
+            let message = format!(
+                "{access} of `{}` was refused because the audit trail cannot be written; tell the operator",
+                display(path)
+            );
+            event.effect = Effect::Deny;
+            event.rule = "audit-unavailable".to_owned();
+            return Err(self.refuse(event, message));
+        }
         self.remember(event);
         Ok(())
     }
 
     fn decide(&self, access: Access, path: &str) -> Decision {
+        if matches!(access, Access::Write | Access::Delete)
+            && let Some(state) = self
+                .state_paths
+                .iter()
+                .find(|state| path == state.as_str() || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
+        {
+            return Decision {
+                effect: Effect::Deny,
+                rule: format!("protected:{state}"),
+                line: None,
+            };
+        }
         let Some(policy) = &self.policy else {
             return Decision {
                 effect: Effect::Allow,
@@ -263,7 +337,12 @@ impl FsGuard {
         }
     }
 
+    /// Record a refusal (in the audit trail and for the call's result) and return the WASI
+    /// error the component sees.
     fn refuse(&mut self, event: FsEvent, message: String) -> FsError {
+        if event.rule != "audit-unavailable" && self.audit(&event).is_err() {
+            self.audit_failures += 1;
+        }
         self.denials.push(Denial { event, message });
         FsError::from(ErrorCode::Access)
     }
@@ -377,6 +456,11 @@ fn resolve(root: Option<&cap_std::fs::Dir>, base: &str, path: &str, follow_final
     } else {
         Resolved::Inside(resolved.join("/"))
     }
+}
+
+/// The current time as RFC 3339 UTC with milliseconds.
+pub(crate) fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
 /// A path as messages show it: control characters escaped.

@@ -47,6 +47,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
+mod audit;
 mod engine;
 mod error;
 mod guard;
@@ -54,6 +55,7 @@ mod imports;
 mod schema;
 mod state;
 
+pub use audit::{AUDIT_FILE, AuditLog};
 pub use engine::CacheOutcome;
 pub use error::Error;
 pub use guard::{Approver, Denial, FsEvent};
@@ -62,7 +64,7 @@ pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
 
 use error::describe;
-use guard::FsGuard;
+use guard::{AuditSink, FsGuard};
 use schema::ArgsSchema;
 use std::sync::Arc;
 use state::{CallContext, CallState, CapturePipe};
@@ -85,6 +87,7 @@ pub struct RuntimeBuilder {
     cache_dir: Option<PathBuf>,
     components: Vec<(String, Cow<'static, [u8]>)>,
     policy: Option<PolicySource>,
+    audit_dir: Option<PathBuf>,
 }
 
 enum PolicySource {
@@ -124,6 +127,15 @@ impl RuntimeBuilder {
             file: file.into(),
             text: text.into(),
         });
+        self
+    }
+
+    /// Keep the audit trail in `state_dir/audit.jsonl`: one record per tool call, one per
+    /// refusal, and one per allowed modification, written before the modification happens.
+    /// If the state directory lies inside a workspace, no call may modify it.
+    #[must_use]
+    pub fn audit_dir(mut self, state_dir: impl Into<PathBuf>) -> Self {
+        self.audit_dir = Some(state_dir.into());
         self
     }
 
@@ -183,9 +195,11 @@ impl RuntimeBuilder {
             );
         }
         let names: Vec<&str> = tools.keys().map(String::as_str).collect();
+        let mut policy_path = None;
         let policy = match self.policy {
             Some(PolicySource::Text { file, text }) => Some(Arc::new(Policy::parse(&file, &text, &names)?)),
             Some(PolicySource::File(path)) => {
+                policy_path = std::fs::canonicalize(&path).ok();
                 let text = std::fs::read_to_string(&path).map_err(|source| Error::PolicyFile {
                     path: path.clone(),
                     source,
@@ -194,11 +208,14 @@ impl RuntimeBuilder {
             }
             None => None,
         };
+        let audit = self.audit_dir.as_deref().map(AuditLog::open).transpose()?.map(Arc::new);
         Ok(Runtime {
             engine,
             tools,
             loaded,
             policy,
+            policy_path,
+            audit,
         })
     }
 }
@@ -270,6 +287,9 @@ pub struct Runtime {
     tools: BTreeMap<String, LoadedTool>,
     loaded: Vec<LoadedComponent>,
     policy: Option<Arc<Policy>>,
+    /// The policy file, when it came from one (protected if inside a workspace).
+    policy_path: Option<PathBuf>,
+    audit: Option<Arc<AuditLog>>,
 }
 
 /// The workspace a call may touch: a directory on the host, granted to the component as its
@@ -383,6 +403,11 @@ impl Runtime {
         self.tools.get(name).map(|tool| &tool.info)
     }
 
+    /// The audit trail, if the runtime keeps one.
+    pub fn audit(&self) -> Option<&AuditLog> {
+        self.audit.as_deref()
+    }
+
     /// The policy governing calls, if any.
     pub fn policy(&self) -> Option<&Policy> {
         self.policy.as_deref()
@@ -437,14 +462,12 @@ impl Runtime {
                         request.tool
                     ),
                 ));
-                outcome.duration = started.elapsed();
-                return Ok(outcome);
+                return Ok(self.finish(request, outcome, started));
             }
         }
         if let Err(error) = tool.schema.check(request.tool, request.args) {
             outcome.result = Err(error);
-            outcome.duration = started.elapsed();
-            return Ok(outcome);
+            return Ok(self.finish(request, outcome, started));
         }
 
         let host_error = |error: wasmtime::Error| Error::Call {
@@ -474,7 +497,16 @@ impl Runtime {
                 call_id,
                 ..CallContext::default()
             },
-            guard: FsGuard::new(self.policy.clone(), request.role, request.approver.cloned(), Some(directory)),
+            guard: FsGuard::new(self.policy.clone(), request.role, request.approver.cloned(), Some(directory))
+                .with_audit(
+                    self.audit.as_ref().map(|log| AuditSink {
+                        log: Arc::clone(log),
+                        session: request.session_id.to_owned(),
+                        tool: request.tool.to_owned(),
+                        call_id: outcome.call_id.clone(),
+                    }),
+                    self.state_paths_inside(request.workspace),
+                ),
         };
         let mut store = Store::new(&self.engine, state);
         let plugin = tool.pre.instantiate(&mut store).map_err(host_error)?;
@@ -502,10 +534,68 @@ impl Runtime {
         if !outcome.denials.is_empty() {
             outcome.result = Err(denied_result(&outcome.denials, &outcome.result));
         }
+        if state.guard.audit_failures > 0 {
+            outcome.result = Err(ToolError::new(
+                ToolErrorKind::Failed,
+                "the audit trail cannot be written, so this call's result is withheld; tell the operator",
+            ));
+        }
         outcome.stdout = stdout.take();
         outcome.stderr = stderr.take();
+        Ok(self.finish(request, outcome, started))
+    }
+
+    /// Workspace-relative paths of the state directory and the policy file, if they sit inside
+    /// the workspace: no call may modify them.
+    fn state_paths_inside(&self, workspace: &Workspace) -> Vec<String> {
+        let audit_dir = self.audit.as_ref().map(|log| log.directory());
+        [audit_dir, self.policy_path.as_deref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|path| path.strip_prefix(workspace.root()).ok())
+            .map(|relative| {
+                let relative = relative.to_string_lossy();
+                if relative.is_empty() { ".".to_owned() } else { relative.into_owned() }
+            })
+            .collect()
+    }
+
+    /// Write the call's record and stamp its duration. A call whose record cannot be written
+    /// does not return its result.
+    fn finish(&self, request: &CallRequest<'_>, mut outcome: CallOutcome, started: Instant) -> CallOutcome {
         outcome.duration = started.elapsed();
-        Ok(outcome)
+        let Some(log) = &self.audit else {
+            return outcome;
+        };
+        let status = match (&outcome.result, outcome.trapped, outcome.gated) {
+            (_, true, _) => "trapped".to_owned(),
+            (_, _, true) => "gated".to_owned(),
+            (Ok(_), _, _) => "ok".to_owned(),
+            (Err(error), _, _) => error.kind.as_str().to_owned(),
+        };
+        let mut record = toolcell_audit::Record::call(
+            &guard::now(),
+            request.session_id,
+            request.role,
+            request.tool,
+            &outcome.call_id,
+            &status,
+        );
+        let reads = outcome.events.iter().filter(|event| matches!(event.access, Access::Read | Access::List)).count();
+        record.reads = Some(reads as u64 + outcome.unrecorded_events);
+        record.duration_us = Some(u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX));
+        record.notes.clone_from(&outcome.notes);
+        match &outcome.result {
+            Ok(output) => record.bytes = Some(output.text.len() as u64),
+            Err(error) => record.message = Some(error.message.chars().take(1024).collect()),
+        }
+        if log.append(&[record]).is_err() {
+            outcome.result = Err(ToolError::new(
+                ToolErrorKind::Failed,
+                "the audit trail cannot be written, so this call's result is withheld; tell the operator",
+            ));
+        }
+        outcome
     }
 }
 

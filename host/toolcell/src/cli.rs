@@ -34,6 +34,11 @@ pub struct RuntimeArgs {
     /// The governance policy (TOML) [default: the built-in policies/default.toml].
     #[arg(long, global = true, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+
+    /// Where the audit trail is kept, outside the workspace [default: $TOOLCELL_STATE_DIR, else
+    /// $XDG_STATE_HOME/toolcell, else ~/.local/state/toolcell].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -54,6 +59,10 @@ pub enum Command {
     /// Check and explain governance policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
+
+    /// Verify or show the audit trail.
+    #[command(subcommand)]
+    Audit(AuditCommand),
 
     /// Create a demo workspace and run a short agent session through every tool.
     Demo {
@@ -91,6 +100,29 @@ pub struct CallArgs {
     /// Approve every access the policy marks `ask` (each approval is reported on stderr).
     #[arg(long)]
     pub approve: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the hash chain; report the first edited, removed or reordered record by line.
+    ///
+    /// Exit status: 0 if the chain is intact, 1 if it is broken.
+    Verify,
+
+    /// Print the last records readably.
+    Tail {
+        /// How many records to print.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: usize,
+
+        /// Only records of this session.
+        #[arg(long)]
+        session: Option<String>,
+
+        /// Keep printing records as they are appended (until interrupted).
+        #[arg(long, short)]
+        follow: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -8,9 +8,9 @@ use anyhow::Context as _;
 use serde_json::json;
 use std::sync::Arc;
 
-use toolcell_runtime::{Access, Approver, CacheOutcome, CallRequest, Error, Runtime, RuntimeBuilder, Workspace};
+use toolcell_runtime::{Access, Approver, AuditLog, CacheOutcome, CallRequest, Error, Runtime, RuntimeBuilder, Workspace};
 
-use crate::cli::{CallArgs, Cli, Command, PolicyCommand, RuntimeArgs};
+use crate::cli::{AuditCommand, CallArgs, Cli, Command, PolicyCommand, RuntimeArgs};
 
 /// The shipped default policy, built in.
 const DEFAULT_POLICY: &str = include_str!("../../../policies/default.toml");
@@ -26,12 +26,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Policy(PolicyCommand::Check { file }) = &cli.command {
         return policy_check(&cli.runtime, file);
     }
+    if let Command::Audit(command) = &cli.command {
+        return audit(&cli.runtime, command);
+    }
     let runtime = build_runtime(&cli.runtime)?;
     match cli.command {
         Command::Tools { json } => tools(&runtime, json),
         Command::Call(args) => call(&runtime, &args),
         Command::Policy(PolicyCommand::Explain { role, access, path }) => policy_explain(&runtime, &role, &access, &path),
-        Command::Policy(PolicyCommand::Check { .. }) => unreachable!("handled above"),
+        Command::Policy(PolicyCommand::Check { .. }) | Command::Audit(_) => unreachable!("handled above"),
         Command::Demo { workspace } => crate::demo::run(&runtime, workspace),
     }
 }
@@ -46,6 +49,9 @@ pub fn build_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
     }
     for (name, wasm) in toolcell_builtins::components() {
         builder = builder.component(format!("builtin:{name}"), wasm);
+    }
+    if let Some(state_dir) = state_dir(args) {
+        builder = builder.audit_dir(state_dir);
     }
     builder = match &args.policy {
         Some(path) => builder.policy_file(path),
@@ -65,11 +71,79 @@ pub fn build_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
     Ok(runtime)
 }
 
+fn from_env(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from)
+}
+
 fn default_cache_dir() -> Option<PathBuf> {
-    let from_env = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from);
     from_env("TOOLCELL_CACHE_DIR")
         .or_else(|| from_env("XDG_CACHE_HOME").map(|cache| cache.join("toolcell")))
         .or_else(|| from_env("HOME").map(|home| home.join(".cache").join("toolcell")))
+}
+
+/// Where the audit trail lives: `--state-dir`, else the environment's state directory.
+fn state_dir(args: &RuntimeArgs) -> Option<PathBuf> {
+    args.state_dir
+        .clone()
+        .or_else(|| from_env("TOOLCELL_STATE_DIR"))
+        .or_else(|| from_env("XDG_STATE_HOME").map(|state| state.join("toolcell")))
+        .or_else(|| from_env("HOME").map(|home| home.join(".local").join("state").join("toolcell")))
+}
+
+fn audit(args: &RuntimeArgs, command: &AuditCommand) -> anyhow::Result<ExitCode> {
+    let directory = state_dir(args).context("no state directory: pass --state-dir or set TOOLCELL_STATE_DIR")?;
+    let log = AuditLog::open(&directory)?;
+    let text = log.read().with_context(|| format!("cannot read `{}`", log.path().display()))?;
+    match command {
+        AuditCommand::Verify => match toolcell_audit::verify(text.lines()) {
+            Ok(verified) => {
+                writeln!(
+                    std::io::stdout(),
+                    "{}: ok, {} records, last hash {}",
+                    log.path().display(),
+                    verified.records,
+                    verified.last_hash
+                )?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(tamper) => {
+                writeln!(std::io::stderr(), "{}: {tamper}", log.path().display())?;
+                Ok(ExitCode::from(EXIT_TOOL_ERROR))
+            }
+        },
+        AuditCommand::Tail { lines, session, follow } => {
+            let shown: Vec<String> = readable(&text, session.as_deref());
+            let mut stdout = std::io::stdout().lock();
+            for line in &shown[shown.len().saturating_sub(*lines)..] {
+                writeln!(stdout, "{line}")?;
+            }
+            stdout.flush()?;
+            if !follow {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut offset = text.len() as u64;
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let (more, end) = log.read_from(offset)?;
+                offset = end;
+                for line in readable(&more, session.as_deref()) {
+                    writeln!(stdout, "{line}")?;
+                }
+                stdout.flush()?;
+            }
+        }
+    }
+}
+
+/// Audit lines as readable text, optionally for one session; unparsable lines are shown as such.
+fn readable(text: &str, session: Option<&str>) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| match serde_json::from_str::<toolcell_audit::Record>(line) {
+            Ok(record) if session.is_none_or(|session| record.session == session) => Some(toolcell_audit::display(&record)),
+            Ok(_) => None,
+            Err(_) => Some(format!("(unreadable record: {})", line.escape_default())),
+        })
+        .collect()
 }
 
 fn tools(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
@@ -145,6 +219,7 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
 fn policy_check(args: &RuntimeArgs, file: &std::path::Path) -> anyhow::Result<ExitCode> {
     let checked = RuntimeArgs {
         policy: Some(file.to_path_buf()),
+        state_dir: None,
         cache_dir: args.cache_dir.clone(),
         no_cache: args.no_cache,
         verbose: args.verbose,

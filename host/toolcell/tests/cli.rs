@@ -12,11 +12,17 @@ struct Run {
 
 /// Run `toolcell` with a private cache directory.
 fn toolcell(cache: &Path, args: &[&str]) -> Run {
-    let Output { status, stdout, stderr } = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-        .arg("--cache-dir")
-        .arg(cache)
+    let state = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-state");
+    let has_state_dir = args.contains(&"--state-dir");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
+    command.arg("--cache-dir").arg(cache);
+    if !has_state_dir {
+        command.arg("--state-dir").arg(state);
+    }
+    let Output { status, stdout, stderr } = command
         .args(args)
         .env_remove("TOOLCELL_CACHE_DIR")
+        .env_remove("TOOLCELL_STATE_DIR")
         .output()
         .expect("run toolcell");
     Run {
@@ -221,4 +227,65 @@ fn calls_are_governed_and_ask_needs_approve() {
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert!(run.stderr.contains("approved (--approve): write of `notes.txt` for role `impl` (rule `ask-all`)"), "{}", run.stderr);
     assert_eq!(std::fs::read_to_string(workspace.path().join("notes.txt")).expect("written"), "approved");
+}
+
+#[test]
+fn audit_tail_shows_decisions_and_verify_catches_tampering() {
+    let (workspace, cache) = setup();
+    let state = tempfile::tempdir().expect("state directory");
+    let state_dir = state.path().to_str().expect("UTF-8 path");
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    let call = |tool: &str, args: &str, session: &str| {
+        toolcell(&cache, &["--state-dir", state_dir, "call", tool, args, "--workspace", root, "--session", session])
+    };
+    assert_eq!(call("write_file", r#"{"path": "docs/a.md", "content": "x"}"#, "s-1").status, 1);
+    assert_eq!(call("write_file", r#"{"path": "src/a.rs", "content": "x"}"#, "s-2").status, 0);
+    assert_eq!(call("read_file", r#"{"path": "notes.txt"}"#, "s-2").status, 0);
+
+    let tail = toolcell(&cache, &["--state-dir", state_dir, "audit", "tail"]);
+    assert_eq!(tail.status, 0, "{}", tail.stderr);
+    assert!(tail.stdout.contains("s-1 role=impl tool=write_file"), "{}", tail.stdout);
+    assert!(tail.stdout.contains("DENY write `docs` create-directory-at (docs-read-only)"), "{}", tail.stdout);
+    assert!(tail.stdout.contains("ALLOW write `src/a.rs` open-at (impl-write)"), "{}", tail.stdout);
+    assert!(tail.stdout.contains("CALL denied"), "{}", tail.stdout);
+    let session = toolcell(&cache, &["--state-dir", state_dir, "audit", "tail", "--session", "s-2", "-n", "1"]);
+    assert_eq!(session.stdout.lines().count(), 1, "{}", session.stdout);
+    assert!(session.stdout.contains("s-2 role=impl tool=read_file") && session.stdout.contains("CALL ok"), "{}", session.stdout);
+
+    let verify = || toolcell(&cache, &["--state-dir", state_dir, "audit", "verify"]);
+    let clean = verify();
+    assert_eq!(clean.status, 0, "{}", clean.stderr);
+    assert!(clean.stdout.contains("ok, "), "{}", clean.stdout);
+
+    let log = state.path().join("audit.jsonl");
+    let original = std::fs::read_to_string(&log).expect("read log");
+    let lines: Vec<&str> = original.lines().collect();
+    assert!(lines.len() >= 4, "{original}");
+    let rewrite = |lines: Vec<String>| std::fs::write(&log, lines.join("\n") + "\n").expect("write log");
+    let owned = || lines.iter().map(|line| (*line).to_owned()).collect::<Vec<_>>();
+
+    let mut edited = owned();
+    edited[1] = edited[1].replace("\"role\":\"impl\"", "\"role\":\"root\"");
+    assert_ne!(edited[1], lines[1]);
+    rewrite(edited);
+    let run = verify();
+    assert_eq!(run.status, 1);
+    assert!(run.stderr.contains("line 2: its content does not match its hash"), "{}", run.stderr);
+
+    let mut deleted = owned();
+    deleted.remove(2);
+    rewrite(deleted);
+    let run = verify();
+    assert_eq!(run.status, 1);
+    assert!(run.stderr.contains("line 3: its seq is 4 where 3 was expected"), "{}", run.stderr);
+
+    let mut swapped = owned();
+    swapped.swap(1, 2);
+    rewrite(swapped);
+    let run = verify();
+    assert_eq!(run.status, 1);
+    assert!(run.stderr.contains("line 2: its seq is 3 where 2 was expected"), "{}", run.stderr);
+
+    std::fs::write(&log, &original).expect("restore log");
+    assert_eq!(verify().status, 0);
 }

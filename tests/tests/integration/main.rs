@@ -1,5 +1,6 @@
 //! Integration tests: every tool through the real host and real components, in one test binary.
 
+mod audit;
 mod edit_file;
 mod escapes;
 mod governance;

@@ -1,0 +1,401 @@
+//! toolcell's audit trail: one JSON record per line, each chained to the one before.
+//!
+//! Every record carries `seq` (its 1-based position), `prev` (the previous record's hash, 64
+//! zeros for the first) and, last, `hash`: the SHA-256 of the line as written without its
+//! `hash` field. [`verify`] recomputes the chain and reports the first line that was edited,
+//! removed, inserted or moved. (Truncating the end of the log leaves a valid shorter chain;
+//! keep the last hash elsewhere, for example `audit verify`'s output, to detect that.)
+//!
+//! This crate does no I/O: the runtime appends the lines it [`seal`]s to a file.
+//!
+//! ```
+//! use toolcell_audit::{Record, Link, seal, verify};
+//!
+//! let mut link = Link::GENESIS;
+//! let mut log = String::new();
+//! for path in ["src/a.rs", "docs/x.md"] {
+//!     let record = Record::filesystem("2026-11-22T12:00:00.000Z", "s-1", "impl", "write_file", "c-1",
+//!         "open-at", path, "write", "deny", "docs-read-only");
+//!     let (line, next) = seal(&record, &link);
+//!     log.push_str(&line);
+//!     log.push('\n');
+//!     link = next;
+//! }
+//! assert_eq!(verify(log.lines()).unwrap().records, 2);
+//! let tampered = log.replace("docs/x.md", "docs/y.md");
+//! assert_eq!(verify(tampered.lines()).unwrap_err().line, 2);
+//! ```
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// What a record is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// One filesystem decision of the host's guard.
+    Fs,
+    /// One tool call, with its outcome.
+    Call,
+}
+
+/// One audit record. Fields that do not apply to its kind are absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// Position in the log, from 1 (set by [`seal`]).
+    #[serde(default)]
+    pub seq: u64,
+    /// When, as RFC 3339 UTC.
+    pub ts: String,
+    /// What the record is about.
+    pub kind: Kind,
+    /// The caller's session.
+    pub session: String,
+    /// The caller's role.
+    pub role: String,
+    /// The tool called.
+    pub tool: String,
+    /// The call's id.
+    pub call_id: String,
+    /// The WASI operation (`open-at`, ...), for filesystem records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    /// The canonical workspace-relative path, for filesystem records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// `read`, `list`, `write` or `delete`, for filesystem records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<String>,
+    /// `allow`, `deny`, `approved` or `refused` (the last two after an `ask`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// The deciding rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// For call records: `ok`, the error kind, `trapped` or `gated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// For call records: the message of a failed call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// For call records: reads and listings the guard allowed (recorded as a count, not one
+    /// record each, so that a search over a large tree does not flood the log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads: Option<u64>,
+    /// For call records: bytes of the text returned to the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// For call records: wall-clock duration in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_us: Option<u64>,
+    /// For call records: the notes the tool attached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// The previous record's hash (set by [`seal`]).
+    #[serde(default)]
+    pub prev: String,
+}
+
+impl Record {
+    /// A filesystem decision.
+    #[expect(clippy::too_many_arguments, reason = "one argument per field of a flat record")]
+    pub fn filesystem(
+        ts: &str,
+        session: &str,
+        role: &str,
+        tool: &str,
+        call_id: &str,
+        operation: &str,
+        path: &str,
+        access: &str,
+        decision: &str,
+        rule: &str,
+    ) -> Self {
+        Record {
+            operation: Some(operation.to_owned()),
+            path: Some(path.to_owned()),
+            access: Some(access.to_owned()),
+            decision: Some(decision.to_owned()),
+            rule: Some(rule.to_owned()),
+            ..Record::empty(Kind::Fs, ts, session, role, tool, call_id)
+        }
+    }
+
+    /// A tool call; fill in the outcome fields.
+    pub fn call(ts: &str, session: &str, role: &str, tool: &str, call_id: &str, outcome: &str) -> Self {
+        Record {
+            outcome: Some(outcome.to_owned()),
+            ..Record::empty(Kind::Call, ts, session, role, tool, call_id)
+        }
+    }
+
+    fn empty(kind: Kind, ts: &str, session: &str, role: &str, tool: &str, call_id: &str) -> Self {
+        Record {
+            seq: 0,
+            ts: ts.to_owned(),
+            kind,
+            session: session.to_owned(),
+            role: role.to_owned(),
+            tool: tool.to_owned(),
+            call_id: call_id.to_owned(),
+            operation: None,
+            path: None,
+            access: None,
+            decision: None,
+            rule: None,
+            outcome: None,
+            message: None,
+            reads: None,
+            bytes: None,
+            duration_us: None,
+            notes: Vec::new(),
+            prev: String::new(),
+        }
+    }
+}
+
+/// Where the chain stands: the last record's position and hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// The last record's `seq` (0 before the first).
+    pub seq: u64,
+    /// The last record's hash (64 zeros before the first).
+    pub hash: String,
+}
+
+const ZERO_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+impl Link {
+    /// The link before the first record.
+    pub const GENESIS: Link = Link {
+        seq: 0,
+        hash: String::new(),
+    };
+
+    fn prev_hash(&self) -> &str {
+        if self.hash.is_empty() { ZERO_HASH } else { &self.hash }
+    }
+
+    /// The link after the record on `line`, if the line is a sealed record.
+    ///
+    /// # Errors
+    ///
+    /// A reason, if the line is not a sealed record.
+    pub fn of_line(line: &str) -> Result<Link, String> {
+        let (_, hash) = split_hash(line).ok_or("the line has no `hash` field at its end")?;
+        let record: Record = serde_json::from_str(line).map_err(|error| format!("the line is not a record: {error}"))?;
+        Ok(Link {
+            seq: record.seq,
+            hash: hash.to_owned(),
+        })
+    }
+}
+
+/// Seal `record` after `link`: set its `seq` and `prev`, append its `hash`. Returns the line
+/// (without a newline) and the new link.
+pub fn seal(record: &Record, link: &Link) -> (String, Link) {
+    let mut record = record.clone();
+    record.seq = link.seq + 1;
+    record.prev = link.prev_hash().to_owned();
+    let body = serde_json::to_string(&record).unwrap_or_else(|_| String::from("{}"));
+    let hash = hex(&Sha256::digest(body.as_bytes()));
+    let line = format!("{},\"hash\":\"{hash}\"}}", &body[..body.len() - 1]);
+    (line, Link { seq: record.seq, hash })
+}
+
+/// `(line without its hash field, hash)`, if the line ends with `,"hash":"<64 hex>"}`.
+fn split_hash(line: &str) -> Option<(String, &str)> {
+    let suffix_len = ",\"hash\":\"\"}".len() + 64;
+    if line.len() < suffix_len + 1 || !line.is_char_boundary(line.len() - suffix_len) {
+        return None;
+    }
+    let (head, tail) = line.split_at(line.len() - suffix_len);
+    let hash = tail.strip_prefix(",\"hash\":\"")?.strip_suffix("\"}")?;
+    if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some((format!("{head}}}"), hash))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// A verified log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// How many records it holds.
+    pub records: u64,
+    /// The last record's hash (64 zeros for an empty log): keep it to detect a truncation later.
+    pub last_hash: String,
+}
+
+/// The first place where the chain breaks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {reason}")]
+pub struct Tamper {
+    /// The 1-based line.
+    pub line: u64,
+    /// What is wrong there.
+    pub reason: String,
+}
+
+/// Check every line of a log.
+///
+/// # Errors
+///
+/// The first [`Tamper`]: a line that is not a sealed record, whose content does not match its
+/// hash (edited), whose `seq` is out of order (a record removed, inserted or moved before it),
+/// or whose `prev` is not the previous record's hash.
+pub fn verify<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<Verified, Tamper> {
+    let mut link = Link::GENESIS;
+    for (index, line) in lines.into_iter().enumerate() {
+        let number = index as u64 + 1;
+        let tamper = |reason: String| Tamper { line: number, reason };
+        let (body, hash) = split_hash(line).ok_or_else(|| tamper("not a sealed audit record (no `hash` at its end)".to_owned()))?;
+        if hex(&Sha256::digest(body.as_bytes())) != hash {
+            return Err(tamper("its content does not match its hash: the record was edited".to_owned()));
+        }
+        let record: Record =
+            serde_json::from_str(&body).map_err(|error| tamper(format!("not an audit record: {error}")))?;
+        if record.seq != link.seq + 1 {
+            return Err(tamper(format!(
+                "its seq is {} where {} was expected: a record was removed, inserted or moved here",
+                record.seq,
+                link.seq + 1
+            )));
+        }
+        if record.prev != link.prev_hash() {
+            return Err(tamper(
+                "its `prev` is not the hash of the record before it: the log was edited, reordered or spliced here".to_owned(),
+            ));
+        }
+        link = Link {
+            seq: record.seq,
+            hash: hash.to_owned(),
+        };
+    }
+    Ok(Verified {
+        records: link.seq,
+        last_hash: link.prev_hash().to_owned(),
+    })
+}
+
+/// One record, readably, on one line (control characters escaped, so that a file name cannot
+/// forge a line).
+pub fn display(record: &Record) -> String {
+    let clean = |text: &str| text.chars().flat_map(char::escape_default).collect::<String>();
+    let head = format!(
+        "{} #{} {} role={} tool={} call={}",
+        record.ts,
+        record.seq,
+        clean(&record.session),
+        clean(&record.role),
+        clean(&record.tool),
+        clean(&record.call_id)
+    );
+    match record.kind {
+        Kind::Fs => format!(
+            "{head} {} {} `{}` {} ({})",
+            record.decision.as_deref().unwrap_or("?").to_uppercase(),
+            record.access.as_deref().unwrap_or("?"),
+            clean(record.path.as_deref().unwrap_or("?")),
+            record.operation.as_deref().unwrap_or("?"),
+            clean(record.rule.as_deref().unwrap_or("?")),
+        ),
+        Kind::Call => {
+            let mut text = format!(
+                "{head} CALL {} in {}µs, {} reads",
+                record.outcome.as_deref().unwrap_or("?"),
+                record.duration_us.unwrap_or(0),
+                record.reads.unwrap_or(0)
+            );
+            if let Some(message) = &record.message {
+                text.push_str(&format!(": {}", clean(message)));
+            }
+            for note in &record.notes {
+                text.push_str(&format!(" [note: {}]", clean(note)));
+            }
+            text
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(count: usize) -> Vec<String> {
+        let mut link = Link::GENESIS;
+        (0..count)
+            .map(|index| {
+                let record = Record::filesystem(
+                    "2026-11-22T00:00:00.000Z",
+                    "s",
+                    "impl",
+                    "write_file",
+                    &format!("c-{index}"),
+                    "open-at",
+                    &format!("src/{index}.rs"),
+                    "write",
+                    "allow",
+                    "impl-write",
+                );
+                let (line, next) = seal(&record, &link);
+                link = next;
+                line
+            })
+            .collect()
+    }
+
+    fn check(lines: &[String]) -> Result<Verified, Tamper> {
+        verify(lines.iter().map(String::as_str))
+    }
+
+    #[test]
+    fn a_clean_log_verifies() {
+        let lines = log(5);
+        let verified = check(&lines).expect("clean");
+        assert_eq!(verified.records, 5);
+        assert_eq!(verified.last_hash, Link::of_line(&lines[4]).expect("sealed").hash);
+        assert_eq!(check(&[]).expect("empty").records, 0);
+    }
+
+    #[test]
+    fn tampering_is_reported_by_line() {
+        let lines = log(5);
+        let table: Vec<(&str, Vec<String>, u64, &str)> = vec![
+            ("edited", { let mut l = lines.clone(); l[2] = l[2].replace("src/2.rs", "src/X.rs"); l }, 3, "edited"),
+            ("deleted", { let mut l = lines.clone(); l.remove(1); l }, 2, "removed"),
+            ("swapped", { let mut l = lines.clone(); l.swap(1, 3); l }, 2, "seq is 4"),
+            ("last edited", { let mut l = lines.clone(); l[4] = l[4].replace("allow", "deny!"); l }, 5, "edited"),
+            ("garbage", { let mut l = lines.clone(); l.insert(2, "hello".to_owned()); l }, 3, "not a sealed"),
+            ("duplicated", { let mut l = lines.clone(); l.insert(2, l[1].clone()); l }, 3, "seq is 2"),
+        ];
+        for (name, tampered, line, reason) in table {
+            let error = check(&tampered).expect_err(name);
+            assert_eq!(error.line, line, "{name}: {error}");
+            assert!(error.reason.contains(reason), "{name}: {error}");
+        }
+    }
+
+    #[test]
+    fn rehashing_an_edit_still_breaks_the_next_link() {
+        let mut lines = log(3);
+        let mut record: Record = serde_json::from_str(&split_hash(&lines[1]).expect("sealed").0).expect("record");
+        record.path = Some("src/forged.rs".to_owned());
+        let previous = Link::of_line(&lines[0]).expect("sealed");
+        lines[1] = seal(&record, &previous).0;
+        let error = check(&lines).expect_err("the forged record changes the chain");
+        assert_eq!(error.line, 3);
+        assert!(error.reason.contains("prev"), "{error}");
+    }
+
+    #[test]
+    fn display_escapes_control_characters() {
+        let record = Record::filesystem("t", "s", "impl", "tool", "c", "open-at", "a\nFAKE LINE", "write", "deny", "r");
+        let shown = display(&record);
+        assert!(!shown.contains('\n'));
+        assert!(shown.contains("a\\nFAKE LINE"));
+    }
+}

@@ -1,0 +1,139 @@
+//! The audit trail on disk: `audit.jsonl` in the state directory, appended under an exclusive
+//! file lock so that several toolcell processes can share one chain.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use toolcell_audit::{Link, Record, seal};
+
+use crate::error::Error;
+
+/// The audit log's file name in the state directory.
+pub const AUDIT_FILE: &str = "audit.jsonl";
+/// How much of the log's end is read to find the last record (grown if a record is longer).
+const TAIL_CHUNK: u64 = 16 * 1024;
+
+/// An append-only, hash-chained audit log.
+#[derive(Debug)]
+pub struct AuditLog {
+    directory: PathBuf,
+    path: PathBuf,
+}
+
+impl AuditLog {
+    /// Use `state_dir/audit.jsonl`, creating the directory if needed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Audit`] if the directory cannot be created.
+    pub fn open(state_dir: &Path) -> Result<Self, Error> {
+        std::fs::create_dir_all(state_dir).map_err(|source| Error::Audit {
+            path: state_dir.to_path_buf(),
+            source,
+        })?;
+        let directory = std::fs::canonicalize(state_dir).map_err(|source| Error::Audit {
+            path: state_dir.to_path_buf(),
+            source,
+        })?;
+        let path = directory.join(AUDIT_FILE);
+        Ok(AuditLog { directory, path })
+    }
+
+    /// The log file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The canonical state directory.
+    pub fn directory(&self) -> &Path {
+        &self.directory
+    }
+
+    /// Seal and append `records` as one write, after the log's last record.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error, or `InvalidData` if the log's last line is not a sealed record (run
+    /// `toolcell audit verify`). Nothing is appended then.
+    pub fn append(&self, records: &[Record]) -> std::io::Result<()> {
+        let mut file = OpenOptions::new().read(true).append(true).create(true).open(&self.path)?;
+        file.lock()?;
+        let mut link = last_link(&mut file)?;
+        let mut buffer = String::new();
+        for record in records {
+            let (line, next) = seal(record, &link);
+            buffer.push_str(&line);
+            buffer.push('\n');
+            link = next;
+        }
+        file.write_all(buffer.as_bytes())?;
+        file.flush()
+        // The lock is released when the file closes.
+    }
+
+    /// The whole log, as text (empty if it does not exist yet).
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    pub fn read(&self) -> std::io::Result<String> {
+        match std::fs::read_to_string(&self.path) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+            other => other,
+        }
+    }
+
+    /// The log from byte `offset` on, and the offset of its end: for following it.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    pub fn read_from(&self, offset: u64) -> std::io::Result<(String, u64)> {
+        let mut file = match File::open(&self.path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), 0)),
+            Err(error) => return Err(error),
+        };
+        let length = file.metadata()?.len();
+        if length <= offset {
+            return Ok((String::new(), length));
+        }
+        file.seek(SeekFrom::Start(offset))?;
+        let mut text = String::new();
+        file.take(length - offset).read_to_string(&mut text)?;
+        // Only whole lines: a writer may be half-way through one.
+        let complete = text.rfind('\n').map_or(0, |end| end + 1);
+        text.truncate(complete);
+        Ok((text, offset + complete as u64))
+    }
+}
+
+/// The link after the log's last record.
+fn last_link(file: &mut File) -> std::io::Result<Link> {
+    let length = file.metadata()?.len();
+    if length == 0 {
+        return Ok(Link::GENESIS);
+    }
+    let mut chunk = TAIL_CHUNK;
+    loop {
+        let start = length.saturating_sub(chunk);
+        file.seek(SeekFrom::Start(start))?;
+        let mut tail = Vec::new();
+        (&mut *file).take(length - start).read_to_end(&mut tail)?;
+        let text = String::from_utf8_lossy(&tail);
+        let body = text.strip_suffix('\n').ok_or_else(|| corrupt("the log does not end with a complete line"))?;
+        match body.rfind('\n') {
+            Some(newline) => return Link::of_line(&body[newline + 1..]).map_err(|reason| corrupt(&reason)),
+            None if start == 0 => return Link::of_line(body).map_err(|reason| corrupt(&reason)),
+            None => chunk *= 4,
+        }
+    }
+}
+
+fn corrupt(reason: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("the audit log's last record is damaged ({reason}); run `toolcell audit verify`"),
+    )
+}
