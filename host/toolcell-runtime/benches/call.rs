@@ -1,11 +1,14 @@
 //! Per-call latency of a built-in tool against native code, in one run.
 //!
-//! `cargo bench -p toolcell-runtime --bench call` measures, on a 4 KiB file:
-//! - `read_file` through the host: argument validation, a fresh store and instance (pooling
-//!   allocator), the component's own work, and output conversion;
-//! - native `std::fs::read_to_string` of the same file, the baseline.
+//! `cargo bench -p toolcell-runtime --bench call` measures, on a 4 KiB file, in one run:
+//! - native `std::fs::read_to_string` of the file;
+//! - `read_file` through the host with wasmtime-wasi's filesystem linked directly (the baseline,
+//!   feature `bench-baseline`);
+//! - the same call with every filesystem call guarded by the default policy;
+//! - the same, also writing the audit trail.
 //!
-//! It prints p50/p99 and the ratio. Under `cargo test` (no `--bench` flag) it runs a few
+//! Each host call includes argument validation, a fresh store and instance (pooling allocator),
+//! the component's own work and output conversion. It prints p50/p99 and the ratios. Under `cargo test` (no `--bench` flag) it runs a few
 //! iterations only, to keep the benchmark compiling and working.
 
 use std::io::Write as _;
@@ -49,11 +52,21 @@ fn main() {
     let content: String = line.repeat(4096 / line.len() + 1)[..4096].to_owned();
     std::fs::create_dir(&root).expect("create workspace");
     std::fs::write(root.join("file.txt"), &content).expect("write file");
-    let mut builder = RuntimeBuilder::new().cache_dir(temp.path().join("cache"));
-    for (name, wasm) in toolcell_builtins::components() {
-        builder = builder.component(format!("builtin:{name}"), wasm);
-    }
-    let runtime = builder.build().expect("runtime builds");
+    let policy = include_str!("../../../policies/default.toml");
+    let builder = || {
+        let mut builder = RuntimeBuilder::new().cache_dir(temp.path().join("cache"));
+        for (name, wasm) in toolcell_builtins::components() {
+            builder = builder.component(format!("builtin:{name}"), wasm);
+        }
+        builder
+    };
+    let unguarded = builder().without_filesystem_guard().build().expect("runtime builds");
+    let guarded = builder().policy("policies/default.toml", policy).build().expect("runtime builds");
+    let audited = builder()
+        .policy("policies/default.toml", policy)
+        .audit_dir(temp.path().join("state"))
+        .build()
+        .expect("runtime builds");
     let workspace = Workspace::open(&root).expect("workspace");
     let request = CallRequest {
         workspace: &workspace,
@@ -63,31 +76,44 @@ fn main() {
         args: r#"{"path": "file.txt"}"#,
         approver: None,
     };
-
-    let host = measure(iterations, || {
+    let call = |runtime: &toolcell_runtime::Runtime| {
         let outcome = runtime.call(&request).expect("call runs");
         assert!(outcome.result.is_ok(), "{:?}", outcome.result);
-    });
+    };
+
     let native = measure(iterations, || {
         let text = std::fs::read_to_string(root.join("file.txt")).expect("read");
         assert_eq!(text.len(), 4096);
     });
+    let baseline = measure(iterations, || call(&unguarded));
+    let governed = measure(iterations, || call(&guarded));
+    let with_audit = measure(iterations, || call(&audited));
 
     let mut out = std::io::stderr().lock();
-    let _ = writeln!(out, "read_file on a 4 KiB file, {iterations} iterations each");
-    let _ = writeln!(out, "{:<42} {:>10} {:>10} {:>10}", "", "p50", "p99", "mean");
+    let _ = writeln!(out, "read_file on a 4 KiB file, fresh instance per call, {iterations} iterations each");
+    let _ = writeln!(out, "{:<48} {:>10} {:>10} {:>10}", "", "p50", "p99", "mean");
     for (name, stats) in [
-        ("toolcell read_file (fresh instance per call)", &host),
         ("native std::fs::read_to_string", &native),
+        ("toolcell, filesystem unguarded (baseline)", &baseline),
+        ("toolcell, guarded by the default policy", &governed),
+        ("toolcell, guarded, with the audit trail", &with_audit),
     ] {
-        let _ = writeln!(out, "{name:<42} {:>8.1}µs {:>8.1}µs {:>8.1}µs", micros(stats.p50), micros(stats.p99), micros(stats.mean));
+        let _ = writeln!(out, "{name:<48} {:>8.1}µs {:>8.1}µs {:>8.1}µs", micros(stats.p50), micros(stats.p99), micros(stats.mean));
     }
+    let guard_ratio = micros(governed.p50) / micros(baseline.p50).max(0.001);
     let _ = writeln!(
         out,
-        "ratio toolcell/native at p50: {:.1}x; target: toolcell p50 <= 50µs ({})",
-        micros(host.p50) / micros(native.p50).max(0.001),
-        if host.p50 <= Duration::from_micros(50) { "met" } else { "NOT met" }
+        "guard / unguarded at p50: {guard_ratio:.2}x (target <= 1.15x: {})",
+        if guard_ratio <= 1.15 { "met" } else { "NOT met" }
     );
+    let _ = writeln!(
+        out,
+        "guarded p50 {:.1}µs (target <= 50µs: {}); audit adds {:.1}µs per call at p50",
+        micros(governed.p50),
+        if governed.p50 <= Duration::from_micros(50) { "met" } else { "NOT met" },
+        micros(with_audit.p50) - micros(governed.p50)
+    );
+    let _ = writeln!(out, "toolcell / native at p50: {:.1}x", micros(governed.p50) / micros(native.p50).max(0.001));
 }
 
 fn micros(duration: Duration) -> f64 {

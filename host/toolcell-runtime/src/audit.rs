@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use toolcell_audit::{Link, Record, seal};
 
@@ -19,6 +20,17 @@ const TAIL_CHUNK: u64 = 16 * 1024;
 pub struct AuditLog {
     directory: PathBuf,
     path: PathBuf,
+    /// The open log and the chain's end as this process last wrote it.
+    appender: Mutex<Option<Appender>>,
+}
+
+#[derive(Debug)]
+struct Appender {
+    file: File,
+    link: Link,
+    /// The file's length after our last append: if it is still that, nobody else appended
+    /// and `link` is current.
+    length: u64,
 }
 
 impl AuditLog {
@@ -37,7 +49,11 @@ impl AuditLog {
             source,
         })?;
         let path = directory.join(AUDIT_FILE);
-        Ok(AuditLog { directory, path })
+        Ok(AuditLog {
+            directory,
+            path,
+            appender: Mutex::new(None),
+        })
     }
 
     /// The log file.
@@ -57,19 +73,50 @@ impl AuditLog {
     /// The I/O error, or `InvalidData` if the log's last line is not a sealed record (run
     /// `toolcell audit verify`). Nothing is appended then.
     pub fn append(&self, records: &[Record]) -> std::io::Result<()> {
-        let mut file = OpenOptions::new().read(true).append(true).create(true).open(&self.path)?;
-        file.lock()?;
-        let mut link = last_link(&mut file)?;
-        let mut buffer = String::new();
-        for record in records {
-            let (line, next) = seal(record, &link);
-            buffer.push_str(&line);
-            buffer.push('\n');
-            link = next;
+        let mut appender = self.appender.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let result = self.append_locked(&mut appender, records);
+        if result.is_err() {
+            // Start afresh next time: reopen the file and reread its end.
+            *appender = None;
         }
-        file.write_all(buffer.as_bytes())?;
-        file.flush()
-        // The lock is released when the file closes.
+        result
+    }
+
+    fn append_locked(&self, appender: &mut Option<Appender>, records: &[Record]) -> std::io::Result<()> {
+        if appender.is_none() {
+            let file = OpenOptions::new().read(true).append(true).create(true).open(&self.path)?;
+            *appender = Some(Appender {
+                file,
+                link: Link::GENESIS,
+                length: u64::MAX,
+            });
+        }
+        let Some(appender) = appender.as_mut() else {
+            return Ok(());
+        };
+        // The file lock orders appends across processes; the chain continues from whatever
+        // another process appended since our last write.
+        appender.file.lock()?;
+        let written = (|| {
+            let length = appender.file.metadata()?.len();
+            if length != appender.length {
+                appender.link = last_link(&mut appender.file)?;
+            }
+            let mut buffer = String::new();
+            let mut link = appender.link.clone();
+            for record in records {
+                let (line, next) = seal(record, &link);
+                buffer.push_str(&line);
+                buffer.push('\n');
+                link = next;
+            }
+            appender.file.write_all(buffer.as_bytes())?;
+            appender.link = link;
+            appender.length = length + buffer.len() as u64;
+            Ok(())
+        })();
+        let unlocked = appender.file.unlock();
+        written.and(unlocked)
     }
 
     /// The whole log, as text (empty if it does not exist yet).

@@ -85,6 +85,9 @@ pub(crate) struct FsGuard {
     state_paths: Vec<String>,
     /// Records the guard could not write (the refusals stand regardless).
     pub(crate) audit_failures: u64,
+    /// Allowed modifications already recorded in this call: a write through a stream of a
+    /// descriptor opened for writing is the same decision again.
+    audited: std::collections::HashSet<(Access, String)>,
     /// `None`: no policy, only the workspace boundary applies.
     policy: Option<Arc<Policy>>,
     role: String,
@@ -111,6 +114,7 @@ impl FsGuard {
             audit: None,
             state_paths: Vec::new(),
             audit_failures: 0,
+            audited: std::collections::HashSet::new(),
             policy,
             role: role.to_owned(),
             approver,
@@ -241,15 +245,18 @@ impl FsGuard {
             let message = self.denial_message(access, path, &decision);
             return Err(self.refuse(event, message));
         }
-        if matches!(access, Access::Write | Access::Delete) && self.audit(&event).is_err() {
-            // No record, no modification.
-            let message = format!(
-                "{access} of `{}` was refused because the audit trail cannot be written; tell the operator",
-                display(path)
-            );
-            event.effect = Effect::Deny;
-            event.rule = "audit-unavailable".to_owned();
-            return Err(self.refuse(event, message));
+        if matches!(access, Access::Write | Access::Delete) && !self.audited.contains(&(access, path.to_owned())) {
+            if self.audit(&event).is_err() {
+                // No record, no modification.
+                let message = format!(
+                    "{access} of `{}` was refused because the audit trail cannot be written; tell the operator",
+                    display(path)
+                );
+                event.effect = Effect::Deny;
+                event.rule = "audit-unavailable".to_owned();
+                return Err(self.refuse(event, message));
+            }
+            self.audited.insert((access, path.to_owned()));
         }
         self.remember(event);
         Ok(())

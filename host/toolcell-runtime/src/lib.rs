@@ -88,6 +88,7 @@ pub struct RuntimeBuilder {
     components: Vec<(String, Cow<'static, [u8]>)>,
     policy: Option<PolicySource>,
     audit_dir: Option<PathBuf>,
+    unguarded: bool,
 }
 
 enum PolicySource {
@@ -139,6 +140,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Link wasmtime-wasi's filesystem directly, without the guard: no policy, no audit of
+    /// filesystem decisions, only the preopen's boundary. This is the baseline the benchmark
+    /// measures the guard against; it exists only with the `bench-baseline` feature.
+    #[cfg(feature = "bench-baseline")]
+    #[must_use]
+    pub fn without_filesystem_guard(mut self) -> Self {
+        self.unguarded = true;
+        self
+    }
+
     /// Like [`policy`](Self::policy), reading the policy from `path` when the runtime is built.
     #[must_use]
     pub fn policy_file(mut self, path: impl Into<PathBuf>) -> Self {
@@ -155,7 +166,7 @@ impl RuntimeBuilder {
     /// [`Error::Cache`] or [`Error::Engine`].
     pub fn build(self) -> Result<Runtime, Error> {
         let engine = engine::new_engine()?;
-        let linker = state::linker(&engine)?;
+        let linker = state::linker(&engine, !self.unguarded)?;
         let cache = self.cache_dir.as_deref().map(engine::ComponentCache::open).transpose()?;
         let mut tools: BTreeMap<String, LoadedTool> = BTreeMap::new();
         let mut loaded = Vec::new();

@@ -105,6 +105,13 @@ fn guarded_filesystem(state: &mut CallState) -> GuardedFilesystem<'_> {
     }
 }
 
+fn unguarded_filesystem(state: &mut CallState) -> wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_> {
+    wasmtime_wasi::filesystem::WasiFilesystemCtxView {
+        ctx: state.wasi.filesystem(),
+        table: &mut state.table,
+    }
+}
+
 struct HasTable;
 
 impl HasData for HasTable {
@@ -114,7 +121,7 @@ impl HasData for HasTable {
 /// A linker with exactly the interfaces of the `tool-component` world. `wasi:sockets` is
 /// deliberately absent: a component that imports it fails the import check at load, and could
 /// not be instantiated anyway.
-pub(crate) fn linker(engine: &Engine) -> Result<Linker<CallState>, Error> {
+pub(crate) fn linker(engine: &Engine, guarded: bool) -> Result<Linker<CallState>, Error> {
     use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random, sync};
 
     fn link(result: wasmtime::Result<()>) -> Result<(), Error> {
@@ -137,10 +144,15 @@ pub(crate) fn linker(engine: &Engine) -> Result<Linker<CallState>, Error> {
     link(random::random::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
     link(random::insecure::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
     link(random::insecure_seed::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
-    // Every filesystem call goes through the guard; wasmtime-wasi's own filesystem linking is
-    // never used.
-    link(filesystem::preopens::add_to_linker::<CallState, HasGuardedFilesystem>(l, guarded_filesystem))?;
-    link(sync::filesystem::types::add_to_linker::<CallState, HasGuardedFilesystem>(l, guarded_filesystem))?;
+    if guarded {
+        // Every filesystem call goes through the guard.
+        link(filesystem::preopens::add_to_linker::<CallState, HasGuardedFilesystem>(l, guarded_filesystem))?;
+        link(sync::filesystem::types::add_to_linker::<CallState, HasGuardedFilesystem>(l, guarded_filesystem))?;
+    } else {
+        // The benchmark's baseline only (feature `bench-baseline`): wasmtime-wasi unguarded.
+        link(filesystem::preopens::add_to_linker::<CallState, wasmtime_wasi::filesystem::WasiFilesystem>(l, unguarded_filesystem))?;
+        link(sync::filesystem::types::add_to_linker::<CallState, wasmtime_wasi::filesystem::WasiFilesystem>(l, unguarded_filesystem))?;
+    }
     link(cli::exit::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
     link(cli::environment::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
     link(cli::stdin::add_to_linker::<CallState, WasiCli>(l, cli_view))?;

@@ -289,3 +289,32 @@ fn audit_tail_shows_decisions_and_verify_catches_tampering() {
     std::fs::write(&log, &original).expect("restore log");
     assert_eq!(verify().status, 0);
 }
+
+#[test]
+fn concurrent_processes_keep_one_intact_chain() {
+    let (workspace, cache) = setup();
+    let state = tempfile::tempdir().expect("state directory");
+    let state_dir = state.path().to_str().expect("UTF-8 path").to_owned();
+    let root = workspace.path().to_str().expect("UTF-8 path").to_owned();
+    // Warm the cache first, so the processes below overlap in their calls, not in compiling.
+    assert_eq!(toolcell(&cache, &["tools"]).status, 0);
+    let processes: Vec<_> = (0..4)
+        .map(|process| {
+            let (cache, state_dir, root) = (cache.clone(), state_dir.clone(), root.clone());
+            std::thread::spawn(move || {
+                for call in 0..5 {
+                    let args = format!(r#"{{"path": "p{process}-{call}.txt", "content": "x"}}"#);
+                    let run = toolcell(&cache, &["--state-dir", &state_dir, "call", "write_file", &args, "--workspace", &root]);
+                    assert_eq!(run.status, 0, "{}", run.stderr);
+                }
+            })
+        })
+        .collect();
+    for process in processes {
+        process.join().expect("a writer process failed");
+    }
+    let verify = toolcell(&cache, &["--state-dir", &state_dir, "audit", "verify"]);
+    assert_eq!(verify.status, 0, "{}", verify.stderr);
+    // Each write_file call: one allowed write and one call record.
+    assert!(verify.stdout.contains("ok, 40 records"), "{}", verify.stdout);
+}
