@@ -56,6 +56,21 @@ pub enum Command {
     /// host could not run the call.
     Call(CallArgs),
 
+    /// Serve the tools of one role over MCP on stdin/stdout (logs go to stderr).
+    Mcp(McpArgs),
+
+    /// Print the tool definitions a role may call, in a model provider's shape.
+    Schema {
+        /// The role whose tools to print.
+        #[arg(long, default_value = "impl")]
+        role: String,
+
+        /// `mcp` (a tools/list result), `anthropic` (Messages API tools) or `openai` (Chat
+        /// Completions tools).
+        #[arg(long, default_value = "mcp", value_parser = ["mcp", "anthropic", "openai"])]
+        format: String,
+    },
+
     /// Check and explain governance policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -96,6 +111,25 @@ pub struct CallArgs {
     /// Print the whole outcome as JSON (text, structured result or error, call id).
     #[arg(long)]
     pub json: bool,
+
+    /// Approve every access the policy marks `ask` (each approval is reported on stderr).
+    #[arg(long)]
+    pub approve: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The workspace directory the tools may touch.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: PathBuf,
+
+    /// The role the client acts as: it sees only this role's tools.
+    #[arg(long, default_value = "impl")]
+    pub role: String,
+
+    /// The session id recorded in the audit trail [default: mcp-<process id>].
+    #[arg(long)]
+    pub session: Option<String>,
 
     /// Approve every access the policy marks `ask` (each approval is reported on stderr).
     #[arg(long)]

@@ -8,13 +8,11 @@ use anyhow::Context as _;
 use serde_json::json;
 use std::sync::Arc;
 
-use toolcell_runtime::{Access, Approver, AuditLog, CacheOutcome, CallRequest, Error, Runtime, RuntimeBuilder, Workspace};
+use toolcell_runtime::{Access, Approver, AuditLog, CacheOutcome, CallRequest, Error, Runtime, Workspace};
 
-use crate::cli::{AuditCommand, CallArgs, Cli, Command, PolicyCommand, RuntimeArgs};
+use crate::cli::{AuditCommand, CallArgs, Cli, Command, McpArgs, PolicyCommand, RuntimeArgs};
 
-/// The shipped default policy, built in.
-const DEFAULT_POLICY: &str = include_str!("../../../policies/default.toml");
-const DEFAULT_POLICY_NAME: &str = "policies/default.toml (built in)";
+use toolcell_host::{DEFAULT_POLICY, DEFAULT_POLICY_NAME};
 
 /// Exit status when a tool returned an error.
 pub const EXIT_TOOL_ERROR: u8 = 1;
@@ -29,26 +27,29 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Audit(command) = &cli.command {
         return audit(&cli.runtime, command);
     }
+    if let Command::Mcp(args) = &cli.command {
+        return mcp(&cli.runtime, args);
+    }
     let runtime = build_runtime(&cli.runtime)?;
     match cli.command {
         Command::Tools { json } => tools(&runtime, json),
         Command::Call(args) => call(&runtime, &args),
         Command::Policy(PolicyCommand::Explain { role, access, path }) => policy_explain(&runtime, &role, &access, &path),
-        Command::Policy(PolicyCommand::Check { .. }) | Command::Audit(_) => unreachable!("handled above"),
+        Command::Schema { role, format } => schema(&runtime, &role, &format),
+        Command::Policy(PolicyCommand::Check { .. }) | Command::Audit(_) | Command::Mcp(_) => {
+            unreachable!("handled above")
+        }
         Command::Demo { workspace } => crate::demo::run(&runtime, workspace),
     }
 }
 
 /// The runtime with the built-in tools.
 pub fn build_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
-    let mut builder = RuntimeBuilder::new();
+    let mut builder = toolcell_host::builtin_runtime();
     if !args.no_cache
         && let Some(directory) = args.cache_dir.clone().or_else(default_cache_dir)
     {
         builder = builder.cache_dir(directory);
-    }
-    for (name, wasm) in toolcell_builtins::components() {
-        builder = builder.component(format!("builtin:{name}"), wasm);
     }
     if let Some(state_dir) = state_dir(args) {
         builder = builder.audit_dir(state_dir);
@@ -214,6 +215,58 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(EXIT_TOOL_ERROR))
         }
     }
+}
+
+fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
+    let mut builder = toolcell_host::HostBuilder::new(&mcp.workspace);
+    if !args.no_cache
+        && let Some(directory) = args.cache_dir.clone().or_else(default_cache_dir)
+    {
+        builder = builder.cache_dir(directory);
+    }
+    if let Some(state_dir) = state_dir(args) {
+        builder = builder.state_dir(state_dir);
+    }
+    if let Some(policy) = &args.policy {
+        builder = builder.policy_file(policy);
+    }
+    if mcp.approve {
+        builder = builder.approver(Arc::new(ApproveAll));
+    }
+    let host = builder.build().context("cannot start the toolcell host")?;
+    let session_id = mcp.session.clone().unwrap_or_else(|| format!("mcp-{}", std::process::id()));
+    let session = host.session(&mcp.role, &session_id)?;
+    let server = toolcell_mcp::McpServer::new(session);
+    writeln!(
+        std::io::stderr(),
+        "toolcell mcp: serving {} tools for role `{}` on stdio (workspace {}, policy {})",
+        server.tools().len(),
+        mcp.role,
+        mcp.workspace.display(),
+        host.runtime().policy().map_or("(none)", |policy| policy.file())
+    )?;
+    let executor = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    executor
+        .block_on(toolcell_mcp::serve_stdio(server))
+        .map_err(|error| anyhow::anyhow!("the MCP connection failed: {error}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn schema(runtime: &Runtime, role: &str, format: &str) -> anyhow::Result<ExitCode> {
+    if let Some(policy) = runtime.policy()
+        && policy.role(role).is_none()
+    {
+        let roles: Vec<&str> = policy.roles().map(|role| role.name()).collect();
+        anyhow::bail!("the policy `{}` has no role `{role}`; its roles are: {}", policy.file(), roles.join(", "));
+    }
+    let format = toolcell_host::schemas::Format::from_name(format).with_context(|| format!("unknown format `{format}`"))?;
+    let rendered = toolcell_host::schemas::render(format, toolcell_host::tools_for_role(runtime, role));
+    writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(&rendered)?)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn policy_check(args: &RuntimeArgs, file: &std::path::Path) -> anyhow::Result<ExitCode> {

@@ -318,3 +318,37 @@ fn concurrent_processes_keep_one_intact_chain() {
     // Each write_file call: one allowed write and one call record.
     assert!(verify.stdout.contains("ok, 40 records"), "{}", verify.stdout);
 }
+
+#[test]
+fn audit_tail_follow_prints_new_records() {
+    use std::io::BufRead as _;
+    let (workspace, cache) = setup();
+    let state = tempfile::tempdir().expect("state directory");
+    let state_dir = state.path().to_str().expect("UTF-8 path");
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .args(["--state-dir", state_dir, "audit", "tail", "--follow", "--session", "s-follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start audit tail --follow");
+    let stdout = follower.stdout.take().expect("piped stdout");
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let run = toolcell(
+        &cache,
+        &["--state-dir", state_dir, "call", "read_file", r#"{"path": "notes.txt"}"#, "--workspace", root, "--session", "s-follow"],
+    );
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let line = receiver.recv_timeout(std::time::Duration::from_secs(30));
+    let _ = follower.kill();
+    let _ = follower.wait();
+    let line = line.expect("the follower printed the new record");
+    assert!(line.contains("s-follow role=impl tool=read_file") && line.contains("CALL ok"), "{line}");
+}

@@ -1,0 +1,290 @@
+//! Embed toolcell in a platform: a governed host over one workspace, and sessions that call its
+//! tools.
+//!
+//! [`HostBuilder`] takes the workspace, the policy (the shipped default unless told otherwise),
+//! the state directory for the audit trail, the compiled-component cache and an approval
+//! callback, and builds a [`Host`] with the built-in tools. [`Host::session`] opens a session for
+//! a role; [`Session::call`] runs one tool call and returns its result, any warnings and the audit
+//! call id. [`schemas`] renders the tools a role may call in the shape each model provider
+//! expects.
+//!
+//! ```no_run
+//! use toolcell_host::HostBuilder;
+//!
+//! # fn main() -> Result<(), toolcell_host::Error> {
+//! let host = HostBuilder::new("/path/to/repo")
+//!     .state_dir("/var/lib/toolcell")
+//!     .build()?;
+//! let session = host.session("impl", "s-1")?;
+//! let result = session.call("read_file", r#"{"path": "README.md", "limit": 20}"#)?;
+//! match result.output {
+//!     Ok(output) => eprintln!("{}", output.text),
+//!     Err(error) => eprintln!("{error}"),
+//! }
+//! eprintln!("audit call id: {}", result.call_id);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use toolcell_runtime::{Access, Approver, CacheOutcome, Denial, Error, Runtime, RuntimeBuilder, Workspace};
+pub use toolcell_types::{ToolError, ToolErrorKind, ToolInfo, ToolOutput};
+
+use toolcell_runtime::CallRequest;
+
+pub mod schemas;
+
+/// The shipped default policy (`policies/default.toml`).
+pub const DEFAULT_POLICY: &str = include_str!("../../../policies/default.toml");
+/// How the default policy is named in messages.
+pub const DEFAULT_POLICY_NAME: &str = "policies/default.toml (built in)";
+
+/// A runtime builder with the built-in tools.
+pub fn builtin_runtime() -> RuntimeBuilder {
+    let mut builder = RuntimeBuilder::new();
+    for (name, wasm) in toolcell_builtins::components() {
+        builder = builder.component(format!("builtin:{name}"), wasm);
+    }
+    builder
+}
+
+/// The tools `role` may call on `runtime`, sorted by name: all of them without a policy, none
+/// for a role the policy does not define.
+pub fn tools_for_role<'a>(runtime: &'a Runtime, role: &str) -> Vec<&'a ToolInfo> {
+    let policy_role = runtime.policy().map(|policy| policy.role(role));
+    runtime
+        .tools()
+        .filter(|tool| match policy_role {
+            None => true,
+            Some(Some(policy_role)) => policy_role.may_call(tool.name.as_str()),
+            Some(None) => false,
+        })
+        .collect()
+}
+
+enum PolicyChoice {
+    Default,
+    File(PathBuf),
+    Text { name: String, text: String },
+}
+
+/// Configures a [`Host`].
+pub struct HostBuilder {
+    workspace: PathBuf,
+    policy: PolicyChoice,
+    state_dir: Option<PathBuf>,
+    cache_dir: Option<PathBuf>,
+    approver: Option<Arc<dyn Approver>>,
+}
+
+impl HostBuilder {
+    /// A host over the directory `workspace`, governed by the shipped default policy, with no
+    /// audit trail, no compiled-component cache and no approver (`ask` is refused).
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        HostBuilder {
+            workspace: workspace.into(),
+            policy: PolicyChoice::Default,
+            state_dir: None,
+            cache_dir: None,
+            approver: None,
+        }
+    }
+
+    /// Govern calls by the policy in this file.
+    #[must_use]
+    pub fn policy_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.policy = PolicyChoice::File(path.into());
+        self
+    }
+
+    /// Govern calls by this policy text; `name` names it in errors.
+    #[must_use]
+    pub fn policy_text(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
+        self.policy = PolicyChoice::Text {
+            name: name.into(),
+            text: text.into(),
+        };
+        self
+    }
+
+    /// Keep the audit trail in `directory/audit.jsonl`.
+    #[must_use]
+    pub fn state_dir(mut self, directory: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(directory.into());
+        self
+    }
+
+    /// Cache compiled components in `directory`, so that later starts do not recompile.
+    #[must_use]
+    pub fn cache_dir(mut self, directory: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(directory.into());
+        self
+    }
+
+    /// Ask `approver` about every access the policy marks `ask`.
+    #[must_use]
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// Load the tools, compile the policy, open the workspace and the audit trail.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Workspace`], [`Error::Policy`], [`Error::PolicyFile`], [`Error::Audit`],
+    /// [`Error::Cache`], or a component load error.
+    pub fn build(self) -> Result<Host, Error> {
+        let workspace = Workspace::open(&self.workspace)?;
+        let mut builder = builtin_runtime();
+        if let Some(cache) = self.cache_dir {
+            builder = builder.cache_dir(cache);
+        }
+        if let Some(state) = self.state_dir {
+            builder = builder.audit_dir(state);
+        }
+        builder = match self.policy {
+            PolicyChoice::Default => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),
+            PolicyChoice::File(path) => builder.policy_file(path),
+            PolicyChoice::Text { name, text } => builder.policy(name, text),
+        };
+        let runtime = builder.build()?;
+        Ok(Host {
+            inner: Arc::new(HostInner {
+                runtime,
+                workspace,
+                approver: self.approver,
+            }),
+        })
+    }
+}
+
+struct HostInner {
+    runtime: Runtime,
+    workspace: Workspace,
+    approver: Option<Arc<dyn Approver>>,
+}
+
+/// A governed toolcell host over one workspace. Cheap to clone and to share between threads.
+#[derive(Clone)]
+pub struct Host {
+    inner: Arc<HostInner>,
+}
+
+impl Host {
+    /// Open a session for `role`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownRole`] if the policy has no such role.
+    pub fn session(&self, role: &str, session_id: &str) -> Result<Session, Error> {
+        if let Some(policy) = self.inner.runtime.policy()
+            && policy.role(role).is_none()
+        {
+            return Err(Error::UnknownRole {
+                role: role.escape_default().to_string(),
+                roles: policy.roles().map(|role| role.name()).collect::<Vec<_>>().join(", "),
+            });
+        }
+        Ok(Session {
+            host: self.clone(),
+            role: role.to_owned(),
+            session_id: session_id.to_owned(),
+            owner: None,
+        })
+    }
+
+    /// The runtime underneath, for what the session API does not cover.
+    pub fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
+    /// The tools `role` may call, sorted by name.
+    pub fn tools_for(&self, role: &str) -> Vec<&ToolInfo> {
+        tools_for_role(&self.inner.runtime, role)
+    }
+}
+
+/// One caller's session: a role, a session id, and optionally an owner (the chain or task the
+/// work belongs to).
+#[derive(Clone)]
+pub struct Session {
+    host: Host,
+    role: String,
+    session_id: String,
+    owner: Option<String>,
+}
+
+/// What one call returned.
+#[derive(Debug, Clone)]
+pub struct CallResult {
+    /// The tool's output, or the error the agent should see.
+    pub output: Result<ToolOutput, ToolError>,
+    /// Warnings for the agent that do not fail the call.
+    pub warnings: Vec<String>,
+    /// The call's id in the audit trail.
+    pub call_id: String,
+    /// The filesystem accesses the host refused during the call.
+    pub denials: Vec<Denial>,
+}
+
+impl Session {
+    /// Record who the work belongs to (for example a chain or task id).
+    #[must_use]
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// The session's role.
+    pub fn role(&self) -> &str {
+        &self.role
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The session's owner, if set.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// The host the session belongs to.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The tools this session's role may call.
+    pub fn tools(&self) -> Vec<&ToolInfo> {
+        self.host.tools_for(&self.role)
+    }
+
+    /// Call `tool` with `args`, a JSON object as text.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTool`] or [`Error::Call`] when the host cannot run the call; everything
+    /// the agent should see (bad arguments, refusals, tool errors) is in
+    /// [`CallResult::output`].
+    pub fn call(&self, tool: &str, args: &str) -> Result<CallResult, Error> {
+        let inner = &self.host.inner;
+        let outcome = inner.runtime.call(&CallRequest {
+            workspace: &inner.workspace,
+            role: &self.role,
+            session_id: &self.session_id,
+            tool,
+            args,
+            approver: inner.approver.as_ref(),
+        })?;
+        Ok(CallResult {
+            output: outcome.result,
+            warnings: Vec::new(),
+            call_id: outcome.call_id,
+            denials: outcome.denials,
+        })
+    }
+}

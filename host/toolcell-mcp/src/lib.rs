@@ -1,0 +1,135 @@
+//! toolcell as an MCP server, on [rmcp](https://docs.rs/rmcp), the official Rust SDK.
+//!
+//! [`McpServer`] serves one [`Session`]: `tools/list` returns only the tools the session's role
+//! may call (name, title, description, input JSON Schema, `readOnlyHint` / `destructiveHint` /
+//! `idempotentHint` annotations), and `tools/call` runs the call through the governed host and
+//! returns the text as content plus the structured result as `structuredContent`. A tool error or
+//! a refusal is a result with `isError: true` and the message, never a protocol error. Calls run
+//! on tokio's blocking pool, so several can be in flight at once. Nothing is written to stdout
+//! but protocol messages.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let host = toolcell_host::HostBuilder::new("/path/to/repo").build()?;
+//! let server = toolcell_mcp::McpServer::new(host.session("impl", "s-1")?);
+//! toolcell_mcp::serve_stdio(server).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+use toolcell_host::{Session, schemas};
+
+/// An MCP server for one session.
+pub struct McpServer {
+    session: Session,
+    tools: Vec<Tool>,
+}
+
+impl McpServer {
+    /// Serve the tools `session`'s role may call.
+    pub fn new(session: Session) -> Self {
+        let tools = session
+            .tools()
+            .into_iter()
+            // The MCP shape comes from the same renderer as `toolcell schema --format mcp`.
+            .filter_map(|tool| serde_json::from_value(schemas::mcp_tool(tool)).ok())
+            .collect();
+        McpServer { session, tools }
+    }
+
+    /// The tools served, as MCP describes them.
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// Run one call and shape its result for MCP.
+    async fn run(&self, name: String, arguments: Value) -> CallToolResult {
+        let session = self.session.clone();
+        let args = arguments.to_string();
+        let tool = name.clone();
+        let joined = tokio::task::spawn_blocking(move || session.call(&tool, &args)).await;
+        match joined {
+            Ok(Ok(call)) => match call.output {
+                Ok(output) => {
+                    let mut result = CallToolResult::success(vec![ContentBlock::text(output.text)]);
+                    result.structured_content = output.structured;
+                    result
+                }
+                Err(error) => {
+                    let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
+                    result.structured_content = Some(json!({
+                        "error": { "kind": error.kind.as_str(), "message": error.message },
+                        "call_id": call.call_id,
+                    }));
+                    result
+                }
+            },
+            Ok(Err(host_error)) => {
+                let message = match host_error {
+                    toolcell_host::Error::UnknownTool { .. } => host_error.to_string(),
+                    other => {
+                        // Details (which may name host paths) go to the operator only.
+                        let _ = writeln_stderr(&format!("toolcell mcp: `{name}` failed in the host: {other}"));
+                        format!("the host could not run `{name}`; the operator's log has the details")
+                    }
+                };
+                CallToolResult::error(vec![ContentBlock::text(message)])
+            }
+            Err(_) => CallToolResult::error(vec![ContentBlock::text(format!(
+                "the host failed while running `{name}`; the operator's log has the details"
+            ))]),
+        }
+    }
+}
+
+fn writeln_stderr(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    writeln!(std::io::stderr(), "{text}")
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("toolcell", env!("CARGO_PKG_VERSION")))
+            .with_instructions(format!(
+                "File tools over one workspace, for role `{}`. Paths are relative to the workspace root. \
+                 Every filesystem access is checked against the policy; a refusal says which rule refused it.",
+                self.session.role()
+            ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.tools.clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        Ok(self.run(request.name.into_owned(), arguments).await.into())
+    }
+}
+
+/// Serve `server` over stdin and stdout until the client closes stdin.
+///
+/// # Errors
+///
+/// The transport's error, if the connection fails.
+pub async fn serve_stdio(server: McpServer) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let running = server.serve(rmcp::transport::stdio()).await?;
+    running.waiting().await?;
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! `toolcell mcp` driven by a real MCP client: the official Python SDK, in a virtual
+//! environment the test creates once under the target directory (set `TOOLCELL_TEST_PYTHON` to
+//! use another interpreter that has `mcp` installed).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The Python MCP SDK version the test pins.
+const MCP_SDK: &str = "mcp==2.3.0";
+
+fn python_with_mcp() -> PathBuf {
+    if let Some(python) = std::env::var_os("TOOLCELL_TEST_PYTHON") {
+        return PathBuf::from(python);
+    }
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
+    let python = venv.join("bin/python");
+    let ready = venv.join(".installed");
+    if !ready.exists() {
+        let status = Command::new("python3").arg("-m").arg("venv").arg(&venv).status().expect("run python3 -m venv");
+        assert!(status.success(), "cannot create a virtual environment with python3");
+        let status = Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", MCP_SDK])
+            .status()
+            .expect("run pip");
+        assert!(status.success(), "cannot install {MCP_SDK} from PyPI");
+        std::fs::write(&ready, MCP_SDK).expect("mark the environment ready");
+    }
+    python
+}
+
+#[test]
+fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
+    let workspace = tempfile::tempdir().expect("workspace");
+    std::fs::create_dir_all(workspace.path().join("src")).expect("mkdir");
+    std::fs::create_dir_all(workspace.path().join("docs")).expect("mkdir");
+    std::fs::write(workspace.path().join("src/main.rs"), "fn main() { println!(\"hello world\"); }\n").expect("write");
+    std::fs::write(workspace.path().join("docs/guide.md"), "# Guide\n").expect("write");
+    let state = tempfile::tempdir().expect("state");
+    let output = Command::new(python_with_mcp())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py"))
+        .arg(env!("CARGO_BIN_EXE_toolcell"))
+        .arg(workspace.path())
+        .arg(state.path())
+        .output()
+        .expect("run the Python MCP client");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the client failed:\n{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the client prints JSON");
+
+    let names = |role: &str| -> Vec<String> {
+        report[role]["tools"].as_array().expect("tools").iter().map(|tool| tool["name"].as_str().expect("name").to_owned()).collect()
+    };
+    assert_eq!(names("control"), ["list_files", "read_file", "search_files"]);
+    assert_eq!(names("impl"), ["edit_file", "list_files", "read_file", "search_files", "write_file"]);
+    assert_eq!(report["impl"]["server"], "toolcell");
+    for tool in report["impl"]["tools"].as_array().expect("tools") {
+        assert_eq!(tool["has_schema"], true, "{tool}");
+        assert!(tool["title"].is_string(), "{tool}");
+    }
+    let read_file = &report["impl"]["tools"][2];
+    assert_eq!((read_file["read_only"].as_bool(), read_file["destructive"].as_bool()), (Some(true), Some(false)));
+    let write_file = &report["impl"]["tools"][4];
+    assert_eq!((write_file["read_only"].as_bool(), write_file["destructive"].as_bool()), (Some(false), Some(true)));
+
+    let calls = &report["impl"]["calls"];
+    assert_eq!(calls["read"]["is_error"], false);
+    assert!(calls["read"]["text"].as_str().expect("text").contains("hello world"));
+    assert_eq!(calls["read"]["structured"]["total_lines"], 1);
+    assert_eq!(calls["edit"]["is_error"], false, "{}", calls["edit"]);
+    assert!(calls["read_again"]["text"].as_str().expect("text").contains("hello mcp"));
+    assert_eq!(calls["denied_write"]["is_error"], true);
+    let denial = calls["denied_write"]["text"].as_str().expect("text");
+    assert!(denial.starts_with("denied: write of `docs/guide.md` is denied for role `impl` by rule `docs-read-only`"), "{denial}");
+    assert_eq!(calls["denied_write"]["structured"]["error"]["kind"], "denied");
+    assert_eq!(calls["bad_args"]["is_error"], true);
+    assert!(calls["bad_args"]["text"].as_str().expect("text").contains("`path`"), "{}", calls["bad_args"]);
+    assert_eq!(calls["unknown_tool"]["is_error"], true);
+    let control_write = &report["control"]["calls"]["write"];
+    assert_eq!(control_write["is_error"], true);
+    assert!(control_write["text"].as_str().expect("text").contains("role `control` may not call `write_file`"));
+
+    assert_eq!(std::fs::read_to_string(workspace.path().join("docs/guide.md")).expect("read"), "# Guide\n");
+    assert!(!workspace.path().join("src/new.rs").exists());
+    assert!(!String::from_utf8_lossy(&output.stdout).contains(workspace.path().to_str().expect("UTF-8")), "no host path");
+}
