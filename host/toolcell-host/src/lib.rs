@@ -8,20 +8,28 @@
 //! call id. [`schemas`] renders the tools a role may call in the shape each model provider
 //! expects.
 //!
-//! ```no_run
-//! use toolcell_host::HostBuilder;
+//! ```
+//! use toolcell_host::{HostBuilder, ToolErrorKind};
 //!
-//! # fn main() -> Result<(), toolcell_host::Error> {
-//! let host = HostBuilder::new("/path/to/repo")
-//!     .state_dir("/var/lib/toolcell")
-//!     .build()?;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let base = std::env::temp_dir().join(format!("toolcell-host-doc-{}", std::process::id()));
+//! # let repo = base.join("repo");
+//! # std::fs::create_dir_all(repo.join("docs"))?;
+//! # std::fs::write(repo.join("README.md"), "# demo\n")?;
+//! let host = HostBuilder::new(&repo)              // the workspace the agent works in
+//!     .state_dir(base.join("state"))             // the audit trail, outside the workspace
+//!     .build()?;                                  // the shipped default policy
 //! let session = host.session("impl", "s-1")?;
-//! let result = session.call("read_file", r#"{"path": "README.md", "limit": 20}"#)?;
-//! match result.output {
-//!     Ok(output) => eprintln!("{}", output.text),
-//!     Err(error) => eprintln!("{error}"),
-//! }
-//! eprintln!("audit call id: {}", result.call_id);
+//!
+//! let result = session.call("read_file", r#"{"path": "README.md"}"#)?;
+//! assert_eq!(result.output?.text, "     1\t# demo");
+//!
+//! // `impl` may not modify docs/**: the refusal names the rule.
+//! let refused = session.call("write_file", r#"{"path": "docs/a.md", "content": "x"}"#)?;
+//! let error = refused.output.unwrap_err();
+//! assert_eq!(error.kind, ToolErrorKind::Denied);
+//! assert!(error.message.contains("docs-read-only"));
+//! # std::fs::remove_dir_all(&base)?;
 //! # Ok(())
 //! # }
 //! ```

@@ -17,6 +17,8 @@
 //! # }
 //! ```
 
+pub mod client;
+
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -123,13 +125,25 @@ impl ServerHandler for McpServer {
     }
 }
 
+/// The MCP connection failed (initialization, or the transport).
+#[derive(Debug, thiserror::Error)]
+#[error("the MCP connection failed: {reason}")]
+pub struct ServeError {
+    /// What rmcp reported.
+    pub reason: String,
+}
+
 /// Serve `server` over stdin and stdout until the client closes stdin.
 ///
 /// # Errors
 ///
-/// The transport's error, if the connection fails.
-pub async fn serve_stdio(server: McpServer) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let running = server.serve(rmcp::transport::stdio()).await?;
-    running.waiting().await?;
+/// [`ServeError`] if the client does not complete initialization or the transport fails.
+pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
+    let running = server.serve(rmcp::transport::stdio()).await.map_err(|error| ServeError {
+        reason: error.to_string(),
+    })?;
+    running.waiting().await.map_err(|error| ServeError {
+        reason: error.to_string(),
+    })?;
     Ok(())
 }

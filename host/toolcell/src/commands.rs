@@ -30,16 +30,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Mcp(args) = &cli.command {
         return mcp(&cli.runtime, args);
     }
+    if let Command::Demo { workspace } = &cli.command {
+        return crate::demo::run(&cli.runtime, workspace.clone());
+    }
     let runtime = build_runtime(&cli.runtime)?;
     match cli.command {
         Command::Tools { json } => tools(&runtime, json),
         Command::Call(args) => call(&runtime, &args),
         Command::Policy(PolicyCommand::Explain { role, access, path }) => policy_explain(&runtime, &role, &access, &path),
         Command::Schema { role, format } => schema(&runtime, &role, &format),
-        Command::Policy(PolicyCommand::Check { .. }) | Command::Audit(_) | Command::Mcp(_) => {
+        Command::Policy(PolicyCommand::Check { .. }) | Command::Audit(_) | Command::Mcp(_) | Command::Demo { .. } => {
             unreachable!("handled above")
         }
-        Command::Demo { workspace } => crate::demo::run(&runtime, workspace),
     }
 }
 
@@ -250,9 +252,7 @@ fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    executor
-        .block_on(toolcell_mcp::serve_stdio(server))
-        .map_err(|error| anyhow::anyhow!("the MCP connection failed: {error}"))?;
+    executor.block_on(toolcell_mcp::serve_stdio(server))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,13 +1,18 @@
 //! `toolcell demo`: a short scripted agent session over a fresh workspace, through every
-//! built-in tool and the real host, including a refused escape.
+//! built-in tool, as MCP clients of `toolcell mcp` servers: refusals included.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::process::{Command, ExitCode};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use anyhow::Context as _;
 use serde_json::{Value, json};
-use toolcell_runtime::{CallRequest, Runtime, Workspace};
+use toolcell_mcp::client::{StdioClient, text_of};
+use toolcell_runtime::Workspace;
+
+use crate::cli::RuntimeArgs;
 
 const MAIN_RS: &str = "fn main() {\n    let name = \"world\";\n    println!(\"Hello, {name}!\");\n}\n";
 const README: &str = "# demo\n\nA workspace created by `toolcell demo`.\n";
@@ -31,31 +36,72 @@ fn script() -> Vec<(&'static str, &'static str, Value)> {
     ]
 }
 
-pub fn run(runtime: &Runtime, workspace: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+/// Run the session against `toolcell mcp` servers (this binary), one per role, as a real MCP
+/// client would over stdio.
+pub fn run(args: &RuntimeArgs, workspace: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let directory = workspace.unwrap_or_else(|| {
         let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_millis()).unwrap_or(0);
         std::env::temp_dir().join(format!("toolcell-demo-{}-{stamp}", std::process::id()))
     });
     let workspace = Workspace::create(&directory)?;
+    let executable = std::env::current_exe().context("cannot find the toolcell executable")?;
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "toolcell demo: workspace {}\n", workspace.root().display())?;
-    for (role, tool, args) in script() {
-        let args = args.to_string();
-        writeln!(stdout, "$ toolcell call {tool} '{args}' --role {role}")?;
-        let outcome = runtime.call(&CallRequest {
-            workspace: &workspace,
-            role,
-            session_id: "demo",
-            tool,
-            args: &args,
-            approver: None,
-        })?;
-        match outcome.result {
-            Ok(output) => writeln!(stdout, "{}", output.text)?,
-            Err(error) => writeln!(stdout, "error {error}")?,
+    writeln!(
+        stdout,
+        "toolcell demo: MCP clients talking to `toolcell mcp` over stdio, one server per role\nworkspace {}\n",
+        workspace.root().display()
+    )?;
+    let mut clients: BTreeMap<&str, StdioClient> = BTreeMap::new();
+    for (role, tool, arguments) in script() {
+        if !clients.contains_key(role) {
+            let mut command = Command::new(&executable);
+            command.args(forwarded(args)).arg("mcp").arg("--workspace").arg(workspace.root()).args(["--role", role, "--session", &format!("demo-{role}")]);
+            let (mut client, initialized) = StdioClient::spawn(&mut command).context("cannot start `toolcell mcp`")?;
+            let tools = client.list_tools()?;
+            let names: Vec<&str> = tools["tools"].as_array().map(|tools| tools.iter().filter_map(|tool| tool["name"].as_str()).collect()).unwrap_or_default();
+            writeln!(
+                stdout,
+                "→ initialize, tools/list as role `{role}`\n← {} (protocol {}): {}\n",
+                initialized["serverInfo"]["name"].as_str().unwrap_or("?"),
+                initialized["protocolVersion"].as_str().unwrap_or("?"),
+                names.join(", ")
+            )?;
+            clients.insert(role, client);
         }
-        writeln!(stdout, "[{tool} took {} µs]\n", outcome.duration.as_micros())?;
+        let client = clients.get_mut(role).context("the client was just started")?;
+        writeln!(stdout, "→ tools/call {tool} {arguments} (role {role})")?;
+        let started = Instant::now();
+        let result = client.call_tool(tool, &arguments)?;
+        let elapsed = started.elapsed();
+        let text = text_of(&result);
+        if result["isError"] == true {
+            writeln!(stdout, "error {text}")?;
+        } else {
+            writeln!(stdout, "{text}")?;
+        }
+        writeln!(stdout, "[round trip {} µs]\n", elapsed.as_micros())?;
+    }
+    for (_, client) in clients {
+        client.close()?;
     }
     writeln!(stdout, "The workspace is left at {} for you to inspect.", workspace.root().display())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The runtime flags the demo's servers inherit.
+fn forwarded(args: &RuntimeArgs) -> Vec<std::ffi::OsString> {
+    let mut forwarded = Vec::new();
+    let mut flag = |name: &str, value: Option<&std::path::Path>| {
+        if let Some(value) = value {
+            forwarded.push(name.into());
+            forwarded.push(value.as_os_str().to_owned());
+        }
+    };
+    flag("--cache-dir", args.cache_dir.as_deref());
+    flag("--policy", args.policy.as_deref());
+    flag("--state-dir", args.state_dir.as_deref());
+    if args.no_cache {
+        forwarded.push("--no-cache".into());
+    }
+    forwarded
 }

@@ -352,3 +352,26 @@ fn audit_tail_follow_prints_new_records() {
     let line = line.expect("the follower printed the new record");
     assert!(line.contains("s-follow role=impl tool=read_file") && line.contains("CALL ok"), "{line}");
 }
+
+#[test]
+fn schema_prints_a_roles_tools_in_each_providers_shape() {
+    let (_workspace, cache) = setup();
+    let schema = |role: &str, format: &str| {
+        let run = toolcell(&cache, &["schema", "--role", role, "--format", format]);
+        assert_eq!(run.status, 0, "{}", run.stderr);
+        serde_json::from_str::<serde_json::Value>(&run.stdout).expect("JSON")
+    };
+    let mcp = schema("impl", "mcp");
+    assert_eq!(mcp["tools"].as_array().map(Vec::len), Some(5));
+    assert_eq!(mcp["tools"][0]["annotations"]["destructiveHint"], true);
+    let anthropic = schema("control", "anthropic");
+    let names: Vec<&str> = anthropic.as_array().expect("array").iter().filter_map(|tool| tool["name"].as_str()).collect();
+    assert_eq!(names, ["list_files", "read_file", "search_files"]);
+    assert!(anthropic[0]["input_schema"].is_object());
+    let openai = schema("reviewer", "openai");
+    assert_eq!(openai[0]["type"], "function");
+    assert!(openai[0]["function"]["parameters"].is_object());
+    let run = toolcell(&cache, &["schema", "--role", "admin"]);
+    assert_eq!(run.status, 2);
+    assert!(run.stderr.contains("has no role `admin`"), "{}", run.stderr);
+}

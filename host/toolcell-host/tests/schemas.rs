@@ -1,0 +1,72 @@
+//! Tool definitions rendered in each provider's documented shape.
+
+use serde_json::Value;
+use toolcell_host::schemas::{Format, render};
+use toolcell_host::{DEFAULT_POLICY, DEFAULT_POLICY_NAME, builtin_runtime, tools_for_role};
+
+fn rendered(format: Format, role: &str) -> Value {
+    let runtime = builtin_runtime().policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY).build().expect("runtime builds");
+    render(format, tools_for_role(&runtime, role))
+}
+
+/// Anthropic and OpenAI both require `^[a-zA-Z0-9_-]{1,64}$` tool names.
+fn is_provider_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn keys(value: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value.as_object().expect("an object").keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    keys
+}
+
+#[test]
+fn mcp_is_a_tools_list_result() {
+    let document = rendered(Format::Mcp, "impl");
+    assert_eq!(keys(&document), ["tools"]);
+    let tools = document["tools"].as_array().expect("tools array");
+    assert_eq!(tools.len(), 5);
+    for tool in tools {
+        assert_eq!(keys(tool), ["annotations", "description", "inputSchema", "name", "title"], "{tool}");
+        assert!(is_provider_name(tool["name"].as_str().expect("name")));
+        assert_eq!(tool["inputSchema"]["type"], "object");
+        let annotations = &tool["annotations"];
+        for hint in ["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"] {
+            assert!(annotations[hint].is_boolean(), "{hint} in {tool}");
+        }
+        assert_eq!(annotations["openWorldHint"], false);
+        assert_eq!(annotations["title"], tool["title"]);
+    }
+}
+
+#[test]
+fn anthropic_is_a_messages_api_tools_array() {
+    let tools = rendered(Format::Anthropic, "control");
+    let tools = tools.as_array().expect("an array of tools");
+    let names: Vec<&str> = tools.iter().map(|tool| tool["name"].as_str().expect("name")).collect();
+    assert_eq!(names, ["list_files", "read_file", "search_files"]);
+    for tool in tools {
+        assert_eq!(keys(tool), ["description", "input_schema", "name"], "{tool}");
+        assert!(is_provider_name(tool["name"].as_str().expect("name")));
+        assert!(!tool["description"].as_str().expect("description").is_empty());
+        assert_eq!(tool["input_schema"]["type"], "object");
+    }
+}
+
+#[test]
+fn openai_is_a_chat_completions_tools_array() {
+    let tools = rendered(Format::OpenAi, "impl");
+    for tool in tools.as_array().expect("an array of tools") {
+        assert_eq!(keys(tool), ["function", "type"], "{tool}");
+        assert_eq!(tool["type"], "function");
+        let function = &tool["function"];
+        assert_eq!(keys(function), ["description", "name", "parameters"], "{tool}");
+        assert!(is_provider_name(function["name"].as_str().expect("name")));
+        assert_eq!(function["parameters"]["type"], "object");
+    }
+}
+
+#[test]
+fn an_unknown_role_has_no_tools() {
+    assert_eq!(rendered(Format::Anthropic, "nobody"), Value::Array(Vec::new()));
+}
