@@ -43,6 +43,8 @@ pub(crate) fn new_engine() -> Result<Engine, Error> {
     let mut config = Config::new();
     config
         .wasm_component_model(true)
+        // Deadlines: every store gets an epoch deadline; a ticker thread advances the epoch.
+        .epoch_interruption(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Engine::new(&config).map_err(|error| Error::Engine {
         reason: describe(&error),

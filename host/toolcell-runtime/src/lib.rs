@@ -52,6 +52,7 @@ mod engine;
 mod error;
 mod guard;
 mod imports;
+mod limits;
 mod schema;
 mod state;
 
@@ -59,6 +60,7 @@ pub use audit::{AUDIT_FILE, AuditLog};
 pub use engine::CacheOutcome;
 pub use error::Error;
 pub use guard::{Approver, Denial, FsEvent};
+pub use limits::{EPOCH_TICK, Limits};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError};
 pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
@@ -78,6 +80,9 @@ mod bindings {
     });
 }
 
+/// How long a component's `describe()` may take at load.
+const DESCRIBE_DEADLINE: Duration = Duration::from_secs(10);
+
 /// Bytes of stdout and of stderr kept per call; the rest is counted and dropped.
 pub const STDIO_CAPACITY: usize = 64 * 1024;
 
@@ -89,6 +94,7 @@ pub struct RuntimeBuilder {
     policy: Option<PolicySource>,
     audit_dir: Option<PathBuf>,
     unguarded: bool,
+    limits: Limits,
 }
 
 enum PolicySource {
@@ -131,6 +137,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The limits of every call (default: 30 s, 512 MiB of memory, 1 MiB of output).
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// Keep the audit trail in `state_dir/audit.jsonl`: one record per tool call, one per
     /// refusal, and one per allowed modification, written before the modification happens.
     /// If the state directory lies inside a workspace, no call may modify it.
@@ -165,7 +178,19 @@ impl RuntimeBuilder {
     /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::Policy`],
     /// [`Error::Cache`] or [`Error::Engine`].
     pub fn build(self) -> Result<Runtime, Error> {
+        if self.limits.memory_bytes > engine::MAX_MEMORY_BYTES {
+            return Err(Error::Engine {
+                reason: format!(
+                    "the memory limit of {} MiB exceeds the most a tool's memory can grow to ({} MiB)",
+                    self.limits.memory_bytes >> 20,
+                    engine::MAX_MEMORY_BYTES >> 20
+                ),
+            });
+        }
         let engine = engine::new_engine()?;
+        let ticker = limits::EpochTicker::start(&engine).map_err(|error| Error::Engine {
+            reason: format!("cannot start the deadline ticker thread: {error}"),
+        })?;
         let linker = state::linker(&engine, !self.unguarded)?;
         let cache = self.cache_dir.as_deref().map(engine::ComponentCache::open).transpose()?;
         let mut tools: BTreeMap<String, LoadedTool> = BTreeMap::new();
@@ -227,6 +252,8 @@ impl RuntimeBuilder {
             policy,
             policy_path,
             audit,
+            limits: self.limits,
+            _ticker: ticker,
         })
     }
 }
@@ -243,8 +270,16 @@ fn describe_tool(
         table: ResourceTable::new(),
         context: CallContext::default(),
         guard: FsGuard::new(None, "", None, None),
+        limiter: limits::MemoryLimiter {
+            max_bytes: engine::MAX_MEMORY_BYTES,
+            refused: false,
+        },
     };
     let mut store = Store::new(engine, state);
+    store.limiter(|state| &mut state.limiter);
+    // `describe` gets a fixed deadline: it must answer at once.
+    store.set_epoch_deadline(Limits { deadline: DESCRIBE_DEADLINE, ..Limits::default() }.deadline_ticks());
+    store.epoch_deadline_trap();
     let load_error = |error: wasmtime::Error| Error::Load {
         origin: origin.to_owned(),
         reason: format!("`describe()` failed: {}", describe(&error)),
@@ -301,6 +336,9 @@ pub struct Runtime {
     /// The policy file, when it came from one (protected if inside a workspace).
     policy_path: Option<PathBuf>,
     audit: Option<Arc<AuditLog>>,
+    limits: Limits,
+    /// Advances the epoch for deadlines; stops when the runtime is dropped.
+    _ticker: limits::EpochTicker,
 }
 
 /// The workspace a call may touch: a directory on the host, granted to the component as its
@@ -518,13 +556,49 @@ impl Runtime {
                     }),
                     self.state_paths_inside(request.workspace),
                 ),
+            limiter: limits::MemoryLimiter {
+                max_bytes: self.limits.memory_bytes,
+                refused: false,
+            },
         };
         let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        store.set_epoch_deadline(self.limits.deadline_ticks());
+        store.epoch_deadline_trap();
         let plugin = tool.pre.instantiate(&mut store).map_err(host_error)?;
         let returned = plugin.toolcell_tool_tool().call_call(&mut store, request.args);
+        let memory_refused = store.data().limiter.refused;
         outcome.result = match returned {
-            Ok(Ok(output)) => convert_output(request.tool, output),
+            Ok(Ok(output)) => convert_output(request.tool, output).map(|mut output| {
+                limits::cap_output(&mut output.text, self.limits.output_bytes);
+                if output.structured.as_ref().is_some_and(|value| value.to_string().len() > self.limits.output_bytes) {
+                    output.structured = None;
+                }
+                output
+            }),
+            Ok(Err(_)) | Err(_) if memory_refused => {
+                outcome.trapped = returned.is_err();
+                Err(ToolError::new(
+                    ToolErrorKind::TooLarge,
+                    format!(
+                        "`{}` needed more than its memory limit of {} MiB and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise the limit).",
+                        request.tool,
+                        self.limits.memory_bytes >> 20
+                    ),
+                ))
+            }
             Ok(Err(error)) => Err(convert_error(error)),
+            Err(trap) if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) => {
+                outcome.trapped = true;
+                Err(ToolError::new(
+                    ToolErrorKind::Failed,
+                    format!(
+                        "`{}` ran past its deadline of {:.1} s and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise the limit).",
+                        request.tool,
+                        self.limits.deadline.as_secs_f64()
+                    ),
+                ))
+            }
             Err(trap) => {
                 outcome.trapped = true;
                 Err(ToolError::new(

@@ -24,6 +24,7 @@ pub(crate) struct CallState {
     pub(crate) table: ResourceTable,
     pub(crate) context: CallContext,
     pub(crate) guard: FsGuard,
+    pub(crate) limiter: crate::limits::MemoryLimiter,
 }
 
 impl WasiView for CallState {

@@ -5,6 +5,7 @@ mod edit_file;
 mod escapes;
 mod governance;
 mod list_files;
+mod limits;
 mod loading;
 mod read_file;
 mod search_files;

@@ -23,7 +23,7 @@ impl Tool for Misbehave {
         ToolInfo::new("misbehave", "Misbehave", "Test program: crashes or floods on request.").schema(json!({
             "type": "object",
             "properties": {
-                "action": { "enum": ["panic", "print", "note", "context", "count", "ok"] },
+                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "ok"] },
                 "bytes": { "type": "integer", "minimum": 0 }
             },
             "required": ["action"],
@@ -60,6 +60,23 @@ impl Tool for Misbehave {
                 let calls = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 Ok(Output::text(calls.to_string()))
             }
+            "spin" => {
+                // Never returns: only the host's deadline stops it.
+                let mut counter: u64 = 0;
+                loop {
+                    counter = std::hint::black_box(counter.wrapping_add(1));
+                }
+            }
+            "allocate" => {
+                // Grow the heap by `bytes`, touching every page.
+                let mut block: Vec<u8> = Vec::new();
+                if block.try_reserve_exact(args.bytes).is_err() {
+                    return Err(ToolError::TooLarge(format!("could not allocate {} bytes", args.bytes)));
+                }
+                block.resize(args.bytes, 1);
+                Ok(Output::text(format!("allocated {} bytes", std::hint::black_box(block).len())))
+            }
+            "big_output" => Ok(Output::text("y".repeat(args.bytes))),
             _ => Ok(Output::text("ok")),
         }
     }

@@ -1,0 +1,129 @@
+//! Per-call limits: a wall-clock deadline (epoch interruption), a memory cap, an output cap.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::{Engine, ResourceLimiter};
+
+/// How often the engine's epoch advances; a deadline is stopped within one tick of passing.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// What one call may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time for the component to run.
+    pub deadline: Duration,
+    /// Linear memory the component may grow to.
+    pub memory_bytes: usize,
+    /// Bytes of text returned to the agent; longer output is cut with a marker.
+    pub output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(30),
+            memory_bytes: 512 << 20,
+            output_bytes: 1 << 20,
+        }
+    }
+}
+
+impl Limits {
+    /// Epoch ticks until the deadline, rounded up.
+    pub(crate) fn deadline_ticks(&self) -> u64 {
+        let ticks = self.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
+        u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
+    }
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
+pub(crate) struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    pub(crate) fn start(engine: &Engine) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let engine = engine.clone();
+        let stopped = Arc::clone(&stop);
+        std::thread::Builder::new().name("toolcell-epoch".to_owned()).spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        })?;
+        Ok(EpochTicker { stop })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Caps a store's linear memory and remembers whether it refused a growth, so that the call's
+/// error can name the limit.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryLimiter {
+    pub(crate) max_bytes: usize,
+    pub(crate) refused: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.refused = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}
+
+/// `text` cut to at most `max_bytes` (at a character boundary) with a marker saying so.
+pub(crate) fn cap_output(text: &mut String, max_bytes: usize) {
+    if text.len() <= max_bytes {
+        return;
+    }
+    let total = text.len();
+    let mut cut = max_bytes;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str(&format!(
+        "\n[output truncated at {} KiB of {} KiB: narrow the request, for example with a smaller window or a more specific pattern]",
+        max_bytes / 1024,
+        total / 1024
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_cut_at_a_character_boundary() {
+        let mut text = "é".repeat(10);
+        cap_output(&mut text, 5);
+        assert!(text.starts_with("éé\n[output truncated"), "{text}");
+        let mut short = "abc".to_owned();
+        cap_output(&mut short, 5);
+        assert_eq!(short, "abc");
+    }
+
+    #[test]
+    fn deadlines_round_up_to_ticks() {
+        let limits = |millis| Limits { deadline: Duration::from_millis(millis), ..Limits::default() };
+        assert_eq!(limits(1).deadline_ticks(), 1);
+        assert_eq!(limits(10).deadline_ticks(), 1);
+        assert_eq!(limits(11).deadline_ticks(), 2);
+        assert_eq!(limits(30_000).deadline_ticks(), 3000);
+    }
+}

@@ -1,0 +1,84 @@
+//! Per-call limits, enforced by the host on a misbehaving component: the host stops it, names
+//! the limit, and goes on serving.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use toolcell_runtime::{Limits, Runtime};
+use toolcell_tests::{Fixture, builtin_runtime_builder, guest_program};
+use toolcell_types::ToolErrorKind;
+
+const DEADLINE: Duration = Duration::from_millis(300);
+
+fn limited() -> Runtime {
+    builtin_runtime_builder()
+        .component("test:misbehave", guest_program("misbehave"))
+        .limits(Limits {
+            deadline: DEADLINE,
+            memory_bytes: 64 << 20,
+            output_bytes: 64 << 10,
+        })
+        .build()
+        .expect("the limited runtime builds")
+}
+
+fn still_serves(fixture: &Fixture, runtime: &Runtime) {
+    let outcome = fixture.call_on(runtime, "impl", "misbehave", &json!({"action": "ok"}), None);
+    assert_eq!(outcome.result.expect("the host keeps serving").text, "ok");
+}
+
+#[test]
+fn an_infinite_loop_is_stopped_at_its_deadline() {
+    let fixture = Fixture::new();
+    let runtime = limited();
+    let started = Instant::now();
+    let outcome = fixture.call_on(&runtime, "impl", "misbehave", &json!({"action": "spin"}), None);
+    let elapsed = started.elapsed();
+    assert!(outcome.trapped);
+    let error = outcome.result.expect_err("stopped");
+    assert_eq!(error.kind, ToolErrorKind::Failed);
+    assert!(error.message.contains("ran past its deadline of 0.3 s"), "{}", error.message);
+    assert!(elapsed >= DEADLINE, "stopped before its deadline: {elapsed:?}");
+    // Generous: the point is that it stops at all, not how fast this machine is.
+    assert!(elapsed < DEADLINE + Duration::from_secs(5), "took {elapsed:?}");
+    still_serves(&fixture, &runtime);
+}
+
+#[test]
+fn a_memory_bomb_is_refused_at_the_cap() {
+    let fixture = Fixture::new();
+    let runtime = limited();
+    let outcome = fixture.call_on(&runtime, "impl", "misbehave", &json!({"action": "allocate", "bytes": 200 << 20}), None);
+    let error = outcome.result.expect_err("refused");
+    assert_eq!(error.kind, ToolErrorKind::TooLarge);
+    assert!(error.message.contains("memory limit of 64 MiB"), "{}", error.message);
+    let fits = fixture.call_on(&runtime, "impl", "misbehave", &json!({"action": "allocate", "bytes": 8 << 20}), None);
+    assert_eq!(fits.result.expect("8 MiB fits").text, format!("allocated {} bytes", 8 << 20));
+    still_serves(&fixture, &runtime);
+}
+
+#[test]
+fn long_output_is_cut_at_the_cap_with_a_marker() {
+    let fixture = Fixture::new();
+    let runtime = limited();
+    let outcome = fixture.call_on(&runtime, "impl", "misbehave", &json!({"action": "big_output", "bytes": 8 << 20}), None);
+    let text = outcome.result.expect("output is cut, not refused").text;
+    assert!(text.starts_with(&"y".repeat(1000)));
+    assert!(text.contains("[output truncated at 64 KiB of 8192 KiB"), "{}", &text[text.len() - 200..]);
+    assert!(text.len() < (64 << 10) + 300);
+    still_serves(&fixture, &runtime);
+}
+
+#[test]
+fn limits_beyond_the_pool_are_refused_at_build() {
+    let result = builtin_runtime_builder()
+        .limits(Limits {
+            memory_bytes: 8 << 30,
+            ..Limits::default()
+        })
+        .build();
+    match result {
+        Err(error) => assert!(error.to_string().contains("memory limit of 8192 MiB"), "{error}"),
+        Ok(_) => panic!("an impossible memory limit was accepted"),
+    }
+}
