@@ -569,13 +569,7 @@ impl Runtime {
         let returned = plugin.toolcell_tool_tool().call_call(&mut store, request.args);
         let memory_refused = store.data().limiter.refused;
         outcome.result = match returned {
-            Ok(Ok(output)) => convert_output(request.tool, output).map(|mut output| {
-                limits::cap_output(&mut output.text, self.limits.output_bytes);
-                if output.structured.as_ref().is_some_and(|value| value.to_string().len() > self.limits.output_bytes) {
-                    output.structured = None;
-                }
-                output
-            }),
+            Ok(Ok(output)) => convert_output(request.tool, output, self.limits.output_bytes),
             Ok(Err(_)) | Err(_) if memory_refused => {
                 outcome.trapped = returned.is_err();
                 Err(ToolError::new(
@@ -710,9 +704,18 @@ fn denied_result(denials: &[Denial], returned: &Result<ToolOutput, ToolError>) -
     ToolError::new(ToolErrorKind::Denied, text)
 }
 
-fn convert_output(tool: &str, output: bindings::toolcell::tool::types::ToolOutput) -> Result<ToolOutput, ToolError> {
+/// The component's output for the agent: the text cut at `output_bytes`, and the structured
+/// result parsed (dropped if it is larger than `output_bytes`).
+fn convert_output(
+    tool: &str,
+    output: bindings::toolcell::tool::types::ToolOutput,
+    output_bytes: usize,
+) -> Result<ToolOutput, ToolError> {
+    let mut text = output.text;
+    limits::cap_output(&mut text, output_bytes);
     let structured = match output.structured {
         None => None,
+        Some(json) if json.len() > output_bytes => None,
         Some(text) => Some(serde_json::from_str(&text).map_err(|error| {
             ToolError::new(
                 ToolErrorKind::Failed,
@@ -720,10 +723,7 @@ fn convert_output(tool: &str, output: bindings::toolcell::tool::types::ToolOutpu
             )
         })?),
     };
-    Ok(ToolOutput {
-        text: output.text,
-        structured,
-    })
+    Ok(ToolOutput { text, structured })
 }
 
 fn convert_error(error: bindings::toolcell::tool::types::ToolError) -> ToolError {

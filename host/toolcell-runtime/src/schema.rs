@@ -55,6 +55,9 @@ impl ArgsSchema {
                 format!("the arguments to `{tool}` are not valid JSON ({error}): send a JSON object such as {{\"path\": \"src/main.rs\"}}"),
             )
         })?;
+        if self.validator.is_valid(&value) {
+            return Ok(());
+        }
         let violations: Vec<String> = self
             .validator
             .iter_errors(&value)
