@@ -563,7 +563,9 @@ impl Runtime {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
-        store.set_epoch_deadline(self.limits.deadline_ticks());
+        // The ticker's phase is arbitrary, so the first tick may come at once: one tick more
+        // gives the call at least its deadline, and stops it within one tick after.
+        store.set_epoch_deadline(self.limits.deadline_ticks() + 1);
         store.epoch_deadline_trap();
         let plugin = tool.pre.instantiate(&mut store).map_err(host_error)?;
         let returned = plugin.toolcell_tool_tool().call_call(&mut store, request.args);

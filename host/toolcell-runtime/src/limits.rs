@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use wasmtime::{Engine, ResourceLimiter};
 
-/// How often the engine's epoch advances; a deadline is stopped within one tick of passing.
+/// How often the engine's epoch advances: a call runs at least its deadline and is stopped
+/// within one tick after it.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// What one call may use.

@@ -39,7 +39,8 @@ fn an_infinite_loop_is_stopped_at_its_deadline() {
     assert_eq!(error.kind, ToolErrorKind::Failed);
     assert!(error.message.contains("ran past its deadline of 0.3 s"), "{}", error.message);
     assert!(elapsed >= DEADLINE, "stopped before its deadline: {elapsed:?}");
-    // Generous: the point is that it stops at all, not how fast this machine is.
+    // Generous: the point is that it stops at all, not how fast this machine is (the guarantee
+    // is within one tick of the deadline).
     assert!(elapsed < DEADLINE + Duration::from_secs(5), "took {elapsed:?}");
     still_serves(&fixture, &runtime);
 }
