@@ -284,7 +284,7 @@ pub fn verify<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<Verified, 
 /// One record, readably, on one line (control characters escaped, so that a file name cannot
 /// forge a line).
 pub fn display(record: &Record) -> String {
-    let clean = |text: &str| text.chars().flat_map(char::escape_default).collect::<String>();
+    let clean = toolcell_types::escape_control;
     let head = format!(
         "{} #{} {} role={} tool={} call={}",
         record.ts,
@@ -393,9 +393,9 @@ mod tests {
 
     #[test]
     fn display_escapes_control_characters() {
-        let record = Record::filesystem("t", "s", "impl", "tool", "c", "open-at", "a\nFAKE LINE", "write", "deny", "r");
+        let record = Record::filesystem("t", "s", "impl", "tool", "c", "open-at", "café\nFAKE LINE", "write", "deny", "r");
         let shown = display(&record);
         assert!(!shown.contains('\n'));
-        assert!(shown.contains("a\\nFAKE LINE"));
+        assert!(shown.contains("café\\nFAKE LINE"), "{shown}");
     }
 }

@@ -158,14 +158,7 @@ impl HostBuilder {
             PolicyChoice::File(path) => builder.policy_file(path),
             PolicyChoice::Text { name, text } => builder.policy(name, text),
         };
-        let runtime = builder.build()?;
-        Ok(Host {
-            inner: Arc::new(HostInner {
-                runtime,
-                workspace,
-                approver: self.approver,
-            }),
-        })
+        Ok(Host::new(builder.build()?, workspace, self.approver))
     }
 }
 
@@ -182,6 +175,18 @@ pub struct Host {
 }
 
 impl Host {
+    /// A host from a runtime built elsewhere (for example with extra components or limits),
+    /// over `workspace`, asking `approver` about `ask` rules.
+    pub fn new(runtime: Runtime, workspace: Workspace, approver: Option<Arc<dyn Approver>>) -> Host {
+        Host {
+            inner: Arc::new(HostInner {
+                runtime,
+                workspace,
+                approver,
+            }),
+        }
+    }
+
     /// Open a session for `role`.
     ///
     /// # Errors

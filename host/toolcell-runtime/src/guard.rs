@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use toolcell_audit::Record;
+use toolcell_types::escape_control;
 use toolcell_policy::{Access, Decision, Effect, Policy};
 
 use crate::audit::AuditLog;
@@ -204,7 +205,7 @@ impl FsGuard {
                 },
                 format!(
                     "`{}` is outside the workspace: tools can only reach paths inside it",
-                    display(path)
+                    escape_control(path)
                 ),
             )),
             Resolved::Loop => Err(FsError::from(ErrorCode::Loop)),
@@ -234,7 +235,7 @@ impl FsGuard {
                 event.effect = Effect::Deny;
                 let message = format!(
                     "{access} of `{}` needs approval (rule `{}`{}) and was not approved: ask the operator to approve it (the CLI takes `--approve`)",
-                    display(path),
+                    escape_control(path),
                     decision.rule,
                     self.rule_location(&decision)
                 );
@@ -250,7 +251,7 @@ impl FsGuard {
                 // No record, no modification.
                 let message = format!(
                     "{access} of `{}` was refused because the audit trail cannot be written; tell the operator",
-                    display(path)
+                    escape_control(path)
                 );
                 event.effect = Effect::Deny;
                 event.rule = "audit-unavailable".to_owned();
@@ -327,7 +328,7 @@ impl FsGuard {
     }
 
     fn denial_message(&self, access: Access, path: &str, decision: &Decision) -> String {
-        let path = display(path);
+        let path = escape_control(path);
         let role = &self.role;
         match decision.rule.as_str() {
             "default-deny" => format!(
@@ -380,7 +381,7 @@ impl FsGuard {
                 };
                 let message = format!(
                     "write to `{}` is refused: the file has other hard links, which may lie where this role may not write. Write a new file instead.",
-                    display(path)
+                    escape_control(path)
                 );
                 Err(self.refuse(event, message))
             }
@@ -468,11 +469,6 @@ fn resolve(root: Option<&cap_std::fs::Dir>, base: &str, path: &str, follow_final
 /// The current time as RFC 3339 UTC with milliseconds.
 pub(crate) fn now() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
-}
-
-/// A path as messages show it: control characters escaped.
-fn display(path: &str) -> String {
-    path.chars().flat_map(char::escape_default).collect::<String>().replace("\\'", "'").replace("\\\"", "\"")
 }
 
 /// The access an `open-at` needs.
@@ -683,7 +679,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             };
             let message = format!(
                 "a symlink to `{}` is refused: its target leaves the workspace. Link only to paths inside it.",
-                display(&target)
+                escape_control(&target)
             );
             return Err(self.guard.refuse(event, message));
         }

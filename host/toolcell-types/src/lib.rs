@@ -16,6 +16,25 @@
 
 use serde::{Deserialize, Serialize};
 
+/// `text` with its control characters escaped (`\n` becomes `\\n`), and nothing else changed:
+/// for showing paths and names in messages and logs, where a file name must not be able to
+/// forge a line.
+///
+/// ```
+/// assert_eq!(toolcell_types::escape_control("café\nFAKE"), "café\\nFAKE");
+/// ```
+pub fn escape_control(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        if character.is_control() {
+            escaped.extend(character.escape_default());
+        } else {
+            escaped.push(character);
+        }
+    }
+    escaped
+}
+
 /// A tool's name: 1 to 64 characters of `a-z`, `0-9` and `_`, starting with a letter.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]

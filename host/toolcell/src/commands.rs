@@ -220,22 +220,9 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
-    let mut builder = toolcell_host::HostBuilder::new(&mcp.workspace);
-    if !args.no_cache
-        && let Some(directory) = args.cache_dir.clone().or_else(default_cache_dir)
-    {
-        builder = builder.cache_dir(directory);
-    }
-    if let Some(state_dir) = state_dir(args) {
-        builder = builder.state_dir(state_dir);
-    }
-    if let Some(policy) = &args.policy {
-        builder = builder.policy_file(policy);
-    }
-    if mcp.approve {
-        builder = builder.approver(Arc::new(ApproveAll));
-    }
-    let host = builder.build().context("cannot start the toolcell host")?;
+    let runtime = build_runtime(args)?;
+    let approver: Option<Arc<dyn Approver>> = if mcp.approve { Some(Arc::new(ApproveAll)) } else { None };
+    let host = toolcell_host::Host::new(runtime, Workspace::open(&mcp.workspace)?, approver);
     let session_id = mcp.session.clone().unwrap_or_else(|| format!("mcp-{}", std::process::id()));
     let session = host.session(&mcp.role, &session_id)?;
     let server = toolcell_mcp::McpServer::new(session);

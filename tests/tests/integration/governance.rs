@@ -80,6 +80,8 @@ fn impl_reads_docs_but_cannot_modify_them() {
     );
     assert_eq!(rules, ["docs-read-only"]);
     fixture.denied("impl", "write_file", json!({"path": "docs/new.md", "content": "x"}));
+    let (message, _) = fixture.denied("impl", "write_file", json!({"path": "docs/café.md", "content": "x"}));
+    assert!(message.contains("write of `docs/café.md` is denied"), "paths are shown as they are: {message}");
     assert_eq!(fixture.read_text("docs/guide.md"), GUIDE);
     assert!(!fixture.root().join("docs/new.md").exists());
     fixture.allowed("impl", "write_file", json!({"path": "src/lib.rs", "content": "pub fn f() {}\n"}));
