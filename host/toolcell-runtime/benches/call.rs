@@ -4,6 +4,7 @@
 //! - native `std::fs::read_to_string` of the file;
 //! - `read_file` through the host with wasmtime-wasi's filesystem linked directly (the baseline,
 //!   feature `bench-baseline`);
+//! - the same call through the guard without a policy (the workspace boundary only);
 //! - the same call with every filesystem call guarded by the default policy;
 //! - the same, also writing the audit trail.
 //!
@@ -61,6 +62,7 @@ fn main() {
         builder
     };
     let unguarded = builder().without_filesystem_guard().build().expect("runtime builds");
+    let no_policy = builder().build().expect("runtime builds");
     let guarded = builder().policy("policies/default.toml", policy).build().expect("runtime builds");
     let audited = builder()
         .policy("policies/default.toml", policy)
@@ -86,6 +88,7 @@ fn main() {
         assert_eq!(text.len(), 4096);
     });
     let baseline = measure(iterations, || call(&unguarded));
+    let boundary_only = measure(iterations, || call(&no_policy));
     let governed = measure(iterations, || call(&guarded));
     let with_audit = measure(iterations, || call(&audited));
 
@@ -95,6 +98,7 @@ fn main() {
     for (name, stats) in [
         ("native std::fs::read_to_string", &native),
         ("toolcell, filesystem unguarded (baseline)", &baseline),
+        ("toolcell, guard without a policy (boundary only)", &boundary_only),
         ("toolcell, guarded by the default policy", &governed),
         ("toolcell, guarded, with the audit trail", &with_audit),
     ] {
