@@ -61,14 +61,6 @@ fn main() {
         }
         builder
     };
-    let unguarded = builder().without_filesystem_guard().build().expect("runtime builds");
-    let no_policy = builder().build().expect("runtime builds");
-    let guarded = builder().policy("policies/default.toml", policy).build().expect("runtime builds");
-    let audited = builder()
-        .policy("policies/default.toml", policy)
-        .audit_dir(temp.path().join("state"))
-        .build()
-        .expect("runtime builds");
     let workspace = Workspace::open(&root).expect("workspace");
     let request = CallRequest {
         workspace: &workspace,
@@ -78,19 +70,28 @@ fn main() {
         args: r#"{"path": "file.txt"}"#,
         approver: None,
     };
-    let call = |runtime: &toolcell_runtime::Runtime| {
-        let outcome = runtime.call(&request).expect("call runs");
-        assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    // One runtime at a time, as in production: each has its own engine, pool and epoch ticker,
+    // and several alive at once would slow each other down.
+    let measure_runtime = |builder: RuntimeBuilder| {
+        let runtime = builder.build().expect("runtime builds");
+        measure(iterations, || {
+            let outcome = runtime.call(&request).expect("call runs");
+            assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+        })
     };
 
     let native = measure(iterations, || {
         let text = std::fs::read_to_string(root.join("file.txt")).expect("read");
         assert_eq!(text.len(), 4096);
     });
-    let baseline = measure(iterations, || call(&unguarded));
-    let boundary_only = measure(iterations, || call(&no_policy));
-    let governed = measure(iterations, || call(&guarded));
-    let with_audit = measure(iterations, || call(&audited));
+    let baseline = measure_runtime(builder().without_filesystem_guard());
+    let boundary_only = measure_runtime(builder());
+    let governed = measure_runtime(builder().policy("policies/default.toml", policy));
+    let with_audit = measure_runtime(
+        builder()
+            .policy("policies/default.toml", policy)
+            .audit_dir(temp.path().join("state")),
+    );
 
     let mut out = std::io::stderr().lock();
     let _ = writeln!(out, "read_file on a 4 KiB file, fresh instance per call, {iterations} iterations each");
