@@ -246,18 +246,21 @@ impl FsGuard {
             let message = self.denial_message(access, path, &decision);
             return Err(self.refuse(event, message));
         }
-        if matches!(access, Access::Write | Access::Delete) && !self.audited.contains(&(access, path.to_owned())) {
-            if self.audit(&event).is_err() {
-                // No record, no modification.
-                let message = format!(
-                    "{access} of `{}` was refused because the audit trail cannot be written; tell the operator",
-                    escape_control(path)
-                );
-                event.effect = Effect::Deny;
-                event.rule = "audit-unavailable".to_owned();
-                return Err(self.refuse(event, message));
+        if matches!(access, Access::Write | Access::Delete) {
+            let key = (access, path.to_owned());
+            if !self.audited.contains(&key) {
+                if self.audit(&event).is_err() {
+                    // No record, no modification.
+                    let message = format!(
+                        "{access} of `{}` was refused because the audit trail cannot be written; tell the operator",
+                        escape_control(path)
+                    );
+                    event.effect = Effect::Deny;
+                    event.rule = "audit-unavailable".to_owned();
+                    return Err(self.refuse(event, message));
+                }
+                self.audited.insert(key);
             }
-            self.audited.insert((access, path.to_owned()));
         }
         self.remember(event);
         Ok(())
