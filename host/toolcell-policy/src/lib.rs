@@ -145,6 +145,65 @@ pub struct Policy {
     file: String,
     roles: BTreeMap<String, Role>,
     protected: Vec<Protected>,
+    read_before_write: ReadBeforeWrite,
+    validators: Vec<Validator>,
+}
+
+/// What happens when a session modifies an existing file it has not read (`[writes]
+/// read_before_write`). A file changed on disk since the session read it is always a conflict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadBeforeWrite {
+    /// Modify it, with a warning in the result (the default).
+    #[default]
+    Warn,
+    /// Refuse the modification until the session reads the file.
+    Refuse,
+    /// Modify it silently.
+    Off,
+}
+
+/// A check run on every file a call writes whose path matches, before the call's changes are
+/// kept; a failure rolls the whole call back.
+#[derive(Debug, Clone)]
+pub struct Validator {
+    id: String,
+    line: usize,
+    globs: Vec<PathGlob>,
+    check: ValidatorCheck,
+}
+
+/// What a validator runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValidatorCheck {
+    /// The content must parse as JSON.
+    Json,
+    /// The content must parse as TOML.
+    Toml,
+    /// A loaded tool component, called with `{"path": "<the written file>"}` and read-only
+    /// access; an error result fails the validation with its message.
+    Tool(String),
+}
+
+impl Validator {
+    /// The validator's id (`validators#N` if the policy gives none).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Its line in the policy file.
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// What it runs.
+    pub fn check(&self) -> &ValidatorCheck {
+        &self.check
+    }
+
+    /// Whether it applies to the canonical workspace-relative `path`.
+    pub fn applies_to(&self, path: &str) -> bool {
+        self.globs.iter().any(|glob| glob.is_match(path))
+    }
 }
 
 /// One role: its tools and its ordered path rules.
@@ -171,9 +230,11 @@ struct Rule {
     effect: Effect,
 }
 
-/// A compiled glob and its literal prefix (the text before its first wildcard).
+/// A compiled glob over canonical workspace-relative paths, with the policy's semantics: `*`
+/// stays within one path component, `**` crosses them, and `X/**` also matches `X` itself.
+/// Policies, lock patterns and validators all match paths with it.
 #[derive(Debug, Clone)]
-struct PathGlob {
+pub struct PathGlob {
     matcher: globset::GlobMatcher,
     /// For `X/**`, a matcher of `X` itself (globset's `X/**` does not match the directory).
     directory: Option<globset::GlobMatcher>,
@@ -181,7 +242,18 @@ struct PathGlob {
 }
 
 impl PathGlob {
-    fn is_match(&self, path: &str) -> bool {
+    /// Compile `pattern`.
+    ///
+    /// # Errors
+    ///
+    /// Why the pattern is not a valid glob, or can never match a canonical path (a leading
+    /// `/`, a `.` or `..` component).
+    pub fn new(pattern: &str) -> Result<PathGlob, String> {
+        compile_glob(pattern)
+    }
+
+    /// Whether the canonical workspace-relative `path` matches.
+    pub fn is_match(&self, path: &str) -> bool {
         self.matcher.is_match(path) || self.directory.as_ref().is_some_and(|directory| directory.is_match(path))
     }
 }
@@ -202,6 +274,25 @@ struct RawPolicy {
     #[serde(default)]
     protected: Vec<Spanned<String>>,
     roles: BTreeMap<Spanned<String>, RawRole>,
+    #[serde(default)]
+    writes: Option<RawWrites>,
+    #[serde(default)]
+    validators: Vec<Spanned<RawValidator>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWrites {
+    read_before_write: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawValidator {
+    id: Option<Spanned<String>>,
+    paths: Vec<Spanned<String>>,
+    check: Option<Spanned<String>>,
+    tool: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -302,11 +393,88 @@ impl Policy {
                 },
             );
         }
+        let read_before_write = match raw.writes.as_ref().and_then(|writes| writes.read_before_write.as_ref()) {
+            None => ReadBeforeWrite::default(),
+            Some(mode) => match mode.get_ref().as_str() {
+                "warn" => ReadBeforeWrite::Warn,
+                "refuse" => ReadBeforeWrite::Refuse,
+                "off" => ReadBeforeWrite::Off,
+                other => {
+                    return Err(error(
+                        Some(mode.span()),
+                        format!("unknown `read_before_write` mode `{}`; use `warn`, `refuse` or `off`", other.escape_default()),
+                    ));
+                }
+            },
+        };
+        let mut validators = Vec::new();
+        for (index, raw_validator) in raw.validators.iter().enumerate() {
+            let line = line_of(text, raw_validator.span().start);
+            let raw_validator = raw_validator.get_ref();
+            let id = match &raw_validator.id {
+                Some(id) => id.get_ref().clone(),
+                None => format!("validators#{}", index + 1),
+            };
+            let check = match (&raw_validator.check, &raw_validator.tool) {
+                (Some(check), None) => match check.get_ref().as_str() {
+                    "json" => ValidatorCheck::Json,
+                    "toml" => ValidatorCheck::Toml,
+                    other => {
+                        return Err(error(
+                            Some(check.span()),
+                            format!("validator `{id}`: unknown check `{}`; use `json` or `toml`, or `tool = \"NAME\"` for a validator component", other.escape_default()),
+                        ));
+                    }
+                },
+                (None, Some(tool)) => {
+                    if !known_tools.contains(&tool.get_ref().as_str()) {
+                        return Err(error(
+                            Some(tool.span()),
+                            format!(
+                                "validator `{id}` names the unknown tool `{}`; the tools are: {}",
+                                tool.get_ref().escape_default(),
+                                known_tools.join(", ")
+                            ),
+                        ));
+                    }
+                    ValidatorCheck::Tool(tool.get_ref().clone())
+                }
+                _ => {
+                    return Err(error(
+                        None,
+                        format!("validator `{id}` on line {line} needs exactly one of `check = \"json\"|\"toml\"` or `tool = \"NAME\"`"),
+                    ));
+                }
+            };
+            if raw_validator.paths.is_empty() {
+                return Err(error(None, format!("validator `{id}` on line {line} has an empty `paths` list")));
+            }
+            let mut globs = Vec::new();
+            for pattern in &raw_validator.paths {
+                globs.push(
+                    compile_glob(pattern.get_ref())
+                        .map_err(|reason| error(Some(pattern.span()), format!("validator `{id}`: {reason}")))?,
+                );
+            }
+            validators.push(Validator { id, line, globs, check });
+        }
         Ok(Policy {
             file: file.to_owned(),
             roles,
             protected,
+            read_before_write,
+            validators,
         })
+    }
+
+    /// What happens when a session modifies an existing file it has not read.
+    pub fn read_before_write(&self) -> ReadBeforeWrite {
+        self.read_before_write
+    }
+
+    /// The validators, in policy order.
+    pub fn validators(&self) -> &[Validator] {
+        &self.validators
     }
 
     /// The policy file's name.

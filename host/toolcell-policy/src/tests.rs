@@ -181,3 +181,57 @@ fn lexical_join_table() {
         assert_eq!(join_lexically(base, path).as_deref(), expected, "{base} + {path}");
     }
 }
+
+const MINIMAL_ROLE: &str = r#"
+[roles.impl]
+tools = ["write_file"]
+"#;
+
+#[test]
+fn read_before_write_mode_and_validators_parse() {
+    let policy = default_policy();
+    assert_eq!(policy.read_before_write(), ReadBeforeWrite::Warn);
+    assert!(policy.validators().is_empty());
+    let text = format!(
+        "version = 1\n[writes]\nread_before_write = \"refuse\"\n\n[[validators]]\nid = \"json-syntax\"\npaths = [\"**/*.json\"]\ncheck = \"json\"\n\n[[validators]]\npaths = [\"Cargo.toml\"]\ncheck = \"toml\"\n\n[[validators]]\npaths = [\"src/**\"]\ntool = \"edit_file\"\n{MINIMAL_ROLE}"
+    );
+    let policy = Policy::parse("p.toml", &text, TOOLS).expect("parses");
+    assert_eq!(policy.read_before_write(), ReadBeforeWrite::Refuse);
+    let validators = policy.validators();
+    assert_eq!(validators.len(), 3);
+    assert_eq!((validators[0].id(), validators[0].line(), validators[0].check()), ("json-syntax", 5, &ValidatorCheck::Json));
+    assert!(validators[0].applies_to("a/b/c.json") && validators[0].applies_to("c.json"));
+    assert!(!validators[0].applies_to("c.jsonl"));
+    assert_eq!((validators[1].id(), validators[1].check()), ("validators#2", &ValidatorCheck::Toml));
+    assert_eq!(validators[2].check(), &ValidatorCheck::Tool("edit_file".to_owned()));
+}
+
+#[test]
+fn bad_writes_and_validator_sections_name_the_line() {
+    let cases: &[(&str, usize, &str)] = &[
+        ("[writes]\nread_before_write = \"sometimes\"\n", 3, "use `warn`, `refuse` or `off`"),
+        ("[[validators]]\npaths = [\"*.json\"]\ncheck = \"yaml\"\n", 4, "unknown check `yaml`"),
+        ("[[validators]]\npaths = [\"*.json\"]\ntool = \"lint\"\n", 4, "unknown tool `lint`"),
+        ("[[validators]]\npaths = [\"*.json\"]\n", 0, "needs exactly one of"),
+        ("[[validators]]\npaths = [\"../*.json\"]\ncheck = \"json\"\n", 3, "can never match"),
+        ("[[validators]]\npaths = []\ncheck = \"json\"\n", 0, "empty `paths`"),
+    ];
+    for (section, line, reason) in cases {
+        let text = format!("version = 1\n{section}{MINIMAL_ROLE}");
+        let error = Policy::parse("p.toml", &text, TOOLS).expect_err(section);
+        assert!(error.reason.contains(reason), "{section}: {error}");
+        if *line > 0 {
+            assert_eq!(error.line, Some(*line), "{section}: {error}");
+        }
+    }
+}
+
+#[test]
+fn path_globs_are_public_with_the_policy_semantics() {
+    let glob = PathGlob::new("docs/**").expect("glob");
+    assert!(glob.is_match("docs") && glob.is_match("docs/a/b.md"));
+    assert!(!glob.is_match("docsx/a.md"));
+    assert!(PathGlob::new("src/*.rs").expect("glob").is_match("src/a.rs"));
+    assert!(!PathGlob::new("src/*.rs").expect("glob").is_match("src/x/a.rs"));
+    assert!(PathGlob::new("/abs").is_err());
+}

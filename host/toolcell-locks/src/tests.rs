@@ -1,0 +1,144 @@
+use super::*;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn request(pattern: &str, owner: &str, mode: Mode) -> LockRequest {
+    LockRequest {
+        pattern: pattern.to_owned(),
+        owner: owner.to_owned(),
+        session: format!("s-{owner}"),
+        mode,
+        ttl: MINUTE,
+    }
+}
+
+#[test]
+fn exclusive_locks_conflict_with_every_overlapping_lock() {
+    let mut table = LockTable::default();
+    let first = table.acquire(&request("src/**", "A", Mode::Exclusive), 0).expect("first");
+    assert_eq!(first.fence, 1);
+    for pattern in ["src/a.rs", "src/**", "src/x/*.rs", "**/*.rs", "."] {
+        let error = table.acquire(&request(pattern, "B", Mode::Shared), 10).expect_err(pattern);
+        assert_eq!(error, LockError::Conflict(first.clone()), "{pattern}");
+    }
+    // Disjoint paths are free.
+    let docs = table.acquire(&request("docs/a.md", "B", Mode::Exclusive), 10).expect("disjoint");
+    assert_eq!(docs.fence, 2);
+    // The owner itself may take more locks inside its own.
+    table.acquire(&request("src/a.rs", "A", Mode::Exclusive), 10).expect("same owner");
+}
+
+#[test]
+fn shared_locks_coexist_but_block_writes_by_others() {
+    let mut table = LockTable::default();
+    let a = table.acquire(&request("src/a.rs", "A", Mode::Shared), 0).expect("A");
+    let b = table.acquire(&request("src/a.rs", "B", Mode::Shared), 0).expect("B");
+    assert_ne!(a.fence, b.fence);
+    assert!(table.acquire(&request("src/a.rs", "C", Mode::Exclusive), 0).is_err());
+    assert!(matches!(table.check_write("src/a.rs", "A", &[a.fence], 0), Err(Refusal::Locked(lock)) if lock.owner == "B"));
+    assert!(table.check_write("src/b.rs", "C", &[], 0).is_ok());
+}
+
+#[test]
+fn writes_are_refused_under_another_owners_lock_naming_it() {
+    let mut table = LockTable::default();
+    let lock = table
+        .acquire(
+            &LockRequest {
+                pattern: "src/a.rs".to_owned(),
+                owner: "CHAIN-039".to_owned(),
+                session: "s-12".to_owned(),
+                mode: Mode::Exclusive,
+                ttl: Duration::from_secs(3),
+            },
+            1_795_000_000_000,
+        )
+        .expect("acquire");
+    let refusal = table.check_write("src/a.rs", "CHAIN-040", &[], 1_795_000_001_000).expect_err("locked");
+    assert_eq!(
+        refusal.message("src/a.rs"),
+        "`src/a.rs` is locked by `CHAIN-039` (session s-12) until 2026-11-18T11:06:43Z: wait for the lock to be released or to expire, or work on another file"
+    );
+    assert_eq!(refusal.rule(), format!("lock:{}", lock.fence));
+    assert!(table.check_write("src/a.rs", "CHAIN-039", &[lock.fence], 1_795_000_001_000).is_ok());
+    assert!(table.check_write("src/b.rs", "CHAIN-040", &[], 1_795_000_001_000).is_ok());
+}
+
+#[test]
+fn expired_leases_are_reclaimed_and_their_holders_fenced() {
+    let mut table = LockTable::default();
+    let stale = table.acquire(&request("src/a.rs", "A", Mode::Exclusive), 0).expect("A");
+    let after = MINUTE.as_millis() as u64 + 1;
+    // Expired, not yet reclaimed: others may write; the holder may not.
+    assert!(table.check_write("src/a.rs", "B", &[], after).is_ok());
+    let refusal = table.check_write("src/a.rs", "A", &[stale.fence], after).expect_err("fenced");
+    assert!(refusal.message("src/a.rs").contains("expired"), "{}", refusal.message("src/a.rs"));
+    // Even without presenting the token.
+    assert!(matches!(table.check_write("src/a.rs", "A", &[], after), Err(Refusal::Fenced { .. })));
+    // B reclaims it; A's token stays fenced, with the reason.
+    let fresh = table.acquire(&request("src/a.rs", "B", Mode::Exclusive), after).expect("reclaimed");
+    assert!(fresh.fence > stale.fence);
+    let refusal = table.check_write("src/a.rs", "A", &[stale.fence], after).expect_err("fenced");
+    assert!(matches!(&refusal, Refusal::Locked(lock) if lock.owner == "B"));
+    table.release(fresh.fence, "B").expect("release");
+    let refusal = table.check_write("src/a.rs", "A", &[stale.fence], after).expect_err("fenced");
+    assert!(refusal.message("src/a.rs").contains("reclaimed by another holder"), "{}", refusal.message("src/a.rs"));
+    // A token covering other paths does not matter for this one; an unknown token does.
+    assert!(table.check_write("docs/x.md", "A", &[stale.fence], after).is_ok());
+    assert!(matches!(table.check_write("docs/x.md", "A", &[99], after), Err(Refusal::Fenced { lapsed: None, .. })));
+}
+
+#[test]
+fn renewal_keeps_the_token_and_release_needs_the_owner() {
+    let mut table = LockTable::default();
+    let first = table.acquire(&request("src/a.rs", "A", Mode::Exclusive), 0).expect("first");
+    let renewed = table.acquire(&request("src/a.rs", "A", Mode::Exclusive), 30_000).expect("renew");
+    assert_eq!(renewed.fence, first.fence);
+    assert_eq!(renewed.expires_at_ms, 90_000);
+    assert_eq!(table.live(0).count(), 1);
+    assert!(matches!(table.release(first.fence, "B"), Err(LockError::NotHeld { .. })));
+    table.release(first.fence, "A").expect("release");
+    assert_eq!(table.live(0).count(), 0);
+    // Tokens never repeat, even after everything is released.
+    let again = table.acquire(&request("src/a.rs", "A", Mode::Exclusive), 0).expect("again");
+    assert!(again.fence > first.fence);
+}
+
+#[test]
+fn bad_requests_are_refused_with_what_to_do() {
+    let mut table = LockTable::default();
+    let mut bad = request("../x", "A", Mode::Exclusive);
+    assert!(matches!(table.acquire(&bad, 0), Err(LockError::Pattern { .. })));
+    bad.pattern = "/etc/passwd".to_owned();
+    assert!(matches!(table.acquire(&bad, 0), Err(LockError::Pattern { .. })));
+    let mut bad = request("src/a.rs", "", Mode::Exclusive);
+    assert!(table.acquire(&bad, 0).expect_err("owner").to_string().contains("non-empty"));
+    bad.owner = "A".to_owned();
+    bad.ttl = Duration::ZERO;
+    assert!(matches!(table.acquire(&bad, 0), Err(LockError::Ttl(_))));
+}
+
+#[test]
+fn overlap_is_exact_for_literals_and_conservative_for_globs() {
+    assert!(overlaps("src/a.rs", "src/a.rs"));
+    assert!(!overlaps("src/a.rs", "src/b.rs"));
+    assert!(overlaps("src/**", "src/a/b.rs"));
+    assert!(overlaps("src/**", "src"));
+    assert!(!overlaps("src/**", "srcx/a.rs"));
+    assert!(overlaps("**/*.rs", "docs/x.rs"));
+    assert!(!overlaps("src/*.rs", "docs/x.rs"));
+    assert!(overlaps("src/*.rs", "src/**/*.md"));
+    assert!(!overlaps("src/*.rs", "docs/*.md"));
+}
+
+#[test]
+fn the_table_round_trips_through_json() {
+    let mut table = LockTable::default();
+    let lock = table.acquire(&request("src/**", "A", Mode::Exclusive), 5).expect("acquire");
+    table.release(lock.fence, "A").expect("release");
+    table.acquire(&request("src/a.rs", "B", Mode::Shared), 5).expect("acquire");
+    let json = serde_json::to_string(&table).expect("serialize");
+    let back: LockTable = serde_json::from_str(&json).expect("parse");
+    assert_eq!(back, table);
+    assert!(matches!(back.check_write("src/x.rs", "A", &[lock.fence], 5), Err(Refusal::Fenced { .. })));
+}
