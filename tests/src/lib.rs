@@ -232,6 +232,8 @@ impl Fixture {
                 tool,
                 args: &args,
                 approver,
+                owner: None,
+                fences: &[],
             })
             .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
     }

@@ -37,6 +37,10 @@ pub enum Kind {
     Fs,
     /// One tool call, with its outcome.
     Call,
+    /// A lock acquired or released (`decision`), on `path` (the pattern), token in `rule`.
+    Lock,
+    /// A call interrupted by a crash, rolled back when the host started again.
+    Recovery,
 }
 
 /// One audit record. Fields that do not apply to its kind are absent.
@@ -88,6 +92,9 @@ pub struct Record {
     /// For call records: wall-clock duration in microseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_us: Option<u64>,
+    /// For call and recovery records: journal steps undone because the call failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<u64>,
     /// For call records: the notes the tool attached.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -129,6 +136,27 @@ impl Record {
         }
     }
 
+    /// A lock `event` (`acquired`, `renewed`, `released`) on `pattern`, with its token.
+    pub fn lock(ts: &str, session: &str, owner: &str, event: &str, pattern: &str, mode: &str, fence: u64) -> Self {
+        Record {
+            path: Some(pattern.to_owned()),
+            access: Some(mode.to_owned()),
+            decision: Some(event.to_owned()),
+            rule: Some(format!("fence:{fence}")),
+            ..Record::empty(Kind::Lock, ts, session, owner, "", "")
+        }
+    }
+
+    /// The rollback, at start-up, of the call `call_id` that a crash interrupted.
+    pub fn recovery(ts: &str, session: &str, call_id: &str, steps: u64, error: Option<&str>) -> Self {
+        Record {
+            outcome: Some(if error.is_some() { "failed" } else { "rolled_back" }.to_owned()),
+            rolled_back: Some(steps),
+            message: error.map(str::to_owned),
+            ..Record::empty(Kind::Recovery, ts, session, "", "", call_id)
+        }
+    }
+
     fn empty(kind: Kind, ts: &str, session: &str, role: &str, tool: &str, call_id: &str) -> Self {
         Record {
             seq: 0,
@@ -148,6 +176,7 @@ impl Record {
             reads: None,
             bytes: None,
             duration_us: None,
+            rolled_back: None,
             notes: Vec::new(),
             prev: String::new(),
         }
@@ -310,6 +339,9 @@ pub fn display(record: &Record) -> String {
                 record.duration_us.unwrap_or(0),
                 record.reads.unwrap_or(0)
             );
+            if let Some(steps) = record.rolled_back {
+                text.push_str(&format!(", rolled back {steps} changes"));
+            }
             if let Some(message) = &record.message {
                 text.push_str(&format!(": {}", clean(message)));
             }
@@ -318,6 +350,27 @@ pub fn display(record: &Record) -> String {
             }
             text
         }
+        Kind::Lock => format!(
+            "{} #{} {} owner={} LOCK {} {} `{}` ({})",
+            record.ts,
+            record.seq,
+            clean(&record.session),
+            clean(&record.role),
+            record.decision.as_deref().unwrap_or("?"),
+            record.access.as_deref().unwrap_or("?"),
+            clean(record.path.as_deref().unwrap_or("?")),
+            record.rule.as_deref().unwrap_or("?"),
+        ),
+        Kind::Recovery => format!(
+            "{} #{} {} call={} RECOVERY {}, {} changes undone{}",
+            record.ts,
+            record.seq,
+            clean(&record.session),
+            clean(&record.call_id),
+            record.outcome.as_deref().unwrap_or("?"),
+            record.rolled_back.unwrap_or(0),
+            record.message.as_deref().map(|message| format!(": {}", clean(message))).unwrap_or_default(),
+        ),
     }
 }
 

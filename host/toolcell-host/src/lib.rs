@@ -292,6 +292,8 @@ impl Session {
             tool,
             args,
             approver: inner.approver.as_ref(),
+            owner: None,
+            fences: &[],
         })?;
         Ok(CallResult {
             output: outcome.result,

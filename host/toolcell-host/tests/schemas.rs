@@ -25,7 +25,7 @@ fn mcp_is_a_tools_list_result() {
     let document = rendered(Format::Mcp, "impl");
     assert_eq!(keys(&document), ["tools"]);
     let tools = document["tools"].as_array().expect("tools array");
-    assert_eq!(tools.len(), 5);
+    assert_eq!(tools.len(), 8);
     for tool in tools {
         assert_eq!(keys(tool), ["annotations", "description", "inputSchema", "name", "title"], "{tool}");
         assert!(is_provider_name(tool["name"].as_str().expect("name")));

@@ -1,6 +1,6 @@
 use super::*;
 
-const TOOLS: &[&str] = &["read_file", "write_file", "edit_file", "list_files", "search_files"];
+const TOOLS: &[&str] = &["read_file", "write_file", "edit_file", "list_files", "search_files", "undo_edit", "lock_files", "unlock_files"];
 
 fn default_policy() -> Policy {
     let text = include_str!("../../../policies/default.toml");

@@ -69,6 +69,8 @@ fn main() {
         tool: "read_file",
         args: r#"{"path": "file.txt"}"#,
         approver: None,
+        owner: None,
+        fences: &[],
     };
     // One runtime at a time, as in production: each has its own engine, pool and epoch ticker,
     // and several alive at once would slow each other down.

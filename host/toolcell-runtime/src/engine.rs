@@ -126,7 +126,7 @@ fn cache_key(engine: &Engine, wasm: &[u8]) -> String {
     hasher.0.update(env!("CARGO_PKG_VERSION").as_bytes());
     hasher.0.update((wasm.len() as u64).to_le_bytes());
     hasher.0.update(wasm);
-    hasher.0.finalize().iter().map(|byte| format!("{byte:02x}")).collect()
+    crate::hex(&hasher.0.finalize())
 }
 
 fn unique_suffix() -> u64 {

@@ -115,6 +115,10 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The lock table cannot be used, or refused a request.
+    #[error(transparent)]
+    Lock(#[from] crate::locks::LockStoreError),
+
     /// The host failed while running a call (not the tool: instantiation or a host bug).
     #[error("the host failed to run `{tool}`: {reason}")]
     Call {

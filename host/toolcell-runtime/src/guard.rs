@@ -15,10 +15,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use toolcell_audit::Record;
-use toolcell_types::escape_control;
-use toolcell_policy::{Access, Decision, Effect, Policy};
+use toolcell_types::{ToolErrorKind, escape_control};
+use toolcell_policy::{Access, Decision, Effect, Policy, ReadBeforeWrite};
 
 use crate::audit::AuditLog;
+use crate::journal::Journal;
+use crate::locks::LockStore;
+use crate::reads::{MAX_TRACKED_READS, SessionReads, Version};
 use wasmtime::component::Resource;
 use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
 use wasmtime_wasi::p2::bindings::filesystem::preopens;
@@ -68,6 +71,74 @@ pub struct Denial {
     pub event: FsEvent,
     /// Why, and what to do: names the path and the rule, never a host path.
     pub message: String,
+    /// `denied` (the policy or the sandbox) or `conflict` (a lock, or a file changed since the
+    /// session read it).
+    pub kind: ToolErrorKind,
+}
+
+/// What a governed call needs besides the policy: the lock table, what its session has read,
+/// and the journal that makes it undoable.
+pub(crate) struct Transaction {
+    pub(crate) locks: Arc<LockStore>,
+    /// Who the call writes for (lock owner).
+    pub(crate) owner: String,
+    /// The lock tokens the caller presents.
+    pub(crate) fences: Vec<u64>,
+    /// What the session has read before this call.
+    pub(crate) seen: Arc<SessionReads>,
+    pub(crate) read_before_write: ReadBeforeWrite,
+    /// Where journals go, and what they need to be replayed after a crash.
+    pub(crate) journals: std::path::PathBuf,
+    pub(crate) workspace: std::path::PathBuf,
+    pub(crate) session: String,
+    pub(crate) call_id: String,
+    /// Started at the call's first mutation.
+    pub(crate) journal: Option<Journal>,
+    /// Files this call opened for reading, with their versions then.
+    pub(crate) reads: Vec<(String, Version)>,
+    /// More files were opened for reading than are tracked: the call is a scan, not a read.
+    pub(crate) reads_overflowed: bool,
+    /// Paths this call mutated, in order, each once.
+    pub(crate) modified: Vec<String>,
+    /// Paths whose read-before-write check already ran in this call.
+    checked: std::collections::HashSet<String>,
+}
+
+impl Transaction {
+    #[allow(clippy::too_many_arguments, reason = "one constructor for one struct; every field is needed")]
+    pub(crate) fn new(
+        locks: Arc<LockStore>,
+        owner: String,
+        fences: Vec<u64>,
+        seen: Arc<SessionReads>,
+        read_before_write: ReadBeforeWrite,
+        journals: std::path::PathBuf,
+        workspace: std::path::PathBuf,
+        session: String,
+        call_id: String,
+    ) -> Self {
+        Transaction {
+            locks,
+            owner,
+            fences,
+            seen,
+            read_before_write,
+            journals,
+            workspace,
+            session,
+            call_id,
+            journal: None,
+            reads: Vec::new(),
+            reads_overflowed: false,
+            modified: Vec::new(),
+            checked: std::collections::HashSet::new(),
+        }
+    }
+
+    /// The files read by this call that count as read (none if it was a scan).
+    pub(crate) fn tracked_reads(&self) -> &[(String, Version)] {
+        if self.reads_overflowed { &[] } else { &self.reads }
+    }
 }
 
 /// Where the guard writes its records, and who the call is for.
@@ -102,6 +173,11 @@ pub(crate) struct FsGuard {
     pub(crate) events: Vec<FsEvent>,
     pub(crate) unrecorded_events: u64,
     pub(crate) denials: Vec<Denial>,
+    /// Locks, read tracking and the journal; `None` for calls that must not mutate anything
+    /// (`describe`, validators), which are then refused every write and delete.
+    pub(crate) transaction: Option<Transaction>,
+    /// Warnings for the agent (modifying a file it has not read).
+    pub(crate) warnings: Vec<String>,
 }
 
 impl FsGuard {
@@ -125,7 +201,60 @@ impl FsGuard {
             events: Vec::new(),
             unrecorded_events: 0,
             denials: Vec::new(),
+            transaction: None,
+            warnings: Vec::new(),
         }
+    }
+
+    /// The workspace directory, if the call has one.
+    pub(crate) fn root(&self) -> Option<&cap_std::fs::Dir> {
+        self.root.as_ref()
+    }
+
+    /// Resolve a path an agent gave a host-implemented tool (relative to the workspace root) to
+    /// its canonical form; a path outside is refused and recorded like a component's.
+    pub(crate) fn resolve_path(&mut self, operation: &'static str, path: &str, access: Access) -> Option<String> {
+        match resolve(self.root.as_ref(), ".", path, false) {
+            Resolved::Inside(canonical) => Some(canonical),
+            Resolved::Outside => {
+                let event = FsEvent {
+                    operation,
+                    path: path.to_owned(),
+                    access,
+                    effect: Effect::Deny,
+                    rule: "workspace-boundary".to_owned(),
+                    asked: false,
+                };
+                let message = format!(
+                    "`{}` is outside the workspace: tools can only reach paths inside it",
+                    escape_control(path)
+                );
+                self.refuse(event, message);
+                None
+            }
+            Resolved::Loop => None,
+        }
+    }
+
+    /// Check `access` to the canonical `path` for a host-implemented tool, and prepare its
+    /// mutation (locks, journal). `false` if refused (the denial is recorded).
+    pub(crate) fn admit(&mut self, operation: &'static str, path: &str, access: Access) -> bool {
+        if self.check(operation, path, access).is_err() {
+            return false;
+        }
+        !matches!(access, Access::Write | Access::Delete) || self.before_mutation(operation, path, false).is_ok()
+    }
+
+    /// Whether the policy lets the role `access` the path or pattern (no recording).
+    pub(crate) fn allows(&self, access: Access, path: &str) -> bool {
+        self.decide(access, path).effect == Effect::Allow
+    }
+
+    /// Run the call as a transaction: mutations pass the lock table and the read-before-write
+    /// check, and are journaled first. Without one, every mutation is refused.
+    pub(crate) fn with_transaction(mut self, transaction: Transaction) -> Self {
+        self.transaction = Some(transaction);
+        self
     }
 
     /// Write decisions to `sink`, and refuse modifications of `state_paths`.
@@ -249,6 +378,7 @@ impl FsGuard {
         if matches!(access, Access::Write | Access::Delete) {
             let key = (access, path.to_owned());
             if !self.audited.contains(&key) {
+                self.check_lock(operation, path, access)?;
                 if self.audit(&event).is_err() {
                     // No record, no modification.
                     let message = format!(
@@ -266,7 +396,160 @@ impl FsGuard {
         Ok(())
     }
 
+    /// Refuse a modification of `path` that the lock table does not allow.
+    fn check_lock(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
+        let Some(transaction) = &self.transaction else {
+            return Ok(());
+        };
+        let refusal = match transaction.locks.check_write(path, &transaction.owner, &transaction.fences) {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(refusal)) => (refusal.rule(), refusal.message(&escape_control(path)), ToolErrorKind::Conflict),
+            Err(_) => (
+                "locks-unavailable".to_owned(),
+                format!("{access} of `{}` was refused because the lock table cannot be read; tell the operator", escape_control(path)),
+                ToolErrorKind::Failed,
+            ),
+        };
+        let (rule, message, kind) = refusal;
+        let event = FsEvent {
+            operation,
+            path: path.to_owned(),
+            access,
+            effect: Effect::Deny,
+            rule,
+            asked: false,
+        };
+        Err(self.refuse_as(event, message, kind))
+    }
+
+    /// Before `path` is mutated: check that the session read the current content (when the
+    /// mutation replaces content), then journal its state. Call after [`check`](Self::check).
+    fn before_mutation(&mut self, operation: &'static str, path: &str, replaces_content: bool) -> FsResult<()> {
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        let Some(transaction) = self.transaction.as_mut() else {
+            return Ok(());
+        };
+        if replaces_content
+            && transaction.read_before_write != ReadBeforeWrite::Off
+            && transaction.checked.insert(path.to_owned())
+            && let Some(current) = Version::stat(root, path)
+        {
+            let seen = transaction
+                .reads
+                .iter()
+                .rev()
+                .find(|(read, _)| read == path)
+                .map(|(_, version)| version)
+                .or_else(|| transaction.seen.get(path));
+            let shown = escape_control(path);
+            match seen {
+                Some(version) if version.unchanged(root, path, &current) => {}
+                Some(_) => {
+                    let message = format!(
+                        "`{shown}` was modified since this session read it (by another session or outside toolcell): read it again, then make the change"
+                    );
+                    return Err(self.refuse_rule(operation, path, "modified-since-read", message, ToolErrorKind::Conflict));
+                }
+                None if transaction.read_before_write == ReadBeforeWrite::Refuse => {
+                    let message = format!(
+                        "`{shown}` exists and this session has not read it, and the policy requires reading a file before changing it: read it first, then make the change"
+                    );
+                    return Err(self.refuse_rule(operation, path, "read-before-write", message, ToolErrorKind::Conflict));
+                }
+                None => self.warnings.push(format!(
+                    "Warning: overwriting existing file `{shown}` that was not read first. Consider reading it first."
+                )),
+            }
+        }
+        self.journal(operation, path, |journal, root| journal.preserve(root, path))
+    }
+
+    /// Journal the rename of the directory `from` to `to` (its content moves with it).
+    fn before_move(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
+        self.journal(operation, to, |journal, root| journal.preserve(root, to))?;
+        self.journal(operation, from, |journal, _| journal.preserve_move(from, to))
+    }
+
+    fn journal(
+        &mut self,
+        operation: &'static str,
+        path: &str,
+        write: impl FnOnce(&mut Journal, &cap_std::fs::Dir) -> std::io::Result<()>,
+    ) -> FsResult<()> {
+        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
+            return Ok(());
+        };
+        let journaled = (|| {
+            if transaction.journal.is_none() {
+                transaction.journal = Some(Journal::begin(
+                    &transaction.journals,
+                    &transaction.call_id,
+                    &transaction.session,
+                    &transaction.workspace,
+                )?);
+            }
+            match transaction.journal.as_mut() {
+                Some(journal) => write(journal, root),
+                None => Ok(()),
+            }
+        })();
+        match journaled {
+            Ok(()) => {
+                if !transaction.modified.iter().any(|modified| modified == path) {
+                    transaction.modified.push(path.to_owned());
+                }
+                Ok(())
+            }
+            Err(error) => {
+                let message = format!(
+                    "change of `{}` was refused because its prior state cannot be saved for rollback ({}); tell the operator",
+                    escape_control(path),
+                    error.kind()
+                );
+                Err(self.refuse_rule(operation, path, "journal-unavailable", message, ToolErrorKind::Failed))
+            }
+        }
+    }
+
+    /// Note that the file `path` was opened for reading.
+    fn track_read(&mut self, path: &str) {
+        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
+            return;
+        };
+        if transaction.reads_overflowed || transaction.reads.iter().any(|(read, _)| read == path) {
+            return;
+        }
+        if transaction.reads.len() >= MAX_TRACKED_READS {
+            transaction.reads_overflowed = true;
+            return;
+        }
+        if let Some(version) = Version::stat(root, path) {
+            transaction.reads.push((path.to_owned(), version));
+        }
+    }
+
+    fn refuse_rule(&mut self, operation: &'static str, path: &str, rule: &str, message: String, kind: ToolErrorKind) -> FsError {
+        let event = FsEvent {
+            operation,
+            path: path.to_owned(),
+            access: Access::Write,
+            effect: Effect::Deny,
+            rule: rule.to_owned(),
+            asked: false,
+        };
+        self.refuse_as(event, message, kind)
+    }
+
     fn decide(&self, access: Access, path: &str) -> Decision {
+        if matches!(access, Access::Write | Access::Delete) && self.transaction.is_none() && self.root.is_some() {
+            return Decision {
+                effect: Effect::Deny,
+                rule: "read-only-call".to_owned(),
+                line: None,
+            };
+        }
         if matches!(access, Access::Write | Access::Delete)
             && let Some(state) = self
                 .state_paths
@@ -309,12 +592,15 @@ impl FsGuard {
     /// Whether an existing directory the role may see is at `path`: creating it again is then
     /// answered `exist` without a refusal, as `mkdir -p` (and std's `create_dir_all`) expect.
     fn is_visible_directory(&self, path: &str) -> bool {
-        let is_directory = self
-            .root
+        self.is_directory(path) && self.is_visible(path, true)
+    }
+
+    /// Whether `path` is a directory (not a symlink to one).
+    fn is_directory(&self, path: &str) -> bool {
+        self.root
             .as_ref()
             .and_then(|root| root.symlink_metadata(path).ok())
-            .is_some_and(|metadata| metadata.is_dir());
-        is_directory && self.is_visible(path, true)
+            .is_some_and(|metadata| metadata.is_dir())
     }
 
     /// Whether the role may see `path` in a listing: read it (a file) or list it (a directory).
@@ -337,6 +623,9 @@ impl FsGuard {
             "default-deny" => format!(
                 "{access} of `{path}` is denied for role `{role}`: no rule of the policy allows it (default deny). Work on another path, or ask the operator for a role or policy that allows it."
             ),
+            "read-only-call" => format!(
+                "{access} of `{path}` is refused: this call may only read (validators and descriptions cannot change files)."
+            ),
             rule if rule.starts_with("protected:") => format!(
                 "{access} of `{path}` is denied for role `{role}`: the path is protected (`{}`), and no rule names it explicitly. Leave it unchanged.",
                 &rule["protected:".len()..]
@@ -351,10 +640,14 @@ impl FsGuard {
     /// Record a refusal (in the audit trail and for the call's result) and return the WASI
     /// error the component sees.
     fn refuse(&mut self, event: FsEvent, message: String) -> FsError {
+        self.refuse_as(event, message, ToolErrorKind::Denied)
+    }
+
+    fn refuse_as(&mut self, event: FsEvent, message: String, kind: ToolErrorKind) -> FsError {
         if event.rule != "audit-unavailable" && self.audit(&event).is_err() {
             self.audit_failures += 1;
         }
-        self.denials.push(Denial { event, message });
+        self.denials.push(Denial { event, message, kind });
         FsError::from(ErrorCode::Access)
     }
 
@@ -537,6 +830,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let path = self.guard.base(&fd)?;
         self.guard.check("set-size", &path, Access::Write)?;
         self.guard.check_single_link("set-size", &path)?;
+        self.guard.before_mutation("set-size", &path, true)?;
         fs::HostDescriptor::set_size(&mut self.inner, fd, size)
     }
 
@@ -575,6 +869,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             return Err(FsError::from(ErrorCode::Exist));
         }
         self.guard.check("create-directory-at", &canonical, Access::Write)?;
+        self.guard.before_mutation("create-directory-at", &canonical, false)?;
         fs::HostDescriptor::create_directory_at(&mut self.inner, fd, path)
     }
 
@@ -612,7 +907,8 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         new_path: String,
     ) -> FsResult<()> {
         self.guard.check_at("link-at", &fd, &old_path, follows(old_path_flags), Access::Write)?;
-        self.guard.check_at("link-at", &new_descriptor, &new_path, false, Access::Write)?;
+        let link = self.guard.check_at("link-at", &new_descriptor, &new_path, false, Access::Write)?;
+        self.guard.before_mutation("link-at", &link, false)?;
         fs::HostDescriptor::link_at(&mut self.inner, fd, old_path_flags, old_path, new_descriptor, new_path)
     }
 
@@ -633,8 +929,12 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         };
         if access == Access::Write {
             self.guard.check_single_link("open-at", &canonical)?;
+            self.guard.before_mutation("open-at", &canonical, true)?;
         }
         let opened = fs::HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, open_flags, flags)?;
+        if access == Access::Read && !open_flags.contains(OpenFlags::DIRECTORY) {
+            self.guard.track_read(&canonical);
+        }
         self.guard.descriptors.insert(opened.rep(), canonical);
         Ok(opened)
     }
@@ -650,7 +950,8 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn remove_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
-        self.guard.check_at("remove-directory-at", &fd, &path, false, Access::Delete)?;
+        let canonical = self.guard.check_at("remove-directory-at", &fd, &path, false, Access::Delete)?;
+        self.guard.before_mutation("remove-directory-at", &canonical, false)?;
         fs::HostDescriptor::remove_directory_at(&mut self.inner, fd, path)
     }
 
@@ -661,9 +962,15 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         new_descriptor: Resource<Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
-        self.guard.check_at("rename-at", &fd, &old_path, false, Access::Delete)?;
+        let source = self.guard.check_at("rename-at", &fd, &old_path, false, Access::Delete)?;
         let destination = self.guard.check_at("rename-at", &new_descriptor, &new_path, false, Access::Write)?;
         self.guard.check_single_link("rename-at", &destination)?;
+        if self.guard.is_directory(&source) {
+            self.guard.before_move("rename-at", &source, &destination)?;
+        } else {
+            self.guard.before_mutation("rename-at", &destination, true)?;
+            self.guard.before_mutation("rename-at", &source, false)?;
+        }
         fs::HostDescriptor::rename_at(&mut self.inner, fd, old_path, new_descriptor, new_path)
     }
 
@@ -686,11 +993,13 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             );
             return Err(self.guard.refuse(event, message));
         }
+        self.guard.before_mutation("symlink-at", &link, false)?;
         fs::HostDescriptor::symlink_at(&mut self.inner, fd, target, link_path)
     }
 
     fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
-        self.guard.check_at("unlink-file-at", &fd, &path, false, Access::Delete)?;
+        let canonical = self.guard.check_at("unlink-file-at", &fd, &path, false, Access::Delete)?;
+        self.guard.before_mutation("unlink-file-at", &canonical, false)?;
         fs::HostDescriptor::unlink_file_at(&mut self.inner, fd, path)
     }
 

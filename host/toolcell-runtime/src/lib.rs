@@ -27,6 +27,8 @@
 //!     tool: "read_file",
 //!     args: r#"{"path": "README.md", "limit": 5}"#,
 //!     approver: None,
+//!     owner: None,
+//!     fences: &[],
 //! })?;
 //! match outcome.result {
 //!     Ok(output) => eprintln!("{}", output.text),
@@ -41,7 +43,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use toolcell_types::{Annotations, ToolError, ToolErrorKind, ToolInfo, ToolName, ToolOutput};
+use toolcell_policy::{ReadBeforeWrite, ValidatorCheck};
+use toolcell_types::{Annotations, ToolError, ToolErrorKind, ToolInfo, ToolName, ToolOutput, escape_control};
 use wasmtime::Engine;
 use wasmtime::Store;
 use wasmtime::component::ResourceTable;
@@ -52,21 +55,31 @@ mod engine;
 mod error;
 mod guard;
 mod imports;
+mod journal;
 mod limits;
+mod locks;
+mod native;
+mod reads;
 mod schema;
 mod state;
+mod undo;
+mod work;
 
 pub use audit::{AUDIT_FILE, AuditLog};
 pub use engine::CacheOutcome;
 pub use error::Error;
 pub use guard::{Approver, Denial, FsEvent};
+pub use journal::Recovery;
+pub use locks::{LOCKS_FILE, LockStore, LockStoreError};
+pub use native::NATIVE_TOOLS;
+pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use limits::{EPOCH_TICK, Limits};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError};
 pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
 
 use error::describe;
-use guard::{AuditSink, FsGuard};
+use guard::{AuditSink, FsGuard, Transaction};
 use schema::ArgsSchema;
 use std::sync::Arc;
 use state::{CallContext, CallState, CapturePipe};
@@ -225,8 +238,27 @@ impl RuntimeBuilder {
                 LoadedTool {
                     info,
                     schema,
-                    pre,
+                    kind: ToolKind::Component(pre),
                     origin: origin.clone(),
+                },
+            );
+        }
+        for native in native::Native::ALL {
+            let (info, schema) = native.describe();
+            if let Some(existing) = tools.get(info.name.as_str()) {
+                return Err(Error::DuplicateTool {
+                    name: info.name.to_string(),
+                    first: "builtin:host".to_owned(),
+                    second: existing.origin.clone(),
+                });
+            }
+            tools.insert(
+                info.name.to_string(),
+                LoadedTool {
+                    info,
+                    schema,
+                    kind: ToolKind::Native(native),
+                    origin: "builtin:host".to_owned(),
                 },
             );
         }
@@ -245,6 +277,37 @@ impl RuntimeBuilder {
             None => None,
         };
         let audit = self.audit_dir.as_deref().map(AuditLog::open).transpose()?.map(Arc::new);
+        let state_dir = audit.as_ref().map(|log| log.directory().to_path_buf());
+        let work = work::WorkDir::new(state_dir.as_deref()).map_err(|source| Error::Audit {
+            path: state_dir.clone().unwrap_or_else(std::env::temp_dir),
+            source,
+        })?;
+        // Calls a crash interrupted are undone before anything else runs.
+        let recovered = journal::recover(&work.journals());
+        if let Some(log) = &audit {
+            let records: Vec<_> = recovered
+                .iter()
+                .map(|recovery| {
+                    toolcell_audit::Record::recovery(
+                        &guard::now(),
+                        &recovery.session,
+                        &recovery.call_id,
+                        recovery.steps as u64,
+                        recovery.error.as_deref(),
+                    )
+                })
+                .collect();
+            if !records.is_empty() {
+                log.append(&records).map_err(|source| Error::Audit {
+                    path: log.path().to_path_buf(),
+                    source,
+                })?;
+            }
+        }
+        let locks = Arc::new(match &state_dir {
+            Some(directory) => LockStore::in_directory(directory),
+            None => LockStore::in_memory(),
+        });
         Ok(Runtime {
             engine,
             tools,
@@ -253,6 +316,11 @@ impl RuntimeBuilder {
             policy_path,
             audit,
             limits: self.limits,
+            locks,
+            reads: reads::ReadTracker::new(state_dir.as_deref()),
+            undo: undo::UndoStore::new(work.path()),
+            recovered,
+            work,
             _ticker: ticker,
         })
     }
@@ -323,8 +391,15 @@ pub struct LoadedComponent {
 struct LoadedTool {
     info: ToolInfo,
     schema: ArgsSchema,
-    pre: bindings::PluginPre<CallState>,
+    kind: ToolKind,
     origin: String,
+}
+
+enum ToolKind {
+    /// A tool component.
+    Component(bindings::PluginPre<CallState>),
+    /// A tool the host itself implements (undo, locks): it needs host state no component has.
+    Native(native::Native),
 }
 
 /// Loaded tool components, ready to run calls. Cheap to share between threads.
@@ -337,6 +412,13 @@ pub struct Runtime {
     policy_path: Option<PathBuf>,
     audit: Option<Arc<AuditLog>>,
     limits: Limits,
+    locks: Arc<LockStore>,
+    reads: reads::ReadTracker,
+    undo: undo::UndoStore,
+    /// Journals rolled back at start-up.
+    recovered: Vec<Recovery>,
+    /// The state directory, or a private temporary directory for journals and undo.
+    work: work::WorkDir,
     /// Advances the epoch for deadlines; stops when the runtime is dropped.
     _ticker: limits::EpochTicker,
 }
@@ -393,6 +475,14 @@ impl Workspace {
     pub fn root(&self) -> &Path {
         &self.root
     }
+
+    /// A handle of its own on the workspace directory, for one call of `tool`.
+    fn reopen(&self, tool: &str) -> Result<cap_std::fs::Dir, Error> {
+        self.directory.try_clone().map_err(|error| Error::Call {
+            tool: tool.to_owned(),
+            reason: format!("cannot reopen the workspace: {error}"),
+        })
+    }
 }
 
 /// One tool call.
@@ -410,6 +500,19 @@ pub struct CallRequest<'a> {
     pub args: &'a str,
     /// Asked about accesses the policy marks `ask`; without one they are refused.
     pub approver: Option<&'a Arc<dyn Approver>>,
+    /// Who the call writes for, as the lock table knows it (a chain or task id); `None` is
+    /// the session itself.
+    pub owner: Option<&'a str>,
+    /// The fencing tokens of the locks the caller holds: a token whose lease lapsed refuses
+    /// the writes it covers.
+    pub fences: &'a [u64],
+}
+
+impl CallRequest<'_> {
+    /// The lock owner: [`owner`](Self::owner), or the session id.
+    pub fn lock_owner(&self) -> &str {
+        self.owner.unwrap_or(self.session_id)
+    }
 }
 
 /// What a call produced.
@@ -435,8 +538,13 @@ pub struct CallOutcome {
     /// Allowed accesses beyond those kept in `events`.
     pub unrecorded_events: u64,
     /// The filesystem accesses the guard refused, with their messages. If there are any,
-    /// `result` is a `denied` error carrying them, whatever the component returned.
+    /// `result` is a `denied` (or `conflict`) error carrying them, whatever the component
+    /// returned.
     pub denials: Vec<Denial>,
+    /// Warnings for the agent (also appended to a successful result's text).
+    pub warnings: Vec<String>,
+    /// Changes undone because the call failed (0 if it succeeded or changed nothing).
+    pub rolled_back: usize,
     /// Wall-clock time of the whole call.
     pub duration: Duration,
 }
@@ -460,6 +568,45 @@ impl Runtime {
     /// The policy governing calls, if any.
     pub fn policy(&self) -> Option<&Policy> {
         self.policy.as_deref()
+    }
+
+    /// The lock table every call's writes pass.
+    pub fn locks(&self) -> &LockStore {
+        &self.locks
+    }
+
+    /// Acquire (or renew) a lock, and record it in the audit trail.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] naming the conflicting lock, or what is wrong with the request.
+    pub fn acquire_lock(&self, request: &LockRequest) -> Result<Lock, Error> {
+        let lock = self.locks.acquire(request)?;
+        self.audit_lock("acquired", &lock);
+        Ok(lock)
+    }
+
+    /// Release the lock with token `fence` held by `owner`, and record it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if `owner` holds no such lock.
+    pub fn release_lock(&self, fence: u64, owner: &str) -> Result<Lock, Error> {
+        let lock = self.locks.release(fence, owner)?;
+        self.audit_lock("released", &lock);
+        Ok(lock)
+    }
+
+    fn audit_lock(&self, event: &str, lock: &Lock) {
+        if let Some(log) = &self.audit {
+            let record = toolcell_audit::Record::lock(&guard::now(), &lock.session, &lock.owner, event, &lock.pattern, lock.mode.as_str(), lock.fence);
+            let _ = log.append(&[record]);
+        }
+    }
+
+    /// Calls interrupted by a crash that this runtime rolled back when it started.
+    pub fn recovered(&self) -> &[Recovery] {
+        &self.recovered
     }
 
     /// Every component loaded, in load order, and whether each came from the cache.
@@ -492,6 +639,8 @@ impl Runtime {
             events: Vec::new(),
             unrecorded_events: 0,
             denials: Vec::new(),
+            warnings: Vec::new(),
+            rolled_back: 0,
             duration: Duration::ZERO,
         };
         if let Some(policy) = &self.policy {
@@ -519,8 +668,80 @@ impl Runtime {
             return Ok(self.finish(request, outcome, started));
         }
 
+        let directory = request.workspace.reopen(request.tool)?;
+        let read_before_write = self.policy.as_ref().map_or(ReadBeforeWrite::Off, |policy| policy.read_before_write());
+        let seen = if read_before_write == ReadBeforeWrite::Off {
+            Arc::default()
+        } else {
+            self.reads.load(request.session_id, request.workspace.root())
+        };
+        let transaction = Transaction::new(
+            Arc::clone(&self.locks),
+            request.lock_owner().to_owned(),
+            request.fences.to_vec(),
+            seen,
+            read_before_write,
+            self.work.journals(),
+            request.workspace.root().to_path_buf(),
+            request.session_id.to_owned(),
+            call_id.clone(),
+        );
+        let guard = FsGuard::new(self.policy.clone(), request.role, request.approver.cloned(), Some(directory))
+            .with_audit(self.audit_sink(request, &call_id), self.state_paths_inside(request.workspace))
+            .with_transaction(transaction);
+        let mut guard = match &tool.kind {
+            ToolKind::Component(pre) => {
+                let context = CallContext {
+                    role: request.role.to_owned(),
+                    session_id: request.session_id.to_owned(),
+                    call_id,
+                    ..CallContext::default()
+                };
+                self.run_component(pre, request.tool, request.args, request.workspace, context, guard, &mut outcome)?
+            }
+            ToolKind::Native(native) => {
+                let mut guard = guard;
+                outcome.result = native.run(&mut native::NativeCall {
+                    request,
+                    guard: &mut guard,
+                    locks: &self.locks,
+                    undo: &self.undo,
+                    audit: self.audit.as_deref(),
+                });
+                guard
+            }
+        };
+        outcome.events = std::mem::take(&mut guard.events);
+        outcome.unrecorded_events = guard.unrecorded_events;
+        outcome.denials = std::mem::take(&mut guard.denials);
+        if !outcome.denials.is_empty() {
+            outcome.result = Err(denied_result(&outcome.denials, &outcome.result));
+        }
+        if guard.audit_failures > 0 {
+            outcome.result = Err(ToolError::new(
+                ToolErrorKind::Failed,
+                "the audit trail cannot be written, so this call's result is withheld; tell the operator",
+            ));
+        }
+        self.settle(request, &mut outcome, guard);
+        Ok(self.finish(request, outcome, started))
+    }
+
+    /// Instantiate `pre` in a fresh store with `guard` on its filesystem and run one call.
+    /// Fills the result, the trap flag, notes and stdio of `outcome`; returns the guard.
+    #[allow(clippy::too_many_arguments, reason = "the parts of one call, borrowed from different owners")]
+    fn run_component(
+        &self,
+        pre: &bindings::PluginPre<CallState>,
+        tool: &str,
+        args: &str,
+        workspace: &Workspace,
+        context: CallContext,
+        guard: FsGuard,
+        outcome: &mut CallOutcome,
+    ) -> Result<FsGuard, Error> {
         let host_error = |error: wasmtime::Error| Error::Call {
-            tool: request.tool.to_owned(),
+            tool: tool.to_owned(),
             reason: describe(&error),
         };
         let stdout = CapturePipe::new(STDIO_CAPACITY);
@@ -531,31 +752,12 @@ impl Runtime {
         wasi.allow_blocking_current_thread(true)
             .stdout(stdout.clone())
             .stderr(stderr.clone());
-        wasi.preopened_dir(request.workspace.root(), ".", FsPerms::ReadWrite)
-            .map_err(host_error)?;
-        let directory = request.workspace.directory.try_clone().map_err(|error| Error::Call {
-            tool: request.tool.to_owned(),
-            reason: format!("cannot reopen the workspace: {error}"),
-        })?;
+        wasi.preopened_dir(workspace.root(), ".", FsPerms::ReadWrite).map_err(host_error)?;
         let state = CallState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            context: CallContext {
-                role: request.role.to_owned(),
-                session_id: request.session_id.to_owned(),
-                call_id,
-                ..CallContext::default()
-            },
-            guard: FsGuard::new(self.policy.clone(), request.role, request.approver.cloned(), Some(directory))
-                .with_audit(
-                    self.audit.as_ref().map(|log| AuditSink {
-                        log: Arc::clone(log),
-                        session: request.session_id.to_owned(),
-                        tool: request.tool.to_owned(),
-                        call_id: outcome.call_id.clone(),
-                    }),
-                    self.state_paths_inside(request.workspace),
-                ),
+            context,
+            guard,
             limiter: limits::MemoryLimiter {
                 max_bytes: self.limits.memory_bytes,
                 refused: false,
@@ -567,18 +769,17 @@ impl Runtime {
         // gives the call at least its deadline, and stops it within one tick after.
         store.set_epoch_deadline(self.limits.deadline_ticks() + 1);
         store.epoch_deadline_trap();
-        let plugin = tool.pre.instantiate(&mut store).map_err(host_error)?;
-        let returned = plugin.toolcell_tool_tool().call_call(&mut store, request.args);
+        let plugin = pre.instantiate(&mut store).map_err(host_error)?;
+        let returned = plugin.toolcell_tool_tool().call_call(&mut store, args);
         let memory_refused = store.data().limiter.refused;
         outcome.result = match returned {
-            Ok(Ok(output)) => convert_output(request.tool, output, self.limits.output_bytes),
+            Ok(Ok(output)) => convert_output(tool, output, self.limits.output_bytes),
             Ok(Err(_)) | Err(_) if memory_refused => {
                 outcome.trapped = returned.is_err();
                 Err(ToolError::new(
                     ToolErrorKind::TooLarge,
                     format!(
-                        "`{}` needed more than its memory limit of {} MiB and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise the limit).",
-                        request.tool,
+                        "`{tool}` needed more than its memory limit of {} MiB and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise the limit).",
                         self.limits.memory_bytes >> 20
                     ),
                 ))
@@ -589,8 +790,7 @@ impl Runtime {
                 Err(ToolError::new(
                     ToolErrorKind::Failed,
                     format!(
-                        "`{}` ran past its deadline of {:.1} s and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise the limit).",
-                        request.tool,
+                        "`{tool}` ran past its deadline of {:.1} s and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise the limit).",
                         self.limits.deadline.as_secs_f64()
                     ),
                 ))
@@ -600,8 +800,7 @@ impl Runtime {
                 Err(ToolError::new(
                     ToolErrorKind::Failed,
                     format!(
-                        "the tool `{}` crashed ({}); nothing it returned is used. This is a bug in the tool; try another approach or report it.",
-                        request.tool,
+                        "the tool `{tool}` crashed ({}); nothing it returned is used. This is a bug in the tool; try another approach or report it.",
                         trap.root_cause()
                     ),
                 ))
@@ -609,21 +808,169 @@ impl Runtime {
         };
         let state = store.into_data();
         outcome.notes = state.context.notes;
-        outcome.events = state.guard.events;
-        outcome.unrecorded_events = state.guard.unrecorded_events;
-        outcome.denials = state.guard.denials;
-        if !outcome.denials.is_empty() {
-            outcome.result = Err(denied_result(&outcome.denials, &outcome.result));
-        }
-        if state.guard.audit_failures > 0 {
-            outcome.result = Err(ToolError::new(
-                ToolErrorKind::Failed,
-                "the audit trail cannot be written, so this call's result is withheld; tell the operator",
-            ));
-        }
         outcome.stdout = stdout.take();
         outcome.stderr = stderr.take();
-        Ok(self.finish(request, outcome, started))
+        Ok(state.guard)
+    }
+
+    fn audit_sink(&self, request: &CallRequest<'_>, call_id: &str) -> Option<AuditSink> {
+        self.audit.as_ref().map(|log| AuditSink {
+            log: Arc::clone(log),
+            session: request.session_id.to_owned(),
+            tool: request.tool.to_owned(),
+            call_id: call_id.to_owned(),
+        })
+    }
+
+    /// End the call's transaction: validate what it wrote, then keep its changes (and what
+    /// `undo_edit` needs) if it succeeded, or roll them all back if it did not; record what the
+    /// session read and wrote.
+    fn settle(&self, request: &CallRequest<'_>, outcome: &mut CallOutcome, mut guard: FsGuard) {
+        let Some(mut transaction) = guard.transaction.take() else {
+            return;
+        };
+        let Some(root) = guard.root() else {
+            return;
+        };
+        let journal = transaction.journal.take();
+        if outcome.result.is_ok()
+            && journal.is_some()
+            && let Err(error) = self.validate(request, root, &transaction.modified)
+        {
+            outcome.result = Err(error);
+        }
+        let mut modified: &[String] = &[];
+        match (outcome.result.is_ok(), journal) {
+            (true, Some(journal)) => {
+                let (steps, directory) = journal.commit();
+                if request.tool != native::UNDO_EDIT {
+                    // Without the undo record the change still stands; `undo_edit` will say
+                    // there is nothing to undo.
+                    let _ = self.undo.record(
+                        request.session_id,
+                        request.workspace.root(),
+                        root,
+                        &outcome.call_id,
+                        &steps,
+                        &directory,
+                    );
+                }
+                let _ = std::fs::remove_dir_all(&directory);
+                modified = &transaction.modified;
+            }
+            (false, Some(journal)) => match journal.rollback(root) {
+                Ok(steps) => {
+                    outcome.rolled_back = steps;
+                    if let Err(error) = &mut outcome.result {
+                        error.message.push_str("\n(No file was changed: every change this call made was rolled back.)");
+                    }
+                }
+                Err(failure) => {
+                    outcome.result = Err(ToolError::new(
+                        ToolErrorKind::Failed,
+                        format!(
+                            "the call failed and its changes could not all be rolled back ({failure}); the host will finish the rollback when it next starts. Tell the operator."
+                        ),
+                    ));
+                }
+            },
+            (_, None) => {}
+        }
+        if transaction.read_before_write != ReadBeforeWrite::Off {
+            // Best effort: without the record, the next write only warns or asks to read again.
+            let _ = self.reads.update(
+                request.session_id,
+                request.workspace.root(),
+                root,
+                transaction.tracked_reads(),
+                modified,
+            );
+        }
+        outcome.warnings = std::mem::take(&mut guard.warnings);
+        if let Ok(output) = &mut outcome.result
+            && !outcome.warnings.is_empty()
+        {
+            output.text.push_str("\n\n");
+            output.text.push_str(&outcome.warnings.join("\n"));
+        }
+    }
+
+    /// Run the policy's validators on every file the call wrote.
+    fn validate(&self, request: &CallRequest<'_>, root: &cap_std::fs::Dir, modified: &[String]) -> Result<(), ToolError> {
+        let Some(policy) = &self.policy else {
+            return Ok(());
+        };
+        for path in modified {
+            let applicable: Vec<_> = policy.validators().iter().filter(|validator| validator.applies_to(path)).collect();
+            if applicable.is_empty() || !root.symlink_metadata(path).is_ok_and(|metadata| metadata.is_file()) {
+                continue;
+            }
+            for validator in applicable {
+                let failure = match validator.check() {
+                    ValidatorCheck::Json => root
+                        .read(path)
+                        .map_err(|error| error.to_string())
+                        .and_then(|bytes| serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).map(drop).map_err(|error| format!("it is not valid JSON: {error}"))),
+                    ValidatorCheck::Toml => root.read_to_string(path).map_err(|error| error.to_string()).and_then(|text| {
+                        toml::from_str::<serde::de::IgnoredAny>(&text)
+                            .map(drop)
+                            .map_err(|error| format!("it is not valid TOML: {}", error.message().trim()))
+                    }),
+                    ValidatorCheck::Tool(tool) => self.run_validator(tool, path, request),
+                };
+                if let Err(reason) = failure {
+                    return Err(ToolError::new(
+                        ToolErrorKind::InvalidArgs,
+                        format!(
+                            "`{}` failed the validator `{}` ({} line {}): {reason}. Fix the content and write it again.",
+                            escape_control(path),
+                            validator.id(),
+                            policy.file(),
+                            validator.line()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Call the validator component `tool` on `path`, read-only and within the workspace.
+    fn run_validator(&self, tool: &str, path: &str, request: &CallRequest<'_>) -> Result<(), String> {
+        let Some(LoadedTool { kind: ToolKind::Component(pre), .. }) = self.tools.get(tool) else {
+            return Err(format!("the validator tool `{tool}` is not a loaded component"));
+        };
+        let directory = request.workspace.reopen(tool).map_err(|error| error.to_string())?;
+        let guard = FsGuard::new(None, request.role, None, Some(directory));
+        let context = CallContext {
+            role: request.role.to_owned(),
+            session_id: request.session_id.to_owned(),
+            call_id: new_call_id(),
+            ..CallContext::default()
+        };
+        let args = serde_json::json!({ "path": path }).to_string();
+        let mut outcome = CallOutcome {
+            call_id: context.call_id.clone(),
+            result: Err(ToolError::new(ToolErrorKind::Failed, "the validator did not run")),
+            notes: Vec::new(),
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            trapped: false,
+            gated: false,
+            events: Vec::new(),
+            unrecorded_events: 0,
+            denials: Vec::new(),
+            warnings: Vec::new(),
+            rolled_back: 0,
+            duration: Duration::ZERO,
+        };
+        let guard = self
+            .run_component(pre, tool, &args, request.workspace, context, guard, &mut outcome)
+            .map_err(|error| error.to_string())?;
+        if let Some(denial) = guard.denials.first() {
+            return Err(format!("the validator `{tool}` was refused: {}", denial.message));
+        }
+        outcome.result.map(drop).map_err(|error| error.message)
     }
 
     /// Workspace-relative paths of the state directory and the policy file, if they sit inside
@@ -740,6 +1087,11 @@ fn convert_error(error: bindings::toolcell::tool::types::ToolError) -> ToolError
         Wit::Failed(message) => (ToolErrorKind::Failed, message),
     };
     ToolError::new(kind, message)
+}
+
+/// Lowercase hex of a digest.
+pub(crate) fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// A call id unique across calls and processes: time, process and a counter.

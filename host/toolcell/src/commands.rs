@@ -195,6 +195,8 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
         tool: &args.tool,
         args: &args.args,
         approver: args.approve.then_some(&approver),
+        owner: None,
+        fences: &[],
     })?;
     let mut stdout = std::io::stdout().lock();
     if args.json {

@@ -53,17 +53,20 @@ fn tools_lists_every_builtin_with_its_schema() {
     insta::assert_snapshot!(headings.join("\n"), @r"
     edit_file — Edit file [destructive]
     list_files — List files [read-only, idempotent]
+    lock_files — Lock files [read-only, idempotent]
     read_file — Read file [read-only, idempotent]
     search_files — Search files [read-only, idempotent]
+    undo_edit — Undo edit [destructive]
+    unlock_files — Unlock files [read-only, idempotent]
     write_file — Write file [destructive, idempotent]
     ");
-    assert_eq!(run.stdout.matches("  arguments: {").count(), 5);
+    assert_eq!(run.stdout.matches("  arguments: {").count(), 8);
 
     let json = toolcell(&cache, &["tools", "--json"]);
     let tools: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON output");
-    assert_eq!(tools.as_array().map(Vec::len), Some(5));
-    assert_eq!(tools[2]["name"], "read_file");
-    assert_eq!(tools[2]["input_schema"]["required"], serde_json::json!(["path"]));
+    assert_eq!(tools.as_array().map(Vec::len), Some(8));
+    assert_eq!(tools[3]["name"], "read_file");
+    assert_eq!(tools[3]["input_schema"]["required"], serde_json::json!(["path"]));
 }
 
 #[test]
@@ -124,7 +127,7 @@ fn host_errors_exit_2() {
     let root = workspace.path().to_str().expect("UTF-8 path");
     let run = toolcell(&cache, &["call", "rm_rf", "{}", "--workspace", root]);
     assert_eq!(run.status, 2);
-    insta::assert_snapshot!(run.stderr, @"error: there is no tool named `rm_rf`; the tools are: edit_file, list_files, read_file, search_files, write_file");
+    insta::assert_snapshot!(run.stderr, @"error: there is no tool named `rm_rf`; the tools are: edit_file, list_files, lock_files, read_file, search_files, undo_edit, unlock_files, write_file");
 }
 
 #[test]
@@ -168,7 +171,7 @@ fn policy_check_reports_roles_or_the_first_error_with_its_line() {
     assert_eq!(run.status, 1);
     insta::assert_snapshot!(
         filtered(&run.stderr, workspace.path()),
-        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: edit_file, list_files, read_file, search_files, write_file"
+        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: edit_file, list_files, lock_files, read_file, search_files, undo_edit, unlock_files, write_file"
     );
 }
 
@@ -362,7 +365,7 @@ fn schema_prints_a_roles_tools_in_each_providers_shape() {
         serde_json::from_str::<serde_json::Value>(&run.stdout).expect("JSON")
     };
     let mcp = schema("impl", "mcp");
-    assert_eq!(mcp["tools"].as_array().map(Vec::len), Some(5));
+    assert_eq!(mcp["tools"].as_array().map(Vec::len), Some(8));
     assert_eq!(mcp["tools"][0]["annotations"]["destructiveHint"], true);
     let anthropic = schema("control", "anthropic");
     let names: Vec<&str> = anthropic.as_array().expect("array").iter().filter_map(|tool| tool["name"].as_str()).collect();

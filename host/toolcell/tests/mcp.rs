@@ -51,7 +51,7 @@ fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
         report[role]["tools"].as_array().expect("tools").iter().map(|tool| tool["name"].as_str().expect("name").to_owned()).collect()
     };
     assert_eq!(names("control"), ["list_files", "read_file", "search_files"]);
-    assert_eq!(names("impl"), ["edit_file", "list_files", "read_file", "search_files", "write_file"]);
+    assert_eq!(names("impl"), ["edit_file", "list_files", "lock_files", "read_file", "search_files", "undo_edit", "unlock_files", "write_file"]);
     assert_eq!(report["impl"]["server"], "toolcell");
     for tool in report["impl"]["tools"].as_array().expect("tools") {
         assert_eq!(tool["has_schema"], true, "{tool}");

@@ -223,6 +223,8 @@ fn unknown_roles_are_a_host_error() {
         tool: "read_file",
         args: r#"{"path": "src/main.rs"}"#,
         approver: None,
+        owner: None,
+        fences: &[],
     });
     match result {
         Err(toolcell_runtime::Error::UnknownRole { role, roles }) => {

@@ -52,6 +52,8 @@ fn the_second_start_loads_every_component_from_the_cache() {
             tool: "read_file",
             args: r#"{"path": "a.txt"}"#,
             approver: None,
+            owner: None,
+            fences: &[],
         })
         .expect("call runs");
     assert_eq!(outcome.result.expect("read succeeds").text, "     1\tcached");
@@ -118,6 +120,8 @@ fn unknown_tools_are_a_host_error() {
         tool: "rm_rf",
         args: "{}",
         approver: None,
+        owner: None,
+        fences: &[],
     });
     match result {
         Err(Error::UnknownTool { name, available }) => {
@@ -192,6 +196,8 @@ fn arguments_are_validated_before_the_component_runs() {
             tool: "misbehave",
             args: "{not json",
             approver: None,
+            owner: None,
+            fences: &[],
         })
         .expect("call");
     assert!(raw.result.expect_err("invalid").message.contains("not valid JSON"));

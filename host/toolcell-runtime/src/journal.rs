@@ -1,0 +1,457 @@
+//! Write-ahead journal of one tool call: the prior state of every path the call mutates, saved
+//! (and synced) before the mutation happens, so that the call can be undone byte for byte.
+//!
+//! A journal is a directory `journal/<call-id>/` in the state directory: `manifest.jsonl` (a
+//! header, then one step per mutated path, in order) and one blob per file whose content was
+//! saved. The running call holds an exclusive lock on the manifest; a journal whose manifest is
+//! unlocked belongs to a process that died mid-call, and the next runtime that starts on the
+//! state directory rolls it back before serving ([`recover`]). A committed call removes its
+//! manifest first (one atomic unlink), then the rest.
+//!
+//! Rolling back replays the steps in reverse, each restoring its path to the state it had just
+//! before its mutation: a removed file is rewritten (temporary file, sync, rename, mode kept),
+//! a created file or directory is removed, a moved directory is moved back. Replaying is
+//! idempotent, so a rollback interrupted by a crash is simply replayed again.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use cap_std::fs::{Dir, PermissionsExt};
+use serde::{Deserialize, Serialize};
+
+/// The manifest's file name in a journal directory.
+const MANIFEST: &str = "manifest.jsonl";
+/// Prefix of a journal directory being set up (not yet holding any step).
+const BUILDING_PREFIX: &str = ".building-";
+/// A journal directory left half set up is removed after this long.
+const BUILDING_STALE: std::time::Duration = std::time::Duration::from_secs(600);
+/// Prefix of the temporary files a rollback writes next to the file it restores.
+pub(crate) const RESTORE_PREFIX: &str = ".toolcell-restore-";
+
+/// What a path was before a mutation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub(crate) enum Prior {
+    /// Nothing was there.
+    Absent,
+    /// A regular file; its content is in the journal's blob `blob`.
+    File {
+        /// The blob's file name in the journal directory.
+        blob: String,
+        /// The permission bits.
+        mode: u32,
+    },
+    /// A directory (necessarily empty when it is removed).
+    Directory {
+        /// The permission bits.
+        mode: u32,
+    },
+    /// A symbolic link.
+    Symlink {
+        /// Its target, verbatim.
+        target: String,
+    },
+    /// A directory that was renamed to `to` (undone by renaming it back).
+    Moved {
+        /// Where it went.
+        to: String,
+    },
+}
+
+/// One mutated path and its prior state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Step {
+    /// The canonical workspace-relative path.
+    pub(crate) path: String,
+    /// What it was.
+    pub(crate) prior: Prior,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    version: u32,
+    /// The workspace's canonical host path (the state directory is the operator's).
+    workspace: PathBuf,
+    call_id: String,
+    session: String,
+}
+
+/// The journal of one running call.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    directory: PathBuf,
+    manifest: File,
+    steps: Vec<Step>,
+    blobs: u64,
+}
+
+impl Journal {
+    /// Start a journal in `journals/<call_id>`, locked for this process.
+    pub(crate) fn begin(journals: &Path, call_id: &str, session: &str, workspace: &Path) -> std::io::Result<Journal> {
+        std::fs::create_dir_all(journals)?;
+        // Built under a hidden name and renamed into place once its manifest is locked, so
+        // that recovery in another process never mistakes it for a crashed call's.
+        let building = journals.join(format!("{BUILDING_PREFIX}{call_id}"));
+        std::fs::create_dir(&building)?;
+        let mut manifest = OpenOptions::new().create_new(true).append(true).open(building.join(MANIFEST))?;
+        manifest.lock()?;
+        let header = Header {
+            version: 1,
+            workspace: workspace.to_path_buf(),
+            call_id: call_id.to_owned(),
+            session: session.to_owned(),
+        };
+        let mut line = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        manifest.write_all(&line)?;
+        manifest.sync_data()?;
+        let directory = journals.join(call_id);
+        std::fs::rename(&building, &directory)?;
+        File::open(journals)?.sync_all()?;
+        Ok(Journal {
+            directory,
+            manifest,
+            steps: Vec::new(),
+            blobs: 0,
+        })
+    }
+
+    /// Save the current state of `path` (canonical, in `root`) before it is mutated.
+    pub(crate) fn preserve(&mut self, root: &Dir, path: &str) -> std::io::Result<()> {
+        let prior = match root.symlink_metadata(path) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Prior::Absent,
+            Err(error) => return Err(error),
+            Ok(metadata) if metadata.is_dir() => Prior::Directory {
+                mode: metadata.permissions().mode(),
+            },
+            Ok(metadata) if metadata.is_symlink() => Prior::Symlink {
+                target: root
+                    .read_link_contents(path)?
+                    .to_str()
+                    .ok_or_else(|| std::io::Error::other("the symlink's target is not UTF-8"))?
+                    .to_owned(),
+            },
+            Ok(metadata) if metadata.is_file() => {
+                self.blobs += 1;
+                let blob = self.blobs.to_string();
+                let mut source = root.open(path)?.into_std();
+                let mut copy = File::create_new(self.directory.join(&blob))?;
+                std::io::copy(&mut source, &mut copy)?;
+                copy.sync_data()?;
+                Prior::File {
+                    blob,
+                    mode: metadata.permissions().mode(),
+                }
+            }
+            Ok(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "only files, directories and symlinks can be changed by a tool call",
+                ));
+            }
+        };
+        self.append(Step {
+            path: path.to_owned(),
+            prior,
+        })
+    }
+
+    /// Record that the directory `from` is about to be renamed to `to`.
+    pub(crate) fn preserve_move(&mut self, from: &str, to: &str) -> std::io::Result<()> {
+        self.append(Step {
+            path: from.to_owned(),
+            prior: Prior::Moved { to: to.to_owned() },
+        })
+    }
+
+    fn append(&mut self, step: Step) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(&step).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.manifest.write_all(&line)?;
+        self.manifest.sync_data()?;
+        self.steps.push(step);
+        Ok(())
+    }
+
+    /// The journal's directory (blobs are files in it).
+    #[cfg(test)]
+    pub(crate) fn directory(&self) -> &Path {
+        &self.directory
+    }
+
+    /// Undo every step, newest first. On success the journal is removed; on failure it stays
+    /// (unlocked once this value is dropped) for the next start to replay, and the error names
+    /// the path that could not be restored.
+    pub(crate) fn rollback(self, root: &Dir) -> Result<usize, String> {
+        replay(root, &self.directory, &self.steps)?;
+        let count = self.steps.len();
+        self.discard();
+        Ok(count)
+    }
+
+    /// Keep the call's changes: remove the journal (manifest first, so that a crash half-way
+    /// leaves nothing to replay). Returns the steps and the directory still holding the blobs,
+    /// which the caller removes when it has taken what it wants from it.
+    pub(crate) fn commit(self) -> (Vec<Step>, PathBuf) {
+        let _ = std::fs::remove_file(self.directory.join(MANIFEST));
+        (self.steps, self.directory)
+    }
+
+    fn discard(self) {
+        let _ = std::fs::remove_file(self.directory.join(MANIFEST));
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
+/// Restore each step's path, newest first.
+fn replay(root: &Dir, directory: &Path, steps: &[Step]) -> Result<(), String> {
+    for step in steps.iter().rev() {
+        restore(root, directory, step).map_err(|error| format!("`{}`: {error}", step.path))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()> {
+    let path = step.path.as_str();
+    match &step.prior {
+        Prior::Absent => remove(root, path),
+        Prior::File { blob, mode } => {
+            let (parent, name) = path.rsplit_once('/').unwrap_or((".", path));
+            let temporary = format!("{parent}/{RESTORE_PREFIX}{name}");
+            let _ = root.remove_file(&temporary);
+            let mut source = File::open(directory.join(blob))?;
+            let mut file = root.create(&temporary)?;
+            std::io::copy(&mut source, &mut file)?;
+            file.set_permissions(cap_std::fs::Permissions::from_mode(*mode))?;
+            file.sync_data()?;
+            if root.symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir()) {
+                root.remove_dir(path)?;
+            }
+            root.rename(&temporary, root, path)
+        }
+        Prior::Directory { mode } => {
+            match root.symlink_metadata(path) {
+                Ok(metadata) if metadata.is_dir() => {}
+                Ok(_) => {
+                    root.remove_file(path)?;
+                    root.create_dir(path)?;
+                }
+                Err(_) => root.create_dir(path)?,
+            }
+            root.set_permissions(path, cap_std::fs::Permissions::from_mode(*mode))
+        }
+        Prior::Symlink { target } => {
+            remove(root, path)?;
+            root.symlink_contents(target, path)
+        }
+        Prior::Moved { to } => {
+            if root.symlink_metadata(path).is_err() {
+                root.rename(to, root, path)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Remove whatever is at `path` (a directory only if empty: anything in it the call did not
+/// create is not the rollback's to delete).
+fn remove(root: &Dir, path: &str) -> std::io::Result<()> {
+    match root.symlink_metadata(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+        Ok(metadata) if metadata.is_dir() => root.remove_dir(path),
+        Ok(_) => root.remove_file(path),
+    }
+}
+
+/// What the recovery of one journal found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// The interrupted call.
+    pub call_id: String,
+    /// Its session.
+    pub session: String,
+    /// Steps undone.
+    pub steps: usize,
+    /// Why it could not be rolled back (the journal is kept to try again), or `None`.
+    pub error: Option<String>,
+}
+
+/// Roll back every journal in `journals` that no live process holds: calls interrupted by a
+/// crash. Journals of calls still running in other processes are left alone.
+pub(crate) fn recover(journals: &Path) -> Vec<Recovery> {
+    let Ok(entries) = std::fs::read_dir(journals) else {
+        return Vec::new();
+    };
+    let mut recovered = Vec::new();
+    for entry in entries.flatten() {
+        let directory = entry.path();
+        if entry.file_name().to_string_lossy().starts_with(BUILDING_PREFIX) {
+            // A process died while setting it up, before any mutation.
+            let stale = entry
+                .metadata()
+                .and_then(|metadata| metadata.modified())
+                .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age > BUILDING_STALE));
+            if stale {
+                let _ = std::fs::remove_dir_all(&directory);
+            }
+            continue;
+        }
+        let manifest_path = directory.join(MANIFEST);
+        let manifest = match OpenOptions::new().read(true).write(true).open(&manifest_path) {
+            Ok(manifest) => manifest,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                // Committed (or never started): nothing to undo.
+                let _ = std::fs::remove_dir_all(&directory);
+                continue;
+            }
+            Err(_) => continue,
+        };
+        if manifest.try_lock().is_err() {
+            continue;
+        }
+        recovered.push(recover_one(&directory, manifest));
+    }
+    recovered
+}
+
+fn recover_one(directory: &Path, manifest: File) -> Recovery {
+    let call_id = directory.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut lines = BufReader::new(&manifest).lines();
+    let header: Option<Header> = lines.next().and_then(Result::ok).and_then(|line| serde_json::from_str(&line).ok());
+    let Some(header) = header else {
+        // Crashed before the header was synced: nothing was mutated.
+        let _ = std::fs::remove_dir_all(directory);
+        return Recovery { call_id, session: String::new(), steps: 0, error: None };
+    };
+    // A torn last line is a step whose mutation never started (each step is synced first).
+    let steps: Vec<Step> = lines.map_while(Result::ok).map_while(|line| serde_json::from_str(&line).ok()).collect();
+    let mut recovery = Recovery {
+        call_id: header.call_id,
+        session: header.session,
+        steps: steps.len(),
+        error: None,
+    };
+    let root = match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
+        Ok(root) => root,
+        Err(error) => {
+            recovery.error = Some(format!("the workspace `{}` cannot be opened: {error}", header.workspace.display()));
+            return recovery;
+        }
+    };
+    match replay(&root, directory, &steps) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(directory.join(MANIFEST));
+            let _ = std::fs::remove_dir_all(directory);
+        }
+        Err(error) => recovery.error = Some(error),
+    }
+    drop(manifest);
+    recovery
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::os::unix::fs::PermissionsExt as _;
+
+    fn tree(root: &Path) -> Vec<(String, String)> {
+        let mut entries = Vec::new();
+        let mut pending = vec![root.to_path_buf()];
+        while let Some(directory) = pending.pop() {
+            for entry in std::fs::read_dir(&directory).expect("read_dir").flatten() {
+                let path = entry.path();
+                let relative = path.strip_prefix(root).expect("inside").to_string_lossy().into_owned();
+                let metadata = std::fs::symlink_metadata(&path).expect("lstat");
+                let mode = metadata.permissions().mode();
+                let description = if metadata.is_symlink() {
+                    format!("link {}", std::fs::read_link(&path).expect("readlink").display())
+                } else if metadata.is_dir() {
+                    pending.push(path);
+                    format!("dir {mode:o}")
+                } else {
+                    format!("file {mode:o} {:?}", std::fs::read(&path).expect("read"))
+                };
+                entries.push((relative, description));
+            }
+        }
+        entries.sort();
+        entries
+    }
+
+    #[test]
+    fn rollback_restores_every_kind_of_change_exactly() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let workspace = temp.path().join("ws");
+        std::fs::create_dir_all(workspace.join("src/old")).expect("mkdir");
+        std::fs::write(workspace.join("src/a.rs"), "fn a() {}\n").expect("write");
+        std::fs::write(workspace.join("src/b.rs"), "fn b() {}\n").expect("write");
+        std::fs::set_permissions(workspace.join("src/b.rs"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::os::unix::fs::symlink("/etc/hostname", workspace.join("outside-link")).expect("symlink");
+        let before = tree(&workspace);
+        let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
+
+        let mut journal = Journal::begin(&temp.path().join("journal"), "c-1", "s-1", &workspace).expect("begin");
+        journal.preserve(&root, "src/a.rs").expect("preserve");
+        std::fs::write(workspace.join("src/a.rs"), "changed").expect("write");
+        journal.preserve(&root, "src/b.rs").expect("preserve");
+        std::fs::remove_file(workspace.join("src/b.rs")).expect("rm");
+        journal.preserve(&root, "src/new").expect("preserve");
+        std::fs::create_dir(workspace.join("src/new")).expect("mkdir");
+        journal.preserve(&root, "src/new/c.rs").expect("preserve");
+        std::fs::write(workspace.join("src/new/c.rs"), "new").expect("write");
+        journal.preserve(&root, "src/moved").expect("preserve");
+        journal.preserve_move("src/old", "src/moved").expect("preserve");
+        std::fs::rename(workspace.join("src/old"), workspace.join("src/moved")).expect("mv");
+        journal.preserve(&root, "outside-link").expect("preserve");
+        std::fs::remove_file(workspace.join("outside-link")).expect("rm");
+        // The same path again: the first state wins.
+        journal.preserve(&root, "src/a.rs").expect("preserve");
+        std::fs::write(workspace.join("src/a.rs"), "changed twice").expect("write");
+        assert_ne!(tree(&workspace), before);
+
+        let steps = journal.rollback(&root).expect("rollback");
+        assert_eq!(steps, 8);
+        assert_eq!(tree(&workspace), before);
+        assert!(std::fs::read_dir(temp.path().join("journal")).expect("journals").next().is_none());
+    }
+
+    #[test]
+    fn recovery_replays_unlocked_journals_and_leaves_live_ones() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let workspace = temp.path().join("ws");
+        std::fs::create_dir_all(&workspace).expect("mkdir");
+        std::fs::write(workspace.join("a.txt"), "original").expect("write");
+        let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
+        let journals = temp.path().join("journal");
+
+        let mut live = Journal::begin(&journals, "c-live", "s-1", &workspace).expect("begin");
+        live.preserve(&root, "b.txt").expect("preserve");
+        std::fs::write(workspace.join("b.txt"), "in progress").expect("write");
+
+        // A crashed call: its journal is on disk, unlocked, with a torn last line.
+        let mut crashed = Journal::begin(&journals, "c-dead", "s-2", &workspace).expect("begin");
+        crashed.preserve(&root, "a.txt").expect("preserve");
+        std::fs::write(workspace.join("a.txt"), "half-writ").expect("write");
+        let directory = crashed.directory().to_path_buf();
+        drop(crashed);
+        OpenOptions::new()
+            .append(true)
+            .open(directory.join(MANIFEST))
+            .expect("open")
+            .write_all(b"{\"path\":\"c.t")
+            .expect("tear");
+
+        let recovered = recover(&journals);
+        assert_eq!(recovered.len(), 1, "{recovered:?}");
+        assert_eq!(recovered[0].call_id, "c-dead");
+        assert_eq!((recovered[0].steps, recovered[0].error.as_deref()), (1, None));
+        assert_eq!(std::fs::read_to_string(workspace.join("a.txt")).expect("read"), "original");
+        assert_eq!(std::fs::read_to_string(workspace.join("b.txt")).expect("read"), "in progress");
+        assert!(!directory.exists());
+        assert_eq!(live.rollback(&root), Ok(1));
+        assert!(!workspace.join("b.txt").exists());
+    }
+}

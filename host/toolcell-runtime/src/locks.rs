@@ -1,0 +1,176 @@
+//! The lock table on disk: `locks.json` in the state directory, read and replaced under an
+//! exclusive lock on `locks.lock`, so that every toolcell process sharing the state directory
+//! sees one table. Without a state directory the table lives in memory, shared by the calls of
+//! one runtime.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use toolcell_locks::{Lock, LockError, LockRequest, LockTable, Refusal};
+
+/// The lock table's file name in the state directory.
+pub const LOCKS_FILE: &str = "locks.json";
+const LOCKS_LOCK_FILE: &str = "locks.lock";
+
+/// Why the lock table could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LockStoreError {
+    /// The request was refused.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The table could not be read or written.
+    #[error("cannot use the lock table at `{}`: {source}", path.display())]
+    Io {
+        /// The table's file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// The lock table, shared by every call of a runtime (and, with a state directory, by every
+/// process using it).
+#[derive(Debug)]
+pub struct LockStore {
+    backing: Backing,
+}
+
+#[derive(Debug)]
+enum Backing {
+    Memory(Mutex<LockTable>),
+    File { table: PathBuf, lock: PathBuf },
+}
+
+impl LockStore {
+    /// A table in memory.
+    pub fn in_memory() -> Self {
+        LockStore {
+            backing: Backing::Memory(Mutex::new(LockTable::default())),
+        }
+    }
+
+    /// The table in `state_dir` (which must exist).
+    pub fn in_directory(state_dir: &Path) -> Self {
+        LockStore {
+            backing: Backing::File {
+                table: state_dir.join(LOCKS_FILE),
+                lock: state_dir.join(LOCKS_LOCK_FILE),
+            },
+        }
+    }
+
+    /// Acquire or renew a lease now.
+    ///
+    /// # Errors
+    ///
+    /// [`LockStoreError::Lock`] with the conflicting lock or what is wrong with the request;
+    /// [`LockStoreError::Io`].
+    pub fn acquire(&self, request: &LockRequest) -> Result<Lock, LockStoreError> {
+        self.update(|table| table.acquire(request, now_ms()))
+    }
+
+    /// Release the lock with token `fence` held by `owner`.
+    ///
+    /// # Errors
+    ///
+    /// [`LockStoreError::Lock`] if `owner` holds no such lock; [`LockStoreError::Io`].
+    pub fn release(&self, fence: u64, owner: &str) -> Result<Lock, LockStoreError> {
+        self.update(|table| table.release(fence, owner))
+    }
+
+    /// Release every lock `owner` holds.
+    ///
+    /// # Errors
+    ///
+    /// [`LockStoreError::Io`].
+    pub fn release_all(&self, owner: &str) -> Result<Vec<Lock>, LockStoreError> {
+        self.update(|table| Ok(table.release_all(owner)))
+    }
+
+    /// The live locks now.
+    ///
+    /// # Errors
+    ///
+    /// [`LockStoreError::Io`].
+    pub fn live(&self) -> Result<Vec<Lock>, LockStoreError> {
+        let now = now_ms();
+        self.read(|table| table.live(now).cloned().collect())
+    }
+
+    /// Whether `owner`, presenting `fences`, may modify `path` now; `Ok(Err(_))` is a refusal.
+    ///
+    /// # Errors
+    ///
+    /// [`LockStoreError::Io`] if the table cannot be read.
+    pub fn check_write(&self, path: &str, owner: &str, fences: &[u64]) -> Result<Result<(), Refusal>, LockStoreError> {
+        let now = now_ms();
+        self.read(|table| table.check_write(path, owner, fences, now))
+    }
+
+    fn read<T>(&self, read: impl FnOnce(&LockTable) -> T) -> Result<T, LockStoreError> {
+        match &self.backing {
+            Backing::Memory(table) => Ok(read(&table.lock().unwrap_or_else(std::sync::PoisonError::into_inner))),
+            Backing::File { table, lock } => {
+                let io = |source| LockStoreError::Io { path: table.clone(), source };
+                let guard = open_lock(lock).map_err(io)?;
+                guard.lock_shared().map_err(io)?;
+                let loaded = load(table).map_err(io);
+                drop(guard);
+                Ok(read(&loaded?))
+            }
+        }
+    }
+
+    fn update<T>(&self, change: impl FnOnce(&mut LockTable) -> Result<T, LockError>) -> Result<T, LockStoreError> {
+        match &self.backing {
+            Backing::Memory(table) => Ok(change(&mut table.lock().unwrap_or_else(std::sync::PoisonError::into_inner))?),
+            Backing::File { table, lock } => {
+                let io = |source| LockStoreError::Io { path: table.clone(), source };
+                let guard = open_lock(lock).map_err(io)?;
+                guard.lock().map_err(io)?;
+                let mut loaded = load(table).map_err(io)?;
+                let result = change(&mut loaded)?;
+                store(table, &loaded).map_err(io)?;
+                drop(guard);
+                Ok(result)
+            }
+        }
+    }
+}
+
+fn open_lock(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)
+}
+
+fn load(path: &Path) -> std::io::Result<LockTable> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("the lock table is damaged ({error}); remove it to drop every lock"),
+            )
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(LockTable::default()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Replace the table atomically: a reader never sees half of it.
+fn store(path: &Path, table: &LockTable) -> std::io::Result<()> {
+    let temporary = path.with_extension("json.tmp");
+    let mut file = File::create(&temporary)?;
+    file.write_all(&serde_json::to_vec_pretty(table).map_err(std::io::Error::other)?)?;
+    file.sync_data()?;
+    std::fs::rename(&temporary, path)
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

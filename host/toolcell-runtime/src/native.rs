@@ -1,0 +1,346 @@
+//! Tools the host implements itself, because they act on host state no component can reach:
+//! `undo_edit` (the session's undo records) and `lock_files` / `unlock_files` (the lock table).
+//! They are listed, gated by the policy, validated and audited like component tools, and every
+//! file they change passes the same guard and journal.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use toolcell_audit::Record;
+use toolcell_locks::{Lock, LockRequest, Mode};
+use toolcell_policy::Access;
+use toolcell_types::{Annotations, ToolError, ToolErrorKind, ToolInfo, ToolName, ToolOutput, escape_control};
+
+use crate::CallRequest;
+use crate::audit::AuditLog;
+use crate::guard::FsGuard;
+use crate::journal::{Prior, Step};
+use crate::locks::{LockStore, LockStoreError};
+use crate::reads::hash_of;
+use crate::schema::ArgsSchema;
+use crate::undo::UndoStore;
+
+/// The name of the undo tool.
+pub(crate) const UNDO_EDIT: &str = "undo_edit";
+/// Every tool the host implements, by name.
+pub const NATIVE_TOOLS: &[&str] = &[UNDO_EDIT, "lock_files", "unlock_files"];
+
+/// Default lease of `lock_files`.
+const DEFAULT_TTL_SECONDS: u64 = 300;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Native {
+    UndoEdit,
+    LockFiles,
+    UnlockFiles,
+}
+
+/// What a native tool works with.
+pub(crate) struct NativeCall<'a> {
+    pub(crate) request: &'a CallRequest<'a>,
+    pub(crate) guard: &'a mut FsGuard,
+    pub(crate) locks: &'a LockStore,
+    pub(crate) undo: &'a UndoStore,
+    pub(crate) audit: Option<&'a AuditLog>,
+}
+
+impl Native {
+    pub(crate) const ALL: [Native; 3] = [Native::UndoEdit, Native::LockFiles, Native::UnlockFiles];
+
+    /// The tool's description and compiled schema.
+    pub(crate) fn describe(self) -> (ToolInfo, ArgsSchema) {
+        let (name, title, description, schema, annotations) = match self {
+            Native::UndoEdit => (
+                UNDO_EDIT,
+                "Undo edit",
+                "Undo this session's last successful change to a file (a write, edit or delete made by a tool call), restoring the content it had before. Call it again to go further back. Refused if the file changed since your change: read it and edit it instead.",
+                serde_json::json!({
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "description": "Workspace-relative path of the file to restore."}
+                    },
+                    "required": ["path"],
+                    "additionalProperties": false
+                }),
+                Annotations { read_only: false, destructive: true, idempotent: false },
+            ),
+            Native::LockFiles => (
+                "lock_files",
+                "Lock files",
+                "Lock files or globs (e.g. `src/a.rs`, `src/**`) so that no other agent can change them until you unlock them or the lease ends. Take an exclusive lock before a multi-step change other agents might race; shared locks let others read-lock too but keep everyone else from writing. All paths are locked or none.",
+                serde_json::json!({
+                    "type": "object",
+                    "properties": {
+                        "paths": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 64, "description": "Workspace-relative paths or globs."},
+                        "mode": {"type": "string", "enum": ["exclusive", "shared"], "description": "Default exclusive."},
+                        "ttl_seconds": {"type": "integer", "minimum": 1, "maximum": 86400, "description": "Lease length; default 300."}
+                    },
+                    "required": ["paths"],
+                    "additionalProperties": false
+                }),
+                Annotations { read_only: true, destructive: false, idempotent: true },
+            ),
+            Native::UnlockFiles => (
+                "unlock_files",
+                "Unlock files",
+                "Release locks you took with lock_files: the given paths or globs, exactly as you locked them, or all of your locks if `paths` is omitted.",
+                serde_json::json!({
+                    "type": "object",
+                    "properties": {
+                        "paths": {"type": "array", "items": {"type": "string"}, "maxItems": 64}
+                    },
+                    "additionalProperties": false
+                }),
+                Annotations { read_only: true, destructive: false, idempotent: true },
+            ),
+        };
+        let (compiled, input_schema) = match ArgsSchema::compile(&schema.to_string()) {
+            Ok(compiled) => compiled,
+            Err(reason) => unreachable!("the host's own schema for `{name}` is valid: {reason}"),
+        };
+        let info = ToolInfo {
+            name: ToolName::new(name).unwrap_or_else(|error| unreachable!("`{name}` is a valid tool name: {error}")),
+            title: title.to_owned(),
+            description: description.to_owned(),
+            input_schema,
+            annotations,
+        };
+        (info, compiled)
+    }
+
+    pub(crate) fn run(self, call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
+        match self {
+            Native::UndoEdit => undo_edit(call),
+            Native::LockFiles => lock_files(call),
+            Native::UnlockFiles => unlock_files(call),
+        }
+    }
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(args: &str) -> Result<T, ToolError> {
+    // The schema was checked first; this only fails on a host bug.
+    serde_json::from_str(args).map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, format!("bad arguments: {error}")))
+}
+
+fn denied() -> ToolError {
+    // The guard's recorded refusal replaces this message in the result.
+    ToolError::new(ToolErrorKind::Denied, "refused")
+}
+
+fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
+    #[derive(Deserialize)]
+    struct Args {
+        path: String,
+    }
+    let args: Args = parse(call.request.args)?;
+    let Some(path) = call.guard.resolve_path("undo", &args.path, Access::Write) else {
+        return Err(denied());
+    };
+    let shown = escape_control(&path);
+    let workspace = call.request.workspace.root();
+    let session = call.request.session_id;
+    let Some(entry) = call.undo.last(session, workspace, &path) else {
+        return Err(ToolError::new(
+            ToolErrorKind::NotFound,
+            format!("this session has no change of `{shown}` to undo (only a session's own successful changes to files can be undone)"),
+        ));
+    };
+    let Some(root) = call.guard.root() else {
+        return Err(ToolError::new(ToolErrorKind::Failed, "the call has no workspace"));
+    };
+    let current = match root.symlink_metadata(&path) {
+        Err(_) => None,
+        Ok(metadata) if metadata.is_file() => hash_of(root, &path),
+        Ok(_) => Some(String::new()),
+    };
+    if current != entry.after {
+        return Err(ToolError::new(
+            ToolErrorKind::Conflict,
+            format!("`{shown}` changed after this session's last change to it, so undoing would lose that change: read it and edit it instead"),
+        ));
+    }
+    let access = if entry.prior == Prior::Absent { Access::Delete } else { Access::Write };
+    if !call.guard.admit("undo", &path, access) {
+        return Err(denied());
+    }
+    let Some(root) = call.guard.root() else {
+        return Err(ToolError::new(ToolErrorKind::Failed, "the call has no workspace"));
+    };
+    let step = Step {
+        path: path.clone(),
+        prior: entry.prior.clone(),
+    };
+    crate::journal::restore(root, &call.undo.session_dir(session, workspace), &step).map_err(|error| {
+        ToolError::new(ToolErrorKind::Failed, format!("cannot restore `{shown}`: {error}; nothing was changed"))
+    })?;
+    // The change is undone whatever happens to the record; a stale record is refused later
+    // because the file no longer matches it.
+    let _ = call.undo.forget(session, workspace, &entry);
+    let text = match entry.prior {
+        Prior::Absent => format!("Removed `{shown}`, which this session had created (call {})", entry.call_id),
+        _ => {
+            let lines = root.read(&path).map(|bytes| bytes.iter().filter(|byte| **byte == b'\n').count()).unwrap_or(0);
+            format!("Restored `{shown}` to its content before this session's call {} ({lines} lines)", entry.call_id)
+        }
+    };
+    Ok(ToolOutput {
+        structured: Some(serde_json::json!({"path": path, "restored_from_call": entry.call_id, "removed": entry.prior == Prior::Absent})),
+        text,
+    })
+}
+
+fn lock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
+    #[derive(Deserialize)]
+    struct Args {
+        paths: Vec<String>,
+        mode: Option<String>,
+        ttl_seconds: Option<u64>,
+    }
+    let args: Args = parse(call.request.args)?;
+    let mode = match args.mode.as_deref() {
+        None => Mode::Exclusive,
+        Some(mode) => Mode::from_name(mode).ok_or_else(|| ToolError::new(ToolErrorKind::InvalidArgs, "`mode` is `exclusive` or `shared`"))?,
+    };
+    let ttl = Duration::from_secs(args.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS));
+    let mut patterns = Vec::new();
+    for path in &args.paths {
+        let pattern = if path.contains(['*', '?', '[', '{']) {
+            toolcell_policy::join_lexically(".", path).ok_or_else(|| {
+                ToolError::new(
+                    ToolErrorKind::InvalidArgs,
+                    format!("`{}` leaves the workspace; lock paths inside it", escape_control(path)),
+                )
+            })?
+        } else {
+            call.guard.resolve_path("lock", path, Access::Write).ok_or_else(denied)?
+        };
+        // Locking is a claim to write: a role may lock only what it may change.
+        if !call.guard.allows(Access::Write, &pattern) {
+            return Err(ToolError::new(
+                ToolErrorKind::Denied,
+                format!(
+                    "role `{}` may not write `{}`, so it may not lock it",
+                    call.request.role,
+                    escape_control(&pattern)
+                ),
+            ));
+        }
+        patterns.push(pattern);
+    }
+    let owner = call.request.lock_owner();
+    let mut acquired: Vec<Lock> = Vec::new();
+    for pattern in &patterns {
+        let request = LockRequest {
+            pattern: pattern.clone(),
+            owner: owner.to_owned(),
+            session: call.request.session_id.to_owned(),
+            mode,
+            ttl,
+        };
+        match call.locks.acquire(&request) {
+            Ok(lock) => acquired.push(lock),
+            Err(error) => {
+                for lock in &acquired {
+                    let _ = call.locks.release(lock.fence, owner);
+                }
+                let kind = match error {
+                    LockStoreError::Lock(toolcell_locks::LockError::Conflict(_)) => ToolErrorKind::Conflict,
+                    LockStoreError::Lock(_) => ToolErrorKind::InvalidArgs,
+                    LockStoreError::Io { .. } => ToolErrorKind::Failed,
+                };
+                let message = match error {
+                    LockStoreError::Io { .. } => "the lock table cannot be used; tell the operator".to_owned(),
+                    error => error.to_string(),
+                };
+                return Err(ToolError::new(kind, format!("{message}. No lock was taken.")));
+            }
+        }
+    }
+    audit_locks(call, "acquired", &acquired);
+    let lines: Vec<String> = acquired
+        .iter()
+        .map(|lock| format!("Locked `{}` ({}, token {}) until {}", escape_control(&lock.pattern), lock.mode.as_str(), lock.fence, lock.expires_at()))
+        .collect();
+    Ok(ToolOutput {
+        text: lines.join("\n"),
+        structured: Some(serde_json::json!({ "locks": acquired.iter().map(lock_json).collect::<Vec<_>>() })),
+    })
+}
+
+fn unlock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
+    #[derive(Deserialize)]
+    struct Args {
+        paths: Option<Vec<String>>,
+    }
+    let args: Args = parse(call.request.args)?;
+    let owner = call.request.lock_owner();
+    let unavailable = |_| ToolError::new(ToolErrorKind::Failed, "the lock table cannot be used; tell the operator");
+    let released = match args.paths {
+        None => call.locks.release_all(owner).map_err(unavailable)?,
+        Some(paths) => {
+            let held: Vec<Lock> = call.locks.live().map_err(unavailable)?.into_iter().filter(|lock| lock.owner == owner).collect();
+            let mut released = Vec::new();
+            for path in &paths {
+                let pattern = toolcell_policy::join_lexically(".", path).unwrap_or_else(|| path.clone());
+                let matching: Vec<&Lock> = held.iter().filter(|lock| lock.pattern == pattern).collect();
+                if matching.is_empty() {
+                    return Err(ToolError::new(
+                        ToolErrorKind::NotFound,
+                        format!("you hold no lock on `{}`; give the paths exactly as you locked them, or omit `paths` to release all your locks", escape_control(path)),
+                    ));
+                }
+                for lock in matching {
+                    released.push(call.locks.release(lock.fence, owner).map_err(|error| ToolError::new(ToolErrorKind::Failed, error.to_string()))?);
+                }
+            }
+            released
+        }
+    };
+    audit_locks(call, "released", &released);
+    let text = if released.is_empty() {
+        "You held no locks.".to_owned()
+    } else {
+        released.iter().map(|lock| format!("Unlocked `{}` (token {})", escape_control(&lock.pattern), lock.fence)).collect::<Vec<_>>().join("\n")
+    };
+    Ok(ToolOutput {
+        text,
+        structured: Some(serde_json::json!({ "released": released.iter().map(lock_json).collect::<Vec<_>>() })),
+    })
+}
+
+fn audit_locks(call: &NativeCall<'_>, event: &str, locks: &[Lock]) {
+    let Some(log) = call.audit else {
+        return;
+    };
+    let records: Vec<Record> = locks
+        .iter()
+        .map(|lock| Record::lock(&crate::guard::now(), &lock.session, &lock.owner, event, &lock.pattern, lock.mode.as_str(), lock.fence))
+        .collect();
+    // The call's own record says whether the trail could be written.
+    let _ = log.append(&records);
+}
+
+pub(crate) fn lock_json(lock: &Lock) -> serde_json::Value {
+    serde_json::json!({
+        "pattern": lock.pattern,
+        "owner": lock.owner,
+        "session": lock.session,
+        "mode": lock.mode.as_str(),
+        "fence": lock.fence,
+        "expires_at": lock.expires_at(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_tools_describe_themselves_validly() {
+        for native in Native::ALL {
+            let (info, _) = native.describe();
+            assert!(NATIVE_TOOLS.contains(&info.name.as_str()));
+            assert!(!info.description.is_empty());
+        }
+    }
+}

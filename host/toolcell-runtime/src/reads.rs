@@ -1,0 +1,180 @@
+//! Read tracking: which files each session has read, and what they were when it read them.
+//!
+//! A file counts as read when a call of the session opened it for reading, or wrote it (the
+//! session knows what it wrote). Its version is its size, modification time and inode, plus the
+//! SHA-256 of its content for files read by calls that opened only a few files (a search over a
+//! whole tree records nothing: it is not a read of each file). Before a session modifies an
+//! existing file, the guard compares: never read is a warning or a refusal, as the policy says;
+//! changed since read is a conflict.
+//!
+//! With a state directory, each session's versions are kept in `sessions/<hash>.json`, so that
+//! separate processes (one CLI call each) share them; otherwise in memory.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use cap_std::fs::{Dir, MetadataExt};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Calls that open more files than this for reading (searches, listings of content) record
+/// none of them as read.
+pub(crate) const MAX_TRACKED_READS: usize = 64;
+/// Files larger than this are tracked by metadata only.
+const MAX_HASHED_BYTES: u64 = 16 << 20;
+
+/// What a file was when the session last saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Version {
+    len: u64,
+    mtime_ns: i128,
+    ino: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sha256: Option<String>,
+}
+
+impl Version {
+    /// The metadata part of the version of the regular file `path`, or `None` if it is not one.
+    pub(crate) fn stat(root: &Dir, path: &str) -> Option<Version> {
+        let metadata = root.symlink_metadata(path).ok().filter(cap_std::fs::Metadata::is_file)?;
+        Some(Version {
+            len: metadata.len(),
+            mtime_ns: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
+            ino: metadata.ino(),
+            sha256: None,
+        })
+    }
+
+    /// Add the content hash, if the file still has this metadata.
+    fn with_hash(mut self, root: &Dir, path: &str) -> Version {
+        if self.len <= MAX_HASHED_BYTES
+            && let Some(hash) = hash_of(root, path)
+            && Version::stat(root, path).is_some_and(|now| now.same_metadata(&self))
+        {
+            self.sha256 = Some(hash);
+        }
+        self
+    }
+
+    fn same_metadata(&self, other: &Version) -> bool {
+        (self.len, self.mtime_ns, self.ino) == (other.len, other.mtime_ns, other.ino)
+    }
+
+    /// Whether the file at `path`, whose metadata is now `current`, still has the content
+    /// this version saw.
+    pub(crate) fn unchanged(&self, root: &Dir, path: &str, current: &Version) -> bool {
+        if self.same_metadata(current) {
+            return true;
+        }
+        // Touched or rewritten with the same bytes: the content decides.
+        self.len == current.len && self.sha256.is_some() && self.sha256 == hash_of(root, path)
+    }
+}
+
+pub(crate) fn hash_of(root: &Dir, path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut file = root.open(path).ok()?.into_std();
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        match file.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => hasher.update(&buffer[..read]),
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(crate::hex(&hasher.finalize()))
+}
+
+/// One session's file versions.
+pub(crate) type SessionReads = HashMap<String, Version>;
+
+/// Every session's reads.
+#[derive(Debug)]
+pub(crate) struct ReadTracker {
+    directory: Option<PathBuf>,
+    sessions: Mutex<HashMap<String, Arc<SessionReads>>>,
+}
+
+impl ReadTracker {
+    pub(crate) fn new(state_dir: Option<&Path>) -> Self {
+        ReadTracker {
+            directory: state_dir.map(|directory| directory.join("sessions")),
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn key(session: &str, workspace: &Path) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(workspace.as_os_str().as_encoded_bytes());
+        hasher.update([0]);
+        hasher.update(session.as_bytes());
+        crate::hex(&hasher.finalize())
+    }
+
+    /// The versions `session` has seen in `workspace`.
+    pub(crate) fn load(&self, session: &str, workspace: &Path) -> Arc<SessionReads> {
+        let key = Self::key(session, workspace);
+        if let Some(directory) = &self.directory {
+            // Another process may have updated it: the file is the truth.
+            return Arc::new(
+                std::fs::read(directory.join(format!("{key}.json")))
+                    .ok()
+                    .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+                    .unwrap_or_default(),
+            );
+        }
+        let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        sessions.get(&key).cloned().unwrap_or_default()
+    }
+
+    /// After a call: record the files it read (with their versions when opened) and the
+    /// current versions of the files it modified.
+    pub(crate) fn update(
+        &self,
+        session: &str,
+        workspace: &Path,
+        root: &Dir,
+        reads: &[(String, Version)],
+        modified: &[String],
+    ) -> std::io::Result<()> {
+        if reads.is_empty() && modified.is_empty() {
+            return Ok(());
+        }
+        let key = Self::key(session, workspace);
+        let hash = reads.len() + modified.len() <= MAX_TRACKED_READS;
+        let mut seen = (*self.load(session, workspace)).clone();
+        for (path, version) in reads {
+            // What the session saw is what it read, if the file has not changed since.
+            let version = if hash { version.clone().with_hash(root, path) } else { version.clone() };
+            seen.insert(path.clone(), version);
+        }
+        for path in modified {
+            match Version::stat(root, path) {
+                Some(version) => {
+                    let version = if hash { version.with_hash(root, path) } else { version };
+                    seen.insert(path.clone(), version);
+                }
+                None => {
+                    seen.remove(path);
+                }
+            }
+        }
+        match &self.directory {
+            Some(directory) => {
+                std::fs::create_dir_all(directory)?;
+                let path = directory.join(format!("{key}.json"));
+                let temporary = directory.join(format!("{key}.json.{}", std::process::id()));
+                std::fs::write(&temporary, serde_json::to_vec(&seen).map_err(std::io::Error::other)?)?;
+                std::fs::rename(temporary, path)
+            }
+            None => {
+                let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                sessions.insert(key, Arc::new(seen));
+                Ok(())
+            }
+        }
+    }
+}

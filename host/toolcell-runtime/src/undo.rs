@@ -1,0 +1,155 @@
+//! What `undo_edit` restores: for each session, the state each file had before the session's
+//! last successful calls changed it, taken from those calls' journals when they were kept.
+//!
+//! Kept in `undo/<hash of workspace and session>/` in the state directory (the index and one
+//! blob per saved file), at most [`MAX_ENTRIES`] per session, oldest dropped first.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use cap_std::fs::Dir;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::journal::{Prior, Step};
+use crate::reads::hash_of;
+
+/// Changes remembered per session.
+pub(crate) const MAX_ENTRIES: usize = 100;
+
+/// One undoable change of one file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct UndoEntry {
+    /// The canonical workspace-relative path.
+    pub(crate) path: String,
+    /// The call that made the change.
+    pub(crate) call_id: String,
+    /// What the file was before: absent, or a file whose content is the blob in this
+    /// session's undo directory.
+    pub(crate) prior: Prior,
+    /// SHA-256 of the content the call left, or `None` if it removed the file.
+    pub(crate) after: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Index {
+    entries: Vec<UndoEntry>,
+    next_blob: u64,
+}
+
+/// Every session's undoable changes.
+#[derive(Debug)]
+pub(crate) struct UndoStore {
+    directory: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl UndoStore {
+    pub(crate) fn new(work_dir: &Path) -> Self {
+        UndoStore {
+            directory: work_dir.join("undo"),
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// The directory of `session`'s undo entries and blobs.
+    pub(crate) fn session_dir(&self, session: &str, workspace: &Path) -> PathBuf {
+        let mut hasher = Sha256::new();
+        hasher.update(workspace.as_os_str().as_encoded_bytes());
+        hasher.update([0]);
+        hasher.update(session.as_bytes());
+        self.directory.join(crate::hex(&hasher.finalize()))
+    }
+
+    /// Keep what a committed call's journal saved: the first prior state of each file it
+    /// changed. Blobs are moved out of `journal_dir`.
+    pub(crate) fn record(
+        &self,
+        session: &str,
+        workspace: &Path,
+        root: &Dir,
+        call_id: &str,
+        steps: &[Step],
+        journal_dir: &Path,
+    ) -> std::io::Result<()> {
+        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let directory = self.session_dir(session, workspace);
+        std::fs::create_dir_all(&directory)?;
+        let mut index = load(&directory);
+        let mut seen = std::collections::HashSet::new();
+        for step in steps {
+            if !seen.insert(step.path.as_str()) {
+                continue;
+            }
+            let after = match root.symlink_metadata(&step.path) {
+                Err(_) => None,
+                Ok(metadata) if metadata.is_file() => match hash_of(root, &step.path) {
+                    Some(hash) => Some(hash),
+                    None => continue,
+                },
+                // Directories and symlinks are not edits; `undo_edit` restores files.
+                Ok(_) => continue,
+            };
+            let prior = match &step.prior {
+                Prior::Absent => Prior::Absent,
+                Prior::File { blob, mode } => {
+                    index.next_blob += 1;
+                    let kept = index.next_blob.to_string();
+                    std::fs::rename(journal_dir.join(blob), directory.join(&kept))?;
+                    Prior::File { blob: kept, mode: *mode }
+                }
+                _ => continue,
+            };
+            index.entries.push(UndoEntry {
+                path: step.path.clone(),
+                call_id: call_id.to_owned(),
+                prior,
+                after,
+            });
+        }
+        while index.entries.len() > MAX_ENTRIES {
+            let dropped = index.entries.remove(0);
+            if let Prior::File { blob, .. } = dropped.prior {
+                let _ = std::fs::remove_file(directory.join(blob));
+            }
+        }
+        store(&directory, &index)
+    }
+
+    /// The latest undoable change of `path` by `session`.
+    pub(crate) fn last(&self, session: &str, workspace: &Path, path: &str) -> Option<UndoEntry> {
+        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        load(&self.session_dir(session, workspace)).entries.into_iter().rev().find(|entry| entry.path == path)
+    }
+
+    /// Forget the change `entry` (after it was undone), and its blob.
+    pub(crate) fn forget(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> std::io::Result<()> {
+        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let directory = self.session_dir(session, workspace);
+        let mut index = load(&directory);
+        if let Some(position) = index
+            .entries
+            .iter()
+            .rposition(|kept| kept.path == entry.path && kept.call_id == entry.call_id)
+        {
+            let removed = index.entries.remove(position);
+            if let Prior::File { blob, .. } = removed.prior {
+                let _ = std::fs::remove_file(directory.join(blob));
+            }
+        }
+        store(&directory, &index)
+    }
+}
+
+fn load(directory: &Path) -> Index {
+    std::fs::read(directory.join("index.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+fn store(directory: &Path, index: &Index) -> std::io::Result<()> {
+    let temporary = directory.join(format!("index.json.{}", std::process::id()));
+    std::fs::write(&temporary, serde_json::to_vec(index).map_err(std::io::Error::other)?)?;
+    std::fs::rename(temporary, directory.join("index.json"))
+}
