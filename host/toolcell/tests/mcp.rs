@@ -57,9 +57,12 @@ fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
         assert_eq!(tool["has_schema"], true, "{tool}");
         assert!(tool["title"].is_string(), "{tool}");
     }
-    let read_file = &report["impl"]["tools"][2];
+    let tool = |name: &str| {
+        report["impl"]["tools"].as_array().expect("tools").iter().find(|tool| tool["name"] == name).expect("listed").clone()
+    };
+    let read_file = tool("read_file");
     assert_eq!((read_file["read_only"].as_bool(), read_file["destructive"].as_bool()), (Some(true), Some(false)));
-    let write_file = &report["impl"]["tools"][4];
+    let write_file = tool("write_file");
     assert_eq!((write_file["read_only"].as_bool(), write_file["destructive"].as_bool()), (Some(false), Some(true)));
 
     let calls = &report["impl"]["calls"];
