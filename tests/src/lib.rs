@@ -127,6 +127,19 @@ pub fn audited_runtime(state_dir: &Path) -> Runtime {
         .unwrap_or_else(|error| panic!("the audited test runtime does not build: {error}"))
 }
 
+/// The built-in tools and the test programs governed by `policy`, keeping their state (audit
+/// trail, journals, locks, reads) in `state_dir` if given.
+pub fn runtime_with_policy(policy: &str, state_dir: Option<&Path>) -> Runtime {
+    let mut builder = builtin_runtime_builder()
+        .component("test:fs_probe", guest_program("fs_probe"))
+        .component("test:misbehave", guest_program("misbehave"))
+        .policy("policy.toml", policy);
+    if let Some(state_dir) = state_dir {
+        builder = builder.audit_dir(state_dir);
+    }
+    builder.build().unwrap_or_else(|error| panic!("the test runtime does not build: {error}"))
+}
+
 /// The records of an audit log, parsed.
 pub fn audit_records(runtime: &Runtime) -> Vec<toolcell_audit::Record> {
     let text = runtime.audit().expect("an audited runtime").read().expect("read the audit log");
@@ -202,6 +215,58 @@ impl Fixture {
     /// Read a workspace file as text.
     pub fn read_text(&self, relative: &str) -> String {
         String::from_utf8(self.read(relative)).expect("UTF-8 fixture file")
+    }
+
+    /// Everything in the workspace, sorted: each path with its type, permission bits and
+    /// content (or link target). Two equal snapshots mean byte-identical trees.
+    pub fn snapshot(&self) -> Vec<(String, String)> {
+        use std::os::unix::fs::PermissionsExt;
+        let mut entries = Vec::new();
+        let mut pending = vec![self.root().to_path_buf()];
+        while let Some(directory) = pending.pop() {
+            for entry in std::fs::read_dir(&directory).expect("read workspace directory") {
+                let path = entry.expect("entry").path();
+                let relative = path.strip_prefix(self.root()).expect("inside").to_string_lossy().into_owned();
+                let metadata = std::fs::symlink_metadata(&path).expect("lstat");
+                let mode = metadata.permissions().mode() & 0o7777;
+                let description = if metadata.is_symlink() {
+                    format!("link -> {}", std::fs::read_link(&path).expect("readlink").display())
+                } else if metadata.is_dir() {
+                    pending.push(path);
+                    format!("dir {mode:o}")
+                } else {
+                    format!("file {mode:o} {}", String::from_utf8_lossy(&std::fs::read(&path).expect("read")))
+                };
+                entries.push((relative, description));
+            }
+        }
+        entries.sort();
+        entries
+    }
+
+    /// Call a tool as `role` in `session`, writing for lock owner `owner` with `fences`.
+    pub fn call_as(
+        &self,
+        runtime: &Runtime,
+        session: &str,
+        owner: Option<&str>,
+        fences: &[u64],
+        tool: &str,
+        args: &Value,
+    ) -> CallOutcome {
+        let args = args.to_string();
+        runtime
+            .call(&CallRequest {
+                workspace: &self.workspace,
+                role: "impl",
+                session_id: session,
+                tool,
+                args: &args,
+                approver: None,
+                owner,
+                fences,
+            })
+            .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
     }
 
     /// Create a symlink in the workspace.

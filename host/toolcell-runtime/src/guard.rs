@@ -436,13 +436,9 @@ impl FsGuard {
             && transaction.checked.insert(path.to_owned())
             && let Some(current) = Version::stat(root, path)
         {
-            let seen = transaction
-                .reads
-                .iter()
-                .rev()
-                .find(|(read, _)| read == path)
-                .map(|(_, version)| version)
-                .or_else(|| transaction.seen.get(path));
+            // What the agent has seen: the results of the session's earlier calls. A read by
+            // the writing call itself does not count (the agent never saw it).
+            let seen = transaction.seen.get(path);
             let shown = escape_control(path);
             match seen {
                 Some(version) if version.unchanged(root, path, &current) => {}

@@ -1050,7 +1050,13 @@ fn denied_result(denials: &[Denial], returned: &Result<ToolOutput, ToolError>) -
         Ok(_) => text.push_str("\n(the tool returned a result anyway; it is withheld because the host refused an operation)"),
         Err(_) => {}
     }
-    ToolError::new(ToolErrorKind::Denied, text)
+    // A lock or stale-read conflict is `conflict` (the agent can retry after re-reading or
+    // waiting); anything mixed with a policy refusal is `denied`.
+    let kind = match denials.first() {
+        Some(first) if denials.iter().all(|denial| denial.kind == first.kind) => first.kind,
+        _ => ToolErrorKind::Denied,
+    };
+    ToolError::new(kind, text)
 }
 
 /// The component's output for the agent: the text cut at `output_bytes`, and the structured

@@ -9,4 +9,5 @@ mod limits;
 mod loading;
 mod read_file;
 mod search_files;
+mod transactions;
 mod write_file;

@@ -1,6 +1,8 @@
 //! `fs_probe`: a hostile tool that calls `std::fs` directly on whatever paths it is given, for
 //! the host's sandbox tests. It reports what each operation did, so a test can tell whether
 //! the host let anything through. `symlink` takes the link path in `path` and its target in `to`.
+//! The control operations `panic`, `fail` (a tool error), `sleep` (milliseconds in `content`)
+//! and `spin` (forever) let transaction tests stop a call part-way.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -9,6 +11,7 @@ use toolcell_sdk::{Output, Tool, ToolError, ToolInfo};
 #[derive(Deserialize)]
 struct Operation {
     op: String,
+    #[serde(default)]
     path: String,
     #[serde(default)]
     to: String,
@@ -35,7 +38,19 @@ impl Tool for FsProbe {
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
-        let results: Vec<Value> = args.ops.iter().map(run).collect();
+        let mut results: Vec<Value> = Vec::new();
+        for operation in &args.ops {
+            // Control operations, for the host's transaction tests.
+            match operation.op.as_str() {
+                "panic" => panic!("fs_probe was asked to panic"),
+                "fail" => return Err(ToolError::Failed(format!("fs_probe was asked to fail after {} operations", results.len()))),
+                "sleep" => std::thread::sleep(std::time::Duration::from_millis(operation.content.parse().unwrap_or(0))),
+                "spin" => loop {
+                    std::hint::black_box(());
+                },
+                _ => results.push(run(operation)),
+            }
+        }
         Ok(Output::text(serde_json::to_string(&results).unwrap_or_default()).with_structured(json!(results)))
     }
 }

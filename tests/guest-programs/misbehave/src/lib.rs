@@ -7,7 +7,12 @@ use toolcell_sdk::{Output, Tool, ToolError, ToolInfo};
 
 #[derive(Deserialize)]
 struct Args {
+    /// Without an action, `misbehave` is a validator of `path`: it fails on `TODO`, and tries
+    /// to write the file on `WRITE`.
+    #[serde(default)]
     action: String,
+    #[serde(default)]
+    path: String,
     #[serde(default)]
     bytes: usize,
 }
@@ -24,9 +29,9 @@ impl Tool for Misbehave {
             "type": "object",
             "properties": {
                 "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "ok"] },
-                "bytes": { "type": "integer", "minimum": 0 }
+                "bytes": { "type": "integer", "minimum": 0 },
+                "path": { "type": "string" }
             },
-            "required": ["action"],
             "additionalProperties": false
         }))
     }
@@ -77,6 +82,16 @@ impl Tool for Misbehave {
                 Ok(Output::text(format!("allocated {} bytes", std::hint::black_box(block).len())))
             }
             "big_output" => Ok(Output::text("y".repeat(args.bytes))),
+            "" => {
+                let content = std::fs::read_to_string(&args.path).map_err(|error| ToolError::Failed(error.to_string()))?;
+                if content.contains("WRITE") {
+                    std::fs::write(&args.path, "validator was here").map_err(|error| ToolError::Failed(format!("cannot write: {error}")))?;
+                }
+                if let Some(line) = content.lines().position(|line| line.contains("TODO")) {
+                    return Err(ToolError::InvalidArgs(format!("line {} has a TODO", line + 1)));
+                }
+                Ok(Output::text("valid"))
+            }
             _ => Ok(Output::text("ok")),
         }
     }

@@ -1,0 +1,365 @@
+//! Every call is all or nothing: a call that traps, runs past its deadline, returns an error, is
+//! refused part-way or fails a validator leaves the workspace byte-identical; a host killed
+//! mid-call is rolled back by the next start; `undo_edit` restores a session's last change.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolcell_runtime::{Limits, Runtime};
+use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, guest_program, runtime_with_policy};
+use toolcell_types::ToolErrorKind;
+
+/// A workspace with files of several modes, a directory tree and a symlink.
+fn project() -> Fixture {
+    let fixture = Fixture::new();
+    fixture.write("src/a.rs", "fn a() {}\n");
+    fixture.write("src/b.rs", "fn b() {}\n");
+    fixture.write("old/x.txt", "x\n");
+    fixture.write("run.sh", "#!/bin/sh\n");
+    std::fs::set_permissions(fixture.root().join("run.sh"), std::fs::Permissions::from_mode(0o750)).expect("chmod");
+    fixture.symlink("src/a.rs", "link.rs");
+    fixture
+}
+
+/// Operations touching every kind of change the journal knows, on [`project`].
+fn many_changes() -> Vec<Value> {
+    vec![
+        json!({"op": "write", "path": "src/a.rs", "content": "overwritten"}),
+        json!({"op": "append", "path": "src/b.rs", "content": "// appended"}),
+        json!({"op": "truncate", "path": "run.sh"}),
+        json!({"op": "mkdir", "path": "new/deep"}),
+        json!({"op": "write", "path": "new/deep/c.rs", "content": "created"}),
+        json!({"op": "rename", "path": "old", "to": "moved"}),
+        json!({"op": "write", "path": "moved/y.txt", "content": "inside the moved directory"}),
+        json!({"op": "remove", "path": "link.rs"}),
+        json!({"op": "rename", "path": "src/b.rs", "to": "src/renamed.rs"}),
+        json!({"op": "write", "path": "src/a.rs", "content": "overwritten twice"}),
+    ]
+}
+
+fn with(mut ops: Vec<Value>, last: Value) -> Value {
+    ops.push(last);
+    json!({ "ops": ops })
+}
+
+fn assert_rolled_back(fixture: &Fixture, before: &[(String, String)], outcome: &toolcell_runtime::CallOutcome, what: &str) {
+    assert_eq!(fixture.snapshot(), before, "{what}: the workspace changed");
+    assert!(outcome.rolled_back >= many_changes().len(), "{what}: only {} steps undone", outcome.rolled_back);
+    let error = outcome.result.as_ref().expect_err("the call failed");
+    assert!(error.message.contains("every change this call made was rolled back"), "{what}: {}", error.message);
+    fixture.assert_no_host_path(&error.message);
+}
+
+#[test]
+fn a_call_that_traps_fails_or_is_refused_changes_nothing() {
+    let runtime = runtime_with_policy(TEST_POLICY, None);
+    for (what, last) in [
+        ("trap", json!({"op": "panic"})),
+        ("tool error", json!({"op": "fail"})),
+        ("refusal", json!({"op": "write", "path": "docs/guide.md", "content": "denied"})),
+    ] {
+        let fixture = project();
+        let before = fixture.snapshot();
+        let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &with(many_changes(), last), None);
+        assert_rolled_back(&fixture, &before, &outcome, what);
+    }
+    // The same changes without a failure are kept.
+    let fixture = project();
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({ "ops": many_changes() }), None);
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    assert_eq!(fixture.read_text("src/a.rs"), "overwritten twice");
+    assert_eq!(fixture.read_text("moved/y.txt"), "inside the moved directory");
+    assert_eq!(outcome.rolled_back, 0);
+}
+
+#[test]
+fn a_call_stopped_at_its_deadline_changes_nothing() {
+    let runtime = builtin_runtime_builder()
+        .component("test:fs_probe", guest_program("fs_probe"))
+        .policy("policy.toml", TEST_POLICY)
+        .limits(Limits {
+            deadline: Duration::from_millis(300),
+            ..Limits::default()
+        })
+        .build()
+        .expect("builds");
+    let fixture = project();
+    let before = fixture.snapshot();
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &with(many_changes(), json!({"op": "spin"})), None);
+    assert!(outcome.trapped);
+    assert_rolled_back(&fixture, &before, &outcome, "deadline");
+}
+
+#[test]
+fn the_built_in_tools_roll_back_too() {
+    // edit_file with a second edit that does not apply changes nothing (it fails before
+    // writing), and a refused write_file leaves no partial directory behind.
+    let runtime = runtime_with_policy(TEST_POLICY, None);
+    let fixture = project();
+    let before = fixture.snapshot();
+    let outcome = fixture.call_on(&runtime, "impl", "write_file", &json!({"path": "docs/new/deep/file.md", "content": "x"}), None);
+    assert_eq!(outcome.result.expect_err("refused").kind, ToolErrorKind::Denied);
+    assert_eq!(fixture.snapshot(), before);
+}
+
+const VALIDATED_POLICY: &str = r#"
+version = 1
+
+[[validators]]
+id = "json-syntax"
+paths = ["**/*.json"]
+check = "json"
+
+[[validators]]
+id = "toml-syntax"
+paths = ["**/*.toml"]
+check = "toml"
+
+[[validators]]
+id = "no-todo"
+paths = ["src/**/*.rs"]
+tool = "misbehave"
+
+[roles.impl]
+tools = ["*"]
+
+[[roles.impl.rules]]
+access = ["read", "list", "write", "delete"]
+paths = ["**"]
+effect = "allow"
+"#;
+
+#[test]
+fn a_validator_failure_rolls_the_call_back_with_its_message() {
+    let runtime = runtime_with_policy(VALIDATED_POLICY, None);
+    let fixture = project();
+    fixture.write("config.json", "{\"ok\": true}\n");
+    let before = fixture.snapshot();
+    let cases = [
+        ("config.json", "{\"ok\": tru", "`config.json` failed the validator `json-syntax` (policy.toml line 4): it is not valid JSON"),
+        ("new.json", "[1, 2", "`new.json` failed the validator `json-syntax`"),
+        ("Cargo.toml", "[package\nname = 1", "`Cargo.toml` failed the validator `toml-syntax` (policy.toml line 9): it is not valid TOML"),
+        ("src/a.rs", "fn a() {}\n// TODO: later\n", "`src/a.rs` failed the validator `no-todo` (policy.toml line 14): line 2 has a TODO"),
+    ];
+    for (path, content, expected) in cases {
+        let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [
+            {"op": "write", "path": "src/b.rs", "content": "changed too"},
+            {"op": "write", "path": path, "content": content},
+        ]}), None);
+        let error = outcome.result.expect_err(path);
+        assert_eq!(error.kind, ToolErrorKind::InvalidArgs, "{path}: {}", error.message);
+        assert!(error.message.contains(expected), "{path}: {}", error.message);
+        assert!(error.message.contains("rolled back"), "{path}: {}", error.message);
+        assert_eq!(fixture.snapshot(), before, "{path}");
+    }
+    // Valid content passes every validator.
+    for (path, content) in [("config.json", "{\"ok\": false}"), ("Cargo.toml", "[package]\nname = \"x\"\n"), ("src/a.rs", "fn a() { 1 }\n")] {
+        let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "write", "path": path, "content": content}]}), None);
+        assert!(outcome.result.is_ok(), "{path}: {:?}", outcome.result);
+        assert_eq!(fixture.read_text(path), content);
+    }
+    // A validator component may only read.
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "write", "path": "src/a.rs", "content": "WRITE"}]}), None);
+    let error = outcome.result.expect_err("the validator's write is refused");
+    assert!(error.message.contains("this call may only read"), "{}", error.message);
+    assert_eq!(fixture.read_text("src/a.rs"), "fn a() { 1 }\n");
+}
+
+#[test]
+fn modifying_a_file_not_read_first_warns_and_a_changed_file_conflicts() {
+    let runtime = runtime_with_policy(TEST_POLICY, None);
+    let fixture = project();
+    // Never read: the write goes through with a warning.
+    let outcome = fixture.call_as(&runtime, "s-warn", None, &[], "write_file", &json!({"path": "src/a.rs", "content": "one\n"}));
+    let output = outcome.result.expect("written");
+    let warning = "Warning: overwriting existing file `src/a.rs` that was not read first. Consider reading it first.";
+    assert!(output.text.ends_with(warning), "{}", output.text);
+    assert_eq!(outcome.warnings, [warning]);
+    // Its own write counts as seen; a new file needs no read.
+    let outcome = fixture.call_as(&runtime, "s-warn", None, &[], "edit_file", &json!({"path": "src/a.rs", "edits": [{"old_string": "one", "new_string": "two"}]}));
+    assert!(outcome.result.is_ok() && outcome.warnings.is_empty(), "{:?} {:?}", outcome.result, outcome.warnings);
+    let outcome = fixture.call_as(&runtime, "s-warn", None, &[], "write_file", &json!({"path": "src/new.rs", "content": "x"}));
+    assert!(outcome.result.is_ok() && outcome.warnings.is_empty());
+    // Read first: no warning.
+    let outcome = fixture.call_as(&runtime, "s-read", None, &[], "read_file", &json!({"path": "src/b.rs"}));
+    assert!(outcome.result.is_ok());
+    let outcome = fixture.call_as(&runtime, "s-read", None, &[], "write_file", &json!({"path": "src/b.rs", "content": "b2\n"}));
+    assert!(outcome.result.is_ok() && outcome.warnings.is_empty(), "{:?}", outcome.warnings);
+    // Changed by someone else since this session read it: a conflict, and the other change
+    // stays.
+    fixture.call_as(&runtime, "s-read", None, &[], "read_file", &json!({"path": "run.sh"})).result.expect("read");
+    fixture.write("run.sh", "#!/bin/sh\necho changed outside\n");
+    let outcome = fixture.call_as(&runtime, "s-read", None, &[], "edit_file", &json!({"path": "run.sh", "edits": [{"old_string": "outside", "new_string": "by the agent"}]}));
+    let error = outcome.result.expect_err("conflict");
+    assert_eq!(error.kind, ToolErrorKind::Conflict, "{}", error.message);
+    assert!(error.message.contains("`run.sh` was modified since this session read it"), "{}", error.message);
+    assert_eq!(fixture.read_text("run.sh"), "#!/bin/sh\necho changed outside\n");
+    // Reading it again clears the conflict; touching it without changing its bytes does not
+    // make one.
+    fixture.call_as(&runtime, "s-read", None, &[], "read_file", &json!({"path": "run.sh"})).result.expect("read");
+    let content = fixture.read("run.sh");
+    std::thread::sleep(Duration::from_millis(20));
+    fixture.write("run.sh", content);
+    let outcome = fixture.call_as(&runtime, "s-read", None, &[], "edit_file", &json!({"path": "run.sh", "edits": [{"old_string": "outside", "new_string": "by the agent"}]}));
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+}
+
+#[test]
+fn the_policy_can_refuse_writes_to_unread_files() {
+    let policy = TEST_POLICY.replace("version = 1", "version = 1\n[writes]\nread_before_write = \"refuse\"");
+    let runtime = runtime_with_policy(&policy, None);
+    let fixture = project();
+    let before = fixture.snapshot();
+    let outcome = fixture.call_as(&runtime, "s-1", None, &[], "write_file", &json!({"path": "src/a.rs", "content": "x"}));
+    let error = outcome.result.expect_err("refused");
+    assert_eq!(error.kind, ToolErrorKind::Conflict);
+    assert!(error.message.contains("`src/a.rs` exists and this session has not read it"), "{}", error.message);
+    assert_eq!(outcome.denials[0].event.rule, "read-before-write");
+    assert_eq!(fixture.snapshot(), before);
+    fixture.call_as(&runtime, "s-1", None, &[], "read_file", &json!({"path": "src/a.rs"})).result.expect("read");
+    let outcome = fixture.call_as(&runtime, "s-1", None, &[], "write_file", &json!({"path": "src/a.rs", "content": "x"}));
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    // Another session has not read it.
+    let outcome = fixture.call_as(&runtime, "s-2", None, &[], "write_file", &json!({"path": "src/a.rs", "content": "y"}));
+    assert_eq!(outcome.result.expect_err("refused").kind, ToolErrorKind::Conflict);
+}
+
+#[test]
+fn undo_edit_restores_a_sessions_last_changes_one_by_one() {
+    let runtime = runtime_with_policy(TEST_POLICY, None);
+    let fixture = project();
+    let session = |tool: &str, args: Value| fixture.call_as(&runtime, "s-undo", None, &[], tool, &args);
+    session("read_file", json!({"path": "src/a.rs"})).result.expect("read");
+    session("write_file", json!({"path": "src/a.rs", "content": "version 2\n"})).result.expect("write");
+    session("edit_file", json!({"path": "src/a.rs", "edits": [{"old_string": "2", "new_string": "3"}]})).result.expect("edit");
+    session("write_file", json!({"path": "src/created.rs", "content": "new\n"})).result.expect("create");
+    assert_eq!(fixture.read_text("src/a.rs"), "version 3\n");
+
+    let output = session("undo_edit", json!({"path": "src/a.rs"})).result.expect("undo");
+    assert!(output.text.starts_with("Restored `src/a.rs` to its content before this session's call"), "{}", output.text);
+    assert_eq!(fixture.read_text("src/a.rs"), "version 2\n");
+    session("undo_edit", json!({"path": "src/a.rs"})).result.expect("undo again");
+    assert_eq!(fixture.read_text("src/a.rs"), "fn a() {}\n");
+    let error = session("undo_edit", json!({"path": "src/a.rs"})).result.expect_err("nothing left");
+    assert_eq!(error.kind, ToolErrorKind::NotFound, "{}", error.message);
+
+    // Undoing a creation removes the file.
+    let output = session("undo_edit", json!({"path": "src/created.rs"})).result.expect("undo create");
+    assert!(output.text.starts_with("Removed `src/created.rs`"), "{}", output.text);
+    assert!(!fixture.root().join("src/created.rs").exists());
+
+    // Another session's changes are not this session's to undo, and a file changed since is
+    // not undone.
+    session("write_file", json!({"path": "src/b.rs", "content": "mine\n"})).result.expect("write");
+    let other = fixture.call_as(&runtime, "s-other", None, &[], "undo_edit", &json!({"path": "src/b.rs"}));
+    assert_eq!(other.result.expect_err("not theirs").kind, ToolErrorKind::NotFound);
+    fixture.write("src/b.rs", "changed outside\n");
+    let error = session("undo_edit", json!({"path": "src/b.rs"})).result.expect_err("conflict");
+    assert_eq!(error.kind, ToolErrorKind::Conflict, "{}", error.message);
+    assert_eq!(fixture.read_text("src/b.rs"), "changed outside\n");
+
+    // The policy governs undo like any write.
+    fixture.write("docs/guide.md", "# Guide\n");
+    let error = session("undo_edit", json!({"path": "../outside/secret.txt"})).result.expect_err("outside");
+    assert_eq!(error.kind, ToolErrorKind::Denied);
+    fixture.assert_outside_untouched();
+}
+
+#[test]
+fn undo_edit_is_gated_by_the_role() {
+    let fixture = project();
+    let outcome = fixture.call_on(toolcell_tests::default_policy_runtime(), "reviewer", "undo_edit", &json!({"path": "src/a.rs"}), None);
+    assert!(outcome.gated);
+    assert_eq!(outcome.result.expect_err("gated").kind, ToolErrorKind::Denied);
+}
+
+const CHILD_WORKSPACE: &str = "TOOLCELL_TEST_CHILD_WORKSPACE";
+const CHILD_STATE: &str = "TOOLCELL_TEST_CHILD_STATE";
+
+/// The operations the killed child runs: many changes with pauses between them.
+fn slow_changes() -> Value {
+    let mut ops = Vec::new();
+    for (index, op) in many_changes().into_iter().enumerate() {
+        ops.push(op);
+        ops.push(json!({"op": "sleep", "content": (5 + index % 3 * 5).to_string()}));
+    }
+    json!({ "ops": ops })
+}
+
+/// Not a test on its own: the host process that `a_host_killed_mid_call_is_rolled_back_at_restart`
+/// starts and kills.
+#[test]
+#[ignore = "run as a child process by a_host_killed_mid_call_is_rolled_back_at_restart"]
+fn killed_host_child() {
+    let (Ok(workspace), Ok(state)) = (std::env::var(CHILD_WORKSPACE), std::env::var(CHILD_STATE)) else {
+        return;
+    };
+    let runtime = runtime_with_policy(TEST_POLICY, Some(state.as_ref()));
+    let workspace = toolcell_runtime::Workspace::open(workspace.as_ref()).expect("workspace");
+    println!("CALLING");
+    let args = slow_changes().to_string();
+    let outcome = runtime
+        .call(&toolcell_runtime::CallRequest {
+            workspace: &workspace,
+            role: "impl",
+            session_id: "s-child",
+            tool: "fs_probe",
+            args: &args,
+            approver: None,
+            owner: None,
+            fences: &[],
+        })
+        .expect("call");
+    println!("DONE {}", outcome.result.is_ok());
+}
+
+#[test]
+fn a_host_killed_mid_call_is_rolled_back_at_restart() {
+    let executable = std::env::current_exe().expect("test executable");
+    let mut interrupted = 0;
+    for round in 0..12u64 {
+        let fixture = project();
+        let before = fixture.snapshot();
+        let state = tempfile::tempdir().expect("state");
+        let mut child = Command::new(&executable)
+            .args(["--exact", "transactions::killed_host_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .env(CHILD_WORKSPACE, fixture.root())
+            .env(CHILD_STATE, state.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the child host");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        loop {
+            let line = lines.next().expect("the child reports").expect("a line");
+            if line.contains("CALLING") {
+                break;
+            }
+        }
+        // Somewhere in the middle of a call that takes ~100 ms.
+        std::thread::sleep(Duration::from_millis(5 + round * 9));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        let after_kill = fixture.snapshot();
+
+        let restarted: Runtime = runtime_with_policy(TEST_POLICY, Some(state.path()));
+        let now = fixture.snapshot();
+        if restarted.recovered().is_empty() {
+            // Killed before the first change, or after the commit.
+            assert!(now == before || now == after_kill, "round {round}: not rolled back and not committed");
+        } else {
+            interrupted += 1;
+            assert_eq!(restarted.recovered()[0].error, None, "round {round}");
+            assert_eq!(now, before, "round {round}: the restart did not restore the workspace");
+            let records = toolcell_tests::audit_records(&restarted);
+            assert!(records.iter().any(|record| record.kind == toolcell_audit::Kind::Recovery), "round {round}");
+        }
+        // Nothing is left to recover.
+        drop(restarted);
+        assert!(runtime_with_policy(TEST_POLICY, Some(state.path())).recovered().is_empty());
+    }
+    assert!(interrupted >= 6, "only {interrupted} of 12 kills landed mid-call");
+}
