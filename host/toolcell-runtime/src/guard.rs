@@ -401,7 +401,7 @@ impl FsGuard {
         let Some(transaction) = &self.transaction else {
             return Ok(());
         };
-        let refusal = match transaction.locks.check_write(path, &transaction.owner, &transaction.fences) {
+        let refusal = match transaction.locks.check_write(&transaction.workspace, path, &transaction.owner, &transaction.fences) {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(refusal)) => (refusal.rule(), refusal.message(&escape_control(path)), ToolErrorKind::Conflict),
             Err(_) => (
@@ -679,6 +679,15 @@ impl FsGuard {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// The canonical workspace path `path` (relative to the root) leads to, following symlinks;
+/// `None` if it leads outside or loops.
+pub(crate) fn canonical(root: &cap_std::fs::Dir, path: &str) -> Option<String> {
+    match resolve(Some(root), ".", path, true) {
+        Resolved::Inside(canonical) => Some(canonical),
+        Resolved::Outside | Resolved::Loop => None,
     }
 }
 

@@ -70,8 +70,8 @@ pub use engine::CacheOutcome;
 pub use error::Error;
 pub use guard::{Approver, Denial, FsEvent};
 pub use journal::Recovery;
-pub use locks::{LOCKS_FILE, LockStore, LockStoreError};
-pub use native::NATIVE_TOOLS;
+pub use locks::{LOCKS_DIR, LockStore, LockStoreError};
+pub use native::{NATIVE_TOOLS, lock_json};
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use limits::{EPOCH_TICK, Limits};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError};
@@ -476,6 +476,26 @@ impl Workspace {
         &self.root
     }
 
+    /// The canonical form of a lock pattern given relative to the workspace: a glob is
+    /// normalised lexically (`./src//**` is `src/**`); a literal path is resolved through its
+    /// symlinks, as the guard resolves the paths it judges.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if the pattern leads outside the workspace.
+    pub fn lock_pattern(&self, pattern: &str) -> Result<String, Error> {
+        let outside = || {
+            Error::Lock(LockStoreError::Lock(LockError::Pattern {
+                pattern: pattern.escape_default().to_string(),
+                reason: "it leads outside the workspace; lock paths inside it".to_owned(),
+            }))
+        };
+        if pattern.contains(['*', '?', '[', '{']) {
+            return toolcell_policy::join_lexically(".", pattern).ok_or_else(outside);
+        }
+        guard::canonical(&self.directory, pattern).ok_or_else(outside)
+    }
+
     /// A handle of its own on the workspace directory, for one call of `tool`.
     fn reopen(&self, tool: &str) -> Result<cap_std::fs::Dir, Error> {
         self.directory.try_clone().map_err(|error| Error::Call {
@@ -575,24 +595,33 @@ impl Runtime {
         &self.locks
     }
 
-    /// Acquire (or renew) a lock, and record it in the audit trail.
+    /// The live locks of `workspace`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if the lock table cannot be read.
+    pub fn live_locks(&self, workspace: &Workspace) -> Result<Vec<Lock>, Error> {
+        Ok(self.locks.live(workspace.root())?)
+    }
+
+    /// Acquire (or renew) a lock in `workspace`, and record it in the audit trail.
     ///
     /// # Errors
     ///
     /// [`Error::Lock`] naming the conflicting lock, or what is wrong with the request.
-    pub fn acquire_lock(&self, request: &LockRequest) -> Result<Lock, Error> {
-        let lock = self.locks.acquire(request)?;
+    pub fn acquire_lock(&self, workspace: &Workspace, request: &LockRequest) -> Result<Lock, Error> {
+        let lock = self.locks.acquire(workspace.root(), request)?;
         self.audit_lock("acquired", &lock);
         Ok(lock)
     }
 
-    /// Release the lock with token `fence` held by `owner`, and record it.
+    /// Release the lock with token `fence` held by `owner` in `workspace`, and record it.
     ///
     /// # Errors
     ///
     /// [`Error::Lock`] if `owner` holds no such lock.
-    pub fn release_lock(&self, fence: u64, owner: &str) -> Result<Lock, Error> {
-        let lock = self.locks.release(fence, owner)?;
+    pub fn release_lock(&self, workspace: &Workspace, fence: u64, owner: &str) -> Result<Lock, Error> {
+        let lock = self.locks.release(workspace.root(), fence, owner)?;
         self.audit_lock("released", &lock);
         Ok(lock)
     }

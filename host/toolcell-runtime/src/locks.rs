@@ -1,7 +1,7 @@
-//! The lock table on disk: `locks.json` in the state directory, read and replaced under an
-//! exclusive lock on `locks.lock`, so that every toolcell process sharing the state directory
-//! sees one table. Without a state directory the table lives in memory, shared by the calls of
-//! one runtime.
+//! The lock tables on disk: one per workspace, `locks/<hash of the workspace path>.json` in
+//! the state directory, read and replaced under an exclusive lock on its `.lock` sibling, so
+//! that every toolcell process sharing the state directory sees one table per workspace.
+//! Without a state directory the tables live in memory, shared by the calls of one runtime.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -11,9 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use toolcell_locks::{Lock, LockError, LockRequest, LockTable, Refusal};
 
-/// The lock table's file name in the state directory.
-pub const LOCKS_FILE: &str = "locks.json";
-const LOCKS_LOCK_FILE: &str = "locks.lock";
+/// The lock tables' directory in the state directory.
+pub const LOCKS_DIR: &str = "locks";
 
 /// Why the lock table could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -40,26 +39,30 @@ pub struct LockStore {
 
 #[derive(Debug)]
 enum Backing {
-    Memory(Mutex<LockTable>),
-    File { table: PathBuf, lock: PathBuf },
+    Memory(Mutex<std::collections::HashMap<PathBuf, LockTable>>),
+    Directory(PathBuf),
 }
 
 impl LockStore {
-    /// A table in memory.
+    /// Tables in memory.
     pub fn in_memory() -> Self {
         LockStore {
-            backing: Backing::Memory(Mutex::new(LockTable::default())),
+            backing: Backing::Memory(Mutex::new(std::collections::HashMap::new())),
         }
     }
 
-    /// The table in `state_dir` (which must exist).
+    /// Tables in `state_dir/locks`.
     pub fn in_directory(state_dir: &Path) -> Self {
         LockStore {
-            backing: Backing::File {
-                table: state_dir.join(LOCKS_FILE),
-                lock: state_dir.join(LOCKS_LOCK_FILE),
-            },
+            backing: Backing::Directory(state_dir.join(LOCKS_DIR)),
         }
+    }
+
+    /// The table file and its lock file for `workspace`.
+    fn files(directory: &Path, workspace: &Path) -> (PathBuf, PathBuf) {
+        use sha2::Digest;
+        let name = crate::hex(&sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes()));
+        (directory.join(format!("{name}.json")), directory.join(format!("{name}.lock")))
     }
 
     /// Acquire or renew a lease now.
@@ -68,8 +71,8 @@ impl LockStore {
     ///
     /// [`LockStoreError::Lock`] with the conflicting lock or what is wrong with the request;
     /// [`LockStoreError::Io`].
-    pub fn acquire(&self, request: &LockRequest) -> Result<Lock, LockStoreError> {
-        self.update(|table| table.acquire(request, now_ms()))
+    pub fn acquire(&self, workspace: &Path, request: &LockRequest) -> Result<Lock, LockStoreError> {
+        self.update(workspace, |table| table.acquire(request, now_ms()))
     }
 
     /// Release the lock with token `fence` held by `owner`.
@@ -77,8 +80,8 @@ impl LockStore {
     /// # Errors
     ///
     /// [`LockStoreError::Lock`] if `owner` holds no such lock; [`LockStoreError::Io`].
-    pub fn release(&self, fence: u64, owner: &str) -> Result<Lock, LockStoreError> {
-        self.update(|table| table.release(fence, owner))
+    pub fn release(&self, workspace: &Path, fence: u64, owner: &str) -> Result<Lock, LockStoreError> {
+        self.update(workspace, |table| table.release(fence, owner))
     }
 
     /// Release every lock `owner` holds.
@@ -86,8 +89,8 @@ impl LockStore {
     /// # Errors
     ///
     /// [`LockStoreError::Io`].
-    pub fn release_all(&self, owner: &str) -> Result<Vec<Lock>, LockStoreError> {
-        self.update(|table| Ok(table.release_all(owner)))
+    pub fn release_all(&self, workspace: &Path, owner: &str) -> Result<Vec<Lock>, LockStoreError> {
+        self.update(workspace, |table| Ok(table.release_all(owner)))
     }
 
     /// The live locks now.
@@ -95,9 +98,9 @@ impl LockStore {
     /// # Errors
     ///
     /// [`LockStoreError::Io`].
-    pub fn live(&self) -> Result<Vec<Lock>, LockStoreError> {
+    pub fn live(&self, workspace: &Path) -> Result<Vec<Lock>, LockStoreError> {
         let now = now_ms();
-        self.read(|table| table.live(now).cloned().collect())
+        self.read(workspace, |table| table.live(now).cloned().collect())
     }
 
     /// Whether `owner`, presenting `fences`, may modify `path` now; `Ok(Err(_))` is a refusal.
@@ -105,35 +108,54 @@ impl LockStore {
     /// # Errors
     ///
     /// [`LockStoreError::Io`] if the table cannot be read.
-    pub fn check_write(&self, path: &str, owner: &str, fences: &[u64]) -> Result<Result<(), Refusal>, LockStoreError> {
+    pub fn check_write(
+        &self,
+        workspace: &Path,
+        path: &str,
+        owner: &str,
+        fences: &[u64],
+    ) -> Result<Result<(), Refusal>, LockStoreError> {
         let now = now_ms();
-        self.read(|table| table.check_write(path, owner, fences, now))
+        self.read(workspace, |table| table.check_write(path, owner, fences, now))
     }
 
-    fn read<T>(&self, read: impl FnOnce(&LockTable) -> T) -> Result<T, LockStoreError> {
+    fn read<T>(&self, workspace: &Path, read: impl FnOnce(&LockTable) -> T) -> Result<T, LockStoreError> {
         match &self.backing {
-            Backing::Memory(table) => Ok(read(&table.lock().unwrap_or_else(std::sync::PoisonError::into_inner))),
-            Backing::File { table, lock } => {
+            Backing::Memory(tables) => {
+                let tables = tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                Ok(read(tables.get(workspace).unwrap_or(&LockTable::default())))
+            }
+            Backing::Directory(directory) => {
+                let (table, lock) = Self::files(directory, workspace);
                 let io = |source| LockStoreError::Io { path: table.clone(), source };
-                let guard = open_lock(lock).map_err(io)?;
+                if !table.exists() {
+                    // Nothing was ever locked in this workspace.
+                    return Ok(read(&LockTable::default()));
+                }
+                let guard = open_lock(&lock).map_err(io)?;
                 guard.lock_shared().map_err(io)?;
-                let loaded = load(table).map_err(io);
+                let loaded = load(&table).map_err(io);
                 drop(guard);
                 Ok(read(&loaded?))
             }
         }
     }
 
-    fn update<T>(&self, change: impl FnOnce(&mut LockTable) -> Result<T, LockError>) -> Result<T, LockStoreError> {
+    fn update<T>(&self, workspace: &Path, change: impl FnOnce(&mut LockTable) -> Result<T, LockError>) -> Result<T, LockStoreError> {
         match &self.backing {
-            Backing::Memory(table) => Ok(change(&mut table.lock().unwrap_or_else(std::sync::PoisonError::into_inner))?),
-            Backing::File { table, lock } => {
+            Backing::Memory(tables) => {
+                let mut tables = tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                Ok(change(tables.entry(workspace.to_path_buf()).or_default())?)
+            }
+            Backing::Directory(directory) => {
+                let (table, lock) = Self::files(directory, workspace);
                 let io = |source| LockStoreError::Io { path: table.clone(), source };
-                let guard = open_lock(lock).map_err(io)?;
+                std::fs::create_dir_all(directory).map_err(io)?;
+                let guard = open_lock(&lock).map_err(io)?;
                 guard.lock().map_err(io)?;
-                let mut loaded = load(table).map_err(io)?;
+                let mut loaded = load(&table).map_err(io)?;
                 let result = change(&mut loaded)?;
-                store(table, &loaded).map_err(io)?;
+                store(&table, &loaded).map_err(io)?;
                 drop(guard);
                 Ok(result)
             }

@@ -204,16 +204,7 @@ fn lock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     let ttl = Duration::from_secs(args.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS));
     let mut patterns = Vec::new();
     for path in &args.paths {
-        let pattern = if path.contains(['*', '?', '[', '{']) {
-            toolcell_policy::join_lexically(".", path).ok_or_else(|| {
-                ToolError::new(
-                    ToolErrorKind::InvalidArgs,
-                    format!("`{}` leaves the workspace; lock paths inside it", escape_control(path)),
-                )
-            })?
-        } else {
-            call.guard.resolve_path("lock", path, Access::Write).ok_or_else(denied)?
-        };
+        let pattern = call.request.workspace.lock_pattern(path).map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, error.to_string()))?;
         // Locking is a claim to write: a role may lock only what it may change.
         if !call.guard.allows(Access::Write, &pattern) {
             return Err(ToolError::new(
@@ -237,11 +228,11 @@ fn lock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
             mode,
             ttl,
         };
-        match call.locks.acquire(&request) {
+        match call.locks.acquire(call.request.workspace.root(), &request) {
             Ok(lock) => acquired.push(lock),
             Err(error) => {
                 for lock in &acquired {
-                    let _ = call.locks.release(lock.fence, owner);
+                    let _ = call.locks.release(call.request.workspace.root(), lock.fence, owner);
                 }
                 let kind = match error {
                     LockStoreError::Lock(toolcell_locks::LockError::Conflict(_)) => ToolErrorKind::Conflict,
@@ -274,11 +265,12 @@ fn unlock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     }
     let args: Args = parse(call.request.args)?;
     let owner = call.request.lock_owner();
+    let workspace = call.request.workspace.root();
     let unavailable = |_| ToolError::new(ToolErrorKind::Failed, "the lock table cannot be used; tell the operator");
     let released = match args.paths {
-        None => call.locks.release_all(owner).map_err(unavailable)?,
+        None => call.locks.release_all(workspace, owner).map_err(unavailable)?,
         Some(paths) => {
-            let held: Vec<Lock> = call.locks.live().map_err(unavailable)?.into_iter().filter(|lock| lock.owner == owner).collect();
+            let held: Vec<Lock> = call.locks.live(workspace).map_err(unavailable)?.into_iter().filter(|lock| lock.owner == owner).collect();
             let mut released = Vec::new();
             for path in &paths {
                 let pattern = toolcell_policy::join_lexically(".", path).unwrap_or_else(|| path.clone());
@@ -290,7 +282,7 @@ fn unlock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
                     ));
                 }
                 for lock in matching {
-                    released.push(call.locks.release(lock.fence, owner).map_err(|error| ToolError::new(ToolErrorKind::Failed, error.to_string()))?);
+                    released.push(call.locks.release(workspace, lock.fence, owner).map_err(|error| ToolError::new(ToolErrorKind::Failed, error.to_string()))?);
                 }
             }
             released
@@ -320,7 +312,8 @@ fn audit_locks(call: &NativeCall<'_>, event: &str, locks: &[Lock]) {
     let _ = log.append(&records);
 }
 
-pub(crate) fn lock_json(lock: &Lock) -> serde_json::Value {
+/// A lock as JSON, as tools and the CLI show it.
+pub fn lock_json(lock: &Lock) -> serde_json::Value {
     serde_json::json!({
         "pattern": lock.pattern,
         "owner": lock.owner,

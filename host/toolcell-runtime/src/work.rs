@@ -5,6 +5,43 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Prefix of private work directories: `toolcell-<pid>-<nanos>`.
+const PREFIX: &str = "toolcell-";
+
+/// Remove the private work directories of processes that are gone (a runtime kept for the
+/// whole life of its process, in a static, is never dropped).
+fn remove_orphans(temp: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // Only real directories of this user (never through a symlink someone planted).
+        #[cfg(unix)]
+        let ours = {
+            use std::os::unix::fs::MetadataExt;
+            let own_uid = std::fs::metadata("/proc/self").map(|metadata| metadata.uid()).ok();
+            std::fs::symlink_metadata(entry.path()).is_ok_and(|metadata| metadata.is_dir() && Some(metadata.uid()) == own_uid)
+        };
+        #[cfg(not(unix))]
+        let ours = false;
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct WorkDir {
     path: PathBuf,
@@ -20,7 +57,8 @@ impl WorkDir {
             });
         }
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_nanos()).unwrap_or(0);
-        let path = std::env::temp_dir().join(format!("toolcell-{}-{nanos:x}", std::process::id()));
+        remove_orphans(&std::env::temp_dir());
+        let path = std::env::temp_dir().join(format!("{PREFIX}{}-{nanos:x}", std::process::id()));
         std::fs::create_dir_all(&path)?;
         #[cfg(unix)]
         {

@@ -79,6 +79,11 @@ pub enum Command {
     #[command(subcommand)]
     Audit(AuditCommand),
 
+    /// Acquire, release and list locks on a workspace's paths (kept in the state directory,
+    /// shared by every toolcell process using it).
+    #[command(subcommand)]
+    Lock(LockCommand),
+
     /// Create a demo workspace and run a short agent session through every tool.
     Demo {
         /// The workspace to use (created if missing) [default: a new directory under the system
@@ -115,6 +120,75 @@ pub struct CallArgs {
     /// Approve every access the policy marks `ask` (each approval is reported on stderr).
     #[arg(long)]
     pub approve: bool,
+
+    /// Write as this lock owner (a chain or task id) [default: the session id].
+    #[arg(long)]
+    pub owner: Option<String>,
+
+    /// Present the fencing token of a lock this caller holds (repeatable): a token whose lease
+    /// lapsed refuses the writes it covers.
+    #[arg(long = "fence", value_name = "TOKEN")]
+    pub fences: Vec<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LockCommand {
+    /// Acquire (or renew) a lock and print its fencing token.
+    ///
+    /// Exit status: 0 if acquired, 1 if another owner holds a conflicting lock (named on stderr).
+    Acquire {
+        /// A workspace-relative path or glob (`src/a.rs`, `src/**`).
+        pattern: String,
+
+        /// The workspace.
+        #[arg(long, value_name = "DIR")]
+        workspace: PathBuf,
+
+        /// Who holds it (a chain or task id).
+        #[arg(long)]
+        owner: String,
+
+        /// The session acquiring it [default: the owner].
+        #[arg(long)]
+        session: Option<String>,
+
+        /// `exclusive` or `shared`.
+        #[arg(long, default_value = "exclusive", value_parser = ["exclusive", "shared"])]
+        mode: String,
+
+        /// How long the lease lasts (`90s`, `5m`, `1h`).
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+
+        /// Print the lock as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Release a lock by its token.
+    Release {
+        /// The fencing token `acquire` printed.
+        token: u64,
+
+        /// The workspace.
+        #[arg(long, value_name = "DIR")]
+        workspace: PathBuf,
+
+        /// The owner holding it.
+        #[arg(long)]
+        owner: String,
+    },
+
+    /// List the live locks of a workspace.
+    List {
+        /// The workspace.
+        #[arg(long, value_name = "DIR")]
+        workspace: PathBuf,
+
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]

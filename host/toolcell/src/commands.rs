@@ -8,9 +8,12 @@ use anyhow::Context as _;
 use serde_json::json;
 use std::sync::Arc;
 
-use toolcell_runtime::{Access, Approver, AuditLog, CacheOutcome, CallRequest, Error, Runtime, Workspace};
+use toolcell_runtime::{
+    Access, Approver, AuditLog, CacheOutcome, CallRequest, Error, LockError, LockMode, LockRequest, LockStoreError, Runtime, Workspace,
+    lock_json,
+};
 
-use crate::cli::{AuditCommand, CallArgs, Cli, Command, McpArgs, PolicyCommand, RuntimeArgs};
+use crate::cli::{AuditCommand, CallArgs, Cli, Command, LockCommand, McpArgs, PolicyCommand, RuntimeArgs};
 
 use toolcell_host::{DEFAULT_POLICY, DEFAULT_POLICY_NAME};
 
@@ -39,6 +42,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Call(args) => call(&runtime, &args),
         Command::Policy(PolicyCommand::Explain { role, access, path }) => policy_explain(&runtime, &role, &access, &path),
         Command::Schema { role, format } => schema(&runtime, &role, &format),
+        Command::Lock(command) => lock(&runtime, command),
         Command::Policy(PolicyCommand::Check { .. }) | Command::Audit(_) | Command::Mcp(_) | Command::Demo { .. } => {
             unreachable!("handled above")
         }
@@ -195,8 +199,8 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
         tool: &args.tool,
         args: &args.args,
         approver: args.approve.then_some(&approver),
-        owner: None,
-        fences: &[],
+        owner: args.owner.as_deref(),
+        fences: &args.fences,
     })?;
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -219,6 +223,65 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(EXIT_TOOL_ERROR))
         }
     }
+}
+
+fn lock(runtime: &Runtime, command: LockCommand) -> anyhow::Result<ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        LockCommand::Acquire { pattern, workspace, owner, session, mode, ttl, json } => {
+            let workspace = Workspace::open(&workspace)?;
+            let request = LockRequest {
+                pattern: workspace.lock_pattern(&pattern)?,
+                session: session.unwrap_or_else(|| owner.clone()),
+                owner,
+                mode: LockMode::from_name(&mode).context("mode is `exclusive` or `shared`")?,
+                ttl,
+            };
+            match runtime.acquire_lock(&workspace, &request) {
+                Ok(lock) if json => writeln!(stdout, "{}", serde_json::to_string_pretty(&lock_json(&lock))?)?,
+                Ok(lock) => writeln!(
+                    stdout,
+                    "locked `{}` ({}) for `{}` (session {}) until {}: token {}",
+                    lock.pattern,
+                    lock.mode.as_str(),
+                    lock.owner,
+                    lock.session,
+                    lock.expires_at(),
+                    lock.fence
+                )?,
+                Err(Error::Lock(LockStoreError::Lock(conflict @ LockError::Conflict(_)))) => {
+                    writeln!(std::io::stderr(), "{conflict}")?;
+                    return Ok(ExitCode::from(EXIT_TOOL_ERROR));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        LockCommand::Release { token, workspace, owner } => {
+            let workspace = Workspace::open(&workspace)?;
+            match runtime.release_lock(&workspace, token, &owner) {
+                Ok(lock) => writeln!(stdout, "released `{}` (token {})", lock.pattern, lock.fence)?,
+                Err(Error::Lock(LockStoreError::Lock(error))) => {
+                    writeln!(std::io::stderr(), "{error}")?;
+                    return Ok(ExitCode::from(EXIT_TOOL_ERROR));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        LockCommand::List { workspace, json } => {
+            let locks = runtime.live_locks(&Workspace::open(&workspace)?)?;
+            if json {
+                let locks: Vec<_> = locks.iter().map(lock_json).collect();
+                writeln!(stdout, "{}", serde_json::to_string_pretty(&locks)?)?;
+            } else if locks.is_empty() {
+                writeln!(stdout, "no live locks")?;
+            } else {
+                for lock in &locks {
+                    writeln!(stdout, "{} (token {})", lock, lock.fence)?;
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {

@@ -378,3 +378,124 @@ fn schema_prints_a_roles_tools_in_each_providers_shape() {
     assert_eq!(run.status, 2);
     assert!(run.stderr.contains("has no role `admin`"), "{}", run.stderr);
 }
+
+/// `toolcell lock ...` and `toolcell call ...` against one state directory and workspace.
+struct LockSite {
+    workspace: tempfile::TempDir,
+    state: tempfile::TempDir,
+    cache: std::path::PathBuf,
+}
+
+impl LockSite {
+    fn new() -> Self {
+        let (workspace, cache) = setup();
+        std::fs::create_dir(workspace.path().join("src")).expect("mkdir");
+        std::fs::write(workspace.path().join("src/a.rs"), "fn a() {}\n").expect("write");
+        LockSite {
+            workspace,
+            state: tempfile::tempdir().expect("state"),
+            cache,
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        let root = self.workspace.path().to_str().expect("UTF-8");
+        let state = self.state.path().to_str().expect("UTF-8");
+        let mut full = vec!["--state-dir", state];
+        full.extend_from_slice(args);
+        full.extend_from_slice(&["--workspace", root]);
+        toolcell(&self.cache, &full)
+    }
+
+    fn acquire(&self, owner: &str, ttl: &str) -> Run {
+        self.run(&["lock", "acquire", "src/a.rs", "--owner", owner, "--session", &format!("s-{owner}"), "--ttl", ttl, "--json"])
+    }
+
+    fn write(&self, owner: &str, fences: &[u64], content: &str) -> Run {
+        let args = serde_json::json!({"path": "src/a.rs", "content": content}).to_string();
+        let fences: Vec<String> = fences.iter().map(u64::to_string).collect();
+        let mut full = vec!["call", "write_file", &args, "--owner", owner];
+        for fence in &fences {
+            full.extend_from_slice(&["--fence", fence]);
+        }
+        self.run(&full)
+    }
+
+    fn content(&self) -> String {
+        std::fs::read_to_string(self.workspace.path().join("src/a.rs")).expect("read")
+    }
+}
+
+fn fence_of(run: &Run) -> u64 {
+    let lock: serde_json::Value = serde_json::from_str(&run.stdout).unwrap_or_else(|_| panic!("JSON lock: {}", run.stderr));
+    lock["fence"].as_u64().expect("fence")
+}
+
+#[test]
+fn two_processes_contend_for_a_lock_and_the_loser_cannot_write() {
+    let site = LockSite::new();
+    // Two processes at once: exactly one wins.
+    let (first, second) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| site.acquire("CHAIN-039", "60s"));
+        let second = scope.spawn(|| site.acquire("CHAIN-040", "60s"));
+        (first.join().expect("thread"), second.join().expect("thread"))
+    });
+    let (winner, loser, won) = match (first.status, second.status) {
+        (0, 1) => ("CHAIN-039", "CHAIN-040", first),
+        (1, 0) => ("CHAIN-040", "CHAIN-039", second),
+        other => panic!("expected one winner, got {other:?}: {} / {}", first.stderr, second.stderr),
+    };
+    let fence = fence_of(&won);
+    let listed = site.run(&["lock", "list"]);
+    assert!(listed.stdout.contains(&format!("`src/a.rs` is locked by `{winner}` (session s-{winner}, exclusive)")), "{}", listed.stdout);
+
+    // The loser's write is refused, naming the owner, and audited as a lock conflict.
+    let refused = site.write(loser, &[], "lost\n");
+    assert_eq!(refused.status, 1, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains(&format!("conflict: `src/a.rs` is locked by `{winner}` (session s-{winner}) until ")),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(site.content(), "fn a() {}\n");
+    let tail = toolcell(&site.cache, &["--state-dir", site.state.path().to_str().expect("UTF-8"), "audit", "tail", "-n", "50"]);
+    assert!(tail.stdout.contains(&format!("DENY write `src/a.rs` open-at (lock:{fence})")), "{}", tail.stdout);
+    assert!(tail.stdout.contains(&format!("LOCK acquired exclusive `src/a.rs` (fence:{fence})")), "{}", tail.stdout);
+
+    // The winner writes; after it releases, the loser can too.
+    assert_eq!(site.write(winner, &[fence], "won\n").status, 0);
+    assert_eq!(site.content(), "won\n");
+    let released = site.run(&["lock", "release", &fence.to_string(), "--owner", winner]);
+    assert_eq!(released.status, 0, "{}", released.stderr);
+    assert_eq!(site.write(loser, &[], "after release\n").status, 0);
+    assert_eq!(site.content(), "after release\n");
+    // Releasing what one does not hold is refused.
+    let again = site.run(&["lock", "release", &fence.to_string(), "--owner", loser]);
+    assert_eq!(again.status, 1);
+    assert!(again.stderr.contains("is held by"), "{}", again.stderr);
+}
+
+#[test]
+fn an_expired_lease_is_reclaimed_and_its_stale_holder_is_fenced() {
+    let site = LockSite::new();
+    let stale = fence_of(&site.acquire("A", "1s"));
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    // Expired: the holder's token no longer lets it write.
+    let refused = site.write("A", &[stale], "stale\n");
+    assert_eq!(refused.status, 1);
+    assert!(refused.stderr.contains(&format!("covered by your lock `src/a.rs` (token {stale}), which expired at")), "{}", refused.stderr);
+    // B reclaims it; A is now refused by B's lock, and after B is done, by its lapsed token.
+    let fresh = site.acquire("B", "60s");
+    assert_eq!(fresh.status, 0, "{}", fresh.stderr);
+    let fresh = fence_of(&fresh);
+    assert!(fresh > stale);
+    assert!(site.write("A", &[stale], "stale\n").stderr.contains("is locked by `B`"));
+    assert_eq!(site.run(&["lock", "release", &fresh.to_string(), "--owner", "B"]).status, 0);
+    let refused = site.write("A", &[stale], "stale\n");
+    assert!(refused.stderr.contains("expired and was reclaimed by another holder"), "{}", refused.stderr);
+    assert_eq!(site.content(), "fn a() {}\n");
+    // A lock on a path outside the workspace is refused.
+    let outside = site.run(&["lock", "acquire", "../x", "--owner", "A"]);
+    assert_eq!(outside.status, 2);
+    assert!(outside.stderr.contains("outside the workspace"), "{}", outside.stderr);
+}
