@@ -102,6 +102,11 @@ pub(crate) struct Transaction {
     pub(crate) modified: Vec<String>,
     /// Paths whose read-before-write check already ran in this call.
     checked: std::collections::HashSet<String>,
+    /// Files being rewritten whole: `(path, temporary sibling)`. The component writes the
+    /// temporary file; it replaces the path (synced, then renamed over it) when the call
+    /// commits, or as soon as anything else touches the path, so that no reader ever sees a
+    /// half-written file.
+    pub(crate) shadows: Vec<(String, String)>,
 }
 
 impl Transaction {
@@ -132,6 +137,7 @@ impl Transaction {
             reads_overflowed: false,
             modified: Vec::new(),
             checked: std::collections::HashSet::new(),
+            shadows: Vec::new(),
         }
     }
 
@@ -178,6 +184,8 @@ pub(crate) struct FsGuard {
     pub(crate) transaction: Option<Transaction>,
     /// Warnings for the agent (modifying a file it has not read).
     pub(crate) warnings: Vec<String>,
+    /// The resource index of the workspace's preopened descriptor.
+    root_descriptor: Option<u32>,
 }
 
 impl FsGuard {
@@ -203,6 +211,7 @@ impl FsGuard {
             denials: Vec::new(),
             transaction: None,
             warnings: Vec::new(),
+            root_descriptor: None,
         }
     }
 
@@ -509,6 +518,110 @@ impl FsGuard {
         }
     }
 
+    /// Whether opening `path` with these flags rewrites it whole (or creates it), so that the
+    /// write can go to a temporary sibling that replaces it at once.
+    fn rewrites_whole(&self, path: &str, open_flags: OpenFlags) -> bool {
+        let (Some(root), Some(_), Some(transaction)) = (self.root.as_ref(), self.root_descriptor, self.transaction.as_ref()) else {
+            return false;
+        };
+        if path == "." || open_flags.contains(OpenFlags::DIRECTORY) || transaction.shadows.iter().any(|(shadowed, _)| shadowed == path) {
+            return false;
+        }
+        match root.symlink_metadata(path) {
+            Ok(metadata) => metadata.is_file() && open_flags.contains(OpenFlags::TRUNCATE) && !open_flags.contains(OpenFlags::EXCLUSIVE),
+            Err(error) => error.kind() == std::io::ErrorKind::NotFound && open_flags.contains(OpenFlags::CREATE),
+        }
+    }
+
+    /// Create the temporary sibling that will replace `path` (journaled, so that a rollback
+    /// or a recovery removes it), with the mode `path` has. Returns its workspace path.
+    fn shadow(&mut self, path: &str) -> FsResult<String> {
+        let (parent, name) = path.rsplit_once('/').map_or((None, path), |(parent, name)| (Some(parent), name));
+        let Some(transaction) = self.transaction.as_ref() else {
+            return Err(FsError::from(ErrorCode::Access));
+        };
+        let temporary_name = format!("{SHADOW_PREFIX}{}-{}-{name}", transaction.call_id, transaction.shadows.len());
+        let temporary = match parent {
+            Some(parent) => format!("{parent}/{temporary_name}"),
+            None => temporary_name,
+        };
+        self.journal("open-at", &temporary, |journal, root| journal.preserve(root, &temporary))?;
+        let Some(root) = self.root.as_ref() else {
+            return Err(FsError::from(ErrorCode::Access));
+        };
+        let created = (|| {
+            let file = root.open_with(&temporary, cap_std::fs::OpenOptions::new().write(true).create_new(true))?;
+            if let Ok(metadata) = root.symlink_metadata(path) {
+                file.set_permissions(metadata.permissions())?;
+            }
+            Ok::<_, std::io::Error>(())
+        })();
+        created.map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        if let Some(transaction) = self.transaction.as_mut() {
+            transaction.shadows.push((path.to_owned(), temporary.clone()));
+        }
+        Ok(temporary)
+    }
+
+    /// If `path` is being rewritten through a temporary sibling, put the new content in place
+    /// now (another operation is about to touch it).
+    fn land(&mut self, path: &str) -> FsResult<()> {
+        let Some(transaction) = self.transaction.as_mut() else {
+            return Ok(());
+        };
+        let Some(index) = transaction.shadows.iter().position(|(shadowed, _)| shadowed == path) else {
+            return Ok(());
+        };
+        let (path, temporary) = transaction.shadows.remove(index);
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        land(root, &path, &temporary).map_err(|error| FsError::from(ErrorCode::from(error)))
+    }
+
+    /// Put the rewritten files directly inside `directory` in place.
+    fn land_in(&mut self, directory: &str) -> FsResult<()> {
+        let inside: Vec<String> = self
+            .transaction
+            .as_ref()
+            .map(|transaction| {
+                transaction
+                    .shadows
+                    .iter()
+                    .filter(|(path, _)| path.rsplit_once('/').map_or(".", |(parent, _)| parent) == directory)
+                    .map(|(path, _)| path.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for path in inside {
+            self.land(&path)?;
+        }
+        Ok(())
+    }
+
+    /// Put every rewritten file in place: the call is about to commit.
+    pub(crate) fn land_all(&mut self) -> Result<(), String> {
+        let Some(transaction) = self.transaction.as_mut() else {
+            return Ok(());
+        };
+        let shadows = std::mem::take(&mut transaction.shadows);
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        for (path, temporary) in shadows {
+            land(root, &path, &temporary).map_err(|error| format!("`{}`: {error}", escape_control(&path)))?;
+        }
+        Ok(())
+    }
+
+    /// Whether `name` in `directory` is a temporary sibling of this call's rewrites (hidden
+    /// from listings).
+    fn is_shadow(&self, child: &str) -> bool {
+        self.transaction
+            .as_ref()
+            .is_some_and(|transaction| transaction.shadows.iter().any(|(_, temporary)| temporary == child))
+    }
+
     /// Note that the file `path` was opened for reading.
     fn track_read(&mut self, path: &str) {
         let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
@@ -691,6 +804,15 @@ pub(crate) fn canonical(root: &cap_std::fs::Dir, path: &str) -> Option<String> {
     }
 }
 
+/// Prefix of the temporary siblings whole-file rewrites go to.
+pub(crate) const SHADOW_PREFIX: &str = ".toolcell-";
+
+/// Replace `path` with its rewritten temporary sibling: synced first, then renamed over it.
+fn land(root: &cap_std::fs::Dir, path: &str, temporary: &str) -> std::io::Result<()> {
+    root.open(temporary)?.sync_data()?;
+    root.rename(temporary, root, path)
+}
+
 /// Where a path leads.
 enum Resolved {
     /// The canonical workspace-relative path (`.` for the root).
@@ -799,6 +921,7 @@ impl preopens::Host for GuardedFilesystem<'_> {
         let directories = preopens::Host::get_directories(&mut self.inner)?;
         for (descriptor, _) in &directories {
             self.guard.descriptors.insert(descriptor.rep(), ".".to_owned());
+            self.guard.root_descriptor = Some(descriptor.rep());
         }
         Ok(directories)
     }
@@ -859,6 +982,8 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     fn read_directory(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<DirectoryEntryStream>> {
         let path = self.guard.base(&fd)?;
         self.guard.check("read-directory", &path, Access::List)?;
+        // A listing shows what the call wrote: its rewrites in this directory go in place.
+        self.guard.land_in(&path)?;
         let stream = fs::HostDescriptor::read_directory(&mut self.inner, fd)?;
         self.guard.streams.insert(stream.rep(), path);
         Ok(stream)
@@ -870,6 +995,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn create_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         let canonical = self.guard.resolve_at("create-directory-at", &fd, &path, false, Access::Write)?;
+        self.guard.land(&canonical)?;
         if self.guard.is_visible_directory(&canonical) {
             return Err(FsError::from(ErrorCode::Exist));
         }
@@ -884,6 +1010,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn stat_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<DescriptorStat> {
         let canonical = self.guard.resolve_at("stat-at", &fd, &path, follows(path_flags), Access::Read)?;
+        self.guard.land(&canonical)?;
         let stat = fs::HostDescriptor::stat_at(&mut self.inner, fd, path_flags, path)?;
         // Judged once the type is known: a directory needs `list`, anything else `read`.
         let access = if stat.type_ == DescriptorType::Directory { Access::List } else { Access::Read };
@@ -899,7 +1026,8 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         atim: NewTimestamp,
         mtim: NewTimestamp,
     ) -> FsResult<()> {
-        self.guard.check_at("set-times-at", &fd, &path, follows(path_flags), Access::Write)?;
+        let canonical = self.guard.check_at("set-times-at", &fd, &path, follows(path_flags), Access::Write)?;
+        self.guard.land(&canonical)?;
         fs::HostDescriptor::set_times_at(&mut self.inner, fd, path_flags, path, atim, mtim)
     }
 
@@ -911,8 +1039,10 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         new_descriptor: Resource<Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
-        self.guard.check_at("link-at", &fd, &old_path, follows(old_path_flags), Access::Write)?;
+        let source = self.guard.check_at("link-at", &fd, &old_path, follows(old_path_flags), Access::Write)?;
+        self.guard.land(&source)?;
         let link = self.guard.check_at("link-at", &new_descriptor, &new_path, false, Access::Write)?;
+        self.guard.land(&link)?;
         self.guard.before_mutation("link-at", &link, false)?;
         fs::HostDescriptor::link_at(&mut self.inner, fd, old_path_flags, old_path, new_descriptor, new_path)
     }
@@ -932,9 +1062,29 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         } else {
             self.guard.check_at("open-at", &fd, &path, follows(path_flags), access)?
         };
+        self.guard.land(&canonical)?;
         if access == Access::Write {
             self.guard.check_single_link("open-at", &canonical)?;
             self.guard.before_mutation("open-at", &canonical, true)?;
+            if self.guard.rewrites_whole(&canonical, open_flags)
+                && let Some(root) = self.guard.root_descriptor
+                && self.guard.descriptors.contains_key(&root)
+            {
+                // Written to a temporary sibling that replaces the file at once.
+                let temporary = self.guard.shadow(&canonical)?;
+                // The temporary file exists already.
+                let existing = open_flags & !(OpenFlags::CREATE | OpenFlags::EXCLUSIVE);
+                let opened = fs::HostDescriptor::open_at(
+                    &mut self.inner,
+                    Resource::new_borrow(root),
+                    PathFlags::empty(),
+                    temporary,
+                    existing,
+                    flags,
+                )?;
+                self.guard.descriptors.insert(opened.rep(), canonical);
+                return Ok(opened);
+            }
         }
         let opened = fs::HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, open_flags, flags)?;
         if access == Access::Read && !open_flags.contains(OpenFlags::DIRECTORY) {
@@ -950,12 +1100,14 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn readlink_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<String> {
-        self.guard.check_at("readlink-at", &fd, &path, false, Access::Read)?;
+        let canonical = self.guard.check_at("readlink-at", &fd, &path, false, Access::Read)?;
+        self.guard.land(&canonical)?;
         fs::HostDescriptor::readlink_at(&mut self.inner, fd, path)
     }
 
     fn remove_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         let canonical = self.guard.check_at("remove-directory-at", &fd, &path, false, Access::Delete)?;
+        self.guard.land(&canonical)?;
         self.guard.before_mutation("remove-directory-at", &canonical, false)?;
         fs::HostDescriptor::remove_directory_at(&mut self.inner, fd, path)
     }
@@ -969,6 +1121,8 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     ) -> FsResult<()> {
         let source = self.guard.check_at("rename-at", &fd, &old_path, false, Access::Delete)?;
         let destination = self.guard.check_at("rename-at", &new_descriptor, &new_path, false, Access::Write)?;
+        self.guard.land(&source)?;
+        self.guard.land(&destination)?;
         self.guard.check_single_link("rename-at", &destination)?;
         if self.guard.is_directory(&source) {
             self.guard.before_move("rename-at", &source, &destination)?;
@@ -981,6 +1135,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn symlink_at(&mut self, fd: Resource<Descriptor>, target: String, link_path: String) -> FsResult<()> {
         let link = self.guard.check_at("symlink-at", &fd, &link_path, false, Access::Write)?;
+        self.guard.land(&link)?;
         // The target is resolved from the link's directory; it must stay inside the workspace.
         let directory = link.rsplit_once('/').map_or(".", |(parent, _)| parent).to_owned();
         if toolcell_policy::join_lexically(&directory, &target).is_none() {
@@ -1004,6 +1159,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         let canonical = self.guard.check_at("unlink-file-at", &fd, &path, false, Access::Delete)?;
+        self.guard.land(&canonical)?;
         self.guard.before_mutation("unlink-file-at", &canonical, false)?;
         fs::HostDescriptor::unlink_file_at(&mut self.inner, fd, path)
     }
@@ -1035,6 +1191,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn metadata_hash_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<MetadataHashValue> {
         let canonical = self.guard.resolve_at("metadata-hash-at", &fd, &path, follows(path_flags), Access::Read)?;
+        self.guard.land(&canonical)?;
         self.guard.check_visible("metadata-hash-at", &canonical)?;
         fs::HostDescriptor::metadata_hash_at(&mut self.inner, fd, path_flags, path)
     }
@@ -1050,7 +1207,7 @@ impl fs::HostDirectoryEntryStream for GuardedFilesystem<'_> {
                 return Ok(None);
             };
             let child = if directory == "." { entry.name.clone() } else { format!("{directory}/{}", entry.name) };
-            if self.guard.is_visible(&child, entry.type_ == DescriptorType::Directory) {
+            if self.guard.is_visible(&child, entry.type_ == DescriptorType::Directory) && !self.guard.is_shadow(&child) {
                 return Ok(Some(entry));
             }
         }

@@ -858,6 +858,20 @@ impl Runtime {
         let Some(mut transaction) = guard.transaction.take() else {
             return;
         };
+        if outcome.result.is_ok() {
+            // Whole-file rewrites go in place before validators read them.
+            guard.transaction = Some(transaction);
+            if let Err(failure) = guard.land_all() {
+                outcome.result = Err(ToolError::new(
+                    ToolErrorKind::Failed,
+                    format!("the call's writes could not be put in place ({failure})"),
+                ));
+            }
+            let Some(taken) = guard.transaction.take() else {
+                return;
+            };
+            transaction = taken;
+        }
         let Some(root) = guard.root() else {
             return;
         };

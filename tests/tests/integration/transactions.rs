@@ -363,3 +363,45 @@ fn a_host_killed_mid_call_is_rolled_back_at_restart() {
     }
     assert!(interrupted >= 6, "only {interrupted} of 12 kills landed mid-call");
 }
+
+#[test]
+fn whole_file_writes_land_at_once_with_their_mode() {
+    let runtime = runtime_with_policy(TEST_POLICY, None);
+    let fixture = project();
+    fixture.write("a.txt", "old content\n");
+    std::fs::set_permissions(fixture.root().join("a.txt"), std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    std::thread::scope(|scope| {
+        let call = scope.spawn(|| {
+            fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [
+                {"op": "write", "path": "a.txt", "content": "new content, written whole\n"},
+                {"op": "write", "path": "fresh.txt", "content": "a new file\n"},
+                {"op": "sleep", "content": "400"},
+                {"op": "list", "path": "."},
+            ]}), None)
+        });
+        std::thread::sleep(Duration::from_millis(150));
+        // Mid-call, readers see the old content whole, and no half-written new file.
+        assert_eq!(fixture.read_text("a.txt"), "old content\n");
+        assert!(!fixture.root().join("fresh.txt").exists());
+        let outcome = call.join().expect("call thread");
+        // The call's own listing shows the new file, and no temporary one.
+        let listed = &outcome.result.expect("ok").structured.expect("structured")[2]["value"];
+        let names: Vec<&str> = listed.as_array().expect("names").iter().filter_map(Value::as_str).collect();
+        assert!(names.contains(&"fresh.txt") && names.iter().all(|name| !name.starts_with(".toolcell-")), "{listed}");
+    });
+    assert_eq!(fixture.read_text("a.txt"), "new content, written whole\n");
+    assert_eq!(fixture.read_text("fresh.txt"), "a new file\n");
+    let mode = std::fs::metadata(fixture.root().join("a.txt")).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640);
+    assert!(fixture.snapshot().iter().all(|(path, _)| !path.contains(".toolcell-")), "{:?}", fixture.snapshot());
+    // Within the call, what was written is what is read back.
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [
+        {"op": "write", "path": "a.txt", "content": "third"},
+        {"op": "read", "path": "a.txt"},
+        {"op": "append", "path": "a.txt", "content": "+more"},
+        {"op": "read", "path": "a.txt"},
+    ]}), None);
+    let structured = outcome.result.expect("ok").structured.expect("structured");
+    assert_eq!(structured[1]["value"], "third");
+    assert_eq!(structured[3]["value"], "third+more");
+}
