@@ -7,6 +7,7 @@ mod governance;
 mod list_files;
 mod limits;
 mod loading;
+mod locks;
 mod read_file;
 mod search_files;
 mod transactions;

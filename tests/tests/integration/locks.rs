@@ -1,0 +1,218 @@
+//! Locks at the host boundary, through the embedding API and the agents' lock tools, and a
+//! stress test: sessions in threads and in other processes doing read-modify-write on shared
+//! files under locks lose no update, and no reader ever sees a partial file.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use toolcell_runtime::{CallRequest, LockMode, LockRequest, Runtime, Workspace};
+use toolcell_tests::{Fixture, TEST_POLICY, runtime_with_policy};
+use toolcell_types::ToolErrorKind;
+
+fn request(pattern: &str, owner: &str, ttl: Duration) -> LockRequest {
+    LockRequest {
+        pattern: pattern.to_owned(),
+        owner: owner.to_owned(),
+        session: format!("s-{owner}"),
+        mode: LockMode::Exclusive,
+        ttl,
+    }
+}
+
+#[test]
+fn a_lock_refuses_other_owners_writes_at_the_boundary() {
+    let state = tempfile::tempdir().expect("state");
+    let runtime = runtime_with_policy(TEST_POLICY, Some(state.path()));
+    let fixture = Fixture::new();
+    fixture.write("src/a.rs", "fn a() {}\n");
+    fixture.write("src/b.rs", "fn b() {}\n");
+    let lock = runtime.acquire_lock(&fixture.workspace, &request("src/**", "CHAIN-039", Duration::from_secs(60))).expect("acquired");
+
+    // Every kind of modification by another owner is refused, naming the owner; nothing changes.
+    let before = fixture.snapshot();
+    for op in [
+        json!({"op": "write", "path": "src/a.rs", "content": "x"}),
+        json!({"op": "append", "path": "src/a.rs", "content": "x"}),
+        json!({"op": "truncate", "path": "src/a.rs"}),
+        json!({"op": "remove", "path": "src/b.rs"}),
+        json!({"op": "rename", "path": "src/a.rs", "to": "moved.rs"}),
+        json!({"op": "write", "path": "src/new.rs", "content": "x"}),
+        json!({"op": "mkdir", "path": "src/sub"}),
+    ] {
+        let outcome = fixture.call_as(&runtime, "s-other", Some("CHAIN-040"), &[], "fs_probe", &json!({"ops": [op]}));
+        let error = outcome.result.expect_err("refused");
+        assert_eq!(error.kind, ToolErrorKind::Conflict, "{op}: {}", error.message);
+        assert!(error.message.contains("is locked by `CHAIN-039` (session s-CHAIN-039) until"), "{op}: {}", error.message);
+        assert_eq!(outcome.denials[0].event.rule, format!("lock:{}", lock.fence));
+        assert_eq!(fixture.snapshot(), before, "{op}");
+    }
+    // Reading is not writing; the owner writes.
+    assert!(fixture.call_as(&runtime, "s-other", Some("CHAIN-040"), &[], "read_file", &json!({"path": "src/a.rs"})).result.is_ok());
+    let outcome = fixture.call_as(&runtime, "s-own", Some("CHAIN-039"), &[lock.fence], "write_file", &json!({"path": "src/a.rs", "content": "mine"}));
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    // Refusals are audited as lock conflicts.
+    let records = toolcell_tests::audit_records(&runtime);
+    assert!(records.iter().any(|record| record.rule.as_deref() == Some(&format!("lock:{}", lock.fence)) && record.decision.as_deref() == Some("deny")));
+    runtime.release_lock(&fixture.workspace, lock.fence, "CHAIN-039").expect("released");
+    assert!(fixture.call_as(&runtime, "s-other", Some("CHAIN-040"), &[], "write_file", &json!({"path": "src/b.rs", "content": "x"})).result.is_ok());
+}
+
+#[test]
+fn agents_lock_and_unlock_through_tools() {
+    let runtime = runtime_with_policy(TEST_POLICY, None);
+    let fixture = Fixture::new();
+    fixture.write("src/a.rs", "fn a() {}\n");
+    let locked = fixture.call_as(&runtime, "s-a", Some("A"), &[], "lock_files", &json!({"paths": ["src/a.rs", "src/c/**"], "ttl_seconds": 60}));
+    let output = locked.result.expect("locked");
+    assert!(output.text.starts_with("Locked `src/a.rs` (exclusive, token "), "{}", output.text);
+    let fence = output.structured.expect("structured")["locks"][0]["fence"].as_u64().expect("fence");
+
+    // B cannot take an overlapping lock (and takes none of its list), nor write.
+    let refused = fixture.call_as(&runtime, "s-b", Some("B"), &[], "lock_files", &json!({"paths": ["src/b.rs", "src/**"]}));
+    let error = refused.result.expect_err("conflict");
+    assert_eq!(error.kind, ToolErrorKind::Conflict);
+    assert!(error.message.contains("locked by `A`") && error.message.ends_with("No lock was taken."), "{}", error.message);
+    assert!(runtime.live_locks(&fixture.workspace).expect("locks").iter().all(|lock| lock.owner == "A"));
+    let write = fixture.call_as(&runtime, "s-b", Some("B"), &[], "write_file", &json!({"path": "src/a.rs", "content": "B"}));
+    assert_eq!(write.result.expect_err("locked").kind, ToolErrorKind::Conflict);
+
+    // A role may lock only what it may write; paths outside are refused.
+    let docs = fixture.call_as(&runtime, "s-a", Some("A"), &[], "lock_files", &json!({"paths": ["docs/guide.md"]}));
+    assert_eq!(docs.result.expect_err("denied").kind, ToolErrorKind::Denied);
+    let outside = fixture.call_as(&runtime, "s-a", Some("A"), &[], "lock_files", &json!({"paths": ["../outside/secret.txt"]}));
+    assert!(outside.result.is_err());
+
+    // Unlock one, then all.
+    let unlocked = fixture.call_as(&runtime, "s-a", Some("A"), &[fence], "unlock_files", &json!({"paths": ["src/a.rs"]}));
+    assert!(unlocked.result.expect("unlocked").text.contains("Unlocked `src/a.rs`"));
+    let missing = fixture.call_as(&runtime, "s-a", Some("A"), &[], "unlock_files", &json!({"paths": ["src/a.rs"]}));
+    assert_eq!(missing.result.expect_err("not held").kind, ToolErrorKind::NotFound);
+    let all = fixture.call_as(&runtime, "s-a", Some("A"), &[], "unlock_files", &json!({}));
+    assert!(all.result.expect("unlocked").text.contains("Unlocked `src/c/**`"));
+    assert!(runtime.live_locks(&fixture.workspace).expect("locks").is_empty());
+    fixture.assert_outside_untouched();
+}
+
+const STRESS_WORKSPACE: &str = "TOOLCELL_TEST_STRESS_WORKSPACE";
+const STRESS_STATE: &str = "TOOLCELL_TEST_STRESS_STATE";
+const STRESS_OWNER: &str = "TOOLCELL_TEST_STRESS_OWNER";
+const COUNTERS: [&str; 2] = ["counters/a.txt", "counters/b.txt"];
+const THREADS: usize = 4;
+const PROCESSES: usize = 2;
+const ITERATIONS: usize = 30;
+
+/// One worker: `ITERATIONS` times, lock a counter, read it, write it plus one, unlock.
+fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
+    let session = format!("s-{owner}");
+    for iteration in 0..ITERATIONS {
+        let counter = COUNTERS[iteration % COUNTERS.len()];
+        let started = Instant::now();
+        let lock = loop {
+            match runtime.acquire_lock(workspace, &request(counter, owner, Duration::from_secs(30))) {
+                Ok(lock) => break lock,
+                Err(_) if started.elapsed() < Duration::from_secs(60) => std::thread::sleep(Duration::from_millis(2)),
+                Err(error) => panic!("{owner} never got {counter}: {error}"),
+            }
+        };
+        let call = |tool: &str, args: String| {
+            runtime
+                .call(&CallRequest {
+                    workspace,
+                    role: "impl",
+                    session_id: &session,
+                    tool,
+                    args: &args,
+                    approver: None,
+                    owner: Some(owner),
+                    fences: &[lock.fence],
+                })
+                .expect("call")
+                .result
+                .unwrap_or_else(|error| panic!("{owner} {tool} {counter}: {error}"))
+        };
+        let read = call("read_file", json!({"path": counter}).to_string());
+        // `read_file` numbers lines: `     1\t<count>`.
+        let value: u64 = read
+            .text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split('\t')
+            .next_back()
+            .expect("a numbered line")
+            .trim()
+            .parse()
+            .unwrap_or_else(|error| panic!("{owner} read a partial counter: {error}"));
+        call("write_file", json!({"path": counter, "content": format!("{}\n", value + 1)}).to_string());
+        runtime.release_lock(workspace, lock.fence, owner).expect("release");
+    }
+}
+
+/// Not a test on its own: a worker process of `concurrent_sessions_lose_no_update`.
+#[test]
+#[ignore = "run as a child process by concurrent_sessions_lose_no_update"]
+fn stress_child() {
+    let (Ok(workspace), Ok(state), Ok(owner)) =
+        (std::env::var(STRESS_WORKSPACE), std::env::var(STRESS_STATE), std::env::var(STRESS_OWNER))
+    else {
+        return;
+    };
+    let runtime = runtime_with_policy(TEST_POLICY, Some(state.as_ref()));
+    let workspace = Workspace::open(workspace.as_ref()).expect("workspace");
+    increment(&runtime, &workspace, &owner);
+}
+
+#[test]
+fn concurrent_sessions_lose_no_update() {
+    let state = tempfile::tempdir().expect("state");
+    let fixture = Fixture::new();
+    for counter in COUNTERS {
+        fixture.write(counter, "0\n");
+    }
+    let runtime = runtime_with_policy(TEST_POLICY, Some(state.path()));
+    let executable = std::env::current_exe().expect("test executable");
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|index| {
+            Command::new(&executable)
+                .args(["--exact", "locks::stress_child", "--ignored", "--test-threads=1"])
+                .env(STRESS_WORKSPACE, fixture.root())
+                .env(STRESS_STATE, state.path())
+                .env(STRESS_OWNER, format!("process-{index}"))
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn a worker process")
+        })
+        .collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // A reader that takes no lock: every file it sees is whole.
+        let reader = scope.spawn(|| {
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for counter in COUNTERS {
+                    let text = fixture.read_text(counter);
+                    assert!(text.ends_with('\n') && text.trim().parse::<u64>().is_ok(), "partial file: {text:?}");
+                    reads += 1;
+                }
+            }
+            reads
+        });
+        let workers: Vec<_> = (0..THREADS)
+            .map(|index| {
+                let (runtime, fixture) = (&runtime, &fixture);
+                scope.spawn(move || increment(runtime, &fixture.workspace, &format!("thread-{index}")))
+            })
+            .collect();
+        let threads_ok = workers.into_iter().map(|worker| worker.join().is_ok()).fold(true, |all, ok| all && ok);
+        let processes_ok = children.into_iter().map(|mut child| child.wait().is_ok_and(|status| status.success())).fold(true, |all, ok| all && ok);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(reader.join().expect("the reader failed") > 0);
+        assert!(threads_ok, "a worker thread failed");
+        assert!(processes_ok, "a worker process failed");
+    });
+    let total: u64 = COUNTERS.iter().map(|counter| fixture.read_text(counter).trim().parse::<u64>().expect("a whole counter")).sum();
+    assert_eq!(total, ((THREADS + PROCESSES) * ITERATIONS) as u64, "updates were lost");
+    assert!(fixture.snapshot().iter().all(|(path, _)| !path.contains(".toolcell-")));
+    toolcell_tests::audit_records(&runtime);
+}
