@@ -5,7 +5,9 @@
 //! the state directory for the audit trail, the compiled-component cache and an approval
 //! callback, and builds a [`Host`] with the built-in tools. [`Host::session`] opens a session for
 //! a role; [`Session::call`] runs one tool call and returns its result, any warnings and the audit
-//! call id. [`schemas`] renders the tools a role may call in the shape each model provider
+//! call id. Every call is a transaction (all of its changes, or none); [`Session::lock`] takes a
+//! lease on paths that other sessions (in this process or any other sharing the state
+//! directory) then cannot modify. [`schemas`] renders the tools a role may call in the shape each model provider
 //! expects.
 //!
 //! ```
@@ -35,9 +37,12 @@
 //! ```
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-pub use toolcell_runtime::{Access, Approver, CacheOutcome, Denial, Error, Runtime, RuntimeBuilder, Workspace};
+pub use toolcell_runtime::{
+    Access, Approver, CacheOutcome, Denial, Error, Lock, LockMode, LockRequest, Runtime, RuntimeBuilder, Workspace,
+};
 pub use toolcell_types::{ToolError, ToolErrorKind, ToolInfo, ToolOutput};
 
 use toolcell_runtime::CallRequest;
@@ -206,7 +211,17 @@ impl Host {
             role: role.to_owned(),
             session_id: session_id.to_owned(),
             owner: None,
+            held: Arc::new(Mutex::new(Vec::new())),
         })
+    }
+
+    /// The live locks on the workspace.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if the lock table cannot be read.
+    pub fn locks(&self) -> Result<Vec<Lock>, Error> {
+        self.inner.runtime.live_locks(&self.inner.workspace)
     }
 
     /// The runtime underneath, for what the session API does not cover.
@@ -228,6 +243,8 @@ pub struct Session {
     role: String,
     session_id: String,
     owner: Option<String>,
+    /// Locks this session acquired and has not released; their tokens go with every call.
+    held: Arc<Mutex<Vec<Lock>>>,
 }
 
 /// What one call returned.
@@ -271,6 +288,55 @@ impl Session {
         &self.host
     }
 
+    /// Lock a workspace path or glob for this session's owner (its id without one) for `ttl`;
+    /// the lock's token goes with this session's calls from now on, so that if the lease
+    /// lapses, its writes are refused rather than racing the next holder.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] naming the conflicting lock, or what is wrong with the pattern.
+    pub fn lock(&self, pattern: &str, mode: LockMode, ttl: Duration) -> Result<Lock, Error> {
+        let inner = &self.host.inner;
+        let request = LockRequest {
+            pattern: inner.workspace.lock_pattern(pattern)?,
+            owner: self.lock_owner().to_owned(),
+            session: self.session_id.clone(),
+            mode,
+            ttl,
+        };
+        let lock = inner.runtime.acquire_lock(&inner.workspace, &request)?;
+        let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The new lease supersedes any earlier token of this session on the same pattern.
+        held.retain(|kept| kept.fence != lock.fence && kept.pattern != lock.pattern);
+        held.push(lock.clone());
+        Ok(lock)
+    }
+
+    /// Release a lock this session holds.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if the owner holds no such lock.
+    pub fn unlock(&self, lock: &Lock) -> Result<(), Error> {
+        let inner = &self.host.inner;
+        let released = inner.runtime.release_lock(&inner.workspace, lock.fence, self.lock_owner());
+        // Released or not (it may have been reclaimed), the token is no longer this session's.
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|kept| kept.fence != lock.fence);
+        released.map(drop)
+    }
+
+    /// The locks this session acquired and has not released (some may have expired).
+    pub fn held_locks(&self) -> Vec<Lock> {
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    fn lock_owner(&self) -> &str {
+        self.owner.as_deref().unwrap_or(&self.session_id)
+    }
+
     /// The tools this session's role may call.
     pub fn tools(&self) -> Vec<&ToolInfo> {
         self.host.tools_for(&self.role)
@@ -285,6 +351,7 @@ impl Session {
     /// [`CallResult::output`].
     pub fn call(&self, tool: &str, args: &str) -> Result<CallResult, Error> {
         let inner = &self.host.inner;
+        let fences: Vec<u64> = self.held_locks().iter().map(|lock| lock.fence).collect();
         let outcome = inner.runtime.call(&CallRequest {
             workspace: &inner.workspace,
             role: &self.role,
@@ -292,12 +359,12 @@ impl Session {
             tool,
             args,
             approver: inner.approver.as_ref(),
-            owner: None,
-            fences: &[],
+            owner: self.owner.as_deref(),
+            fences: &fences,
         })?;
         Ok(CallResult {
             output: outcome.result,
-            warnings: Vec::new(),
+            warnings: outcome.warnings,
             call_id: outcome.call_id,
             denials: outcome.denials,
         })
