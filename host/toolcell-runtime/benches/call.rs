@@ -6,7 +6,12 @@
 //!   feature `bench-baseline`);
 //! - the same call through the guard without a policy (the workspace boundary only);
 //! - the same call with every filesystem call guarded by the default policy;
-//! - the same, also writing the audit trail.
+//! - the same, also writing the audit trail;
+//!
+//! and `write_file` of the same 4 KiB, to show what making each call a transaction costs
+//! against a plain write: native `std::fs::write`; through the host unguarded (the component's
+//! write, no journal); and governed, where the prior content is journaled (copied and synced)
+//! and the new content lands through a synced temporary file renamed into place.
 //!
 //! Each host call includes argument validation, a fresh store and instance (pooling allocator),
 //! the component's own work and output conversion. It prints p50/p99 and the ratios. Under `cargo test` (no `--bench` flag) it runs a few
@@ -72,15 +77,22 @@ fn main() {
         owner: None,
         fences: &[],
     };
+    let write_args = serde_json::json!({"path": "written.txt", "content": content}).to_string();
+    let write_request = CallRequest {
+        tool: "write_file",
+        args: &write_args,
+        ..request
+    };
     // One runtime at a time, as in production: each has its own engine, pool and epoch ticker,
     // and several alive at once would slow each other down.
-    let measure_runtime = |builder: RuntimeBuilder| {
+    let measure_call = |builder: RuntimeBuilder, request: &CallRequest<'_>| {
         let runtime = builder.build().expect("runtime builds");
         measure(iterations, || {
-            let outcome = runtime.call(&request).expect("call runs");
+            let outcome = runtime.call(request).expect("call runs");
             assert!(outcome.result.is_ok(), "{:?}", outcome.result);
         })
     };
+    let measure_runtime = |builder: RuntimeBuilder| measure_call(builder, &request);
 
     let native = measure(iterations, || {
         let text = std::fs::read_to_string(root.join("file.txt")).expect("read");
@@ -93,6 +105,18 @@ fn main() {
         builder()
             .policy("policies/default.toml", policy)
             .audit_dir(temp.path().join("state")),
+    );
+
+    let native_write = measure(iterations, || {
+        std::fs::write(root.join("native.txt"), &content).expect("write");
+    });
+    let write_baseline = measure_call(builder().without_filesystem_guard(), &write_request);
+    let write_governed = measure_call(builder().policy("policies/default.toml", policy), &write_request);
+    let write_audited = measure_call(
+        builder()
+            .policy("policies/default.toml", policy)
+            .audit_dir(temp.path().join("write-state")),
+        &write_request,
     );
 
     let mut out = std::io::stderr().lock();
@@ -121,6 +145,23 @@ fn main() {
         micros(with_audit.p50) - micros(governed.p50)
     );
     let _ = writeln!(out, "toolcell / native at p50: {:.1}x", micros(governed.p50) / micros(native.p50).max(0.001));
+
+    let _ = writeln!(out);
+    let _ = writeln!(out, "write_file of 4 KiB over an existing file, {iterations} iterations each");
+    let _ = writeln!(out, "{:<48} {:>10} {:>10} {:>10}", "", "p50", "p99", "mean");
+    for (name, stats) in [
+        ("native std::fs::write", &native_write),
+        ("toolcell, unguarded (plain write, no journal)", &write_baseline),
+        ("toolcell, governed transaction", &write_governed),
+        ("toolcell, governed transaction with audit", &write_audited),
+    ] {
+        let _ = writeln!(out, "{name:<48} {:>8.1}µs {:>8.1}µs {:>8.1}µs", micros(stats.p50), micros(stats.p99), micros(stats.mean));
+    }
+    let _ = writeln!(
+        out,
+        "transaction / plain write at p50: {:.2}x (journal, synced temporary file, rename)",
+        micros(write_governed.p50) / micros(write_baseline.p50).max(0.001)
+    );
 }
 
 fn micros(duration: Duration) -> f64 {

@@ -533,8 +533,8 @@ impl FsGuard {
         }
     }
 
-    /// Create the temporary sibling that will replace `path` (journaled, so that a rollback
-    /// or a recovery removes it), with the mode `path` has. Returns its workspace path.
+    /// Create the temporary sibling that will replace `path` (already journaled), with the
+    /// mode `path` has. Returns its workspace path.
     fn shadow(&mut self, path: &str) -> FsResult<String> {
         let (parent, name) = path.rsplit_once('/').map_or((None, path), |(parent, name)| (Some(parent), name));
         let Some(transaction) = self.transaction.as_ref() else {
@@ -545,7 +545,8 @@ impl FsGuard {
             Some(parent) => format!("{parent}/{temporary_name}"),
             None => temporary_name,
         };
-        self.journal("open-at", &temporary, |journal, root| journal.preserve(root, &temporary))?;
+        // Not journaled: a rollback removes every `SHADOW_PREFIX<call id>-*` file beside the
+        // journaled paths.
         let Some(root) = self.root.as_ref() else {
             return Err(FsError::from(ErrorCode::Access));
         };
@@ -563,20 +564,28 @@ impl FsGuard {
         Ok(temporary)
     }
 
-    /// If `path` is being rewritten through a temporary sibling, put the new content in place
-    /// now (another operation is about to touch it).
+    /// If `path`, or a file under it, is being rewritten through a temporary sibling, put the
+    /// new content in place now: another operation (on the file, or renaming or removing its
+    /// directory) is about to touch it.
     fn land(&mut self, path: &str) -> FsResult<()> {
         let Some(transaction) = self.transaction.as_mut() else {
             return Ok(());
         };
-        let Some(index) = transaction.shadows.iter().position(|(shadowed, _)| shadowed == path) else {
-            return Ok(());
+        let under = |shadowed: &str| {
+            path == "." || shadowed == path || shadowed.strip_prefix(path).is_some_and(|rest| rest.starts_with('/'))
         };
-        let (path, temporary) = transaction.shadows.remove(index);
+        if !transaction.shadows.iter().any(|(shadowed, _)| under(shadowed)) {
+            return Ok(());
+        }
+        let (landing, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut transaction.shadows).into_iter().partition(|(shadowed, _)| under(shadowed));
+        transaction.shadows = kept;
         let Some(root) = self.root.as_ref() else {
             return Ok(());
         };
-        land(root, &path, &temporary).map_err(|error| FsError::from(ErrorCode::from(error)))
+        for (path, temporary) in landing {
+            land(root, &path, &temporary).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        }
+        Ok(())
     }
 
     /// Put the rewritten files directly inside `directory` in place.

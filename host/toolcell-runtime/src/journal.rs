@@ -22,6 +22,8 @@ use serde::{Deserialize, Serialize};
 
 /// The manifest's file name in a journal directory.
 const MANIFEST: &str = "manifest.jsonl";
+/// Files up to this size are saved inside their step.
+const INLINE_BYTES: u64 = 16 * 1024;
 /// Prefix of a journal directory being set up (not yet holding any step).
 const BUILDING_PREFIX: &str = ".building-";
 /// A journal directory left half set up is removed after this long.
@@ -35,6 +37,14 @@ pub(crate) const RESTORE_PREFIX: &str = ".toolcell-restore-";
 pub(crate) enum Prior {
     /// Nothing was there.
     Absent,
+    /// A small regular file, its content in the step itself (hex), so that saving it costs
+    /// no file and no sync of its own.
+    Inline {
+        /// The content, hex-encoded.
+        hex: String,
+        /// The permission bits.
+        mode: u32,
+    },
     /// A regular file; its content is in the journal's blob `blob`.
     File {
         /// The blob's file name in the journal directory.
@@ -104,8 +114,8 @@ impl Journal {
         };
         let mut line = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
         line.push(b'\n');
+        // Synced with the first step, which follows at once.
         manifest.write_all(&line)?;
-        manifest.sync_data()?;
         let directory = journals.join(call_id);
         std::fs::rename(&building, &directory)?;
         File::open(journals)?.sync_all()?;
@@ -131,6 +141,10 @@ impl Journal {
                     .to_str()
                     .ok_or_else(|| std::io::Error::other("the symlink's target is not UTF-8"))?
                     .to_owned(),
+            },
+            Ok(metadata) if metadata.is_file() && metadata.len() <= INLINE_BYTES => Prior::Inline {
+                hex: crate::hex(&root.read(path)?),
+                mode: metadata.permissions().mode(),
             },
             Ok(metadata) if metadata.is_file() => {
                 self.blobs += 1;
@@ -184,7 +198,8 @@ impl Journal {
     /// (unlocked once this value is dropped) for the next start to replay, and the error names
     /// the path that could not be restored.
     pub(crate) fn rollback(self, root: &Dir) -> Result<usize, String> {
-        replay(root, &self.directory, &self.steps)?;
+        let call_id = self.directory.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        replay(root, &self.directory, &call_id, &self.steps)?;
         let count = self.steps.len();
         self.discard();
         Ok(count)
@@ -204,25 +219,52 @@ impl Journal {
     }
 }
 
-/// Restore each step's path, newest first.
-fn replay(root: &Dir, directory: &Path, steps: &[Step]) -> Result<(), String> {
+/// Remove the temporary files the call's whole-file rewrites left beside its paths (they may
+/// stand in a directory the replay must remove), then restore each step's path, newest first.
+fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]) -> Result<(), String> {
+    let prefix = format!("{}{call_id}-", crate::guard::SHADOW_PREFIX);
+    let mut parents: Vec<&str> = steps.iter().map(|step| step.path.rsplit_once('/').map_or(".", |(parent, _)| parent)).collect();
+    parents.sort_unstable();
+    parents.dedup();
+    for parent in parents {
+        let Ok(entries) = root.read_dir(parent) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with(&prefix) {
+                let path = if parent == "." { PathBuf::from(&name) } else { Path::new(parent).join(&name) };
+                root.remove_file(&path).map_err(|error| format!("`{}`: {error}", path.display()))?;
+            }
+        }
+    }
     for step in steps.iter().rev() {
         restore(root, directory, step).map_err(|error| format!("`{}`: {error}", step.path))?;
     }
     Ok(())
 }
 
+/// Restore one step's path to its prior state.
 pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()> {
     let path = step.path.as_str();
     match &step.prior {
         Prior::Absent => remove(root, path),
-        Prior::File { blob, mode } => {
+        Prior::File { .. } | Prior::Inline { .. } => {
             let (parent, name) = path.rsplit_once('/').unwrap_or((".", path));
             let temporary = format!("{parent}/{RESTORE_PREFIX}{name}");
             let _ = root.remove_file(&temporary);
-            let mut source = File::open(directory.join(blob))?;
             let mut file = root.create(&temporary)?;
-            std::io::copy(&mut source, &mut file)?;
+            let mode = match &step.prior {
+                Prior::File { blob, mode } => {
+                    std::io::copy(&mut File::open(directory.join(blob))?, &mut file)?;
+                    mode
+                }
+                Prior::Inline { hex, mode } => {
+                    file.write_all(&unhex(hex)?)?;
+                    mode
+                }
+                _ => unreachable!("matched above"),
+            };
             file.set_permissions(cap_std::fs::Permissions::from_mode(*mode))?;
             file.sync_data()?;
             if root.symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir()) {
@@ -252,6 +294,18 @@ pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Res
             Ok(())
         }
     }
+}
+
+/// Decode a step's hex content.
+pub(crate) fn unhex(hex: &str) -> std::io::Result<Vec<u8>> {
+    let invalid = || std::io::Error::new(std::io::ErrorKind::InvalidData, "a journal step's content is not hex");
+    if hex.len() % 2 != 0 {
+        return Err(invalid());
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|index| hex.get(index..index + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()).ok_or_else(invalid))
+        .collect()
 }
 
 /// Remove whatever is at `path` (a directory only if empty: anything in it the call did not
@@ -340,7 +394,7 @@ fn recover_one(directory: &Path, manifest: File) -> Recovery {
             return recovery;
         }
     };
-    match replay(&root, directory, &steps) {
+    match replay(&root, directory, &recovery.call_id, &steps) {
         Ok(()) => {
             let _ = std::fs::remove_file(directory.join(MANIFEST));
             let _ = std::fs::remove_dir_all(directory);

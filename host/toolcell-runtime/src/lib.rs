@@ -925,6 +925,7 @@ impl Runtime {
                 request.session_id,
                 request.workspace.root(),
                 root,
+                &transaction.seen,
                 transaction.tracked_reads(),
                 modified,
             );

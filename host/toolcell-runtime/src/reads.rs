@@ -92,10 +92,16 @@ pub(crate) fn hash_of(root: &Dir, path: &str) -> Option<String> {
 pub(crate) type SessionReads = HashMap<String, Version>;
 
 /// Every session's reads.
+/// A session file's size, modification time and inode (it is replaced by rename, so a new
+/// version is a new inode).
+type Stamp = (u64, std::time::SystemTime, u64);
+
 #[derive(Debug)]
 pub(crate) struct ReadTracker {
     directory: Option<PathBuf>,
-    sessions: Mutex<HashMap<String, Arc<SessionReads>>>,
+    /// Each session's versions, with the size and modification time of its file when it was
+    /// read (so that an unchanged file is not parsed again).
+    sessions: Mutex<HashMap<String, (Option<Stamp>, Arc<SessionReads>)>>,
 }
 
 impl ReadTracker {
@@ -116,63 +122,88 @@ impl ReadTracker {
 
     /// The versions `session` has seen in `workspace`.
     pub(crate) fn load(&self, session: &str, workspace: &Path) -> Arc<SessionReads> {
-        let key = Self::key(session, workspace);
-        if let Some(directory) = &self.directory {
-            // Another process may have updated it: the file is the truth.
-            return Arc::new(
-                std::fs::read(directory.join(format!("{key}.json")))
-                    .ok()
-                    .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-                    .unwrap_or_default(),
-            );
+        self.load_key(&Self::key(session, workspace))
+    }
+
+    fn load_key(&self, key: &str) -> Arc<SessionReads> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(directory) = &self.directory else {
+            return sessions.get(key).map(|(_, reads)| Arc::clone(reads)).unwrap_or_default();
+        };
+        // Another process may have updated the file: it is the truth, when it changed.
+        let path = directory.join(format!("{key}.json"));
+        let stamp = std::fs::metadata(&path).ok().and_then(|metadata| {
+            use std::os::unix::fs::MetadataExt;
+            Some((metadata.len(), metadata.modified().ok()?, metadata.ino()))
+        });
+        if let Some((cached, reads)) = sessions.get(key)
+            && *cached == stamp
+        {
+            return Arc::clone(reads);
         }
-        let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        sessions.get(&key).cloned().unwrap_or_default()
+        let reads: Arc<SessionReads> = Arc::new(
+            std::fs::read(&path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+                .unwrap_or_default(),
+        );
+        sessions.insert(key.to_owned(), (stamp, Arc::clone(&reads)));
+        reads
     }
 
     /// After a call: record the files it read (with their versions when opened) and the
-    /// current versions of the files it modified.
+    /// current versions of the files it modified. `seen` is what the session had seen when the
+    /// call started; nothing is written if the call taught it nothing new.
     pub(crate) fn update(
         &self,
         session: &str,
         workspace: &Path,
         root: &Dir,
+        seen: &SessionReads,
         reads: &[(String, Version)],
         modified: &[String],
     ) -> std::io::Result<()> {
-        if reads.is_empty() && modified.is_empty() {
-            return Ok(());
-        }
-        let key = Self::key(session, workspace);
         let hash = reads.len() + modified.len() <= MAX_TRACKED_READS;
-        let mut seen = (*self.load(session, workspace)).clone();
+        let known = |path: &str, version: &Version| {
+            seen.get(path).is_some_and(|old| old.same_metadata(version) && (old.sha256.is_some() || !hash))
+        };
+        let mut changes: Vec<(&str, Option<Version>)> = Vec::new();
         for (path, version) in reads {
-            // What the session saw is what it read, if the file has not changed since.
-            let version = if hash { version.clone().with_hash(root, path) } else { version.clone() };
-            seen.insert(path.clone(), version);
+            if !known(path, version) {
+                // What the session saw is what it read, if the file has not changed since.
+                changes.push((path, Some(if hash { version.clone().with_hash(root, path) } else { version.clone() })));
+            }
         }
         for path in modified {
             match Version::stat(root, path) {
-                Some(version) => {
-                    let version = if hash { version.with_hash(root, path) } else { version };
-                    seen.insert(path.clone(), version);
-                }
-                None => {
-                    seen.remove(path);
-                }
+                Some(version) if known(path, &version) => {}
+                Some(version) => changes.push((path, Some(if hash { version.with_hash(root, path) } else { version }))),
+                None if seen.contains_key(path.as_str()) => changes.push((path, None)),
+                None => {}
             }
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let key = Self::key(session, workspace);
+        let mut updated = (*self.load_key(&key)).clone();
+        for (path, version) in changes {
+            match version {
+                Some(version) => updated.insert(path.to_owned(), version),
+                None => updated.remove(path),
+            };
         }
         match &self.directory {
             Some(directory) => {
                 std::fs::create_dir_all(directory)?;
                 let path = directory.join(format!("{key}.json"));
                 let temporary = directory.join(format!("{key}.json.{}", std::process::id()));
-                std::fs::write(&temporary, serde_json::to_vec(&seen).map_err(std::io::Error::other)?)?;
+                std::fs::write(&temporary, serde_json::to_vec(&updated).map_err(std::io::Error::other)?)?;
                 std::fs::rename(temporary, path)
             }
             None => {
                 let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                sessions.insert(key, Arc::new(seen));
+                sessions.insert(key, (None, Arc::new(updated)));
                 Ok(())
             }
         }

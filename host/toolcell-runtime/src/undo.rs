@@ -98,6 +98,13 @@ impl UndoStore {
                     std::fs::rename(journal_dir.join(blob), directory.join(&kept))?;
                     Prior::File { blob: kept, mode: *mode }
                 }
+                // Kept as a blob too: the index stays small.
+                Prior::Inline { hex, mode } => {
+                    index.next_blob += 1;
+                    let kept = index.next_blob.to_string();
+                    std::fs::write(directory.join(&kept), crate::journal::unhex(hex)?)?;
+                    Prior::File { blob: kept, mode: *mode }
+                }
                 _ => continue,
             };
             index.entries.push(UndoEntry {

@@ -404,4 +404,19 @@ fn whole_file_writes_land_at_once_with_their_mode() {
     let structured = outcome.result.expect("ok").structured.expect("structured");
     assert_eq!(structured[1]["value"], "third");
     assert_eq!(structured[3]["value"], "third+more");
+    // A file written in a directory that is then renamed or removed lands first.
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [
+        {"op": "mkdir", "path": "d/inner"},
+        {"op": "write", "path": "d/inner/f.txt", "content": "in d"},
+        {"op": "rename", "path": "d", "to": "e"},
+        {"op": "mkdir", "path": "gone"},
+        {"op": "write", "path": "gone/g.txt", "content": "short-lived"},
+        {"op": "remove", "path": "gone/g.txt"},
+        {"op": "rmdir", "path": "gone"},
+    ]}), None);
+    let structured = outcome.result.expect("ok").structured.expect("structured");
+    assert!(structured.as_array().expect("results").iter().all(|result| result["ok"] == true), "{structured}");
+    assert_eq!(fixture.read_text("e/inner/f.txt"), "in d");
+    assert!(!fixture.root().join("gone").exists());
+    assert!(fixture.snapshot().iter().all(|(path, _)| !path.contains(".toolcell-")), "{:?}", fixture.snapshot());
 }
