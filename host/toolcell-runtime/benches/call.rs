@@ -85,23 +85,29 @@ fn main() {
     };
     // One runtime at a time, as in production: each has its own engine, pool and epoch ticker,
     // and several alive at once would slow each other down.
-    let measure_call = |builder: RuntimeBuilder, request: &CallRequest<'_>| {
+    // `--only WORD` measures only the runtimes whose label contains WORD (for profiling one).
+    let only: Option<String> = std::env::args().skip_while(|arg| arg != "--only").nth(1);
+    let measure_call = |label: &str, builder: RuntimeBuilder, request: &CallRequest<'_>| {
+        if only.as_ref().is_some_and(|only| !format!("{} {label}", request.tool).contains(only.as_str())) {
+            return Stats { p50: Duration::ZERO, p99: Duration::ZERO, mean: Duration::ZERO };
+        }
         let runtime = builder.build().expect("runtime builds");
         measure(iterations, || {
             let outcome = runtime.call(request).expect("call runs");
             assert!(outcome.result.is_ok(), "{:?}", outcome.result);
         })
     };
-    let measure_runtime = |builder: RuntimeBuilder| measure_call(builder, &request);
+    let measure_runtime = |label: &str, builder: RuntimeBuilder| measure_call(label, builder, &request);
 
     let native = measure(iterations, || {
         let text = std::fs::read_to_string(root.join("file.txt")).expect("read");
         assert_eq!(text.len(), 4096);
     });
-    let baseline = measure_runtime(builder().without_filesystem_guard());
-    let boundary_only = measure_runtime(builder());
-    let governed = measure_runtime(builder().policy("policies/default.toml", policy));
+    let baseline = measure_runtime("unguarded", builder().without_filesystem_guard());
+    let boundary_only = measure_runtime("boundary", builder());
+    let governed = measure_runtime("governed", builder().policy("policies/default.toml", policy));
     let with_audit = measure_runtime(
+        "audited",
         builder()
             .policy("policies/default.toml", policy)
             .audit_dir(temp.path().join("state")),
@@ -110,9 +116,10 @@ fn main() {
     let native_write = measure(iterations, || {
         std::fs::write(root.join("native.txt"), &content).expect("write");
     });
-    let write_baseline = measure_call(builder().without_filesystem_guard(), &write_request);
-    let write_governed = measure_call(builder().policy("policies/default.toml", policy), &write_request);
+    let write_baseline = measure_call("unguarded", builder().without_filesystem_guard(), &write_request);
+    let write_governed = measure_call("governed", builder().policy("policies/default.toml", policy), &write_request);
     let write_audited = measure_call(
+        "audited",
         builder()
             .policy("policies/default.toml", policy)
             .audit_dir(temp.path().join("write-state")),

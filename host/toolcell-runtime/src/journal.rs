@@ -299,13 +299,12 @@ pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Res
 /// Decode a step's hex content.
 pub(crate) fn unhex(hex: &str) -> std::io::Result<Vec<u8>> {
     let invalid = || std::io::Error::new(std::io::ErrorKind::InvalidData, "a journal step's content is not hex");
-    if hex.len() % 2 != 0 {
+    let digit = |byte: u8| char::from(byte).to_digit(16).and_then(|value| u8::try_from(value).ok()).ok_or_else(invalid);
+    let bytes = hex.as_bytes();
+    if bytes.len() % 2 != 0 {
         return Err(invalid());
     }
-    (0..hex.len())
-        .step_by(2)
-        .map(|index| hex.get(index..index + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()).ok_or_else(invalid))
-        .collect()
+    bytes.chunks_exact(2).map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?)).collect()
 }
 
 /// Remove whatever is at `path` (a directory only if empty: anything in it the call did not

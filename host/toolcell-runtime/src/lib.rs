@@ -1141,7 +1141,13 @@ fn convert_error(error: bindings::toolcell::tool::types::ToolError) -> ToolError
 
 /// Lowercase hex of a digest.
 pub(crate) fn hex(digest: &[u8]) -> String {
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
 }
 
 /// A call id unique across calls and processes: time, process and a counter.
