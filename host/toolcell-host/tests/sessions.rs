@@ -24,8 +24,8 @@ fn a_sessions_lock_keeps_other_sessions_out_until_released() {
     let alice = host.session("impl", "s-alice").expect("session").with_owner("CHAIN-039");
     let bob = host.session("impl", "s-bob").expect("session");
     let lock = alice.lock("src/**", LockMode::Exclusive, Duration::from_secs(60)).expect("locked");
-    assert_eq!(host.locks().expect("locks"), [lock.clone()]);
-    assert_eq!(alice.held_locks(), [lock.clone()]);
+    assert_eq!(host.locks().expect("locks"), std::slice::from_ref(&lock));
+    assert_eq!(alice.held_locks(), std::slice::from_ref(&lock));
 
     let refused = bob.call("write_file", r#"{"path": "src/a.rs", "content": "bob"}"#).expect("call");
     let error = refused.output.expect_err("locked");
@@ -62,7 +62,7 @@ fn a_session_whose_lease_lapsed_cannot_write() {
     assert_eq!(std::fs::read_to_string(base.path().join("repo/src/a.rs")).expect("read"), "fn a() {}\n");
     // Locking again restores its right to write.
     let lock = session.lock("src/a.rs", LockMode::Exclusive, Duration::from_secs(60)).expect("locked again");
-    assert_eq!(session.held_locks(), [lock.clone()]);
+    assert_eq!(session.held_locks(), std::slice::from_ref(&lock));
     assert!(session.call("write_file", r#"{"path": "src/a.rs", "content": "on time"}"#).expect("call").output.is_ok());
     session.unlock(&lock).expect("released");
 }

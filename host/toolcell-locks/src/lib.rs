@@ -402,7 +402,7 @@ impl LockTable {
                 .filter(move |lock| lock.owner == owner && lock.is_live(now_ms) == live && lock.covers(path))
         };
         if own(true).next().is_none()
-            && let Some(expired) = own(false).last()
+            && let Some(expired) = own(false).next_back()
         {
             return Err(Refusal::Fenced {
                 fence: expired.fence,

@@ -110,7 +110,7 @@ pub(crate) struct Transaction {
 }
 
 impl Transaction {
-    #[allow(clippy::too_many_arguments, reason = "one constructor for one struct; every field is needed")]
+    #[expect(clippy::too_many_arguments, reason = "one constructor for one struct; every field is needed")]
     pub(crate) fn new(
         locks: Arc<LockStore>,
         owner: String,

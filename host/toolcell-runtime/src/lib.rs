@@ -758,7 +758,7 @@ impl Runtime {
 
     /// Instantiate `pre` in a fresh store with `guard` on its filesystem and run one call.
     /// Fills the result, the trap flag, notes and stdio of `outcome`; returns the guard.
-    #[allow(clippy::too_many_arguments, reason = "the parts of one call, borrowed from different owners")]
+    #[expect(clippy::too_many_arguments, reason = "the parts of one call, borrowed from different owners")]
     fn run_component(
         &self,
         pre: &bindings::PluginPre<CallState>,

@@ -96,12 +96,15 @@ pub(crate) type SessionReads = HashMap<String, Version>;
 /// version is a new inode).
 type Stamp = (u64, std::time::SystemTime, u64);
 
+/// A session's versions, and the stamp of the file they were read from (`None` in memory).
+type Cached = (Option<Stamp>, Arc<SessionReads>);
+
 #[derive(Debug)]
 pub(crate) struct ReadTracker {
     directory: Option<PathBuf>,
     /// Each session's versions, with the size and modification time of its file when it was
     /// read (so that an unchanged file is not parsed again).
-    sessions: Mutex<HashMap<String, (Option<Stamp>, Arc<SessionReads>)>>,
+    sessions: Mutex<HashMap<String, Cached>>,
 }
 
 impl ReadTracker {

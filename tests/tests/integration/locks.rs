@@ -204,8 +204,10 @@ fn concurrent_sessions_lose_no_update() {
                 scope.spawn(move || increment(runtime, &fixture.workspace, &format!("thread-{index}")))
             })
             .collect();
-        let threads_ok = workers.into_iter().map(|worker| worker.join().is_ok()).fold(true, |all, ok| all && ok);
-        let processes_ok = children.into_iter().map(|mut child| child.wait().is_ok_and(|status| status.success())).fold(true, |all, ok| all && ok);
+        // Every worker is waited for, whatever the others did.
+        let threads: Vec<bool> = workers.into_iter().map(|worker| worker.join().is_ok()).collect();
+        let processes: Vec<bool> = children.into_iter().map(|mut child| child.wait().is_ok_and(|status| status.success())).collect();
+        let (threads_ok, processes_ok) = (threads.iter().all(|ok| *ok), processes.iter().all(|ok| *ok));
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         assert!(reader.join().expect("the reader failed") > 0);
         assert!(threads_ok, "a worker thread failed");

@@ -2,7 +2,7 @@
 //! refused part-way or fails a validator leaves the workspace byte-identical; a host killed
 //! mid-call is rolled back by the next start; `undo_edit` restores a session's last change.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write as _};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -299,7 +299,9 @@ fn killed_host_child() {
     };
     let runtime = runtime_with_policy(TEST_POLICY, Some(state.as_ref()));
     let workspace = toolcell_runtime::Workspace::open(workspace.as_ref()).expect("workspace");
-    println!("CALLING");
+    // Straight to the real stdout, which the parent reads (not the test harness's capture).
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "CALLING").and_then(|()| stdout.flush()).expect("report to the parent");
     let args = slow_changes().to_string();
     let outcome = runtime
         .call(&toolcell_runtime::CallRequest {
@@ -313,7 +315,7 @@ fn killed_host_child() {
             fences: &[],
         })
         .expect("call");
-    println!("DONE {}", outcome.result.is_ok());
+    writeln!(stdout, "DONE {}", outcome.result.is_ok()).expect("report to the parent");
 }
 
 #[test]
