@@ -191,7 +191,8 @@ tools = ["write_file"]
 fn read_before_write_mode_and_validators_parse() {
     let policy = default_policy();
     assert_eq!(policy.read_before_write(), ReadBeforeWrite::Warn);
-    assert!(policy.validators().is_empty());
+    let ids: Vec<&str> = policy.validators().iter().map(Validator::id).collect();
+    assert_eq!(ids, ["json-syntax", "toml-syntax"]);
     let text = format!(
         "version = 1\n[writes]\nread_before_write = \"refuse\"\n\n[[validators]]\nid = \"json-syntax\"\npaths = [\"**/*.json\"]\ncheck = \"json\"\n\n[[validators]]\npaths = [\"Cargo.toml\"]\ncheck = \"toml\"\n\n[[validators]]\npaths = [\"src/**\"]\ntool = \"edit_file\"\n{MINIMAL_ROLE}"
     );

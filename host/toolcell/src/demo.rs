@@ -1,5 +1,6 @@
 //! `toolcell demo`: a short scripted agent session over a fresh workspace, through every
-//! built-in tool, as MCP clients of `toolcell mcp` servers: refusals included.
+//! built-in tool, as MCP clients of `toolcell mcp` servers: refusals, a rolled-back write,
+//! locks and undo included.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -28,6 +29,11 @@ fn script() -> Vec<(&'static str, &'static str, Value)> {
         ("impl", "edit_file", json!({"path": "src/main.rs", "old_string": "\"world\"", "new_string": "\"toolcell\""})),
         ("impl", "search_files", json!({"query": "print", "output_mode": "content", "context": 1})),
         ("impl", "edit_file", json!({"path": "src/main.rs", "old_string": "not in the file", "new_string": "x"})),
+        // Locks keep other agents out; a write that fails validation is rolled back; undo.
+        ("impl", "lock_files", json!({"paths": ["src/**"], "ttl_seconds": 60})),
+        ("impl", "write_file", json!({"path": "config.json", "content": "{\"name\": \"demo\""})),
+        ("impl", "undo_edit", json!({"path": "src/main.rs"})),
+        ("impl", "unlock_files", json!({})),
         // Refused: the workspace boundary, the policy's read-only docs, and tool gating.
         ("impl", "read_file", json!({"path": "../../etc/passwd"})),
         ("impl", "write_file", json!({"path": "docs/guide.md", "content": GUIDE})),

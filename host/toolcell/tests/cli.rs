@@ -152,8 +152,13 @@ fn demo_runs_a_whole_session() {
     assert!(run.stdout.contains("error denied: `../../etc/passwd` leaves the workspace"), "{}", run.stdout);
     assert!(run.stdout.contains("by rule `docs-read-only`"), "{}", run.stdout);
     assert!(run.stdout.contains("role `control` may not call `write_file`"), "{}", run.stdout);
+    assert!(run.stdout.contains("Locked `src/**` (exclusive, token "), "{}", run.stdout);
+    assert!(run.stdout.contains("failed the validator `json-syntax`"), "{}", run.stdout);
+    assert!(run.stdout.contains("every change this call made was rolled back"), "{}", run.stdout);
+    assert!(!demo.join("config.json").exists());
+    // The edit to "toolcell" was undone.
     let main = std::fs::read_to_string(demo.join("src/main.rs")).expect("demo wrote src/main.rs");
-    assert!(main.contains("\"toolcell\""), "{main}");
+    assert_eq!(main, "fn main() {\n    let name = \"world\";\n    println!(\"Hello, {name}!\");\n}\n");
 }
 
 #[test]
@@ -193,8 +198,8 @@ fn policy_explain_names_the_deciding_rule() {
         ]
         .concat(),
         @r"
-    deny: write of `docs/guide.md` by role `impl` (rule `docs-read-only`, policies/default.toml (built in) line 50)
-    allow: write of `src/main.rs` by role `impl` (rule `impl-write`, policies/default.toml (built in) line 44)
+    deny: write of `docs/guide.md` by role `impl` (rule `docs-read-only`, policies/default.toml (built in) line 68)
+    allow: write of `src/main.rs` by role `impl` (rule `impl-write`, policies/default.toml (built in) line 62)
     deny: write of `src/main.rs` by role `control` (rule `default-deny`)
     deny: delete of `.git/HEAD` by role `impl` (rule `protected:.git/**`)
     deny: `../outside` is outside the workspace (rule `workspace-boundary`)
