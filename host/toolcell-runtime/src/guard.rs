@@ -777,6 +777,41 @@ impl FsGuard {
         }
     }
 
+    /// Refuse to open a FIFO, socket or device: opening or reading one can block the host
+    /// beyond any deadline, and no file tool needs one.
+    fn check_openable(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
+        use cap_std::fs::FileTypeExt;
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        let Ok(metadata) = root.metadata(path) else {
+            return Ok(());
+        };
+        let file_type = metadata.file_type();
+        let kind = if file_type.is_fifo() {
+            "a FIFO"
+        } else if file_type.is_socket() {
+            "a socket"
+        } else if file_type.is_char_device() || file_type.is_block_device() {
+            "a device"
+        } else {
+            return Ok(());
+        };
+        let event = FsEvent {
+            operation,
+            path: path.to_owned(),
+            access,
+            effect: Effect::Deny,
+            rule: "special-file".to_owned(),
+            asked: false,
+        };
+        let message = format!(
+            "`{}` is {kind}, which tools may not open (it could block the host): only regular files and directories can be opened",
+            escape_control(path)
+        );
+        Err(self.refuse(event, message))
+    }
+
     /// Refuse a write through a file with several hard links: the other names may lie where the
     /// role may not write.
     fn check_single_link(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
@@ -1072,6 +1107,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             self.guard.check_at("open-at", &fd, &path, follows(path_flags), access)?
         };
         self.guard.land(&canonical)?;
+        self.guard.check_openable("open-at", &canonical, access)?;
         if access == Access::Write {
             self.guard.check_single_link("open-at", &canonical)?;
             self.guard.before_mutation("open-at", &canonical, true)?;

@@ -342,6 +342,7 @@ fn describe_tool(
             max_bytes: engine::MAX_MEMORY_BYTES,
             refused: false,
         },
+        deadline: Instant::now() + DESCRIBE_DEADLINE,
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
@@ -791,6 +792,7 @@ impl Runtime {
                 max_bytes: self.limits.memory_bytes,
                 refused: false,
             },
+            deadline: Instant::now() + self.limits.deadline,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
@@ -801,7 +803,14 @@ impl Runtime {
         let plugin = pre.instantiate(&mut store).map_err(host_error)?;
         let returned = plugin.toolcell_tool_tool().call_call(&mut store, args);
         let memory_refused = store.data().limiter.refused;
+        // Waits in the host end at the deadline (plus a tick) and return to the component; one
+        // that then returns before the next epoch check still ran past its deadline.
+        let overran = Instant::now() >= store.data().deadline + EPOCH_TICK;
         outcome.result = match returned {
+            Ok(_) if overran => {
+                outcome.trapped = true;
+                Err(self.deadline_error(tool))
+            }
             Ok(Ok(output)) => convert_output(tool, output, self.limits.output_bytes),
             Ok(Err(_)) | Err(_) if memory_refused => {
                 outcome.trapped = returned.is_err();
@@ -816,13 +825,7 @@ impl Runtime {
             Ok(Err(error)) => Err(convert_error(error)),
             Err(trap) if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) => {
                 outcome.trapped = true;
-                Err(ToolError::new(
-                    ToolErrorKind::Failed,
-                    format!(
-                        "`{tool}` ran past its deadline of {:.1} s and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise the limit).",
-                        self.limits.deadline.as_secs_f64()
-                    ),
-                ))
+                Err(self.deadline_error(tool))
             }
             Err(trap) => {
                 outcome.trapped = true;
@@ -840,6 +843,16 @@ impl Runtime {
         outcome.stdout = stdout.take();
         outcome.stderr = stderr.take();
         Ok(state.guard)
+    }
+
+    fn deadline_error(&self, tool: &str) -> ToolError {
+        ToolError::new(
+            ToolErrorKind::Failed,
+            format!(
+                "`{tool}` ran past its deadline of {:.1} s and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise the limit).",
+                self.limits.deadline.as_secs_f64()
+            ),
+        )
     }
 
     fn audit_sink(&self, request: &CallRequest<'_>, call_id: &str) -> Option<AuditSink> {

@@ -25,6 +25,8 @@ pub(crate) struct CallState {
     pub(crate) context: CallContext,
     pub(crate) guard: FsGuard,
     pub(crate) limiter: crate::limits::MemoryLimiter,
+    /// When the call's deadline passes: no wait on a clock may last beyond it.
+    pub(crate) deadline: std::time::Instant,
 }
 
 impl WasiView for CallState {
@@ -113,6 +115,50 @@ fn unguarded_filesystem(state: &mut CallState) -> wasmtime_wasi::filesystem::Was
     }
 }
 
+struct HasDeadlineClock;
+
+impl HasData for HasDeadlineClock {
+    type Data<'a> = DeadlineClock<'a>;
+}
+
+/// wasmtime-wasi's monotonic clock, except that a subscription never waits past the call's
+/// deadline. Epoch interruption cannot stop a component while the host is blocked in a wait
+/// on its behalf (`std::thread::sleep`, a poll with a long timeout); clamping the wait hands
+/// control back at the deadline, and the epoch check then stops the component.
+struct DeadlineClock<'a> {
+    inner: wasmtime_wasi::clocks::WasiClocksCtxView<'a>,
+    deadline: std::time::Instant,
+}
+
+impl DeadlineClock<'_> {
+    /// Nanoseconds until the deadline (at least one tick, so that a wait ends after it).
+    fn remaining(&self) -> u64 {
+        let left = self.deadline.saturating_duration_since(std::time::Instant::now()) + crate::limits::EPOCH_TICK;
+        u64::try_from(left.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+impl wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host for DeadlineClock<'_> {
+    fn now(&mut self) -> wasmtime::Result<u64> {
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::now(&mut self.inner)
+    }
+
+    fn resolution(&mut self) -> wasmtime::Result<u64> {
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::resolution(&mut self.inner)
+    }
+
+    fn subscribe_instant(&mut self, when: u64) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>> {
+        let now = wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::now(&mut self.inner)?;
+        let latest = now.saturating_add(self.remaining());
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::subscribe_instant(&mut self.inner, when.min(latest))
+    }
+
+    fn subscribe_duration(&mut self, duration: u64) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>> {
+        let clamped = duration.min(self.remaining());
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::subscribe_duration(&mut self.inner, clamped)
+    }
+}
+
 struct HasTable;
 
 impl HasData for HasTable {
@@ -139,8 +185,12 @@ pub(crate) fn linker(engine: &Engine, guarded: bool) -> Result<Linker<CallState>
     link(clocks::wall_clock::add_to_linker::<CallState, WasiClocks>(l, |state| {
         wasmtime_wasi::clocks::WasiClocksView::clocks(state)
     }))?;
-    link(clocks::monotonic_clock::add_to_linker::<CallState, WasiClocks>(l, |state| {
-        wasmtime_wasi::clocks::WasiClocksView::clocks(state)
+    link(clocks::monotonic_clock::add_to_linker::<CallState, HasDeadlineClock>(l, |state| {
+        let deadline = state.deadline;
+        DeadlineClock {
+            inner: wasmtime_wasi::clocks::WasiClocksView::clocks(state),
+            deadline,
+        }
     }))?;
     link(random::random::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
     link(random::insecure::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;

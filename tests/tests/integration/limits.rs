@@ -13,6 +13,7 @@ const DEADLINE: Duration = Duration::from_millis(300);
 fn limited() -> Runtime {
     builtin_runtime_builder()
         .component("test:misbehave", guest_program("misbehave"))
+        .component("test:fs_probe", guest_program("fs_probe"))
         .limits(Limits {
             deadline: DEADLINE,
             memory_bytes: 64 << 20,
@@ -42,6 +43,44 @@ fn an_infinite_loop_is_stopped_at_its_deadline() {
     // Generous: the point is that it stops at all, not how fast this machine is (the guarantee
     // is within one tick of the deadline).
     assert!(elapsed < DEADLINE + Duration::from_secs(5), "took {elapsed:?}");
+    still_serves(&fixture, &runtime);
+}
+
+#[test]
+fn a_component_waiting_in_the_host_is_cut_off_at_its_deadline() {
+    // `std::thread::sleep` blocks inside the host (a wait on a clock), where epoch
+    // interruption cannot reach: the host ends every wait at the deadline.
+    let fixture = Fixture::new();
+    let runtime = limited();
+    let started = Instant::now();
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [
+        {"op": "write", "path": "before-the-wait.txt", "content": "x"},
+        {"op": "sleep", "content": "60000"},
+    ]}), None);
+    let elapsed = started.elapsed();
+    assert!(outcome.trapped);
+    let error = outcome.result.expect_err("stopped");
+    assert!(error.message.contains("ran past its deadline of 0.3 s"), "{}", error.message);
+    assert!(error.message.contains("rolled back"), "{}", error.message);
+    assert!(!fixture.root().join("before-the-wait.txt").exists());
+    assert!(elapsed >= DEADLINE, "stopped before its deadline: {elapsed:?}");
+    assert!(elapsed < DEADLINE + Duration::from_secs(5), "took {elapsed:?}");
+    still_serves(&fixture, &runtime);
+}
+
+#[test]
+fn fifos_are_refused_instead_of_blocking_the_host() {
+    let fixture = Fixture::new();
+    let status = std::process::Command::new("mkfifo").arg(fixture.root().join("pipe")).status().expect("run mkfifo");
+    assert!(status.success());
+    let runtime = limited();
+    for op in ["read", "write", "append"] {
+        let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": op, "path": "pipe", "content": "x"}]}), None);
+        let error = outcome.result.expect_err("refused");
+        assert_eq!(error.kind, ToolErrorKind::Denied, "{op}");
+        assert!(error.message.contains("`pipe` is a FIFO, which tools may not open"), "{op}: {}", error.message);
+        assert_eq!(outcome.denials[0].event.rule, "special-file");
+    }
     still_serves(&fixture, &runtime);
 }
 
