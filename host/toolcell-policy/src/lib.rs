@@ -147,6 +147,31 @@ pub struct Policy {
     protected: Vec<Protected>,
     read_before_write: ReadBeforeWrite,
     validators: Vec<Validator>,
+    limits: Limits,
+    tool_limits: BTreeMap<String, Limits>,
+}
+
+/// Per-call limits a policy sets (`[limits]`, and `[limits.tools.NAME]` for one tool); a limit
+/// it leaves out is the host's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock deadline (`deadline_ms`).
+    pub deadline: Option<std::time::Duration>,
+    /// Linear memory cap in bytes (`memory_mib`).
+    pub memory_bytes: Option<usize>,
+    /// Output cap in bytes (`output_kib`).
+    pub output_bytes: Option<usize>,
+}
+
+impl Limits {
+    /// These limits, with `other`'s wherever it sets one.
+    pub fn overridden_by(self, other: Limits) -> Limits {
+        Limits {
+            deadline: other.deadline.or(self.deadline),
+            memory_bytes: other.memory_bytes.or(self.memory_bytes),
+            output_bytes: other.output_bytes.or(self.output_bytes),
+        }
+    }
 }
 
 /// What happens when a session modifies an existing file it has not read (`[writes]
@@ -277,7 +302,19 @@ struct RawPolicy {
     #[serde(default)]
     writes: Option<RawWrites>,
     #[serde(default)]
+    limits: Option<RawLimits>,
+    #[serde(default)]
     validators: Vec<Spanned<RawValidator>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    deadline_ms: Option<Spanned<i64>>,
+    memory_mib: Option<Spanned<i64>>,
+    output_kib: Option<Spanned<i64>>,
+    #[serde(default)]
+    tools: BTreeMap<Spanned<String>, RawLimits>,
 }
 
 #[derive(Deserialize)]
@@ -458,18 +495,44 @@ impl Policy {
             }
             validators.push(Validator { id, line, globs, check });
         }
+        let raw_limits = raw.limits.unwrap_or_default();
+        let limits = compile_limits(&raw_limits, "[limits]").map_err(|(span, reason)| error(span, reason))?;
+        let mut tool_limits = BTreeMap::new();
+        for (tool, raw_tool) in &raw_limits.tools {
+            if !known_tools.contains(&tool.get_ref().as_str()) {
+                return Err(error(
+                    Some(tool.span()),
+                    format!("`[limits.tools.{}]` names an unknown tool; the tools are: {}", tool.get_ref().escape_default(), known_tools.join(", ")),
+                ));
+            }
+            if !raw_tool.tools.is_empty() {
+                return Err(error(Some(tool.span()), "limits for a tool cannot nest further `tools` tables".to_owned()));
+            }
+            let table = format!("[limits.tools.{}]", tool.get_ref());
+            tool_limits.insert(tool.get_ref().clone(), compile_limits(raw_tool, &table).map_err(|(span, reason)| error(span, reason))?);
+        }
         Ok(Policy {
             file: file.to_owned(),
             roles,
             protected,
             read_before_write,
             validators,
+            limits,
+            tool_limits,
         })
     }
 
     /// What happens when a session modifies an existing file it has not read.
     pub fn read_before_write(&self) -> ReadBeforeWrite {
         self.read_before_write
+    }
+
+    /// The limits of a call of `tool`: `[limits.tools.TOOL]` over `[limits]`.
+    pub fn limits_for(&self, tool: &str) -> Limits {
+        match self.tool_limits.get(tool) {
+            Some(specific) => self.limits.overridden_by(*specific),
+            None => self.limits,
+        }
     }
 
     /// The validators, in policy order.
@@ -722,6 +785,24 @@ pub fn join_lexically(base: &str, path: &str) -> Option<String> {
         }
     }
     Some(if parts.is_empty() { ".".to_owned() } else { parts.join("/") })
+}
+
+fn compile_limits(raw: &RawLimits, table: &str) -> Result<Limits, SpannedError> {
+    let positive = |value: &Option<Spanned<i64>>, key: &str, max: i64| -> Result<Option<u64>, SpannedError> {
+        match value {
+            None => Ok(None),
+            Some(value) if (1..=max).contains(value.get_ref()) => Ok(u64::try_from(*value.get_ref()).ok()),
+            Some(value) => Err((
+                Some(value.span()),
+                format!("`{key}` in {table} must be between 1 and {max}, not {}", value.get_ref()),
+            )),
+        }
+    };
+    Ok(Limits {
+        deadline: positive(&raw.deadline_ms, "deadline_ms", 24 * 3600 * 1000)?.map(std::time::Duration::from_millis),
+        memory_bytes: positive(&raw.memory_mib, "memory_mib", 64 * 1024)?.and_then(|mib| usize::try_from(mib << 20).ok()),
+        output_bytes: positive(&raw.output_kib, "output_kib", 1024 * 1024)?.and_then(|kib| usize::try_from(kib << 10).ok()),
+    })
 }
 
 fn line_of(text: &str, offset: usize) -> usize {

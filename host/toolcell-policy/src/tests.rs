@@ -236,3 +236,31 @@ fn path_globs_are_public_with_the_policy_semantics() {
     assert!(!PathGlob::new("src/*.rs").expect("glob").is_match("src/x/a.rs"));
     assert!(PathGlob::new("/abs").is_err());
 }
+
+#[test]
+fn limits_come_from_the_policy_and_tools_override_them() {
+    let text = format!(
+        "version = 1\n[limits]\ndeadline_ms = 5000\nmemory_mib = 128\n\n[limits.tools.search_files]\ndeadline_ms = 60000\noutput_kib = 256\n{MINIMAL_ROLE}"
+    );
+    let policy = Policy::parse("p.toml", &text, TOOLS).expect("parses");
+    let search = policy.limits_for("search_files");
+    assert_eq!(search.deadline, Some(std::time::Duration::from_secs(60)));
+    assert_eq!(search.memory_bytes, Some(128 << 20));
+    assert_eq!(search.output_bytes, Some(256 << 10));
+    let read = policy.limits_for("read_file");
+    assert_eq!((read.deadline, read.output_bytes), (Some(std::time::Duration::from_secs(5)), None));
+    assert_eq!(default_policy().limits_for("read_file"), Limits::default());
+
+    for (section, line, reason) in [
+        ("[limits]\ndeadline_ms = 0\n", 3, "`deadline_ms` in [limits] must be between 1 and"),
+        ("[limits]\nmemory_mib = -5\n", 3, "`memory_mib` in [limits] must be between 1 and"),
+        ("[limits.tools.grep]\ndeadline_ms = 10\n", 2, "`[limits.tools.grep]` names an unknown tool"),
+        ("[limits.tools.read_file]\noutput_kib = 99999999\n", 3, "`output_kib` in [limits.tools.read_file]"),
+        ("[limits]\nfuel = 3\n", 3, "unknown field `fuel`"),
+    ] {
+        let text = format!("version = 1\n{section}{MINIMAL_ROLE}");
+        let error = Policy::parse("p.toml", &text, TOOLS).expect_err(section);
+        assert!(error.reason.contains(reason), "{section}: {error}");
+        assert_eq!(error.line, Some(line), "{section}: {error}");
+    }
+}

@@ -276,6 +276,23 @@ impl RuntimeBuilder {
             }
             None => None,
         };
+        if let Some(policy) = &policy {
+            for tool in tools.keys() {
+                if let Some(memory) = policy.limits_for(tool).memory_bytes
+                    && memory > engine::MAX_MEMORY_BYTES
+                {
+                    return Err(Error::Policy(PolicyError {
+                        file: policy.file().to_owned(),
+                        line: None,
+                        reason: format!(
+                            "the memory limit of {} MiB for `{tool}` exceeds the most a tool's memory can grow to ({} MiB)",
+                            memory >> 20,
+                            engine::MAX_MEMORY_BYTES >> 20
+                        ),
+                    }));
+                }
+            }
+        }
         let audit = self.audit_dir.as_deref().map(AuditLog::open).transpose()?.map(Arc::new);
         let state_dir = audit.as_ref().map(|log| log.directory().to_path_buf());
         let work = work::WorkDir::new(state_dir.as_deref()).map_err(|source| Error::Audit {
@@ -783,22 +800,23 @@ impl Runtime {
             .stdout(stdout.clone())
             .stderr(stderr.clone());
         wasi.preopened_dir(workspace.root(), ".", FsPerms::ReadWrite).map_err(host_error)?;
+        let limits = self.limits_for(tool);
         let state = CallState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
             context,
             guard,
             limiter: limits::MemoryLimiter {
-                max_bytes: self.limits.memory_bytes,
+                max_bytes: limits.memory_bytes,
                 refused: false,
             },
-            deadline: Instant::now() + self.limits.deadline,
+            deadline: Instant::now() + limits.deadline,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         // The ticker's phase is arbitrary, so the first tick may come at once: one tick more
         // gives the call at least its deadline, and stops it within one tick after.
-        store.set_epoch_deadline(self.limits.deadline_ticks() + 1);
+        store.set_epoch_deadline(limits.deadline_ticks() + 1);
         store.epoch_deadline_trap();
         let plugin = pre.instantiate(&mut store).map_err(host_error)?;
         let returned = plugin.toolcell_tool_tool().call_call(&mut store, args);
@@ -809,23 +827,23 @@ impl Runtime {
         outcome.result = match returned {
             Ok(_) if overran => {
                 outcome.trapped = true;
-                Err(self.deadline_error(tool))
+                Err(self.deadline_error(tool, &limits))
             }
-            Ok(Ok(output)) => convert_output(tool, output, self.limits.output_bytes),
+            Ok(Ok(output)) => convert_output(tool, output, limits.output_bytes),
             Ok(Err(_)) | Err(_) if memory_refused => {
                 outcome.trapped = returned.is_err();
                 Err(ToolError::new(
                     ToolErrorKind::TooLarge,
                     format!(
-                        "`{tool}` needed more than its memory limit of {} MiB and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise the limit).",
-                        self.limits.memory_bytes >> 20
+                        "`{tool}` needed more than its memory limit of {} MiB and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise `memory_mib` under `[limits]` or `[limits.tools.{tool}]` in the policy).",
+                        limits.memory_bytes >> 20
                     ),
                 ))
             }
             Ok(Err(error)) => Err(convert_error(error)),
             Err(trap) if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) => {
                 outcome.trapped = true;
-                Err(self.deadline_error(tool))
+                Err(self.deadline_error(tool, &limits))
             }
             Err(trap) => {
                 outcome.trapped = true;
@@ -845,14 +863,27 @@ impl Runtime {
         Ok(state.guard)
     }
 
-    fn deadline_error(&self, tool: &str) -> ToolError {
+    fn deadline_error(&self, tool: &str, limits: &Limits) -> ToolError {
         ToolError::new(
             ToolErrorKind::Failed,
             format!(
-                "`{tool}` ran past its deadline of {:.1} s and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise the limit).",
-                self.limits.deadline.as_secs_f64()
+                "`{tool}` ran past its deadline of {:.1} s and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise `deadline_ms` under `[limits]` or `[limits.tools.{tool}]` in the policy).",
+                limits.deadline.as_secs_f64()
             ),
         )
+    }
+
+    /// The limits of a call of `tool`: the runtime's, with the policy's over them.
+    fn limits_for(&self, tool: &str) -> Limits {
+        let Some(policy) = &self.policy else {
+            return self.limits;
+        };
+        let set = policy.limits_for(tool);
+        Limits {
+            deadline: set.deadline.unwrap_or(self.limits.deadline),
+            memory_bytes: set.memory_bytes.unwrap_or(self.limits.memory_bytes),
+            output_bytes: set.output_bytes.unwrap_or(self.limits.output_bytes),
+        }
     }
 
     fn audit_sink(&self, request: &CallRequest<'_>, call_id: &str) -> Option<AuditSink> {

@@ -122,3 +122,29 @@ fn limits_beyond_the_pool_are_refused_at_build() {
         Ok(_) => panic!("an impossible memory limit was accepted"),
     }
 }
+
+#[test]
+fn limits_come_from_the_policy_per_tool() {
+    let policy = toolcell_tests::TEST_POLICY.replace(
+        "version = 1",
+        "version = 1\n[limits]\ndeadline_ms = 300\n\n[limits.tools.misbehave]\nmemory_mib = 32\noutput_kib = 16\n",
+    );
+    let runtime = toolcell_tests::runtime_with_policy(&policy, None);
+    let fixture = Fixture::new();
+    let call = |args: serde_json::Value| fixture.call_on(&runtime, "impl", "misbehave", &args, None);
+
+    let error = call(json!({"action": "spin"})).result.expect_err("stopped");
+    assert!(error.message.contains("deadline of 0.3 s"), "{}", error.message);
+    assert!(error.message.contains("`deadline_ms` under `[limits]` or `[limits.tools.misbehave]`"), "{}", error.message);
+
+    let error = call(json!({"action": "allocate", "bytes": 48 << 20})).result.expect_err("refused");
+    assert_eq!(error.kind, ToolErrorKind::TooLarge);
+    assert!(error.message.contains("memory limit of 32 MiB") && error.message.contains("`memory_mib`"), "{}", error.message);
+
+    let text = call(json!({"action": "big_output", "bytes": 64 << 10})).result.expect("cut").text;
+    assert!(text.contains("[output truncated at 16 KiB"), "{}", &text[text.len() - 200..]);
+
+    // Other tools keep the host's memory and output limits.
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "write", "path": "a.txt", "content": "y".repeat(40 << 10)}, {"op": "read", "path": "a.txt"}]}), None);
+    assert!(outcome.result.expect("ok").text.len() > 40 << 10);
+}
