@@ -149,6 +149,16 @@ pub struct Policy {
     validators: Vec<Validator>,
     limits: Limits,
     tool_limits: BTreeMap<String, Limits>,
+    pins: BTreeMap<String, Pin>,
+}
+
+/// The SHA-256 a tool's component must have (`[plugins.NAME] sha256 = "..."`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    /// Lowercase hex.
+    pub sha256: String,
+    /// The line of the pin in the policy file.
+    pub line: usize,
 }
 
 /// Per-call limits a policy sets (`[limits]`, and `[limits.tools.NAME]` for one tool); a limit
@@ -304,7 +314,15 @@ struct RawPolicy {
     #[serde(default)]
     limits: Option<RawLimits>,
     #[serde(default)]
+    plugins: BTreeMap<Spanned<String>, RawPlugin>,
+    #[serde(default)]
     validators: Vec<Spanned<RawValidator>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlugin {
+    sha256: Spanned<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -511,6 +529,33 @@ impl Policy {
             let table = format!("[limits.tools.{}]", tool.get_ref());
             tool_limits.insert(tool.get_ref().clone(), compile_limits(raw_tool, &table).map_err(|(span, reason)| error(span, reason))?);
         }
+        let mut pins = BTreeMap::new();
+        for (tool, raw_plugin) in &raw.plugins {
+            if !known_tools.contains(&tool.get_ref().as_str()) {
+                return Err(error(
+                    Some(tool.span()),
+                    format!(
+                        "`[plugins.{}]` pins a tool that is not loaded; the tools are: {}",
+                        tool.get_ref().escape_default(),
+                        known_tools.join(", ")
+                    ),
+                ));
+            }
+            let sha256 = raw_plugin.sha256.get_ref().to_ascii_lowercase();
+            if sha256.len() != 64 || !sha256.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+                return Err(error(
+                    Some(raw_plugin.sha256.span()),
+                    format!("`sha256` of `[plugins.{}]` must be 64 hex digits (`toolcell tools add` prints it)", tool.get_ref()),
+                ));
+            }
+            pins.insert(
+                tool.get_ref().clone(),
+                Pin {
+                    sha256,
+                    line: line_of(text, raw_plugin.sha256.span().start),
+                },
+            );
+        }
         Ok(Policy {
             file: file.to_owned(),
             roles,
@@ -519,6 +564,7 @@ impl Policy {
             validators,
             limits,
             tool_limits,
+            pins,
         })
     }
 
@@ -533,6 +579,11 @@ impl Policy {
             Some(specific) => self.limits.overridden_by(*specific),
             None => self.limits,
         }
+    }
+
+    /// The SHA-256 pin of the component providing `tool`, if the policy pins it.
+    pub fn pin(&self, tool: &str) -> Option<&Pin> {
+        self.pins.get(tool)
     }
 
     /// The validators, in policy order.

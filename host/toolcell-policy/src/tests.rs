@@ -264,3 +264,22 @@ fn limits_come_from_the_policy_and_tools_override_them() {
         assert_eq!(error.line, Some(line), "{section}: {error}");
     }
 }
+
+#[test]
+fn plugin_pins_are_checked_for_shape_and_tool() {
+    let sha = "ab".repeat(32);
+    let text = format!("version = 1\n[plugins.read_file]\nsha256 = \"{}\"\n{MINIMAL_ROLE}", sha.to_uppercase());
+    let policy = Policy::parse("p.toml", &text, TOOLS).expect("parses");
+    assert_eq!(policy.pin("read_file"), Some(&Pin { sha256: sha, line: 3 }));
+    assert_eq!(policy.pin("write_file"), None);
+    for (section, reason) in [
+        ("[plugins.read_file]\nsha256 = \"abc\"\n", "must be 64 hex digits"),
+        ("[plugins.grep]\nsha256 = \"abc\"\n", "pins a tool that is not loaded"),
+        ("[plugins.read_file]\nsha = \"abc\"\n", "unknown field `sha`"),
+    ] {
+        let text = format!("version = 1\n{section}{MINIMAL_ROLE}");
+        let error = Policy::parse("p.toml", &text, TOOLS).expect_err(section);
+        assert!(error.reason.contains(reason), "{section}: {error}");
+        assert!(error.line.is_some(), "{section}: {error}");
+    }
+}

@@ -115,6 +115,34 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A component's bytes differ from the SHA-256 the policy pins for its tool.
+    #[error(
+        "the component `{origin}` providing `{tool}` has SHA-256 {actual}, but {policy} line {line} pins {expected}: the plugin changed since it was pinned; reinstall the reviewed one, or review this one and update the pin"
+    )]
+    PinMismatch {
+        /// The tool.
+        tool: String,
+        /// Where the component came from.
+        origin: String,
+        /// The pinned hash.
+        expected: String,
+        /// The component's hash.
+        actual: String,
+        /// The policy file.
+        policy: String,
+        /// The pin's line.
+        line: usize,
+    },
+
+    /// The plugin directory cannot be read.
+    #[error("cannot read the plugin directory `{}`: {source}", path.display())]
+    Plugins {
+        /// The directory or file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+
     /// The lock table cannot be used, or refused a request.
     #[error(transparent)]
     Lock(#[from] crate::locks::LockStoreError),

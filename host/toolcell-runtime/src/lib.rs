@@ -108,6 +108,7 @@ pub struct RuntimeBuilder {
     audit_dir: Option<PathBuf>,
     unguarded: bool,
     limits: Limits,
+    plugin_dir: Option<PathBuf>,
 }
 
 enum PolicySource {
@@ -147,6 +148,14 @@ impl RuntimeBuilder {
             file: file.into(),
             text: text.into(),
         });
+        self
+    }
+
+    /// Load every `*.wasm` file in `directory` as a plugin tool component (in name order;
+    /// origin `plugin:FILE`). A missing directory holds no plugins.
+    #[must_use]
+    pub fn plugin_dir(mut self, directory: impl Into<PathBuf>) -> Self {
+        self.plugin_dir = Some(directory.into());
         self
     }
 
@@ -190,7 +199,12 @@ impl RuntimeBuilder {
     /// [`Error::ForbiddenImport`] naming the import, [`Error::Load`],
     /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::Policy`],
     /// [`Error::Cache`] or [`Error::Engine`].
-    pub fn build(self) -> Result<Runtime, Error> {
+    pub fn build(mut self) -> Result<Runtime, Error> {
+        if let Some(directory) = self.plugin_dir.take() {
+            for (origin, wasm) in read_plugins(&directory)? {
+                self.components.push((origin, Cow::Owned(wasm)));
+            }
+        }
         if self.limits.memory_bytes > engine::MAX_MEMORY_BYTES {
             return Err(Error::Engine {
                 reason: format!(
@@ -232,6 +246,7 @@ impl RuntimeBuilder {
                 origin: origin.clone(),
                 tool: info.name.clone(),
                 cache: cache_outcome,
+                sha256: hex(&<sha2::Sha256 as sha2::Digest>::digest(wasm.as_ref())),
             });
             tools.insert(
                 info.name.to_string(),
@@ -277,6 +292,20 @@ impl RuntimeBuilder {
             None => None,
         };
         if let Some(policy) = &policy {
+            for component in &loaded {
+                if let Some(pin) = policy.pin(component.tool.as_str())
+                    && pin.sha256 != component.sha256
+                {
+                    return Err(Error::PinMismatch {
+                        tool: component.tool.to_string(),
+                        origin: component.origin.clone(),
+                        expected: pin.sha256.clone(),
+                        actual: component.sha256.clone(),
+                        policy: policy.file().to_owned(),
+                        line: pin.line,
+                    });
+                }
+            }
             for tool in tools.keys() {
                 if let Some(memory) = policy.limits_for(tool).memory_bytes
                     && memory > engine::MAX_MEMORY_BYTES
@@ -343,6 +372,32 @@ impl RuntimeBuilder {
     }
 }
 
+/// The `*.wasm` files of a plugin directory, in name order, as `(origin, bytes)`.
+fn read_plugins(directory: &Path) -> Result<Vec<(String, Vec<u8>)>, Error> {
+    let error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Plugins { path, source }
+    };
+    let entries = match std::fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(Error::Plugins { path: directory.to_path_buf(), source }),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .map(|entry| entry.map(|entry| entry.path()))
+        .collect::<Result<_, _>>()
+        .map_err(error(directory))?;
+    paths.retain(|path| path.extension().is_some_and(|extension| extension == "wasm"));
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|path| {
+            let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+            std::fs::read(&path).map(|wasm| (format!("plugin:{name}"), wasm)).map_err(error(&path))
+        })
+        .collect()
+}
+
 /// Ask a freshly loaded component to describe itself, and check what it says. The instance
 /// gets no preopened directory: `describe` must not touch the filesystem.
 fn describe_tool(
@@ -404,6 +459,8 @@ pub struct LoadedComponent {
     pub tool: ToolName,
     /// Compiled now, or loaded from the compiled-component cache.
     pub cache: CacheOutcome,
+    /// SHA-256 of the component's bytes, lowercase hex (what a policy pins).
+    pub sha256: String,
 }
 
 struct LoadedTool {

@@ -39,15 +39,23 @@ pub struct RuntimeArgs {
     /// $XDG_STATE_HOME/toolcell, else ~/.local/state/toolcell].
     #[arg(long, global = true, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+
+    /// Load every `*.wasm` tool component in this directory besides the built-in tools
+    /// [default: `plugins` in the state directory].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub plugin_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List the tools with their descriptions and argument schemas.
+    /// List the tools with their descriptions and argument schemas, or add a plugin.
     Tools {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+
+        #[command(subcommand)]
+        command: Option<ToolsCommand>,
     },
 
     /// Call one tool and print its result.
@@ -129,6 +137,16 @@ pub struct CallArgs {
     /// lapsed refuses the writes it covers.
     #[arg(long = "fence", value_name = "TOKEN")]
     pub fences: Vec<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// Check a tool component (imports, description, schema, name collisions, the policy's
+    /// pins) and install it in the plugin directory; prints its SHA-256 to pin.
+    Add {
+        /// The component (`.wasm`, built for wasm32-wasip2 against `wit/tool.wit`).
+        component: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,7 +13,7 @@ use toolcell_runtime::{
     lock_json,
 };
 
-use crate::cli::{AuditCommand, CallArgs, Cli, Command, LockCommand, McpArgs, PolicyCommand, RuntimeArgs};
+use crate::cli::{AuditCommand, CallArgs, Cli, Command, LockCommand, McpArgs, PolicyCommand, RuntimeArgs, ToolsCommand};
 
 use toolcell_host::{DEFAULT_POLICY, DEFAULT_POLICY_NAME};
 
@@ -36,22 +36,49 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Demo { workspace } = &cli.command {
         return crate::demo::run(&cli.runtime, workspace.clone());
     }
+    if let Command::Tools {
+        command: Some(ToolsCommand::Add { component }),
+        ..
+    } = &cli.command
+    {
+        return tools_add(&cli.runtime, component);
+    }
     let runtime = build_runtime(&cli.runtime)?;
     match cli.command {
-        Command::Tools { json } => tools(&runtime, json),
+        Command::Tools { json, command: None } => tools(&runtime, json),
         Command::Call(args) => call(&runtime, &args),
         Command::Policy(PolicyCommand::Explain { role, access, path }) => policy_explain(&runtime, &role, &access, &path),
         Command::Schema { role, format } => schema(&runtime, &role, &format),
         Command::Lock(command) => lock(&runtime, command),
-        Command::Policy(PolicyCommand::Check { .. }) | Command::Audit(_) | Command::Mcp(_) | Command::Demo { .. } => {
+        Command::Policy(PolicyCommand::Check { .. })
+        | Command::Audit(_)
+        | Command::Mcp(_)
+        | Command::Demo { .. }
+        | Command::Tools { command: Some(_), .. } => {
             unreachable!("handled above")
         }
     }
 }
 
-/// The runtime with the built-in tools.
+/// The runtime with the built-in tools and the plugins.
 pub fn build_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
+    build_runtime_with(args, None)
+}
+
+/// The plugin directory: `--plugin-dir`, else `plugins` in the state directory.
+fn plugin_dir(args: &RuntimeArgs) -> Option<PathBuf> {
+    args.plugin_dir.clone().or_else(|| state_dir(args).map(|state| state.join("plugins")))
+}
+
+/// The runtime with the built-in tools, the plugins, and `extra` (a component being added).
+fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>) -> anyhow::Result<Runtime> {
     let mut builder = toolcell_host::builtin_runtime();
+    if let Some(directory) = plugin_dir(args) {
+        builder = builder.plugin_dir(directory);
+    }
+    if let Some((origin, wasm)) = extra {
+        builder = builder.component(origin, wasm);
+    }
     if !args.no_cache
         && let Some(directory) = args.cache_dir.clone().or_else(default_cache_dir)
     {
@@ -151,6 +178,34 @@ fn readable(text: &str, session: Option<&str>) -> Vec<String> {
             Err(_) => Some(format!("(unreadable record: {})", line.escape_default())),
         })
         .collect()
+}
+
+fn tools_add(args: &RuntimeArgs, component: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let directory = plugin_dir(args).context("no plugin directory: pass --plugin-dir or --state-dir")?;
+    let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
+    let origin = format!("plugin:{}", component.display());
+    // Loaded beside everything else: its imports, description and schema are checked, and a
+    // name collision or a pin mismatch is refused before anything is installed.
+    let runtime = build_runtime_with(args, Some((origin.clone(), wasm.clone())))?;
+    let added = runtime
+        .loaded()
+        .iter()
+        .find(|loaded| loaded.origin == origin)
+        .context("the component was loaded")?;
+    std::fs::create_dir_all(&directory).with_context(|| format!("cannot create `{}`", directory.display()))?;
+    let target = directory.join(format!("{}.wasm", added.tool));
+    let temporary = directory.join(format!(".{}.wasm.tmp", added.tool));
+    std::fs::write(&temporary, &wasm)
+        .and_then(|()| std::fs::rename(&temporary, &target))
+        .with_context(|| format!("cannot install `{}`", target.display()))?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "added `{}` as {}", added.tool, target.display())?;
+    writeln!(stdout, "sha256 {}", added.sha256)?;
+    writeln!(stdout, "pin it in the policy, and give it to the roles that may call it:
+
+[plugins.{}]
+sha256 = \"{}\"", added.tool, added.sha256)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn tools(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode> {
@@ -325,6 +380,7 @@ fn policy_check(args: &RuntimeArgs, file: &std::path::Path) -> anyhow::Result<Ex
     let checked = RuntimeArgs {
         policy: Some(file.to_path_buf()),
         state_dir: None,
+        plugin_dir: plugin_dir(args),
         cache_dir: args.cache_dir.clone(),
         no_cache: args.no_cache,
         verbose: args.verbose,

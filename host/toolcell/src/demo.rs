@@ -106,6 +106,7 @@ fn forwarded(args: &RuntimeArgs) -> Vec<std::ffi::OsString> {
     flag("--cache-dir", args.cache_dir.as_deref());
     flag("--policy", args.policy.as_deref());
     flag("--state-dir", args.state_dir.as_deref());
+    flag("--plugin-dir", args.plugin_dir.as_deref());
     if args.no_cache {
         forwarded.push("--no-cache".into());
     }

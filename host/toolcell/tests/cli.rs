@@ -504,3 +504,82 @@ fn an_expired_lease_is_reclaimed_and_its_stale_holder_is_fenced() {
     assert_eq!(outside.status, 2);
     assert!(outside.stderr.contains("outside the workspace"), "{}", outside.stderr);
 }
+
+/// A policy that lets `impl` call every tool, plugins included, with an optional pin.
+fn plugin_policy(directory: &Path, pin: Option<&str>) -> std::path::PathBuf {
+    let mut text = String::from("version = 1\n");
+    if let Some(pin) = pin {
+        text.push_str(&format!("[plugins.misbehave]\nsha256 = \"{pin}\"\n"));
+    }
+    text.push_str("[roles.impl]\ntools = [\"*\"]\n[[roles.impl.rules]]\naccess = [\"read\", \"list\"]\npaths = [\"**\"]\neffect = \"allow\"\n");
+    let path = directory.join("plugins-policy.toml");
+    std::fs::write(&path, text).expect("write policy");
+    path
+}
+
+#[test]
+fn a_plugin_is_added_checked_pinned_and_refused_when_it_changes() {
+    let (workspace, cache) = setup();
+    let base = tempfile::tempdir().expect("base");
+    let plugins = base.path().join("plugins");
+    let component = base.path().join("misbehave.wasm");
+    std::fs::write(&component, toolcell_tests::guest_program("misbehave")).expect("write component");
+    let dir = |args: &[&str]| {
+        let mut full = vec!["--plugin-dir", plugins.to_str().expect("UTF-8")];
+        full.extend_from_slice(args);
+        toolcell(&cache, &full)
+    };
+
+    let added = dir(&["tools", "add", component.to_str().expect("UTF-8")]);
+    assert_eq!(added.status, 0, "{}", added.stderr);
+    assert!(added.stdout.contains("added `misbehave` as "), "{}", added.stdout);
+    let sha = added.stdout.lines().find_map(|line| line.strip_prefix("sha256 ")).expect("the hash").to_owned();
+    assert!(added.stdout.contains(&format!("[plugins.misbehave]\nsha256 = \"{sha}\"")), "{}", added.stdout);
+    assert!(plugins.join("misbehave.wasm").is_file());
+
+    // Loaded from the plugin directory, and callable by a role that has it.
+    let listed = dir(&["tools"]);
+    assert!(listed.stdout.contains("misbehave — Misbehave"), "{}", listed.stdout);
+    let policy = plugin_policy(base.path(), Some(&sha));
+    let policy = policy.to_str().expect("UTF-8");
+    let root = workspace.path().to_str().expect("UTF-8");
+    let called = dir(&["--policy", policy, "call", "misbehave", r#"{"action": "ok"}"#, "--workspace", root]);
+    assert_eq!((called.status, called.stdout.trim()), (0, "ok"), "{}", called.stderr);
+
+    // Adding it again, or a component named like a built-in tool, is a collision.
+    let again = dir(&["tools", "add", component.to_str().expect("UTF-8")]);
+    assert_eq!(again.status, 2);
+    assert!(again.stderr.contains("two tool components are named `misbehave`"), "{}", again.stderr);
+    let builtin = base.path().join("read_file.wasm");
+    let read_file = toolcell_builtins::components().into_iter().find(|(name, _)| *name == "read_file").expect("read_file").1;
+    std::fs::write(&builtin, read_file).expect("write");
+    let collision = dir(&["tools", "add", builtin.to_str().expect("UTF-8")]);
+    assert_eq!(collision.status, 2);
+    assert!(collision.stderr.contains("two tool components are named `read_file`"), "{}", collision.stderr);
+
+    // The installed bytes change (a custom section appended: still a valid component): the
+    // pin refuses to load it, naming both hashes.
+    let mut changed = std::fs::read(plugins.join("misbehave.wasm")).expect("read");
+    changed.extend_from_slice(&[0x00, 0x05, 0x04, b'e', b'v', b'i', b'l']);
+    std::fs::write(plugins.join("misbehave.wasm"), changed).expect("write");
+    let refused = dir(&["--policy", policy, "tools"]);
+    assert_eq!(refused.status, 2);
+    assert!(refused.stderr.contains("providing `misbehave` has SHA-256"), "{}", refused.stderr);
+    assert!(refused.stderr.contains(&format!("line 3 pins {sha}: the plugin changed since it was pinned")), "{}", refused.stderr);
+    // Without the pin, the changed component loads (the pin was the only guard).
+    let unpinned = plugin_policy(base.path(), None);
+    assert_eq!(dir(&["--policy", unpinned.to_str().expect("UTF-8"), "tools"]).status, 0);
+}
+
+#[test]
+fn a_component_with_forbidden_imports_is_not_added() {
+    let (_workspace, cache) = setup();
+    let base = tempfile::tempdir().expect("base");
+    let component = base.path().join("net.wasm");
+    std::fs::write(&component, toolcell_tests::guest_program("net_probe")).expect("write component");
+    let plugins = base.path().join("plugins");
+    let run = toolcell(&cache, &["--plugin-dir", plugins.to_str().expect("UTF-8"), "tools", "add", component.to_str().expect("UTF-8")]);
+    assert_eq!(run.status, 2);
+    assert!(run.stderr.contains("wasi:sockets"), "{}", run.stderr);
+    assert!(!plugins.exists() || std::fs::read_dir(&plugins).expect("read").next().is_none());
+}
