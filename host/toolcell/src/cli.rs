@@ -92,6 +92,19 @@ pub enum Command {
     #[command(subcommand)]
     Lock(LockCommand),
 
+    /// Check a tool component against the conformance suite: the contract, the sandbox, and
+    /// the behaviour of the standard tool it claims to be.
+    ///
+    /// Exit status: 0 if every check passes, 1 if one fails, 2 if the file cannot be read.
+    Conformance {
+        /// The component (`.wasm`).
+        component: PathBuf,
+
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
     /// Create a demo workspace and run a short agent session through every tool.
     Demo {
         /// The workspace to use (created if missing) [default: a new directory under the system

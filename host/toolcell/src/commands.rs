@@ -36,6 +36,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Demo { workspace } = &cli.command {
         return crate::demo::run(&cli.runtime, workspace.clone());
     }
+    if let Command::Conformance { component, json } = &cli.command {
+        return conformance(&cli.runtime, component, *json);
+    }
     if let Command::Tools {
         command: Some(ToolsCommand::Add { component }),
         ..
@@ -54,6 +57,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Audit(_)
         | Command::Mcp(_)
         | Command::Demo { .. }
+        | Command::Conformance { .. }
         | Command::Tools { command: Some(_), .. } => {
             unreachable!("handled above")
         }
@@ -178,6 +182,21 @@ fn readable(text: &str, session: Option<&str>) -> Vec<String> {
             Err(_) => Some(format!("(unreadable record: {})", line.escape_default())),
         })
         .collect()
+}
+
+fn conformance(args: &RuntimeArgs, component: &std::path::Path, as_json: bool) -> anyhow::Result<ExitCode> {
+    let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
+    let options = toolcell_conformance::Options {
+        cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) },
+    };
+    let report = toolcell_conformance::check(&component.display().to_string(), &wasm, &options);
+    let mut stdout = std::io::stdout().lock();
+    if as_json {
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        write!(stdout, "{}", report.render())?;
+    }
+    Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TOOL_ERROR) })
 }
 
 fn tools_add(args: &RuntimeArgs, component: &std::path::Path) -> anyhow::Result<ExitCode> {

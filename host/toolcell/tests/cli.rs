@@ -583,3 +583,29 @@ fn a_component_with_forbidden_imports_is_not_added() {
     assert!(run.stderr.contains("wasi:sockets"), "{}", run.stderr);
     assert!(!plugins.exists() || std::fs::read_dir(&plugins).expect("read").next().is_none());
 }
+
+#[test]
+fn conformance_reports_and_exits_by_the_verdict() {
+    let (_workspace, cache) = setup();
+    let base = tempfile::tempdir().expect("base");
+    let good = base.path().join("read_file.wasm");
+    let read_file = toolcell_builtins::components().into_iter().find(|(name, _)| *name == "read_file").expect("read_file").1;
+    std::fs::write(&good, read_file).expect("write");
+    let passed = toolcell(&cache, &["conformance", good.to_str().expect("UTF-8")]);
+    assert_eq!(passed.status, 0, "{}{}", passed.stdout, passed.stderr);
+    assert!(passed.stdout.contains("PASS behaviour read_file returns the file's lines"), "{}", passed.stdout);
+    assert!(passed.stdout.ends_with("checks passed\n"), "{}", passed.stdout);
+
+    let bad = base.path().join("misbehave.wasm");
+    std::fs::write(&bad, toolcell_tests::guest_program("misbehave")).expect("write");
+    let failed = toolcell(&cache, &["conformance", bad.to_str().expect("UTF-8"), "--json"]);
+    assert_eq!(failed.status, 1);
+    let report: serde_json::Value = serde_json::from_str(&failed.stdout).expect("JSON report");
+    assert_eq!(report["tool"], "misbehave");
+    let failing: Vec<&str> = report["checks"].as_array().expect("checks").iter().filter(|check| check["passed"] == false).filter_map(|check| check["name"].as_str()).collect();
+    assert_eq!(failing, ["never traps on schema-generated arguments", "stays within its deadline and memory"]);
+
+    let missing = toolcell(&cache, &["conformance", "/nonexistent/tool.wasm"]);
+    assert_eq!(missing.status, 2);
+    assert!(missing.stderr.contains("cannot read `/nonexistent/tool.wasm`"), "{}", missing.stderr);
+}
