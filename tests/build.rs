@@ -1,4 +1,5 @@
-//! Compiles the guest test programs in `tests/guest-programs/` for wasm32-wasip2.
+//! Compiles the guest test programs in `tests/guest-programs/`, and the example third-party
+//! tool in `examples/word-count/`, for wasm32-wasip2.
 
 fn main() {
     toolcell_guest_build::build_guests(&toolcell_guest_build::GuestWorkspace {
@@ -6,5 +7,11 @@ fn main() {
         packages: &[("fs-probe", "fs_probe"), ("net-probe", "net_probe"), ("misbehave", "misbehave")],
         extra_inputs: &["../wit".as_ref(), "../guest-tools/sdk".as_ref()],
         output_name: "guest_programs.rs",
+    });
+    toolcell_guest_build::build_guests(&toolcell_guest_build::GuestWorkspace {
+        manifest_dir: "../examples/word-count".as_ref(),
+        packages: &[("word-count", "word_count")],
+        extra_inputs: &["../wit".as_ref(), "../guest-tools/sdk".as_ref(), "../examples/word-count/src".as_ref()],
+        output_name: "examples.rs",
     });
 }

@@ -14,6 +14,11 @@ pub mod guest_programs {
     include!(concat!(env!("OUT_DIR"), "/guest_programs.rs"));
 }
 
+/// The example third-party tools in `examples/`, `(name, component bytes)`.
+pub mod examples {
+    include!(concat!(env!("OUT_DIR"), "/examples.rs"));
+}
+
 /// The bytes of a guest test program.
 ///
 /// # Panics

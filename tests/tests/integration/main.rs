@@ -4,6 +4,7 @@ mod audit;
 mod conformance;
 mod edit_file;
 mod escapes;
+mod example_tool;
 mod governance;
 mod list_files;
 mod limits;
