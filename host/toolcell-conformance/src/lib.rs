@@ -38,6 +38,8 @@ pub const LIMITS: Limits = Limits {
     deadline: Duration::from_secs(2),
     memory_bytes: 256 << 20,
     output_bytes: 256 << 10,
+    host_calls: 100_000,
+    open_files: 256,
 };
 
 /// The policy of the suite: `agent` may do anything inside the workspace; `locked-out` may

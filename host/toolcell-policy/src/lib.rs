@@ -171,6 +171,10 @@ pub struct Limits {
     pub memory_bytes: Option<usize>,
     /// Output cap in bytes (`output_kib`).
     pub output_bytes: Option<usize>,
+    /// Filesystem calls a call may make (`host_calls`).
+    pub host_calls: Option<u64>,
+    /// Files and directories a call may hold open at once (`open_files`).
+    pub open_files: Option<usize>,
 }
 
 impl Limits {
@@ -180,6 +184,8 @@ impl Limits {
             deadline: other.deadline.or(self.deadline),
             memory_bytes: other.memory_bytes.or(self.memory_bytes),
             output_bytes: other.output_bytes.or(self.output_bytes),
+            host_calls: other.host_calls.or(self.host_calls),
+            open_files: other.open_files.or(self.open_files),
         }
     }
 }
@@ -331,6 +337,8 @@ struct RawLimits {
     deadline_ms: Option<Spanned<i64>>,
     memory_mib: Option<Spanned<i64>>,
     output_kib: Option<Spanned<i64>>,
+    host_calls: Option<Spanned<i64>>,
+    open_files: Option<Spanned<i64>>,
     #[serde(default)]
     tools: BTreeMap<Spanned<String>, RawLimits>,
 }
@@ -853,6 +861,8 @@ fn compile_limits(raw: &RawLimits, table: &str) -> Result<Limits, SpannedError> 
         deadline: positive(&raw.deadline_ms, "deadline_ms", 24 * 3600 * 1000)?.map(std::time::Duration::from_millis),
         memory_bytes: positive(&raw.memory_mib, "memory_mib", 64 * 1024)?.and_then(|mib| usize::try_from(mib << 20).ok()),
         output_bytes: positive(&raw.output_kib, "output_kib", 1024 * 1024)?.and_then(|kib| usize::try_from(kib << 10).ok()),
+        host_calls: positive(&raw.host_calls, "host_calls", 1_000_000_000)?,
+        open_files: positive(&raw.open_files, "open_files", 65_536)?.and_then(|files| usize::try_from(files).ok()),
     })
 }
 

@@ -240,13 +240,14 @@ fn path_globs_are_public_with_the_policy_semantics() {
 #[test]
 fn limits_come_from_the_policy_and_tools_override_them() {
     let text = format!(
-        "version = 1\n[limits]\ndeadline_ms = 5000\nmemory_mib = 128\n\n[limits.tools.search_files]\ndeadline_ms = 60000\noutput_kib = 256\n{MINIMAL_ROLE}"
+        "version = 1\n[limits]\ndeadline_ms = 5000\nmemory_mib = 128\nopen_files = 32\n\n[limits.tools.search_files]\ndeadline_ms = 60000\noutput_kib = 256\nhost_calls = 5000000\n{MINIMAL_ROLE}"
     );
     let policy = Policy::parse("p.toml", &text, TOOLS).expect("parses");
     let search = policy.limits_for("search_files");
     assert_eq!(search.deadline, Some(std::time::Duration::from_secs(60)));
     assert_eq!(search.memory_bytes, Some(128 << 20));
     assert_eq!(search.output_bytes, Some(256 << 10));
+    assert_eq!((search.host_calls, search.open_files), (Some(5_000_000), Some(32)));
     let read = policy.limits_for("read_file");
     assert_eq!((read.deadline, read.output_bytes), (Some(std::time::Duration::from_secs(5)), None));
     assert_eq!(default_policy().limits_for("read_file"), Limits::default());

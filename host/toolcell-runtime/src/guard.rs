@@ -186,6 +186,16 @@ pub(crate) struct FsGuard {
     pub(crate) warnings: Vec<String>,
     /// The resource index of the workspace's preopened descriptor.
     root_descriptor: Option<u32>,
+    /// Filesystem calls left, and the most descriptors open at once; `None`: unbounded.
+    budget: Option<Budget>,
+}
+
+struct Budget {
+    tool: String,
+    calls_left: u64,
+    calls: u64,
+    open_files: usize,
+    exhausted: bool,
 }
 
 impl FsGuard {
@@ -212,7 +222,71 @@ impl FsGuard {
             transaction: None,
             warnings: Vec::new(),
             root_descriptor: None,
+            budget: None,
         }
+    }
+
+    /// Bound the call's filesystem calls and open descriptors.
+    pub(crate) fn set_budget(&mut self, tool: &str, calls: u64, open_files: usize) {
+        self.budget = Some(Budget {
+            tool: tool.to_owned(),
+            calls_left: calls,
+            calls,
+            open_files,
+            exhausted: false,
+        });
+    }
+
+    /// Count one filesystem call against the budget; past it, every call fails (and the first
+    /// refusal is recorded, naming the limit).
+    fn spend(&mut self, operation: &'static str) -> FsResult<()> {
+        let Some(budget) = self.budget.as_mut() else {
+            return Ok(());
+        };
+        if budget.calls_left > 0 {
+            budget.calls_left -= 1;
+            return Ok(());
+        }
+        if !budget.exhausted {
+            budget.exhausted = true;
+            let message = format!(
+                "`{}` made more than {} filesystem calls, its budget for one call, and was refused the rest; do less in one call (the operator can raise `host_calls` under `[limits]` or `[limits.tools.{}]` in the policy)",
+                budget.tool, budget.calls, budget.tool
+            );
+            self.refuse_budget(operation, "host-call-budget", message);
+        }
+        Err(FsError::from(ErrorCode::Quota))
+    }
+
+    /// Refuse an open past the budget of open descriptors.
+    fn check_open_files(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        let Some(budget) = self.budget.as_ref() else {
+            return Ok(());
+        };
+        if self.descriptors.len() < budget.open_files {
+            return Ok(());
+        }
+        let message = format!(
+            "`{}` tried to hold more than {} files open at once (opening `{}`); close files before opening more (the operator can raise `open_files` under `[limits]` or `[limits.tools.{}]` in the policy)",
+            budget.tool,
+            budget.open_files,
+            escape_control(path),
+            budget.tool
+        );
+        self.refuse_budget(operation, "open-files", message);
+        Err(FsError::from(ErrorCode::Quota))
+    }
+
+    fn refuse_budget(&mut self, operation: &'static str, rule: &str, message: String) {
+        let event = FsEvent {
+            operation,
+            path: ".".to_owned(),
+            access: Access::Read,
+            effect: Effect::Deny,
+            rule: rule.to_owned(),
+            asked: false,
+        };
+        self.refuse_as(event, message, ToolErrorKind::TooLarge);
     }
 
     /// The workspace directory, if the call has one.
@@ -999,6 +1073,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn set_size(&mut self, fd: Resource<Descriptor>, size: Filesize) -> FsResult<()> {
+        self.guard.spend("set-size")?;
         let path = self.guard.base(&fd)?;
         self.guard.check("set-size", &path, Access::Write)?;
         self.guard.check_single_link("set-size", &path)?;
@@ -1007,23 +1082,27 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn set_times(&mut self, fd: Resource<Descriptor>, atim: NewTimestamp, mtim: NewTimestamp) -> FsResult<()> {
+        self.guard.spend("set-times")?;
         let path = self.guard.base(&fd)?;
         self.guard.check("set-times", &path, Access::Write)?;
         fs::HostDescriptor::set_times(&mut self.inner, fd, atim, mtim)
     }
 
     fn read(&mut self, fd: Resource<Descriptor>, len: Filesize, offset: Filesize) -> FsResult<(Vec<u8>, bool)> {
+        self.guard.spend("read")?;
         // Checked when the descriptor was opened for reading.
         fs::HostDescriptor::read(&mut self.inner, fd, len, offset)
     }
 
     fn write(&mut self, fd: Resource<Descriptor>, buffer: Vec<u8>, offset: Filesize) -> FsResult<Filesize> {
+        self.guard.spend("write")?;
         let path = self.guard.base(&fd)?;
         self.guard.check("write", &path, Access::Write)?;
         fs::HostDescriptor::write(&mut self.inner, fd, buffer, offset)
     }
 
     fn read_directory(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<DirectoryEntryStream>> {
+        self.guard.spend("read-directory")?;
         let path = self.guard.base(&fd)?;
         self.guard.check("read-directory", &path, Access::List)?;
         // A listing shows what the call wrote: its rewrites in this directory go in place.
@@ -1038,6 +1117,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn create_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
+        self.guard.spend("create-directory-at")?;
         let canonical = self.guard.resolve_at("create-directory-at", &fd, &path, false, Access::Write)?;
         self.guard.land(&canonical)?;
         if self.guard.is_visible_directory(&canonical) {
@@ -1049,10 +1129,12 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn stat(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorStat> {
+        self.guard.spend("stat")?;
         fs::HostDescriptor::stat(&mut self.inner, fd)
     }
 
     fn stat_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<DescriptorStat> {
+        self.guard.spend("stat-at")?;
         let canonical = self.guard.resolve_at("stat-at", &fd, &path, follows(path_flags), Access::Read)?;
         self.guard.land(&canonical)?;
         let stat = fs::HostDescriptor::stat_at(&mut self.inner, fd, path_flags, path)?;
@@ -1070,6 +1152,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         atim: NewTimestamp,
         mtim: NewTimestamp,
     ) -> FsResult<()> {
+        self.guard.spend("set-times-at")?;
         let canonical = self.guard.check_at("set-times-at", &fd, &path, follows(path_flags), Access::Write)?;
         self.guard.land(&canonical)?;
         fs::HostDescriptor::set_times_at(&mut self.inner, fd, path_flags, path, atim, mtim)
@@ -1083,6 +1166,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         new_descriptor: Resource<Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
+        self.guard.spend("link-at")?;
         let source = self.guard.check_at("link-at", &fd, &old_path, follows(old_path_flags), Access::Write)?;
         self.guard.land(&source)?;
         let link = self.guard.check_at("link-at", &new_descriptor, &new_path, false, Access::Write)?;
@@ -1099,6 +1183,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         open_flags: OpenFlags,
         flags: DescriptorFlags,
     ) -> FsResult<Resource<Descriptor>> {
+        self.guard.spend("open-at")?;
         let access = open_access(open_flags, flags);
         // A directory is judged when it is listed, not when it is opened to reach its children.
         let canonical = if open_flags.contains(OpenFlags::DIRECTORY) && access == Access::Read {
@@ -1108,6 +1193,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         };
         self.guard.land(&canonical)?;
         self.guard.check_openable("open-at", &canonical, access)?;
+        self.guard.check_open_files("open-at", &canonical)?;
         if access == Access::Write {
             self.guard.check_single_link("open-at", &canonical)?;
             self.guard.before_mutation("open-at", &canonical, true)?;
@@ -1145,12 +1231,14 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn readlink_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<String> {
+        self.guard.spend("readlink-at")?;
         let canonical = self.guard.check_at("readlink-at", &fd, &path, false, Access::Read)?;
         self.guard.land(&canonical)?;
         fs::HostDescriptor::readlink_at(&mut self.inner, fd, path)
     }
 
     fn remove_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
+        self.guard.spend("remove-directory-at")?;
         let canonical = self.guard.check_at("remove-directory-at", &fd, &path, false, Access::Delete)?;
         self.guard.land(&canonical)?;
         self.guard.before_mutation("remove-directory-at", &canonical, false)?;
@@ -1164,6 +1252,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         new_descriptor: Resource<Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
+        self.guard.spend("rename-at")?;
         let source = self.guard.check_at("rename-at", &fd, &old_path, false, Access::Delete)?;
         let destination = self.guard.check_at("rename-at", &new_descriptor, &new_path, false, Access::Write)?;
         self.guard.land(&source)?;
@@ -1179,6 +1268,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn symlink_at(&mut self, fd: Resource<Descriptor>, target: String, link_path: String) -> FsResult<()> {
+        self.guard.spend("symlink-at")?;
         let link = self.guard.check_at("symlink-at", &fd, &link_path, false, Access::Write)?;
         self.guard.land(&link)?;
         // The target is resolved from the link's directory; it must stay inside the workspace.
@@ -1203,6 +1293,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
+        self.guard.spend("unlink-file-at")?;
         let canonical = self.guard.check_at("unlink-file-at", &fd, &path, false, Access::Delete)?;
         self.guard.land(&canonical)?;
         self.guard.before_mutation("unlink-file-at", &canonical, false)?;
@@ -1210,17 +1301,20 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn read_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::InputStream>> {
+        self.guard.spend("read-via-stream")?;
         // Checked when the descriptor was opened for reading.
         fs::HostDescriptor::read_via_stream(&mut self.inner, fd, offset)
     }
 
     fn write_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::OutputStream>> {
+        self.guard.spend("write-via-stream")?;
         let path = self.guard.base(&fd)?;
         self.guard.check("write-via-stream", &path, Access::Write)?;
         fs::HostDescriptor::write_via_stream(&mut self.inner, fd, offset)
     }
 
     fn append_via_stream(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<streams::OutputStream>> {
+        self.guard.spend("append-via-stream")?;
         let path = self.guard.base(&fd)?;
         self.guard.check("append-via-stream", &path, Access::Write)?;
         fs::HostDescriptor::append_via_stream(&mut self.inner, fd)
@@ -1235,6 +1329,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn metadata_hash_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<MetadataHashValue> {
+        self.guard.spend("metadata-hash-at")?;
         let canonical = self.guard.resolve_at("metadata-hash-at", &fd, &path, follows(path_flags), Access::Read)?;
         self.guard.land(&canonical)?;
         self.guard.check_visible("metadata-hash-at", &canonical)?;
@@ -1244,6 +1339,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
 impl fs::HostDirectoryEntryStream for GuardedFilesystem<'_> {
     fn read_directory_entry(&mut self, stream: Resource<DirectoryEntryStream>) -> FsResult<Option<DirectoryEntry>> {
+        self.guard.spend("read-directory-entry")?;
         let directory = self.guard.streams.get(&stream.rep()).cloned().unwrap_or_else(|| ".".to_owned());
         loop {
             let Some(entry) =

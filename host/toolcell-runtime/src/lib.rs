@@ -858,6 +858,8 @@ impl Runtime {
             .stderr(stderr.clone());
         wasi.preopened_dir(workspace.root(), ".", FsPerms::ReadWrite).map_err(host_error)?;
         let limits = self.limits_for(tool);
+        let mut guard = guard;
+        guard.set_budget(tool, limits.host_calls, limits.open_files);
         let state = CallState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
@@ -940,6 +942,8 @@ impl Runtime {
             deadline: set.deadline.unwrap_or(self.limits.deadline),
             memory_bytes: set.memory_bytes.unwrap_or(self.limits.memory_bytes),
             output_bytes: set.output_bytes.unwrap_or(self.limits.output_bytes),
+            host_calls: set.host_calls.unwrap_or(self.limits.host_calls),
+            open_files: set.open_files.unwrap_or(self.limits.open_files),
         }
     }
 

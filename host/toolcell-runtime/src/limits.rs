@@ -19,6 +19,10 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// Bytes of text returned to the agent; longer output is cut with a marker.
     pub output_bytes: usize,
+    /// Filesystem calls the component may make; past them every filesystem call fails.
+    pub host_calls: u64,
+    /// Files and directories the component may hold open at once.
+    pub open_files: usize,
 }
 
 impl Default for Limits {
@@ -27,6 +31,8 @@ impl Default for Limits {
             deadline: Duration::from_secs(30),
             memory_bytes: 512 << 20,
             output_bytes: 1 << 20,
+            host_calls: 1_000_000,
+            open_files: 1024,
         }
     }
 }

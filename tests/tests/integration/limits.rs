@@ -18,6 +18,8 @@ fn limited() -> Runtime {
             deadline: DEADLINE,
             memory_bytes: 64 << 20,
             output_bytes: 64 << 10,
+            host_calls: 2_000,
+            open_files: 64,
         })
         .build()
         .expect("the limited runtime builds")
@@ -110,6 +112,19 @@ fn long_output_is_cut_at_the_cap_with_a_marker() {
 }
 
 #[test]
+fn a_gigabyte_of_output_hits_the_memory_cap_first() {
+    // The output cap applies to what a component returns, and what it returns lives in its
+    // memory: asking for 1 GiB of output is refused at the memory cap, cleanly.
+    let fixture = Fixture::new();
+    let runtime = limited();
+    let outcome = fixture.call_on(&runtime, "impl", "misbehave", &json!({"action": "big_output", "bytes": 1u64 << 30}), None);
+    let error = outcome.result.expect_err("refused");
+    assert_eq!(error.kind, ToolErrorKind::TooLarge, "{}", error.message);
+    assert!(error.message.contains("memory limit of 64 MiB"), "{}", error.message);
+    still_serves(&fixture, &runtime);
+}
+
+#[test]
 fn limits_beyond_the_pool_are_refused_at_build() {
     let result = builtin_runtime_builder()
         .limits(Limits {
@@ -147,4 +162,26 @@ fn limits_come_from_the_policy_per_tool() {
     // Other tools keep the host's memory and output limits.
     let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "write", "path": "a.txt", "content": "y".repeat(40 << 10)}, {"op": "read", "path": "a.txt"}]}), None);
     assert!(outcome.result.expect("ok").text.len() > 40 << 10);
+}
+
+#[test]
+fn filesystem_calls_and_open_files_have_budgets() {
+    let fixture = Fixture::new();
+    fixture.write("notes.txt", "x\n");
+    let runtime = limited();
+    let stats: Vec<serde_json::Value> = (0..2_500).map(|_| json!({"op": "stat", "path": "notes.txt"})).collect();
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": stats}), None);
+    let error = outcome.result.expect_err("over budget");
+    assert_eq!(error.kind, ToolErrorKind::TooLarge, "{}", error.message);
+    assert!(error.message.contains("made more than 2000 filesystem calls") && error.message.contains("`host_calls`"), "{}", error.message);
+    assert_eq!(outcome.denials.len(), 1, "one record for the budget, not one per refused call");
+
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "hold_open", "path": "notes.txt", "content": "100"}]}), None);
+    let error = outcome.result.expect_err("too many open files");
+    assert_eq!(error.kind, ToolErrorKind::TooLarge, "{}", error.message);
+    assert!(error.message.contains("more than 64 files open at once") && error.message.contains("`open_files`"), "{}", error.message);
+    // Within the budget, the same work succeeds.
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "hold_open", "path": "notes.txt", "content": "50"}]}), None);
+    assert_eq!(outcome.result.expect("within budget").structured.expect("structured")[0]["value"], 50);
+    still_serves(&fixture, &runtime);
 }

@@ -68,6 +68,17 @@ fn run(operation: &Operation) -> Value {
                 .and_then(|mut file| file.write_all(operation.content.as_bytes()))
                 .map(|()| json!(null))
         }
+        "hold_open" => {
+            // Open `path` `content` times, holding every handle until the end.
+            let count: usize = operation.content.parse().unwrap_or(0);
+            let mut files = Vec::new();
+            (|| {
+                for _ in 0..count {
+                    files.push(std::fs::File::open(path)?);
+                }
+                Ok(json!(files.len()))
+            })()
+        }
         "truncate" => std::fs::OpenOptions::new().write(true).truncate(true).open(path).map(|_| json!(null)),
         "list" => std::fs::read_dir(path).map(|entries| {
             let mut names: Vec<String> =
