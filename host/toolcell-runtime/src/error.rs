@@ -116,23 +116,8 @@ pub enum Error {
     },
 
     /// A component's bytes differ from the SHA-256 the policy pins for its tool.
-    #[error(
-        "the component `{origin}` providing `{tool}` has SHA-256 {actual}, but {policy} line {line} pins {expected}: the plugin changed since it was pinned; reinstall the reviewed one, or review this one and update the pin"
-    )]
-    PinMismatch {
-        /// The tool.
-        tool: String,
-        /// Where the component came from.
-        origin: String,
-        /// The pinned hash.
-        expected: String,
-        /// The component's hash.
-        actual: String,
-        /// The policy file.
-        policy: String,
-        /// The pin's line.
-        line: usize,
-    },
+    #[error("{0}")]
+    PinMismatch(Box<PinMismatch>),
 
     /// The plugin directory cannot be read.
     #[error("cannot read the plugin directory `{}`: {source}", path.display())]
@@ -155,6 +140,26 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+}
+
+/// A component whose bytes differ from its pin.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the component `{origin}` providing `{tool}` has SHA-256 {actual}, but {policy} line {line} pins {expected}: the plugin changed since it was pinned; reinstall the reviewed one, or review this one and update the pin"
+)]
+pub struct PinMismatch {
+    /// The tool.
+    pub tool: String,
+    /// Where the component came from.
+    pub origin: String,
+    /// The pinned hash.
+    pub expected: String,
+    /// The component's hash.
+    pub actual: String,
+    /// The policy file.
+    pub policy: String,
+    /// The pin's line.
+    pub line: usize,
 }
 
 /// A wasmtime error with its whole chain of causes, on one line.

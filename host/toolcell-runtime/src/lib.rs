@@ -67,7 +67,7 @@ mod work;
 
 pub use audit::{AUDIT_FILE, AuditLog};
 pub use engine::CacheOutcome;
-pub use error::Error;
+pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};
 pub use journal::Recovery;
 pub use locks::{LOCKS_DIR, LockStore, LockStoreError};
@@ -296,14 +296,14 @@ impl RuntimeBuilder {
                 if let Some(pin) = policy.pin(component.tool.as_str())
                     && pin.sha256 != component.sha256
                 {
-                    return Err(Error::PinMismatch {
+                    return Err(Error::PinMismatch(Box::new(PinMismatch {
                         tool: component.tool.to_string(),
                         origin: component.origin.clone(),
                         expected: pin.sha256.clone(),
                         actual: component.sha256.clone(),
                         policy: policy.file().to_owned(),
                         line: pin.line,
-                    });
+                    })));
                 }
             }
             for tool in tools.keys() {
