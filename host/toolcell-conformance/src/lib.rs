@@ -379,19 +379,9 @@ impl Scratch {
             fences: &[],
         };
         runtime.call(&request).unwrap_or_else(|error| CallOutcome {
-            call_id: String::new(),
             result: Err(toolcell_types::ToolError::new(ToolErrorKind::Failed, format!("the host could not run the call: {error}"))),
-            notes: Vec::new(),
-            stdout: Default::default(),
-            stderr: Default::default(),
             trapped: true,
-            gated: false,
-            events: Vec::new(),
-            unrecorded_events: 0,
-            denials: Vec::new(),
-            warnings: Vec::new(),
-            rolled_back: 0,
-            duration: Duration::ZERO,
+            ..CallOutcome::new(String::new())
         })
     }
 

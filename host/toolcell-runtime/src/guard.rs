@@ -278,15 +278,7 @@ impl FsGuard {
     }
 
     fn refuse_budget(&mut self, operation: &'static str, rule: &str, message: String) {
-        let event = FsEvent {
-            operation,
-            path: ".".to_owned(),
-            access: Access::Read,
-            effect: Effect::Deny,
-            rule: rule.to_owned(),
-            asked: false,
-        };
-        self.refuse_as(event, message, ToolErrorKind::TooLarge);
+        self.refuse_rule(operation, ".", Access::Read, rule, message, ToolErrorKind::TooLarge);
     }
 
     /// The workspace directory, if the call has one.
@@ -300,19 +292,7 @@ impl FsGuard {
         match resolve(self.root.as_ref(), ".", path, false) {
             Resolved::Inside(canonical) => Some(canonical),
             Resolved::Outside => {
-                let event = FsEvent {
-                    operation,
-                    path: path.to_owned(),
-                    access,
-                    effect: Effect::Deny,
-                    rule: "workspace-boundary".to_owned(),
-                    asked: false,
-                };
-                let message = format!(
-                    "`{}` is outside the workspace: tools can only reach paths inside it",
-                    escape_control(path)
-                );
-                self.refuse(event, message);
+                self.refuse_outside(operation, path, access);
                 None
             }
             Resolved::Loop => None,
@@ -406,20 +386,7 @@ impl FsGuard {
         let base = self.base(descriptor)?;
         match resolve(self.root.as_ref(), &base, path, follow_final) {
             Resolved::Inside(canonical) => Ok(canonical),
-            Resolved::Outside => Err(self.refuse(
-                FsEvent {
-                    operation,
-                    path: path.to_owned(),
-                    access,
-                    effect: Effect::Deny,
-                    rule: "workspace-boundary".to_owned(),
-                    asked: false,
-                },
-                format!(
-                    "`{}` is outside the workspace: tools can only reach paths inside it",
-                    escape_control(path)
-                ),
-            )),
+            Resolved::Outside => Err(self.refuse_outside(operation, path, access)),
             Resolved::Loop => Err(FsError::from(ErrorCode::Loop)),
         }
     }
@@ -494,15 +461,7 @@ impl FsGuard {
             ),
         };
         let (rule, message, kind) = refusal;
-        let event = FsEvent {
-            operation,
-            path: path.to_owned(),
-            access,
-            effect: Effect::Deny,
-            rule,
-            asked: false,
-        };
-        Err(self.refuse_as(event, message, kind))
+        Err(self.refuse_rule(operation, path, access, &rule, message, kind))
     }
 
     /// Before `path` is mutated: check that the session read the current content (when the
@@ -529,13 +488,13 @@ impl FsGuard {
                     let message = format!(
                         "`{shown}` was modified since this session read it (by another session or outside toolcell): read it again, then make the change"
                     );
-                    return Err(self.refuse_rule(operation, path, "modified-since-read", message, ToolErrorKind::Conflict));
+                    return Err(self.refuse_rule(operation, path, Access::Write, "modified-since-read", message, ToolErrorKind::Conflict));
                 }
                 None if transaction.read_before_write == ReadBeforeWrite::Refuse => {
                     let message = format!(
                         "`{shown}` exists and this session has not read it, and the policy requires reading a file before changing it: read it first, then make the change"
                     );
-                    return Err(self.refuse_rule(operation, path, "read-before-write", message, ToolErrorKind::Conflict));
+                    return Err(self.refuse_rule(operation, path, Access::Write, "read-before-write", message, ToolErrorKind::Conflict));
                 }
                 None => self.warnings.push(format!(
                     "Warning: overwriting existing file `{shown}` that was not read first. Consider reading it first."
@@ -587,7 +546,7 @@ impl FsGuard {
                     escape_control(path),
                     error.kind()
                 );
-                Err(self.refuse_rule(operation, path, "journal-unavailable", message, ToolErrorKind::Failed))
+                Err(self.refuse_rule(operation, path, Access::Write, "journal-unavailable", message, ToolErrorKind::Failed))
             }
         }
     }
@@ -722,16 +681,32 @@ impl FsGuard {
         }
     }
 
-    fn refuse_rule(&mut self, operation: &'static str, path: &str, rule: &str, message: String, kind: ToolErrorKind) -> FsError {
+    /// Refuse `access` to `path` by the host's own `rule` (not the policy's), recorded like
+    /// every refusal.
+    fn refuse_rule(
+        &mut self,
+        operation: &'static str,
+        path: &str,
+        access: Access,
+        rule: &str,
+        message: String,
+        kind: ToolErrorKind,
+    ) -> FsError {
         let event = FsEvent {
             operation,
             path: path.to_owned(),
-            access: Access::Write,
+            access,
             effect: Effect::Deny,
             rule: rule.to_owned(),
             asked: false,
         };
         self.refuse_as(event, message, kind)
+    }
+
+    /// Refuse a path that leads outside the workspace (as the component wrote it).
+    fn refuse_outside(&mut self, operation: &'static str, path: &str, access: Access) -> FsError {
+        let message = format!("`{}` is outside the workspace: tools can only reach paths inside it", escape_control(path));
+        self.refuse_rule(operation, path, access, "workspace-boundary", message, ToolErrorKind::Denied)
     }
 
     fn decide(&self, access: Access, path: &str) -> Decision {
@@ -871,19 +846,11 @@ impl FsGuard {
         } else {
             return Ok(());
         };
-        let event = FsEvent {
-            operation,
-            path: path.to_owned(),
-            access,
-            effect: Effect::Deny,
-            rule: "special-file".to_owned(),
-            asked: false,
-        };
         let message = format!(
             "`{}` is {kind}, which tools may not open (it could block the host): only regular files and directories can be opened",
             escape_control(path)
         );
-        Err(self.refuse(event, message))
+        Err(self.refuse_rule(operation, path, access, "special-file", message, ToolErrorKind::Denied))
     }
 
     /// Refuse a write through a file with several hard links: the other names may lie where the
@@ -894,19 +861,11 @@ impl FsGuard {
         };
         match root.symlink_metadata(path) {
             Ok(metadata) if metadata.is_file() && cap_std::fs::MetadataExt::nlink(&metadata) > 1 => {
-                let event = FsEvent {
-                    operation,
-                    path: path.to_owned(),
-                    access: Access::Write,
-                    effect: Effect::Deny,
-                    rule: "hard-link".to_owned(),
-                    asked: false,
-                };
                 let message = format!(
                     "write to `{}` is refused: the file has other hard links, which may lie where this role may not write. Write a new file instead.",
                     escape_control(path)
                 );
-                Err(self.refuse(event, message))
+                Err(self.refuse_rule(operation, path, Access::Write, "hard-link", message, ToolErrorKind::Denied))
             }
             _ => Ok(()),
         }
@@ -1274,19 +1233,11 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         // The target is resolved from the link's directory; it must stay inside the workspace.
         let directory = link.rsplit_once('/').map_or(".", |(parent, _)| parent).to_owned();
         if toolcell_policy::join_lexically(&directory, &target).is_none() {
-            let event = FsEvent {
-                operation: "symlink-at",
-                path: link,
-                access: Access::Write,
-                effect: Effect::Deny,
-                rule: "symlink-target".to_owned(),
-                asked: false,
-            };
             let message = format!(
                 "a symlink to `{}` is refused: its target leaves the workspace. Link only to paths inside it.",
                 escape_control(&target)
             );
-            return Err(self.guard.refuse(event, message));
+            return Err(self.guard.refuse_rule("symlink-at", &link, Access::Write, "symlink-target", message, ToolErrorKind::Denied));
         }
         self.guard.before_mutation("symlink-at", &link, false)?;
         fs::HostDescriptor::symlink_at(&mut self.inner, fd, target, link_path)

@@ -644,6 +644,28 @@ pub struct CallOutcome {
     pub duration: Duration,
 }
 
+impl CallOutcome {
+    /// The outcome of a call `call_id` that has not run yet (its result is a `failed` error
+    /// until something sets it).
+    pub fn new(call_id: String) -> Self {
+        CallOutcome {
+            call_id,
+            result: Err(ToolError::new(ToolErrorKind::Failed, "the call did not run")),
+            notes: Vec::new(),
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            trapped: false,
+            gated: false,
+            events: Vec::new(),
+            unrecorded_events: 0,
+            denials: Vec::new(),
+            warnings: Vec::new(),
+            rolled_back: 0,
+            duration: Duration::ZERO,
+        }
+    }
+}
+
 impl Runtime {
     /// The loaded tools, sorted by name.
     pub fn tools(&self) -> impl Iterator<Item = &ToolInfo> {
@@ -732,21 +754,7 @@ impl Runtime {
             available: self.tools.keys().map(String::as_str).collect::<Vec<_>>().join(", "),
         })?;
         let call_id = new_call_id();
-        let mut outcome = CallOutcome {
-            call_id: call_id.clone(),
-            result: Err(ToolError::new(ToolErrorKind::Failed, "the call did not run")),
-            notes: Vec::new(),
-            stdout: Captured::default(),
-            stderr: Captured::default(),
-            trapped: false,
-            gated: false,
-            events: Vec::new(),
-            unrecorded_events: 0,
-            denials: Vec::new(),
-            warnings: Vec::new(),
-            rolled_back: 0,
-            duration: Duration::ZERO,
-        };
+        let mut outcome = CallOutcome::new(call_id.clone());
         if let Some(policy) = &self.policy {
             let role = policy.role(request.role).ok_or_else(|| Error::UnknownRole {
                 role: request.role.escape_default().to_string(),
@@ -1098,21 +1106,7 @@ impl Runtime {
             ..CallContext::default()
         };
         let args = serde_json::json!({ "path": path }).to_string();
-        let mut outcome = CallOutcome {
-            call_id: context.call_id.clone(),
-            result: Err(ToolError::new(ToolErrorKind::Failed, "the validator did not run")),
-            notes: Vec::new(),
-            stdout: Captured::default(),
-            stderr: Captured::default(),
-            trapped: false,
-            gated: false,
-            events: Vec::new(),
-            unrecorded_events: 0,
-            denials: Vec::new(),
-            warnings: Vec::new(),
-            rolled_back: 0,
-            duration: Duration::ZERO,
-        };
+        let mut outcome = CallOutcome::new(context.call_id.clone());
         let guard = self
             .run_component(pre, tool, &args, request.workspace, context, guard, &mut outcome)
             .map_err(|error| error.to_string())?;
