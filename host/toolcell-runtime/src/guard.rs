@@ -993,6 +993,20 @@ pub(crate) struct GuardedFilesystem<'a> {
     pub(crate) guard: &'a mut FsGuard,
 }
 
+impl GuardedFilesystem<'_> {
+    /// Whether `opened` is the file or directory now at the canonical workspace path `path`
+    /// (the same device and inode, as wasmtime-wasi's metadata hash says), not whatever a
+    /// symlink swapped in before the open led to.
+    fn opened_what_was_judged(&mut self, opened: &Resource<Descriptor>, path: &str) -> bool {
+        let Some(root) = self.guard.root_descriptor.filter(|root| self.guard.descriptors.contains_key(root)) else {
+            return true;
+        };
+        let of_descriptor = fs::HostDescriptor::metadata_hash(&mut self.inner, Resource::new_borrow(opened.rep()));
+        let at_path = fs::HostDescriptor::metadata_hash_at(&mut self.inner, Resource::new_borrow(root), PathFlags::empty(), path.to_owned());
+        matches!((of_descriptor, at_path), (Ok(a), Ok(b)) if (a.lower, a.upper) == (b.lower, b.upper))
+    }
+}
+
 impl preopens::Host for GuardedFilesystem<'_> {
     fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
         let directories = preopens::Host::get_directories(&mut self.inner)?;
@@ -1176,7 +1190,38 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
                 return Ok(opened);
             }
         }
-        let opened = fs::HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, open_flags, flags)?;
+        // Open what was judged: the canonical path, from the workspace root, without following
+        // a symlink that may have been swapped in since, and without truncating before the
+        // descriptor is known to be the judged file.
+        let root = self.guard.root_descriptor.filter(|root| self.guard.descriptors.contains_key(root));
+        let truncate = root.is_some() && open_flags.contains(OpenFlags::TRUNCATE);
+        let opened = match root {
+            Some(root) => fs::HostDescriptor::open_at(
+                &mut self.inner,
+                Resource::new_borrow(root),
+                PathFlags::empty(),
+                canonical.clone(),
+                open_flags & !OpenFlags::TRUNCATE,
+                flags,
+            )?,
+            None => fs::HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, open_flags, flags)?,
+        };
+        // If a directory on the way was swapped between the guard's check and the open, the
+        // descriptor is not the file that was judged. Compare identities; refuse on mismatch.
+        if !self.opened_what_was_judged(&opened, &canonical) {
+            fs::HostDescriptor::drop(&mut self.inner, opened).map_err(FsError::trap)?;
+            let message = format!(
+                "`{}` changed while it was being opened (something replaced it at that moment), so it was not opened; try again",
+                escape_control(&canonical)
+            );
+            return Err(self.guard.refuse_rule("open-at", &canonical, access, "changed-during-open", message, ToolErrorKind::Conflict));
+        }
+        if truncate {
+            if let Err(error) = fs::HostDescriptor::set_size(&mut self.inner, Resource::new_borrow(opened.rep()), 0) {
+                fs::HostDescriptor::drop(&mut self.inner, opened).map_err(FsError::trap)?;
+                return Err(error);
+            }
+        }
         if access == Access::Read && !open_flags.contains(OpenFlags::DIRECTORY) {
             self.guard.track_read(&canonical);
         }

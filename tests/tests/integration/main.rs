@@ -10,6 +10,7 @@ mod list_files;
 mod limits;
 mod loading;
 mod locks;
+mod races;
 mod read_file;
 mod search_files;
 mod transactions;
