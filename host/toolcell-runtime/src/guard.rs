@@ -1216,11 +1216,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             );
             return Err(self.guard.refuse_rule("open-at", &canonical, access, "changed-during-open", message, ToolErrorKind::Conflict));
         }
-        if truncate {
-            if let Err(error) = fs::HostDescriptor::set_size(&mut self.inner, Resource::new_borrow(opened.rep()), 0) {
-                fs::HostDescriptor::drop(&mut self.inner, opened).map_err(FsError::trap)?;
-                return Err(error);
-            }
+        if truncate && let Err(error) = fs::HostDescriptor::set_size(&mut self.inner, Resource::new_borrow(opened.rep()), 0) {
+            fs::HostDescriptor::drop(&mut self.inner, opened).map_err(FsError::trap)?;
+            return Err(error);
         }
         if access == Access::Read && !open_flags.contains(OpenFlags::DIRECTORY) {
             self.guard.track_read(&canonical);
