@@ -998,12 +998,23 @@ impl GuardedFilesystem<'_> {
     /// (the same device and inode, as wasmtime-wasi's metadata hash says), not whatever a
     /// symlink swapped in before the open led to.
     fn opened_what_was_judged(&mut self, opened: &Resource<Descriptor>, path: &str) -> bool {
-        let Some(root) = self.guard.root_descriptor.filter(|root| self.guard.descriptors.contains_key(root)) else {
+        use cap_std::fs::MetadataExt as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let Some(root) = self.guard.root.as_ref() else {
             return true;
         };
-        let of_descriptor = fs::HostDescriptor::metadata_hash(&mut self.inner, Resource::new_borrow(opened.rep()));
-        let at_path = fs::HostDescriptor::metadata_hash_at(&mut self.inner, Resource::new_borrow(root), PathFlags::empty(), path.to_owned());
-        matches!((of_descriptor, at_path), (Ok(a), Ok(b)) if (a.lower, a.upper) == (b.lower, b.upper))
+        // Straight syscalls on the descriptor's file and on the path (no trip through the
+        // async filesystem layer): this runs on every open.
+        let of_descriptor = match self.inner.table.get(opened) {
+            Ok(Descriptor::File(file)) => file.file.metadata(),
+            Ok(Descriptor::Dir(dir)) => dir.dir.metadata(),
+            Err(_) => return false,
+        };
+        let at_path = root.symlink_metadata(path);
+        match (of_descriptor, at_path) {
+            (Ok(descriptor), Ok(at_path)) => (descriptor.dev(), descriptor.ino()) == (at_path.dev(), at_path.ino()),
+            _ => false,
+        }
     }
 }
 
