@@ -4,7 +4,6 @@
 //! Without a state directory the tables live in memory, shared by the calls of one runtime.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -155,7 +154,7 @@ impl LockStore {
                 guard.lock().map_err(io)?;
                 let mut loaded = load(&table).map_err(io)?;
                 let result = change(&mut loaded)?;
-                store(&table, &loaded).map_err(io)?;
+                crate::replace_json(&table, &loaded, true).map_err(io)?;
                 drop(guard);
                 Ok(result)
             }
@@ -178,15 +177,6 @@ fn load(path: &Path) -> std::io::Result<LockTable> {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(LockTable::default()),
         Err(error) => Err(error),
     }
-}
-
-/// Replace the table atomically: a reader never sees half of it.
-fn store(path: &Path, table: &LockTable) -> std::io::Result<()> {
-    let temporary = path.with_extension("json.tmp");
-    let mut file = File::create(&temporary)?;
-    file.write_all(&serde_json::to_vec_pretty(table).map_err(std::io::Error::other)?)?;
-    file.sync_data()?;
-    std::fs::rename(&temporary, path)
 }
 
 /// Milliseconds since the Unix epoch.

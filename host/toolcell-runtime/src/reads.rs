@@ -115,17 +115,9 @@ impl ReadTracker {
         }
     }
 
-    fn key(session: &str, workspace: &Path) -> String {
-        let mut hasher = Sha256::new();
-        hasher.update(workspace.as_os_str().as_encoded_bytes());
-        hasher.update([0]);
-        hasher.update(session.as_bytes());
-        crate::hex(&hasher.finalize())
-    }
-
     /// The versions `session` has seen in `workspace`.
     pub(crate) fn load(&self, session: &str, workspace: &Path) -> Arc<SessionReads> {
-        self.load_key(&Self::key(session, workspace))
+        self.load_key(&crate::session_key(session, workspace))
     }
 
     fn load_key(&self, key: &str) -> Arc<SessionReads> {
@@ -188,7 +180,7 @@ impl ReadTracker {
         if changes.is_empty() {
             return Ok(());
         }
-        let key = Self::key(session, workspace);
+        let key = crate::session_key(session, workspace);
         let mut updated = (*self.load_key(&key)).clone();
         for (path, version) in changes {
             match version {
@@ -199,10 +191,7 @@ impl ReadTracker {
         match &self.directory {
             Some(directory) => {
                 std::fs::create_dir_all(directory)?;
-                let path = directory.join(format!("{key}.json"));
-                let temporary = directory.join(format!("{key}.json.{}", std::process::id()));
-                std::fs::write(&temporary, serde_json::to_vec(&updated).map_err(std::io::Error::other)?)?;
-                std::fs::rename(temporary, path)
+                crate::replace_json(&directory.join(format!("{key}.json")), &updated, false)
             }
             None => {
                 let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -9,7 +9,6 @@ use std::sync::Mutex;
 
 use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::journal::{Prior, Step};
 use crate::reads::hash_of;
@@ -54,11 +53,7 @@ impl UndoStore {
 
     /// The directory of `session`'s undo entries and blobs.
     pub(crate) fn session_dir(&self, session: &str, workspace: &Path) -> PathBuf {
-        let mut hasher = Sha256::new();
-        hasher.update(workspace.as_os_str().as_encoded_bytes());
-        hasher.update([0]);
-        hasher.update(session.as_bytes());
-        self.directory.join(crate::hex(&hasher.finalize()))
+        self.directory.join(crate::session_key(session, workspace))
     }
 
     /// Keep what a committed call's journal saved: the first prior state of each file it
@@ -156,7 +151,5 @@ fn load(directory: &Path) -> Index {
 }
 
 fn store(directory: &Path, index: &Index) -> std::io::Result<()> {
-    let temporary = directory.join(format!("index.json.{}", std::process::id()));
-    std::fs::write(&temporary, serde_json::to_vec(index).map_err(std::io::Error::other)?)?;
-    std::fs::rename(temporary, directory.join("index.json"))
+    crate::replace_json(&directory.join("index.json"), index, false)
 }
