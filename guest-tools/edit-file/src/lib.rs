@@ -4,15 +4,16 @@
 use serde::Deserialize;
 use serde_json::json;
 use toolcell_sdk::path::quote;
-use toolcell_sdk::text::{self, BOM};
+use toolcell_sdk::text::{self, Document, SnippetStyle, line_of};
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 
-/// Lines of context shown around each edited region.
-const CONTEXT_LINES: usize = 3;
-/// Regions shown in the result; the rest are counted.
-const MAX_REGIONS_SHOWN: usize = 10;
-/// Longer lines in the snippet are cut.
-const MAX_SNIPPET_LINE_CHARS: usize = 500;
+/// How edited regions are shown: 3 lines of context, at most 10 regions, lines cut at 500
+/// characters.
+const SNIPPETS: SnippetStyle = SnippetStyle {
+    context_lines: 3,
+    max_shown: 10,
+    max_line_chars: 500,
+};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -122,7 +123,7 @@ impl Tool for EditFile {
         let applied = apply_edits(&path, &document.body, document.crlf, &edits)?;
         std::fs::write(path.as_str(), document.render(&applied.content)).map_err(|error| path.io_error(error))?;
 
-        let snippets = snippets(&applied);
+        let snippets = text::snippets(&applied.content, &applied.regions, SNIPPETS);
         let count = applied.replacements;
         let mut text = format!(
             "Edited {}: {count} replacement{} from {} edit{}.",
@@ -206,41 +207,6 @@ fn field_name(count: usize, index: usize) -> String {
     if count == 1 { "`".to_owned() } else { format!("`edits[{index}].") }
 }
 
-/// A text file split into what edits see (LF line endings, no byte-order mark) and how to
-/// write it back.
-struct Document {
-    bom: bool,
-    crlf: bool,
-    body: String,
-}
-
-impl Document {
-    fn parse(original: &str) -> Self {
-        let (bom, text) = match original.strip_prefix(BOM) {
-            Some(rest) => (true, rest),
-            None => (false, original),
-        };
-        // A file counts as CRLF only if every newline is CRLF; a mixed file is edited as is.
-        let newlines = text.matches('\n').count();
-        let crlf = newlines > 0 && text.matches("\r\n").count() == newlines;
-        let body = if crlf { text.replace("\r\n", "\n") } else { text.to_owned() };
-        Document { bom, crlf, body }
-    }
-
-    fn render(&self, body: &str) -> Vec<u8> {
-        let mut out = String::with_capacity(body.len() + 16);
-        if self.bom {
-            out.push_str(BOM);
-        }
-        if self.crlf {
-            out.push_str(&body.replace('\n', "\r\n"));
-        } else {
-            out.push_str(body);
-        }
-        out.into_bytes()
-    }
-}
-
 /// The edited body and where the new text landed in it.
 struct Applied {
     content: String,
@@ -316,52 +282,6 @@ fn apply_edits(path: &WorkspacePath, body: &str, crlf: bool, edits: &[Edit]) -> 
     })
 }
 
-/// The 1-based line number of byte offset `at`.
-fn line_of(content: &str, at: usize) -> usize {
-    content[..at].matches('\n').count() + 1
-}
-
-struct Snippets {
-    shown: Vec<String>,
-    hidden: usize,
-}
-
-/// Numbered excerpts of the edited regions with their context, overlapping ones merged.
-fn snippets(applied: &Applied) -> Snippets {
-    let lines: Vec<&str> = text::lines(&applied.content).collect();
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
-    for &(start, end) in &applied.regions {
-        let first = line_of(&applied.content, start);
-        // The line holding the region's last byte (its start, for a deletion).
-        let last = line_of(&applied.content, if end > start { end - 1 } else { start });
-        let from = first.saturating_sub(CONTEXT_LINES).max(1);
-        let to = (last + CONTEXT_LINES).min(lines.len().max(1));
-        match ranges.last_mut() {
-            Some(previous) if from <= previous.1 + 1 => previous.1 = previous.1.max(to),
-            _ => ranges.push((from, to)),
-        }
-    }
-    let hidden = ranges.len().saturating_sub(MAX_REGIONS_SHOWN);
-    let shown = ranges
-        .iter()
-        .take(MAX_REGIONS_SHOWN)
-        .map(|&(from, to)| {
-            if lines.is_empty() {
-                return "(the file is now empty)".to_owned();
-            }
-            (from..=to)
-                .filter_map(|number| {
-                    lines
-                        .get(number - 1)
-                        .map(|line| text::numbered(number, &text::clip(line, MAX_SNIPPET_LINE_CHARS)))
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .collect();
-    Snippets { shown, hidden }
-}
-
 toolcell_sdk::export_tool!(EditFile);
 
 #[cfg(test)]
@@ -419,7 +339,7 @@ mod tests {
     fn snippets_show_context() {
         let body: String = (1..=20).map(|n| format!("line {n}\n")).collect();
         let applied = apply(&body, &[edit("line 10\n", "ten\n", false)]).expect("applies");
-        let shown = snippets(&applied).shown;
+        let shown = text::snippets(&applied.content, &applied.regions, SNIPPETS).shown;
         assert_eq!(shown.len(), 1);
         assert!(shown[0].starts_with("     7\tline 7"), "{}", shown[0]);
         assert!(shown[0].contains("    10\tten"));

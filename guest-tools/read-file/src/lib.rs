@@ -1,17 +1,10 @@
 //! `read_file`: a window of a text file as numbered lines.
 
-use std::io::{BufRead, BufReader, Read};
-
 use serde::Deserialize;
 use serde_json::json;
-use toolcell_sdk::path::quote;
-use toolcell_sdk::text::{self, BINARY_SNIFF_BYTES};
+use toolcell_sdk::read;
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 
-/// Lines returned when the caller gives no `limit`.
-const DEFAULT_LIMIT: u64 = 2000;
-/// Longer lines are cut, with a marker.
-const MAX_LINE_CHARS: usize = 2000;
 /// The text returned stops growing past this size, whatever `limit` says.
 const MAX_OUTPUT_BYTES: usize = 256 * 1024;
 
@@ -67,175 +60,8 @@ impl Tool for ReadFile {
 
     fn call(args: Args) -> Result<Output, ToolError> {
         let path = WorkspacePath::parse(&args.path)?;
-        let start = args.offset.unwrap_or(1);
-        let limit = args.limit.unwrap_or(DEFAULT_LIMIT);
-        // Look before opening: opening a FIFO would block until a writer appears.
-        let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
-        if metadata.is_dir() {
-            return Err(ToolError::Unsupported(format!(
-                "{} is a directory, not a file: use `list_files` to see what it holds",
-                quote(path.as_str())
-            )));
-        }
-        if !metadata.is_file() {
-            return Err(ToolError::Unsupported(format!(
-                "{} is not a regular file (it is a FIFO, socket or device): read_file only reads regular files",
-                quote(path.as_str())
-            )));
-        }
-        let mut file = std::fs::File::open(path.as_str()).map_err(|error| path.io_error(error))?;
-        let mut head = Vec::with_capacity(BINARY_SNIFF_BYTES);
-        (&mut file)
-            .take(BINARY_SNIFF_BYTES as u64)
-            .read_to_end(&mut head)
-            .map_err(|error| path.io_error(error))?;
-        if text::is_binary(&head) {
-            return Err(ToolError::Unsupported(format!(
-                "{} looks like a binary file (it has a NUL byte in its first 8 KiB): read_file only reads text",
-                quote(path.as_str())
-            )));
-        }
-        let window = read_window(
-            BufReader::with_capacity(16 * 1024, std::io::Cursor::new(head).chain(file)),
-            start,
-            limit,
-        )
-        .map_err(|error| path.io_error(error))?;
-        render(&path, start, &window)
+        read::read_lines(&path, args.offset, args.limit, MAX_OUTPUT_BYTES)
     }
-}
-
-/// The lines of one `read_file` window, and what was counted around it.
-struct Window {
-    lines: Vec<String>,
-    total_lines: u64,
-    clipped_lines: usize,
-    /// The window stopped early because the output reached [`MAX_OUTPUT_BYTES`].
-    hit_output_cap: bool,
-}
-
-fn read_window(mut reader: impl BufRead, start: u64, limit: u64) -> std::io::Result<Window> {
-    let mut window = Window {
-        lines: Vec::new(),
-        total_lines: 0,
-        clipped_lines: 0,
-        hit_output_cap: false,
-    };
-    let mut output_bytes = 0usize;
-    let mut raw = Vec::new();
-    loop {
-        raw.clear();
-        if reader.read_until(b'\n', &mut raw)? == 0 {
-            break;
-        }
-        window.total_lines += 1;
-        let number = window.total_lines;
-        if number < start || number >= start.saturating_add(limit) || window.hit_output_cap {
-            continue;
-        }
-        let decoded = String::from_utf8_lossy(&raw);
-        let mut line = decoded.trim_end_matches('\n').trim_end_matches('\r');
-        if number == 1 {
-            line = line.strip_prefix(text::BOM).unwrap_or(line);
-        }
-        let clipped = text::clip(line, MAX_LINE_CHARS);
-        if matches!(clipped, std::borrow::Cow::Owned(_)) {
-            window.clipped_lines += 1;
-        }
-        let rendered = text::numbered(usize::try_from(number).unwrap_or(usize::MAX), &clipped);
-        if output_bytes + rendered.len() > MAX_OUTPUT_BYTES && !window.lines.is_empty() {
-            window.hit_output_cap = true;
-            continue;
-        }
-        output_bytes += rendered.len() + 1;
-        window.lines.push(rendered);
-    }
-    Ok(window)
-}
-
-fn render(path: &WorkspacePath, start: u64, window: &Window) -> Result<Output, ToolError> {
-    let shown = window.lines.len() as u64;
-    if window.total_lines == 0 {
-        return Ok(Output::text(format!("{} is empty (0 lines).", quote(path.as_str()))).with_structured(json!({
-            "path": path.as_str(),
-            "start_line": 0,
-            "end_line": 0,
-            "total_lines": 0,
-            "truncated": false,
-            "clipped_lines": 0,
-        })));
-    }
-    if start > window.total_lines {
-        return Err(ToolError::InvalidArgs(format!(
-            "offset {start} is past the end of {}, which has {} lines: use an offset from 1 to {}",
-            quote(path.as_str()),
-            window.total_lines,
-            window.total_lines
-        )));
-    }
-    let end = start + shown - 1;
-    let more_after = end < window.total_lines;
-    let truncated = more_after || window.clipped_lines > 0;
-    let mut text = window.lines.join("\n");
-    if more_after || start > 1 {
-        text.push_str(&format!(
-            "\n\n[lines {start}-{end} of {}",
-            window.total_lines
-        ));
-        if more_after {
-            text.push_str(&format!("; to read on, call read_file with offset {}", end + 1));
-        }
-        if window.hit_output_cap {
-            text.push_str(&format!(
-                "; this window stopped at {} KiB of text",
-                MAX_OUTPUT_BYTES / 1024
-            ));
-        }
-        text.push(']');
-    }
-    if window.clipped_lines > 0 {
-        text.push_str(&format!(
-            "\n[{} line(s) longer than {MAX_LINE_CHARS} characters were cut]",
-            window.clipped_lines
-        ));
-    }
-    let mut structured = json!({
-        "path": path.as_str(),
-        "start_line": start,
-        "end_line": end,
-        "total_lines": window.total_lines,
-        "truncated": truncated,
-        "clipped_lines": window.clipped_lines,
-    });
-    if more_after {
-        structured["next_offset"] = json!(end + 1);
-    }
-    Ok(Output::text(text).with_structured(structured))
 }
 
 toolcell_sdk::export_tool!(ReadFile);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn window(content: &str, start: u64, limit: u64) -> Window {
-        read_window(std::io::Cursor::new(content.as_bytes().to_vec()), start, limit).expect("in-memory read")
-    }
-
-    #[test]
-    fn windows_count_every_line() {
-        let content = "a\nb\r\nc\nd";
-        let all = window(content, 1, 10);
-        assert_eq!(all.total_lines, 4);
-        assert_eq!(all.lines, ["     1\ta", "     2\tb", "     3\tc", "     4\td"]);
-        let middle = window(content, 2, 2);
-        assert_eq!(middle.total_lines, 4);
-        assert_eq!(middle.lines, ["     2\tb", "     3\tc"]);
-    }
-
-    #[test]
-    fn bom_is_not_shown() {
-        assert_eq!(window("\u{feff}x\n", 1, 10).lines, ["     1\tx"]);
-    }
-}

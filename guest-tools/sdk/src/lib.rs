@@ -39,6 +39,7 @@
 //! to enforce anything.
 
 pub mod path;
+pub mod read;
 pub mod text;
 pub mod walk;
 
@@ -57,6 +58,19 @@ pub mod bindings {
 }
 
 pub use bindings::toolcell::tool::types::ToolError;
+
+/// The kind of a [`ToolError`] as the host names it (`not-found`, `denied`, ...), and its message.
+pub fn error_parts(error: &ToolError) -> (&'static str, &str) {
+    match error {
+        ToolError::InvalidArgs(message) => ("invalid-args", message),
+        ToolError::NotFound(message) => ("not-found", message),
+        ToolError::Denied(message) => ("denied", message),
+        ToolError::Conflict(message) => ("conflict", message),
+        ToolError::TooLarge(message) => ("too-large", message),
+        ToolError::Unsupported(message) => ("unsupported", message),
+        ToolError::Failed(message) => ("failed", message),
+    }
+}
 
 use bindings::toolcell::tool::context;
 use bindings::toolcell::tool::types as wit;
@@ -156,6 +170,11 @@ impl Output {
         }
     }
 
+    /// The text and the structured value.
+    pub fn into_parts(self) -> (String, Option<serde_json::Value>) {
+        (self.text, self.structured)
+    }
+
     /// Attach the structured form of the result.
     #[must_use]
     pub fn with_structured(mut self, value: serde_json::Value) -> Self {
@@ -177,6 +196,19 @@ pub fn session_id() -> String {
 /// This call's id.
 pub fn call_id() -> String {
     context::call_id()
+}
+
+pub use bindings::toolcell::tool::context::{Effect, PathFacts};
+
+/// The permission bits of `path` (a final symlink not followed) and what the caller's policy
+/// says about reading, writing and deleting it, from the host. Judged like a `stat`.
+///
+/// # Errors
+///
+/// `denied` if the path leaves the workspace or the caller may not read it, `not-found` if
+/// nothing is there.
+pub fn inspect(path: &WorkspacePath) -> Result<PathFacts, ToolError> {
+    context::inspect(path.as_str())
 }
 
 /// Attach a note to this call's audit record.

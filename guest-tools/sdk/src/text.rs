@@ -34,6 +34,107 @@ pub fn lines(text: &str) -> impl Iterator<Item = &str> {
     text.lines()
 }
 
+/// A text file split into what edits see (LF line endings, no byte-order mark) and how to
+/// write it back.
+pub struct Document {
+    /// The file starts with a UTF-8 byte-order mark.
+    pub bom: bool,
+    /// Every line ends with CRLF.
+    pub crlf: bool,
+    /// The text with LF line endings and no byte-order mark.
+    pub body: String,
+}
+
+impl Document {
+    /// Split `original`.
+    pub fn parse(original: &str) -> Self {
+        let (bom, text) = match original.strip_prefix(BOM) {
+            Some(rest) => (true, rest),
+            None => (false, original),
+        };
+        // A file counts as CRLF only if every newline is CRLF; a mixed file is edited as is.
+        let newlines = text.matches('\n').count();
+        let crlf = newlines > 0 && text.matches("\r\n").count() == newlines;
+        let body = if crlf { text.replace("\r\n", "\n") } else { text.to_owned() };
+        Document { bom, crlf, body }
+    }
+
+    /// The bytes to write for the edited `body`: the byte-order mark and line endings put back.
+    pub fn render(&self, body: &str) -> Vec<u8> {
+        let mut out = String::with_capacity(body.len() + 16);
+        if self.bom {
+            out.push_str(BOM);
+        }
+        if self.crlf {
+            out.push_str(&body.replace('\n', "\r\n"));
+        } else {
+            out.push_str(body);
+        }
+        out.into_bytes()
+    }
+}
+
+/// The 1-based line number of byte offset `at`.
+pub fn line_of(content: &str, at: usize) -> usize {
+    content[..at].matches('\n').count() + 1
+}
+
+/// Numbered excerpts made by [`snippets`].
+pub struct Snippets {
+    /// The excerpts shown, in order.
+    pub shown: Vec<String>,
+    /// Excerpts left out past the maximum.
+    pub hidden: usize,
+}
+
+/// How [`snippets`] shows regions.
+#[derive(Debug, Clone, Copy)]
+pub struct SnippetStyle {
+    /// Lines of context before and after each region.
+    pub context_lines: usize,
+    /// Excerpts shown; the rest are counted.
+    pub max_shown: usize,
+    /// Longer lines are cut.
+    pub max_line_chars: usize,
+}
+
+/// Numbered excerpts of `content` around the byte ranges `regions` (sorted), with context,
+/// overlapping excerpts merged.
+pub fn snippets(content: &str, regions: &[(usize, usize)], style: SnippetStyle) -> Snippets {
+    let lines: Vec<&str> = lines(content).collect();
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for &(start, end) in regions {
+        let first = line_of(content, start);
+        // The line holding the region's last byte (its start, for a deletion).
+        let last = line_of(content, if end > start { end - 1 } else { start });
+        let from = first.saturating_sub(style.context_lines).max(1);
+        let to = (last + style.context_lines).min(lines.len().max(1));
+        match ranges.last_mut() {
+            Some(previous) if from <= previous.1 + 1 => previous.1 = previous.1.max(to),
+            _ => ranges.push((from, to)),
+        }
+    }
+    let hidden = ranges.len().saturating_sub(style.max_shown);
+    let shown = ranges
+        .iter()
+        .take(style.max_shown)
+        .map(|&(from, to)| {
+            if lines.is_empty() {
+                return "(the file is now empty)".to_owned();
+            }
+            (from..=to)
+                .filter_map(|number| {
+                    lines
+                        .get(number - 1)
+                        .map(|line| numbered(number, &clip(line, style.max_line_chars)))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    Snippets { shown, hidden }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,19 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
+    /// What a (not followed) file type is.
+    pub fn of(file_type: &std::fs::FileType) -> Self {
+        if file_type.is_symlink() {
+            EntryKind::Symlink
+        } else if file_type.is_dir() {
+            EntryKind::Directory
+        } else if file_type.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Other
+        }
+    }
+
     /// The name used in structured output.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -88,7 +101,7 @@ fn sorted_children(directory: &WorkspacePath) -> std::io::Result<Vec<(String, En
     let mut children: Vec<(String, EntryKind)> = std::fs::read_dir(directory.as_str())?
         .filter_map(Result::ok)
         .filter_map(|entry| {
-            let kind = kind_of(&entry.file_type().ok()?);
+            let kind = EntryKind::of(&entry.file_type().ok()?);
             Some((entry.file_name().to_string_lossy().into_owned(), kind))
         })
         .collect();
@@ -108,16 +121,4 @@ fn push_children(
         kind,
         depth,
     }));
-}
-
-fn kind_of(file_type: &std::fs::FileType) -> EntryKind {
-    if file_type.is_symlink() {
-        EntryKind::Symlink
-    } else if file_type.is_dir() {
-        EntryKind::Directory
-    } else if file_type.is_file() {
-        EntryKind::File
-    } else {
-        EntryKind::Other
-    }
 }

@@ -11,9 +11,12 @@
 //!   trap, and every error it returns has a message;
 //! - **sandbox**: nothing outside the workspace is read or written (the canary stays intact
 //!   and never appears in a result), no host path appears in a result, it stays within its
-//!   deadline and memory, and what the host refuses is reported as `denied`;
-//! - **behaviour**: a component that claims a standard tool name (`read_file`, `write_file`,
-//!   `edit_file`, `list_files`, `search_files`) does what that tool does.
+//!   deadline and memory, and what the host refuses is reported as `denied` (a read-only tool
+//!   may instead report refused reads per item, with the host stating each refusal);
+//! - **behaviour**: a component that claims a standard tool name (`read_file`, `read_many`,
+//!   `file_info`, `list_files`, `directory_tree`, `search_files`, `write_file`, `edit_file`,
+//!   `insert_text`, `apply_patch`, `create_directory`, `move_file`, `delete_file`) does what
+//!   that tool does.
 //!
 //! Third parties run it in their CI with `toolcell conformance my_tool.wasm` (`--json` for a
 //! machine-readable report; exit status 1 if a check fails).
@@ -258,6 +261,11 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
         refused += 1;
         match &outcome.result {
             Err(error) if error.kind == ToolErrorKind::Denied => {}
+            // A read-only tool may report refused reads per item (a multi-file read); the host
+            // then states every refusal in the result itself.
+            Ok(output)
+                if info.annotations.read_only
+                    && outcome.denials.iter().all(|denial| output.text.contains(&format!("Refused by the host: {}", denial.message))) => {}
             other => failures.push(format!("with {}: the host refused access but the result was {}", shorten(&args.to_string()), summary(other))),
         }
     }
@@ -265,7 +273,7 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
         "sandbox",
         "refused accesses surface as denied",
         &failures,
-        format!("{refused} calls by a role that may touch nothing were refused and reported as denied"),
+        format!("{refused} calls by a role that may touch nothing were refused and reported as denied (or, by a read-only tool, stated by the host)"),
     );
 
     // Behaviour of standard tools.
@@ -316,6 +324,81 @@ fn behaviours(tool: &str) -> Vec<(&'static str, Behaviour)> {
             let text = scratch.ok(runtime, "search_files", json!({"query": "alpha"}))?.text;
             expect(text.contains("notes.txt"), format!("searching `alpha` did not name `notes.txt`: {}", shorten(&text)))
         })],
+        "read_many" => vec![("read_many returns every readable file and the error of each other", |scratch, runtime| {
+            let output = scratch.ok(runtime, "read_many", json!({"paths": ["notes.txt", "missing.txt", "src/lib.rs"]}))?;
+            let text = output.text;
+            expect(
+                text.contains("alpha") && text.contains("42") && text.contains("missing.txt"),
+                format!("reading `notes.txt`, `missing.txt` and `src/lib.rs` returned: {}", shorten(&text)),
+            )
+        })],
+        "file_info" => vec![("file_info gives the type, size and line count", |scratch, runtime| {
+            let output = scratch.ok(runtime, "file_info", json!({"path": "notes.txt"}))?;
+            let info = output.structured.unwrap_or_default();
+            expect(
+                info["type"] == "file" && info["size"] == 11 && info["lines"] == 2,
+                format!("`notes.txt` (11 bytes, 2 lines) was described as {}", shorten(&info.to_string())),
+            )
+        })],
+        "directory_tree" => vec![("directory_tree shows directories with their children", |scratch, runtime| {
+            let output = scratch.ok(runtime, "directory_tree", json!({}))?;
+            let text = output.structured.map(|tree| tree.to_string()).unwrap_or(output.text);
+            expect(
+                text.contains("\"src\"") && text.contains("lib.rs") && text.contains("notes.txt"),
+                format!("the tree lacks `src/lib.rs` or `notes.txt`: {}", shorten(&text)),
+            )
+        })],
+        "create_directory" => vec![("create_directory creates missing parents and accepts an existing directory", |scratch, runtime| {
+            scratch.ok(runtime, "create_directory", json!({"path": "a/b/c"}))?;
+            scratch.ok(runtime, "create_directory", json!({"path": "a/b/c"}))?;
+            expect(scratch.root().join("a/b/c").is_dir(), "`a/b/c` is not a directory after create_directory".to_owned())
+        })],
+        "insert_text" => vec![("insert_text inserts after the given line", |scratch, runtime| {
+            scratch.ok(runtime, "insert_text", json!({"path": "notes.txt", "line": 1, "text": "between"}))?;
+            let edited = scratch.read("notes.txt");
+            expect(edited.as_deref() == Some("alpha\nbetween\nbeta\n"), format!("`notes.txt` holds {edited:?} instead of \"alpha\\nbetween\\nbeta\\n\""))
+        })],
+        "move_file" => vec![
+            ("move_file moves a file", |scratch, runtime| {
+                scratch.ok(runtime, "move_file", json!({"source": "notes.txt", "destination": "moved/notes.txt"}))?;
+                let moved = scratch.read("moved/notes.txt");
+                expect(
+                    moved.as_deref() == Some("alpha\nbeta\n") && scratch.read("notes.txt").is_none(),
+                    format!("after the move, `moved/notes.txt` holds {moved:?} and `notes.txt` still exists: {}", scratch.read("notes.txt").is_some()),
+                )
+            }),
+            ("move_file refuses an existing destination as conflict", |scratch, runtime| {
+                scratch.err(runtime, "move_file", json!({"source": "notes.txt", "destination": "src/lib.rs"}), ToolErrorKind::Conflict)?;
+                expect(scratch.read("notes.txt").is_some(), "`notes.txt` is gone after a refused move".to_owned())
+            }),
+        ],
+        "delete_file" => vec![
+            ("delete_file deletes a file", |scratch, runtime| {
+                scratch.ok(runtime, "delete_file", json!({"path": "notes.txt"}))?;
+                expect(scratch.read("notes.txt").is_none(), "`notes.txt` still exists".to_owned())
+            }),
+            ("delete_file refuses a directory without recursive", |scratch, runtime| {
+                scratch.err(runtime, "delete_file", json!({"path": "src"}), ToolErrorKind::InvalidArgs)?;
+                expect(scratch.read("src/lib.rs").is_some(), "`src/lib.rs` is gone after a refused delete".to_owned())
+            }),
+        ],
+        "apply_patch" => vec![
+            ("apply_patch changes several files", |scratch, runtime| {
+                let patch = "*** Begin Patch\n*** Update File: notes.txt\n@@\n-beta\n+gamma\n*** Add File: new.txt\n+hello\n*** End Patch";
+                scratch.ok(runtime, "apply_patch", json!({"patch": patch}))?;
+                let (notes, new) = (scratch.read("notes.txt"), scratch.read("new.txt"));
+                expect(
+                    notes.as_deref() == Some("alpha\ngamma\n") && new.as_deref() == Some("hello\n"),
+                    format!("after the patch `notes.txt` holds {notes:?} and `new.txt` {new:?}"),
+                )
+            }),
+            ("apply_patch changes nothing when a later hunk fails", |scratch, runtime| {
+                let patch = "*** Begin Patch\n*** Update File: notes.txt\n@@\n-beta\n+gamma\n*** Update File: src/lib.rs\n@@\n-not in the file\n+x\n*** End Patch";
+                scratch.err(runtime, "apply_patch", json!({"patch": patch}), ToolErrorKind::Conflict)?;
+                let notes = scratch.read("notes.txt");
+                expect(notes.as_deref() == Some("alpha\nbeta\n"), format!("`notes.txt` changed to {notes:?} although the patch failed"))
+            }),
+        ],
         _ => Vec::new(),
     }
 }

@@ -25,7 +25,7 @@ fn mcp_is_a_tools_list_result() {
     let document = rendered(Format::Mcp, "impl");
     assert_eq!(keys(&document), ["tools"]);
     let tools = document["tools"].as_array().expect("tools array");
-    assert_eq!(tools.len(), 8);
+    assert_eq!(tools.len(), 16);
     for tool in tools {
         assert_eq!(keys(tool), ["annotations", "description", "inputSchema", "name", "title"], "{tool}");
         assert!(is_provider_name(tool["name"].as_str().expect("name")));
@@ -44,7 +44,7 @@ fn anthropic_is_a_messages_api_tools_array() {
     let tools = rendered(Format::Anthropic, "control");
     let tools = tools.as_array().expect("an array of tools");
     let names: Vec<&str> = tools.iter().map(|tool| tool["name"].as_str().expect("name")).collect();
-    assert_eq!(names, ["list_files", "read_file", "search_files"]);
+    assert_eq!(names, ["directory_tree", "file_info", "list_files", "read_file", "read_many", "search_files"]);
     for tool in tools {
         assert_eq!(keys(tool), ["description", "input_schema", "name"], "{tool}");
         assert!(is_provider_name(tool["name"].as_str().expect("name")));

@@ -4,7 +4,7 @@
 fn every_tool_of_the_role_is_served() {
     let workspace = tempfile::tempdir().expect("workspace");
     let host = toolcell_host::HostBuilder::new(workspace.path()).build().expect("host builds");
-    for (role, expected) in [("control", 3), ("impl", 8), ("reviewer", 3)] {
+    for (role, expected) in [("control", 6), ("impl", 16), ("reviewer", 6)] {
         let server = toolcell_mcp::McpServer::new(host.session(role, "s").expect("session"));
         assert_eq!(server.tools().len(), expected, "{role}");
         for tool in server.tools() {

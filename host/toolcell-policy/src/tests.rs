@@ -1,6 +1,23 @@
 use super::*;
 
-const TOOLS: &[&str] = &["read_file", "write_file", "edit_file", "list_files", "search_files", "undo_edit", "lock_files", "unlock_files"];
+const TOOLS: &[&str] = &[
+    "read_file",
+    "read_many",
+    "file_info",
+    "list_files",
+    "directory_tree",
+    "search_files",
+    "write_file",
+    "edit_file",
+    "insert_text",
+    "apply_patch",
+    "create_directory",
+    "move_file",
+    "delete_file",
+    "undo_edit",
+    "lock_files",
+    "unlock_files",
+];
 
 fn default_policy() -> Policy {
     let text = include_str!("../../../policies/default.toml");

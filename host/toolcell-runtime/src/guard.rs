@@ -35,6 +35,9 @@ use wasmtime_wasi::p2::{FsError, FsResult};
 
 /// Symlinks followed while resolving one path before it counts as a loop.
 const MAX_SYMLINK_HOPS: usize = 40;
+
+/// Entries a directory rename may carry with it (each is checked like a move of its own).
+const MAX_MOVED_ENTRIES: usize = 100_000;
 /// Allowed reads and listings remembered per call; the rest are counted.
 const MAX_RECORDED_EVENTS: usize = 10_000;
 
@@ -74,6 +77,15 @@ pub struct Denial {
     /// `denied` (the policy or the sandbox) or `conflict` (a lock, or a file changed since the
     /// session read it).
     pub kind: ToolErrorKind,
+}
+
+/// What [`FsGuard::inspect`] found.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inspected {
+    pub(crate) mode: u32,
+    pub(crate) read: Effect,
+    pub(crate) write: Effect,
+    pub(crate) delete: Effect,
 }
 
 /// What a governed call needs besides the policy: the lock table, what its session has read,
@@ -296,6 +308,59 @@ impl FsGuard {
                 None
             }
             Resolved::Loop => None,
+        }
+    }
+
+    /// The host side of `context.inspect`: the permission bits of `path` (relative to the
+    /// workspace root, a final symlink not followed) and what the policy says about reading,
+    /// writing and deleting it. Judged like a `stat`: a path outside, or one the role may not
+    /// read, is refused and recorded.
+    pub(crate) fn inspect(&mut self, path: &str) -> Result<Inspected, (ToolErrorKind, String)> {
+        let shown = escape_control(path);
+        if self.spend("inspect").is_err() {
+            return Err(self.last_refusal(ToolErrorKind::TooLarge));
+        }
+        let canonical = match resolve(self.root.as_ref(), ".", path, false) {
+            Resolved::Inside(canonical) => canonical,
+            Resolved::Outside => {
+                self.refuse_outside("inspect", path, Access::Read);
+                return Err(self.last_refusal(ToolErrorKind::Denied));
+            }
+            Resolved::Loop => {
+                return Err((ToolErrorKind::InvalidArgs, format!("`{shown}` goes through more than {MAX_SYMLINK_HOPS} symlinks")));
+            }
+        };
+        if self.land(&canonical).is_err() {
+            return Err((ToolErrorKind::Failed, format!("`{shown}` could not be looked up")));
+        }
+        let Some(root) = self.root.as_ref() else {
+            return Err((ToolErrorKind::Failed, "the call has no workspace".to_owned()));
+        };
+        let metadata = match root.symlink_metadata(&canonical) {
+            Ok(metadata) => metadata,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Err((ToolErrorKind::NotFound, format!("`{shown}` does not exist: check the path with `list_files`")));
+            }
+            Err(error) => return Err((ToolErrorKind::Failed, format!("`{shown}` could not be looked up ({})", error.kind()))),
+        };
+        let read = if metadata.is_dir() { Access::List } else { Access::Read };
+        if self.check("inspect", &canonical, read).is_err() {
+            return Err(self.last_refusal(ToolErrorKind::Denied));
+        }
+        use cap_std::fs::PermissionsExt as _;
+        Ok(Inspected {
+            mode: metadata.permissions().mode(),
+            read: self.decide(read, &canonical).effect,
+            write: self.decide(Access::Write, &canonical).effect,
+            delete: self.decide(Access::Delete, &canonical).effect,
+        })
+    }
+
+    /// The kind and message of the refusal just recorded.
+    fn last_refusal(&self, fallback: ToolErrorKind) -> (ToolErrorKind, String) {
+        match self.denials.last() {
+            Some(denial) => (denial.kind, denial.message.clone()),
+            None => (fallback, "the host refused the lookup".to_owned()),
         }
     }
 
@@ -763,6 +828,63 @@ impl FsGuard {
     }
 
     /// Whether `path` is a directory (not a symlink to one).
+    /// Before the directory `from` is renamed to `to`: everything under it moves too, so each
+    /// entry must be deletable where it is and writable where it lands (policy, protected
+    /// paths and locks), hidden entries included. A rule on a file deep inside cannot be
+    /// bypassed by moving its directory.
+    fn check_subtree_move(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        let mut entries = Vec::new();
+        let mut pending = vec![from.to_owned()];
+        while let Some(directory) = pending.pop() {
+            let listing = root.read_dir(&directory).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+            for entry in listing {
+                let entry = entry.map_err(|error| FsError::from(ErrorCode::from(error)))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let path = format!("{directory}/{name}");
+                if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                    pending.push(path.clone());
+                }
+                entries.push(path);
+                if entries.len() > MAX_MOVED_ENTRIES {
+                    let message = format!(
+                        "moving the directory `{}` is refused: it holds more than {MAX_MOVED_ENTRIES} entries, each of which would have to be checked; move its contents in parts",
+                        escape_control(from)
+                    );
+                    return Err(self.refuse_rule(operation, from, Access::Delete, "move-too-large", message, ToolErrorKind::TooLarge));
+                }
+            }
+        }
+        for path in entries {
+            let Some(rest) = path.strip_prefix(from) else {
+                continue;
+            };
+            let landing = format!("{to}{rest}");
+            self.check(operation, &path, Access::Delete)?;
+            self.check(operation, &landing, Access::Write)?;
+            let is_directory = self.is_directory(&path);
+            self.check_hidden_stays_hidden(operation, &path, &landing, is_directory)?;
+        }
+        Ok(())
+    }
+
+    /// Refuse to move or link `from`, which the role may not read, to `to`, where it could:
+    /// that would hand it the content the policy hides. (Moving a hidden entry to a place
+    /// where it stays hidden is allowed.)
+    fn check_hidden_stays_hidden(&mut self, operation: &'static str, from: &str, to: &str, is_directory: bool) -> FsResult<()> {
+        if self.is_visible(from, is_directory) || !self.is_visible(to, is_directory) {
+            return Ok(());
+        }
+        let message = format!(
+            "moving or linking `{}` to `{}` is refused: your role may not read it where it is, and could where it would go",
+            escape_control(from),
+            escape_control(to)
+        );
+        Err(self.refuse_rule(operation, from, Access::Read, "hidden-stays-hidden", message, ToolErrorKind::Denied))
+    }
+
     fn is_directory(&self, path: &str) -> bool {
         self.root
             .as_ref()
@@ -1155,6 +1277,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.land(&source)?;
         let link = self.guard.check_at("link-at", &new_descriptor, &new_path, false, Access::Write)?;
         self.guard.land(&link)?;
+        self.guard.check_hidden_stays_hidden("link-at", &source, &link, false)?;
         self.guard.before_mutation("link-at", &link, false)?;
         fs::HostDescriptor::link_at(&mut self.inner, fd, old_path_flags, old_path, new_descriptor, new_path)
     }
@@ -1271,7 +1394,10 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.land(&source)?;
         self.guard.land(&destination)?;
         self.guard.check_single_link("rename-at", &destination)?;
-        if self.guard.is_directory(&source) {
+        let source_is_directory = self.guard.is_directory(&source);
+        self.guard.check_hidden_stays_hidden("rename-at", &source, &destination, source_is_directory)?;
+        if source_is_directory {
+            self.guard.check_subtree_move("rename-at", &source, &destination)?;
             self.guard.before_move("rename-at", &source, &destination)?;
         } else {
             self.guard.before_mutation("rename-at", &destination, true)?;

@@ -827,7 +827,16 @@ impl Runtime {
         outcome.unrecorded_events = guard.unrecorded_events;
         outcome.denials = std::mem::take(&mut guard.denials);
         if !outcome.denials.is_empty() {
-            outcome.result = Err(denied_result(&outcome.denials, &outcome.result));
+            if tool.info.annotations.read_only && outcome.result.is_ok() && only_reads_refused(&outcome.denials) {
+                // A read-only tool that handled the refusal of some reads (a multi-file read, a
+                // search) keeps its result; the host states the refusals itself, so the agent
+                // learns of them whatever the component made of them.
+                for message in distinct_messages(&outcome.denials) {
+                    guard.warnings.push(format!("Refused by the host: {message}"));
+                }
+            } else {
+                outcome.result = Err(denied_result(&outcome.denials, &outcome.result));
+            }
         }
         if guard.audit_failures > 0 {
             outcome.result = Err(ToolError::new(
@@ -1173,15 +1182,29 @@ impl Runtime {
 /// Refusals listed in one result, at most.
 const MAX_LISTED_DENIALS: usize = 5;
 
-/// The result of a call in which the guard refused something: the refusals, whatever the
-/// component made of them, and what the component said, for context.
-fn denied_result(denials: &[Denial], returned: &Result<ToolOutput, ToolError>) -> ToolError {
+/// The refusals' messages, each once, in order.
+fn distinct_messages(denials: &[Denial]) -> Vec<&str> {
     let mut messages: Vec<&str> = Vec::new();
     for denial in denials {
         if !messages.contains(&denial.message.as_str()) {
             messages.push(&denial.message);
         }
     }
+    messages
+}
+
+/// Whether every refusal was of a read or a listing by the policy or the sandbox (not a
+/// budget, a lock or a stale read).
+fn only_reads_refused(denials: &[Denial]) -> bool {
+    denials
+        .iter()
+        .all(|denial| matches!(denial.event.access, Access::Read | Access::List) && denial.kind == ToolErrorKind::Denied)
+}
+
+/// The result of a call in which the guard refused something: the refusals, whatever the
+/// component made of them, and what the component said, for context.
+fn denied_result(denials: &[Denial], returned: &Result<ToolOutput, ToolError>) -> ToolError {
+    let messages = distinct_messages(denials);
     let mut text = messages.iter().take(MAX_LISTED_DENIALS).copied().collect::<Vec<_>>().join("\n");
     if messages.len() > MAX_LISTED_DENIALS {
         text.push_str(&format!("\n(and {} more refusals)", messages.len() - MAX_LISTED_DENIALS));
@@ -1236,6 +1259,21 @@ fn convert_error(error: bindings::toolcell::tool::types::ToolError) -> ToolError
         Wit::Failed(message) => (ToolErrorKind::Failed, message),
     };
     ToolError::new(kind, message)
+}
+
+/// A host error as the WIT `tool-error` a component receives.
+pub(crate) fn to_wit_error(kind: ToolErrorKind, message: String) -> bindings::toolcell::tool::types::ToolError {
+    use bindings::toolcell::tool::types::ToolError as Wit;
+    match kind {
+        ToolErrorKind::InvalidArgs => Wit::InvalidArgs(message),
+        ToolErrorKind::NotFound => Wit::NotFound(message),
+        ToolErrorKind::Denied => Wit::Denied(message),
+        ToolErrorKind::Conflict => Wit::Conflict(message),
+        ToolErrorKind::TooLarge => Wit::TooLarge(message),
+        ToolErrorKind::Unsupported => Wit::Unsupported(message),
+        // `Failed`, and any kind added later.
+        _ => Wit::Failed(message),
+    }
 }
 
 /// Replace `path` with `value` as JSON: written beside it and renamed over it, so that a reader

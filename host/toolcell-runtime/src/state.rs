@@ -49,19 +49,53 @@ pub(crate) struct CallContext {
     pub(crate) notes_cut: bool,
 }
 
-impl bindings::toolcell::tool::context::Host for CallContext {
+/// The host side of `toolcell:tool/context`: the call's identity and notes, and the guard
+/// that judges `inspect`.
+pub(crate) struct ContextView<'a> {
+    context: &'a mut CallContext,
+    guard: &'a mut FsGuard,
+}
+
+impl bindings::toolcell::tool::context::Host for ContextView<'_> {
     fn role(&mut self) -> String {
-        self.role.clone()
+        self.context.role.clone()
     }
 
     fn session_id(&mut self) -> String {
-        self.session_id.clone()
+        self.context.session_id.clone()
     }
 
     fn call_id(&mut self) -> String {
-        self.call_id.clone()
+        self.context.call_id.clone()
     }
 
+    fn inspect(
+        &mut self,
+        path: String,
+    ) -> Result<bindings::toolcell::tool::context::PathFacts, bindings::toolcell::tool::types::ToolError> {
+        use bindings::toolcell::tool::context::{Effect as WitEffect, PathFacts};
+        let effect = |effect: toolcell_policy::Effect| match effect {
+            toolcell_policy::Effect::Allow => WitEffect::Allow,
+            toolcell_policy::Effect::Ask => WitEffect::Ask,
+            toolcell_policy::Effect::Deny => WitEffect::Deny,
+        };
+        match self.guard.inspect(&path) {
+            Ok(found) => Ok(PathFacts {
+                mode: found.mode,
+                read: effect(found.read),
+                write: effect(found.write),
+                delete: effect(found.delete),
+            }),
+            Err((kind, message)) => Err(crate::to_wit_error(kind, message)),
+        }
+    }
+
+    fn note(&mut self, text: String) {
+        self.context.note(text);
+    }
+}
+
+impl CallContext {
     fn note(&mut self, text: String) {
         if self.notes_cut {
             return;
@@ -82,12 +116,12 @@ impl bindings::toolcell::tool::context::Host for CallContext {
     }
 }
 
-impl bindings::toolcell::tool::types::Host for CallContext {}
+impl bindings::toolcell::tool::types::Host for ContextView<'_> {}
 
 struct HasContext;
 
 impl HasData for HasContext {
-    type Data<'a> = &'a mut CallContext;
+    type Data<'a> = ContextView<'a>;
 }
 
 struct HasGuardedFilesystem;
@@ -214,7 +248,10 @@ pub(crate) fn linker(engine: &Engine, guarded: bool) -> Result<Linker<CallState>
     link(cli::terminal_stdin::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
     link(cli::terminal_stdout::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
     link(cli::terminal_stderr::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
-    link(bindings::Plugin::add_to_linker::<CallState, HasContext>(l, |state| &mut state.context))?;
+    link(bindings::Plugin::add_to_linker::<CallState, HasContext>(l, |state| ContextView {
+        context: &mut state.context,
+        guard: &mut state.guard,
+    }))?;
     Ok(linker)
 }
 
@@ -342,7 +379,6 @@ mod tests {
 
     #[test]
     fn notes_are_capped() {
-        use bindings::toolcell::tool::context::Host as _;
         let mut context = CallContext::default();
         context.note("first".to_owned());
         context.note("x".repeat(MAX_NOTE_BYTES));

@@ -51,22 +51,30 @@ fn tools_lists_every_builtin_with_its_schema() {
     assert_eq!(run.status, 0, "{}", run.stderr);
     let headings: Vec<&str> = run.stdout.lines().filter(|line| line.contains(" — ")).collect();
     insta::assert_snapshot!(headings.join("\n"), @r"
+    apply_patch — Apply patch [destructive]
+    create_directory — Create directory [idempotent]
+    delete_file — Delete [destructive, idempotent]
+    directory_tree — Directory tree [read-only, idempotent]
     edit_file — Edit file [destructive]
+    file_info — File info [read-only, idempotent]
+    insert_text — Insert text [destructive]
     list_files — List files [read-only, idempotent]
     lock_files — Lock files [read-only, idempotent]
+    move_file — Move or rename [destructive]
     read_file — Read file [read-only, idempotent]
+    read_many — Read several files [read-only, idempotent]
     search_files — Search files [read-only, idempotent]
     undo_edit — Undo edit [destructive]
     unlock_files — Unlock files [read-only, idempotent]
     write_file — Write file [destructive, idempotent]
     ");
-    assert_eq!(run.stdout.matches("  arguments: {").count(), 8);
+    assert_eq!(run.stdout.matches("  arguments: {").count(), 16);
 
     let json = toolcell(&cache, &["tools", "--json"]);
     let tools: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON output");
-    assert_eq!(tools.as_array().map(Vec::len), Some(8));
-    assert_eq!(tools[3]["name"], "read_file");
-    assert_eq!(tools[3]["input_schema"]["required"], serde_json::json!(["path"]));
+    assert_eq!(tools.as_array().map(Vec::len), Some(16));
+    assert_eq!(tools[10]["name"], "read_file");
+    assert_eq!(tools[10]["input_schema"]["required"], serde_json::json!(["path"]));
 }
 
 #[test]
@@ -127,7 +135,7 @@ fn host_errors_exit_2() {
     let root = workspace.path().to_str().expect("UTF-8 path");
     let run = toolcell(&cache, &["call", "rm_rf", "{}", "--workspace", root]);
     assert_eq!(run.status, 2);
-    insta::assert_snapshot!(run.stderr, @"error: there is no tool named `rm_rf`; the tools are: edit_file, list_files, lock_files, read_file, search_files, undo_edit, unlock_files, write_file");
+    insta::assert_snapshot!(run.stderr, @"error: there is no tool named `rm_rf`; the tools are: apply_patch, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, undo_edit, unlock_files, write_file");
 }
 
 #[test]
@@ -135,9 +143,9 @@ fn the_second_start_reuses_the_compiled_cache() {
     let cache = tempfile::tempdir().expect("temporary cache");
     let first = toolcell(cache.path(), &["tools", "--verbose"]);
     assert_eq!(first.status, 0, "{}", first.stderr);
-    assert_eq!(first.stderr.matches("(compiled)").count(), 5, "{}", first.stderr);
+    assert_eq!(first.stderr.matches("(compiled)").count(), 13, "{}", first.stderr);
     let second = toolcell(cache.path(), &["tools", "--verbose"]);
-    assert_eq!(second.stderr.matches("(loaded from cache)").count(), 5, "{}", second.stderr);
+    assert_eq!(second.stderr.matches("(loaded from cache)").count(), 13, "{}", second.stderr);
     assert_eq!(second.stderr.matches("(compiled)").count(), 0, "{}", second.stderr);
 }
 
@@ -167,7 +175,7 @@ fn policy_check_reports_roles_or_the_first_error_with_its_line() {
     let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/default.toml");
     let run = toolcell(&cache, &["policy", "check", policy.to_str().expect("UTF-8 path")]);
     assert_eq!(run.status, 0, "{}", run.stderr);
-    assert!(run.stdout.contains("role `control`: read_file, list_files, search_files"), "{}", run.stdout);
+    assert!(run.stdout.contains("role `control`: read_file, read_many, file_info, list_files, directory_tree, search_files"), "{}", run.stdout);
     assert!(run.stdout.contains("role `reviewer`"), "{}", run.stdout);
 
     let bad = workspace.path().join("bad.toml");
@@ -176,7 +184,7 @@ fn policy_check_reports_roles_or_the_first_error_with_its_line() {
     assert_eq!(run.status, 1);
     insta::assert_snapshot!(
         filtered(&run.stderr, workspace.path()),
-        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: edit_file, list_files, lock_files, read_file, search_files, undo_edit, unlock_files, write_file"
+        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: apply_patch, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, undo_edit, unlock_files, write_file"
     );
 }
 
@@ -198,8 +206,8 @@ fn policy_explain_names_the_deciding_rule() {
         ]
         .concat(),
         @r"
-    deny: write of `docs/guide.md` by role `impl` (rule `docs-read-only`, policies/default.toml (built in) line 68)
-    allow: write of `src/main.rs` by role `impl` (rule `impl-write`, policies/default.toml (built in) line 62)
+    deny: write of `docs/guide.md` by role `impl` (rule `docs-read-only`, policies/default.toml (built in) line 72)
+    allow: write of `src/main.rs` by role `impl` (rule `impl-write`, policies/default.toml (built in) line 66)
     deny: write of `src/main.rs` by role `control` (rule `default-deny`)
     deny: delete of `.git/HEAD` by role `impl` (rule `protected:.git/**`)
     deny: `../outside` is outside the workspace (rule `workspace-boundary`)
@@ -370,11 +378,11 @@ fn schema_prints_a_roles_tools_in_each_providers_shape() {
         serde_json::from_str::<serde_json::Value>(&run.stdout).expect("JSON")
     };
     let mcp = schema("impl", "mcp");
-    assert_eq!(mcp["tools"].as_array().map(Vec::len), Some(8));
+    assert_eq!(mcp["tools"].as_array().map(Vec::len), Some(16));
     assert_eq!(mcp["tools"][0]["annotations"]["destructiveHint"], true);
     let anthropic = schema("control", "anthropic");
     let names: Vec<&str> = anthropic.as_array().expect("array").iter().filter_map(|tool| tool["name"].as_str()).collect();
-    assert_eq!(names, ["list_files", "read_file", "search_files"]);
+    assert_eq!(names, ["directory_tree", "file_info", "list_files", "read_file", "read_many", "search_files"]);
     assert!(anthropic[0]["input_schema"].is_object());
     let openai = schema("reviewer", "openai");
     assert_eq!(openai[0]["type"], "function");

@@ -50,8 +50,14 @@ fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
     let names = |role: &str| -> Vec<String> {
         report[role]["tools"].as_array().expect("tools").iter().map(|tool| tool["name"].as_str().expect("name").to_owned()).collect()
     };
-    assert_eq!(names("control"), ["list_files", "read_file", "search_files"]);
-    assert_eq!(names("impl"), ["edit_file", "list_files", "lock_files", "read_file", "search_files", "undo_edit", "unlock_files", "write_file"]);
+    assert_eq!(names("control"), ["directory_tree", "file_info", "list_files", "read_file", "read_many", "search_files"]);
+    assert_eq!(
+        names("impl"),
+        [
+            "apply_patch", "create_directory", "delete_file", "directory_tree", "edit_file", "file_info", "insert_text", "list_files",
+            "lock_files", "move_file", "read_file", "read_many", "search_files", "undo_edit", "unlock_files", "write_file"
+        ]
+    );
     assert_eq!(report["impl"]["server"], "toolcell");
     for tool in report["impl"]["tools"].as_array().expect("tools") {
         assert_eq!(tool["has_schema"], true, "{tool}");

@@ -38,7 +38,7 @@ fn tool_gating_refuses_before_any_instance() {
     let error = outcome.result.expect_err("control may not write");
     assert_eq!(error.kind, ToolErrorKind::Denied);
     assert!(error.message.contains("role `control` may not call `write_file`"), "{}", error.message);
-    assert!(error.message.contains("read_file, list_files, search_files"), "{}", error.message);
+    assert!(error.message.contains("read_file, read_many, file_info, list_files, directory_tree, search_files"), "{}", error.message);
     assert!(!fixture.root().join("src/new.rs").exists());
     let read = fixture.call_on(default_policy_runtime(), "control", "read_file", &json!({"path": "src/main.rs"}), None);
     assert!(read.result.is_ok(), "{:?}", read.result);

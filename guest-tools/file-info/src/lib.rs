@@ -1,0 +1,185 @@
+//! `file_info`: what a path is, without reading it whole: type, size, times, mode, lines.
+
+use std::io::Read;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolcell_sdk::path::quote;
+use toolcell_sdk::{text, walk};
+use toolcell_sdk::{Effect, Output, Tool, ToolError, ToolInfo, WorkspacePath};
+
+/// Text files up to this size get a line count.
+const MAX_COUNTED_BYTES: u64 = 16 * 1024 * 1024;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    path: String,
+}
+
+struct FileInfo;
+
+impl Tool for FileInfo {
+    type Args = Args;
+
+    fn info() -> ToolInfo {
+        ToolInfo::new(
+            "file_info",
+            "File info",
+            "Describe a path without reading it: `type` (file, directory, symlink, other), `size` \
+             in bytes, `modified` (UTC, RFC 3339), `mode` (octal permission bits), and for a text \
+             file its `lines`; for a directory, how many `entries` you can see; for a symlink, \
+             its `target` and what that is (a link that leads out of the workspace is never \
+             followed). `access` says whether your role may read, write and delete the path \
+             (`allow`, `ask` or `deny`): check it before planning a change. Use it to check a \
+             file's size before reading it, or whether a path exists. Paths are relative to the \
+             workspace root.",
+        )
+        .schema(json!({
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "The path to describe, relative to the workspace root."
+                }
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        }))
+        .read_only()
+    }
+
+    fn call(args: Args) -> Result<Output, ToolError> {
+        let path = WorkspacePath::parse(&args.path)?;
+        let metadata = std::fs::symlink_metadata(path.as_str()).map_err(|error| path.io_error(error))?;
+        let facts = toolcell_sdk::inspect(&path)?;
+        let mut info = describe(&path, &metadata);
+        info["mode"] = json!(format!("{:04o}", facts.mode & 0o7777));
+        info["access"] = json!({
+            "read": effect_name(facts.read),
+            "write": effect_name(facts.write),
+            "delete": effect_name(facts.delete),
+        });
+        if metadata.file_type().is_symlink() {
+            let target = std::fs::read_link(path.as_str()).map_err(|error| path.io_error(error))?;
+            let target = target.to_string_lossy().into_owned();
+            let directory = path.parent().unwrap_or_else(WorkspacePath::root);
+            let joined = if target.starts_with('/') { None } else { WorkspacePath::parse(&format!("{}/{target}", directory.as_str())).ok() };
+            info["target"] = json!(target);
+            match joined {
+                // Only a target that stays inside is looked at (the host judges it again).
+                Some(resolved) => {
+                    info["target_path"] = json!(resolved.as_str());
+                    info["target_type"] = match std::fs::metadata(resolved.as_str()) {
+                        Ok(target_metadata) => json!(walk::EntryKind::of(&target_metadata.file_type()).as_str()),
+                        Err(error) if error.kind() == std::io::ErrorKind::NotFound => json!("missing"),
+                        Err(_) => json!("unavailable"),
+                    };
+                }
+                None => info["target_type"] = json!("outside the workspace"),
+            }
+        }
+        let text = render(&info);
+        Ok(Output::text(text).with_structured(info))
+    }
+}
+
+/// The JSON description of `path` from its (not followed) metadata.
+fn describe(path: &WorkspacePath, metadata: &std::fs::Metadata) -> Value {
+    let kind = walk::EntryKind::of(&metadata.file_type()).as_str();
+    let mut info = json!({
+        "path": path.as_str(),
+        "type": kind,
+        "size": metadata.len(),
+    });
+    if let Some(modified) = metadata.modified().ok().and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok()) {
+        info["modified"] = json!(rfc3339(modified.as_secs()));
+    }
+    if metadata.is_dir() {
+        info["entries"] = json!(std::fs::read_dir(path.as_str()).map(Iterator::count).unwrap_or(0));
+    }
+    if metadata.is_file() {
+        match count_lines(path, metadata.len()) {
+            Some(Counted::Text(lines)) => info["lines"] = json!(lines),
+            Some(Counted::Binary) => info["binary"] = json!(true),
+            None => {}
+        }
+    }
+    info
+}
+
+enum Counted {
+    Text(u64),
+    Binary,
+}
+
+/// Lines of a text file (a last line without a newline counts), if it is small enough.
+fn count_lines(path: &WorkspacePath, size: u64) -> Option<Counted> {
+    if size > MAX_COUNTED_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path.as_str()).ok()?.take(MAX_COUNTED_BYTES).read_to_end(&mut bytes).ok()?;
+    if text::is_binary(&bytes) {
+        return Some(Counted::Binary);
+    }
+    let newlines = bytes.iter().filter(|byte| **byte == b'\n').count() as u64;
+    let unterminated = u64::from(bytes.last().is_some_and(|last| *last != b'\n'));
+    Some(Counted::Text(newlines + unterminated))
+}
+
+fn effect_name(effect: Effect) -> &'static str {
+    match effect {
+        Effect::Allow => "allow",
+        Effect::Ask => "ask",
+        Effect::Deny => "deny",
+    }
+}
+
+/// The text form: one `key: value` line per fact.
+fn render(info: &Value) -> String {
+    let field = |key: &str| info.get(key).map(|value| value.as_str().map_or_else(|| value.to_string(), str::to_owned));
+    let mut lines = vec![format!("{} is a {}", quote(&field("path").unwrap_or_default()), field("type").unwrap_or_default())];
+    for key in ["size", "lines", "binary", "entries", "modified", "mode", "target", "target_path", "target_type"] {
+        if let Some(value) = field(key) {
+            let unit = if key == "size" { " bytes" } else { "" };
+            lines.push(format!("{key}: {value}{unit}"));
+        }
+    }
+    if let Some(access) = info.get("access") {
+        let effect = |key: &str| access.get(key).and_then(Value::as_str).unwrap_or("deny").to_owned();
+        lines.push(format!("access for your role: read {}, write {}, delete {}", effect("read"), effect("write"), effect("delete")));
+    }
+    lines.join("\n")
+}
+
+/// Seconds since the Unix epoch as an RFC 3339 UTC timestamp.
+fn rfc3339(seconds: u64) -> String {
+    let days = i64::try_from(seconds / 86_400).unwrap_or(i64::MAX / 2);
+    let rest = seconds % 86_400;
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 { shifted_month + 3 } else { shifted_month - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+toolcell_sdk::export_tool!(FileInfo);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_000_000), "2026-11-18T11:06:40Z");
+    }
+}

@@ -1,0 +1,206 @@
+//! `insert_text` and `apply_patch` through the real host: insertion points, line endings,
+//! multi-file patches that apply entirely or not at all, dry runs and policy refusals.
+
+use serde_json::json;
+use toolcell_tests::Fixture;
+use toolcell_types::ToolErrorKind;
+
+#[test]
+fn insert_text_inserts_after_a_line_with_numbered_context() {
+    let fixture = Fixture::new();
+    fixture.write("list.txt", "one\ntwo\nthree\n");
+    let output = fixture.ok("insert_text", json!({"path": "list.txt", "line": 2, "text": "two and a half"}));
+    assert_eq!(fixture.read_text("list.txt"), "one\ntwo\ntwo and a half\nthree\n");
+    assert!(output.text.starts_with("Inserted 1 line(s) into `list.txt` after line 2."), "{}", output.text);
+    assert!(output.text.contains("     3\ttwo and a half\n     4\tthree"), "{}", output.text);
+    assert_eq!(
+        output.structured.expect("structured"),
+        json!({"path": "list.txt", "line": 2, "inserted_lines": 1, "total_lines": 4})
+    );
+    fixture.ok("insert_text", json!({"path": "list.txt", "line": 0, "text": "zero\n"}));
+    fixture.ok("insert_text", json!({"path": "list.txt", "line": 5, "text": "four\nfive"}));
+    assert_eq!(fixture.read_text("list.txt"), "zero\none\ntwo\ntwo and a half\nthree\nfour\nfive\n");
+}
+
+#[test]
+fn insert_text_keeps_crlf_and_the_byte_order_mark() {
+    let fixture = Fixture::new();
+    fixture.write("win.txt", "\u{feff}a\r\nb\r\n");
+    fixture.ok("insert_text", json!({"path": "win.txt", "line": 1, "text": "x\ny"}));
+    assert_eq!(fixture.read("win.txt"), "\u{feff}a\r\nx\r\ny\r\nb\r\n".as_bytes());
+}
+
+#[test]
+fn insert_text_errors_name_the_path_and_the_range() {
+    let fixture = Fixture::new();
+    fixture.write("short.txt", "a\nb\n");
+    let message = fixture.error("insert_text", json!({"path": "short.txt", "line": 7, "text": "x"}), ToolErrorKind::InvalidArgs);
+    assert!(message.contains("line 7 is past the end of `short.txt`, which has 2 line(s): give a line from 0 (the top) to 2"), "{message}");
+    let message = fixture.error("insert_text", json!({"path": "new.txt", "line": 0, "text": "x"}), ToolErrorKind::NotFound);
+    assert!(message.contains("use write_file to create it"), "{message}");
+    fixture.write("bin", b"a\x00b");
+    fixture.error("insert_text", json!({"path": "bin", "line": 0, "text": "x"}), ToolErrorKind::Unsupported);
+    assert_eq!(fixture.read_text("short.txt"), "a\nb\n");
+}
+
+const PATCH: &str = "\
+*** Begin Patch
+*** Add File: docs/notes.md
++# Notes
++first
+*** Update File: src/lib.rs
+@@ pub fn add
+-    a + b
++    a.wrapping_add(b)
+@@
+ pub fn sub(a: u32, b: u32) -> u32 {
+-    a - b
++    a.wrapping_sub(b)
+ }
+*** Update File: src/old_name.rs
+*** Move to: src/new_name.rs
+@@
+-old
++new
+*** Delete File: obsolete.txt
+*** End Patch
+";
+
+const LIB: &str = "pub fn add(a: u32, b: u32) -> u32 {\n    a + b\n}\n\npub fn sub(a: u32, b: u32) -> u32 {\n    a - b\n}\n";
+
+fn patch_fixture() -> Fixture {
+    let fixture = Fixture::new();
+    fixture.write("src/lib.rs", LIB);
+    fixture.write("src/old_name.rs", "keep\nold\n");
+    fixture.write("obsolete.txt", "bye\n");
+    fixture
+}
+
+#[test]
+fn apply_patch_adds_updates_moves_and_deletes() {
+    let fixture = patch_fixture();
+    let output = fixture.ok("apply_patch", json!({"patch": PATCH}));
+    assert_eq!(fixture.read_text("docs/notes.md"), "# Notes\nfirst\n");
+    assert_eq!(
+        fixture.read_text("src/lib.rs"),
+        "pub fn add(a: u32, b: u32) -> u32 {\n    a.wrapping_add(b)\n}\n\npub fn sub(a: u32, b: u32) -> u32 {\n    a.wrapping_sub(b)\n}\n"
+    );
+    assert_eq!(fixture.read_text("src/new_name.rs"), "keep\nnew\n");
+    assert!(!fixture.root().join("src/old_name.rs").exists());
+    assert!(!fixture.root().join("obsolete.txt").exists());
+    assert!(output.text.contains("A `docs/notes.md` (+2)"), "{}", output.text);
+    assert!(output.text.contains("M `src/lib.rs` (+2 -2)"), "{}", output.text);
+    assert!(output.text.contains("R `src/old_name.rs` -> `src/new_name.rs` (+1 -1)"), "{}", output.text);
+    assert!(output.text.contains("D `obsolete.txt` (-1)"), "{}", output.text);
+    let files = output.structured.expect("structured")["files"].clone();
+    assert_eq!(files.as_array().map(Vec::len), Some(4));
+    assert_eq!(files[2]["moved_to"], "src/new_name.rs");
+}
+
+#[test]
+fn a_patch_whose_third_hunk_fails_changes_no_file() {
+    let fixture = patch_fixture();
+    let before = fixture.snapshot();
+    // Hunks 1 and 2 (in two files) apply; the third does not match.
+    let patch = "\
+*** Begin Patch
+*** Update File: src/lib.rs
+@@
+-    a + b
++    a.wrapping_add(b)
+*** Update File: src/old_name.rs
+@@
+-old
++new
+@@
+-this line is not in the file
++x
+*** End Patch";
+    let message = fixture.error("apply_patch", json!({"patch": patch}), ToolErrorKind::Conflict);
+    assert!(message.starts_with("hunk 2 of `src/old_name.rs` does not apply"), "{message}");
+    assert!(message.contains("this line is not in the file") && message.contains("Nothing was changed"), "{message}");
+    assert_eq!(fixture.snapshot(), before);
+}
+
+#[test]
+fn a_patch_refused_half_way_by_the_host_is_rolled_back_whole() {
+    let fixture = patch_fixture();
+    fixture.write("docs/guide.md", "# Guide\n");
+    let before = fixture.snapshot();
+    // Every hunk matches, so the tool starts writing: `src/lib.rs`, then `src/new_name.rs`,
+    // then `docs/guide.md`, which `impl` may not write. The first two must be undone.
+    let patch = "\
+*** Begin Patch
+*** Update File: src/lib.rs
+@@
+-    a + b
++    a.wrapping_add(b)
+*** Update File: src/old_name.rs
+*** Move to: src/new_name.rs
+@@
+-old
++new
+*** Update File: docs/guide.md
+@@
+-# Guide
++# Changed
+*** End Patch";
+    let outcome = fixture.call_on(toolcell_tests::governed_runtime(), "impl", "apply_patch", &json!({"patch": patch}), None);
+    let error = outcome.result.expect_err("docs are read-only for impl");
+    assert_eq!(error.kind, ToolErrorKind::Denied);
+    assert!(error.message.contains("docs/guide.md"), "{}", error.message);
+    assert!(outcome.rolled_back >= 2, "both earlier writes must be rolled back: {}", outcome.rolled_back);
+    assert_eq!(fixture.snapshot(), before);
+}
+
+#[test]
+fn dry_run_returns_the_unified_diff_and_writes_nothing() {
+    let fixture = patch_fixture();
+    let before = fixture.snapshot();
+    let output = fixture.ok("apply_patch", json!({"patch": PATCH, "dry_run": true}));
+    assert_eq!(fixture.snapshot(), before);
+    assert!(output.text.starts_with("Dry run: nothing was written."), "{}", output.text);
+    let diff = output.structured.expect("structured")["diff"].as_str().expect("diff").to_owned();
+    assert!(diff.contains("--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -1,7 +1,7 @@\n pub fn add(a: u32, b: u32) -> u32 {\n-    a + b\n+    a.wrapping_add(b)\n"), "{diff}");
+    assert!(diff.contains("--- /dev/null\n+++ b/docs/notes.md\n@@ -0,0 +1,2 @@\n+# Notes\n+first\n"), "{diff}");
+    assert!(diff.contains("--- a/src/old_name.rs\n+++ b/src/new_name.rs\n"), "{diff}");
+    assert!(diff.contains("--- a/obsolete.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"), "{diff}");
+}
+
+#[test]
+fn apply_patch_keeps_line_endings_and_tolerates_trailing_whitespace() {
+    let fixture = Fixture::new();
+    fixture.write("win.txt", "\u{feff}first  \r\nsecond\r\n");
+    let patch = "*** Begin Patch\n*** Update File: win.txt\n@@\n first\n-second\n+2nd\n*** End of File\n*** End Patch";
+    fixture.ok("apply_patch", json!({"patch": patch}));
+    assert_eq!(fixture.read("win.txt"), "\u{feff}first  \r\n2nd\r\n".as_bytes());
+}
+
+#[test]
+fn apply_patch_errors_name_the_line_or_the_file() {
+    let fixture = patch_fixture();
+    let before = fixture.snapshot();
+    let cases = [
+        ("*** Update File: src/lib.rs\n", ToolErrorKind::InvalidArgs, "must start with `*** Begin Patch`"),
+        ("*** Begin Patch\n*** Rename File: a\n*** End Patch", ToolErrorKind::InvalidArgs, "patch line 2: expected"),
+        ("*** Begin Patch\n*** Add File: src/lib.rs\n+x\n*** End Patch", ToolErrorKind::Conflict, "names a file that already exists"),
+        ("*** Begin Patch\n*** Delete File: nope.txt\n*** End Patch", ToolErrorKind::NotFound, "`*** Delete File: nope.txt` names a file that does not exist"),
+        ("*** Begin Patch\n*** Add File: ../escape.txt\n+x\n*** End Patch", ToolErrorKind::InvalidArgs, "leaves the workspace"),
+        (
+            "*** Begin Patch\n*** Update File: src/lib.rs\n@@\n-    a + b\n+    c\n*** Update File: src/lib.rs\n@@\n-    a - b\n+    d\n*** End Patch",
+            ToolErrorKind::InvalidArgs,
+            "changes `src/lib.rs` more than once",
+        ),
+        (
+            "*** Begin Patch\n*** Update File: obsolete.txt\n*** Move to: src/lib.rs\n@@\n-bye\n+hi\n*** End Patch",
+            ToolErrorKind::Conflict,
+            "`*** Move to: src/lib.rs` names a path that already exists",
+        ),
+    ];
+    for (patch, kind, expected) in cases {
+        let message = fixture.error("apply_patch", json!({"patch": patch}), kind);
+        assert!(message.contains(expected), "{patch:?}: {message}");
+    }
+    assert_eq!(fixture.snapshot(), before);
+    fixture.assert_outside_untouched();
+}
