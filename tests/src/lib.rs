@@ -173,6 +173,9 @@ pub struct Fixture {
     pub workspace: Workspace,
 }
 
+/// Files larger than this are compared by size and modification time in [`Fixture::snapshot`].
+const SNAPSHOT_CONTENT_LIMIT: u64 = 16 * 1024 * 1024;
+
 /// The content of every canary file outside the workspace.
 pub const CANARY: &str = "CANARY-outside-the-workspace";
 
@@ -239,6 +242,12 @@ impl Fixture {
                 } else if metadata.is_dir() {
                     pending.push(path);
                     format!("dir {mode:o}")
+                } else if !metadata.is_file() {
+                    // A FIFO or device: reading it could block.
+                    format!("special {mode:o}")
+                } else if metadata.len() > SNAPSHOT_CONTENT_LIMIT {
+                    // Huge (or sparse) files: their size and modification time stand for the content.
+                    format!("file {mode:o} {} bytes, modified {:?}", metadata.len(), metadata.modified().ok())
                 } else {
                     format!("file {mode:o} {}", String::from_utf8_lossy(&std::fs::read(&path).expect("read")))
                 };

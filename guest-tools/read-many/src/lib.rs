@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 use serde_json::json;
-use toolcell_sdk::path::quote;
+use toolcell_sdk::path::shown;
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath, read};
 
 /// Files one call may name.
@@ -80,13 +80,13 @@ impl Tool for ReadMany {
                     entry["path"] = json!(path.as_str());
                     entry["ok"] = json!(true);
                     files.push(entry);
-                    sections.push(format!("==> {} <==\n{text}", path.as_str()));
+                    sections.push(format!("==> {path} <==\n{text}"));
                 }
                 Err(error) => {
                     failed += 1;
                     let (kind, message) = toolcell_sdk::error_parts(&error);
-                    files.push(json!({"path": raw, "ok": false, "error": {"kind": kind, "message": message}}));
-                    sections.push(format!("==> {} <==\nError ({kind}): {message}", quote(raw).trim_matches('`')));
+                    files.push(json!({"path": shown(raw), "ok": false, "error": {"kind": kind, "message": message}}));
+                    sections.push(format!("==> {} <==\nError ({kind}): {message}", shown(raw)));
                 }
             }
         }

@@ -42,9 +42,9 @@ impl WorkspacePath {
             )));
         }
         if let Some(kind) = foreign_kind(raw) {
+            // Not repeated: it may name something on the host.
             return Err(ToolError::Denied(format!(
-                "{} is {kind}: tools only see the workspace, so give a path relative to its root, such as `src/main.rs`",
-                quote(raw)
+                "the path is {kind}: tools only see the workspace, so give a path relative to its root, such as `src/main.rs`"
             )));
         }
         let mut components: Vec<&str> = Vec::new();
@@ -149,26 +149,44 @@ impl WorkspacePath {
     }
 }
 
+/// The path for text an agent reads: control characters escaped (`\n`, `\u{1b}`), so that a
+/// file name cannot forge lines in a listing, a log or a transcript. Use [`WorkspacePath::as_str`]
+/// for filesystem calls and structured (JSON) output.
 impl std::fmt::Display for WorkspacePath {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(&self.normalised)
+        formatter.write_str(&escape(&self.normalised))
+    }
+}
+
+/// `raw` with control characters escaped.
+pub fn escape(raw: &str) -> std::borrow::Cow<'_, str> {
+    if !raw.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    let mut escaped = String::with_capacity(raw.len() + 8);
+    for character in raw.chars() {
+        if character.is_control() {
+            escaped.extend(character.escape_default());
+        } else {
+            escaped.push(character);
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
+}
+
+/// How a path an agent gave is shown back: escaped, except that an absolute or foreign path
+/// (which may name something on the host) is not repeated.
+pub fn shown(raw: &str) -> String {
+    match foreign_kind(raw) {
+        Some(kind) => format!("(the path, {kind})"),
+        None => escape(raw).into_owned(),
     }
 }
 
 /// Quote a path for a message: in backticks, with control characters escaped so that a
 /// file name cannot forge lines in a log or a transcript.
 pub fn quote(raw: &str) -> String {
-    let mut quoted = String::with_capacity(raw.len() + 2);
-    quoted.push('`');
-    for character in raw.chars() {
-        if character.is_control() {
-            quoted.extend(character.escape_default());
-        } else {
-            quoted.push(character);
-        }
-    }
-    quoted.push('`');
-    quoted
+    format!("`{}`", escape(raw))
 }
 
 /// Why `raw` names something outside any workspace, if it does.
@@ -260,5 +278,9 @@ mod tests {
     fn quote_escapes_control_characters() {
         assert_eq!(quote("a\nb"), "`a\\nb`");
         assert_eq!(quote("plain"), "`plain`");
+        let forged = WorkspacePath::parse("x\n{\"kind\":\"call\"}").expect("a name");
+        assert_eq!(forged.to_string(), "x\\n{\"kind\":\"call\"}");
+        assert_eq!(shown("/home/user/x"), "(the path, an absolute path)");
+        assert_eq!(shown("src/x\n"), "src/x\\n");
     }
 }

@@ -1413,10 +1413,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         // The target is resolved from the link's directory; it must stay inside the workspace.
         let directory = link.rsplit_once('/').map_or(".", |(parent, _)| parent).to_owned();
         if toolcell_policy::join_lexically(&directory, &target).is_none() {
-            let message = format!(
-                "a symlink to `{}` is refused: its target leaves the workspace. Link only to paths inside it.",
-                escape_control(&target)
-            );
+            // An absolute target may name something on the host: it is not repeated.
+            let shown = if target.starts_with('/') { "an absolute path".to_owned() } else { format!("`{}`", escape_control(&target)) };
+            let message = format!("a symlink to {shown} is refused: its target leaves the workspace. Link only to paths inside it.");
             return Err(self.guard.refuse_rule("symlink-at", &link, Access::Write, "symlink-target", message, ToolErrorKind::Denied));
         }
         self.guard.before_mutation("symlink-at", &link, false)?;
