@@ -813,10 +813,12 @@ fn compile_glob(pattern: &str) -> Result<PathGlob, String> {
             .map_err(|glob_error| format!("glob {quoted} is not valid: {}", glob_error.kind()))
     };
     let matcher = build(pattern)?;
-    let directory = match pattern.strip_suffix("/**") {
-        Some(prefix) if !prefix.is_empty() && prefix != "**" => Some(build(prefix)?),
-        _ => None,
-    };
+    // `X/**` (and `X/**/**`, ...) also covers `X` itself.
+    let mut prefix = pattern;
+    while let Some(shorter) = prefix.strip_suffix("/**") {
+        prefix = shorter;
+    }
+    let directory = if prefix != pattern && !prefix.is_empty() && prefix != "**" { Some(build(prefix)?) } else { None };
     let literal_prefix: String = pattern.chars().take_while(|c| !matches!(c, '*' | '?' | '[' | '{' | '\\')).collect();
     Ok(PathGlob {
         matcher,

@@ -301,3 +301,14 @@ fn plugin_pins_are_checked_for_shape_and_tool() {
         assert!(error.line.is_some(), "{section}: {error}");
     }
 }
+
+#[test]
+fn a_trailing_double_star_covers_the_directory_itself_however_repeated() {
+    // Found by the `path_policy` fuzz target: `a*/**/**/**` did not cover `a`.
+    for pattern in ["docs/**", "docs/**/**", "d*/**/**/**"] {
+        let glob = PathGlob::new(pattern).expect("valid glob");
+        assert!(glob.is_match("docs"), "{pattern} should cover `docs`");
+        assert!(glob.is_match("docs/a/b"), "{pattern} should cover `docs/a/b`");
+        assert!(!glob.is_match("other"), "{pattern} should not cover `other`");
+    }
+}

@@ -1,0 +1,120 @@
+//! Tool arguments: argument objects built from each built-in tool's own schema (its property
+//! names, with hostile strings, numbers, booleans, arrays and nesting as values), called
+//! through the real host on a scratch workspace beside a canary. The host must never panic,
+//! never show a host path or the canary, and never change anything outside the workspace.
+
+#![no_main]
+
+use std::sync::OnceLock;
+
+use arbitrary::{Arbitrary, Unstructured};
+use libfuzzer_sys::fuzz_target;
+use serde_json::{Map, Value};
+use toolcell_runtime::{CallRequest, Runtime, RuntimeBuilder, Workspace};
+
+const CANARY: &str = "CANARY-outside-the-workspace";
+
+const STRINGS: &[&str] = &[
+    "notes.txt", "src/lib.rs", "src", ".", "..", "../outside/secret.txt", "/etc/passwd", "escape.txt", "escape.txt/x",
+    "", "a\u{0}b", "~", "C:\\x", "%2e%2e", "**", "*", "[", "(a+)+$", "alpha", "beta", "\r\n", "x\ny", "new/dir/f.txt",
+    "*** Begin Patch\n*** Update File: notes.txt\n@@\n-alpha\n+x\n*** End Patch",
+    "*** Begin Patch\n*** Add File: ../outside/p\n+x\n*** End Patch",
+    "*** Begin Patch\n*** Delete File: escape.txt\n*** End Patch",
+];
+
+struct Setup {
+    runtime: Runtime,
+    /// `(name, property names)` of every tool.
+    tools: Vec<(String, Vec<String>)>,
+}
+
+fn setup() -> &'static Setup {
+    static SETUP: OnceLock<Setup> = OnceLock::new();
+    SETUP.get_or_init(|| {
+        // Compiled components are cached beside the fuzz build: the first run compiles them.
+        let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/component-cache");
+        let mut builder = RuntimeBuilder::new().cache_dir(cache);
+        for (name, wasm) in toolcell_builtins::components() {
+            builder = builder.component(format!("builtin:{name}"), wasm);
+        }
+        let runtime = builder.build().expect("the runtime builds");
+        let tools = runtime
+            .tools()
+            .filter(|tool| !toolcell_runtime::NATIVE_TOOLS.contains(&tool.name.as_str()))
+            .map(|tool| {
+                let properties = tool.input_schema["properties"].as_object().map(|map| map.keys().cloned().collect()).unwrap_or_default();
+                (tool.name.to_string(), properties)
+            })
+            .collect();
+        Setup { runtime, tools }
+    })
+}
+
+fn value(input: &mut Unstructured<'_>, depth: u8) -> arbitrary::Result<Value> {
+    Ok(match u8::arbitrary(input)? % 8 {
+        0 | 1 | 2 => Value::String((*input.choose(STRINGS)?).to_owned()),
+        3 => Value::from(i64::arbitrary(input)?),
+        4 => Value::from(u8::arbitrary(input)? % 8),
+        5 => Value::Bool(bool::arbitrary(input)?),
+        6 if depth < 3 => {
+            let count = u8::arbitrary(input)? % 4;
+            Value::Array((0..count).map(|_| value(input, depth + 1)).collect::<arbitrary::Result<_>>()?)
+        }
+        _ => Value::String(String::arbitrary(input)?),
+    })
+}
+
+fuzz_target!(|bytes: &[u8]| {
+    let setup = setup();
+    let mut input = Unstructured::new(bytes);
+    let Ok((tool, properties)) = input.choose(&setup.tools) else {
+        return;
+    };
+    let mut args = Map::new();
+    for property in properties {
+        if bool::arbitrary(&mut input).unwrap_or(false) {
+            if let Ok(value) = value(&mut input, 0) {
+                args.insert(property.clone(), value);
+            }
+        }
+    }
+    if bool::arbitrary(&mut input).unwrap_or(false) {
+        args.insert("unexpected".to_owned(), Value::Null);
+    }
+    let args = Value::Object(args).to_string();
+
+    let temp = tempfile::tempdir().expect("scratch");
+    let root = temp.path().join("workspace");
+    std::fs::create_dir_all(root.join("src")).expect("workspace");
+    std::fs::create_dir_all(temp.path().join("outside")).expect("outside");
+    std::fs::write(temp.path().join("outside/secret.txt"), CANARY).expect("canary");
+    std::fs::write(root.join("notes.txt"), "alpha\nbeta\n").expect("notes");
+    std::fs::write(root.join("src/lib.rs"), "pub fn f() {}\n").expect("lib");
+    std::os::unix::fs::symlink("../outside/secret.txt", root.join("escape.txt")).expect("link");
+    let workspace = Workspace::open(&root).expect("open the workspace");
+
+    let outcome = setup.runtime.call(&CallRequest {
+        workspace: &workspace,
+        role: "fuzz",
+        session_id: "fuzz",
+        tool,
+        args: &args,
+        approver: None,
+        owner: None,
+        fences: &[],
+    });
+    let base = temp.path().to_string_lossy().into_owned();
+    if let Ok(outcome) = outcome {
+        let texts: Vec<String> = match &outcome.result {
+            Ok(output) => vec![output.text.clone(), output.structured.as_ref().map(Value::to_string).unwrap_or_default()],
+            Err(error) => vec![error.message.clone()],
+        };
+        for text in texts.iter().chain(&outcome.warnings) {
+            assert!(!text.contains(&base), "{tool} {args}: a host path leaked: {text}");
+            assert!(!text.contains(CANARY), "{tool} {args}: the canary leaked: {text}");
+        }
+    }
+    let outside: Vec<_> = std::fs::read_dir(temp.path().join("outside")).expect("outside").collect();
+    assert_eq!(outside.len(), 1, "{tool} {args}: something appeared outside");
+    assert_eq!(std::fs::read_to_string(temp.path().join("outside/secret.txt")).expect("canary"), CANARY, "{tool} {args}: the canary changed");
+});
