@@ -50,7 +50,9 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
         )));
     }
     let window = read_window(
-        BufReader::with_capacity(16 * 1024, std::io::Cursor::new(head).chain(file)),
+        // Big enough for a few host calls per MiB, small enough that a small file's call does
+        // not grow the component's memory.
+        BufReader::with_capacity(usize::try_from(metadata.len()).unwrap_or(usize::MAX).clamp(4 * 1024, 64 * 1024), std::io::Cursor::new(head).chain(file)),
         start,
         limit,
         max_output_bytes,
@@ -77,16 +79,41 @@ fn read_window(mut reader: impl BufRead, start: u64, limit: u64, max_output_byte
     };
     let mut output_bytes = 0usize;
     let mut raw = Vec::new();
+    let end = start.saturating_add(limit);
+    // Bytes of a line outside the window consumed since the last newline.
+    let mut partial = false;
     loop {
+        let next = window.total_lines + 1;
+        if next < start || next >= end || window.hit_output_cap {
+            // Outside the window lines are only counted: whole buffers are scanned for
+            // newlines, nothing is copied.
+            let buffer = reader.fill_buf()?;
+            if buffer.is_empty() {
+                window.total_lines += u64::from(partial);
+                break;
+            }
+            let mut consumed = buffer.len();
+            // A line in progress unless the buffer ends with its newline.
+            partial = true;
+            for newline in memchr::memchr_iter(b'\n', buffer) {
+                window.total_lines += 1;
+                partial = newline + 1 < buffer.len();
+                let next = window.total_lines + 1;
+                if next >= start && next < end && !window.hit_output_cap {
+                    consumed = newline + 1;
+                    partial = false;
+                    break;
+                }
+            }
+            reader.consume(consumed);
+            continue;
+        }
         raw.clear();
         if reader.read_until(b'\n', &mut raw)? == 0 {
             break;
         }
         window.total_lines += 1;
         let number = window.total_lines;
-        if number < start || number >= start.saturating_add(limit) || window.hit_output_cap {
-            continue;
-        }
         let decoded = String::from_utf8_lossy(&raw);
         let mut line = decoded.trim_end_matches('\n').trim_end_matches('\r');
         if number == 1 {
@@ -184,6 +211,30 @@ mod tests {
         let middle = window(content, 2, 2);
         assert_eq!(middle.total_lines, 4);
         assert_eq!(middle.lines, ["     2\tb", "     3\tc"]);
+    }
+
+    #[test]
+    fn counting_outside_the_window_matches_line_by_line_reading() {
+        let long = "x\n".repeat(50);
+        let contents = ["", "a", "a\n", "a\nb", "a\nb\n", "\n\n\n", "one\ntwo\r\nthree\nfour", long.as_str()];
+        for content in contents {
+            let expected = content.lines().count() as u64;
+            for capacity in [1, 2, 3, 7, 64] {
+                for (start, limit) in [(1, 1), (2, 1), (1, 100), (3, 2), (40, 5), (100, 1)] {
+                    let reader = BufReader::with_capacity(capacity, std::io::Cursor::new(content.as_bytes().to_vec()));
+                    let got = read_window(reader, start, limit, 1 << 20).expect("in-memory read");
+                    assert_eq!(got.total_lines, expected, "{content:?} capacity {capacity} window {start}+{limit}");
+                    let wanted: Vec<String> = content
+                        .lines()
+                        .enumerate()
+                        .skip(usize::try_from(start - 1).unwrap_or(0))
+                        .take(usize::try_from(limit).unwrap_or(0))
+                        .map(|(index, line)| text::numbered(index + 1, line))
+                        .collect();
+                    assert_eq!(got.lines, wanted, "{content:?} capacity {capacity} window {start}+{limit}");
+                }
+            }
+        }
     }
 
     #[test]
