@@ -862,9 +862,24 @@ impl FsGuard {
                 continue;
             };
             let landing = format!("{to}{rest}");
+            let is_directory = self.is_directory(&path);
+            if !self.is_visible(&path, is_directory) {
+                // An entry the role may not see moves only if it may be deleted where it is,
+                // written where it lands, and stays hidden there; the refusal names the
+                // directory, not the entry (the audit record has the entry).
+                let movable = self.decide(Access::Delete, &path).effect == Effect::Allow
+                    && self.decide(Access::Write, &landing).effect == Effect::Allow
+                    && !self.is_visible(&landing, is_directory);
+                if !movable {
+                    let message = format!(
+                        "moving the directory `{}` is refused: it holds entries your role may not see, and they may not be moved with it; move the entries you can see instead",
+                        escape_control(from)
+                    );
+                    return Err(self.refuse_rule(operation, &path, Access::Delete, "hidden-entry", message, ToolErrorKind::Denied));
+                }
+            }
             self.check(operation, &path, Access::Delete)?;
             self.check(operation, &landing, Access::Write)?;
-            let is_directory = self.is_directory(&path);
             self.check_hidden_stays_hidden(operation, &path, &landing, is_directory)?;
         }
         Ok(())

@@ -285,3 +285,20 @@ fn create_directory_is_mkdir_p_and_quiet_when_it_exists() {
     assert!(rules.contains(&"docs-read-only".to_owned()), "{message}");
     assert!(!fixture.root().join("docs").exists());
 }
+
+#[test]
+fn moving_a_directory_never_names_the_hidden_entries_in_it() {
+    let fixture = Fixture::new();
+    fixture.write("secrets/key.pem", "PRIVATE");
+    fixture.write("secrets/readme.txt", "hidden too");
+    let before = fixture.snapshot();
+    // `secrets/**` may not be read by impl: moving the directory to `public` would reveal it.
+    let outcome = fixture.call_on(governed_runtime(), "impl", "move_file", &json!({"source": "secrets", "destination": "public"}), None);
+    let error = outcome.result.expect_err("the hidden entries would become readable");
+    assert_eq!(error.kind, ToolErrorKind::Denied);
+    assert!(error.message.contains("moving the directory `secrets` is refused: it holds entries your role may not see"), "{}", error.message);
+    assert!(!error.message.contains("key.pem") && !error.message.contains("readme.txt"), "a hidden name leaked: {}", error.message);
+    // The audit trail (for the operator) has the entry.
+    assert!(outcome.denials.iter().any(|denial| denial.event.rule == "hidden-entry" && denial.event.path.starts_with("secrets/")));
+    assert_eq!(fixture.snapshot(), before);
+}
