@@ -280,6 +280,8 @@ pub struct PathGlob {
     /// For `X/**`, a matcher of `X` itself (globset's `X/**` does not match the directory).
     directory: Option<globset::GlobMatcher>,
     literal_prefix: String,
+    /// The pattern has no metacharacter: it names one path.
+    literal: bool,
 }
 
 impl PathGlob {
@@ -715,8 +717,11 @@ fn rank(effect: Effect) -> u8 {
 /// A rule's glob names a protected path explicitly when its literal prefix starts inside the
 /// protected pattern's literal root: `.git/hooks/**` names `.git/**`; `**` and `*.toml` do not.
 fn names_explicitly(glob: &PathGlob, protected: &Protected) -> bool {
-    let root = protected.glob.literal_prefix.trim_end_matches('/');
-    !root.is_empty() && glob.literal_prefix.starts_with(root)
+    // `.git/hooks/**` and `.git/**` name `.git/**` (their literal part starts with `.git/`), as
+    // does the literal `.git`; `.git*/**` (meant for `.github`) and `**` do not.
+    let prefix = protected.glob.literal_prefix.as_str();
+    let root = prefix.trim_end_matches('/');
+    !root.is_empty() && (glob.literal_prefix.starts_with(prefix) || (glob.literal && glob.literal_prefix == root))
 }
 
 type SpannedError = (Option<std::ops::Range<usize>>, String);
@@ -820,10 +825,12 @@ fn compile_glob(pattern: &str) -> Result<PathGlob, String> {
     }
     let directory = if prefix != pattern && !prefix.is_empty() && prefix != "**" { Some(build(prefix)?) } else { None };
     let literal_prefix: String = pattern.chars().take_while(|c| !matches!(c, '*' | '?' | '[' | '{' | '\\')).collect();
+    let literal = literal_prefix.len() == pattern.len();
     Ok(PathGlob {
         matcher,
         directory,
         literal_prefix,
+        literal,
     })
 }
 

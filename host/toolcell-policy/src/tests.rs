@@ -312,3 +312,29 @@ fn a_trailing_double_star_covers_the_directory_itself_however_repeated() {
         assert!(!glob.is_match("other"), "{pattern} should not cover `other`");
     }
 }
+
+#[test]
+fn a_rule_names_a_protected_path_only_inside_it() {
+    let text = r#"
+version = 1
+[roles.r]
+tools = ["*"]
+[[roles.r.rules]]
+id = "ci-config"
+access = ["write"]
+paths = [".git*/**"]
+effect = "allow"
+[[roles.r.rules]]
+id = "hooks"
+access = ["write"]
+paths = [".git/hooks/**"]
+effect = "allow"
+"#;
+    let policy = Policy::parse("p.toml", text, TOOLS).expect("parses");
+    let role = policy.role("r").expect("role");
+    let effect = |path: &str| policy.decide(role, Access::Write, path).effect;
+    // `.git*/**` is meant for `.github` and `.gitlab`: it does not open `.git`.
+    assert_eq!(effect(".github/workflows/ci.yml"), Effect::Allow);
+    assert_eq!(effect(".git/config"), Effect::Deny);
+    assert_eq!(effect(".git/hooks/pre-commit"), Effect::Allow);
+}

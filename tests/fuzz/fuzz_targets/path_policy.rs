@@ -117,8 +117,11 @@ fn model_decide(rules: &[(Vec<Access>, Vec<String>, Effect)], protected: &[Strin
         let applies = patterns.iter().any(|pattern| {
             model_match(pattern, path)
                 && guarding.is_none_or(|guarded| {
-                    let root = literal_prefix(guarded).trim_end_matches('/');
-                    !root.is_empty() && literal_prefix(pattern).starts_with(root)
+                    // Named explicitly: the rule's literal part starts inside the protected
+                    // pattern's (`.git/hooks/**` for `.git/**`), or the rule is its root itself.
+                    let prefix = literal_prefix(guarded);
+                    let root = prefix.trim_end_matches('/');
+                    !root.is_empty() && (literal_prefix(pattern).starts_with(prefix) || pattern == root)
                 })
         });
         if applies && strongest.is_none_or(|current| rank(*effect) > rank(current)) {
