@@ -76,7 +76,11 @@ pub fn build_guests(workspace: &GuestWorkspace<'_>) {
         .arg("--manifest-path")
         .arg(guest_dir.join("Cargo.toml"))
         .arg("--target-dir")
-        .arg(&target_dir);
+        .arg(&target_dir)
+        // 128-bit SIMD, which wasmtime compiles to the host's vector instructions: `memchr`,
+        // `regex` and `aho-corasick` use it to scan text (line counting, searches).
+        .arg("--config")
+        .arg("target.wasm32-wasip2.rustflags = [\"-Ctarget-feature=+simd128\"]");
     for (package, _) in workspace.packages {
         command.arg("--package").arg(package);
     }
