@@ -827,7 +827,6 @@ impl FsGuard {
         self.is_directory(path) && self.is_visible(path, true)
     }
 
-    /// Whether `path` is a directory (not a symlink to one).
     /// Before the directory `from` is renamed to `to`: everything under it moves too, so each
     /// entry must be deletable where it is and writable where it lands (policy, protected
     /// paths and locks), hidden entries included. A rule on a file deep inside cannot be
@@ -836,7 +835,8 @@ impl FsGuard {
         let Some(root) = self.root.as_ref() else {
             return Ok(());
         };
-        let mut entries = Vec::new();
+        // Each entry with whether it is a directory, as the listing says (no link followed).
+        let mut entries: Vec<(String, bool)> = Vec::new();
         let mut pending = vec![from.to_owned()];
         while let Some(directory) = pending.pop() {
             let listing = root.read_dir(&directory).map_err(|error| FsError::from(ErrorCode::from(error)))?;
@@ -844,10 +844,11 @@ impl FsGuard {
                 let entry = entry.map_err(|error| FsError::from(ErrorCode::from(error)))?;
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let path = format!("{directory}/{name}");
-                if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                let is_directory = entry.file_type().is_ok_and(|kind| kind.is_dir());
+                if is_directory {
                     pending.push(path.clone());
                 }
-                entries.push(path);
+                entries.push((path, is_directory));
                 if entries.len() > MAX_MOVED_ENTRIES {
                     let message = format!(
                         "moving the directory `{}` is refused: it holds more than {MAX_MOVED_ENTRIES} entries, each of which would have to be checked; move its contents in parts",
@@ -857,16 +858,16 @@ impl FsGuard {
                 }
             }
         }
-        for path in entries {
+        for (path, is_directory) in entries {
             let Some(rest) = path.strip_prefix(from) else {
                 continue;
             };
             let landing = format!("{to}{rest}");
-            let is_directory = self.is_directory(&path);
             if !self.is_visible(&path, is_directory) {
                 // An entry the role may not see moves only if it may be deleted where it is,
-                // written where it lands, and stays hidden there; the refusal names the
-                // directory, not the entry (the audit record has the entry).
+                // written where it lands, and stays hidden there (what `check_hidden_stays_hidden`
+                // requires of a single move); the refusal names the directory, not the entry
+                // (the audit record has the entry).
                 let movable = self.decide(Access::Delete, &path).effect == Effect::Allow
                     && self.decide(Access::Write, &landing).effect == Effect::Allow
                     && !self.is_visible(&landing, is_directory);
@@ -880,7 +881,6 @@ impl FsGuard {
             }
             self.check(operation, &path, Access::Delete)?;
             self.check(operation, &landing, Access::Write)?;
-            self.check_hidden_stays_hidden(operation, &path, &landing, is_directory)?;
         }
         Ok(())
     }
@@ -900,6 +900,7 @@ impl FsGuard {
         Err(self.refuse_rule(operation, from, Access::Read, "hidden-stays-hidden", message, ToolErrorKind::Denied))
     }
 
+    /// Whether `path` is a directory (not a symlink to one).
     fn is_directory(&self, path: &str) -> bool {
         self.root
             .as_ref()
