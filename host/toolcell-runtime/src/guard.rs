@@ -32,6 +32,13 @@ use wasmtime_wasi::p2::bindings::sync::filesystem::types::{
 };
 use wasmtime_wasi::p2::bindings::sync::io::streams;
 use wasmtime_wasi::p2::{FsError, FsResult};
+use wasmtime_wasi::{FsPerms, OpenMode};
+
+use crate::beneath;
+
+/// Blocking filesystem calls run on the calling thread (the host runs calls on plain threads),
+/// for wasmtime-wasi's descriptors and for the ones the guard opens itself.
+pub(crate) const BLOCKING_IN_PLACE: bool = true;
 
 /// Symlinks followed while resolving one path before it counts as a loop.
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -196,8 +203,6 @@ pub(crate) struct FsGuard {
     pub(crate) transaction: Option<Transaction>,
     /// Warnings for the agent (modifying a file it has not read).
     pub(crate) warnings: Vec<String>,
-    /// The resource index of the workspace's preopened descriptor.
-    root_descriptor: Option<u32>,
     /// Filesystem calls left, and the most descriptors open at once; `None`: unbounded.
     budget: Option<Budget>,
 }
@@ -233,7 +238,6 @@ impl FsGuard {
             denials: Vec::new(),
             transaction: None,
             warnings: Vec::new(),
-            root_descriptor: None,
             budget: None,
         }
     }
@@ -619,7 +623,7 @@ impl FsGuard {
     /// Whether opening `path` with these flags rewrites it whole (or creates it), so that the
     /// write can go to a temporary sibling that replaces it at once.
     fn rewrites_whole(&self, path: &str, open_flags: OpenFlags) -> bool {
-        let (Some(root), Some(_), Some(transaction)) = (self.root.as_ref(), self.root_descriptor, self.transaction.as_ref()) else {
+        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_ref()) else {
             return false;
         };
         if path == "." || open_flags.contains(OpenFlags::DIRECTORY) || transaction.shadows.iter().any(|(shadowed, _)| shadowed == path) {
@@ -649,9 +653,11 @@ impl FsGuard {
             return Err(FsError::from(ErrorCode::Access));
         };
         let created = (|| {
-            let file = root.open_with(&temporary, cap_std::fs::OpenOptions::new().write(true).create_new(true))?;
+            // Created where the judged path is, not where a symlink swapped in since leads.
+            let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
+            let file = std::fs::File::from(beneath::open(root, &temporary, flags, rustix::fs::Mode::from_raw_mode(0o600))?);
             if let Ok(metadata) = root.symlink_metadata(path) {
-                file.set_permissions(metadata.permissions())?;
+                file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(cap_std::fs::PermissionsExt::mode(&metadata.permissions())))?;
             }
             Ok::<_, std::io::Error>(())
         })();
@@ -729,9 +735,10 @@ impl FsGuard {
             .is_some_and(|transaction| transaction.shadows.iter().any(|(_, temporary)| temporary == child))
     }
 
-    /// Note that the file `path` was opened for reading.
-    fn track_read(&mut self, path: &str) {
-        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
+    /// Note that the file `path`, whose descriptor's metadata is `metadata`, was opened for
+    /// reading.
+    fn track_read(&mut self, path: &str, metadata: &std::fs::Metadata) {
+        let Some(transaction) = self.transaction.as_mut() else {
             return;
         };
         if transaction.reads_overflowed || transaction.reads.iter().any(|(read, _)| read == path) {
@@ -741,7 +748,7 @@ impl FsGuard {
             transaction.reads_overflowed = true;
             return;
         }
-        if let Some(version) = Version::stat(root, path) {
+        if let Some(version) = Version::of(metadata) {
             transaction.reads.push((path.to_owned(), version));
         }
     }
@@ -967,28 +974,49 @@ impl FsGuard {
     /// Refuse to open a FIFO, socket or device: opening or reading one can block the host
     /// beyond any deadline, and no file tool needs one.
     fn check_openable(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
-        use cap_std::fs::FileTypeExt;
         let Some(root) = self.root.as_ref() else {
             return Ok(());
         };
         let Ok(metadata) = root.metadata(path) else {
             return Ok(());
         };
-        let file_type = metadata.file_type();
-        let kind = if file_type.is_fifo() {
-            "a FIFO"
-        } else if file_type.is_socket() {
-            "a socket"
-        } else if file_type.is_char_device() || file_type.is_block_device() {
-            "a device"
-        } else {
-            return Ok(());
-        };
+        match special_kind(cap_std::fs::MetadataExt::mode(&metadata)) {
+            Some(kind) => Err(self.refuse_special(operation, path, access, kind)),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuse `access` to the special file `path` (`kind` says what it is).
+    fn refuse_special(&mut self, operation: &'static str, path: &str, access: Access, kind: &str) -> FsError {
         let message = format!(
             "`{}` is {kind}, which tools may not open (it could block the host): only regular files and directories can be opened",
             escape_control(path)
         );
-        Err(self.refuse_rule(operation, path, access, "special-file", message, ToolErrorKind::Denied))
+        self.refuse_rule(operation, path, access, "special-file", message, ToolErrorKind::Denied)
+    }
+
+    /// `path` joined to `descriptor`'s directory when that needs no resolution: relative, and
+    /// without `..`. When none of its components is a symlink it is then the canonical path,
+    /// which an open through [`beneath`] proves (it fails on any symlink on the way).
+    fn plain_path(&self, descriptor: &Resource<Descriptor>, path: &str) -> FsResult<Option<String>> {
+        let base = self.base(descriptor)?;
+        if path.is_empty() || path.starts_with('/') || path.contains('\0') {
+            return Ok(None);
+        }
+        let mut joined = if base == "." { String::new() } else { base };
+        for component in path.split('/') {
+            match component {
+                "" | "." => {}
+                ".." => return Ok(None),
+                name => {
+                    if !joined.is_empty() {
+                        joined.push('/');
+                    }
+                    joined.push_str(name);
+                }
+            }
+        }
+        Ok(Some(if joined.is_empty() { ".".to_owned() } else { joined }))
     }
 
     /// Refuse a write through a file with several hard links: the other names may lie where the
@@ -1022,10 +1050,18 @@ pub(crate) fn canonical(root: &cap_std::fs::Dir, path: &str) -> Option<String> {
 /// Prefix of the temporary siblings whole-file rewrites go to.
 pub(crate) const SHADOW_PREFIX: &str = ".toolcell-";
 
-/// Replace `path` with its rewritten temporary sibling: synced first, then renamed over it.
+/// Replace `path` with its rewritten temporary sibling: synced first, then renamed over it,
+/// both names taken in one directory opened without following a symlink (so a directory on
+/// the way swapped for one cannot send the content elsewhere).
 fn land(root: &cap_std::fs::Dir, path: &str, temporary: &str) -> std::io::Result<()> {
-    root.open(temporary)?.sync_data()?;
-    root.rename(temporary, root, path)
+    use rustix::fs::{Mode, OFlags};
+    let (parent, name) = path.rsplit_once('/').unwrap_or((".", path));
+    let temporary_name = temporary.rsplit_once('/').map_or(temporary, |(_, name)| name);
+    let directory = beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+    let file = rustix::fs::openat(&directory, temporary_name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    rustix::fs::fdatasync(&file)?;
+    rustix::fs::renameat(&directory, temporary_name, &directory, name)?;
+    Ok(())
 }
 
 /// Where a path leads.
@@ -1104,6 +1140,67 @@ fn resolve(root: Option<&cap_std::fs::Dir>, base: &str, path: &str, follow_final
     }
 }
 
+/// What a special file is (`a FIFO`, ...) by its `st_mode`; `None` for a regular file,
+/// directory or symlink.
+fn special_kind(mode: u32) -> Option<&'static str> {
+    use rustix::fs::FileType;
+    match FileType::from_raw_mode(mode) {
+        FileType::Fifo => Some("a FIFO"),
+        FileType::Socket => Some("a socket"),
+        FileType::CharacterDevice | FileType::BlockDevice | FileType::Unknown => Some("a device"),
+        FileType::RegularFile | FileType::Directory | FileType::Symlink => None,
+    }
+}
+
+/// The OS open flags for a WASI `open-at`, and the mode wasmtime-wasi records for the
+/// descriptor (as its own `open-at` computes them).
+fn os_open_flags(open_flags: OpenFlags, flags: DescriptorFlags) -> (rustix::fs::OFlags, OpenMode) {
+    use rustix::fs::OFlags;
+    let mut os = OFlags::empty();
+    let mut write = false;
+    if open_flags.contains(OpenFlags::CREATE) {
+        os |= if open_flags.contains(OpenFlags::EXCLUSIVE) { OFlags::CREATE | OFlags::EXCL } else { OFlags::CREATE };
+        write = true;
+    }
+    if open_flags.contains(OpenFlags::TRUNCATE) {
+        os |= OFlags::TRUNC;
+        write = true;
+    }
+    if open_flags.contains(OpenFlags::DIRECTORY) {
+        os |= OFlags::DIRECTORY;
+    }
+    // Not opened for writing: opened for reading (wasmtime-wasi's rule).
+    let read = flags.contains(DescriptorFlags::READ) || !flags.contains(DescriptorFlags::WRITE);
+    write |= flags.contains(DescriptorFlags::WRITE);
+    let mut mode = OpenMode::empty();
+    if read {
+        mode |= OpenMode::READ;
+    }
+    if write {
+        mode |= OpenMode::WRITE;
+    }
+    os |= match (read, write) {
+        (true, true) => OFlags::RDWR,
+        (false, true) => OFlags::WRONLY,
+        _ => OFlags::RDONLY,
+    };
+    (os, mode)
+}
+
+/// The flag combinations wasmtime-wasi refuses before opening anything.
+fn check_open_flags(open_flags: OpenFlags, flags: DescriptorFlags, mode: OpenMode, perms: FsPerms) -> FsResult<()> {
+    if flags.intersects(DescriptorFlags::FILE_INTEGRITY_SYNC | DescriptorFlags::DATA_INTEGRITY_SYNC | DescriptorFlags::REQUESTED_WRITE_SYNC) {
+        return Err(ErrorCode::Unsupported.into());
+    }
+    if open_flags.contains(OpenFlags::DIRECTORY) && open_flags.intersects(OpenFlags::CREATE | OpenFlags::EXCLUSIVE | OpenFlags::TRUNCATE) {
+        return Err(ErrorCode::Invalid.into());
+    }
+    if perms.write_not_permitted() && mode.contains(OpenMode::WRITE) {
+        return Err(ErrorCode::NotPermitted.into());
+    }
+    Ok(())
+}
+
 /// The current time as RFC 3339 UTC with milliseconds.
 pub(crate) fn now() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
@@ -1132,26 +1229,95 @@ pub(crate) struct GuardedFilesystem<'a> {
 }
 
 impl GuardedFilesystem<'_> {
-    /// Whether `opened` is the file or directory now at the canonical workspace path `path`
-    /// (the same device and inode, as wasmtime-wasi's metadata hash says), not whatever a
-    /// symlink swapped in before the open led to.
-    fn opened_what_was_judged(&mut self, opened: &Resource<Descriptor>, path: &str) -> bool {
-        use cap_std::fs::MetadataExt as _;
-        use std::os::unix::fs::MetadataExt as _;
+    /// Open the canonical `path` for the guest, following no symlink on the way (see
+    /// [`beneath`]). `Ok(None)` if there is no workspace root to open it from.
+    fn open_beneath(&self, path: &str, open_flags: OpenFlags, flags: DescriptorFlags) -> std::io::Result<Option<std::fs::File>> {
         let Some(root) = self.guard.root.as_ref() else {
-            return true;
+            return Ok(None);
         };
-        // Straight syscalls on the descriptor's file and on the path (no trip through the
-        // async filesystem layer): this runs on every open.
-        let of_descriptor = match self.inner.table.get(opened) {
-            Ok(Descriptor::File(file)) => file.file.metadata(),
-            Ok(Descriptor::Dir(dir)) => dir.dir.metadata(),
-            Err(_) => return false,
+        let (os_flags, _) = os_open_flags(open_flags, flags);
+        // Files are created `rw-rw-rw-` less the umask, as cap-std (and so wasmtime-wasi) does.
+        let fd = beneath::open(root, path, os_flags, rustix::fs::Mode::from_raw_mode(0o666))?;
+        Ok(Some(std::fs::File::from(fd)))
+    }
+
+    /// Give the guest the descriptor `file`, opened at the canonical `path` for `access`: a
+    /// special file is refused now that it is known what it is (opened without blocking, never
+    /// read), a file opened for reading counts as read.
+    fn admit_opened(
+        &mut self,
+        file: std::fs::File,
+        path: String,
+        access: Access,
+        open_flags: OpenFlags,
+        flags: DescriptorFlags,
+        perms: FsPerms,
+    ) -> FsResult<Resource<Descriptor>> {
+        let metadata = file.metadata()?;
+        if let Some(kind) = special_kind(std::os::unix::fs::MetadataExt::mode(&metadata)) {
+            drop(file);
+            return Err(self.guard.refuse_special("open-at", &path, access, kind));
+        }
+        let (_, mode) = os_open_flags(open_flags, flags);
+        let descriptor = if metadata.is_dir() {
+            Descriptor::Dir(wasmtime_wasi::filesystem::Dir::new(file, perms, mode, BLOCKING_IN_PLACE))
+        } else {
+            if access == Access::Read {
+                self.guard.track_read(&path, &metadata);
+            }
+            Descriptor::File(wasmtime_wasi::filesystem::File::new(file, perms, mode, BLOCKING_IN_PLACE))
         };
-        let at_path = root.symlink_metadata(path);
-        match (of_descriptor, at_path) {
-            (Ok(descriptor), Ok(at_path)) => (descriptor.dev(), descriptor.ino()) == (at_path.dev(), at_path.ino()),
-            _ => false,
+        let opened = self.inner.table.push(descriptor)?;
+        self.guard.descriptors.insert(opened.rep(), path);
+        Ok(opened)
+    }
+
+    /// The refusal for an operation that met a symlink on the canonical `path`, which had none
+    /// when it was judged: something replaced a directory on the way (or the file) since.
+    fn changed_underfoot(&mut self, operation: &'static str, path: &str, access: Access) -> FsError {
+        let message = format!(
+            "`{}` changed while it was being used (something replaced it, or a directory on its way, at that moment), so nothing was done to it; try again",
+            escape_control(path)
+        );
+        self.guard.refuse_rule(operation, path, access, "changed-underfoot", message, ToolErrorKind::Conflict)
+    }
+
+    /// Run `operation` on the last component of the canonical `path`, relative to a descriptor
+    /// for its directory opened from the workspace root following no symlink (with `like`'s
+    /// permissions), so wasmtime-wasi's own implementation acts on exactly the judged entry: a
+    /// directory on the way swapped for a symlink since cannot send it elsewhere.
+    fn in_parent<T>(
+        &mut self,
+        like: &Resource<Descriptor>,
+        path: &str,
+        (name, access): (&'static str, Access),
+        operation: impl FnOnce(&mut Self, Resource<Descriptor>, String) -> FsResult<T>,
+    ) -> FsResult<T> {
+        let parent = self.parent_descriptor(like, path, name, access)?;
+        let last = path.rsplit_once('/').map_or(path, |(_, last)| last).to_owned();
+        let result = operation(self, Resource::new_borrow(parent.rep()), last);
+        self.inner.table.delete(parent)?;
+        result
+    }
+
+    /// A descriptor for the directory holding the canonical `path` (see [`in_parent`]). The
+    /// caller deletes it from the table.
+    fn parent_descriptor(&mut self, like: &Resource<Descriptor>, path: &str, operation: &'static str, access: Access) -> FsResult<Resource<Descriptor>> {
+        let perms = match self.inner.table.get(like)? {
+            Descriptor::Dir(directory) => directory.perms,
+            Descriptor::File(_) => return Err(ErrorCode::NotDirectory.into()),
+        };
+        let Some(root) = self.guard.root.as_ref() else {
+            return Err(ErrorCode::Access.into());
+        };
+        let parent = path.rsplit_once('/').map_or(".", |(parent, _)| parent);
+        match beneath::open(root, parent, rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY, rustix::fs::Mode::empty()) {
+            Ok(fd) => {
+                let directory = wasmtime_wasi::filesystem::Dir::new(std::fs::File::from(fd), perms, OpenMode::READ, BLOCKING_IN_PLACE);
+                Ok(self.inner.table.push(Descriptor::Dir(directory))?)
+            }
+            Err(error) if beneath::is_symlink_on_path(&error) => Err(self.changed_underfoot(operation, path, access)),
+            Err(error) => Err(error.into()),
         }
     }
 }
@@ -1161,7 +1327,6 @@ impl preopens::Host for GuardedFilesystem<'_> {
         let directories = preopens::Host::get_directories(&mut self.inner)?;
         for (descriptor, _) in &directories {
             self.guard.descriptors.insert(descriptor.rep(), ".".to_owned());
-            self.guard.root_descriptor = Some(descriptor.rep());
         }
         Ok(directories)
     }
@@ -1247,7 +1412,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         }
         self.guard.check("create-directory-at", &canonical, Access::Write)?;
         self.guard.before_mutation("create-directory-at", &canonical, false)?;
-        fs::HostDescriptor::create_directory_at(&mut self.inner, fd, path)
+        self.in_parent(&fd, &canonical, ("create-directory-at", Access::Write), |this, parent, name| {
+            fs::HostDescriptor::create_directory_at(&mut this.inner, parent, name)
+        })
     }
 
     fn stat(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorStat> {
@@ -1259,7 +1426,10 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("stat-at")?;
         let canonical = self.guard.resolve_at("stat-at", &fd, &path, follows(path_flags), Access::Read)?;
         self.guard.land(&canonical)?;
-        let stat = fs::HostDescriptor::stat_at(&mut self.inner, fd, path_flags, path)?;
+        // The canonical path is resolved already (its last component too, if asked).
+        let stat = self.in_parent(&fd, &canonical, ("stat-at", Access::Read), |this, parent, name| {
+            fs::HostDescriptor::stat_at(&mut this.inner, parent, PathFlags::empty(), name)
+        })?;
         // Judged once the type is known: a directory needs `list`, anything else `read`.
         let access = if stat.type_ == DescriptorType::Directory { Access::List } else { Access::Read };
         self.guard.check("stat-at", &canonical, access)?;
@@ -1277,7 +1447,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("set-times-at")?;
         let canonical = self.guard.check_at("set-times-at", &fd, &path, follows(path_flags), Access::Write)?;
         self.guard.land(&canonical)?;
-        fs::HostDescriptor::set_times_at(&mut self.inner, fd, path_flags, path, atim, mtim)
+        self.in_parent(&fd, &canonical, ("set-times-at", Access::Write), |this, parent, name| {
+            fs::HostDescriptor::set_times_at(&mut this.inner, parent, PathFlags::empty(), name, atim, mtim)
+        })
     }
 
     fn link_at(
@@ -1295,7 +1467,14 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.land(&link)?;
         self.guard.check_hidden_stays_hidden("link-at", &source, &link, false)?;
         self.guard.before_mutation("link-at", &link, false)?;
-        fs::HostDescriptor::link_at(&mut self.inner, fd, old_path_flags, old_path, new_descriptor, new_path)
+        let source_parent = self.parent_descriptor(&fd, &source, "link-at", Access::Write)?;
+        let source_name = source.rsplit_once('/').map_or(source.as_str(), |(_, name)| name).to_owned();
+        let result = self.in_parent(&new_descriptor, &link, ("link-at", Access::Write), |this, parent, name| {
+            // The source is resolved already (through a final symlink, if asked).
+            fs::HostDescriptor::link_at(&mut this.inner, Resource::new_borrow(source_parent.rep()), PathFlags::empty(), source_name, parent, name)
+        });
+        self.inner.table.delete(source_parent)?;
+        result
     }
 
     fn open_at(
@@ -1307,9 +1486,43 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         flags: DescriptorFlags,
     ) -> FsResult<Resource<Descriptor>> {
         self.guard.spend("open-at")?;
+        let perms = match self.inner.table.get(&fd)? {
+            Descriptor::Dir(directory) => directory.perms,
+            Descriptor::File(_) => return Err(ErrorCode::NotDirectory.into()),
+        };
+        if self.guard.root.is_none() {
+            // No workspace: nothing to guard (and nothing to open).
+            return fs::HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, open_flags, flags);
+        }
+        check_open_flags(open_flags, flags, os_open_flags(open_flags, flags).1, perms)?;
         let access = open_access(open_flags, flags);
         // A directory is judged when it is listed, not when it is opened to reach its children.
-        let canonical = if open_flags.contains(OpenFlags::DIRECTORY) && access == Access::Read {
+        let directory = open_flags.contains(OpenFlags::DIRECTORY) && access == Access::Read;
+
+        // The common case: a read of a path without `..` that the policy allows. Opened as it
+        // is written; if the open meets no symlink, that path is the canonical one and the
+        // judgment stands. A symlink on the way sends it through resolution below.
+        if access == Access::Read
+            && let Some(plain) = self.guard.plain_path(&fd, &path)?
+            && (directory || self.guard.allows(Access::Read, &plain))
+        {
+            self.guard.land(&plain)?;
+            self.guard.check_open_files("open-at", &plain)?;
+            match self.open_beneath(&plain, open_flags, flags) {
+                Err(error) if beneath::is_symlink_on_path(&error) => {}
+                opened => {
+                    if !directory {
+                        // Records the allowed read.
+                        self.guard.check("open-at", &plain, Access::Read)?;
+                    }
+                    if let Some(file) = opened? {
+                        return self.admit_opened(file, plain, access, open_flags, flags, perms);
+                    }
+                }
+            }
+        }
+
+        let canonical = if directory {
             self.guard.resolve_at("open-at", &fd, &path, follows(path_flags), access)?
         } else {
             self.guard.check_at("open-at", &fd, &path, follows(path_flags), access)?
@@ -1317,64 +1530,36 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.land(&canonical)?;
         self.guard.check_openable("open-at", &canonical, access)?;
         self.guard.check_open_files("open-at", &canonical)?;
+        let mut target = canonical.clone();
+        let mut target_flags = open_flags;
         if access == Access::Write {
             self.guard.check_single_link("open-at", &canonical)?;
             self.guard.before_mutation("open-at", &canonical, true)?;
-            if self.guard.rewrites_whole(&canonical, open_flags)
-                && let Some(root) = self.guard.root_descriptor
-                && self.guard.descriptors.contains_key(&root)
-            {
-                // Written to a temporary sibling that replaces the file at once.
-                let temporary = self.guard.shadow(&canonical)?;
-                // The temporary file exists already.
-                let existing = open_flags & !(OpenFlags::CREATE | OpenFlags::EXCLUSIVE);
-                let opened = fs::HostDescriptor::open_at(
-                    &mut self.inner,
-                    Resource::new_borrow(root),
-                    PathFlags::empty(),
-                    temporary,
-                    existing,
-                    flags,
-                )?;
-                self.guard.descriptors.insert(opened.rep(), canonical);
-                return Ok(opened);
+            if self.guard.rewrites_whole(&canonical, open_flags) {
+                // Written to a temporary sibling that replaces the file at once; the
+                // temporary file exists already.
+                target = self.guard.shadow(&canonical)?;
+                target_flags = open_flags & !(OpenFlags::CREATE | OpenFlags::EXCLUSIVE);
             }
         }
-        // Open what was judged: the canonical path, from the workspace root, without following
-        // a symlink that may have been swapped in since, and without truncating before the
-        // descriptor is known to be the judged file.
-        let root = self.guard.root_descriptor.filter(|root| self.guard.descriptors.contains_key(root));
-        let truncate = root.is_some() && open_flags.contains(OpenFlags::TRUNCATE);
-        let opened = match root {
-            Some(root) => fs::HostDescriptor::open_at(
-                &mut self.inner,
-                Resource::new_borrow(root),
-                PathFlags::empty(),
-                canonical.clone(),
-                open_flags & !OpenFlags::TRUNCATE,
-                flags,
-            )?,
-            None => fs::HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, open_flags, flags)?,
-        };
-        // If a directory on the way was swapped between the guard's check and the open, the
-        // descriptor is not the file that was judged. Compare identities; refuse on mismatch.
-        if !self.opened_what_was_judged(&opened, &canonical) {
-            fs::HostDescriptor::drop(&mut self.inner, opened).map_err(FsError::trap)?;
-            let message = format!(
-                "`{}` changed while it was being opened (something replaced it at that moment), so it was not opened; try again",
-                escape_control(&canonical)
-            );
-            return Err(self.guard.refuse_rule("open-at", &canonical, access, "changed-during-open", message, ToolErrorKind::Conflict));
+        // Open what was judged: the canonical path, from the workspace root, following no
+        // symlink, so a directory on the way swapped for a symlink since cannot redirect it.
+        match self.open_beneath(&target, target_flags, flags) {
+            Ok(Some(file)) => self.admit_opened(file, canonical, access, open_flags, flags, perms),
+            Ok(None) => Err(ErrorCode::Access.into()),
+            Err(error) if beneath::is_symlink_on_path(&error) => {
+                let names_a_symlink = !follows(path_flags)
+                    && target == canonical
+                    && self.guard.root.as_ref().and_then(|root| root.symlink_metadata(&canonical).ok()).is_some_and(|metadata| metadata.is_symlink());
+                if names_a_symlink {
+                    // `O_NOFOLLOW` on a symlink, as the component asked.
+                    Err(ErrorCode::Loop.into())
+                } else {
+                    Err(self.changed_underfoot("open-at", &canonical, access))
+                }
+            }
+            Err(error) => Err(error.into()),
         }
-        if truncate && let Err(error) = fs::HostDescriptor::set_size(&mut self.inner, Resource::new_borrow(opened.rep()), 0) {
-            fs::HostDescriptor::drop(&mut self.inner, opened).map_err(FsError::trap)?;
-            return Err(error);
-        }
-        if access == Access::Read && !open_flags.contains(OpenFlags::DIRECTORY) {
-            self.guard.track_read(&canonical);
-        }
-        self.guard.descriptors.insert(opened.rep(), canonical);
-        Ok(opened)
     }
 
     fn drop(&mut self, fd: Resource<Descriptor>) -> wasmtime::Result<()> {
@@ -1386,7 +1571,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("readlink-at")?;
         let canonical = self.guard.check_at("readlink-at", &fd, &path, false, Access::Read)?;
         self.guard.land(&canonical)?;
-        fs::HostDescriptor::readlink_at(&mut self.inner, fd, path)
+        self.in_parent(&fd, &canonical, ("readlink-at", Access::Read), |this, parent, name| fs::HostDescriptor::readlink_at(&mut this.inner, parent, name))
     }
 
     fn remove_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
@@ -1394,7 +1579,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let canonical = self.guard.check_at("remove-directory-at", &fd, &path, false, Access::Delete)?;
         self.guard.land(&canonical)?;
         self.guard.before_mutation("remove-directory-at", &canonical, false)?;
-        fs::HostDescriptor::remove_directory_at(&mut self.inner, fd, path)
+        self.in_parent(&fd, &canonical, ("remove-directory-at", Access::Delete), |this, parent, name| {
+            fs::HostDescriptor::remove_directory_at(&mut this.inner, parent, name)
+        })
     }
 
     fn rename_at(
@@ -1419,7 +1606,13 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             self.guard.before_mutation("rename-at", &destination, true)?;
             self.guard.before_mutation("rename-at", &source, false)?;
         }
-        fs::HostDescriptor::rename_at(&mut self.inner, fd, old_path, new_descriptor, new_path)
+        let source_parent = self.parent_descriptor(&fd, &source, "rename-at", Access::Delete)?;
+        let source_name = source.rsplit_once('/').map_or(source.as_str(), |(_, name)| name).to_owned();
+        let result = self.in_parent(&new_descriptor, &destination, ("rename-at", Access::Write), |this, parent, name| {
+            fs::HostDescriptor::rename_at(&mut this.inner, Resource::new_borrow(source_parent.rep()), source_name, parent, name)
+        });
+        self.inner.table.delete(source_parent)?;
+        result
     }
 
     fn symlink_at(&mut self, fd: Resource<Descriptor>, target: String, link_path: String) -> FsResult<()> {
@@ -1435,7 +1628,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             return Err(self.guard.refuse_rule("symlink-at", &link, Access::Write, "symlink-target", message, ToolErrorKind::Denied));
         }
         self.guard.before_mutation("symlink-at", &link, false)?;
-        fs::HostDescriptor::symlink_at(&mut self.inner, fd, target, link_path)
+        self.in_parent(&fd, &link, ("symlink-at", Access::Write), |this, parent, name| fs::HostDescriptor::symlink_at(&mut this.inner, parent, target, name))
     }
 
     fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
@@ -1443,7 +1636,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let canonical = self.guard.check_at("unlink-file-at", &fd, &path, false, Access::Delete)?;
         self.guard.land(&canonical)?;
         self.guard.before_mutation("unlink-file-at", &canonical, false)?;
-        fs::HostDescriptor::unlink_file_at(&mut self.inner, fd, path)
+        self.in_parent(&fd, &canonical, ("unlink-file-at", Access::Delete), |this, parent, name| {
+            fs::HostDescriptor::unlink_file_at(&mut this.inner, parent, name)
+        })
     }
 
     fn read_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::InputStream>> {
@@ -1479,7 +1674,10 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let canonical = self.guard.resolve_at("metadata-hash-at", &fd, &path, follows(path_flags), Access::Read)?;
         self.guard.land(&canonical)?;
         self.guard.check_visible("metadata-hash-at", &canonical)?;
-        fs::HostDescriptor::metadata_hash_at(&mut self.inner, fd, path_flags, path)
+        // The canonical path is resolved already (its last component too, if asked).
+        self.in_parent(&fd, &canonical, ("metadata-hash-at", Access::Read), |this, parent, name| {
+            fs::HostDescriptor::metadata_hash_at(&mut this.inner, parent, PathFlags::empty(), name)
+        })
     }
 }
 

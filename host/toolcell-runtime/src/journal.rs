@@ -127,35 +127,45 @@ impl Journal {
         })
     }
 
-    /// Save the current state of `path` (canonical, in `root`) before it is mutated.
+    /// Save the current state of `path` (canonical, in `root`) before it is mutated. Read in
+    /// its directory opened without following a symlink, so a directory on the way swapped for
+    /// one cannot put another file's content in the journal (a rollback would write it here).
     pub(crate) fn preserve(&mut self, root: &Dir, path: &str) -> std::io::Result<()> {
-        let prior = match root.symlink_metadata(path) {
+        let (directory, name) = match crate::beneath::parent(root, path) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return self.append(Step { path: path.to_owned(), prior: Prior::Absent }),
+            result => result?,
+        };
+        let prior = match directory.symlink_metadata(name) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Prior::Absent,
             Err(error) => return Err(error),
             Ok(metadata) if metadata.is_dir() => Prior::Directory {
                 mode: metadata.permissions().mode(),
             },
             Ok(metadata) if metadata.is_symlink() => Prior::Symlink {
-                target: root
-                    .read_link_contents(path)?
+                target: directory
+                    .read_link_contents(name)?
                     .to_str()
                     .ok_or_else(|| std::io::Error::other("the symlink's target is not UTF-8"))?
                     .to_owned(),
             },
-            Ok(metadata) if metadata.is_file() && metadata.len() <= INLINE_BYTES => Prior::Inline {
-                hex: crate::hex(&root.read(path)?),
-                mode: metadata.permissions().mode(),
-            },
             Ok(metadata) if metadata.is_file() => {
-                self.blobs += 1;
-                let blob = self.blobs.to_string();
-                let mut source = root.open(path)?.into_std();
-                let mut copy = File::create_new(self.directory.join(&blob))?;
-                std::io::copy(&mut source, &mut copy)?;
-                copy.sync_data()?;
-                Prior::File {
-                    blob,
-                    mode: metadata.permissions().mode(),
+                let mut source = crate::beneath::open_in(&directory, name, rustix::fs::OFlags::RDONLY)?;
+                let metadata = source.metadata()?;
+                if !metadata.is_file() {
+                    return Err(std::io::Error::other("the file was replaced while it was being saved"));
+                }
+                let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
+                if metadata.len() <= INLINE_BYTES {
+                    let mut content = Vec::new();
+                    std::io::Read::read_to_end(&mut source, &mut content)?;
+                    Prior::Inline { hex: crate::hex(&content), mode }
+                } else {
+                    self.blobs += 1;
+                    let blob = self.blobs.to_string();
+                    let mut copy = File::create_new(self.directory.join(&blob))?;
+                    std::io::copy(&mut source, &mut copy)?;
+                    copy.sync_data()?;
+                    Prior::File { blob, mode }
                 }
             }
             Ok(_) => {
@@ -222,19 +232,23 @@ impl Journal {
 /// Remove the temporary files the call's whole-file rewrites left beside its paths (they may
 /// stand in a directory the replay must remove), then restore each step's path, newest first.
 fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]) -> Result<(), String> {
+    use rustix::fs::{Mode, OFlags};
     let prefix = format!("{}{call_id}-", crate::guard::SHADOW_PREFIX);
     let mut parents: Vec<&str> = steps.iter().map(|step| step.path.rsplit_once('/').map_or(".", |(parent, _)| parent)).collect();
     parents.sort_unstable();
     parents.dedup();
     for parent in parents {
-        let Ok(entries) = root.read_dir(parent) else {
+        let Ok(opened) = crate::beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()) else {
+            continue;
+        };
+        let opened = Dir::from_std_file(File::from(opened));
+        let Ok(entries) = opened.entries() else {
             continue;
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
             if name.to_string_lossy().starts_with(&prefix) {
-                let path = if parent == "." { PathBuf::from(&name) } else { Path::new(parent).join(&name) };
-                root.remove_file(&path).map_err(|error| format!("`{}`: {error}", path.display()))?;
+                opened.remove_file(&name).map_err(|error| format!("`{parent}/{}`: {error}", name.to_string_lossy()))?;
             }
         }
     }
@@ -244,16 +258,22 @@ fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]) -> Result
     Ok(())
 }
 
-/// Restore one step's path to its prior state.
+/// Restore one step's path to its prior state. Every change is made in the path's directory
+/// opened without following a symlink: if a directory on the way was swapped for one, the
+/// restore fails (and the journal stays) rather than write where the symlink leads.
 pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()> {
     let path = step.path.as_str();
+    let (parent, name) = match crate::beneath::parent(root, path) {
+        // Nothing to remove where there is no directory.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && step.prior == Prior::Absent => return Ok(()),
+        result => result?,
+    };
     match &step.prior {
-        Prior::Absent => remove(root, path),
+        Prior::Absent => remove(&parent, name),
         Prior::File { .. } | Prior::Inline { .. } => {
-            let (parent, name) = path.rsplit_once('/').unwrap_or((".", path));
-            let temporary = format!("{parent}/{RESTORE_PREFIX}{name}");
-            let _ = root.remove_file(&temporary);
-            let mut file = root.create(&temporary)?;
+            let temporary = format!("{RESTORE_PREFIX}{name}");
+            let _ = parent.remove_file(&temporary);
+            let mut file = parent.open_with(&temporary, cap_std::fs::OpenOptions::new().write(true).create_new(true))?;
             let mode = match &step.prior {
                 Prior::File { blob, mode } => {
                     std::io::copy(&mut File::open(directory.join(blob))?, &mut file)?;
@@ -267,29 +287,31 @@ pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Res
             };
             file.set_permissions(cap_std::fs::Permissions::from_mode(*mode))?;
             file.sync_data()?;
-            if root.symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir()) {
-                root.remove_dir(path)?;
+            if parent.symlink_metadata(name).is_ok_and(|metadata| metadata.is_dir()) {
+                parent.remove_dir(name)?;
             }
-            root.rename(&temporary, root, path)
+            parent.rename(&temporary, &parent, name)
         }
         Prior::Directory { mode } => {
-            match root.symlink_metadata(path) {
+            match parent.symlink_metadata(name) {
                 Ok(metadata) if metadata.is_dir() => {}
                 Ok(_) => {
-                    root.remove_file(path)?;
-                    root.create_dir(path)?;
+                    parent.remove_file(name)?;
+                    parent.create_dir(name)?;
                 }
-                Err(_) => root.create_dir(path)?,
+                Err(_) => parent.create_dir(name)?,
             }
-            root.set_permissions(path, cap_std::fs::Permissions::from_mode(*mode))
+            let restored = crate::beneath::open_in(&parent, name, rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY)?;
+            restored.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(*mode))
         }
         Prior::Symlink { target } => {
-            remove(root, path)?;
-            root.symlink_contents(target, path)
+            remove(&parent, name)?;
+            parent.symlink_contents(target, name)
         }
         Prior::Moved { to } => {
-            if root.symlink_metadata(path).is_err() {
-                root.rename(to, root, path)?;
+            if parent.symlink_metadata(name).is_err() {
+                let (to_parent, to_name) = crate::beneath::parent(root, to)?;
+                to_parent.rename(to_name, &parent, name)?;
             }
             Ok(())
         }
@@ -307,14 +329,14 @@ pub(crate) fn unhex(hex: &str) -> std::io::Result<Vec<u8>> {
     bytes.chunks_exact(2).map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?)).collect()
 }
 
-/// Remove whatever is at `path` (a directory only if empty: anything in it the call did not
-/// create is not the rollback's to delete).
-fn remove(root: &Dir, path: &str) -> std::io::Result<()> {
-    match root.symlink_metadata(path) {
+/// Remove whatever is at `name` in `directory` (a directory only if empty: anything in it the
+/// call did not create is not the rollback's to delete).
+fn remove(directory: &Dir, name: &str) -> std::io::Result<()> {
+    match directory.symlink_metadata(name) {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(error) => Err(error),
-        Ok(metadata) if metadata.is_dir() => root.remove_dir(path),
-        Ok(_) => root.remove_file(path),
+        Ok(metadata) if metadata.is_dir() => directory.remove_dir(name),
+        Ok(_) => directory.remove_file(name),
     }
 }
 

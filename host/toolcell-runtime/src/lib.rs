@@ -51,6 +51,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 mod audit;
+mod beneath;
 mod engine;
 mod error;
 mod guard;
@@ -870,7 +871,7 @@ impl Runtime {
         let mut wasi = WasiCtxBuilder::new();
         // The host runs calls on plain threads, so blocking filesystem calls run in place
         // instead of hopping to a worker thread.
-        wasi.allow_blocking_current_thread(true)
+        wasi.allow_blocking_current_thread(guard::BLOCKING_IN_PLACE)
             .stdout(stdout.clone())
             .stderr(stderr.clone());
         wasi.preopened_dir(workspace.root(), ".", FsPerms::ReadWrite).map_err(host_error)?;

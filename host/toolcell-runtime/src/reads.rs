@@ -46,6 +46,17 @@ impl Version {
         })
     }
 
+    /// The metadata part of the version of an open regular file, or `None` if it is not one.
+    pub(crate) fn of(metadata: &std::fs::Metadata) -> Option<Version> {
+        use std::os::unix::fs::MetadataExt as _;
+        metadata.is_file().then(|| Version {
+            len: metadata.len(),
+            mtime_ns: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
+            ino: metadata.ino(),
+            sha256: None,
+        })
+    }
+
     /// Add the content hash, if the file still has this metadata.
     fn with_hash(mut self, root: &Dir, path: &str) -> Version {
         if self.len <= MAX_HASHED_BYTES

@@ -1,7 +1,8 @@
 //! A path swapped between a file and a symlink while tools run: the guard judges one thing and
 //! the open must not reach another. A thread flips `flip.txt` between a regular file and a
-//! symlink to a path the role may not read (or write) while calls run; no call may ever read
-//! the secret or change the protected file.
+//! symlink to a path the role may not read (or write) while calls run — or flips the directory
+//! `box` on the way to a file with a symlink to a directory the role may not read or write —;
+//! no call may ever read the secret or change the protected file.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -29,11 +30,38 @@ fn flipper(fixture: &Fixture, target: &str, stop: &AtomicBool) -> usize {
     flips
 }
 
-fn race(target: &str, mut call: impl FnMut(&Fixture) -> (bool, String)) -> (Fixture, usize, usize) {
+/// Swap the directory `box` with a symlink to the directory `target`, atomically
+/// (`RENAME_EXCHANGE`), until `stop`: a directory on the way to `box/...` becomes a symlink and
+/// back.
+fn directory_flipper(fixture: &Fixture, target: &str, stop: &AtomicBool) -> usize {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    let root = fixture.root();
+    std::os::unix::fs::symlink(target, root.join(".box-link")).expect("plant the symlink");
+    let mut flips = 0;
+    while !stop.load(Ordering::Relaxed) {
+        if renameat_with(CWD, root.join("box"), CWD, root.join(".box-link"), RenameFlags::EXCHANGE).is_ok() {
+            flips += 1;
+        }
+    }
+    flips
+}
+
+/// What flips during a race.
+#[derive(Clone, Copy)]
+enum Flip {
+    /// `flip.txt`, between a file and a symlink to this file.
+    File(&'static str),
+    /// The directory `box`, with a symlink to this directory.
+    Directory(&'static str),
+}
+
+fn race(flip: Flip, mut call: impl FnMut(&Fixture) -> (bool, String)) -> (Fixture, usize, usize) {
     let fixture = Fixture::new();
     fixture.write("secrets/key.txt", SECRET);
     fixture.write("docs/guide.md", GUIDE);
     fixture.write("flip.txt", PUBLIC);
+    fixture.write("box/key.txt", PUBLIC);
+    fixture.write("box/guide.md", PUBLIC);
     let stop = AtomicBool::new(false);
     let mut succeeded = 0;
     /// Stops the flipper however the loop ends (a failed assertion included).
@@ -44,7 +72,10 @@ fn race(target: &str, mut call: impl FnMut(&Fixture) -> (bool, String)) -> (Fixt
         }
     }
     let flips = std::thread::scope(|scope| {
-        let flipping = scope.spawn(|| flipper(&fixture, target, &stop));
+        let flipping = scope.spawn(|| match flip {
+            Flip::File(target) => flipper(&fixture, target, &stop),
+            Flip::Directory(target) => directory_flipper(&fixture, target, &stop),
+        });
         let _stop = StopOnDrop(&stop);
         for _ in 0..ITERATIONS {
             let (ok, text) = call(&fixture);
@@ -58,11 +89,11 @@ fn race(target: &str, mut call: impl FnMut(&Fixture) -> (bool, String)) -> (Fixt
     (fixture, succeeded, flips)
 }
 
-#[test]
-fn reads_never_reach_a_denied_file_through_a_swapped_symlink() {
+/// Read `path` while `flip` flips; it holds [`PUBLIC`] unless flipped.
+fn reads_race(flip: Flip, path: &str) {
     let mut refused = 0;
-    let (fixture, succeeded, flips) = race("secrets/key.txt", |fixture| {
-        let outcome = fixture.call_on(governed_runtime(), "impl", "fs_probe", &json!({"ops": [{"op": "read", "path": "flip.txt"}]}), None);
+    let (fixture, succeeded, flips) = race(flip, |fixture| {
+        let outcome = fixture.call_on(governed_runtime(), "impl", "fs_probe", &json!({"ops": [{"op": "read", "path": path}]}), None);
         match outcome.result {
             Ok(output) => {
                 let read = output.structured.expect("structured")[0].clone();
@@ -87,14 +118,24 @@ fn reads_never_reach_a_denied_file_through_a_swapped_symlink() {
 }
 
 #[test]
-fn writes_never_reach_a_protected_file_through_a_swapped_symlink() {
-    // Alternately a whole rewrite (O_TRUNC) and an append (no truncation).
+fn reads_never_reach_a_denied_file_through_a_swapped_symlink() {
+    reads_race(Flip::File("secrets/key.txt"), "flip.txt");
+}
+
+#[test]
+fn reads_never_reach_a_denied_file_through_a_directory_swapped_for_a_symlink() {
+    reads_race(Flip::Directory("secrets"), "box/key.txt");
+}
+
+/// Write `path` while `flip` flips: alternately a whole rewrite (O_TRUNC) and an append (no
+/// truncation).
+fn writes_race(flip: Flip, path: &str) {
     let mut iteration = 0;
-    let (fixture, succeeded, flips) = race("docs/guide.md", |fixture| {
+    let (fixture, succeeded, flips) = race(flip, |fixture| {
         iteration += 1;
         let op = if iteration % 2 == 0 { "write" } else { "append" };
         let outcome = fixture.call_on(governed_runtime(), "impl", "fs_probe", &json!({"ops": [
-            {"op": op, "path": "flip.txt", "content": "written by the tool\n"},
+            {"op": op, "path": path, "content": "written by the tool\n"},
         ]}), None);
         match outcome.result {
             Ok(output) => (output.structured.expect("structured").as_array().is_some_and(|ops| ops.iter().all(|op| op["ok"] == true)), output.text),
@@ -107,4 +148,14 @@ fn writes_never_reach_a_protected_file_through_a_swapped_symlink() {
     assert_eq!(fixture.read_text("docs/guide.md"), GUIDE, "the read-only file was modified");
     assert_eq!(fixture.read_text("secrets/key.txt"), SECRET);
     fixture.assert_outside_untouched();
+}
+
+#[test]
+fn writes_never_reach_a_protected_file_through_a_swapped_symlink() {
+    writes_race(Flip::File("docs/guide.md"), "flip.txt");
+}
+
+#[test]
+fn writes_never_reach_a_protected_file_through_a_directory_swapped_for_a_symlink() {
+    writes_race(Flip::Directory("docs"), "box/guide.md");
 }

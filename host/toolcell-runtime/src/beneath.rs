@@ -1,0 +1,188 @@
+//! Opening a canonical workspace path without following any symlink.
+//!
+//! The guard judges a path, then opens it. A symlink swapped in anywhere on the way between the
+//! two — the final component or any directory above it — must not redirect the open to a file
+//! that was not judged. So these opens refuse every symlink: `openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the kernel has it (Linux 5.6 and later), and a
+//! walk of `openat(O_NOFOLLOW)`, one component at a time, where it does not. A canonical path
+//! contains no symlink, so `ELOOP` from here means "a symlink is on this path now": either the
+//! path was never canonical (the caller resolves it and tries again) or it changed since it was
+//! judged.
+//!
+//! Opens are also non-blocking (`O_NONBLOCK`, `O_NOCTTY`): opening a FIFO for reading would
+//! otherwise wait for a writer, beyond any deadline. The caller refuses what is not a regular
+//! file or directory once it has the descriptor.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+
+/// Set once `openat2` turned out to be unavailable (an old kernel, or a seccomp filter).
+static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+
+/// How often `openat2` is retried when the kernel reports a concurrent rename (`EAGAIN`).
+const RETRIES: usize = 8;
+
+/// Open the canonical workspace-relative `path` (`.` for the root) under `root` with `flags`,
+/// following no symlink and never leaving `root`. `O_CLOEXEC`, `O_NOFOLLOW`, `O_NONBLOCK` and
+/// `O_NOCTTY` are added. `mode` applies to a file `O_CREAT` creates.
+///
+/// # Errors
+///
+/// `ELOOP` if a component of `path` is a symlink, `EXDEV` if `path` would leave `root`, and
+/// whatever the open itself fails with.
+pub(crate) fn open(root: impl AsFd, path: &str, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+    // `openat2` refuses a mode without `O_CREAT`.
+    let mode = if flags.contains(OFlags::CREATE) { mode } else { Mode::empty() };
+    if path.contains('\0') {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let opened = open_refusing_symlinks(root.as_fd(), path, flags, mode);
+    match opened {
+        // `O_DIRECTORY` on a final symlink fails as "not a directory" before it fails as a
+        // symlink; say what it is.
+        Err(error) if flags.contains(OFlags::DIRECTORY) && error.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) => {
+            let is_symlink = rustix::fs::statat(root.as_fd(), path, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|stat| FileType::from_raw_mode(stat.st_mode) == FileType::Symlink);
+            Err(if is_symlink { io::Error::from_raw_os_error(rustix::io::Errno::LOOP.raw_os_error()) } else { error })
+        }
+        opened => opened,
+    }
+}
+
+fn open_refusing_symlinks(root: std::os::fd::BorrowedFd<'_>, path: &str, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+    if !NO_OPENAT2.load(Ordering::Relaxed) {
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        for _ in 0..RETRIES {
+            match rustix::fs::openat2(root, path, flags, mode, resolve) {
+                // A rename somewhere on the host: try again.
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => continue,
+                // Some seccomp sandboxes answer `EPERM` for `openat2`; so can a file seal.
+                // The walk below gives the real answer either way (as cap-std does).
+                Err(rustix::io::Errno::PERM) => break,
+                Err(rustix::io::Errno::NOSYS) => {
+                    NO_OPENAT2.store(true, Ordering::Relaxed);
+                    break;
+                }
+                result => return result.map_err(io::Error::from),
+            }
+        }
+    }
+    open_by_walking(root, path, flags, mode)
+}
+
+/// The same open without `openat2`: each directory on the way is opened with `O_NOFOLLOW` and
+/// checked to be a directory, then the last component is opened relative to it.
+fn open_by_walking(root: impl AsFd, path: &str, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+    let components: Vec<&str> = path.split('/').filter(|component| !component.is_empty() && *component != ".").collect();
+    let Some((last, directories)) = components.split_last() else {
+        return rustix::fs::openat(root.as_fd(), ".", flags, mode).map_err(io::Error::from);
+    };
+    let mut directory: Option<OwnedFd> = None;
+    for component in directories.iter().chain(std::iter::once(last)) {
+        if *component == ".." {
+            return Err(io::Error::from_raw_os_error(rustix::io::Errno::XDEV.raw_os_error()));
+        }
+    }
+    for component in directories {
+        let parent = directory.as_ref().map_or_else(|| root.as_fd(), AsFd::as_fd);
+        let opened = rustix::fs::openat(parent, *component, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+        match FileType::from_raw_mode(rustix::fs::fstat(&opened)?.st_mode) {
+            FileType::Directory => directory = Some(opened),
+            FileType::Symlink => return Err(io::Error::from_raw_os_error(rustix::io::Errno::LOOP.raw_os_error())),
+            _ => return Err(io::Error::from_raw_os_error(rustix::io::Errno::NOTDIR.raw_os_error())),
+        }
+    }
+    let parent = directory.as_ref().map_or_else(|| root.as_fd(), AsFd::as_fd);
+    rustix::fs::openat(parent, *last, flags, mode).map_err(io::Error::from)
+}
+
+/// The directory holding the canonical workspace path `path`, opened following no symlink,
+/// and `path`'s last component: operations on that name in that directory cannot be sent
+/// elsewhere by a directory on the way swapped for a symlink.
+///
+/// # Errors
+///
+/// As [`open`] for the parent directory.
+pub(crate) fn parent(root: impl AsFd, path: &str) -> io::Result<(cap_std::fs::Dir, &str)> {
+    let (parent, name) = path.rsplit_once('/').unwrap_or((".", path));
+    let directory = open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+    Ok((cap_std::fs::Dir::from_std_file(std::fs::File::from(directory)), name))
+}
+
+/// Open `name` in `directory` without following it if it is a symlink (`ELOOP` then).
+pub(crate) fn open_in(directory: impl AsFd, name: &str, flags: OFlags) -> io::Result<std::fs::File> {
+    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+    Ok(std::fs::File::from(rustix::fs::openat(directory, name, flags, Mode::empty())?))
+}
+
+/// Whether `error` says a symlink is on the path.
+pub(crate) fn is_symlink_on_path(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> (tempfile::TempDir, std::fs::File) {
+        let temp = tempfile::tempdir().expect("temporary directory");
+        std::fs::create_dir_all(temp.path().join("ws/d/e")).expect("directories");
+        std::fs::write(temp.path().join("ws/d/e/f.txt"), "inside").expect("file");
+        std::fs::create_dir_all(temp.path().join("ws/hidden")).expect("directory");
+        std::fs::write(temp.path().join("ws/hidden/f.txt"), "hidden").expect("file");
+        std::fs::write(temp.path().join("outside.txt"), "outside").expect("file");
+        std::os::unix::fs::symlink("hidden", temp.path().join("ws/link")).expect("symlink");
+        std::os::unix::fs::symlink("../outside.txt", temp.path().join("ws/out")).expect("symlink");
+        let root = std::fs::File::open(temp.path().join("ws")).expect("open root");
+        (temp, root)
+    }
+
+    fn read(fd: OwnedFd) -> String {
+        io::read_to_string(std::fs::File::from(fd)).expect("read")
+    }
+
+    #[test]
+    fn opens_plain_paths_and_refuses_every_symlink_on_the_way() {
+        let (_temp, root) = workspace();
+        for walking in [false, true] {
+            let open_directory = |path: &str| {
+                if walking {
+                    NO_OPENAT2.store(true, Ordering::Relaxed);
+                }
+                let opened = open(&root, path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty());
+                NO_OPENAT2.store(false, Ordering::Relaxed);
+                opened
+            };
+            let open = |path: &str| {
+                if walking {
+                    // `open` adds `O_NOFOLLOW` before it walks.
+                    open_by_walking(&root, path, OFlags::RDONLY | OFlags::NOFOLLOW, Mode::empty())
+                } else {
+                    open(&root, path, OFlags::RDONLY, Mode::empty())
+                }
+            };
+            assert_eq!(read(open("d/e/f.txt").expect("plain path")), "inside");
+            assert!(open(".").is_ok(), "the root itself");
+            for through_symlink in ["link/f.txt", "link", "out"] {
+                let error = open_directory(through_symlink).expect_err(through_symlink);
+                assert!(is_symlink_on_path(&error), "{through_symlink} as a directory: {error}");
+                let error = open(through_symlink).expect_err(through_symlink);
+                assert!(is_symlink_on_path(&error), "{through_symlink}: {error}");
+            }
+            assert!(open("../outside.txt").is_err(), "leaving the root");
+            assert_eq!(open("d/missing").expect_err("missing").kind(), io::ErrorKind::NotFound);
+        }
+    }
+
+    #[test]
+    fn a_fifo_opens_without_blocking() {
+        let (temp, root) = workspace();
+        rustix::fs::mknodat(rustix::fs::CWD, temp.path().join("ws/fifo"), FileType::Fifo, Mode::from_raw_mode(0o600), 0).expect("mkfifo");
+        let fd = open(&root, "fifo", OFlags::RDONLY, Mode::empty()).expect("opens at once");
+        assert_eq!(FileType::from_raw_mode(rustix::fs::fstat(&fd).expect("fstat").st_mode), FileType::Fifo);
+    }
+}
