@@ -40,6 +40,7 @@
 
 pub mod path;
 pub mod read;
+pub mod scan;
 pub mod text;
 pub mod walk;
 

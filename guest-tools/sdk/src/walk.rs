@@ -98,13 +98,7 @@ pub fn walk(
 }
 
 fn sorted_children(directory: &WorkspacePath) -> std::io::Result<Vec<(String, EntryKind)>> {
-    let mut children: Vec<(String, EntryKind)> = std::fs::read_dir(directory.as_str())?
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let kind = EntryKind::of(&entry.file_type().ok()?);
-            Some((entry.file_name().to_string_lossy().into_owned(), kind))
-        })
-        .collect();
+    let mut children = crate::scan::read_dir(directory.as_str())?;
     children.sort_unstable_by(|left, right| left.0.cmp(&right.0));
     Ok(children)
 }

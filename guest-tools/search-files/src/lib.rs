@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 use serde::Deserialize;
 use serde_json::json;
 use toolcell_sdk::path::quote;
-use toolcell_sdk::text;
+use toolcell_sdk::{scan, text};
 use toolcell_sdk::walk::{self, EntryKind};
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 
@@ -165,7 +165,7 @@ impl Tool for SearchFiles {
         let mut unreadable_directories = 0;
         if metadata.is_file() {
             // A single file: whether the cap stopped the search shows in `truncated`.
-            let _stopped = search.file(&root, Some(metadata.len()));
+            let _stopped = search.file(&root);
         } else {
             let summary = walk::walk(&root, true, |entry| {
                 if entry.kind != EntryKind::File {
@@ -174,7 +174,7 @@ impl Tool for SearchFiles {
                 if !include.is_empty() && !include.matches(&entry.path) || exclude.matches(&entry.path) {
                     return ControlFlow::Continue(());
                 }
-                search.file(&entry.path, None)
+                search.file(&entry.path)
             })
             .map_err(|error| root.io_error(error))?;
             unreadable_directories = summary.unreadable_directories;
@@ -245,21 +245,16 @@ struct Search {
 }
 
 impl Search {
-    /// Search one regular file. Its size comes from the open file (one host call fewer per
-    /// file than a separate `metadata`), unless the caller already knows it.
-    fn file(&mut self, path: &WorkspacePath, size: Option<u64>) -> ControlFlow<()> {
-        let Ok(mut file) = std::fs::File::open(path.as_str()) else {
-            return ControlFlow::Continue(());
+    /// Search one regular file (a file that cannot be read is passed over).
+    fn file(&mut self, path: &WorkspacePath) -> ControlFlow<()> {
+        let bytes = match scan::read_file(path.as_str(), MAX_FILE_BYTES) {
+            Ok(scan::FileContent::Bytes(bytes)) => bytes,
+            Ok(scan::FileContent::TooLarge(_)) => {
+                self.skipped_large += 1;
+                return ControlFlow::Continue(());
+            }
+            Err(_) => return ControlFlow::Continue(()),
         };
-        let size = size.or_else(|| file.metadata().ok().map(|metadata| metadata.len())).unwrap_or(0);
-        if size > MAX_FILE_BYTES {
-            self.skipped_large += 1;
-            return ControlFlow::Continue(());
-        }
-        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-        if std::io::Read::read_to_end(&mut file, &mut bytes).is_err() {
-            return ControlFlow::Continue(());
-        }
         if text::is_binary(&bytes) {
             self.skipped_binary += 1;
             return ControlFlow::Continue(());
