@@ -58,27 +58,64 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
         max_output_bytes,
     )
     .map_err(|error| path.io_error(error))?;
-    render(path, start, &window, max_output_bytes)
+    render(path, start, window, max_output_bytes)
 }
 
-/// The lines of one `read_file` window, and what was counted around it.
+/// The lines of one `read_file` window, rendered, and what was counted around it.
 struct Window {
-    lines: Vec<String>,
+    /// The numbered lines, joined by newlines.
+    text: String,
+    /// How many lines `text` holds.
+    shown: u64,
     total_lines: u64,
     clipped_lines: usize,
     /// The window stopped early because the output reached its byte budget.
     hit_output_cap: bool,
+    /// Bytes the lines take, each counted with a newline.
+    output_bytes: usize,
+}
+
+impl Window {
+    /// Count the line `raw` (with its newline, if it has one) and render it into the window,
+    /// unless the output budget is spent.
+    fn push_line(&mut self, raw: &[u8], max_output_bytes: usize) {
+        self.total_lines += 1;
+        let number = self.total_lines;
+        let decoded = text::decode(raw);
+        let mut line = decoded.trim_end_matches('\n').trim_end_matches('\r');
+        if number == 1 {
+            line = line.strip_prefix(text::BOM).unwrap_or(line);
+        }
+        let clipped = text::clip(line, MAX_LINE_CHARS);
+        if matches!(clipped, std::borrow::Cow::Owned(_)) {
+            self.clipped_lines += 1;
+        }
+        let number = usize::try_from(number).unwrap_or(usize::MAX);
+        let length = text::numbered_len(number, &clipped);
+        if self.output_bytes + length > max_output_bytes && self.shown > 0 {
+            self.hit_output_cap = true;
+            return;
+        }
+        if self.shown > 0 {
+            self.text.push('\n');
+        }
+        text::push_numbered(&mut self.text, number, &clipped);
+        self.output_bytes += length + 1;
+        self.shown += 1;
+    }
 }
 
 fn read_window(mut reader: impl BufRead, start: u64, limit: u64, max_output_bytes: usize) -> std::io::Result<Window> {
     let mut window = Window {
-        lines: Vec::new(),
+        text: String::new(),
+        shown: 0,
         total_lines: 0,
         clipped_lines: 0,
         hit_output_cap: false,
+        output_bytes: 0,
     };
-    let mut output_bytes = 0usize;
-    let mut raw = Vec::new();
+    // A line longer than the reader's buffer is gathered here.
+    let mut long_line = Vec::new();
     let end = start.saturating_add(limit);
     // Bytes of a line outside the window consumed since the last newline.
     let mut partial = false;
@@ -108,34 +145,46 @@ fn read_window(mut reader: impl BufRead, start: u64, limit: u64, max_output_byte
             reader.consume(consumed);
             continue;
         }
-        raw.clear();
-        if reader.read_until(b'\n', &mut raw)? == 0 {
+        // A line inside the window: rendered from the reader's buffer when it holds the whole
+        // line (nearly always), else gathered first.
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
             break;
         }
-        window.total_lines += 1;
-        let number = window.total_lines;
-        let decoded = String::from_utf8_lossy(&raw);
-        let mut line = decoded.trim_end_matches('\n').trim_end_matches('\r');
-        if number == 1 {
-            line = line.strip_prefix(text::BOM).unwrap_or(line);
-        }
-        let clipped = text::clip(line, MAX_LINE_CHARS);
-        if matches!(clipped, std::borrow::Cow::Owned(_)) {
-            window.clipped_lines += 1;
-        }
-        let rendered = text::numbered(usize::try_from(number).unwrap_or(usize::MAX), &clipped);
-        if output_bytes + rendered.len() > max_output_bytes && !window.lines.is_empty() {
-            window.hit_output_cap = true;
+        if let Some(newline) = memchr::memchr(b'\n', buffer) {
+            window.push_line(&buffer[..=newline], max_output_bytes);
+            reader.consume(newline + 1);
             continue;
         }
-        output_bytes += rendered.len() + 1;
-        window.lines.push(rendered);
+        long_line.clear();
+        long_line.extend_from_slice(buffer);
+        let length = buffer.len();
+        reader.consume(length);
+        loop {
+            let buffer = reader.fill_buf()?;
+            if buffer.is_empty() {
+                break;
+            }
+            match memchr::memchr(b'\n', buffer) {
+                Some(newline) => {
+                    long_line.extend_from_slice(&buffer[..=newline]);
+                    reader.consume(newline + 1);
+                    break;
+                }
+                None => {
+                    long_line.extend_from_slice(buffer);
+                    let length = buffer.len();
+                    reader.consume(length);
+                }
+            }
+        }
+        window.push_line(&long_line, max_output_bytes);
     }
     Ok(window)
 }
 
-fn render(path: &WorkspacePath, start: u64, window: &Window, max_output_bytes: usize) -> Result<Output, ToolError> {
-    let shown = window.lines.len() as u64;
+fn render(path: &WorkspacePath, start: u64, window: Window, max_output_bytes: usize) -> Result<Output, ToolError> {
+    let shown = window.shown;
     if window.total_lines == 0 {
         return Ok(Output::text(format!("{} is empty (0 lines).", quote(path.as_str()))).with_structured(json!({
             "path": path.as_str(),
@@ -157,7 +206,7 @@ fn render(path: &WorkspacePath, start: u64, window: &Window, max_output_bytes: u
     let end = start + shown - 1;
     let more_after = end < window.total_lines;
     let truncated = more_after || window.clipped_lines > 0;
-    let mut text = window.lines.join("\n");
+    let mut text = window.text;
     if more_after || start > 1 {
         text.push_str(&format!(
             "\n\n[lines {start}-{end} of {}",
@@ -207,10 +256,12 @@ mod tests {
         let content = "a\nb\r\nc\nd";
         let all = window(content, 1, 10);
         assert_eq!(all.total_lines, 4);
-        assert_eq!(all.lines, ["     1\ta", "     2\tb", "     3\tc", "     4\td"]);
+        assert_eq!(all.text, ["     1\ta", "     2\tb", "     3\tc", "     4\td"].join("\n"));
+        assert_eq!(all.shown, 4);
         let middle = window(content, 2, 2);
         assert_eq!(middle.total_lines, 4);
-        assert_eq!(middle.lines, ["     2\tb", "     3\tc"]);
+        assert_eq!(middle.text, ["     2\tb", "     3\tc"].join("\n"));
+        assert_eq!(middle.shown, 2);
     }
 
     #[test]
@@ -231,14 +282,27 @@ mod tests {
                         .take(usize::try_from(limit).unwrap_or(0))
                         .map(|(index, line)| text::numbered(index + 1, line))
                         .collect();
-                    assert_eq!(got.lines, wanted, "{content:?} capacity {capacity} window {start}+{limit}");
+                    assert_eq!(got.text, wanted.join("\n"), "{content:?} capacity {capacity} window {start}+{limit}");
+                    assert_eq!(got.shown, wanted.len() as u64, "{content:?} capacity {capacity} window {start}+{limit}");
                 }
             }
         }
     }
 
     #[test]
+    fn the_output_budget_stops_the_window_but_not_the_count() {
+        // Each rendered line is 6 + 1 + 3 bytes, plus its newline.
+        let content = "aaa\nbbb\nccc\nddd\n";
+        let capped = read_window(std::io::Cursor::new(content.as_bytes().to_vec()), 1, 100, 25).expect("in-memory read");
+        assert_eq!(capped.text, "     1\taaa\n     2\tbbb");
+        assert_eq!((capped.shown, capped.total_lines, capped.hit_output_cap), (2, 4, true));
+        // The first line is always shown, whatever the budget.
+        let tiny = read_window(std::io::Cursor::new(content.as_bytes().to_vec()), 3, 100, 1).expect("in-memory read");
+        assert_eq!((tiny.text.as_str(), tiny.shown, tiny.total_lines), ("     3\tccc", 1, 4));
+    }
+
+    #[test]
     fn bom_is_not_shown() {
-        assert_eq!(window("\u{feff}x\n", 1, 10).lines, ["     1\tx"]);
+        assert_eq!(window("\u{feff}x\n", 1, 10).text, "     1\tx");
     }
 }

@@ -6,16 +6,66 @@ pub const BINARY_SNIFF_BYTES: usize = 8 * 1024;
 /// Whether content looks binary: a NUL byte in its first [`BINARY_SNIFF_BYTES`] bytes (the
 /// rule git and ripgrep use).
 pub fn is_binary(bytes: &[u8]) -> bool {
-    bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0)
+    memchr::memchr(0, &bytes[..bytes.len().min(BINARY_SNIFF_BYTES)]).is_some()
+}
+
+/// `bytes` as text, invalid UTF-8 sequences replaced by `U+FFFD`. Valid text (nearly always)
+/// is checked by the standard library's fast validator and borrowed.
+pub fn decode(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
 
 /// A line in `cat -n` style: the 1-based number right-aligned in six columns, a tab, the text.
 pub fn numbered(number: usize, line: &str) -> String {
-    format!("{number:>6}\t{line}")
+    let mut out = String::with_capacity(numbered_len(number, line));
+    push_numbered(&mut out, number, line);
+    out
+}
+
+/// The length of [`numbered`]`(number, line)`.
+pub fn numbered_len(number: usize, line: &str) -> usize {
+    let mut digits = 1;
+    let mut rest = number / 10;
+    while rest > 0 {
+        digits += 1;
+        rest /= 10;
+    }
+    digits.max(6) + 1 + line.len()
+}
+
+/// Append [`numbered`]`(number, line)` to `out`, without the formatting machinery (this runs
+/// for every line a read returns).
+pub fn push_numbered(out: &mut String, number: usize, line: &str) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    let mut rest = number;
+    loop {
+        start -= 1;
+        // `rest % 10` is below 10.
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let written = &digits[start..];
+    for _ in written.len()..6 {
+        out.push(' ');
+    }
+    out.extend(written.iter().map(|digit| char::from(*digit)));
+    out.push('\t');
+    out.push_str(line);
 }
 
 /// `line` cut to at most `max_chars` characters, with a marker saying how much was cut.
 pub fn clip(line: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
+    // A character is at least one byte: a line of no more bytes than that needs no counting.
+    if line.len() <= max_chars {
+        return std::borrow::Cow::Borrowed(line);
+    }
     match line.char_indices().nth(max_chars) {
         None => std::borrow::Cow::Borrowed(line),
         Some((cut, _)) => {
@@ -149,15 +199,29 @@ mod tests {
     }
 
     #[test]
+    fn decoding_borrows_valid_text_and_replaces_invalid_bytes() {
+        assert!(matches!(decode("héllo".as_bytes()), std::borrow::Cow::Borrowed("héllo")));
+        assert_eq!(decode(b"a\xffb"), "a\u{fffd}b");
+        assert_eq!(decode(b"\xe9t\xe9"), "\u{fffd}t\u{fffd}");
+    }
+
+    #[test]
     fn clipping_counts_characters_not_bytes() {
         assert_eq!(clip("abc", 3), "abc");
         assert_eq!(clip("abcdef", 3), "abc… [line truncated: 3 more characters]");
         assert_eq!(clip("ééééé", 2), "éé… [line truncated: 3 more characters]");
+        assert_eq!(clip("éé", 2), "éé", "two characters in four bytes");
+        assert_eq!(clip("ééé", 3), "ééé");
     }
 
     #[test]
     fn numbering() {
         assert_eq!(numbered(7, "x"), "     7\tx");
         assert_eq!(numbered(1234567, "x"), "1234567\tx");
+        for number in [0, 1, 9, 10, 99_999, 100_000, 999_999, 1_000_000, usize::MAX] {
+            let line = "some text";
+            assert_eq!(numbered(number, line), format!("{number:>6}\t{line}"));
+            assert_eq!(numbered_len(number, line), numbered(number, line).len());
+        }
     }
 }

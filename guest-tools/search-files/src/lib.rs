@@ -260,7 +260,7 @@ impl Search {
             return ControlFlow::Continue(());
         }
         self.files_searched += 1;
-        let content = String::from_utf8_lossy(&bytes);
+        let content = text::decode(&bytes);
         match self.mode {
             Mode::Files => {
                 if self.regex.is_match(&content) {
