@@ -80,6 +80,16 @@ impl Access {
     fn is_modification(self) -> bool {
         matches!(self, Access::Write | Access::Delete)
     }
+
+    /// The position in [`Access::ALL`].
+    fn slot(self) -> usize {
+        match self {
+            Access::Read => 0,
+            Access::List => 1,
+            Access::Write => 2,
+            Access::Delete => 3,
+        }
+    }
 }
 
 impl fmt::Display for Access {
@@ -254,6 +264,78 @@ pub struct Role {
     description: String,
     tools: ToolSet,
     rules: Vec<Rule>,
+    /// For each access (in [`Access::ALL`] order), the globs of the rules about it, matched
+    /// in one pass.
+    index: [AccessIndex; 4],
+}
+
+/// The globs of one role's rules about one access, arranged so that a decision matches a path
+/// once, not once per glob.
+#[derive(Debug, Clone)]
+struct AccessIndex {
+    /// The matchers without a literal prefix (`**/*.pem`), in one [`globset::GlobSet`].
+    set: globset::GlobSet,
+    /// The `(rule, glob)` each pattern of `set` belongs to.
+    owners: Vec<(usize, usize)>,
+    /// The matchers with a literal prefix (`docs/**`, `.env.*`): a path that does not start
+    /// with the prefix cannot match, and is not matched.
+    prefixed: Vec<(String, globset::GlobMatcher, (usize, usize))>,
+    /// The `(rule, glob)` of every `**` glob: they match any path, so nothing is matched.
+    everywhere: Vec<(usize, usize)>,
+}
+
+impl AccessIndex {
+    fn new(rules: &[Rule], access: Access) -> Result<AccessIndex, String> {
+        let mut builder = globset::GlobSetBuilder::new();
+        let mut owners = Vec::new();
+        let mut prefixed = Vec::new();
+        let mut everywhere = Vec::new();
+        for (rule_index, rule) in rules.iter().enumerate().filter(|(_, rule)| rule.access.contains(&access)) {
+            for (glob_index, glob) in rule.globs.iter().enumerate() {
+                if glob.matches_everything {
+                    everywhere.push((rule_index, glob_index));
+                    continue;
+                }
+                for matcher in std::iter::once(&glob.matcher).chain(glob.directory.as_ref()) {
+                    let prefix = literal_prefix(matcher.glob().glob());
+                    if prefix.is_empty() {
+                        builder.add(matcher.glob().clone());
+                        owners.push((rule_index, glob_index));
+                    } else {
+                        prefixed.push((prefix.to_owned(), matcher.clone(), (rule_index, glob_index)));
+                    }
+                }
+            }
+        }
+        let set = builder.build().map_err(|error| format!("the rules' globs cannot be combined: {}", error.kind()))?;
+        Ok(AccessIndex {
+            set,
+            owners,
+            prefixed,
+            everywhere,
+        })
+    }
+
+    /// Every `(rule, glob)` whose glob matches `path`, in no particular order.
+    fn matching<'a>(&'a self, path: &'a str, matched: &'a mut Vec<usize>) -> impl Iterator<Item = &'a (usize, usize)> + 'a {
+        matched.clear();
+        if !self.set.is_empty() {
+            self.set.matches_candidate_into(&globset::Candidate::new(path), matched);
+        }
+        let prefixed = self
+            .prefixed
+            .iter()
+            .filter(move |(prefix, matcher, _)| path.starts_with(prefix.as_str()) && matcher.is_match(path))
+            .map(|(_, _, owner)| owner);
+        matched.iter().map(|&pattern| &self.owners[pattern]).chain(prefixed).chain(&self.everywhere)
+    }
+}
+
+/// The part of a glob before its first metacharacter: every path the glob matches starts with
+/// it.
+fn literal_prefix(pattern: &str) -> &str {
+    let end = pattern.find(['*', '?', '[', '{', '\\']).unwrap_or(pattern.len());
+    &pattern[..end]
 }
 
 #[derive(Debug, Clone)]
@@ -282,6 +364,8 @@ pub struct PathGlob {
     literal_prefix: String,
     /// The pattern has no metacharacter: it names one path.
     literal: bool,
+    /// The pattern is `**`: it matches every path.
+    matches_everything: bool,
 }
 
 impl PathGlob {
@@ -297,7 +381,12 @@ impl PathGlob {
 
     /// Whether the canonical workspace-relative `path` matches.
     pub fn is_match(&self, path: &str) -> bool {
-        self.matcher.is_match(path) || self.directory.as_ref().is_some_and(|directory| directory.is_match(path))
+        // A path without the literal prefix cannot match: most paths are settled by a compare.
+        self.matches_everything
+            || path.starts_with(self.literal_prefix.as_str()) && self.matcher.is_match(path)
+            || self.directory.as_ref().is_some_and(|directory| {
+                path.starts_with(literal_prefix(directory.glob().glob())) && directory.is_match(path)
+            })
     }
 }
 
@@ -448,6 +537,14 @@ impl Policy {
                 }
                 rules.push(compile_rule(id, line, raw_rule).map_err(|(span, reason)| error(span, reason))?);
             }
+            let index = Access::ALL.map(|access| AccessIndex::new(&rules, access));
+            let index = match index {
+                [Ok(read), Ok(list), Ok(write), Ok(delete)] => [read, list, write, delete],
+                [read, list, write, delete] => {
+                    let reason = [read, list, write, delete].into_iter().find_map(Result::err).unwrap_or_default();
+                    return Err(error(Some(name.span()), format!("role `{role_name}`: {reason}")));
+                }
+            };
             roles.insert(
                 role_name.clone(),
                 Role {
@@ -455,6 +552,7 @@ impl Policy {
                     description: raw_role.description,
                     tools,
                     rules,
+                    index,
                 },
             );
         }
@@ -633,44 +731,97 @@ impl Policy {
 
     /// Decide one access by `role` to the canonical workspace-relative `path` (`.` for the root).
     pub fn decide(&self, role: &Role, access: Access, path: &str) -> Decision {
+        self.verdict(role, access, path).to_decision()
+    }
+
+    /// [`decide`](Self::decide) without allocating: the verdict borrows the deciding rule from
+    /// the policy. Hosts call this for every path a scan lists or opens.
+    pub fn verdict<'a>(&'a self, role: &'a Role, access: Access, path: &str) -> Verdict<'a> {
         let protected = if access.is_modification() {
             self.protected.iter().find(|protected| protected.glob.is_match(path))
         } else {
             None
         };
-        let mut verdict: Option<(Effect, &Rule)> = None;
-        for rule in &role.rules {
-            if !rule.access.contains(&access) {
-                continue;
+        // Every (rule, glob) about this access whose glob matches the path, found in one pass.
+        let index = &role.index[access.slot()];
+        let decided = MATCHED.with_borrow_mut(|matched| {
+            // The strongest effect wins; among rules of equal effect, the first.
+            let mut verdict: Option<usize> = None;
+            for &(rule_index, glob_index) in index.matching(path, matched) {
+                let rule = &role.rules[rule_index];
+                if protected.is_some_and(|protected| !names_explicitly(&rule.globs[glob_index], protected)) {
+                    continue;
+                }
+                let stronger = match verdict {
+                    None => true,
+                    Some(best) => {
+                        let best_rank = rank(role.rules[best].effect);
+                        rank(rule.effect) > best_rank || (rank(rule.effect) == best_rank && rule_index < best)
+                    }
+                };
+                if stronger {
+                    verdict = Some(rule_index);
+                }
             }
-            let matches = rule.globs.iter().any(|glob| {
-                glob.is_match(path)
-                    && protected.is_none_or(|protected| names_explicitly(glob, protected))
-            });
-            if !matches {
-                continue;
-            }
-            let stronger = match verdict {
-                None => true,
-                Some((effect, _)) => rank(rule.effect) > rank(effect),
-            };
-            if stronger {
-                verdict = Some((rule.effect, rule));
-            }
+            verdict
+        });
+        match (decided.map(|rule_index| &role.rules[rule_index]), protected) {
+            (Some(rule), _) => Verdict {
+                effect: rule.effect,
+                source: Source::Rule(rule),
+            },
+            (None, Some(protected)) => Verdict {
+                effect: Effect::Deny,
+                source: Source::Protected(protected),
+            },
+            (None, None) => Verdict {
+                effect: Effect::Deny,
+                source: Source::DefaultDeny,
+            },
         }
-        match (verdict, protected) {
-            (Some((effect, rule)), _) => Decision {
-                effect,
+    }
+}
+
+thread_local! {
+    /// The patterns that matched, reused from one decision to the next.
+    static MATCHED: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A decision that borrows its rule from the policy ([`Policy::verdict`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Verdict<'a> {
+    effect: Effect,
+    source: Source<'a>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Source<'a> {
+    Rule(&'a Rule),
+    Protected(&'a Protected),
+    DefaultDeny,
+}
+
+impl Verdict<'_> {
+    /// Allow, ask or deny.
+    pub fn effect(&self) -> Effect {
+        self.effect
+    }
+
+    /// The decision, owning its rule's id.
+    pub fn to_decision(&self) -> Decision {
+        match self.source {
+            Source::Rule(rule) => Decision {
+                effect: self.effect,
                 rule: rule.id.clone(),
                 line: Some(rule.line),
             },
-            (None, Some(protected)) => Decision {
-                effect: Effect::Deny,
+            Source::Protected(protected) => Decision {
+                effect: self.effect,
                 rule: format!("protected:{}", protected.pattern),
                 line: None,
             },
-            (None, None) => Decision {
-                effect: Effect::Deny,
+            Source::DefaultDeny => Decision {
+                effect: self.effect,
                 rule: "default-deny".to_owned(),
                 line: None,
             },
@@ -824,13 +975,14 @@ fn compile_glob(pattern: &str) -> Result<PathGlob, String> {
         prefix = shorter;
     }
     let directory = if prefix != pattern && !prefix.is_empty() && prefix != "**" { Some(build(prefix)?) } else { None };
-    let literal_prefix: String = pattern.chars().take_while(|c| !matches!(c, '*' | '?' | '[' | '{' | '\\')).collect();
+    let literal_prefix = literal_prefix(pattern).to_owned();
     let literal = literal_prefix.len() == pattern.len();
     Ok(PathGlob {
         matcher,
         directory,
         literal_prefix,
         literal,
+        matches_everything: pattern == "**",
     })
 }
 
