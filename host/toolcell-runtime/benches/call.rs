@@ -28,6 +28,11 @@ struct Stats {
     mean: Duration,
 }
 
+impl Stats {
+    /// What a variant left out by `--only` shows.
+    const ZERO: Stats = Stats { p50: Duration::ZERO, p99: Duration::ZERO, mean: Duration::ZERO };
+}
+
 fn measure(iterations: usize, mut run: impl FnMut()) -> Stats {
     for _ in 0..iterations / 10 + 1 {
         run();
@@ -89,7 +94,7 @@ fn main() {
     let only: Option<String> = std::env::args().skip_while(|arg| arg != "--only").nth(1);
     let measure_call = |label: &str, builder: RuntimeBuilder, request: &CallRequest<'_>| {
         if only.as_ref().is_some_and(|only| !format!("{} {label}", request.tool).contains(only.as_str())) {
-            return Stats { p50: Duration::ZERO, p99: Duration::ZERO, mean: Duration::ZERO };
+            return Stats::ZERO;
         }
         let runtime = builder.build().expect("runtime builds");
         measure(iterations, || {
@@ -99,7 +104,9 @@ fn main() {
     };
     let measure_runtime = |label: &str, builder: RuntimeBuilder| measure_call(label, builder, &request);
 
-    let native = measure(iterations, || {
+    // Native baselines are skipped with `--only`, so that a profile shows only that runtime.
+    let native_only = |run: &mut dyn FnMut()| if only.is_some() { Stats::ZERO } else { measure(iterations, run) };
+    let native = native_only(&mut || {
         let text = std::fs::read_to_string(root.join("file.txt")).expect("read");
         assert_eq!(text.len(), 4096);
     });
@@ -113,7 +120,7 @@ fn main() {
             .audit_dir(temp.path().join("state")),
     );
 
-    let native_write = measure(iterations, || {
+    let native_write = native_only(&mut || {
         std::fs::write(root.join("native.txt"), &content).expect("write");
     });
     let write_baseline = measure_call("unguarded", builder().without_filesystem_guard(), &write_request);

@@ -32,6 +32,7 @@ use wasmtime_wasi::p2::bindings::sync::filesystem::types::{
 };
 use wasmtime_wasi::p2::bindings::sync::io::streams;
 use wasmtime_wasi::p2::{FsError, FsResult};
+use wasmtime_wasi::p2::bindings::sync::clocks::wall_clock::Datetime;
 use wasmtime_wasi::{FsPerms, OpenMode};
 
 use crate::beneath;
@@ -193,8 +194,6 @@ pub(crate) struct FsGuard {
     root: Option<cap_std::fs::Dir>,
     /// Workspace-relative path of each open descriptor, by resource index.
     descriptors: HashMap<u32, String>,
-    /// Directory path of each open directory stream, by resource index.
-    streams: HashMap<u32, String>,
     pub(crate) events: Vec<FsEvent>,
     pub(crate) unrecorded_events: u64,
     pub(crate) denials: Vec<Denial>,
@@ -205,6 +204,9 @@ pub(crate) struct FsGuard {
     pub(crate) warnings: Vec<String>,
     /// Filesystem calls left, and the most descriptors open at once; `None`: unbounded.
     budget: Option<Budget>,
+    /// Where `read` reads before copying what it got: allocated once per call, not once per
+    /// read (a scan reads thousands of small files in chunks of 64 KiB).
+    read_buffer: Vec<u8>,
 }
 
 struct Budget {
@@ -232,13 +234,13 @@ impl FsGuard {
             approver,
             root,
             descriptors: HashMap::new(),
-            streams: HashMap::new(),
             events: Vec::new(),
             unrecorded_events: 0,
             denials: Vec::new(),
             transaction: None,
             warnings: Vec::new(),
             budget: None,
+            read_buffer: Vec::new(),
         }
     }
 
@@ -379,7 +381,7 @@ impl FsGuard {
 
     /// Whether the policy lets the role `access` the path or pattern (no recording).
     pub(crate) fn allows(&self, access: Access, path: &str) -> bool {
-        self.decide(access, path).effect == Effect::Allow
+        self.effect(access, path) == Effect::Allow
     }
 
     /// Run the call as a transaction: mutations pass the lock table and the read-before-write
@@ -782,19 +784,14 @@ impl FsGuard {
     }
 
     fn decide(&self, access: Access, path: &str) -> Decision {
-        if matches!(access, Access::Write | Access::Delete) && self.transaction.is_none() && self.root.is_some() {
+        if self.is_read_only_refusal(access) {
             return Decision {
                 effect: Effect::Deny,
                 rule: "read-only-call".to_owned(),
                 line: None,
             };
         }
-        if matches!(access, Access::Write | Access::Delete)
-            && let Some(state) = self
-                .state_paths
-                .iter()
-                .find(|state| path == state.as_str() || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
-        {
+        if let Some(state) = self.state_path_of(access, path) {
             return Decision {
                 effect: Effect::Deny,
                 rule: format!("protected:{state}"),
@@ -819,10 +816,54 @@ impl FsGuard {
         }
     }
 
+    /// The effect [`decide`](Self::decide) would give, without allocating: visibility checks
+    /// run for every entry a scan lists.
+    fn effect(&self, access: Access, path: &str) -> Effect {
+        if self.is_read_only_refusal(access) || self.state_path_of(access, path).is_some() {
+            return Effect::Deny;
+        }
+        let Some(policy) = &self.policy else {
+            return Effect::Allow;
+        };
+        match policy.role(&self.role) {
+            Some(role) => policy.verdict(role, access, path).effect(),
+            None => Effect::Deny,
+        }
+    }
+
+    /// Whether `access` is a modification in a call that may not modify anything.
+    fn is_read_only_refusal(&self, access: Access) -> bool {
+        matches!(access, Access::Write | Access::Delete) && self.transaction.is_none() && self.root.is_some()
+    }
+
+    /// The state path (audit directory, policy file) that `path` is or lies under, if
+    /// `access` modifies it.
+    fn state_path_of(&self, access: Access, path: &str) -> Option<&str> {
+        if !matches!(access, Access::Write | Access::Delete) {
+            return None;
+        }
+        self.state_paths
+            .iter()
+            .find(|state| path == state.as_str() || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
+            .map(String::as_str)
+    }
+
+    /// Judge `access` to `path`: its effect, and the whole decision while the call still
+    /// records what it was allowed (the first [`MAX_RECORDED_EVENTS`] accesses; past them
+    /// nothing is allocated).
+    fn judge(&self, access: Access, path: &str) -> (Effect, Option<Decision>) {
+        if self.events.len() < MAX_RECORDED_EVENTS {
+            let decision = self.decide(access, path);
+            (decision.effect, Some(decision))
+        } else {
+            (self.effect(access, path), None)
+        }
+    }
+
     /// Allow a metadata-only access (`metadata-hash-at`, which wasi-libc makes for every
     /// directory entry it lists) if the role may read or list the path.
     fn check_visible(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
-        if self.decide(Access::List, path).effect == Effect::Allow {
+        if self.effect(Access::List, path) == Effect::Allow {
             return Ok(());
         }
         self.check(operation, path, Access::Read)
@@ -918,7 +959,7 @@ impl FsGuard {
     /// Whether the role may see `path` in a listing: read it (a file) or list it (a directory).
     fn is_visible(&self, path: &str, is_directory: bool) -> bool {
         let access = if is_directory { Access::List } else { Access::Read };
-        self.decide(access, path).effect != Effect::Deny
+        self.effect(access, path) != Effect::Deny
     }
 
     fn rule_location(&self, decision: &Decision) -> String {
@@ -963,6 +1004,68 @@ impl FsGuard {
         FsError::from(ErrorCode::Access)
     }
 
+    /// Record an allowed access the caller judged already with [`judge`](Self::judge).
+    fn record_allowed(&mut self, operation: &'static str, path: &str, access: Access, decision: Option<Decision>) {
+        match decision {
+            Some(decision) => self.remember(FsEvent {
+                operation,
+                path: path.to_owned(),
+                access,
+                effect: decision.effect,
+                rule: decision.rule,
+                asked: false,
+            }),
+            None => self.unrecorded_events += 1,
+        }
+    }
+
+    /// The entries of `directory` (the workspace path `path`) the role may see, read at once:
+    /// entries it may not read or list, and this call's temporary rewrites, are left out. An
+    /// entry's type comes from the listing itself (`d_type`), so no entry is stat'ed unless the
+    /// filesystem does not say.
+    fn list(&self, directory: &std::fs::File, path: &str) -> FsResult<Listing> {
+        use rustix::fs::{AtFlags, FileType};
+        let mut entries = Vec::new();
+        let mut child = String::new();
+        for entry in rustix::fs::Dir::read_from(directory).map_err(std::io::Error::from)? {
+            let entry = entry.map_err(std::io::Error::from)?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let Ok(name) = std::str::from_utf8(name) else {
+                // As wasmtime-wasi: the entry is an error, the listing goes on.
+                entries.push(Err(ErrorCode::IllegalByteSequence));
+                continue;
+            };
+            let file_type = match entry.file_type() {
+                FileType::Unknown => match rustix::fs::statat(directory, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+                    // Gone since it was listed.
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    Err(errno) => {
+                        entries.push(Err(ErrorCode::from(std::io::Error::from(errno))));
+                        continue;
+                    }
+                },
+                file_type => file_type,
+            };
+            let type_ = descriptor_type(file_type);
+            child.clear();
+            if path != "." {
+                child.push_str(path);
+                child.push('/');
+            }
+            child.push_str(name);
+            if self.is_visible(&child, type_ == DescriptorType::Directory) && !self.is_shadow(&child) {
+                entries.push(Ok(DirectoryEntry { type_, name: name.to_owned() }));
+            }
+        }
+        Ok(Listing {
+            entries: entries.into_iter(),
+        })
+    }
+
     fn remember(&mut self, event: FsEvent) {
         if self.events.len() < MAX_RECORDED_EVENTS {
             self.events.push(event);
@@ -999,11 +1102,14 @@ impl FsGuard {
     /// without `..`. When none of its components is a symlink it is then the canonical path,
     /// which an open through [`beneath`] proves (it fails on any symlink on the way).
     fn plain_path(&self, descriptor: &Resource<Descriptor>, path: &str) -> FsResult<Option<String>> {
-        let base = self.base(descriptor)?;
+        let base = self.descriptors.get(&descriptor.rep()).ok_or_else(|| FsError::from(ErrorCode::BadDescriptor))?;
         if path.is_empty() || path.starts_with('/') || path.contains('\0') {
             return Ok(None);
         }
-        let mut joined = if base == "." { String::new() } else { base };
+        let mut joined = String::with_capacity(base.len() + 1 + path.len());
+        if base != "." {
+            joined.push_str(base);
+        }
         for component in path.split('/') {
             match component {
                 "" | "." => {}
@@ -1016,7 +1122,10 @@ impl FsGuard {
                 }
             }
         }
-        Ok(Some(if joined.is_empty() { ".".to_owned() } else { joined }))
+        if joined.is_empty() {
+            joined.push('.');
+        }
+        Ok(Some(joined))
     }
 
     /// Refuse a write through a file with several hard links: the other names may lie where the
@@ -1137,6 +1246,50 @@ fn resolve(root: Option<&cap_std::fs::Dir>, base: &str, path: &str, follow_final
         Resolved::Inside(".".to_owned())
     } else {
         Resolved::Inside(resolved.join("/"))
+    }
+}
+
+/// The most bytes one `read` returns (a larger request gets this much).
+const MAX_READ_BYTES: usize = 1 << 20;
+
+/// A directory listing made by the guard: the entries the role may see.
+pub(crate) struct Listing {
+    entries: std::vec::IntoIter<Result<DirectoryEntry, ErrorCode>>,
+}
+
+/// What WASI calls a file of type `file_type`.
+fn descriptor_type(file_type: rustix::fs::FileType) -> DescriptorType {
+    use rustix::fs::FileType;
+    match file_type {
+        FileType::RegularFile => DescriptorType::RegularFile,
+        FileType::Directory => DescriptorType::Directory,
+        FileType::Symlink => DescriptorType::SymbolicLink,
+        FileType::Fifo => DescriptorType::Fifo,
+        FileType::Socket => DescriptorType::Socket,
+        FileType::CharacterDevice => DescriptorType::CharacterDevice,
+        FileType::BlockDevice => DescriptorType::BlockDevice,
+        FileType::Unknown => DescriptorType::Unknown,
+    }
+}
+
+/// A descriptor's stat as WASI gives it, made the way wasmtime-wasi makes it (the birth time
+/// stands for the status-change time, and a time before 1970 is left out).
+fn descriptor_stat(metadata: &std::fs::Metadata) -> DescriptorStat {
+    use std::os::unix::fs::MetadataExt as _;
+    let datetime = |time: std::io::Result<std::time::SystemTime>| {
+        let since_epoch = time.ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(Datetime {
+            seconds: since_epoch.as_secs(),
+            nanoseconds: since_epoch.subsec_nanos(),
+        })
+    };
+    DescriptorStat {
+        type_: descriptor_type(rustix::fs::FileType::from_raw_mode(metadata.mode())),
+        link_count: metadata.nlink(),
+        size: metadata.len(),
+        data_access_timestamp: datetime(metadata.accessed()),
+        data_modification_timestamp: datetime(metadata.modified()),
+        status_change_timestamp: datetime(metadata.created()),
     }
 }
 
@@ -1377,8 +1530,27 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn read(&mut self, fd: Resource<Descriptor>, len: Filesize, offset: Filesize) -> FsResult<(Vec<u8>, bool)> {
         self.guard.spend("read")?;
-        // Checked when the descriptor was opened for reading.
-        fs::HostDescriptor::read(&mut self.inner, fd, len, offset)
+        // Checked when the descriptor was opened for reading. Read here rather than by
+        // wasmtime-wasi, whose buffer is zeroed first: scans read tens of thousands of files.
+        let Descriptor::File(file) = self.inner.table.get(&fd)? else {
+            return Err(ErrorCode::BadDescriptor.into());
+        };
+        let wanted = usize::try_from(len).unwrap_or(usize::MAX).min(MAX_READ_BYTES);
+        let buffer = &mut self.guard.read_buffer;
+        buffer.clear();
+        buffer.reserve(wanted);
+        let spare = &mut buffer.spare_capacity_mut()[..wanted];
+        let bytes = loop {
+            match rustix::io::pread(&*file.file, &mut *spare, offset) {
+                Err(rustix::io::Errno::INTR) => {}
+                Err(errno) => return Err(std::io::Error::from(errno).into()),
+                // Copied out at the size read: the buffer stays for the next read.
+                Ok((read, _)) => break read.to_vec(),
+            }
+        };
+        // As wasmtime-wasi: the end is reported by a read that returns nothing.
+        let end = bytes.is_empty();
+        Ok((bytes, end))
     }
 
     fn write(&mut self, fd: Resource<Descriptor>, buffer: Vec<u8>, offset: Filesize) -> FsResult<Filesize> {
@@ -1394,9 +1566,14 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.check("read-directory", &path, Access::List)?;
         // A listing shows what the call wrote: its rewrites in this directory go in place.
         self.guard.land_in(&path)?;
-        let stream = fs::HostDescriptor::read_directory(&mut self.inner, fd)?;
-        self.guard.streams.insert(stream.rep(), path);
-        Ok(stream)
+        let Descriptor::Dir(directory) = self.inner.table.get(&fd)? else {
+            return Err(ErrorCode::NotDirectory.into());
+        };
+        let directory = Arc::clone(&directory.dir);
+        let listing = self.guard.list(&directory, &path)?;
+        // The stream is the guard's own listing; only this guard reads or drops it.
+        let listing = self.inner.table.push(listing)?;
+        Ok(Resource::new_own(listing.rep()))
     }
 
     fn sync(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
@@ -1419,7 +1596,12 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn stat(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorStat> {
         self.guard.spend("stat")?;
-        fs::HostDescriptor::stat(&mut self.inner, fd)
+        // One `fstat`, where wasmtime-wasi makes two.
+        let metadata = match self.inner.table.get(&fd)? {
+            Descriptor::File(file) => file.file.metadata()?,
+            Descriptor::Dir(directory) => directory.dir.metadata()?,
+        };
+        Ok(descriptor_stat(&metadata))
     }
 
     fn stat_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<DescriptorStat> {
@@ -1504,19 +1686,22 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         // judgment stands. A symlink on the way sends it through resolution below.
         if access == Access::Read
             && let Some(plain) = self.guard.plain_path(&fd, &path)?
-            && (directory || self.guard.allows(Access::Read, &plain))
         {
-            self.guard.land(&plain)?;
-            self.guard.check_open_files("open-at", &plain)?;
-            match self.open_beneath(&plain, open_flags, flags) {
-                Err(error) if beneath::is_symlink_on_path(&error) => {}
-                opened => {
-                    if !directory {
-                        // Records the allowed read.
-                        self.guard.check("open-at", &plain, Access::Read)?;
-                    }
-                    if let Some(file) = opened? {
-                        return self.admit_opened(file, plain, access, open_flags, flags, perms);
+            // Judged as written (a directory is not judged until it is listed); a refusal is
+            // left to the full resolution below, which judges where a symlink leads instead.
+            let judged = (!directory).then(|| self.guard.judge(Access::Read, &plain));
+            if judged.as_ref().is_none_or(|(effect, _)| *effect == Effect::Allow) {
+                self.guard.land(&plain)?;
+                self.guard.check_open_files("open-at", &plain)?;
+                match self.open_beneath(&plain, open_flags, flags) {
+                    Err(error) if beneath::is_symlink_on_path(&error) => {}
+                    opened => {
+                        if let Some((_, decision)) = judged {
+                            self.guard.record_allowed("open-at", &plain, Access::Read, decision);
+                        }
+                        if let Some(file) = opened? {
+                            return self.admit_opened(file, plain, access, open_flags, flags, perms);
+                        }
                     }
                 }
             }
@@ -1684,23 +1869,17 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 impl fs::HostDirectoryEntryStream for GuardedFilesystem<'_> {
     fn read_directory_entry(&mut self, stream: Resource<DirectoryEntryStream>) -> FsResult<Option<DirectoryEntry>> {
         self.guard.spend("read-directory-entry")?;
-        let directory = self.guard.streams.get(&stream.rep()).cloned().unwrap_or_else(|| ".".to_owned());
-        loop {
-            let Some(entry) =
-                fs::HostDirectoryEntryStream::read_directory_entry(&mut self.inner, Resource::new_borrow(stream.rep()))?
-            else {
-                return Ok(None);
-            };
-            let child = if directory == "." { entry.name.clone() } else { format!("{directory}/{}", entry.name) };
-            if self.guard.is_visible(&child, entry.type_ == DescriptorType::Directory) && !self.guard.is_shadow(&child) {
-                return Ok(Some(entry));
-            }
+        let listing = self.inner.table.get_mut(&Resource::<Listing>::new_borrow(stream.rep()))?;
+        match listing.entries.next() {
+            None => Ok(None),
+            Some(Ok(entry)) => Ok(Some(entry)),
+            Some(Err(code)) => Err(code.into()),
         }
     }
 
     fn drop(&mut self, stream: Resource<DirectoryEntryStream>) -> wasmtime::Result<()> {
-        self.guard.streams.remove(&stream.rep());
-        fs::HostDirectoryEntryStream::drop(&mut self.inner, stream)
+        self.inner.table.delete(Resource::<Listing>::new_own(stream.rep()))?;
+        Ok(())
     }
 }
 
