@@ -87,9 +87,11 @@ impl WorkspacePath {
                 normalised: name.to_owned(),
             }
         } else {
-            WorkspacePath {
-                normalised: format!("{}/{name}", self.normalised),
-            }
+            let mut normalised = String::with_capacity(self.normalised.len() + 1 + name.len());
+            normalised.push_str(&self.normalised);
+            normalised.push('/');
+            normalised.push_str(name);
+            WorkspacePath { normalised }
         }
     }
 

@@ -84,6 +84,26 @@ pub fn lines(text: &str) -> impl Iterator<Item = &str> {
     text.lines()
 }
 
+/// [`lines`] over raw bytes, which need not be UTF-8: searches match lines before decoding
+/// them.
+pub fn byte_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = bytes;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        match memchr::memchr(b'\n', rest) {
+            Some(end) => {
+                let line = &rest[..end];
+                rest = &rest[end + 1..];
+                Some(line.strip_suffix(b"\r").unwrap_or(line))
+            }
+            // A last line without a newline keeps a final `\r`, as `str::lines` does.
+            None => Some(std::mem::take(&mut rest)),
+        }
+    })
+}
+
 /// A text file split into what edits see (LF line endings, no byte-order mark) and how to
 /// write it back.
 pub struct Document {
@@ -203,6 +223,17 @@ mod tests {
         assert!(matches!(decode("héllo".as_bytes()), std::borrow::Cow::Borrowed("héllo")));
         assert_eq!(decode(b"a\xffb"), "a\u{fffd}b");
         assert_eq!(decode(b"\xe9t\xe9"), "\u{fffd}t\u{fffd}");
+    }
+
+    #[test]
+    fn byte_lines_split_as_text_lines_do() {
+        for text in ["", "a", "a\n", "a\nb", "a\r\nb\r\n", "\n\n", "a\rb\n", "\r\n", "x\r", "é\nü\r\n\n"] {
+            let expected: Vec<&[u8]> = lines(text).map(str::as_bytes).collect();
+            let split: Vec<&[u8]> = byte_lines(text.as_bytes()).collect();
+            assert_eq!(split, expected, "{text:?}");
+        }
+        let split: Vec<&[u8]> = byte_lines(b"a\xff\nb").collect();
+        assert_eq!(split, [&b"a\xff"[..], b"b"]);
     }
 
     #[test]

@@ -86,8 +86,7 @@ pub fn walk(
         if visit(&entry).is_break() {
             break;
         }
-        let is_git = entry.path.as_str().rsplit('/').next() == Some(".git");
-        if recursive && kind == EntryKind::Directory && !is_git {
+        if recursive && kind == EntryKind::Directory && entry.path.as_str().rsplit('/').next() != Some(".git") {
             match sorted_children(&entry.path) {
                 Ok(children) => push_children(&mut stack, &entry.path, children, depth + 1),
                 Err(_) => summary.unreadable_directories += 1,

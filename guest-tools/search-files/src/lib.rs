@@ -81,7 +81,8 @@ impl Tool for SearchFiles {
             "search_files",
             "Search files",
             "Search the workspace's text files for a regular expression (Rust `regex` syntax, \
-             like ripgrep: `fn\\s+main`, `log.*Error`; escape literal braces and dots). \
+             like ripgrep: `fn\\s+main`, `log.*Error`; escape literal braces and dots). Each \
+             line is matched on its own: `^` and `$` are its start and end. \
              `output_mode`: `files` (default) lists the paths that match, `content` shows the \
              matching lines as `path:line:text` (with `context` lines before and after as \
              `path-line-text`, groups separated by `--`), `count` gives `path:count`. Narrow with \
@@ -133,23 +134,14 @@ impl Tool for SearchFiles {
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
-        let regex = regex::RegexBuilder::new(&args.query)
-            .case_insensitive(args.case_insensitive)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .dfa_size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map_err(|error| {
-                ToolError::InvalidArgs(format!(
-                    "`query` {} is not a valid regular expression: {error}",
-                    quote(&args.query)
-                ))
-            })?;
+        let (regex, file_regex) = compile(&args.query, args.case_insensitive)?;
         let include = FileFilter::new("include", args.include)?;
         let exclude = FileFilter::new("exclude", args.exclude)?;
         let root = WorkspacePath::parse(args.path.as_deref().unwrap_or("."))?;
         let max_results = args.max_results.unwrap_or(DEFAULT_MAX_RESULTS);
         let mut search = Search {
             regex,
+            file_regex,
             mode: args.output_mode,
             context: usize::try_from(args.context).unwrap_or(0),
             max_results,
@@ -171,7 +163,7 @@ impl Tool for SearchFiles {
                 if entry.kind != EntryKind::File {
                     return ControlFlow::Continue(());
                 }
-                if !include.is_empty() && !include.matches(&entry.path) || exclude.matches(&entry.path) {
+                if !include.is_empty() && !include.matches(&entry.path) || !exclude.is_empty() && exclude.matches(&entry.path) {
                     return ControlFlow::Continue(());
                 }
                 search.file(&entry.path)
@@ -228,8 +220,45 @@ impl FileFilter {
     }
 }
 
+/// The query compiled to match one line (`^` and `$` are the line's ends), and, when it can
+/// stand in for it, to match a whole file at once: a file it does not match has no matching
+/// line.
+///
+/// Both match bytes, as ripgrep does: files are searched without being decoded, and a byte
+/// that is not UTF-8 matches nothing unless the expression asks for bytes (`(?-u:\xFF)`).
+fn compile(query: &str, case_insensitive: bool) -> Result<(regex::bytes::Regex, Option<regex::bytes::Regex>), ToolError> {
+    let build = |multi_line: bool| {
+        regex::bytes::RegexBuilder::new(query)
+            .case_insensitive(case_insensitive)
+            .multi_line(multi_line)
+            .crlf(multi_line)
+            .size_limit(REGEX_SIZE_LIMIT)
+            .dfa_size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map_err(|error| {
+                ToolError::InvalidArgs(format!("`query` {} is not a valid regular expression: {error}", quote(query)))
+            })
+    };
+    let line = build(false)?;
+    // In multi-line mode `^` and `$` match at every line's ends, so a line's match is also a
+    // match in the whole file; only `\A`, `\z` and `(?-m)` (the text's own ends) break that.
+    let whole_file_is_sound = regex_syntax::ParserBuilder::new()
+        .case_insensitive(case_insensitive)
+        .multi_line(true)
+        .crlf(true)
+        .build()
+        .parse(query)
+        .is_ok_and(|hir| {
+            let looks = hir.properties().look_set();
+            !looks.contains(regex_syntax::hir::Look::Start) && !looks.contains(regex_syntax::hir::Look::End)
+        });
+    let file = if whole_file_is_sound { Some(build(true)?) } else { None };
+    Ok((line, file))
+}
+
 struct Search {
-    regex: regex::Regex,
+    regex: regex::bytes::Regex,
+    file_regex: Option<regex::bytes::Regex>,
     mode: Mode,
     context: usize,
     max_results: u64,
@@ -260,22 +289,26 @@ impl Search {
             return ControlFlow::Continue(());
         }
         self.files_searched += 1;
-        let content = text::decode(&bytes);
+        // Most files do not match at all: one pass over the whole file settles them.
+        if self.file_regex.as_ref().is_some_and(|file_regex| !file_regex.is_match(&bytes)) {
+            return ControlFlow::Continue(());
+        }
         match self.mode {
             Mode::Files => {
-                if self.regex.is_match(&content) {
+                if text::byte_lines(&bytes).any(|line| self.regex.is_match(line)) {
                     return self.emit_file(path, None);
                 }
+                ControlFlow::Continue(())
             }
             Mode::Count => {
-                let count = text::lines(&content).filter(|line| self.regex.is_match(line)).count();
+                let count = text::byte_lines(&bytes).filter(|line| self.regex.is_match(line)).count();
                 if count > 0 {
                     return self.emit_file(path, Some(count));
                 }
+                ControlFlow::Continue(())
             }
-            Mode::Content => return self.content(path, &content),
+            Mode::Content => self.content(path, &bytes),
         }
-        ControlFlow::Continue(())
     }
 
     fn emit_file(&mut self, path: &WorkspacePath, count: Option<usize>) -> ControlFlow<()> {
@@ -297,8 +330,8 @@ impl Search {
         ControlFlow::Continue(())
     }
 
-    fn content(&mut self, path: &WorkspacePath, content: &str) -> ControlFlow<()> {
-        let lines: Vec<&str> = text::lines(content).collect();
+    fn content(&mut self, path: &WorkspacePath, content: &[u8]) -> ControlFlow<()> {
+        let lines: Vec<&[u8]> = text::byte_lines(content).collect();
         let matching: Vec<usize> =
             (0..lines.len()).filter(|&index| self.regex.is_match(lines[index])).collect();
         if matching.is_empty() {
@@ -331,14 +364,15 @@ impl Search {
                     break;
                 }
                 let separator = if line == index { ':' } else { '-' };
-                let clipped = text::clip(content, MAX_LINE_CHARS);
+                let content = text::decode(content);
+                let clipped = text::clip(&content, MAX_LINE_CHARS);
                 self.results.push(format!("{path}{separator}{}{separator}{clipped}", line + 1));
                 last_printed = Some(line);
             }
             self.structured.push(json!({
                 "path": path.as_str(),
                 "line": index + 1,
-                "text": text::clip(lines[index], MAX_LINE_CHARS),
+                "text": text::clip(&text::decode(lines[index]), MAX_LINE_CHARS),
             }));
         }
         ControlFlow::Continue(())

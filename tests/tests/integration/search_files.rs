@@ -89,3 +89,32 @@ fn errors_and_empty_results() {
     let output = fixture.ok("search_files", json!({"query": "zebra"}));
     assert!(output.text.starts_with("No matches for `zebra`"), "{}", output.text);
 }
+
+#[test]
+fn every_mode_matches_lines_one_at_a_time_over_bytes() {
+    let fixture = Fixture::new();
+    fixture.write("anchored.rs", "// header\nfn main() {}\n");
+    fixture.write("crlf.txt", "first line\r\nends here\r\n");
+    fixture.write("latin1.txt", b"caf\xe9 au lait\nplain needle\n");
+    fixture.write("split.txt", "alpha\nbeta\n");
+    fixture.write("start.txt", "start of file\nstart again\n");
+    let files = |query: &str| fixture.ok("search_files", json!({"query": query})).text;
+    let count = |query: &str| fixture.ok("search_files", json!({"query": query, "output_mode": "count"})).text;
+    // `^` and `$` are a line's ends, in every mode, on LF and CRLF lines alike.
+    assert_eq!(files("^fn main"), "anchored.rs");
+    assert_eq!(count("^fn main"), "anchored.rs:1");
+    assert_eq!(files("here$"), "crlf.txt");
+    assert_eq!(count("(line|here)$"), "crlf.txt:2");
+    // A match never spans lines, so no mode lists a file its lines do not match.
+    assert!(files("alpha\\s+beta").starts_with("No matches"));
+    assert!(count("alpha\\nbeta").starts_with("No matches"));
+    // `\A` is each line's start too (the whole-file pass is not used for it).
+    assert_eq!(count("\\Astart"), "start.txt:2");
+    assert_eq!(files("\\Aends"), "crlf.txt");
+    // Bytes that are not UTF-8 match nothing, the rest of the file is searched, and printed
+    // lines are decoded with U+FFFD in their place.
+    assert_eq!(files("needle"), "latin1.txt");
+    assert!(count("caf. au").starts_with("No matches"));
+    let output = fixture.ok("search_files", json!({"query": "au lait", "output_mode": "content"}));
+    assert_eq!(output.text, "latin1.txt:1:caf\u{fffd} au lait");
+}
