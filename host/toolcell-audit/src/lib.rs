@@ -228,7 +228,13 @@ pub fn seal(record: &Record, link: &Link) -> (String, Link) {
     record.prev = link.prev_hash().to_owned();
     let body = serde_json::to_string(&record).unwrap_or_else(|_| String::from("{}"));
     let hash = hex(&Sha256::digest(body.as_bytes()));
-    let line = format!("{},\"hash\":\"{hash}\"}}", &body[..body.len() - 1]);
+    // The body's closing brace gives way to the hash field.
+    let mut line = body;
+    line.pop();
+    line.reserve(",\"hash\":\"\"}".len() + hash.len());
+    line.push_str(",\"hash\":\"");
+    line.push_str(&hash);
+    line.push_str("\"}");
     (line, Link { seq: record.seq, hash })
 }
 
@@ -247,7 +253,13 @@ fn split_hash(line: &str) -> Option<(String, &str)> {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    text
 }
 
 /// A verified log.
@@ -377,6 +389,15 @@ pub fn display(record: &Record) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hashes_are_lowercase_hex_sha256() {
+        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+        assert_eq!(
+            hex(&Sha256::digest(b"abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     fn log(count: usize) -> Vec<String> {
         let mut link = Link::GENESIS;
