@@ -145,12 +145,15 @@ fn main() {
     ] {
         let _ = writeln!(out, "{name:<48} {:>8.1}µs {:>8.1}µs {:>8.1}µs", micros(stats.p50), micros(stats.p99), micros(stats.mean));
     }
-    let guard_ratio = micros(governed.p50) / micros(baseline.p50).max(0.001);
-    let _ = writeln!(
-        out,
-        "guard / unguarded at p50: {guard_ratio:.2}x (target <= 1.15x: {})",
-        if guard_ratio <= 1.15 { "met" } else { "NOT met" }
-    );
+    // Ratios are printed only when `--only` left both sides measured.
+    if baseline.p50 > Duration::ZERO && governed.p50 > Duration::ZERO {
+        let guard_ratio = micros(governed.p50) / micros(baseline.p50);
+        let _ = writeln!(
+            out,
+            "guard / unguarded at p50: {guard_ratio:.2}x (target <= 1.15x: {})",
+            if guard_ratio <= 1.15 { "met" } else { "NOT met" }
+        );
+    }
     let _ = writeln!(
         out,
         "guarded p50 {:.1}µs (target <= 50µs: {}); audit adds {:.1}µs per call at p50",
@@ -158,7 +161,9 @@ fn main() {
         if governed.p50 <= Duration::from_micros(50) { "met" } else { "NOT met" },
         micros(with_audit.p50) - micros(governed.p50)
     );
-    let _ = writeln!(out, "toolcell / native at p50: {:.1}x", micros(governed.p50) / micros(native.p50).max(0.001));
+    if native.p50 > Duration::ZERO && governed.p50 > Duration::ZERO {
+        let _ = writeln!(out, "toolcell / native at p50: {:.1}x", micros(governed.p50) / micros(native.p50));
+    }
 
     let _ = writeln!(out);
     let _ = writeln!(out, "write_file of 4 KiB over an existing file, {iterations} iterations each");
@@ -171,11 +176,13 @@ fn main() {
     ] {
         let _ = writeln!(out, "{name:<48} {:>8.1}µs {:>8.1}µs {:>8.1}µs", micros(stats.p50), micros(stats.p99), micros(stats.mean));
     }
-    let _ = writeln!(
-        out,
-        "transaction / plain write at p50: {:.2}x (journal, synced temporary file, rename)",
-        micros(write_governed.p50) / micros(write_baseline.p50).max(0.001)
-    );
+    if write_baseline.p50 > Duration::ZERO && write_governed.p50 > Duration::ZERO {
+        let _ = writeln!(
+            out,
+            "transaction / plain write at p50: {:.2}x (journal, synced temporary file, rename)",
+            micros(write_governed.p50) / micros(write_baseline.p50)
+        );
+    }
 }
 
 fn micros(duration: Duration) -> f64 {
