@@ -157,27 +157,7 @@ fn read_window(mut reader: impl BufRead, start: u64, limit: u64, max_output_byte
             continue;
         }
         long_line.clear();
-        long_line.extend_from_slice(buffer);
-        let length = buffer.len();
-        reader.consume(length);
-        loop {
-            let buffer = reader.fill_buf()?;
-            if buffer.is_empty() {
-                break;
-            }
-            match memchr::memchr(b'\n', buffer) {
-                Some(newline) => {
-                    long_line.extend_from_slice(&buffer[..=newline]);
-                    reader.consume(newline + 1);
-                    break;
-                }
-                None => {
-                    long_line.extend_from_slice(buffer);
-                    let length = buffer.len();
-                    reader.consume(length);
-                }
-            }
-        }
+        reader.read_until(b'\n', &mut long_line)?;
         window.push_line(&long_line, max_output_bytes);
     }
     Ok(window)

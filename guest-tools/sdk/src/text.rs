@@ -27,12 +27,7 @@ pub fn numbered(number: usize, line: &str) -> String {
 
 /// The length of [`numbered`]`(number, line)`.
 pub fn numbered_len(number: usize, line: &str) -> usize {
-    let mut digits = 1;
-    let mut rest = number / 10;
-    while rest > 0 {
-        digits += 1;
-        rest /= 10;
-    }
+    let digits = number.checked_ilog10().map_or(1, |log| log as usize + 1);
     digits.max(6) + 1 + line.len()
 }
 

@@ -252,7 +252,9 @@ fn split_hash(line: &str) -> Option<(String, &str)> {
     Some((format!("{head}}}"), hash))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lowercase hex of `bytes`: how the log writes its hashes (and the runtime names its state
+/// files).
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut text = String::with_capacity(bytes.len() * 2);
     for byte in bytes {

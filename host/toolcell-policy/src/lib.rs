@@ -277,9 +277,9 @@ struct AccessIndex {
     set: globset::GlobSet,
     /// The `(rule, glob)` each pattern of `set` belongs to.
     owners: Vec<(usize, usize)>,
-    /// The matchers with a literal prefix (`docs/**`, `.env.*`): a path that does not start
-    /// with the prefix cannot match, and is not matched.
-    prefixed: Vec<(String, globset::GlobMatcher, (usize, usize))>,
+    /// The matchers with a literal prefix (`docs/**`, `.env.*`), each tried only on paths
+    /// that start with it.
+    prefixed: Vec<(PrefixedMatcher, (usize, usize))>,
     /// The `(rule, glob)` of every `**` glob: they match any path, so nothing is matched.
     everywhere: Vec<(usize, usize)>,
 }
@@ -297,12 +297,11 @@ impl AccessIndex {
                     continue;
                 }
                 for matcher in std::iter::once(&glob.matcher).chain(glob.directory.as_ref()) {
-                    let prefix = literal_prefix(matcher.glob().glob());
-                    if prefix.is_empty() {
-                        builder.add(matcher.glob().clone());
+                    if matcher.prefix.is_empty() {
+                        builder.add(matcher.matcher.glob().clone());
                         owners.push((rule_index, glob_index));
                     } else {
-                        prefixed.push((prefix.to_owned(), matcher.clone(), (rule_index, glob_index)));
+                        prefixed.push((matcher.clone(), (rule_index, glob_index)));
                     }
                 }
             }
@@ -325,17 +324,33 @@ impl AccessIndex {
         let prefixed = self
             .prefixed
             .iter()
-            .filter(move |(prefix, matcher, _)| path.starts_with(prefix.as_str()) && matcher.is_match(path))
-            .map(|(_, _, owner)| owner);
+            .filter(move |(matcher, _)| matcher.is_match(path))
+            .map(|(_, owner)| owner);
         matched.iter().map(|&pattern| &self.owners[pattern]).chain(prefixed).chain(&self.everywhere)
     }
 }
 
-/// The part of a glob before its first metacharacter: every path the glob matches starts with
-/// it.
-fn literal_prefix(pattern: &str) -> &str {
-    let end = pattern.find(['*', '?', '[', '{', '\\']).unwrap_or(pattern.len());
-    &pattern[..end]
+/// A glob's matcher behind the part of the glob before its first metacharacter: every path
+/// the glob matches starts with that prefix, so most paths are settled by a compare.
+#[derive(Debug, Clone)]
+struct PrefixedMatcher {
+    prefix: String,
+    matcher: globset::GlobMatcher,
+}
+
+impl PrefixedMatcher {
+    fn new(matcher: globset::GlobMatcher) -> PrefixedMatcher {
+        let pattern = matcher.glob().glob();
+        let end = pattern.find(['*', '?', '[', '{', '\\']).unwrap_or(pattern.len());
+        PrefixedMatcher {
+            prefix: pattern[..end].to_owned(),
+            matcher,
+        }
+    }
+
+    fn is_match(&self, path: &str) -> bool {
+        path.starts_with(self.prefix.as_str()) && self.matcher.is_match(path)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -358,10 +373,9 @@ struct Rule {
 /// Policies, lock patterns and validators all match paths with it.
 #[derive(Debug, Clone)]
 pub struct PathGlob {
-    matcher: globset::GlobMatcher,
+    matcher: PrefixedMatcher,
     /// For `X/**`, a matcher of `X` itself (globset's `X/**` does not match the directory).
-    directory: Option<globset::GlobMatcher>,
-    literal_prefix: String,
+    directory: Option<PrefixedMatcher>,
     /// The pattern has no metacharacter: it names one path.
     literal: bool,
     /// The pattern is `**`: it matches every path.
@@ -381,12 +395,9 @@ impl PathGlob {
 
     /// Whether the canonical workspace-relative `path` matches.
     pub fn is_match(&self, path: &str) -> bool {
-        // A path without the literal prefix cannot match: most paths are settled by a compare.
         self.matches_everything
-            || path.starts_with(self.literal_prefix.as_str()) && self.matcher.is_match(path)
-            || self.directory.as_ref().is_some_and(|directory| {
-                path.starts_with(literal_prefix(directory.glob().glob())) && directory.is_match(path)
-            })
+            || self.matcher.is_match(path)
+            || self.directory.as_ref().is_some_and(|directory| directory.is_match(path))
     }
 }
 
@@ -870,9 +881,10 @@ fn rank(effect: Effect) -> u8 {
 fn names_explicitly(glob: &PathGlob, protected: &Protected) -> bool {
     // `.git/hooks/**` and `.git/**` name `.git/**` (their literal part starts with `.git/`), as
     // does the literal `.git`; `.git*/**` (meant for `.github`) and `**` do not.
-    let prefix = protected.glob.literal_prefix.as_str();
+    let prefix = protected.glob.matcher.prefix.as_str();
     let root = prefix.trim_end_matches('/');
-    !root.is_empty() && (glob.literal_prefix.starts_with(prefix) || (glob.literal && glob.literal_prefix == root))
+    let literal_prefix = glob.matcher.prefix.as_str();
+    !root.is_empty() && (literal_prefix.starts_with(prefix) || (glob.literal && literal_prefix == root))
 }
 
 type SpannedError = (Option<std::ops::Range<usize>>, String);
@@ -965,7 +977,7 @@ fn compile_glob(pattern: &str) -> Result<PathGlob, String> {
             .literal_separator(true)
             .backslash_escape(true)
             .build()
-            .map(|glob| glob.compile_matcher())
+            .map(|glob| PrefixedMatcher::new(glob.compile_matcher()))
             .map_err(|glob_error| format!("glob {quoted} is not valid: {}", glob_error.kind()))
     };
     let matcher = build(pattern)?;
@@ -975,12 +987,10 @@ fn compile_glob(pattern: &str) -> Result<PathGlob, String> {
         prefix = shorter;
     }
     let directory = if prefix != pattern && !prefix.is_empty() && prefix != "**" { Some(build(prefix)?) } else { None };
-    let literal_prefix = literal_prefix(pattern).to_owned();
-    let literal = literal_prefix.len() == pattern.len();
+    let literal = matcher.prefix.len() == pattern.len();
     Ok(PathGlob {
         matcher,
         directory,
-        literal_prefix,
         literal,
         matches_everything: pattern == "**",
     })

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use toolcell_audit::Record;
 use toolcell_types::{ToolErrorKind, escape_control};
-use toolcell_policy::{Access, Decision, Effect, Policy, ReadBeforeWrite};
+use toolcell_policy::{Access, Decision, Effect, Policy, ReadBeforeWrite, Verdict};
 
 use crate::audit::AuditLog;
 use crate::journal::Journal;
@@ -784,50 +784,30 @@ impl FsGuard {
     }
 
     fn decide(&self, access: Access, path: &str) -> Decision {
-        if self.is_read_only_refusal(access) {
-            return Decision {
-                effect: Effect::Deny,
-                rule: "read-only-call".to_owned(),
-                line: None,
-            };
-        }
-        if let Some(state) = self.state_path_of(access, path) {
-            return Decision {
-                effect: Effect::Deny,
-                rule: format!("protected:{state}"),
-                line: None,
-            };
-        }
-        let Some(policy) = &self.policy else {
-            return Decision {
-                effect: Effect::Allow,
-                rule: "no-policy".to_owned(),
-                line: None,
-            };
-        };
-        match policy.role(&self.role) {
-            Some(role) => policy.decide(role, access, path),
-            // The runtime refuses unknown roles before a call starts; stay closed regardless.
-            None => Decision {
-                effect: Effect::Deny,
-                rule: "unknown-role".to_owned(),
-                line: None,
-            },
-        }
+        self.judgment(access, path).to_decision()
     }
 
     /// The effect [`decide`](Self::decide) would give, without allocating: visibility checks
     /// run for every entry a scan lists.
     fn effect(&self, access: Access, path: &str) -> Effect {
-        if self.is_read_only_refusal(access) || self.state_path_of(access, path).is_some() {
-            return Effect::Deny;
+        self.judgment(access, path).effect()
+    }
+
+    /// What decides `access` to `path`: the call's own limits first, then the policy.
+    fn judgment(&self, access: Access, path: &str) -> Judgment<'_> {
+        if self.is_read_only_refusal(access) {
+            return Judgment::ReadOnlyCall;
+        }
+        if let Some(state) = self.state_path_of(access, path) {
+            return Judgment::StatePath(state);
         }
         let Some(policy) = &self.policy else {
-            return Effect::Allow;
+            return Judgment::NoPolicy;
         };
         match policy.role(&self.role) {
-            Some(role) => policy.verdict(role, access, path).effect(),
-            None => Effect::Deny,
+            Some(role) => Judgment::Policy(policy.verdict(role, access, path)),
+            // The runtime refuses unknown roles before a call starts; stay closed regardless.
+            None => Judgment::UnknownRole,
         }
     }
 
@@ -1246,6 +1226,45 @@ fn resolve(root: Option<&cap_std::fs::Dir>, base: &str, path: &str, follow_final
         Resolved::Inside(".".to_owned())
     } else {
         Resolved::Inside(resolved.join("/"))
+    }
+}
+
+/// What decides an access ([`FsGuard::judgment`]), borrowed from the guard and its policy.
+enum Judgment<'a> {
+    /// A modification in a call that may not modify anything.
+    ReadOnlyCall,
+    /// A modification of the state directory or policy file under this workspace path.
+    StatePath(&'a str),
+    /// No policy: the workspace boundary is the only rule.
+    NoPolicy,
+    /// A role the policy does not know.
+    UnknownRole,
+    /// The policy's verdict for the role.
+    Policy(Verdict<'a>),
+}
+
+impl Judgment<'_> {
+    fn effect(&self) -> Effect {
+        match self {
+            Judgment::ReadOnlyCall | Judgment::StatePath(_) | Judgment::UnknownRole => Effect::Deny,
+            Judgment::NoPolicy => Effect::Allow,
+            Judgment::Policy(verdict) => verdict.effect(),
+        }
+    }
+
+    fn to_decision(&self) -> Decision {
+        let rule = match self {
+            Judgment::ReadOnlyCall => "read-only-call".to_owned(),
+            Judgment::StatePath(state) => format!("protected:{state}"),
+            Judgment::NoPolicy => "no-policy".to_owned(),
+            Judgment::UnknownRole => "unknown-role".to_owned(),
+            Judgment::Policy(verdict) => return verdict.to_decision(),
+        };
+        Decision {
+            effect: self.effect(),
+            rule,
+            line: None,
+        }
     }
 }
 

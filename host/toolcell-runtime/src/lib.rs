@@ -1303,15 +1303,7 @@ pub(crate) fn session_key(session: &str, workspace: &Path) -> String {
 }
 
 /// Lowercase hex of a digest.
-pub(crate) fn hex(digest: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(digest.len() * 2);
-    for byte in digest {
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    text
-}
+pub(crate) use toolcell_audit::hex;
 
 /// A call id unique across calls and processes: time, process and a counter.
 fn new_call_id() -> String {
