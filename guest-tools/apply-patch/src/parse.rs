@@ -74,13 +74,19 @@ pub(crate) fn parse(patch: &str) -> Result<Vec<Operation>, ToolError> {
     let path_of = |number: usize, raw: &str| {
         WorkspacePath::parse(raw.trim()).map_err(|problem| error(number, problem_message(problem)))
     };
+    // A path the patch creates (an added file, a move's destination).
+    let new_path_of = |number: usize, raw: &str| {
+        let path = path_of(number, raw)?;
+        path.check_new_name().map_err(|problem| error(number, problem_message(problem)))?;
+        Ok::<_, ToolError>(path)
+    };
     let mut operations = Vec::new();
     let mut index = 0;
     while index < body.len() {
         let number = index + 2;
         let line = body[index];
         if let Some(raw) = line.strip_prefix(ADD) {
-            let path = path_of(number, raw)?;
+            let path = new_path_of(number, raw)?;
             index += 1;
             let mut added = Vec::new();
             while index < body.len() && !body[index].starts_with("*** ") {
@@ -99,7 +105,7 @@ pub(crate) fn parse(patch: &str) -> Result<Vec<Operation>, ToolError> {
             index += 1;
             let mut moved_to = None;
             if let Some(raw) = body.get(index).and_then(|line| line.strip_prefix(MOVE)) {
-                moved_to = Some(path_of(index + 2, raw)?);
+                moved_to = Some(new_path_of(index + 2, raw)?);
                 index += 1;
             }
             let mut chunks: Vec<Chunk> = Vec::new();

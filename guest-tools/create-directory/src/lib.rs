@@ -41,6 +41,7 @@ impl Tool for CreateDirectory {
 
     fn call(args: Args) -> Result<Output, ToolError> {
         let path = WorkspacePath::parse(&args.path)?;
+        path.check_new_name()?;
         let created = match std::fs::metadata(path.as_str()) {
             Ok(metadata) if metadata.is_dir() => false,
             Ok(_) => {

@@ -58,6 +58,7 @@ impl Tool for MoveFile {
     fn call(args: Args) -> Result<Output, ToolError> {
         let source = WorkspacePath::parse(&args.source)?;
         let destination = WorkspacePath::parse(&args.destination)?;
+        destination.check_new_name()?;
         if source.is_root() || destination.is_root() {
             return Err(ToolError::InvalidArgs(
                 "`.` is the workspace root, which cannot be moved or replaced: give the paths of entries inside it".to_owned(),

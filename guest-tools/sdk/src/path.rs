@@ -70,6 +70,24 @@ impl WorkspacePath {
         })
     }
 
+    /// Refuse this path as the name of something a tool creates if it holds a control
+    /// character (a newline, an escape sequence): such names forge lines in listings and logs
+    /// and drive terminals that print them. Existing files with such names can still be read.
+    ///
+    /// # Errors
+    ///
+    /// `invalid-args` naming the path (control characters escaped).
+    pub fn check_new_name(&self) -> Result<(), ToolError> {
+        match self.normalised.chars().find(|character| character.is_control()) {
+            None => Ok(()),
+            Some(character) => Err(ToolError::InvalidArgs(format!(
+                "the path {} contains the control character {}, which toolcell does not put in new file names: choose a name without control characters",
+                quote(&self.normalised),
+                character.escape_default()
+            ))),
+        }
+    }
+
     /// The normalised path, as `std::fs` functions take it.
     pub fn as_str(&self) -> &str {
         &self.normalised

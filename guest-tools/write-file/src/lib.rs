@@ -77,7 +77,10 @@ impl Tool for WriteFile {
                 )));
             }
             Ok(_) => true,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                path.check_new_name()?;
+                false
+            }
             Err(error) => return Err(path.io_error(error)),
         };
         if existed && args.create_only {

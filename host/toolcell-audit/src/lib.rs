@@ -95,6 +95,11 @@ pub struct Record {
     /// For call and recovery records: journal steps undone because the call failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolled_back: Option<u64>,
+    /// For filesystem refusals: how many more times the call made exactly this refused access
+    /// (recorded once, in a record at the end of the call, so that a loop cannot flood the
+    /// log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeated: Option<u64>,
     /// For call records: the notes the tool attached.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -177,6 +182,7 @@ impl Record {
             bytes: None,
             duration_us: None,
             rolled_back: None,
+            repeated: None,
             notes: Vec::new(),
             prev: String::new(),
         }
@@ -322,6 +328,44 @@ pub fn verify<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<Verified, 
         records: link.seq,
         last_hash: link.prev_hash().to_owned(),
     })
+}
+
+/// Check every line of a log, as [`verify`] does, and that the log still reaches `head`, the
+/// chain's head as the writer last recorded it beside the log: a log whose last records were
+/// removed (or that was emptied) ends before it. A head behind the log's end is accepted if
+/// the record at its `seq` has its hash (a crash between writing the log and the head).
+///
+/// # Errors
+///
+/// The first [`Tamper`] of [`verify`], or one naming the head the log no longer reaches.
+pub fn verify_with_head<'a>(lines: impl IntoIterator<Item = &'a str>, head: &Link) -> Result<Verified, Tamper> {
+    let mut at_head = None;
+    let lines = lines.into_iter().inspect(|line| {
+        if at_head.is_none()
+            && let Ok(link) = Link::of_line(line)
+            && link.seq == head.seq
+        {
+            at_head = Some(link.hash);
+        }
+    });
+    let verified = verify(lines)?;
+    if head.seq == 0 {
+        return Ok(verified);
+    }
+    match at_head {
+        None => Err(Tamper {
+            line: verified.records + 1,
+            reason: format!(
+                "the log ends after record {}, but its head file says record {} was written: the last records were removed",
+                verified.records, head.seq
+            ),
+        }),
+        Some(hash) if hash != head.hash => Err(Tamper {
+            line: head.seq,
+            reason: "the record's hash is not the one the head file holds: the log was rewritten from here".to_owned(),
+        }),
+        Some(_) => Ok(verified),
+    }
 }
 
 /// One record, readably, on one line (control characters escaped, so that a file name cannot

@@ -43,6 +43,7 @@ pub const LIMITS: Limits = Limits {
     output_bytes: 256 << 10,
     host_calls: 100_000,
     open_files: 256,
+    audit_records: 1000,
 };
 
 /// The policy of the suite: `agent` may do anything inside the workspace; `locked-out` may

@@ -185,6 +185,8 @@ pub struct Limits {
     pub host_calls: Option<u64>,
     /// Files and directories a call may hold open at once (`open_files`).
     pub open_files: Option<usize>,
+    /// Distinct refusals a call may add to the audit trail (`audit_records`).
+    pub audit_records: Option<u64>,
 }
 
 impl Limits {
@@ -196,6 +198,7 @@ impl Limits {
             output_bytes: other.output_bytes.or(self.output_bytes),
             host_calls: other.host_calls.or(self.host_calls),
             open_files: other.open_files.or(self.open_files),
+            audit_records: other.audit_records.or(self.audit_records),
         }
     }
 }
@@ -441,6 +444,7 @@ struct RawLimits {
     output_kib: Option<Spanned<i64>>,
     host_calls: Option<Spanned<i64>>,
     open_files: Option<Spanned<i64>>,
+    audit_records: Option<Spanned<i64>>,
     #[serde(default)]
     tools: BTreeMap<Spanned<String>, RawLimits>,
 }
@@ -1034,6 +1038,7 @@ fn compile_limits(raw: &RawLimits, table: &str) -> Result<Limits, SpannedError> 
         output_bytes: positive(&raw.output_kib, "output_kib", 1024 * 1024)?.and_then(|kib| usize::try_from(kib << 10).ok()),
         host_calls: positive(&raw.host_calls, "host_calls", 1_000_000_000)?,
         open_files: positive(&raw.open_files, "open_files", 65_536)?.and_then(|files| usize::try_from(files).ok()),
+        audit_records: positive(&raw.audit_records, "audit_records", 1_000_000)?,
     })
 }
 

@@ -12,6 +12,12 @@ use crate::error::Error;
 
 /// The audit log's file name in the state directory.
 pub const AUDIT_FILE: &str = "audit.jsonl";
+/// The file beside the log that holds the chain's head (the last record's `seq` and hash),
+/// rewritten with every append under the log's lock: a log whose last records were cut off no
+/// longer reaches it ([`toolcell_audit::verify_with_head`]).
+pub const AUDIT_HEAD_FILE: &str = "audit.head";
+/// Width of the `seq` in the head file, so that every rewrite is the same length.
+const HEAD_SEQ_WIDTH: usize = 20;
 /// How much of the log's end is read to find the last record (grown if a record is longer).
 const TAIL_CHUNK: u64 = 16 * 1024;
 
@@ -27,6 +33,7 @@ pub struct AuditLog {
 #[derive(Debug)]
 struct Appender {
     file: File,
+    head: File,
     link: Link,
     /// The file's length after our last append: if it is still that, nobody else appended
     /// and `link` is current.
@@ -54,6 +61,46 @@ impl AuditLog {
             path,
             appender: Mutex::new(None),
         })
+    }
+
+    /// The log of an existing state directory, for reading and verifying: nothing is created.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Audit`] (`NotFound`) if the directory, or the log in it, does not exist.
+    pub fn existing(state_dir: &Path) -> Result<Self, Error> {
+        let audit_error = |source| Error::Audit {
+            path: state_dir.to_path_buf(),
+            source,
+        };
+        let directory = std::fs::canonicalize(state_dir).map_err(audit_error)?;
+        let path = directory.join(AUDIT_FILE);
+        std::fs::symlink_metadata(&path).map_err(|source| Error::Audit { path: path.clone(), source })?;
+        Ok(AuditLog {
+            directory,
+            path,
+            appender: Mutex::new(None),
+        })
+    }
+
+    /// The chain's head as last written beside the log, if there is a head file.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error, or `InvalidData` if the head file is damaged.
+    pub fn head(&self) -> std::io::Result<Option<Link>> {
+        let text = match std::fs::read_to_string(self.directory.join(AUDIT_HEAD_FILE)) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let damaged = || std::io::Error::new(std::io::ErrorKind::InvalidData, format!("`{AUDIT_HEAD_FILE}` is damaged"));
+        let (seq, hash) = text.trim_end().split_once(' ').ok_or_else(damaged)?;
+        let seq = seq.parse().map_err(|_| damaged())?;
+        if hash.len() != 64 || !hash.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+            return Err(damaged());
+        }
+        Ok(Some(Link { seq, hash: hash.to_owned() }))
     }
 
     /// The log file.
@@ -85,8 +132,10 @@ impl AuditLog {
     fn append_locked(&self, appender: &mut Option<Appender>, records: &[Record]) -> std::io::Result<()> {
         if appender.is_none() {
             let file = OpenOptions::new().read(true).append(true).create(true).open(&self.path)?;
+            let head = OpenOptions::new().write(true).create(true).truncate(false).open(self.directory.join(AUDIT_HEAD_FILE))?;
             *appender = Some(Appender {
                 file,
+                head,
                 link: Link::GENESIS,
                 length: u64::MAX,
             });
@@ -111,6 +160,10 @@ impl AuditLog {
                 link = next;
             }
             appender.file.write_all(buffer.as_bytes())?;
+            // The head follows the log; both under the lock, so they agree but for a crash
+            // between the two writes (the head then lags, which verification accepts).
+            let head = format!("{:0width$} {}\n", link.seq, link.hash, width = HEAD_SEQ_WIDTH);
+            std::os::unix::fs::FileExt::write_all_at(&appender.head, head.as_bytes(), 0)?;
             appender.link = link;
             appender.length = length + buffer.len() as u64;
             Ok(())

@@ -34,7 +34,12 @@ const RETRIES: usize = 8;
 /// `ELOOP` if a component of `path` is a symlink, `EXDEV` if `path` would leave `root`, and
 /// whatever the open itself fails with.
 pub(crate) fn open(root: impl AsFd, path: &str, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
-    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+    // `O_PATH` takes no other flags but these (`openat2` refuses the rest).
+    let flags = if flags.contains(OFlags::PATH) {
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW
+    } else {
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY
+    };
     // `openat2` refuses a mode without `O_CREAT`.
     let mode = if flags.contains(OFlags::CREATE) { mode } else { Mode::empty() };
     if path.contains('\0') {
@@ -115,7 +120,12 @@ pub(crate) fn parent(root: impl AsFd, path: &str) -> io::Result<(cap_std::fs::Di
 
 /// Open `name` in `directory` without following it if it is a symlink (`ELOOP` then).
 pub(crate) fn open_in(directory: impl AsFd, name: &str, flags: OFlags) -> io::Result<std::fs::File> {
-    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+    // `O_PATH` takes no other flags but these (`openat2` refuses the rest).
+    let flags = if flags.contains(OFlags::PATH) {
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW
+    } else {
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY
+    };
     Ok(std::fs::File::from(rustix::fs::openat(directory, name, flags, Mode::empty())?))
 }
 

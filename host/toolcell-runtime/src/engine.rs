@@ -2,6 +2,7 @@
 //! components.
 
 use std::hash::Hasher;
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -58,49 +59,104 @@ pub enum CacheOutcome {
     Compiled,
     /// Loaded from the compiled-component cache.
     Cached,
+    /// Compiled now because the cached artifact failed authentication (it was discarded;
+    /// see [`Runtime::warnings`](crate::Runtime::warnings)).
+    Rejected,
 }
 
 /// A directory of compiled components, keyed by a hash of the component's bytes and of every
 /// engine setting that changes the compiled code.
 ///
-/// Loading a cached artifact skips validation (`Component::deserialize_file` is `unsafe`), so
-/// the directory must be writable only by the user running toolcell.
+/// Loading a compiled artifact runs its machine code natively, so nothing in the directory is
+/// trusted as it is: every artifact carries an HMAC-SHA-256 tag over its name and its bytes,
+/// made with a key of this installation (`cache.key`, 32 random bytes, mode 0600, created on
+/// first use). An artifact whose tag does not verify (garbage, truncated, or valid machine
+/// code that this host did not write) is discarded and the component recompiled, with a
+/// warning; it is never loaded. The directory itself must belong to the user running toolcell
+/// and be writable by nobody else (as ssh requires of its keys); the runtime also refuses any
+/// tool call that would write it (see `Runtime::call`).
 #[derive(Debug, Clone)]
 pub(crate) struct ComponentCache {
     directory: PathBuf,
+    key: [u8; KEY_BYTES],
 }
 
+/// The cache key's file name in the cache directory.
+pub(crate) const CACHE_KEY_FILE: &str = "cache.key";
+const KEY_BYTES: usize = 32;
+/// What every artifact file starts with; the tag follows, then the serialized component.
+const ARTIFACT_MAGIC: &[u8; 8] = b"TCCWASM1";
+const TAG_BYTES: usize = 32;
+
+type ArtifactMac = hmac::Hmac<Sha256>;
+
 impl ComponentCache {
+    /// Use `directory` (created `rwx------` if missing) and its key (created if missing).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cache`] if it cannot be created or read; [`Error::Insecure`] if it, or its
+    /// key, belongs to another user or can be written (the key: read) by others.
     pub(crate) fn open(directory: &Path) -> Result<Self, Error> {
-        std::fs::create_dir_all(directory).map_err(|source| Error::Cache {
+        let cache_error = |source| Error::Cache {
             path: directory.to_path_buf(),
             source,
-        })?;
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(directory)
+            .map_err(cache_error)?;
+        check_private(directory, 0o022, "the compiled-component cache")?;
+        let key = load_or_create_key(&directory.join(CACHE_KEY_FILE))?;
         Ok(ComponentCache {
             directory: directory.to_path_buf(),
+            key,
         })
     }
 
-    /// The compiled component for `wasm`, from the cache if it holds one, else compiled and
-    /// stored.
-    pub(crate) fn load(&self, engine: &Engine, origin: &str, wasm: &[u8]) -> Result<(Component, CacheOutcome), Error> {
-        let path = self.directory.join(format!("{}.cwasm", cache_key(engine, wasm)));
-        if path.is_file() {
-            // SAFETY: the cache directory is toolcell's own (see the type's docs), and the file
-            // name commits to the engine's compatibility hash, so wasmtime's own header check
-            // is not the only guard against loading an artifact built for other settings.
-            #[expect(unsafe_code, reason = "loading our own precompiled artifact is the point of the cache")]
-            let cached = unsafe { Component::deserialize_file(engine, &path) };
-            if let Ok(component) = cached {
-                return Ok((component, CacheOutcome::Cached));
-            }
-            // An unreadable or stale artifact is replaced below.
+    /// The compiled component for `wasm`, from the cache if it holds an authentic artifact,
+    /// else compiled and stored. A rejected artifact's reason is returned as a warning.
+    pub(crate) fn load(&self, engine: &Engine, origin: &str, wasm: &[u8]) -> Result<(Component, CacheOutcome, Option<String>), Error> {
+        let name = format!("{}.cwasm", cache_key(engine, wasm));
+        let path = self.directory.join(&name);
+        let mut warning = None;
+        match std::fs::read(&path) {
+            Ok(bytes) => match self.authenticate(&name, &bytes) {
+                Ok(artifact) => {
+                    // SAFETY: the bytes are exactly what this host serialized for this
+                    // component and engine (the tag covers the name, which commits to both,
+                    // and every byte); they were read into memory before the check, so
+                    // nothing can change them between the check and the load.
+                    #[expect(unsafe_code, reason = "loading our own authenticated precompiled artifact is the point of the cache")]
+                    let cached = unsafe { Component::deserialize(engine, artifact) };
+                    match cached {
+                        Ok(component) => return Ok((component, CacheOutcome::Cached, None)),
+                        // An artifact of an older wasmtime: replaced below.
+                        Err(_) => {}
+                    }
+                }
+                Err(reason) => {
+                    warning = Some(format!(
+                        "the cached compiled component for `{origin}` ({}) failed authentication ({reason}); it was discarded and the component compiled again",
+                        path.display()
+                    ));
+                    let _ = std::fs::remove_file(&path);
+                }
+            },
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            // Unreadable: compiled again and replaced below.
+            Err(_) => {}
         }
         let component = compile(engine, origin, wasm)?;
-        let bytes = component.serialize().map_err(|error| Error::Load {
+        let artifact = component.serialize().map_err(|error| Error::Load {
             origin: origin.to_owned(),
             reason: format!("cannot serialise the compiled component: {}", describe(&error)),
         })?;
+        let mut bytes = Vec::with_capacity(ARTIFACT_MAGIC.len() + TAG_BYTES + artifact.len());
+        bytes.extend_from_slice(ARTIFACT_MAGIC);
+        bytes.extend_from_slice(&self.tag(&name, &artifact));
+        bytes.extend_from_slice(&artifact);
         // Write beside, then rename: another process never sees a half-written artifact.
         let temporary = self.directory.join(format!(".{}.{}.tmp", std::process::id(), unique_suffix()));
         let written = std::fs::write(&temporary, &bytes).and_then(|()| std::fs::rename(&temporary, &path));
@@ -108,8 +164,100 @@ impl ComponentCache {
             let _ = std::fs::remove_file(&temporary);
             return Err(Error::Cache { path, source });
         }
-        Ok((component, CacheOutcome::Compiled))
+        let outcome = if warning.is_some() { CacheOutcome::Rejected } else { CacheOutcome::Compiled };
+        Ok((component, outcome, warning))
     }
+
+    /// The MAC over the artifact `artifact` stored as `name`.
+    fn mac(&self, name: &str, artifact: &[u8]) -> ArtifactMac {
+        use hmac::{KeyInit as _, Mac as _};
+        let mut mac = ArtifactMac::new_from_slice(&self.key).unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+        mac.update(b"toolcell compiled component\0");
+        mac.update(name.as_bytes());
+        mac.update(b"\0");
+        mac.update(artifact);
+        mac
+    }
+
+    /// The tag of the artifact `artifact` stored as `name`.
+    fn tag(&self, name: &str, artifact: &[u8]) -> [u8; TAG_BYTES] {
+        use hmac::Mac as _;
+        self.mac(name, artifact).finalize().into_bytes().into()
+    }
+
+    /// The serialized component inside an artifact file, if its tag is this host's.
+    fn authenticate<'a>(&self, name: &str, bytes: &'a [u8]) -> Result<&'a [u8], &'static str> {
+        use hmac::Mac as _;
+        let rest = bytes.strip_prefix(ARTIFACT_MAGIC.as_slice()).ok_or("it does not start as toolcell's artifacts do")?;
+        if rest.len() < TAG_BYTES {
+            return Err("it is too short to hold a tag");
+        }
+        let (tag, artifact) = rest.split_at(TAG_BYTES);
+        // Compared in constant time.
+        self.mac(name, artifact)
+            .verify_slice(tag).map_err(|_| "its tag does not match its content: it was not written by this host, or was changed since")?;
+        Ok(artifact)
+    }
+}
+
+/// Refuse `path` if it belongs to another user or if any permission bit in `forbidden` is set
+/// (`0o022`: writable by group or others; `0o077`: any access by them).
+pub(crate) fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt as _;
+    let metadata = std::fs::metadata(path).map_err(|source| Error::Cache {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let user = rustix::process::geteuid().as_raw();
+    let insecure = |reason: String| Error::Insecure {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if metadata.uid() != user {
+        return Err(insecure(format!(
+            "{what} belongs to user {}, not to the user running toolcell ({user}); use a directory of your own",
+            metadata.uid()
+        )));
+    }
+    let mode = metadata.mode() & 0o777;
+    if mode & forbidden != 0 {
+        return Err(insecure(format!(
+            "{what} has mode {mode:03o}, so other users could change what toolcell loads; run `chmod go-rwx` on it"
+        )));
+    }
+    Ok(())
+}
+
+/// The installation's cache key: read (it must be 32 bytes, this user's, mode 0600 or
+/// stricter), or made from the OS's random source if it does not exist yet.
+fn load_or_create_key(path: &Path) -> Result<[u8; KEY_BYTES], Error> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let cache_error = |source| Error::Cache {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut key = [0u8; KEY_BYTES];
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(mut file) => {
+            let mut filled = 0;
+            while filled < KEY_BYTES {
+                filled += rustix::rand::getrandom(&mut key[filled..], rustix::rand::GetRandomFlags::empty())
+                    .map_err(|errno| cache_error(std::io::Error::from(errno)))?;
+            }
+            file.write_all(&key).and_then(|()| file.sync_all()).map_err(cache_error)?;
+            return Ok(key);
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(cache_error(error)),
+    }
+    check_private(path, 0o077, "the cache key")?;
+    let bytes = std::fs::read(path).map_err(cache_error)?;
+    key = bytes.as_slice().try_into().map_err(|_| Error::Insecure {
+        path: path.to_path_buf(),
+        reason: format!("the cache key holds {} bytes instead of {KEY_BYTES}; remove it (and the cached components) to make a new one", bytes.len()),
+    })?;
+    Ok(key)
 }
 
 pub(crate) fn compile(engine: &Engine, origin: &str, wasm: &[u8]) -> Result<Component, Error> {

@@ -106,6 +106,17 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A host-owned location (the compiled-component cache, its key, the plugin directory)
+    /// could be changed by someone other than the user running toolcell, or overlaps a
+    /// workspace in a way that would let a tool change it.
+    #[error("refusing to use `{}`: {reason}", path.display())]
+    Insecure {
+        /// The directory or file.
+        path: PathBuf,
+        /// What is wrong, and how to fix it.
+        reason: String,
+    },
+
     /// The audit trail's directory cannot be used.
     #[error("cannot use the audit trail at `{}`: {source}", path.display())]
     Audit {

@@ -178,9 +178,10 @@ pub(crate) struct AuditSink {
 /// What the guard knows for one call.
 pub(crate) struct FsGuard {
     audit: Option<AuditSink>,
-    /// Workspace-relative paths no call may modify (the state directory and the policy file,
-    /// when they sit inside the workspace).
-    state_paths: Vec<String>,
+    /// Workspace-relative host-owned paths (state directory, policy file, compiled-component
+    /// cache, plugin directory, when they sit inside the workspace) that no call may modify,
+    /// each with whether no call may even read it (the cache key).
+    state_paths: Vec<(String, bool)>,
     /// Records the guard could not write (the refusals stand regardless).
     pub(crate) audit_failures: u64,
     /// Allowed modifications already recorded in this call: a write through a stream of a
@@ -204,6 +205,11 @@ pub(crate) struct FsGuard {
     pub(crate) warnings: Vec<String>,
     /// Filesystem calls left, and the most descriptors open at once; `None`: unbounded.
     budget: Option<Budget>,
+    /// Refusals already recorded in this call, each with how often it was repeated since (the
+    /// repeats are recorded once, at the end of the call).
+    repeats: HashMap<(&'static str, Access, String, String), u64>,
+    /// Why the call was stopped for flooding the audit trail, once it was.
+    flood: Option<String>,
     /// Where `read` reads before copying what it got: allocated once per call, not once per
     /// read (a scan reads thousands of small files in chunks of 64 KiB).
     read_buffer: Vec<u8>,
@@ -215,6 +221,8 @@ struct Budget {
     calls: u64,
     open_files: usize,
     exhausted: bool,
+    /// Distinct refusals the call may record.
+    audit_records: u64,
 }
 
 impl FsGuard {
@@ -240,24 +248,64 @@ impl FsGuard {
             transaction: None,
             warnings: Vec::new(),
             budget: None,
+            repeats: HashMap::new(),
+            flood: None,
             read_buffer: Vec::new(),
         }
     }
 
     /// Bound the call's filesystem calls and open descriptors.
-    pub(crate) fn set_budget(&mut self, tool: &str, calls: u64, open_files: usize) {
+    pub(crate) fn set_budget(&mut self, tool: &str, calls: u64, open_files: usize, audit_records: u64) {
         self.budget = Some(Budget {
             tool: tool.to_owned(),
             calls_left: calls,
             calls,
             open_files,
             exhausted: false,
+            audit_records,
         });
+    }
+
+    /// Why the call was stopped for making more distinct refusals than its budget of audit
+    /// records, if it was.
+    pub(crate) fn flooded(&self) -> Option<String> {
+        self.flood.clone()
+    }
+
+    /// Write one record for each refusal the call repeated, with how often: the trail stays
+    /// complete without a record per repetition.
+    pub(crate) fn record_repeats(&mut self) {
+        let Some(sink) = &self.audit else {
+            return;
+        };
+        let now = now();
+        let mut records: Vec<Record> = self
+            .repeats
+            .iter()
+            .filter(|(_, count)| **count > 0)
+            .map(|((operation, access, rule, path), count)| {
+                let mut record = Record::filesystem(&now, &sink.session, &self.role, &sink.tool, &sink.call_id, operation, path, access.as_str(), "deny", rule);
+                record.repeated = Some(*count);
+                record
+            })
+            .collect();
+        if records.is_empty() {
+            return;
+        }
+        records.sort_by(|a, b| (&a.path, &a.operation).cmp(&(&b.path, &b.operation)));
+        if sink.log.append(&records).is_err() {
+            self.audit_failures += 1;
+        }
+        self.repeats.clear();
     }
 
     /// Count one filesystem call against the budget; past it, every call fails (and the first
     /// refusal is recorded, naming the limit).
     fn spend(&mut self, operation: &'static str) -> FsResult<()> {
+        if let Some(message) = &self.flood {
+            // Stopped: the component gets no further answer from the host.
+            return Err(FsError::trap(wasmtime::format_err!("{message}")));
+        }
         let Some(budget) = self.budget.as_mut() else {
             return Ok(());
         };
@@ -344,13 +392,16 @@ impl FsGuard {
         };
         let metadata = match root.symlink_metadata(&canonical) {
             Ok(metadata) => metadata,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(error) if matches!(error.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+                if self.check_missing("inspect", &canonical).is_err() {
+                    return Err(self.last_refusal(ToolErrorKind::Denied));
+                }
                 return Err((ToolErrorKind::NotFound, format!("`{shown}` does not exist: check the path with `list_files`")));
             }
             Err(error) => return Err((ToolErrorKind::Failed, format!("`{shown}` could not be looked up ({})", error.kind()))),
         };
         let read = if metadata.is_dir() { Access::List } else { Access::Read };
-        if self.check("inspect", &canonical, read).is_err() {
+        if self.check_lookup("inspect", &canonical, Some(metadata.is_dir())).is_err() {
             return Err(self.last_refusal(ToolErrorKind::Denied));
         }
         use cap_std::fs::PermissionsExt as _;
@@ -360,6 +411,32 @@ impl FsGuard {
             write: self.decide(Access::Write, &canonical).effect,
             delete: self.decide(Access::Delete, &canonical).effect,
         })
+    }
+
+    /// Judge a lookup of the canonical `path`, which does not exist: refused (and recorded) as
+    /// it would be if something were there that the role may not see — a file it may not read
+    /// or a directory it may not list — so that "not found" and "denied" do not tell a
+    /// component which hidden paths exist.
+    fn check_missing(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        self.check_lookup(operation, path, None)
+    }
+
+    /// Judge a lookup (`stat`, `inspect`) of the canonical `path`: a directory needs `list`,
+    /// anything else `read`, and a missing path is refused if either would be ([`check_missing`]).
+    /// Where the role may neither read nor list, every lookup is refused the same way, as a
+    /// read, whatever is there: the answer tells nothing about what exists.
+    fn check_lookup(&mut self, operation: &'static str, path: &str, is_directory: Option<bool>) -> FsResult<()> {
+        let hidden = self.effect(Access::Read, path) == Effect::Deny;
+        if hidden && self.effect(Access::List, path) == Effect::Deny {
+            return self.check(operation, path, Access::Read);
+        }
+        match is_directory {
+            Some(true) => self.check(operation, path, Access::List),
+            Some(false) => self.check(operation, path, Access::Read),
+            None if hidden => self.check(operation, path, Access::Read),
+            None if self.effect(Access::List, path) == Effect::Deny => self.check(operation, path, Access::List),
+            None => Ok(()),
+        }
     }
 
     /// The kind and message of the refusal just recorded.
@@ -392,7 +469,7 @@ impl FsGuard {
     }
 
     /// Write decisions to `sink`, and refuse modifications of `state_paths`.
-    pub(crate) fn with_audit(mut self, sink: Option<AuditSink>, state_paths: Vec<String>) -> Self {
+    pub(crate) fn with_audit(mut self, sink: Option<AuditSink>, state_paths: Vec<(String, bool)>) -> Self {
         self.audit = sink;
         self.state_paths = state_paths;
         self
@@ -816,16 +893,17 @@ impl FsGuard {
         matches!(access, Access::Write | Access::Delete) && self.transaction.is_none() && self.root.is_some()
     }
 
-    /// The state path (audit directory, policy file) that `path` is or lies under, if
-    /// `access` modifies it.
+    /// The host-owned path that `path` is or lies under, if `access` modifies it (or, for a
+    /// hidden one, touches it at all).
     fn state_path_of(&self, access: Access, path: &str) -> Option<&str> {
-        if !matches!(access, Access::Write | Access::Delete) {
-            return None;
-        }
+        let modifies = matches!(access, Access::Write | Access::Delete);
         self.state_paths
             .iter()
-            .find(|state| path == state.as_str() || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
-            .map(String::as_str)
+            .find(|(state, hidden)| {
+                (modifies || *hidden)
+                    && (state == "." || path == state.as_str() || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
+            })
+            .map(|(state, _)| state.as_str())
     }
 
     /// Judge `access` to `path`: its effect, and the whole decision while the call still
@@ -863,8 +941,9 @@ impl FsGuard {
         let Some(root) = self.root.as_ref() else {
             return Ok(());
         };
-        // Each entry with whether it is a directory, as the listing says (no link followed).
-        let mut entries: Vec<(String, bool)> = Vec::new();
+        // Each entry with whether it is a directory and whether a symlink, as the listing says
+        // (no link followed).
+        let mut entries: Vec<(String, bool, bool)> = Vec::new();
         let mut pending = vec![from.to_owned()];
         while let Some(directory) = pending.pop() {
             let listing = root.read_dir(&directory).map_err(|error| FsError::from(ErrorCode::from(error)))?;
@@ -872,11 +951,12 @@ impl FsGuard {
                 let entry = entry.map_err(|error| FsError::from(ErrorCode::from(error)))?;
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let path = format!("{directory}/{name}");
-                let is_directory = entry.file_type().is_ok_and(|kind| kind.is_dir());
+                let file_type = entry.file_type().map_err(|error| FsError::from(ErrorCode::from(error)))?;
+                let is_directory = file_type.is_dir();
                 if is_directory {
                     pending.push(path.clone());
                 }
-                entries.push((path, is_directory));
+                entries.push((path, is_directory, file_type.is_symlink()));
                 if entries.len() > MAX_MOVED_ENTRIES {
                     let message = format!(
                         "moving the directory `{}` is refused: it holds more than {MAX_MOVED_ENTRIES} entries, each of which would have to be checked; move its contents in parts",
@@ -886,11 +966,14 @@ impl FsGuard {
                 }
             }
         }
-        for (path, is_directory) in entries {
+        for (path, is_directory, is_symlink) in entries {
             let Some(rest) = path.strip_prefix(from) else {
                 continue;
             };
             let landing = format!("{to}{rest}");
+            if is_symlink {
+                self.check_link_stays_inside(operation, (from, to), &path, &landing)?;
+            }
             if !self.is_visible(&path, is_directory) {
                 // An entry the role may not see moves only if it may be deleted where it is,
                 // written where it lands, and stays hidden there (what `check_hidden_stays_hidden`
@@ -913,6 +996,45 @@ impl FsGuard {
         Ok(())
     }
 
+    /// Refuse to move the symlink `link` to `landing` (as part of moving `moved`) if its
+    /// relative target, read from where it would land, leaves the workspace: toolcell never
+    /// follows it there, but people, CI and other programs would. An absolute target is left
+    /// alone (moving it changes nothing of where it points).
+    fn check_link_stays_inside(&mut self, operation: &'static str, (moved, moved_to): (&str, &str), link: &str, landing: &str) -> FsResult<()> {
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        let Ok(target) = root.read_link_contents(link) else {
+            // Gone since it was listed: the move itself will say so.
+            return Ok(());
+        };
+        let target = target.to_string_lossy().into_owned();
+        if target.starts_with('/') {
+            return Ok(());
+        }
+        let landing_directory = landing.rsplit_once('/').map_or(".", |(parent, _)| parent);
+        if toolcell_policy::join_lexically(landing_directory, &target).is_some() {
+            return Ok(());
+        }
+        let message = if moved == link {
+            format!(
+                "moving the symlink `{}` to `{}` is refused: its target `{}` would then lead outside the workspace. Move it where its target stays inside, or recreate it there with a target that does",
+                escape_control(link),
+                escape_control(landing),
+                escape_control(&target)
+            )
+        } else {
+            format!(
+                "moving `{}` to `{}` is refused: the symlink `{}` in it (target `{}`) would then lead outside the workspace. Move it where the link's target stays inside, or change the link first",
+                escape_control(moved),
+                escape_control(moved_to),
+                escape_control(link),
+                escape_control(&target)
+            )
+        };
+        Err(self.refuse_rule(operation, link, Access::Write, "symlink-target", message, ToolErrorKind::Denied))
+    }
+
     /// Refuse to move or link `from`, which the role may not read, to `to`, where it could:
     /// that would hand it the content the policy hides. (Moving a hidden entry to a place
     /// where it stays hidden is allowed.)
@@ -926,6 +1048,26 @@ impl FsGuard {
             escape_control(to)
         );
         Err(self.refuse_rule(operation, from, Access::Read, "hidden-stays-hidden", message, ToolErrorKind::Denied))
+    }
+
+    /// Whether `path` is a symlink (not followed).
+    fn is_symlink(&self, path: &str) -> bool {
+        self.root
+            .as_ref()
+            .and_then(|root| root.symlink_metadata(path).ok())
+            .is_some_and(|metadata| metadata.is_symlink())
+    }
+
+    /// After `from` was renamed to `to`: every descriptor opened at or under `from` now
+    /// refers to the same object under `to`.
+    fn moved(&mut self, from: &str, to: &str) {
+        for path in self.descriptors.values_mut() {
+            if path == from {
+                *path = to.to_owned();
+            } else if let Some(rest) = path.strip_prefix(from).filter(|rest| rest.starts_with('/')) {
+                *path = format!("{to}{rest}");
+            }
+        }
     }
 
     /// Whether `path` is a directory (not a symlink to one).
@@ -959,6 +1101,10 @@ impl FsGuard {
             "read-only-call" => format!(
                 "{access} of `{path}` is refused: this call may only read (validators and descriptions cannot change files)."
             ),
+            rule if rule.strip_prefix("protected:").is_some_and(|protected| self.state_paths.iter().any(|(state, _)| state == protected)) => format!(
+                "{access} of `{path}` is refused: it is toolcell's own state (`{}`: its audit trail, cache, plugins or policy), which no tool may change. Leave it alone.",
+                &rule["protected:".len()..]
+            ),
             rule if rule.starts_with("protected:") => format!(
                 "{access} of `{path}` is denied for role `{role}`: the path is protected (`{}`), and no rule names it explicitly. Leave it unchanged.",
                 &rule["protected:".len()..]
@@ -977,9 +1123,38 @@ impl FsGuard {
     }
 
     fn refuse_as(&mut self, event: FsEvent, message: String, kind: ToolErrorKind) -> FsError {
+        let key = (event.operation, event.access, event.rule.clone(), event.path.clone());
+        if let Some(count) = self.repeats.get_mut(&key) {
+            // The same refusal again: counted, and recorded once when the call ends.
+            *count += 1;
+            return FsError::from(ErrorCode::Access);
+        }
+        if let Some(budget) = self.budget.as_ref()
+            && self.repeats.len() as u64 >= budget.audit_records
+        {
+            let message = format!(
+                "`{}` was stopped: it made more than {} distinct refused filesystem accesses, its budget of audit records for one call; nothing it did is kept. Do less in one call (the operator can raise `audit_records` under `[limits]` or `[limits.tools.{}]` in the policy)",
+                budget.tool, budget.audit_records, budget.tool
+            );
+            let stop = FsEvent {
+                rule: "audit-record-budget".to_owned(),
+                ..event
+            };
+            if self.audit(&stop).is_err() {
+                self.audit_failures += 1;
+            }
+            self.denials.push(Denial {
+                event: stop,
+                message: message.clone(),
+                kind: ToolErrorKind::TooLarge,
+            });
+            self.flood = Some(message.clone());
+            return FsError::trap(wasmtime::format_err!("{message}"));
+        }
         if event.rule != "audit-unavailable" && self.audit(&event).is_err() {
             self.audit_failures += 1;
         }
+        self.repeats.insert(key, 0);
         self.denials.push(Denial { event, message, kind });
         FsError::from(ErrorCode::Access)
     }
@@ -1444,6 +1619,80 @@ impl GuardedFilesystem<'_> {
         Ok(opened)
     }
 
+    /// The workspace path of the object `fd` refers to, for an operation that acts through the
+    /// descriptor itself (listing it, writing or resizing through it): the path recorded when
+    /// it was opened, provided that path still names that very object. Something moved since
+    /// (by another call, or outside toolcell) is refused as a conflict rather than judged by a
+    /// name it no longer has. Operations relative to a descriptor (`open-at`, `stat-at`, ...)
+    /// need no such check: they act on the path they judge, opened from the workspace root.
+    fn current_path(&mut self, fd: &Resource<Descriptor>, operation: &'static str, access: Access) -> FsResult<String> {
+        let path = self.guard.base(fd)?;
+        let Some(root) = self.guard.root.as_ref().filter(|_| path != ".") else {
+            return Ok(path);
+        };
+        let held = match self.inner.table.get(fd)? {
+            Descriptor::File(file) => rustix::fs::fstat(&*file.file),
+            Descriptor::Dir(directory) => rustix::fs::fstat(&*directory.dir),
+        }
+        .map_err(std::io::Error::from)?;
+        // A file being rewritten whole is written through its temporary sibling.
+        let named = self
+            .guard
+            .transaction
+            .as_ref()
+            .and_then(|transaction| transaction.shadows.iter().find(|(shadowed, _)| *shadowed == path))
+            .map_or(path.as_str(), |(_, temporary)| temporary.as_str());
+        let same = beneath::open(root, named, rustix::fs::OFlags::PATH, rustix::fs::Mode::empty())
+            .and_then(|now| rustix::fs::fstat(&now).map_err(std::io::Error::from))
+            .is_ok_and(|now| now.st_dev == held.st_dev && now.st_ino == held.st_ino);
+        if same {
+            return Ok(path);
+        }
+        let message = format!(
+            "`{}` was moved or replaced since it was opened, so nothing was done through the old handle; open it again where it is now",
+            escape_control(&path)
+        );
+        Err(self.guard.refuse_rule(operation, &path, access, "descriptor-moved", message, ToolErrorKind::Conflict))
+    }
+
+    /// Refuse a write to the existing file `path` that the filesystem would refuse (its mode,
+    /// or its owner, does not let this user write it), before anything is journaled or a
+    /// temporary copy is made.
+    fn check_writable(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        let Some(root) = self.guard.root.as_ref() else {
+            return Ok(());
+        };
+        let Ok(file) = beneath::open(root, path, rustix::fs::OFlags::PATH, rustix::fs::Mode::empty()) else {
+            // Missing (about to be created) or changed: the open itself will tell.
+            return Ok(());
+        };
+        let path_of_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
+        match rustix::fs::access(path_of_fd.as_str(), rustix::fs::Access::WRITE_OK) {
+            Err(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS) => {
+                Err(self.refused_by_filesystem(operation, path, Access::Write))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The refusal for an operation on `path` that the policy allowed and the filesystem did
+    /// not (permission denied): said as such, with the file's mode, and recorded.
+    fn refused_by_filesystem(&mut self, operation: &'static str, path: &str, access: Access) -> FsError {
+        let mode = self
+            .guard
+            .root
+            .as_ref()
+            .and_then(|root| root.symlink_metadata(path).ok())
+            .map(|metadata| format!(" (its mode is {:04o})", cap_std::fs::PermissionsExt::mode(&metadata.permissions()) & 0o7777))
+            .unwrap_or_default();
+        let message = format!(
+            "{access} of `{}` was refused by the filesystem: permission denied{mode}. The policy allows it, but the file's permissions do not let toolcell's user {}; change them, or work on another file",
+            escape_control(path),
+            if access == Access::Write { "write it" } else { "read it" }
+        );
+        self.guard.refuse_rule(operation, path, access, "filesystem-permission", message, ToolErrorKind::Denied)
+    }
+
     /// The refusal for an operation that met a symlink on the canonical `path`, which had none
     /// when it was judged: something replaced a directory on the way (or the file) since.
     fn changed_underfoot(&mut self, operation: &'static str, path: &str, access: Access) -> FsError {
@@ -1533,7 +1782,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn set_size(&mut self, fd: Resource<Descriptor>, size: Filesize) -> FsResult<()> {
         self.guard.spend("set-size")?;
-        let path = self.guard.base(&fd)?;
+        let path = self.current_path(&fd, "set-size", Access::Write)?;
         self.guard.check("set-size", &path, Access::Write)?;
         self.guard.check_single_link("set-size", &path)?;
         self.guard.before_mutation("set-size", &path, true)?;
@@ -1542,7 +1791,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn set_times(&mut self, fd: Resource<Descriptor>, atim: NewTimestamp, mtim: NewTimestamp) -> FsResult<()> {
         self.guard.spend("set-times")?;
-        let path = self.guard.base(&fd)?;
+        let path = self.current_path(&fd, "set-times", Access::Write)?;
         self.guard.check("set-times", &path, Access::Write)?;
         fs::HostDescriptor::set_times(&mut self.inner, fd, atim, mtim)
     }
@@ -1574,14 +1823,14 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn write(&mut self, fd: Resource<Descriptor>, buffer: Vec<u8>, offset: Filesize) -> FsResult<Filesize> {
         self.guard.spend("write")?;
-        let path = self.guard.base(&fd)?;
+        let path = self.current_path(&fd, "write", Access::Write)?;
         self.guard.check("write", &path, Access::Write)?;
         fs::HostDescriptor::write(&mut self.inner, fd, buffer, offset)
     }
 
     fn read_directory(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<DirectoryEntryStream>> {
         self.guard.spend("read-directory")?;
-        let path = self.guard.base(&fd)?;
+        let path = self.current_path(&fd, "read-directory", Access::List)?;
         self.guard.check("read-directory", &path, Access::List)?;
         // A listing shows what the call wrote: its rewrites in this directory go in place.
         self.guard.land_in(&path)?;
@@ -1628,12 +1877,19 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let canonical = self.guard.resolve_at("stat-at", &fd, &path, follows(path_flags), Access::Read)?;
         self.guard.land(&canonical)?;
         // The canonical path is resolved already (its last component too, if asked).
-        let stat = self.in_parent(&fd, &canonical, ("stat-at", Access::Read), |this, parent, name| {
+        let stat = match self.in_parent(&fd, &canonical, ("stat-at", Access::Read), |this, parent, name| {
             fs::HostDescriptor::stat_at(&mut this.inner, parent, PathFlags::empty(), name)
-        })?;
+        }) {
+            Ok(stat) => stat,
+            Err(error) => {
+                if matches!(error.downcast_ref(), Some(ErrorCode::NoEntry | ErrorCode::NotDirectory)) {
+                    self.guard.check_missing("stat-at", &canonical)?;
+                }
+                return Err(error);
+            }
+        };
         // Judged once the type is known: a directory needs `list`, anything else `read`.
-        let access = if stat.type_ == DescriptorType::Directory { Access::List } else { Access::Read };
-        self.guard.check("stat-at", &canonical, access)?;
+        self.guard.check_lookup("stat-at", &canonical, Some(stat.type_ == DescriptorType::Directory))?;
         Ok(stat)
     }
 
@@ -1667,6 +1923,10 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let link = self.guard.check_at("link-at", &new_descriptor, &new_path, false, Access::Write)?;
         self.guard.land(&link)?;
         self.guard.check_hidden_stays_hidden("link-at", &source, &link, false)?;
+        if self.guard.is_symlink(&source) {
+            // A hard link to a symlink is the same relative target read from another place.
+            self.guard.check_link_stays_inside("link-at", (&source, &link), &source, &link)?;
+        }
         self.guard.before_mutation("link-at", &link, false)?;
         let source_parent = self.parent_descriptor(&fd, &source, "link-at", Access::Write)?;
         let source_name = source.rsplit_once('/').map_or(source.as_str(), |(_, name)| name).to_owned();
@@ -1714,6 +1974,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
                 self.guard.check_open_files("open-at", &plain)?;
                 match self.open_beneath(&plain, open_flags, flags) {
                     Err(error) if beneath::is_symlink_on_path(&error) => {}
+                    Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+                        return Err(self.refused_by_filesystem("open-at", &plain, access));
+                    }
                     opened => {
                         if let Some((_, decision)) = judged {
                             self.guard.record_allowed("open-at", &plain, Access::Read, decision);
@@ -1738,6 +2001,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let mut target_flags = open_flags;
         if access == Access::Write {
             self.guard.check_single_link("open-at", &canonical)?;
+            self.check_writable("open-at", &canonical)?;
             self.guard.before_mutation("open-at", &canonical, true)?;
             if self.guard.rewrites_whole(&canonical, open_flags) {
                 // Written to a temporary sibling that replaces the file at once; the
@@ -1762,6 +2026,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
                     Err(self.changed_underfoot("open-at", &canonical, access))
                 }
             }
+            Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => Err(self.refused_by_filesystem("open-at", &canonical, access)),
             Err(error) => Err(error.into()),
         }
     }
@@ -1803,6 +2068,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.check_single_link("rename-at", &destination)?;
         let source_is_directory = self.guard.is_directory(&source);
         self.guard.check_hidden_stays_hidden("rename-at", &source, &destination, source_is_directory)?;
+        if self.guard.is_symlink(&source) {
+            self.guard.check_link_stays_inside("rename-at", (&source, &destination), &source, &destination)?;
+        }
         if source_is_directory {
             self.guard.check_subtree_move("rename-at", &source, &destination)?;
             self.guard.before_move("rename-at", &source, &destination)?;
@@ -1816,6 +2084,10 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             fs::HostDescriptor::rename_at(&mut this.inner, Resource::new_borrow(source_parent.rep()), source_name, parent, name)
         });
         self.inner.table.delete(source_parent)?;
+        if result.is_ok() {
+            // Descriptors opened at or under the source are judged where they are now.
+            self.guard.moved(&source, &destination);
+        }
         result
     }
 
@@ -1853,14 +2125,14 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn write_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::OutputStream>> {
         self.guard.spend("write-via-stream")?;
-        let path = self.guard.base(&fd)?;
+        let path = self.current_path(&fd, "write-via-stream", Access::Write)?;
         self.guard.check("write-via-stream", &path, Access::Write)?;
         fs::HostDescriptor::write_via_stream(&mut self.inner, fd, offset)
     }
 
     fn append_via_stream(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<streams::OutputStream>> {
         self.guard.spend("append-via-stream")?;
-        let path = self.guard.base(&fd)?;
+        let path = self.current_path(&fd, "append-via-stream", Access::Write)?;
         self.guard.check("append-via-stream", &path, Access::Write)?;
         fs::HostDescriptor::append_via_stream(&mut self.inner, fd)
     }

@@ -76,6 +76,11 @@ pub(crate) struct Step {
     pub(crate) path: String,
     /// What it was.
     pub(crate) prior: Prior,
+    /// The device and inode of the file saved in `prior`: a rollback leaves a file that is
+    /// still that inode, with that mode and content, exactly as it is (the call journaled it but
+    /// never changed it), instead of rewriting it as a new file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) identity: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -132,9 +137,10 @@ impl Journal {
     /// one cannot put another file's content in the journal (a rollback would write it here).
     pub(crate) fn preserve(&mut self, root: &Dir, path: &str) -> std::io::Result<()> {
         let (directory, name) = match crate::beneath::parent(root, path) {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return self.append(Step { path: path.to_owned(), prior: Prior::Absent }),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return self.append(Step { path: path.to_owned(), prior: Prior::Absent, identity: None }),
             result => result?,
         };
+        let mut identity = None;
         let prior = match directory.symlink_metadata(name) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Prior::Absent,
             Err(error) => return Err(error),
@@ -155,6 +161,7 @@ impl Journal {
                     return Err(std::io::Error::other("the file was replaced while it was being saved"));
                 }
                 let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
+                identity = Some((std::os::unix::fs::MetadataExt::dev(&metadata), std::os::unix::fs::MetadataExt::ino(&metadata)));
                 if metadata.len() <= INLINE_BYTES {
                     let mut content = Vec::new();
                     std::io::Read::read_to_end(&mut source, &mut content)?;
@@ -178,6 +185,7 @@ impl Journal {
         self.append(Step {
             path: path.to_owned(),
             prior,
+            identity,
         })
     }
 
@@ -186,6 +194,7 @@ impl Journal {
         self.append(Step {
             path: from.to_owned(),
             prior: Prior::Moved { to: to.to_owned() },
+            identity: None,
         })
     }
 
@@ -271,6 +280,9 @@ pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Res
     match &step.prior {
         Prior::Absent => remove(&parent, name),
         Prior::File { .. } | Prior::Inline { .. } => {
+            if is_untouched(&parent, name, directory, step)? {
+                return Ok(());
+            }
             let temporary = format!("{RESTORE_PREFIX}{name}");
             let _ = parent.remove_file(&temporary);
             let mut file = parent.open_with(&temporary, cap_std::fs::OpenOptions::new().write(true).create_new(true))?;
@@ -316,6 +328,56 @@ pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Res
             Ok(())
         }
     }
+}
+
+/// Whether `name` in `parent` is still the very file `step` saved, with its mode and its
+/// content: then restoring it would only replace it with a copy (a new inode, perhaps another
+/// group), so it is left alone.
+fn is_untouched(parent: &Dir, name: &str, journal: &Path, step: &Step) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt as _;
+    let (Some((device, inode)), Prior::File { mode, .. } | Prior::Inline { mode, .. }) = (step.identity, &step.prior) else {
+        return Ok(false);
+    };
+    let Ok(mut current) = crate::beneath::open_in(parent, name, rustix::fs::OFlags::RDONLY) else {
+        return Ok(false);
+    };
+    let metadata = current.metadata()?;
+    if !metadata.is_file() || metadata.dev() != device || metadata.ino() != inode || metadata.mode() & 0o7777 != mode & 0o7777 {
+        return Ok(false);
+    }
+    let mut saved: Box<dyn std::io::Read> = match &step.prior {
+        Prior::File { blob, .. } => Box::new(File::open(journal.join(blob))?),
+        Prior::Inline { hex, .. } => Box::new(std::io::Cursor::new(unhex(hex)?)),
+        _ => return Ok(false),
+    };
+    same_content(&mut current, &mut saved)
+}
+
+/// Whether two readers yield the same bytes.
+fn same_content(a: &mut impl std::io::Read, b: &mut impl std::io::Read) -> std::io::Result<bool> {
+    let mut left = vec![0u8; 64 * 1024];
+    let mut right = vec![0u8; 64 * 1024];
+    loop {
+        let read = fill(a, &mut left)?;
+        if fill(b, &mut right[..read.max(1)])? != read || left[..read] != right[..read] {
+            return Ok(false);
+        }
+        if read == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+/// Read until `buffer` is full or the reader ends; the bytes read.
+fn fill(reader: &mut impl std::io::Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match reader.read(&mut buffer[filled..])? {
+            0 => break,
+            read => filled += read,
+        }
+    }
+    Ok(filled)
 }
 
 /// Decode a step's hex content.

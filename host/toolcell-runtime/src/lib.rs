@@ -66,7 +66,7 @@ mod state;
 mod undo;
 mod work;
 
-pub use audit::{AUDIT_FILE, AuditLog};
+pub use audit::{AUDIT_FILE, AUDIT_HEAD_FILE, AuditLog};
 pub use engine::CacheOutcome;
 pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};
@@ -91,6 +91,8 @@ mod bindings {
     wasmtime::component::bindgen!({
         world: "plugin",
         path: "../../wit",
+        // The host stops a component that floods the audit trail through `inspect`.
+        imports: { "toolcell:tool/context.inspect": trappable },
     });
 }
 
@@ -201,7 +203,9 @@ impl RuntimeBuilder {
     /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::Policy`],
     /// [`Error::Cache`] or [`Error::Engine`].
     pub fn build(mut self) -> Result<Runtime, Error> {
+        let mut host_owned = Vec::new();
         if let Some(directory) = self.plugin_dir.take() {
+            host_owned.push(HostOwned::directory(&directory));
             for (origin, wasm) in read_plugins(&directory)? {
                 self.components.push((origin, Cow::Owned(wasm)));
             }
@@ -221,11 +225,24 @@ impl RuntimeBuilder {
         })?;
         let linker = state::linker(&engine, !self.unguarded)?;
         let cache = self.cache_dir.as_deref().map(engine::ComponentCache::open).transpose()?;
+        if let Some(directory) = &self.cache_dir {
+            host_owned.push(HostOwned::directory(directory));
+            host_owned.push(HostOwned {
+                path: canonical_lenient(&directory.join(engine::CACHE_KEY_FILE)),
+                is_directory: false,
+                hidden: true,
+            });
+        }
+        let mut warnings = Vec::new();
         let mut tools: BTreeMap<String, LoadedTool> = BTreeMap::new();
         let mut loaded = Vec::new();
         for (origin, wasm) in &self.components {
             let (component, cache_outcome) = match &cache {
-                Some(cache) => cache.load(&engine, origin, wasm)?,
+                Some(cache) => {
+                    let (component, outcome, warning) = cache.load(&engine, origin, wasm)?;
+                    warnings.extend(warning);
+                    (component, outcome)
+                }
                 None => (engine::compile(&engine, origin, wasm)?, CacheOutcome::Compiled),
             };
             imports::check(&engine, origin, &component)?;
@@ -279,16 +296,22 @@ impl RuntimeBuilder {
             );
         }
         let names: Vec<&str> = tools.keys().map(String::as_str).collect();
-        let mut policy_path = None;
         let policy = match self.policy {
             Some(PolicySource::Text { file, text }) => Some(Arc::new(Policy::parse(&file, &text, &names)?)),
             Some(PolicySource::File(path)) => {
-                policy_path = std::fs::canonicalize(&path).ok();
+                host_owned.push(HostOwned {
+                    path: canonical_lenient(&path),
+                    is_directory: false,
+                    hidden: false,
+                });
                 let text = std::fs::read_to_string(&path).map_err(|source| Error::PolicyFile {
                     path: path.clone(),
                     source,
                 })?;
-                Some(Arc::new(Policy::parse(&path.display().to_string(), &text, &names)?))
+                // Named by its file name alone: the name reaches agents in refusals, and a
+                // host path must not.
+                let name = path.file_name().map_or_else(|| "policy.toml".to_owned(), |name| name.to_string_lossy().into_owned());
+                Some(Arc::new(Policy::parse(&name, &text, &names)?))
             }
             None => None,
         };
@@ -325,6 +348,9 @@ impl RuntimeBuilder {
         }
         let audit = self.audit_dir.as_deref().map(AuditLog::open).transpose()?.map(Arc::new);
         let state_dir = audit.as_ref().map(|log| log.directory().to_path_buf());
+        if let Some(directory) = &state_dir {
+            host_owned.push(HostOwned::directory(directory));
+        }
         let work = work::WorkDir::new(state_dir.as_deref()).map_err(|source| Error::Audit {
             path: state_dir.clone().unwrap_or_else(std::env::temp_dir),
             source,
@@ -360,7 +386,8 @@ impl RuntimeBuilder {
             tools,
             loaded,
             policy,
-            policy_path,
+            host_owned,
+            warnings,
             audit,
             limits: self.limits,
             locks,
@@ -370,6 +397,50 @@ impl RuntimeBuilder {
             work,
             _ticker: ticker,
         })
+    }
+}
+
+/// A location the host reads and trusts.
+#[derive(Debug)]
+struct HostOwned {
+    /// Canonical (as far as it exists).
+    path: PathBuf,
+    is_directory: bool,
+    /// Hidden from tools altogether, reads included (a secret), not only kept unchanged.
+    hidden: bool,
+}
+
+impl HostOwned {
+    fn directory(path: &Path) -> Self {
+        HostOwned {
+            path: canonical_lenient(path),
+            is_directory: true,
+            hidden: false,
+        }
+    }
+}
+
+/// `path` with its longest existing ancestor canonicalized and the missing rest appended: a
+/// location that does not exist yet (a plugin directory) must be protected where it would be
+/// created.
+fn canonical_lenient(path: &Path) -> PathBuf {
+    let Ok(absolute) = std::path::absolute(path) else {
+        return path.to_path_buf();
+    };
+    let mut missing = Vec::new();
+    let mut current = absolute.as_path();
+    loop {
+        if let Ok(mut canonical) = std::fs::canonicalize(current) {
+            canonical.extend(missing.iter().rev());
+            return canonical;
+        }
+        match (current.file_name(), current.parent()) {
+            (Some(name), Some(parent)) => {
+                missing.push(name);
+                current = parent;
+            }
+            _ => return absolute,
+        }
     }
 }
 
@@ -384,6 +455,8 @@ fn read_plugins(directory: &Path) -> Result<Vec<(String, Vec<u8>)>, Error> {
         Err(source) if source.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => return Err(Error::Plugins { path: directory.to_path_buf(), source }),
     };
+    // Whoever can write the directory chooses the code toolcell runs.
+    engine::check_private(directory, 0o022, "the plugin directory")?;
     let mut paths: Vec<PathBuf> = entries
         .map(|entry| entry.map(|entry| entry.path()))
         .collect::<Result<_, _>>()
@@ -484,8 +557,11 @@ pub struct Runtime {
     tools: BTreeMap<String, LoadedTool>,
     loaded: Vec<LoadedComponent>,
     policy: Option<Arc<Policy>>,
-    /// The policy file, when it came from one (protected if inside a workspace).
-    policy_path: Option<PathBuf>,
+    /// What the host itself reads and trusts (state directory, cache and its key, plugin
+    /// directory, policy file), canonical: no call may change it.
+    host_owned: Vec<HostOwned>,
+    /// What went wrong at load that the operator should know (a cached artifact rejected).
+    warnings: Vec<String>,
     audit: Option<Arc<AuditLog>>,
     limits: Limits,
     locks: Arc<LockStore>,
@@ -736,6 +812,12 @@ impl Runtime {
         &self.recovered
     }
 
+    /// What the operator should know about the load: each cached artifact that failed
+    /// authentication and was compiled again.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
     /// Every component loaded, in load order, and whether each came from the cache.
     pub fn loaded(&self) -> &[LoadedComponent] {
         &self.loaded
@@ -800,7 +882,7 @@ impl Runtime {
             call_id.clone(),
         );
         let guard = FsGuard::new(self.policy.clone(), request.role, request.approver.cloned(), Some(directory))
-            .with_audit(self.audit_sink(request, &call_id), self.state_paths_inside(request.workspace))
+            .with_audit(self.audit_sink(request, &call_id), self.host_paths_inside(request.workspace)?)
             .with_transaction(transaction);
         let mut guard = match &tool.kind {
             ToolKind::Component(pre) => {
@@ -824,6 +906,12 @@ impl Runtime {
                 guard
             }
         };
+        // Refusals past the call's budget of audit records stopped the component.
+        guard.record_repeats();
+        if let Some(message) = guard.flooded() {
+            outcome.trapped = false;
+            outcome.result = Err(ToolError::new(ToolErrorKind::TooLarge, message));
+        }
         outcome.events = std::mem::take(&mut guard.events);
         outcome.unrecorded_events = guard.unrecorded_events;
         outcome.denials = std::mem::take(&mut guard.denials);
@@ -835,7 +923,7 @@ impl Runtime {
                 for message in distinct_messages(&outcome.denials) {
                     guard.warnings.push(format!("Refused by the host: {message}"));
                 }
-            } else {
+            } else if guard.flooded().is_none() {
                 outcome.result = Err(denied_result(&outcome.denials, &outcome.result));
             }
         }
@@ -877,7 +965,7 @@ impl Runtime {
         wasi.preopened_dir(workspace.root(), ".", FsPerms::ReadWrite).map_err(host_error)?;
         let limits = self.limits_for(tool);
         let mut guard = guard;
-        guard.set_budget(tool, limits.host_calls, limits.open_files);
+        guard.set_budget(tool, limits.host_calls, limits.open_files, limits.audit_records);
         let state = CallState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
@@ -962,6 +1050,7 @@ impl Runtime {
             output_bytes: set.output_bytes.unwrap_or(self.limits.output_bytes),
             host_calls: set.host_calls.unwrap_or(self.limits.host_calls),
             open_files: set.open_files.unwrap_or(self.limits.open_files),
+            audit_records: set.audit_records.unwrap_or(self.limits.audit_records),
         }
     }
 
@@ -1126,19 +1215,30 @@ impl Runtime {
         outcome.result.map(drop).map_err(|error| error.message)
     }
 
-    /// Workspace-relative paths of the state directory and the policy file, if they sit inside
-    /// the workspace: no call may modify them.
-    fn state_paths_inside(&self, workspace: &Workspace) -> Vec<String> {
-        let audit_dir = self.audit.as_ref().map(|log| log.directory());
-        [audit_dir, self.policy_path.as_deref()]
-            .into_iter()
-            .flatten()
-            .filter_map(|path| path.strip_prefix(workspace.root()).ok())
-            .map(|relative| {
-                let relative = relative.to_string_lossy();
-                if relative.is_empty() { ".".to_owned() } else { relative.into_owned() }
-            })
-            .collect()
+    /// The host-owned locations inside `workspace`, workspace-relative, each with whether the
+    /// guard hides it altogether (the cache key) or only refuses to change it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Insecure`] if the workspace lies inside a host-owned directory: every write a
+    /// tool made would then be a write to the host's own state.
+    fn host_paths_inside(&self, workspace: &Workspace) -> Result<Vec<(String, bool)>, Error> {
+        let mut inside = Vec::new();
+        for owned in &self.host_owned {
+            if owned.is_directory && workspace.root().starts_with(&owned.path) {
+                return Err(Error::Insecure {
+                    path: workspace.root().to_path_buf(),
+                    reason: format!(
+                        "the workspace lies inside toolcell's own directory `{}`, which tools must not change; use a workspace outside it",
+                        owned.path.display()
+                    ),
+                });
+            }
+            if let Ok(relative) = owned.path.strip_prefix(workspace.root()) {
+                inside.push((relative.to_string_lossy().into_owned(), owned.hidden));
+            }
+        }
+        Ok(inside)
     }
 
     /// Write the call's record and stamp its duration. A call whose record cannot be written

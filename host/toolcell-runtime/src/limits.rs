@@ -23,6 +23,9 @@ pub struct Limits {
     pub host_calls: u64,
     /// Files and directories the component may hold open at once.
     pub open_files: usize,
+    /// Distinct refusals recorded in the audit trail per call (a refusal repeated exactly is
+    /// counted, not recorded again); past them the call is stopped and rolled back.
+    pub audit_records: u64,
 }
 
 impl Default for Limits {
@@ -33,6 +36,7 @@ impl Default for Limits {
             output_bytes: 1 << 20,
             host_calls: 1_000_000,
             open_files: 1024,
+            audit_records: 1000,
         }
     }
 }

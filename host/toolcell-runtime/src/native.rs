@@ -169,6 +169,7 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     let step = Step {
         path: path.clone(),
         prior: entry.prior.clone(),
+        identity: None,
     };
     crate::journal::restore(root, &call.undo.session_dir(session, workspace), &step).map_err(|error| {
         ToolError::new(ToolErrorKind::Failed, format!("cannot restore `{shown}`: {error}; nothing was changed"))

@@ -72,14 +72,18 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
     fn inspect(
         &mut self,
         path: String,
-    ) -> Result<bindings::toolcell::tool::context::PathFacts, bindings::toolcell::tool::types::ToolError> {
+    ) -> wasmtime::Result<Result<bindings::toolcell::tool::context::PathFacts, bindings::toolcell::tool::types::ToolError>> {
         use bindings::toolcell::tool::context::{Effect as WitEffect, PathFacts};
         let effect = |effect: toolcell_policy::Effect| match effect {
             toolcell_policy::Effect::Allow => WitEffect::Allow,
             toolcell_policy::Effect::Ask => WitEffect::Ask,
             toolcell_policy::Effect::Deny => WitEffect::Deny,
         };
-        match self.guard.inspect(&path) {
+        let inspected = self.guard.inspect(&path);
+        if let Some(message) = self.guard.flooded() {
+            return Err(wasmtime::format_err!("{message}"));
+        }
+        Ok(match inspected {
             Ok(found) => Ok(PathFacts {
                 mode: found.mode,
                 read: effect(found.read),
@@ -87,7 +91,7 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
                 delete: effect(found.delete),
             }),
             Err((kind, message)) => Err(crate::to_wit_error(kind, message)),
-        }
+        })
     }
 
     fn note(&mut self, text: String) {

@@ -35,6 +35,25 @@ pub fn escape_control(text: &str) -> String {
     escaped
 }
 
+/// `text` made safe to print on a terminal: control characters other than newline and tab
+/// (escape sequences, carriage returns, bells) escaped as [`escape_control`] does, so that text
+/// a component returned cannot drive the terminal that shows it.
+pub fn escape_terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    let is_unsafe = |character: char| character.is_control() && character != '\n' && character != '\t';
+    if !text.contains(is_unsafe) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for character in text.chars() {
+        if is_unsafe(character) {
+            escaped.extend(character.escape_default());
+        } else {
+            escaped.push(character);
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
+}
+
 /// A tool's name: 1 to 64 characters of `a-z`, `0-9` and `_`, starting with a letter.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]

@@ -96,12 +96,16 @@ fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>) -> a
         None => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),
     };
     let runtime = builder.build().context("cannot start the toolcell host")?;
+    for warning in runtime.warnings() {
+        writeln!(std::io::stderr().lock(), "warning: {warning}")?;
+    }
     if args.verbose {
         let mut stderr = std::io::stderr().lock();
         for loaded in runtime.loaded() {
             let how = match loaded.cache {
                 CacheOutcome::Compiled => "compiled",
                 CacheOutcome::Cached => "loaded from cache",
+                CacheOutcome::Rejected => "compiled again: the cached artifact failed authentication",
             };
             writeln!(stderr, "{}: {} ({how})", loaded.tool, loaded.origin)?;
         }
@@ -130,10 +134,36 @@ fn state_dir(args: &RuntimeArgs) -> Option<PathBuf> {
 
 fn audit(args: &RuntimeArgs, command: &AuditCommand) -> anyhow::Result<ExitCode> {
     let directory = state_dir(args).context("no state directory: pass --state-dir or set TOOLCELL_STATE_DIR")?;
-    let log = AuditLog::open(&directory)?;
+    // `verify` checks what is there and creates nothing; `tail` may wait for a log to come.
+    let opened = match command {
+        AuditCommand::Verify => AuditLog::existing(&directory),
+        AuditCommand::Tail { .. } => AuditLog::open(&directory),
+    };
+    let log = match opened {
+        Ok(log) => log,
+        Err(Error::Audit { path, source }) if source.kind() == std::io::ErrorKind::NotFound => {
+            writeln!(
+                std::io::stderr(),
+                "there is no audit trail at `{}`: nothing was recorded there, or this is not the state directory (pass --state-dir)",
+                path.display()
+            )?;
+            return Ok(ExitCode::from(EXIT_TOOL_ERROR));
+        }
+        Err(error) => return Err(error.into()),
+    };
     let text = log.read().with_context(|| format!("cannot read `{}`", log.path().display()))?;
     match command {
-        AuditCommand::Verify => match toolcell_audit::verify(text.lines()) {
+        AuditCommand::Verify => match log.head().map_err(|error| toolcell_audit::Tamper {
+            line: 0,
+            reason: format!("{error}"),
+        }).and_then(|head| match head {
+            Some(head) => toolcell_audit::verify_with_head(text.lines(), &head),
+            None if text.is_empty() => Err(toolcell_audit::Tamper {
+                line: 0,
+                reason: "the log is empty and has no head file: nothing was ever recorded here".to_owned(),
+            }),
+            None => toolcell_audit::verify(text.lines()),
+        }) {
             Ok(verified) => {
                 writeln!(
                     std::io::stdout(),
@@ -288,12 +318,14 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
         return Ok(if outcome.result.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TOOL_ERROR) });
     }
     match &outcome.result {
+        // Text that came from a component is printed with its control characters escaped: it
+        // must not drive the terminal (`--json` output is JSON-escaped already).
         Ok(output) => {
-            writeln!(stdout, "{}", output.text)?;
+            writeln!(stdout, "{}", toolcell_types::escape_terminal(&output.text))?;
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            writeln!(std::io::stderr().lock(), "{error}")?;
+            writeln!(std::io::stderr().lock(), "{}", toolcell_types::escape_terminal(&error.to_string()))?;
             Ok(ExitCode::from(EXIT_TOOL_ERROR))
         }
     }
@@ -408,7 +440,12 @@ fn policy_check(args: &RuntimeArgs, file: &std::path::Path) -> anyhow::Result<Ex
         Ok(runtime) => runtime,
         Err(error) => match error.downcast_ref::<Error>() {
             Some(Error::Policy(policy_error)) => {
-                writeln!(std::io::stderr(), "{policy_error}")?;
+                // The operator is told the file as they gave it (agents only ever see its name).
+                let shown = toolcell_runtime::PolicyError {
+                    file: file.display().to_string(),
+                    ..policy_error.clone()
+                };
+                writeln!(std::io::stderr(), "{shown}")?;
                 return Ok(ExitCode::from(EXIT_TOOL_ERROR));
             }
             _ => return Err(error),

@@ -20,6 +20,7 @@ fn limited() -> Runtime {
             output_bytes: 64 << 10,
             host_calls: 2_000,
             open_files: 64,
+            audit_records: 50,
         })
         .build()
         .expect("the limited runtime builds")

@@ -32,7 +32,10 @@ fn the_second_start_loads_every_component_from_the_cache() {
     };
     let first = build();
     assert!(first.loaded().iter().all(|loaded| loaded.cache == CacheOutcome::Compiled));
-    let artifacts = std::fs::read_dir(cache.path()).expect("cache dir").count();
+    let artifacts = std::fs::read_dir(cache.path())
+        .expect("cache dir")
+        .filter(|entry| entry.as_ref().is_ok_and(|entry| entry.path().extension().is_some_and(|extension| extension == "cwasm")))
+        .count();
     assert_eq!(artifacts, first.loaded().len(), "one artifact per component");
     let second = build();
     assert_eq!(second.loaded().len(), toolcell_builtins::components().count());
@@ -66,10 +69,13 @@ fn a_corrupt_cache_entry_is_recompiled() {
     let build = || RuntimeBuilder::new().cache_dir(cache.path()).component("test:misbehave", wasm).build();
     build().expect("first build");
     for entry in std::fs::read_dir(cache.path()).expect("cache dir") {
-        std::fs::write(entry.expect("entry").path(), b"garbage").expect("corrupt the artifact");
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|extension| extension == "cwasm") {
+            std::fs::write(path, b"garbage").expect("corrupt the artifact");
+        }
     }
     let runtime = build().expect("a corrupt artifact is replaced, not fatal");
-    assert_eq!(runtime.loaded()[0].cache, CacheOutcome::Compiled);
+    assert_eq!(runtime.loaded()[0].cache, CacheOutcome::Rejected);
     assert_eq!(build().expect("third build").loaded()[0].cache, CacheOutcome::Cached);
 }
 

@@ -18,6 +18,7 @@
 //! `at_least_150_attack_inputs` counts the tables' cases.
 
 mod cases;
+mod hardening;
 
 use std::path::Path;
 use std::sync::OnceLock;

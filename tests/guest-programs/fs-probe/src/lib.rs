@@ -2,7 +2,11 @@
 //! the host's sandbox tests. It reports what each operation did, so a test can tell whether
 //! the host let anything through. `symlink` takes the link path in `path` and its target in `to`.
 //! The control operations `panic`, `fail` (a tool error), `sleep` (milliseconds in `content`)
-//! and `spin` (forever) let transaction tests stop a call part-way.
+//! and `spin` (forever) let transaction tests stop a call part-way. `open_dir` keeps a handle
+//! on a directory (its number is the result) and `list_held` lists through handle `content`,
+//! wherever the directory is by then; `repeat` runs the operation `to` (`stat` or `inspect`)
+//! on `path` `content` times, and `stat_many` stats `path/0` ... `path/N-1`, for the audit
+//! flooding tests.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -98,12 +102,70 @@ fn run(operation: &Operation) -> Value {
         "canonicalize" => std::fs::canonicalize(path).map(|target| json!(target.to_string_lossy())),
         "cwd" => std::env::current_dir().map(|dir| json!(dir.to_string_lossy())),
         "env" => Ok(json!(std::env::vars().collect::<Vec<_>>())),
+        "open_dir" => open_dir(path),
+        "list_held" => list_held(&operation.content),
+        "repeat" => {
+            let count: usize = operation.content.parse().unwrap_or(0);
+            let refused = (0..count)
+                .filter(|_| match operation.to.as_str() {
+                    "inspect" => toolcell_sdk::WorkspacePath::parse(path).and_then(|parsed| toolcell_sdk::inspect(&parsed)).is_err(),
+                    _ => std::fs::metadata(path).is_err(),
+                })
+                .count();
+            Ok(json!(refused))
+        }
+        "stat_many" => {
+            let count: usize = operation.content.parse().unwrap_or(0);
+            Ok(json!((0..count).filter(|index| std::fs::metadata(format!("{path}/{index}")).is_err()).count()))
+        }
         other => return json!({ "op": other, "ok": false, "error": "unknown op" }),
     };
     match result {
         Ok(value) => json!({ "op": operation.op, "path": path, "ok": true, "value": value }),
         Err(error) => json!({ "op": operation.op, "path": path, "ok": false, "error": format!("{:?}: {error}", error.kind()) }),
     }
+}
+
+thread_local! {
+    /// Directory handles kept open by `open_dir`.
+    static HELD: std::cell::RefCell<Vec<wasip2::filesystem::types::Descriptor>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn wasi_error(code: wasip2::filesystem::types::ErrorCode) -> std::io::Error {
+    std::io::Error::other(format!("{code:?}"))
+}
+
+/// Open the directory `path` through `wasi:filesystem` and keep the handle.
+fn open_dir(path: &str) -> std::io::Result<Value> {
+    use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
+    let root = wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .find_map(|(descriptor, name)| (name == ".").then_some(descriptor))
+        .ok_or_else(|| std::io::Error::other("no workspace"))?;
+    let opened = root
+        .open_at(PathFlags::empty(), path, OpenFlags::DIRECTORY, DescriptorFlags::READ)
+        .map_err(wasi_error)?;
+    Ok(HELD.with(|held| {
+        let mut held = held.borrow_mut();
+        held.push(opened);
+        json!(held.len() - 1)
+    }))
+}
+
+/// List the directory behind handle `index`.
+fn list_held(index: &str) -> std::io::Result<Value> {
+    let index: usize = index.parse().map_err(|_| std::io::Error::other("not a handle number"))?;
+    HELD.with(|held| {
+        let held = held.borrow();
+        let directory = held.get(index).ok_or_else(|| std::io::Error::other("no such handle"))?;
+        let stream = directory.read_directory().map_err(wasi_error)?;
+        let mut names = Vec::new();
+        while let Some(entry) = stream.read_directory_entry().map_err(wasi_error)? {
+            names.push(entry.name);
+        }
+        names.sort();
+        Ok(json!(names))
+    })
 }
 
 /// `symlink(target, link)` from wasi-libc: std's `symlink_path` is unstable on WASI.
