@@ -518,4 +518,22 @@ mod tests {
         assert!(!shown.contains('\n'));
         assert!(shown.contains("café\\nFAKE LINE"), "{shown}");
     }
+
+    #[test]
+    fn the_head_catches_records_cut_off_the_end() {
+        let lines = log(5);
+        let head = Link::of_line(&lines[4]).expect("a record");
+        let all: Vec<&str> = lines.iter().map(String::as_str).collect();
+        assert_eq!(verify_with_head(all.iter().copied(), &head).map(|verified| verified.records), Ok(5));
+        // A head one behind the log (a crash between the two writes) is accepted.
+        let behind = Link::of_line(&lines[3]).expect("a record");
+        assert!(verify_with_head(all.iter().copied(), &behind).is_ok());
+        // The last records removed: every line that is left verifies, but the head is not reached.
+        let cut = verify_with_head(all[..3].iter().copied(), &head).expect_err("truncated");
+        assert!(cut.reason.contains("last records were removed") && cut.line == 4, "{cut}");
+        assert!(verify_with_head(std::iter::empty(), &head).is_err());
+        // The chain rebuilt from a point on: the head's hash is not there any more.
+        let forged = Link { seq: 5, hash: "0".repeat(64) };
+        assert!(verify_with_head(all.iter().copied(), &forged).is_err());
+    }
 }

@@ -130,10 +130,9 @@ impl ComponentCache {
                     // nothing can change them between the check and the load.
                     #[expect(unsafe_code, reason = "loading our own authenticated precompiled artifact is the point of the cache")]
                     let cached = unsafe { Component::deserialize(engine, artifact) };
-                    match cached {
-                        Ok(component) => return Ok((component, CacheOutcome::Cached, None)),
-                        // An artifact of an older wasmtime: replaced below.
-                        Err(_) => {}
+                    // An artifact of an older wasmtime fails here and is replaced below.
+                    if let Ok(component) = cached {
+                        return Ok((component, CacheOutcome::Cached, None));
                     }
                 }
                 Err(reason) => {

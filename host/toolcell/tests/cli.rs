@@ -617,3 +617,119 @@ fn conformance_reports_and_exits_by_the_verdict() {
     assert_eq!(missing.status, 2);
     assert!(missing.stderr.contains("cannot read `/nonexistent/tool.wasm`"), "{}", missing.stderr);
 }
+
+#[test]
+fn audit_verify_notices_removed_records_and_a_missing_trail() {
+    let (workspace, cache) = setup();
+    let state = tempfile::tempdir().expect("state directory");
+    let state_dir = state.path().to_str().expect("UTF-8 path");
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    for _ in 0..2 {
+        let run = toolcell(&cache, &["--state-dir", state_dir, "call", "read_file", r#"{"path": "notes.txt"}"#, "--workspace", root]);
+        assert_eq!(run.status, 0, "{}", run.stderr);
+    }
+    let verify = || toolcell(&cache, &["--state-dir", state_dir, "audit", "verify"]);
+    assert_eq!(verify().status, 0);
+
+    // The last record cut off: every remaining record is intact, but the head is not reached.
+    let log = state.path().join("audit.jsonl");
+    let original = std::fs::read_to_string(&log).expect("read log");
+    let lines: Vec<&str> = original.lines().collect();
+    std::fs::write(&log, format!("{}\n", lines[..lines.len() - 1].join("\n"))).expect("truncate the log");
+    let run = verify();
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    assert!(run.stderr.contains("the last records were removed"), "{}", run.stderr);
+    // Emptied altogether.
+    std::fs::write(&log, "").expect("empty the log");
+    let run = verify();
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    assert!(run.stderr.contains("removed"), "{}", run.stderr);
+
+    // No trail at all: said, exit 1, and nothing is created.
+    let missing = state.path().join("never-used");
+    let run = toolcell(&cache, &["--state-dir", missing.to_str().expect("UTF-8"), "audit", "verify"]);
+    assert_eq!(run.status, 1);
+    assert!(run.stderr.contains("there is no audit trail"), "{}", run.stderr);
+    assert!(!missing.exists(), "verify created the state directory");
+}
+
+#[test]
+fn component_text_is_printed_with_control_characters_escaped() {
+    let (workspace, cache) = setup();
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    let base = tempfile::tempdir().expect("base");
+    let plugins = base.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugin directory");
+    std::fs::write(plugins.join("misbehave.wasm"), toolcell_tests::guest_program("misbehave")).expect("install the plugin");
+    let policy = plugin_policy(base.path(), None);
+    let run_with = |args: &[&str]| {
+        let mut full = vec!["--plugin-dir", plugins.to_str().expect("UTF-8"), "--policy", policy.to_str().expect("UTF-8")];
+        full.extend_from_slice(args);
+        toolcell(&cache, &full)
+    };
+    let hostile = r"clear\u001b[2J title\u001b]0;pwned\u0007 back\rline\nnext\tcell";
+    let run = run_with(&["call", "misbehave", &format!(r#"{{"action": "echo", "text": "{hostile}"}}"#), "--workspace", root]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    assert!(!run.stdout.contains(['\u{1b}', '\u{7}', '\r']), "raw control characters reached the terminal: {:?}", run.stdout);
+    assert_eq!(run.stdout, "clear\\u{1b}[2J title\\u{1b}]0;pwned\\u{7} back\\rline\nnext\tcell\n");
+    let run = run_with(&["call", "misbehave", &format!(r#"{{"action": "echo_error", "text": "{hostile}"}}"#), "--workspace", root]);
+    assert_eq!(run.status, 1);
+    assert!(run.stderr.starts_with("failed: clear\\u{1b}[2J") && !run.stderr.contains('\u{1b}'), "{:?}", run.stderr);
+    // JSON output is JSON: the text is there as the component returned it, escaped by JSON.
+    let run = run_with(&["call", "misbehave", &format!(r#"{{"action": "echo", "text": "{hostile}"}}"#), "--workspace", root, "--json"]);
+    let document: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON output");
+    assert!(document["text"].as_str().is_some_and(|text| text.starts_with("clear\u{1b}[2J")), "{}", run.stdout);
+}
+
+/// Whether this process runs as root (the owner of `/proc/self` is the process's user).
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self").is_ok_and(|metadata| metadata.uid() == 0)
+}
+
+#[test]
+fn a_write_the_filesystem_refuses_says_so_and_leaves_the_file_as_it_was() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    // Root writes anything; the check is for an ordinary user, so as root the command runs as
+    // `nobody` (a copy of the binary, in a directory that user can reach).
+    const NOBODY: u32 = 65534;
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let workspace = temp.path().join("workspace");
+    std::fs::create_dir(&workspace).expect("workspace");
+    let file = workspace.join("locked.txt");
+    std::fs::write(&file, "read-only\n").expect("write");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    let binary = temp.path().join("toolcell");
+    std::fs::copy(env!("CARGO_BIN_EXE_toolcell"), &binary).expect("copy the binary");
+    let mut command = Command::new(&binary);
+    if running_as_root() {
+        for path in [temp.path(), &workspace, &file, &binary] {
+            std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).expect("chown");
+        }
+        std::os::unix::process::CommandExt::uid(&mut command, NOBODY);
+        std::os::unix::process::CommandExt::gid(&mut command, NOBODY);
+    }
+    let before = std::fs::metadata(&file).expect("stat");
+    let state = temp.path().join("state");
+    let output = command
+        .args(["--no-cache", "--state-dir"])
+        .arg(&state)
+        .args(["call", "write_file", r#"{"path": "locked.txt", "content": "changed\n"}"#, "--workspace"])
+        .arg(&workspace)
+        .env("HOME", temp.path())
+        .env_remove("TOOLCELL_CACHE_DIR")
+        .env_remove("TOOLCELL_STATE_DIR")
+        .output()
+        .expect("run toolcell");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("refused by the filesystem: permission denied (its mode is 0444)") && !stderr.contains("outside the workspace"),
+        "{stderr}"
+    );
+    let after = std::fs::metadata(&file).expect("stat");
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), "read-only\n");
+    assert_eq!((after.ino(), after.gid(), after.mode()), (before.ino(), before.gid(), before.mode()), "the file was recreated");
+    let names: Vec<String> = std::fs::read_dir(&workspace).expect("list").map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["locked.txt"], "nothing was left beside it");
+}

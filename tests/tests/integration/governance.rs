@@ -234,3 +234,75 @@ fn unknown_roles_are_a_host_error() {
         other => panic!("expected an unknown role error, got {:?}", other.map(|outcome| outcome.result)),
     }
 }
+
+/// The rows of README's table of what the shipped roles may not do: `(roles, accesses, path,
+/// anywhere)`.
+fn readme_promises() -> Vec<(Vec<String>, Vec<String>, String, bool)> {
+    let readme = include_str!("../../../README.md");
+    let table = readme
+        .split_once("| role | may not | path | where |")
+        .map(|(_, rest)| rest)
+        .expect("README has the table of what the shipped roles may not do");
+    table
+        .lines()
+        .skip(2)
+        .map(str::trim)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+            assert_eq!(cells.len(), 4, "a row of four cells: {line}");
+            let list = |cell: &str| cell.split(", ").map(str::to_owned).collect::<Vec<_>>();
+            let path = cells[2].trim_matches('`').to_owned();
+            let anywhere = match cells[3] {
+                "anywhere" => true,
+                "root" => false,
+                other => panic!("`where` is `anywhere` or `root`, not `{other}`"),
+            };
+            (list(cells[0]), list(cells[1]), path, anywhere)
+        })
+        .collect()
+}
+
+#[test]
+fn readme_promises_hold_for_the_shipped_policy() {
+    let runtime = default_policy_runtime();
+    let policy = runtime.policy().expect("the default policy");
+    let promises = readme_promises();
+    assert!(promises.len() >= 9, "the table was read: {promises:?}");
+    let mut checked = 0;
+    for (roles, accesses, path, anywhere) in &promises {
+        let mut paths = vec![path.clone()];
+        if *anywhere {
+            paths.extend([format!("config/{path}"), format!("services/api/deep/{path}")]);
+        }
+        for role_name in roles {
+            let role = policy.role(role_name).unwrap_or_else(|| panic!("README names the role `{role_name}`"));
+            for access in accesses {
+                let access = Access::from_name(access).unwrap_or_else(|| panic!("README names the access `{access}`"));
+                for path in &paths {
+                    let decision = policy.decide(role, access, path);
+                    assert_eq!(decision.effect, toolcell_runtime::Effect::Deny, "README promises {role_name} may not {access} `{path}`, but rule `{}` allows it", decision.rule);
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 60, "{checked}");
+
+    // And through the real host: nested secrets are neither readable nor found by a search.
+    let fixture = Fixture::new();
+    fixture.write("config/.env.local", "API_TOKEN=hunter2\n");
+    fixture.write("services/api/.env", "API_TOKEN=hunter2\n");
+    fixture.write("src/main.rs", "fn main() {}\n");
+    for role in ["control", "impl", "reviewer"] {
+        for path in ["config/.env.local", "services/api/.env"] {
+            let outcome = fixture.call_on(runtime, role, "read_file", &json!({"path": path}), None);
+            assert_eq!(outcome.result.expect_err("denied").kind, ToolErrorKind::Denied, "{role} {path}");
+        }
+        let search = fixture.call_on(runtime, role, "search_files", &json!({"query": "API_TOKEN"}), None);
+        let text = search.result.map(|output| output.text).unwrap_or_else(|error| error.message);
+        assert!(!text.contains("hunter2"), "{role}: {text}");
+    }
+    let outcome = fixture.call_on(runtime, "impl", "write_file", &json!({"path": "config/.env", "content": "X=1\n"}), None);
+    assert_eq!(outcome.result.expect_err("protected").kind, ToolErrorKind::Denied);
+}

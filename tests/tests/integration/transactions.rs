@@ -422,3 +422,45 @@ fn whole_file_writes_land_at_once_with_their_mode() {
     assert!(!fixture.root().join("gone").exists());
     assert!(fixture.snapshot().iter().all(|(path, _)| !path.contains(".toolcell-")), "{:?}", fixture.snapshot());
 }
+
+#[test]
+fn a_rollback_leaves_files_it_did_not_change_exactly_as_they_were() {
+    use std::os::unix::fs::MetadataExt as _;
+    let fixture = project();
+    let state = tempfile::tempdir().expect("state directory");
+    let runtime = runtime_with_policy(TEST_POLICY, Some(state.path()));
+    fixture.write("big.txt", "x".repeat(64 * 1024));
+    let identity = |relative: &str| {
+        let metadata = std::fs::metadata(fixture.root().join(relative)).expect("stat");
+        (metadata.ino(), metadata.mode(), metadata.len())
+    };
+    for path in ["src/a.rs", "run.sh", "big.txt"] {
+        let before = identity(path);
+        let content = fixture.read(path);
+        // Opened for rewriting (journaled, a temporary sibling made), never written, then the
+        // call fails: the rollback must not replace the file with a copy of itself.
+        let outcome = fixture.call_as(
+            &runtime,
+            "s-untouched",
+            None,
+            &[],
+            "fs_probe",
+            &json!({"ops": [{"op": "truncate", "path": path}, {"op": "fail"}]}),
+        );
+        assert!(outcome.result.is_err());
+        assert_eq!(identity(path), before, "{path}: same inode, mode and size");
+        assert_eq!(fixture.read(path), content, "{path}");
+    }
+    // A file the call did change is still restored.
+    let content = fixture.read("src/b.rs");
+    let outcome = fixture.call_as(
+        &runtime,
+        "s-untouched",
+        None,
+        &[],
+        "fs_probe",
+        &json!({"ops": [{"op": "append", "path": "src/b.rs", "content": "// more\n"}, {"op": "fail"}]}),
+    );
+    assert!(outcome.result.is_err());
+    assert_eq!(fixture.read("src/b.rs"), content);
+}

@@ -1,5 +1,5 @@
-//! `misbehave`: a tool that crashes, floods stdout, or returns broken output on request, for
-//! the host's robustness tests.
+//! `misbehave`: a tool that crashes, floods stdout, or returns broken output (or any text it
+//! is given, escape sequences included) on request, for the host's robustness tests.
 
 use serde::Deserialize;
 use serde_json::json;
@@ -15,6 +15,9 @@ struct Args {
     path: String,
     #[serde(default)]
     bytes: usize,
+    /// What `echo` returns, and `echo_error` fails with, verbatim.
+    #[serde(default)]
+    text: String,
 }
 
 struct Misbehave;
@@ -28,7 +31,8 @@ impl Tool for Misbehave {
         ToolInfo::new("misbehave", "Misbehave", "Test program: crashes or floods on request.").schema(json!({
             "type": "object",
             "properties": {
-                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "ok"] },
+                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "echo", "echo_error", "ok"] },
+                "text": { "type": "string" },
                 "bytes": { "type": "integer", "minimum": 0 },
                 "path": { "type": "string" }
             },
@@ -82,6 +86,10 @@ impl Tool for Misbehave {
                 Ok(Output::text(format!("allocated {} bytes", std::hint::black_box(block).len())))
             }
             "big_output" => Ok(Output::text("y".repeat(args.bytes))),
+            "echo" => Ok(Output::text(args.text)),
+            // Never an empty message: the conformance tests expect misbehave to fail other checks.
+            "echo_error" if args.text.is_empty() => Err(ToolError::Failed("asked to fail with no text".to_owned())),
+            "echo_error" => Err(ToolError::Failed(args.text)),
             "" => {
                 let content = std::fs::read_to_string(&args.path).map_err(|error| ToolError::Failed(error.to_string()))?;
                 if content.contains("WRITE") {
