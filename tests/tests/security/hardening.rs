@@ -433,16 +433,18 @@ fn hidden_paths_cannot_be_told_from_missing_ones() {
     let workspace = Workspace::open(&root).expect("workspace");
     let answer = |tool: &str, path: &str| -> String {
         let outcome = match tool {
-            "stat" => probe(&runtime, &workspace, json!([{"op": "stat", "path": path}])),
-            "lstat" => probe(&runtime, &workspace, json!([{"op": "lstat", "path": path}])),
-            _ => call(&runtime, &workspace, "file_info", &json!({"path": path})),
+            "file_info" => call(&runtime, &workspace, "file_info", &json!({"path": path})),
+            op => probe(&runtime, &workspace, json!([{"op": op, "path": path}])),
         };
-        let error = outcome.result.expect_err("refused");
-        // The component's own report (an error kind) and the host's kind, with the path
+        // The whole answer (the host's error, or what the component saw), with the path
         // replaced so that two answers can be compared.
-        format!("{} {}", error.kind, error.message.replace(path, "PATH"))
+        let answer = match outcome.result {
+            Ok(output) => format!("ok {}", output.text),
+            Err(error) => format!("{} {}", error.kind, error.message),
+        };
+        answer.replace(path, "PATH")
     };
-    for tool in ["stat", "lstat", "file_info"] {
+    for tool in ["stat", "lstat", "stat_at", "inspect", "file_info"] {
         for (existing, missing) in [("secrets/key.txt", "secrets/nope.txt"), ("secrets/sub", "secrets/nosub"), ("secrets/sub/deeper.txt", "secrets/nosub/deeper.txt")] {
             assert_eq!(answer(tool, existing), answer(tool, missing), "{tool}: `{existing}` and `{missing}` answer differently");
         }

@@ -6,7 +6,8 @@
 //! on a directory (its number is the result) and `list_held` lists through handle `content`,
 //! wherever the directory is by then; `repeat` runs the operation `to` (`stat` or `inspect`)
 //! on `path` `content` times, and `stat_many` stats `path/0` ... `path/N-1`, for the audit
-//! flooding tests.
+//! flooding tests. `inspect` asks the host's `context.inspect`, and `stat_at` makes one bare
+//! `stat-at` call (no metadata-hash lookups first, as `std::fs` makes).
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -103,6 +104,11 @@ fn run(operation: &Operation) -> Value {
         "cwd" => std::env::current_dir().map(|dir| json!(dir.to_string_lossy())),
         "env" => Ok(json!(std::env::vars().collect::<Vec<_>>())),
         "open_dir" => open_dir(path),
+        "inspect" => toolcell_sdk::WorkspacePath::parse(path)
+            .and_then(|parsed| toolcell_sdk::inspect(&parsed))
+            .map(|facts| json!(facts.mode))
+            .map_err(|error| std::io::Error::other(format!("{error:?}"))),
+        "stat_at" => stat_at(path),
         "list_held" => list_held(&operation.content),
         "repeat" => {
             let count: usize = operation.content.parse().unwrap_or(0);
@@ -150,6 +156,17 @@ fn open_dir(path: &str) -> std::io::Result<Value> {
         held.push(opened);
         json!(held.len() - 1)
     }))
+}
+
+/// `stat-at` on the workspace root, without the metadata-hash lookups `std::fs` makes first.
+fn stat_at(path: &str) -> std::io::Result<Value> {
+    use wasip2::filesystem::types::PathFlags;
+    let root = wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .find_map(|(descriptor, name)| (name == ".").then_some(descriptor))
+        .ok_or_else(|| std::io::Error::other("no workspace"))?;
+    let stat = root.stat_at(PathFlags::empty(), path).map_err(wasi_error)?;
+    Ok(json!(stat.size))
 }
 
 /// List the directory behind handle `index`.
