@@ -355,6 +355,11 @@ impl RuntimeBuilder {
             path: state_dir.clone().unwrap_or_else(std::env::temp_dir),
             source,
         })?;
+        if state_dir.is_none() {
+            // The private directory of journals and undo records is the host's too (it lies in
+            // the temporary directory, which a workspace may contain).
+            host_owned.push(HostOwned::directory(work.path()));
+        }
         // Calls a crash interrupted are undone before anything else runs.
         let recovered = journal::recover(&work.journals());
         if let Some(log) = &audit {
