@@ -63,6 +63,40 @@ fn write(root: &Path, relative: &str, content: &str) {
     std::fs::write(path, content).expect("write file");
 }
 
+/// A workspace with `files`, governed by `policy`, with `fs_probe` and the built-in tools, and
+/// an audit trail in `state` (beside the workspace).
+struct Governed {
+    _temp: tempfile::TempDir,
+    root: PathBuf,
+    state: PathBuf,
+    runtime: Runtime,
+    workspace: Workspace,
+}
+
+fn governed(policy: &str, files: &[(&str, &str)]) -> Governed {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let root = temp.path().join("workspace");
+    let state = temp.path().join("state");
+    std::fs::create_dir(&root).expect("workspace");
+    for (relative, content) in files {
+        write(&root, relative, content);
+    }
+    let runtime = builtin_runtime_builder()
+        .component("test:fs_probe", guest_program("fs_probe"))
+        .policy("dropbox.toml", policy)
+        .audit_dir(&state)
+        .build()
+        .expect("runtime");
+    let workspace = Workspace::open(&root).expect("workspace");
+    Governed {
+        _temp: temp,
+        root,
+        state,
+        runtime,
+        workspace,
+    }
+}
+
 /// The cached artifact files of a cache directory.
 fn artifacts(cache: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(cache)
@@ -265,18 +299,8 @@ fn a_workspace_inside_a_host_directory_is_refused() {
 
 #[test]
 fn a_directory_handle_is_judged_where_the_directory_is_now() {
-    let temp = tempfile::tempdir().expect("temporary directory");
-    let state = temp.path().join("state");
-    let root = temp.path().join("workspace");
-    write(&root, "pub/readme.txt", "public\n");
-    write(&root, "secrets/key.txt", "hidden\n");
-    let runtime = builtin_runtime_builder()
-        .component("test:fs_probe", guest_program("fs_probe"))
-        .policy("dropbox.toml", DROPBOX_POLICY)
-        .audit_dir(&state)
-        .build()
-        .expect("runtime");
-    let workspace = Workspace::open(&root).expect("workspace");
+    let Governed { root, state, runtime, workspace, .. } =
+        &governed(DROPBOX_POLICY, &[("pub/readme.txt", "public\n"), ("secrets/key.txt", "hidden\n")]);
 
     // The component moves the directory it holds into the hidden subtree, moves a hidden file
     // into it, and lists through the old handle.
@@ -332,18 +356,9 @@ fn a_directory_handle_is_judged_where_the_directory_is_now() {
 
 #[test]
 fn a_move_may_not_make_a_symlink_point_outside() {
-    let temp = tempfile::tempdir().expect("temporary directory");
-    let root = temp.path().join("workspace");
-    write(&root, "x", "target\n");
-    write(&root, "a/b/c/keep.txt", "kept\n");
+    let Governed { root, runtime, workspace, .. } = &governed(DROPBOX_POLICY, &[("x", "target\n"), ("a/b/c/keep.txt", "kept\n")]);
     // `a/b/c/l` leads to `x`; one level shallower, the same target climbs out.
     std::os::unix::fs::symlink("../../../x", root.join("a/b/c/l")).expect("symlink");
-    let runtime = builtin_runtime_builder()
-        .component("test:fs_probe", guest_program("fs_probe"))
-        .policy("dropbox.toml", DROPBOX_POLICY)
-        .build()
-        .expect("runtime");
-    let workspace = Workspace::open(&root).expect("workspace");
     let refused = [
         ("move_file", json!({"source": "a/b/c/l", "destination": "l"})),
         ("move_file", json!({"source": "a/b/c", "destination": "c"})),
@@ -370,18 +385,8 @@ fn a_move_may_not_make_a_symlink_point_outside() {
 
 #[test]
 fn repeated_refusals_are_coalesced_and_a_flood_of_distinct_ones_stops_the_call() {
-    let temp = tempfile::tempdir().expect("temporary directory");
-    let state = temp.path().join("state");
-    let root = temp.path().join("workspace");
-    write(&root, "secrets/key.txt", "hidden\n");
     let policy = format!("{DROPBOX_POLICY}\n[limits]\naudit_records = 40\n");
-    let runtime = builtin_runtime_builder()
-        .component("test:fs_probe", guest_program("fs_probe"))
-        .policy("dropbox.toml", policy)
-        .audit_dir(&state)
-        .build()
-        .expect("runtime");
-    let workspace = Workspace::open(&root).expect("workspace");
+    let Governed { root, state, runtime, workspace, .. } = &governed(&policy, &[("secrets/key.txt", "hidden\n")]);
 
     // The same refusal 20,000 times: one record, and one saying how often it was repeated.
     for (operation, ops) in [
@@ -421,16 +426,7 @@ fn repeated_refusals_are_coalesced_and_a_flood_of_distinct_ones_stops_the_call()
 
 #[test]
 fn hidden_paths_cannot_be_told_from_missing_ones() {
-    let temp = tempfile::tempdir().expect("temporary directory");
-    let root = temp.path().join("workspace");
-    write(&root, "secrets/key.txt", "hidden\n");
-    write(&root, "secrets/sub/deeper.txt", "hidden\n");
-    let runtime = builtin_runtime_builder()
-        .component("test:fs_probe", guest_program("fs_probe"))
-        .policy("dropbox.toml", DROPBOX_POLICY)
-        .build()
-        .expect("runtime");
-    let workspace = Workspace::open(&root).expect("workspace");
+    let Governed { runtime, workspace, .. } = &governed(DROPBOX_POLICY, &[("secrets/key.txt", "hidden\n"), ("secrets/sub/deeper.txt", "hidden\n")]);
     let answer = |tool: &str, path: &str| -> String {
         let outcome = match tool {
             "file_info" => call(&runtime, &workspace, "file_info", &json!({"path": path})),
@@ -473,11 +469,7 @@ fn refusals_name_the_policy_file_without_its_host_path() {
 
 #[test]
 fn new_names_with_control_characters_are_refused_by_the_builtin_tools() {
-    let temp = tempfile::tempdir().expect("temporary directory");
-    let root = temp.path().join("workspace");
-    write(&root, "a.txt", "a\n");
-    let runtime = builtin_runtime_builder().policy("dropbox.toml", DROPBOX_POLICY).build().expect("runtime");
-    let workspace = Workspace::open(&root).expect("workspace");
+    let Governed { root, runtime, workspace, .. } = &governed(DROPBOX_POLICY, &[("a.txt", "a\n")]);
     let cases = [
         ("write_file", json!({"path": "evil\nname.txt", "content": "x"})),
         ("write_file", json!({"path": "dir\u{1b}[31m/x.txt", "content": "x"})),
