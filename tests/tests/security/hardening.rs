@@ -305,8 +305,8 @@ fn a_directory_handle_is_judged_where_the_directory_is_now() {
     // The component moves the directory it holds into the hidden subtree, moves a hidden file
     // into it, and lists through the old handle.
     let outcome = probe(
-        &runtime,
-        &workspace,
+        runtime,
+        workspace,
         json!([
             {"op": "open_dir", "path": "pub"},
             {"op": "rename", "path": "pub", "to": "secrets/pub"},
@@ -323,7 +323,7 @@ fn a_directory_handle_is_judged_where_the_directory_is_now() {
         .find(|denial| denial.event.operation == "read-directory")
         .unwrap_or_else(|| panic!("the listing is refused: {:?}", outcome.denials));
     assert_eq!(refusal.event.path, "secrets/pub", "judged where the directory is now");
-    assert!(records(&state).iter().any(|record| record.operation.as_deref() == Some("read-directory") && record.decision.as_deref() == Some("deny")));
+    assert!(records(state).iter().any(|record| record.operation.as_deref() == Some("read-directory") && record.decision.as_deref() == Some("deny")));
     // Rolled back: the call failed.
     assert!(root.join("pub/readme.txt").exists() && root.join("secrets/key.txt").exists());
 
@@ -337,8 +337,8 @@ fn a_directory_handle_is_judged_where_the_directory_is_now() {
         })
     };
     let outcome = probe(
-        &runtime,
-        &workspace,
+        runtime,
+        workspace,
         json!([
             {"op": "open_dir", "path": "pub"},
             {"op": "sleep", "content": "2000"},
@@ -351,7 +351,7 @@ fn a_directory_handle_is_judged_where_the_directory_is_now() {
     let error = outcome.result.expect_err("the stale listing is refused");
     assert_eq!(error.kind, ToolErrorKind::Conflict, "{}", error.message);
     assert!(outcome.denials.iter().any(|denial| denial.event.rule == "descriptor-moved"), "{:?}", outcome.denials);
-    assert!(records(&state).iter().any(|record| record.rule.as_deref() == Some("descriptor-moved")));
+    assert!(records(state).iter().any(|record| record.rule.as_deref() == Some("descriptor-moved")));
 }
 
 #[test]
@@ -368,7 +368,7 @@ fn a_move_may_not_make_a_symlink_point_outside() {
         ("fs_probe", json!({"ops": [{"op": "hard_link", "path": "a/b/c/l", "to": "l2"}]})),
     ];
     for (tool, args) in refused {
-        let outcome = call(&runtime, &workspace, tool, &args);
+        let outcome = call(runtime, workspace, tool, &args);
         let error = outcome.result.expect_err("refused");
         assert_eq!(error.kind, ToolErrorKind::Denied, "{tool} {args}: {}", error.message);
         assert!(error.message.contains("a/b/c/l") && error.message.contains("outside the workspace"), "{tool} {args}: {}", error.message);
@@ -376,10 +376,10 @@ fn a_move_may_not_make_a_symlink_point_outside() {
         assert_eq!(std::fs::read_link(root.join("a/b/c/l")).expect("the link stays").to_string_lossy(), "../../../x");
     }
     // Moves that keep the target inside are fine.
-    let moved = call(&runtime, &workspace, "move_file", &json!({"source": "a/b", "destination": "a/d"}));
+    let moved = call(runtime, workspace, "move_file", &json!({"source": "a/b", "destination": "a/d"}));
     assert!(moved.result.is_ok(), "{:?}", moved.result);
     assert_eq!(std::fs::read_to_string(root.join("a/d/c/l")).expect("the link still resolves"), "target\n");
-    let moved = call(&runtime, &workspace, "move_file", &json!({"source": "a/d/c/l", "destination": "a/e/f/l"}));
+    let moved = call(runtime, workspace, "move_file", &json!({"source": "a/d/c/l", "destination": "a/e/f/l"}));
     assert!(moved.result.is_ok(), "a move deeper keeps the target inside: {:?}", moved.result);
 }
 
@@ -393,11 +393,11 @@ fn repeated_refusals_are_coalesced_and_a_flood_of_distinct_ones_stops_the_call()
         ("stat-at", json!([{"op": "repeat", "path": "secrets/key.txt", "to": "stat", "content": "20000"}])),
         ("inspect", json!([{"op": "repeat", "path": "secrets/key.txt", "to": "inspect", "content": "20000"}])),
     ] {
-        let outcome = probe(&runtime, &workspace, ops);
+        let outcome = probe(runtime, workspace, ops);
         let error = outcome.result.expect_err("refused");
         assert_eq!(error.kind, ToolErrorKind::Denied, "{}", error.message);
         let call_id = outcome.call_id.clone();
-        let call_records: Vec<_> = records(&state).into_iter().filter(|record| record.call_id == call_id).collect();
+        let call_records: Vec<_> = records(state).into_iter().filter(|record| record.call_id == call_id).collect();
         let denies: Vec<_> = call_records.iter().filter(|record| record.decision.as_deref() == Some("deny")).collect();
         assert_eq!(denies.len(), 2, "{operation}: {denies:?}");
         assert_eq!(denies.iter().filter_map(|record| record.repeated).sum::<u64>(), 19_999, "{operation}: {denies:?}");
@@ -406,8 +406,8 @@ fn repeated_refusals_are_coalesced_and_a_flood_of_distinct_ones_stops_the_call()
 
     // Distinct refusals past the budget: the call is stopped, rolled back, and says why.
     let outcome = probe(
-        &runtime,
-        &workspace,
+        runtime,
+        workspace,
         json!([
             {"op": "write", "path": "src/new.txt", "content": "kept only if the call succeeds"},
             {"op": "stat_many", "path": "secrets/probe", "content": "100000"},
@@ -418,7 +418,7 @@ fn repeated_refusals_are_coalesced_and_a_flood_of_distinct_ones_stops_the_call()
     assert!(error.message.contains("`audit_records`") && error.message.contains("40"), "{}", error.message);
     assert!(!root.join("src/new.txt").exists(), "the call was rolled back");
     let call_id = outcome.call_id.clone();
-    let call_records: Vec<_> = records(&state).into_iter().filter(|record| record.call_id == call_id).collect();
+    let call_records: Vec<_> = records(state).into_iter().filter(|record| record.call_id == call_id).collect();
     assert!(call_records.len() <= 40 + 4, "at most the budget of records: {}", call_records.len());
     assert!(call_records.iter().any(|record| record.rule.as_deref() == Some("audit-record-budget")));
     assert!(call_records.iter().any(|record| record.kind == toolcell_audit::Kind::Call && record.outcome.as_deref() == Some("too-large")));
@@ -429,8 +429,8 @@ fn hidden_paths_cannot_be_told_from_missing_ones() {
     let Governed { runtime, workspace, .. } = &governed(DROPBOX_POLICY, &[("secrets/key.txt", "hidden\n"), ("secrets/sub/deeper.txt", "hidden\n")]);
     let answer = |tool: &str, path: &str| -> String {
         let outcome = match tool {
-            "file_info" => call(&runtime, &workspace, "file_info", &json!({"path": path})),
-            op => probe(&runtime, &workspace, json!([{"op": op, "path": path}])),
+            "file_info" => call(runtime, workspace, "file_info", &json!({"path": path})),
+            op => probe(runtime, workspace, json!([{"op": op, "path": path}])),
         };
         // The whole answer (the host's error, or what the component saw), with the path
         // replaced so that two answers can be compared.
@@ -446,7 +446,7 @@ fn hidden_paths_cannot_be_told_from_missing_ones() {
         }
     }
     // Outside the hidden subtree, a missing path is still `not-found`.
-    let outcome = call(&runtime, &workspace, "file_info", &json!({"path": "nope.txt"}));
+    let outcome = call(runtime, workspace, "file_info", &json!({"path": "nope.txt"}));
     assert_eq!(outcome.result.expect_err("missing").kind, ToolErrorKind::NotFound);
 }
 
@@ -479,13 +479,13 @@ fn new_names_with_control_characters_are_refused_by_the_builtin_tools() {
         ("apply_patch", json!({"patch": "*** Begin Patch\n*** Update File: a.txt\n*** Move to: x\u{8}.txt\n@@\n-a\n+b\n*** End Patch"})),
     ];
     for (tool, args) in cases {
-        let outcome = call(&runtime, &workspace, tool, &args);
+        let outcome = call(runtime, workspace, tool, &args);
         let error = outcome.result.expect_err("refused");
         assert_eq!(error.kind, ToolErrorKind::InvalidArgs, "{tool} {args}: {}", error.message);
         assert!(error.message.contains("control character"), "{tool}: {}", error.message);
         assert!(!error.message.chars().any(|character| character.is_control() && character != '\n'), "{tool}: the message escapes it");
     }
-    let names: Vec<String> = std::fs::read_dir(&root).expect("list").map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> = std::fs::read_dir(root).expect("list").map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names, ["a.txt"], "nothing was created");
     assert_eq!(std::fs::read_to_string(root.join("a.txt")).expect("read"), "a\n");
 }
