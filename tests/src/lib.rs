@@ -259,15 +259,7 @@ impl Fixture {
     }
 
     /// Call a tool as `role` in `session`, writing for lock owner `owner` with `fences`.
-    pub fn call_as(
-        &self,
-        runtime: &Runtime,
-        session: &str,
-        owner: Option<&str>,
-        fences: &[u64],
-        tool: &str,
-        args: &Value,
-    ) -> CallOutcome {
+    pub fn call_as(&self, runtime: &Runtime, session: &str, owner: Option<&str>, fences: &[u64], tool: &str, args: &Value) -> CallOutcome {
         let args = args.to_string();
         runtime
             .call(&CallRequest {

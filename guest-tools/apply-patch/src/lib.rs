@@ -244,24 +244,12 @@ fn plan(operations: &[Operation]) -> Result<Vec<Change>, ToolError> {
                 }
                 let mut after = lines.join("\n");
                 after.push('\n');
-                Change {
-                    path: path.clone(),
-                    kind: ChangeKind::Add,
-                    before: String::new(),
-                    after,
-                    document: Document::parse(""),
-                }
+                Change { path: path.clone(), kind: ChangeKind::Add, before: String::new(), after, document: Document::parse("") }
             }
             Operation::Delete { path } => {
                 claim(path)?;
                 let (document, _) = read_text(path, "Delete")?;
-                Change {
-                    path: path.clone(),
-                    kind: ChangeKind::Delete,
-                    before: document.body.clone(),
-                    after: String::new(),
-                    document,
-                }
+                Change { path: path.clone(), kind: ChangeKind::Delete, before: document.body.clone(), after: String::new(), document }
             }
             Operation::Update { path, moved_to, chunks } => {
                 claim(path)?;
@@ -313,9 +301,8 @@ fn read_text(path: &WorkspacePath, section: &str) -> Result<(Document, usize), T
         )));
     }
     let size = bytes.len();
-    let original = String::from_utf8(bytes).map_err(|_| {
-        ToolError::Unsupported(format!("{} is not valid UTF-8 text. Nothing was changed.", quote(path.as_str())))
-    })?;
+    let original = String::from_utf8(bytes)
+        .map_err(|_| ToolError::Unsupported(format!("{} is not valid UTF-8 text. Nothing was changed.", quote(path.as_str()))))?;
     Ok((Document::parse(&original), size))
 }
 
@@ -432,11 +419,7 @@ mod tests {
     fn chunk(context: Option<&str>, old: &[&str], new: &[&str]) -> Chunk {
         let mut lines: Vec<Line> = old.iter().map(|line| Line::Removed((*line).to_owned())).collect();
         lines.extend(new.iter().map(|line| Line::Added((*line).to_owned())));
-        Chunk {
-            context: context.map(str::to_owned),
-            lines,
-            end_of_file: false,
-        }
+        Chunk { context: context.map(str::to_owned), lines, end_of_file: false }
     }
 
     fn path() -> WorkspacePath {

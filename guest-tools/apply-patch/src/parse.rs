@@ -63,17 +63,13 @@ pub(crate) fn parse(patch: &str) -> Result<Vec<Operation>, ToolError> {
     let lines: Vec<&str> = patch.trim().lines().map(|line| line.strip_suffix('\r').unwrap_or(line)).collect();
     let error = |number: usize, what: String| ToolError::InvalidArgs(format!("patch line {number}: {what}. Nothing was changed."));
     if lines.first().map(|line| line.trim()) != Some(BEGIN) {
-        return Err(ToolError::InvalidArgs(format!(
-            "the patch must start with `{BEGIN}` (and end with `{END}`). Nothing was changed."
-        )));
+        return Err(ToolError::InvalidArgs(format!("the patch must start with `{BEGIN}` (and end with `{END}`). Nothing was changed.")));
     }
     if lines.last().map(|line| line.trim()) != Some(END) {
         return Err(ToolError::InvalidArgs(format!("the patch must end with `{END}`. Nothing was changed.")));
     }
     let body = &lines[1..lines.len() - 1];
-    let path_of = |number: usize, raw: &str| {
-        WorkspacePath::parse(raw.trim()).map_err(|problem| error(number, problem_message(problem)))
-    };
+    let path_of = |number: usize, raw: &str| WorkspacePath::parse(raw.trim()).map_err(|problem| error(number, problem_message(problem)));
     // A path the patch creates (an added file, a move's destination).
     let new_path_of = |number: usize, raw: &str| {
         let path = path_of(number, raw)?;
@@ -137,7 +133,10 @@ pub(crate) fn parse(patch: &str) -> Result<Vec<Operation>, ToolError> {
                         Some(_) => {
                             return Err(error(
                                 number,
-                                format!("`{}` is not a hunk line: each starts with ` ` (context), `-` (removed) or `+` (added)", shorten(line)),
+                                format!(
+                                    "`{}` is not a hunk line: each starts with ` ` (context), `-` (removed) or `+` (added)",
+                                    shorten(line)
+                                ),
                             ));
                         }
                     }
@@ -151,10 +150,7 @@ pub(crate) fn parse(patch: &str) -> Result<Vec<Operation>, ToolError> {
         } else if line.trim().is_empty() {
             index += 1;
         } else {
-            return Err(error(
-                number,
-                format!("expected `{ADD}PATH`, `{UPDATE}PATH` or `{DELETE}PATH`, found `{}`", shorten(line)),
-            ));
+            return Err(error(number, format!("expected `{ADD}PATH`, `{UPDATE}PATH` or `{DELETE}PATH`, found `{}`", shorten(line))));
         }
     }
     if operations.is_empty() {

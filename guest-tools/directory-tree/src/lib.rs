@@ -75,9 +75,8 @@ impl Tool for DirectoryTree {
             })?;
             excluded.add(glob);
         }
-        let excluded = excluded
-            .build()
-            .map_err(|error| ToolError::InvalidArgs(format!("`exclude` is not a valid set of globs: {error}")))?;
+        let excluded =
+            excluded.build().map_err(|error| ToolError::InvalidArgs(format!("`exclude` is not a valid set of globs: {error}")))?;
         let metadata = std::fs::metadata(root.as_str()).map_err(|error| root.io_error(error))?;
         if !metadata.is_dir() {
             return Err(ToolError::Unsupported(format!(
@@ -85,14 +84,7 @@ impl Tool for DirectoryTree {
                 quote(root.as_str())
             )));
         }
-        let mut walk = Walk {
-            root: &root,
-            excluded: &excluded,
-            max_depth: depth,
-            entries: 0,
-            cut: false,
-            unreadable: 0,
-        };
+        let mut walk = Walk { root: &root, excluded: &excluded, max_depth: depth, entries: 0, cut: false, unreadable: 0 };
         let children = walk.children(&root, 1).map_err(|error| root.io_error(error))?;
         let tree = json!({
             "path": root.as_str(),

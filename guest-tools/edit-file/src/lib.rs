@@ -9,11 +9,7 @@ use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 
 /// How edited regions are shown: 3 lines of context, at most 10 regions, lines cut at 500
 /// characters.
-const SNIPPETS: SnippetStyle = SnippetStyle {
-    context_lines: 3,
-    max_shown: 10,
-    max_line_chars: 500,
-};
+const SNIPPETS: SnippetStyle = SnippetStyle { context_lines: 3, max_shown: 10, max_line_chars: 500 };
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -101,10 +97,7 @@ impl Tool for EditFile {
         let edits = edits_of(args)?;
         let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
         if !metadata.is_file() {
-            return Err(ToolError::Unsupported(format!(
-                "{} is not a regular file: edit_file only edits text files",
-                quote(path.as_str())
-            )));
+            return Err(ToolError::Unsupported(format!("{} is not a regular file: edit_file only edits text files", quote(path.as_str()))));
         }
         let bytes = std::fs::read(path.as_str()).map_err(|error| path.io_error(error))?;
         if text::is_binary(&bytes) {
@@ -150,16 +143,10 @@ impl Tool for EditFile {
 
 fn edits_of(args: Args) -> Result<Vec<Edit>, ToolError> {
     let single = match (args.old_string, args.new_string) {
-        (Some(old_string), Some(new_string)) => Some(Edit {
-            old_string,
-            new_string,
-            replace_all: args.replace_all.unwrap_or(false),
-        }),
+        (Some(old_string), Some(new_string)) => Some(Edit { old_string, new_string, replace_all: args.replace_all.unwrap_or(false) }),
         (None, None) => None,
         _ => {
-            return Err(ToolError::InvalidArgs(
-                "`old_string` and `new_string` go together: give both, or use `edits`".to_owned(),
-            ));
+            return Err(ToolError::InvalidArgs("`old_string` and `new_string` go together: give both, or use `edits`".to_owned()));
         }
     };
     let edits = match (single, args.edits) {
@@ -173,14 +160,10 @@ fn edits_of(args: Args) -> Result<Vec<Edit>, ToolError> {
             edits
         }
         (Some(_), Some(_)) => {
-            return Err(ToolError::InvalidArgs(
-                "give either `old_string`/`new_string` or `edits`, not both".to_owned(),
-            ));
+            return Err(ToolError::InvalidArgs("give either `old_string`/`new_string` or `edits`, not both".to_owned()));
         }
         (None, None) => {
-            return Err(ToolError::InvalidArgs(
-                "nothing to do: give `old_string` and `new_string`, or `edits`".to_owned(),
-            ));
+            return Err(ToolError::InvalidArgs("nothing to do: give `old_string` and `new_string`, or `edits`".to_owned()));
         }
     };
     if edits.is_empty() {
@@ -194,9 +177,7 @@ fn edits_of(args: Args) -> Result<Vec<Edit>, ToolError> {
             )));
         }
         if edit.old_string == edit.new_string {
-            return Err(ToolError::InvalidArgs(format!(
-                "{name}old_string` and `new_string` are identical: the edit would change nothing"
-            )));
+            return Err(ToolError::InvalidArgs(format!("{name}old_string` and `new_string` are identical: the edit would change nothing")));
         }
     }
     Ok(edits)
@@ -236,8 +217,7 @@ fn apply_edits(path: &WorkspacePath, body: &str, crlf: bool, edits: &[Edit]) -> 
                 )));
             }
             count if count > 1 && !edit.replace_all => {
-                let lines: Vec<String> =
-                    positions.iter().map(|&at| line_of(&content, at).to_string()).collect();
+                let lines: Vec<String> = positions.iter().map(|&at| line_of(&content, at).to_string()).collect();
                 return Err(ToolError::Conflict(format!(
                     "{name}old_string` matches {count} places in {} (lines {}): include more surrounding lines to make it unique, or set `replace_all` to replace every one. Nothing was changed.",
                     quote(path.as_str()),
@@ -275,11 +255,7 @@ fn apply_edits(path: &WorkspacePath, body: &str, crlf: bool, edits: &[Edit]) -> 
         replacements += positions.len();
         content = rebuilt;
     }
-    Ok(Applied {
-        content,
-        regions,
-        replacements,
-    })
+    Ok(Applied { content, regions, replacements })
 }
 
 toolcell_sdk::export_tool!(EditFile);
@@ -289,11 +265,7 @@ mod tests {
     use super::*;
 
     fn edit(old: &str, new: &str, replace_all: bool) -> Edit {
-        Edit {
-            old_string: old.to_owned(),
-            new_string: new.to_owned(),
-            replace_all,
-        }
+        Edit { old_string: old.to_owned(), new_string: new.to_owned(), replace_all }
     }
 
     fn apply(body: &str, edits: &[Edit]) -> Result<Applied, ToolError> {

@@ -5,8 +5,8 @@ use std::io::Read;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolcell_sdk::path::quote;
-use toolcell_sdk::{text, walk};
 use toolcell_sdk::{Effect, Output, Tool, ToolError, ToolInfo, WorkspacePath};
+use toolcell_sdk::{text, walk};
 
 /// Text files up to this size get a line count.
 const MAX_COUNTED_BYTES: u64 = 16 * 1024 * 1024;
@@ -64,7 +64,8 @@ impl Tool for FileInfo {
             let target = std::fs::read_link(path.as_str()).map_err(|error| path.io_error(error))?;
             let target = target.to_string_lossy().into_owned();
             let directory = path.parent().unwrap_or_else(WorkspacePath::root);
-            let joined = if target.starts_with('/') { None } else { WorkspacePath::parse(&format!("{}/{target}", directory.as_str())).ok() };
+            let joined =
+                if target.starts_with('/') { None } else { WorkspacePath::parse(&format!("{}/{target}", directory.as_str())).ok() };
             info["target"] = json!(target);
             match joined {
                 // Only a target that stays inside is looked at (the host judges it again).

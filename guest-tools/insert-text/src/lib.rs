@@ -7,11 +7,7 @@ use toolcell_sdk::text::{self, Document, SnippetStyle};
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 
 /// How the inserted lines are shown: 3 lines of context.
-const SNIPPETS: SnippetStyle = SnippetStyle {
-    context_lines: 3,
-    max_shown: 1,
-    max_line_chars: 500,
-};
+const SNIPPETS: SnippetStyle = SnippetStyle { context_lines: 3, max_shown: 1, max_line_chars: 500 };
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -88,10 +84,7 @@ impl Tool for InsertText {
             )));
         }
         let original = String::from_utf8(bytes).map_err(|_| {
-            ToolError::Unsupported(format!(
-                "{} is not valid UTF-8 text: insert_text only edits UTF-8 files",
-                quote(path.as_str())
-            ))
+            ToolError::Unsupported(format!("{} is not valid UTF-8 text: insert_text only edits UTF-8 files", quote(path.as_str())))
         })?;
         let document = Document::parse(&original);
         let inserted = insert(&document.body, args.line, &args.text.replace("\r\n", "\n")).map_err(|total| {
@@ -155,10 +148,7 @@ fn insert(body: &str, line: u64, text: &str) -> Result<Inserted, usize> {
     content.push_str(&body[..at]);
     content.push_str(&insertion);
     content.push_str(&body[at..]);
-    Ok(Inserted {
-        content,
-        region: (start, end),
-    })
+    Ok(Inserted { content, region: (start, end) })
 }
 
 toolcell_sdk::export_tool!(InsertText);

@@ -74,16 +74,14 @@ impl Tool for ListFiles {
                     .literal_separator(true)
                     .backslash_escape(true)
                     .build()
-                    .map_err(|error| {
-                        ToolError::InvalidArgs(format!("`pattern` {} is not a valid glob: {}", quote(pattern), error.kind()))
-                    })?
+                    .map_err(|error| ToolError::InvalidArgs(format!("`pattern` {} is not a valid glob: {}", quote(pattern), error.kind())))?
                     .compile_matcher(),
             ),
             None => None,
         };
-        let recursive = args.recursive.unwrap_or_else(|| {
-            args.pattern.as_deref().is_some_and(|pattern| pattern.contains('/') || pattern.contains("**"))
-        });
+        let recursive = args
+            .recursive
+            .unwrap_or_else(|| args.pattern.as_deref().is_some_and(|pattern| pattern.contains('/') || pattern.contains("**")));
         let max_results = args.max_results.unwrap_or(DEFAULT_MAX_RESULTS);
         let metadata = std::fs::metadata(root.as_str()).map_err(|error| root.io_error(error))?;
         if !metadata.is_dir() {
@@ -130,15 +128,10 @@ impl Tool for ListFiles {
             ));
         }
         if summary.unreadable_directories > 0 {
-            text.push_str(&format!(
-                "\n[{} directories could not be read and were skipped]",
-                summary.unreadable_directories
-            ));
+            text.push_str(&format!("\n[{} directories could not be read and were skipped]", summary.unreadable_directories));
         }
-        let structured_entries: Vec<_> = entries
-            .iter()
-            .map(|(path, kind)| json!({ "path": path.as_str(), "type": kind.as_str() }))
-            .collect();
+        let structured_entries: Vec<_> =
+            entries.iter().map(|(path, kind)| json!({ "path": path.as_str(), "type": kind.as_str() })).collect();
         Ok(Output::text(text).with_structured(json!({
             "path": root.as_str(),
             "entries": structured_entries,

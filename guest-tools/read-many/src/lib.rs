@@ -62,17 +62,15 @@ impl Tool for ReadMany {
 
     fn call(args: Args) -> Result<Output, ToolError> {
         if args.paths.is_empty() || args.paths.len() > MAX_PATHS {
-            return Err(ToolError::InvalidArgs(format!(
-                "`paths` has {} entries: give between 1 and {MAX_PATHS}",
-                args.paths.len()
-            )));
+            return Err(ToolError::InvalidArgs(format!("`paths` has {} entries: give between 1 and {MAX_PATHS}", args.paths.len())));
         }
         let share = (MAX_OUTPUT_BYTES / args.paths.len()).max(MIN_FILE_BYTES);
         let mut sections = Vec::with_capacity(args.paths.len());
         let mut files = Vec::with_capacity(args.paths.len());
         let mut failed = 0;
         for raw in &args.paths {
-            let result = WorkspacePath::parse(raw).and_then(|path| read::read_lines(&path, None, args.limit, share).map(|output| (path, output)));
+            let result =
+                WorkspacePath::parse(raw).and_then(|path| read::read_lines(&path, None, args.limit, share).map(|output| (path, output)));
             match result {
                 Ok((path, output)) => {
                     let (text, structured) = output.into_parts();

@@ -38,6 +38,7 @@
 //! paths; the host checks each call. The helpers here exist to give agents good messages, not
 //! to enforce anything.
 
+mod entry;
 pub mod path;
 pub mod read;
 pub mod scan;
@@ -165,10 +166,7 @@ pub struct Output {
 impl Output {
     /// A plain-text result.
     pub fn text(text: impl Into<String>) -> Self {
-        Output {
-            text: text.into(),
-            structured: None,
-        }
+        Output { text: text.into(), structured: None }
     }
 
     /// The text and the structured value.
@@ -226,11 +224,7 @@ pub fn describe<T: Tool>() -> wit::ToolInfo {
         title: info.title,
         description: info.description,
         input_schema: info.input_schema.to_string(),
-        annotations: wit::Annotations {
-            read_only: info.read_only,
-            destructive: info.destructive,
-            idempotent: info.idempotent,
-        },
+        annotations: wit::Annotations { read_only: info.read_only, destructive: info.destructive, idempotent: info.idempotent },
     }
 }
 
@@ -240,10 +234,7 @@ pub fn call<T: Tool>(args: &str) -> Result<wit::ToolOutput, ToolError> {
     let args: T::Args = serde_json::from_str(args)
         .map_err(|error| ToolError::InvalidArgs(format!("the arguments do not fit the tool's schema: {error}")))?;
     let output = T::call(args)?;
-    Ok(wit::ToolOutput {
-        text: output.text,
-        structured: output.structured.map(|value| value.to_string()),
-    })
+    Ok(wit::ToolOutput { text: output.text, structured: output.structured.map(|value| value.to_string()) })
 }
 
 /// Export a [`Tool`] implementation as the component's `toolcell:tool/tool` interface.

@@ -17,9 +17,7 @@ pub struct WorkspacePath {
 impl WorkspacePath {
     /// The workspace root, `.`.
     pub fn root() -> Self {
-        WorkspacePath {
-            normalised: ".".to_owned(),
-        }
+        WorkspacePath { normalised: ".".to_owned() }
     }
 
     /// Normalise `raw` lexically.
@@ -36,10 +34,7 @@ impl WorkspacePath {
             ));
         }
         if raw.contains('\0') {
-            return Err(ToolError::InvalidArgs(format!(
-                "the path {} contains a NUL character, which no file name can hold",
-                quote(raw)
-            )));
+            return Err(ToolError::InvalidArgs(format!("the path {} contains a NUL character, which no file name can hold", quote(raw))));
         }
         if let Some(kind) = foreign_kind(raw) {
             // Not repeated: it may name something on the host.
@@ -65,9 +60,7 @@ impl WorkspacePath {
         if components.is_empty() {
             return Ok(Self::root());
         }
-        Ok(WorkspacePath {
-            normalised: components.join("/"),
-        })
+        Ok(WorkspacePath { normalised: components.join("/") })
     }
 
     /// Refuse this path as the name of something a tool creates if it holds a control
@@ -101,9 +94,7 @@ impl WorkspacePath {
     /// The path of a child entry.
     pub fn join(&self, name: &str) -> WorkspacePath {
         if self.is_root() {
-            WorkspacePath {
-                normalised: name.to_owned(),
-            }
+            WorkspacePath { normalised: name.to_owned() }
         } else {
             let mut normalised = String::with_capacity(self.normalised.len() + 1 + name.len());
             normalised.push_str(&self.normalised);
@@ -119,9 +110,7 @@ impl WorkspacePath {
             return None;
         }
         Some(match self.normalised.rsplit_once('/') {
-            Some((parent, _)) => WorkspacePath {
-                normalised: parent.to_owned(),
-            },
+            Some((parent, _)) => WorkspacePath { normalised: parent.to_owned() },
             None => Self::root(),
         })
     }
@@ -134,9 +123,7 @@ impl WorkspacePath {
         if self.normalised == base.normalised {
             return Some(".");
         }
-        self.normalised
-            .strip_prefix(base.normalised.as_str())
-            .and_then(|rest| rest.strip_prefix('/'))
+        self.normalised.strip_prefix(base.normalised.as_str()).and_then(|rest| rest.strip_prefix('/'))
     }
 
     /// Map an I/O error on this path to a [`ToolError`] whose message names the path and
@@ -145,25 +132,17 @@ impl WorkspacePath {
         use std::io::ErrorKind;
         let path = quote(&self.normalised);
         match error.kind() {
-            ErrorKind::NotFound => ToolError::NotFound(format!(
-                "{path} does not exist: check the path with `list_files`"
-            )),
+            ErrorKind::NotFound => ToolError::NotFound(format!("{path} does not exist: check the path with `list_files`")),
             ErrorKind::PermissionDenied => ToolError::Denied(format!(
                 "access to {path} was refused by the host: it resolves outside the workspace (for example through a symlink) or the policy does not allow it"
             )),
-            ErrorKind::IsADirectory => ToolError::Unsupported(format!(
-                "{path} is a directory: use `list_files` to see what it holds"
-            )),
-            ErrorKind::NotADirectory => ToolError::NotFound(format!(
-                "{path} does not exist: one of its parents is a file, not a directory"
-            )),
-            ErrorKind::AlreadyExists => ToolError::Conflict(format!("{path} already exists")),
-            ErrorKind::DirectoryNotEmpty => {
-                ToolError::Conflict(format!("{path} is a directory that is not empty"))
+            ErrorKind::IsADirectory => ToolError::Unsupported(format!("{path} is a directory: use `list_files` to see what it holds")),
+            ErrorKind::NotADirectory => {
+                ToolError::NotFound(format!("{path} does not exist: one of its parents is a file, not a directory"))
             }
-            ErrorKind::InvalidFilename => ToolError::InvalidArgs(format!(
-                "{path} is not a valid file name on this filesystem"
-            )),
+            ErrorKind::AlreadyExists => ToolError::Conflict(format!("{path} already exists")),
+            ErrorKind::DirectoryNotEmpty => ToolError::Conflict(format!("{path} is a directory that is not empty")),
+            ErrorKind::InvalidFilename => ToolError::InvalidArgs(format!("{path} is not a valid file name on this filesystem")),
             _ => ToolError::Failed(format!("{path}: {error}")),
         }
     }
@@ -232,13 +211,11 @@ mod tests {
     use super::*;
 
     fn parsed(raw: &str) -> Result<String, String> {
-        WorkspacePath::parse(raw)
-            .map(|path| path.as_str().to_owned())
-            .map_err(|error| match error {
-                ToolError::InvalidArgs(_) => "invalid".to_owned(),
-                ToolError::Denied(_) => "denied".to_owned(),
-                _ => "other".to_owned(),
-            })
+        WorkspacePath::parse(raw).map(|path| path.as_str().to_owned()).map_err(|error| match error {
+            ToolError::InvalidArgs(_) => "invalid".to_owned(),
+            ToolError::Denied(_) => "denied".to_owned(),
+            _ => "other".to_owned(),
+        })
     }
 
     #[test]

@@ -39,10 +39,7 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
     }
     let mut file = std::fs::File::open(path.as_str()).map_err(|error| path.io_error(error))?;
     let mut head = Vec::with_capacity(BINARY_SNIFF_BYTES);
-    (&mut file)
-        .take(BINARY_SNIFF_BYTES as u64)
-        .read_to_end(&mut head)
-        .map_err(|error| path.io_error(error))?;
+    (&mut file).take(BINARY_SNIFF_BYTES as u64).read_to_end(&mut head).map_err(|error| path.io_error(error))?;
     if text::is_binary(&head) {
         return Err(ToolError::Unsupported(format!(
             "{} looks like a binary file (it has a NUL byte in its first 8 KiB): only text files can be read",
@@ -52,7 +49,10 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
     let window = read_window(
         // Big enough for a few host calls per MiB, small enough that a small file's call does
         // not grow the component's memory.
-        BufReader::with_capacity(usize::try_from(metadata.len()).unwrap_or(usize::MAX).clamp(4 * 1024, 64 * 1024), std::io::Cursor::new(head).chain(file)),
+        BufReader::with_capacity(
+            usize::try_from(metadata.len()).unwrap_or(usize::MAX).clamp(4 * 1024, 64 * 1024),
+            std::io::Cursor::new(head).chain(file),
+        ),
         start,
         limit,
         max_output_bytes,
@@ -106,14 +106,7 @@ impl Window {
 }
 
 fn read_window(mut reader: impl BufRead, start: u64, limit: u64, max_output_bytes: usize) -> std::io::Result<Window> {
-    let mut window = Window {
-        text: String::new(),
-        shown: 0,
-        total_lines: 0,
-        clipped_lines: 0,
-        hit_output_cap: false,
-        output_bytes: 0,
-    };
+    let mut window = Window { text: String::new(), shown: 0, total_lines: 0, clipped_lines: 0, hit_output_cap: false, output_bytes: 0 };
     // A line longer than the reader's buffer is gathered here.
     let mut long_line = Vec::new();
     let end = start.saturating_add(limit);
@@ -188,26 +181,17 @@ fn render(path: &WorkspacePath, start: u64, window: Window, max_output_bytes: us
     let truncated = more_after || window.clipped_lines > 0;
     let mut text = window.text;
     if more_after || start > 1 {
-        text.push_str(&format!(
-            "\n\n[lines {start}-{end} of {}",
-            window.total_lines
-        ));
+        text.push_str(&format!("\n\n[lines {start}-{end} of {}", window.total_lines));
         if more_after {
             text.push_str(&format!("; to read on, call read_file with offset {}", end + 1));
         }
         if window.hit_output_cap {
-            text.push_str(&format!(
-                "; this window stopped at {} KiB of text",
-                max_output_bytes / 1024
-            ));
+            text.push_str(&format!("; this window stopped at {} KiB of text", max_output_bytes / 1024));
         }
         text.push(']');
     }
     if window.clipped_lines > 0 {
-        text.push_str(&format!(
-            "\n[{} line(s) longer than {MAX_LINE_CHARS} characters were cut]",
-            window.clipped_lines
-        ));
+        text.push_str(&format!("\n[{} line(s) longer than {MAX_LINE_CHARS} characters were cut]", window.clipped_lines));
     }
     let mut structured = json!({
         "path": path.as_str(),

@@ -11,7 +11,7 @@ use std::io;
 
 use wasip2::filesystem::types::{Descriptor, DescriptorFlags, DescriptorType, ErrorCode, OpenFlags, PathFlags};
 
-use crate::walk::EntryKind;
+use crate::entry::EntryKind;
 
 thread_local! {
     /// The workspace's preopened directory, asked for once per call.
@@ -42,9 +42,7 @@ fn with_root<T>(body: impl FnOnce(&Descriptor) -> io::Result<T>) -> io::Result<T
 /// The host's refusal or the filesystem's error, as [`std::io::Error`].
 pub fn read_dir(path: &str) -> io::Result<Vec<(String, EntryKind)>> {
     with_root(|root| {
-        let directory = root
-            .open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::DIRECTORY, DescriptorFlags::READ)
-            .map_err(to_io)?;
+        let directory = root.open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::DIRECTORY, DescriptorFlags::READ).map_err(to_io)?;
         let entries = directory.read_directory().map_err(to_io)?;
         let mut children = Vec::new();
         loop {
@@ -90,9 +88,7 @@ const READ_CHUNK: u64 = 64 * 1024;
 /// The host's refusal or the filesystem's error, as [`std::io::Error`].
 pub fn read_file(path: &str, limit: u64) -> io::Result<FileContent> {
     with_root(|root| {
-        let file = root
-            .open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::empty(), DescriptorFlags::READ)
-            .map_err(to_io)?;
+        let file = root.open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::empty(), DescriptorFlags::READ).map_err(to_io)?;
         let mut content: Vec<u8> = Vec::new();
         loop {
             let (chunk, _end) = file.read(READ_CHUNK, content.len() as u64).map_err(to_io)?;

@@ -188,11 +188,7 @@ pub fn snippets(content: &str, regions: &[(usize, usize)], style: SnippetStyle) 
                 return "(the file is now empty)".to_owned();
             }
             (from..=to)
-                .filter_map(|number| {
-                    lines
-                        .get(number - 1)
-                        .map(|line| numbered(number, &clip(line, style.max_line_chars)))
-                })
+                .filter_map(|number| lines.get(number - 1).map(|line| numbered(number, &clip(line, style.max_line_chars))))
                 .collect::<Vec<_>>()
                 .join("\n")
         })

@@ -9,43 +9,7 @@ use std::ops::ControlFlow;
 
 use crate::WorkspacePath;
 
-/// What an entry is, without following symlinks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryKind {
-    /// A regular file.
-    File,
-    /// A directory.
-    Directory,
-    /// A symbolic link (not followed).
-    Symlink,
-    /// A FIFO, socket or device.
-    Other,
-}
-
-impl EntryKind {
-    /// What a (not followed) file type is.
-    pub fn of(file_type: &std::fs::FileType) -> Self {
-        if file_type.is_symlink() {
-            EntryKind::Symlink
-        } else if file_type.is_dir() {
-            EntryKind::Directory
-        } else if file_type.is_file() {
-            EntryKind::File
-        } else {
-            EntryKind::Other
-        }
-    }
-
-    /// The name used in structured output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EntryKind::File => "file",
-            EntryKind::Directory => "directory",
-            EntryKind::Symlink => "symlink",
-            EntryKind::Other => "other",
-        }
-    }
-}
+pub use crate::entry::EntryKind;
 
 /// One entry met by [`walk`].
 #[derive(Debug, Clone)]
@@ -72,11 +36,7 @@ pub struct WalkSummary {
 ///
 /// The I/O error of reading `root` itself; errors on subdirectories are counted in the
 /// summary instead.
-pub fn walk(
-    root: &WorkspacePath,
-    recursive: bool,
-    mut visit: impl FnMut(&Entry) -> ControlFlow<()>,
-) -> std::io::Result<WalkSummary> {
+pub fn walk(root: &WorkspacePath, recursive: bool, mut visit: impl FnMut(&Entry) -> ControlFlow<()>) -> std::io::Result<WalkSummary> {
     let mut summary = WalkSummary::default();
     let mut stack: Vec<Entry> = Vec::new();
     let children = sorted_children(root)?;
@@ -102,16 +62,7 @@ fn sorted_children(directory: &WorkspacePath) -> std::io::Result<Vec<(String, En
     Ok(children)
 }
 
-fn push_children(
-    stack: &mut Vec<Entry>,
-    parent: &WorkspacePath,
-    children: Vec<(String, EntryKind)>,
-    depth: usize,
-) {
+fn push_children(stack: &mut Vec<Entry>, parent: &WorkspacePath, children: Vec<(String, EntryKind)>, depth: usize) {
     // Reversed, so that popping yields the names in order.
-    stack.extend(children.into_iter().rev().map(|(name, kind)| Entry {
-        path: parent.join(&name),
-        kind,
-        depth,
-    }));
+    stack.extend(children.into_iter().rev().map(|(name, kind)| Entry { path: parent.join(&name), kind, depth }));
 }

@@ -5,9 +5,9 @@ use std::ops::ControlFlow;
 use serde::Deserialize;
 use serde_json::json;
 use toolcell_sdk::path::quote;
-use toolcell_sdk::{scan, text};
 use toolcell_sdk::walk::{self, EntryKind};
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
+use toolcell_sdk::{scan, text};
 
 const DEFAULT_MAX_RESULTS: u64 = 200;
 const MAX_MAX_RESULTS: u64 = 10_000;
@@ -74,7 +74,9 @@ impl Tool for SearchFiles {
             ]
         });
         let mut include = globs.clone();
-        include["description"] = json!("Only search files matching these globs (for example `*.rs` or `src/**/*.ts`). A glob without `/` matches the file name; one with `/` matches the workspace-relative path.");
+        include["description"] = json!(
+            "Only search files matching these globs (for example `*.rs` or `src/**/*.ts`). A glob without `/` matches the file name; one with `/` matches the workspace-relative path."
+        );
         let mut exclude = globs;
         exclude["description"] = json!("Skip files matching these globs (same rules as `include`).");
         ToolInfo::new(
@@ -186,11 +188,8 @@ impl FileFilter {
         let mut by_name = globset::GlobSetBuilder::new();
         let mut by_path = globset::GlobSetBuilder::new();
         for pattern in globs.map(Globs::into_vec).unwrap_or_default() {
-            let glob = globset::GlobBuilder::new(&pattern)
-                .literal_separator(true)
-                .backslash_escape(true)
-                .build()
-                .map_err(|error| {
+            let glob =
+                globset::GlobBuilder::new(&pattern).literal_separator(true).backslash_escape(true).build().map_err(|error| {
                     ToolError::InvalidArgs(format!("`{field}` glob {} is not valid: {}", quote(&pattern), error.kind()))
                 })?;
             if pattern.contains('/') {
@@ -200,14 +199,9 @@ impl FileFilter {
             }
         }
         let build = |builder: globset::GlobSetBuilder| {
-            builder
-                .build()
-                .map_err(|error| ToolError::InvalidArgs(format!("`{field}` globs are not valid: {error}")))
+            builder.build().map_err(|error| ToolError::InvalidArgs(format!("`{field}` globs are not valid: {error}")))
         };
-        Ok(FileFilter {
-            by_name: build(by_name)?,
-            by_path: build(by_path)?,
-        })
+        Ok(FileFilter { by_name: build(by_name)?, by_path: build(by_path)? })
     }
 
     fn is_empty(&self) -> bool {
@@ -235,23 +229,18 @@ fn compile(query: &str, case_insensitive: bool) -> Result<(regex::bytes::Regex, 
             .size_limit(REGEX_SIZE_LIMIT)
             .dfa_size_limit(REGEX_SIZE_LIMIT)
             .build()
-            .map_err(|error| {
-                ToolError::InvalidArgs(format!("`query` {} is not a valid regular expression: {error}", quote(query)))
-            })
+            .map_err(|error| ToolError::InvalidArgs(format!("`query` {} is not a valid regular expression: {error}", quote(query))))
     };
     let line = build(false)?;
     // In multi-line mode `^` and `$` match at every line's ends, so a line's match is also a
     // match in the whole file; only `\A`, `\z` and `(?-m)` (the text's own ends) break that.
-    let whole_file_is_sound = regex_syntax::ParserBuilder::new()
-        .case_insensitive(case_insensitive)
-        .multi_line(true)
-        .crlf(true)
-        .build()
-        .parse(query)
-        .is_ok_and(|hir| {
-            let looks = hir.properties().look_set();
-            !looks.contains(regex_syntax::hir::Look::Start) && !looks.contains(regex_syntax::hir::Look::End)
-        });
+    let whole_file_is_sound =
+        regex_syntax::ParserBuilder::new().case_insensitive(case_insensitive).multi_line(true).crlf(true).build().parse(query).is_ok_and(
+            |hir| {
+                let looks = hir.properties().look_set();
+                !looks.contains(regex_syntax::hir::Look::Start) && !looks.contains(regex_syntax::hir::Look::End)
+            },
+        );
     let file = if whole_file_is_sound { Some(build(true)?) } else { None };
     Ok((line, file))
 }
@@ -332,8 +321,7 @@ impl Search {
 
     fn content(&mut self, path: &WorkspacePath, content: &[u8]) -> ControlFlow<()> {
         let lines: Vec<&[u8]> = text::byte_lines(content).collect();
-        let matching: Vec<usize> =
-            (0..lines.len()).filter(|&index| self.regex.is_match(lines[index])).collect();
+        let matching: Vec<usize> = (0..lines.len()).filter(|&index| self.regex.is_match(lines[index])).collect();
         if matching.is_empty() {
             return ControlFlow::Continue(());
         }

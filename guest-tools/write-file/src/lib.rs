@@ -59,16 +59,11 @@ impl Tool for WriteFile {
     fn call(args: Args) -> Result<Output, ToolError> {
         let path = WorkspacePath::parse(&args.path)?;
         if path.is_root() {
-            return Err(ToolError::InvalidArgs(
-                "`.` is the workspace root, a directory: give the path of a file to write".to_owned(),
-            ));
+            return Err(ToolError::InvalidArgs("`.` is the workspace root, a directory: give the path of a file to write".to_owned()));
         }
         let existed = match std::fs::metadata(path.as_str()) {
             Ok(metadata) if metadata.is_dir() => {
-                return Err(ToolError::Unsupported(format!(
-                    "{} is a directory: give the path of a file inside it",
-                    quote(path.as_str())
-                )));
+                return Err(ToolError::Unsupported(format!("{} is a directory: give the path of a file inside it", quote(path.as_str()))));
             }
             Ok(metadata) if !metadata.is_file() => {
                 return Err(ToolError::Unsupported(format!(
@@ -95,11 +90,8 @@ impl Tool for WriteFile {
         if args.create_only {
             // `create_new` makes the existence check and the creation one step, so a file that
             // appeared since the check above is not replaced.
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(path.as_str())
-                .map_err(|error| path.io_error(error))?;
+            let mut file =
+                std::fs::OpenOptions::new().write(true).create_new(true).open(path.as_str()).map_err(|error| path.io_error(error))?;
             file.write_all(args.content.as_bytes()).map_err(|error| path.io_error(error))?;
         } else {
             // Writing in place (truncate, then write) keeps the file's mode and owner.

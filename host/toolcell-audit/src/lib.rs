@@ -135,10 +135,7 @@ impl Record {
 
     /// A tool call; fill in the outcome fields.
     pub fn call(ts: &str, session: &str, role: &str, tool: &str, call_id: &str, outcome: &str) -> Self {
-        Record {
-            outcome: Some(outcome.to_owned()),
-            ..Record::empty(Kind::Call, ts, session, role, tool, call_id)
-        }
+        Record { outcome: Some(outcome.to_owned()), ..Record::empty(Kind::Call, ts, session, role, tool, call_id) }
     }
 
     /// A lock `event` (`acquired`, `renewed`, `released`) on `pattern`, with its token.
@@ -202,10 +199,7 @@ const ZERO_HASH: &str = "0000000000000000000000000000000000000000000000000000000
 
 impl Link {
     /// The link before the first record.
-    pub const GENESIS: Link = Link {
-        seq: 0,
-        hash: String::new(),
-    };
+    pub const GENESIS: Link = Link { seq: 0, hash: String::new() };
 
     fn prev_hash(&self) -> &str {
         if self.hash.is_empty() { ZERO_HASH } else { &self.hash }
@@ -219,10 +213,7 @@ impl Link {
     pub fn of_line(line: &str) -> Result<Link, String> {
         let (_, hash) = split_hash(line).ok_or("the line has no `hash` field at its end")?;
         let record: Record = serde_json::from_str(line).map_err(|error| format!("the line is not a record: {error}"))?;
-        Ok(Link {
-            seq: record.seq,
-            hash: hash.to_owned(),
-        })
+        Ok(Link { seq: record.seq, hash: hash.to_owned() })
     }
 }
 
@@ -305,8 +296,7 @@ pub fn verify<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<Verified, 
         if hex(&Sha256::digest(body.as_bytes())) != hash {
             return Err(tamper("its content does not match its hash: the record was edited".to_owned()));
         }
-        let record: Record =
-            serde_json::from_str(&body).map_err(|error| tamper(format!("not an audit record: {error}")))?;
+        let record: Record = serde_json::from_str(&body).map_err(|error| tamper(format!("not an audit record: {error}")))?;
         if record.seq != link.seq + 1 {
             return Err(tamper(format!(
                 "its seq is {} where {} was expected: a record was removed, inserted or moved here",
@@ -319,15 +309,9 @@ pub fn verify<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<Verified, 
                 "its `prev` is not the hash of the record before it: the log was edited, reordered or spliced here".to_owned(),
             ));
         }
-        link = Link {
-            seq: record.seq,
-            hash: hash.to_owned(),
-        };
+        link = Link { seq: record.seq, hash: hash.to_owned() };
     }
-    Ok(Verified {
-        records: link.seq,
-        last_hash: link.prev_hash().to_owned(),
-    })
+    Ok(Verified { records: link.seq, last_hash: link.prev_hash().to_owned() })
 }
 
 /// Check every line of a log, as [`verify`] does, and that the log still reaches `head`, the
@@ -439,10 +423,7 @@ mod tests {
     #[test]
     fn hashes_are_lowercase_hex_sha256() {
         assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
-        assert_eq!(
-            hex(&Sha256::digest(b"abc")),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(hex(&Sha256::digest(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 
     fn log(count: usize) -> Vec<String> {
@@ -485,12 +466,66 @@ mod tests {
     fn tampering_is_reported_by_line() {
         let lines = log(5);
         let table: Vec<(&str, Vec<String>, u64, &str)> = vec![
-            ("edited", { let mut l = lines.clone(); l[2] = l[2].replace("src/2.rs", "src/X.rs"); l }, 3, "edited"),
-            ("deleted", { let mut l = lines.clone(); l.remove(1); l }, 2, "removed"),
-            ("swapped", { let mut l = lines.clone(); l.swap(1, 3); l }, 2, "seq is 4"),
-            ("last edited", { let mut l = lines.clone(); l[4] = l[4].replace("allow", "deny!"); l }, 5, "edited"),
-            ("garbage", { let mut l = lines.clone(); l.insert(2, "hello".to_owned()); l }, 3, "not a sealed"),
-            ("duplicated", { let mut l = lines.clone(); l.insert(2, l[1].clone()); l }, 3, "seq is 2"),
+            (
+                "edited",
+                {
+                    let mut l = lines.clone();
+                    l[2] = l[2].replace("src/2.rs", "src/X.rs");
+                    l
+                },
+                3,
+                "edited",
+            ),
+            (
+                "deleted",
+                {
+                    let mut l = lines.clone();
+                    l.remove(1);
+                    l
+                },
+                2,
+                "removed",
+            ),
+            (
+                "swapped",
+                {
+                    let mut l = lines.clone();
+                    l.swap(1, 3);
+                    l
+                },
+                2,
+                "seq is 4",
+            ),
+            (
+                "last edited",
+                {
+                    let mut l = lines.clone();
+                    l[4] = l[4].replace("allow", "deny!");
+                    l
+                },
+                5,
+                "edited",
+            ),
+            (
+                "garbage",
+                {
+                    let mut l = lines.clone();
+                    l.insert(2, "hello".to_owned());
+                    l
+                },
+                3,
+                "not a sealed",
+            ),
+            (
+                "duplicated",
+                {
+                    let mut l = lines.clone();
+                    l.insert(2, l[1].clone());
+                    l
+                },
+                3,
+                "seq is 2",
+            ),
         ];
         for (name, tampered, line, reason) in table {
             let error = check(&tampered).expect_err(name);

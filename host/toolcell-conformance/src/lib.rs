@@ -131,12 +131,7 @@ impl Report {
             }
             listed.join("\n")
         };
-        self.checks.push(Check {
-            group,
-            name: name.to_owned(),
-            passed: failures.is_empty(),
-            detail,
-        });
+        self.checks.push(Check { group, name: name.to_owned(), passed: failures.is_empty(), detail });
     }
 }
 
@@ -149,11 +144,7 @@ pub struct Options {
 
 /// Run the suite on the component `wasm` (`origin` names it in the report).
 pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
-    let mut report = Report {
-        component: origin.to_owned(),
-        tool: None,
-        checks: Vec::new(),
-    };
+    let mut report = Report { component: origin.to_owned(), tool: None, checks: Vec::new() };
     let mut builder = RuntimeBuilder::new().component(origin, wasm.to_vec()).policy("conformance-policy.toml", POLICY).limits(LIMITS);
     if let Some(cache) = &options.cache_dir {
         builder = builder.cache_dir(cache);
@@ -195,7 +186,12 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
             other => failures.push(format!("arguments `{raw}` were not refused as invalid-args: {}", summary(other))),
         }
     }
-    report.record("contract", "malformed arguments are refused as invalid-args", &failures, "6 malformed argument texts refused".to_owned());
+    report.record(
+        "contract",
+        "malformed arguments are refused as invalid-args",
+        &failures,
+        "6 malformed argument texts refused".to_owned(),
+    );
 
     // Contract and sandbox: generated arguments.
     let generated = generate(&info.input_schema);
@@ -224,7 +220,11 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
                     let what = lines.get(index + 1).map(|line| shorten(line.trim())).unwrap_or_default();
                     format!("; it panicked at {at}: {what}")
                 }
-                None => lines.iter().rfind(|line| !line.trim().is_empty()).map(|line| format!("; it said: {}", shorten(line.trim()))).unwrap_or_default(),
+                None => lines
+                    .iter()
+                    .rfind(|line| !line.trim().is_empty())
+                    .map(|line| format!("; it said: {}", shorten(line.trim())))
+                    .unwrap_or_default(),
             };
             traps.push(format!("trapped with {shown}: {}{said}", first_line(&message)));
         }
@@ -240,7 +240,12 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
     let tried = format!("{} argument sets generated from the input schema", generated.len());
     report.record("contract", "never traps on schema-generated arguments", &traps, tried.clone());
     report.record("contract", "every error carries a message", &unstructured, tried.clone());
-    report.record("sandbox", "stays within its deadline and memory", &limits, format!("{tried}, under {} s and {} MiB", LIMITS.deadline.as_secs(), LIMITS.memory_bytes >> 20));
+    report.record(
+        "sandbox",
+        "stays within its deadline and memory",
+        &limits,
+        format!("{tried}, under {} s and {} MiB", LIMITS.deadline.as_secs(), LIMITS.memory_bytes >> 20),
+    );
     report.record("sandbox", "shows no host path and nothing from outside the workspace", &leaks, tried);
     let outside = scratch.outside_intact();
     report.record(
@@ -267,7 +272,9 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
             Ok(output)
                 if info.annotations.read_only
                     && outcome.denials.iter().all(|denial| output.text.contains(&format!("Refused by the host: {}", denial.message))) => {}
-            other => failures.push(format!("with {}: the host refused access but the result was {}", shorten(&args.to_string()), summary(other))),
+            other => {
+                failures.push(format!("with {}: the host refused access but the result was {}", shorten(&args.to_string()), summary(other)))
+            }
         }
     }
     report.record(
@@ -294,7 +301,10 @@ fn behaviours(tool: &str) -> Vec<(&'static str, Behaviour)> {
         "read_file" => vec![
             ("read_file returns the file's lines", |scratch, runtime| {
                 let text = scratch.ok(runtime, "read_file", json!({"path": "notes.txt"}))?.text;
-                expect(text.contains("alpha") && text.contains("beta"), format!("reading `notes.txt` (alpha, beta) returned: {}", shorten(&text)))
+                expect(
+                    text.contains("alpha") && text.contains("beta"),
+                    format!("reading `notes.txt` (alpha, beta) returned: {}", shorten(&text)),
+                )
             }),
             ("read_file reports a missing file as not-found", |scratch, runtime| {
                 scratch.err(runtime, "read_file", json!({"path": "missing.txt"}), ToolErrorKind::NotFound)
@@ -312,14 +322,22 @@ fn behaviours(tool: &str) -> Vec<(&'static str, Behaviour)> {
                 expect(edited.as_deref() == Some("alpha\ngamma\n"), format!("`notes.txt` holds {edited:?} instead of \"alpha\\ngamma\\n\""))
             }),
             ("edit_file refuses a missing string as conflict and changes nothing", |scratch, runtime| {
-                scratch.err(runtime, "edit_file", json!({"path": "notes.txt", "old_string": "not there", "new_string": "x"}), ToolErrorKind::Conflict)?;
+                scratch.err(
+                    runtime,
+                    "edit_file",
+                    json!({"path": "notes.txt", "old_string": "not there", "new_string": "x"}),
+                    ToolErrorKind::Conflict,
+                )?;
                 let kept = scratch.read("notes.txt");
                 expect(kept.as_deref() == Some("alpha\nbeta\n"), format!("`notes.txt` changed to {kept:?}"))
             }),
         ],
         "list_files" => vec![("list_files lists the workspace's files", |scratch, runtime| {
             let text = scratch.ok(runtime, "list_files", json!({}))?.text;
-            expect(text.contains("notes.txt") && text.contains("src"), format!("the listing lacks `notes.txt` or `src`: {}", shorten(&text)))
+            expect(
+                text.contains("notes.txt") && text.contains("src"),
+                format!("the listing lacks `notes.txt` or `src`: {}", shorten(&text)),
+            )
         })],
         "search_files" => vec![("search_files finds a string and names its file", |scratch, runtime| {
             let text = scratch.ok(runtime, "search_files", json!({"query": "alpha"}))?.text;
@@ -357,7 +375,10 @@ fn behaviours(tool: &str) -> Vec<(&'static str, Behaviour)> {
         "insert_text" => vec![("insert_text inserts after the given line", |scratch, runtime| {
             scratch.ok(runtime, "insert_text", json!({"path": "notes.txt", "line": 1, "text": "between"}))?;
             let edited = scratch.read("notes.txt");
-            expect(edited.as_deref() == Some("alpha\nbetween\nbeta\n"), format!("`notes.txt` holds {edited:?} instead of \"alpha\\nbetween\\nbeta\\n\""))
+            expect(
+                edited.as_deref() == Some("alpha\nbetween\nbeta\n"),
+                format!("`notes.txt` holds {edited:?} instead of \"alpha\\nbetween\\nbeta\\n\""),
+            )
         })],
         "move_file" => vec![
             ("move_file moves a file", |scratch, runtime| {
@@ -365,7 +386,10 @@ fn behaviours(tool: &str) -> Vec<(&'static str, Behaviour)> {
                 let moved = scratch.read("moved/notes.txt");
                 expect(
                     moved.as_deref() == Some("alpha\nbeta\n") && scratch.read("notes.txt").is_none(),
-                    format!("after the move, `moved/notes.txt` holds {moved:?} and `notes.txt` still exists: {}", scratch.read("notes.txt").is_some()),
+                    format!(
+                        "after the move, `moved/notes.txt` holds {moved:?} and `notes.txt` still exists: {}",
+                        scratch.read("notes.txt").is_some()
+                    ),
                 )
             }),
             ("move_file refuses an existing destination as conflict", |scratch, runtime| {
@@ -521,7 +545,8 @@ impl Scratch {
 /// property in turn set to each of its edge values.
 pub fn generate(schema: &Value) -> Vec<Value> {
     let properties = schema["properties"].as_object().cloned().unwrap_or_default();
-    let required: Vec<&str> = schema["required"].as_array().map(|names| names.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required: Vec<&str> =
+        schema["required"].as_array().map(|names| names.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     let mut base = serde_json::Map::new();
     for name in &required {
         if let Some(property) = properties.get(*name) {

@@ -54,9 +54,9 @@ pub fn build_guests(workspace: &GuestWorkspace<'_>) {
 
     watch(&guest_dir.join("Cargo.toml"));
     watch(&guest_dir.join("Cargo.lock"));
-    for entry in std::fs::read_dir(&guest_dir).unwrap_or_else(|error| {
-        panic!("cannot read the guest workspace `{}`: {error}", guest_dir.display())
-    }) {
+    for entry in
+        std::fs::read_dir(&guest_dir).unwrap_or_else(|error| panic!("cannot read the guest workspace `{}`: {error}", guest_dir.display()))
+    {
         let path = entry.map(|entry| entry.path()).unwrap_or_default();
         if path.join("Cargo.toml").is_file() {
             watch(&path);
@@ -98,12 +98,11 @@ pub fn build_guests(workspace: &GuestWorkspace<'_>) {
     ] {
         command.env_remove(variable);
     }
-    let output = command
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run cargo to build the guest components: {error}"));
+    let output = command.output().unwrap_or_else(|error| panic!("cannot run cargo to build the guest components: {error}"));
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        if stderr.contains("may not be installed") || stderr.contains("can't find crate for `core`")
+        if stderr.contains("may not be installed")
+            || stderr.contains("can't find crate for `core`")
             || stderr.contains("can't find crate for `std`")
         {
             panic!(
@@ -111,10 +110,7 @@ pub fn build_guests(workspace: &GuestWorkspace<'_>) {
                  Install it with:\n\n    rustup target add {GUEST_TARGET}\n\nthen build again.\n\ncargo said:\n{stderr}"
             );
         }
-        panic!(
-            "building the guest components in `{}` failed:\n{stderr}",
-            guest_dir.display()
-        );
+        panic!("building the guest components in `{}` failed:\n{stderr}", guest_dir.display());
     }
 
     let artifacts = target_dir.join(GUEST_TARGET).join("release");
@@ -124,9 +120,8 @@ pub fn build_guests(workspace: &GuestWorkspace<'_>) {
         let artifact = artifacts.join(format!("{}.wasm", package.replace('-', "_")));
         // Copy into OUT_DIR so that the embedded bytes cannot change under a finished build.
         let copy = out_dir.join(format!("{name}.wasm"));
-        std::fs::copy(&artifact, &copy).unwrap_or_else(|error| {
-            panic!("the guest `{package}` built, but `{}` cannot be copied: {error}", artifact.display())
-        });
+        std::fs::copy(&artifact, &copy)
+            .unwrap_or_else(|error| panic!("the guest `{package}` built, but `{}` cannot be copied: {error}", artifact.display()));
         let _ = writeln!(listing, "    ({name:?}, include_bytes!({:?})),", copy.display().to_string());
     }
     listing.push_str("];\n");
@@ -145,9 +140,5 @@ fn watch(path: &Path) {
 /// The cargo target directory holding `out_dir` (it carries `CACHEDIR.TAG`), so that every
 /// host profile shares one guest build; `out_dir` itself if none is found.
 fn shared_target_dir(out_dir: &Path) -> PathBuf {
-    out_dir
-        .ancestors()
-        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
-        .unwrap_or(out_dir)
-        .to_path_buf()
+    out_dir.ancestors().find(|dir| dir.join("CACHEDIR.TAG").is_file()).unwrap_or(out_dir).to_path_buf()
 }

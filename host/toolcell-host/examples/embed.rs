@@ -22,10 +22,7 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(workspace.join("docs"))?;
     std::fs::write(workspace.join("docs/guide.md"), "# Guide\n")?;
 
-    let host = HostBuilder::new(&workspace)
-        .state_dir(base.join("state"))
-        .approver(Arc::new(ReleaseManager))
-        .build()?;
+    let host = HostBuilder::new(&workspace).state_dir(base.join("state")).approver(Arc::new(ReleaseManager)).build()?;
     let session = host.session("impl", "example-session")?.with_owner("CHAIN-001");
     let mut out = std::io::stdout().lock();
     let names: Vec<&str> = session.tools().iter().map(|tool| tool.name.as_str()).collect();

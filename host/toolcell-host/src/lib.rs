@@ -96,13 +96,7 @@ impl HostBuilder {
     /// A host over the directory `workspace`, governed by the shipped default policy, with no
     /// audit trail, no compiled-component cache and no approver (`ask` is refused).
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
-        HostBuilder {
-            workspace: workspace.into(),
-            policy: PolicyChoice::Default,
-            state_dir: None,
-            cache_dir: None,
-            approver: None,
-        }
+        HostBuilder { workspace: workspace.into(), policy: PolicyChoice::Default, state_dir: None, cache_dir: None, approver: None }
     }
 
     /// Govern calls by the policy in this file.
@@ -115,10 +109,7 @@ impl HostBuilder {
     /// Govern calls by this policy text; `name` names it in errors.
     #[must_use]
     pub fn policy_text(mut self, name: impl Into<String>, text: impl Into<String>) -> Self {
-        self.policy = PolicyChoice::Text {
-            name: name.into(),
-            text: text.into(),
-        };
+        self.policy = PolicyChoice::Text { name: name.into(), text: text.into() };
         self
     }
 
@@ -183,13 +174,7 @@ impl Host {
     /// A host from a runtime built elsewhere (for example with extra components or limits),
     /// over `workspace`, asking `approver` about `ask` rules.
     pub fn new(runtime: Runtime, workspace: Workspace, approver: Option<Arc<dyn Approver>>) -> Host {
-        Host {
-            inner: Arc::new(HostInner {
-                runtime,
-                workspace,
-                approver,
-            }),
-        }
+        Host { inner: Arc::new(HostInner { runtime, workspace, approver }) }
     }
 
     /// Open a session for `role`.
@@ -321,10 +306,7 @@ impl Session {
         let inner = &self.host.inner;
         let released = inner.runtime.release_lock(&inner.workspace, lock.fence, self.lock_owner());
         // Released or not (it may have been reclaimed), the token is no longer this session's.
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|kept| kept.fence != lock.fence);
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|kept| kept.fence != lock.fence);
         released.map(drop)
     }
 
@@ -362,11 +344,6 @@ impl Session {
             owner: self.owner.as_deref(),
             fences: &fences,
         })?;
-        Ok(CallResult {
-            output: outcome.result,
-            warnings: outcome.warnings,
-            call_id: outcome.call_id,
-            denials: outcome.denials,
-        })
+        Ok(CallResult { output: outcome.result, warnings: outcome.warnings, call_id: outcome.call_id, denials: outcome.denials })
     }
 }

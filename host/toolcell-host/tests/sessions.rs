@@ -10,11 +10,8 @@ fn host() -> (tempfile::TempDir, toolcell_host::Host) {
     let repo = base.path().join("repo");
     std::fs::create_dir_all(repo.join("src")).expect("mkdir");
     std::fs::write(repo.join("src/a.rs"), "fn a() {}\n").expect("write");
-    let host = HostBuilder::new(&repo)
-        .state_dir(base.path().join("state"))
-        .cache_dir(base.path().join("cache"))
-        .build()
-        .expect("host builds");
+    let host =
+        HostBuilder::new(&repo).state_dir(base.path().join("state")).cache_dir(base.path().join("cache")).build().expect("host builds");
     (base, host)
 }
 

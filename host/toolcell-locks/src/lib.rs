@@ -274,10 +274,8 @@ impl LockTable {
             return Err(LockError::Ttl(request.ttl));
         }
         if request.pattern != "." {
-            PathGlob::new(&request.pattern).map_err(|reason| LockError::Pattern {
-                pattern: request.pattern.escape_default().to_string(),
-                reason,
-            })?;
+            PathGlob::new(&request.pattern)
+                .map_err(|reason| LockError::Pattern { pattern: request.pattern.escape_default().to_string(), reason })?;
         }
         let expires_at_ms = now_ms.saturating_add(u64::try_from(request.ttl.as_millis()).unwrap_or(u64::MAX));
         if let Some(conflict) = self.locks.iter().find(|lock| {
@@ -335,10 +333,7 @@ impl LockTable {
             .locks
             .iter()
             .position(|lock| lock.fence == fence && lock.owner == owner)
-            .ok_or_else(|| LockError::NotHeld {
-                fence,
-                owner: owner.escape_default().to_string(),
-            })?;
+            .ok_or_else(|| LockError::NotHeld { fence, owner: owner.escape_default().to_string() })?;
         let lock = self.locks.remove(index);
         self.remember(lock.clone(), Lapse::Released);
         Ok(lock)
@@ -363,11 +358,7 @@ impl LockTable {
     /// [`Refusal::Fenced`] if a presented token covering `path` lapsed, a presented token is
     /// unknown, or `owner` holds only an expired lock covering `path`.
     pub fn check_write(&self, path: &str, owner: &str, fences: &[u64], now_ms: u64) -> Result<(), Refusal> {
-        if let Some(lock) = self
-            .locks
-            .iter()
-            .find(|lock| lock.is_live(now_ms) && lock.owner != owner && lock.covers(path))
-        {
+        if let Some(lock) = self.locks.iter().find(|lock| lock.is_live(now_ms) && lock.owner != owner && lock.covers(path)) {
             return Err(Refusal::Locked(lock.clone()));
         }
         for &fence in fences {
@@ -375,42 +366,24 @@ impl LockTable {
                 Some(lock) if lock.is_live(now_ms) => {}
                 Some(lock) => {
                     if lock.covers(path) {
-                        return Err(Refusal::Fenced {
-                            fence,
-                            lapsed: Some(Lapsed {
-                                lock: lock.clone(),
-                                lapse: Lapse::Expired,
-                            }),
-                        });
+                        return Err(Refusal::Fenced { fence, lapsed: Some(Lapsed { lock: lock.clone(), lapse: Lapse::Expired }) });
                     }
                 }
                 None => match self.lapsed.iter().rev().find(|lapsed| lapsed.lock.fence == fence) {
                     Some(lapsed) if !lapsed.lock.covers(path) => {}
                     lapsed => {
-                        return Err(Refusal::Fenced {
-                            fence,
-                            lapsed: lapsed.cloned(),
-                        });
+                        return Err(Refusal::Fenced { fence, lapsed: lapsed.cloned() });
                     }
                 },
             }
         }
         // A holder whose lease ran out may not write what it covered until it acquires again.
-        let own = |live: bool| {
-            self.locks
-                .iter()
-                .filter(move |lock| lock.owner == owner && lock.is_live(now_ms) == live && lock.covers(path))
-        };
+        let own =
+            |live: bool| self.locks.iter().filter(move |lock| lock.owner == owner && lock.is_live(now_ms) == live && lock.covers(path));
         if own(true).next().is_none()
             && let Some(expired) = own(false).next_back()
         {
-            return Err(Refusal::Fenced {
-                fence: expired.fence,
-                lapsed: Some(Lapsed {
-                    lock: expired.clone(),
-                    lapse: Lapse::Expired,
-                }),
-            });
+            return Err(Refusal::Fenced { fence: expired.fence, lapsed: Some(Lapsed { lock: expired.clone(), lapse: Lapse::Expired }) });
         }
         Ok(())
     }

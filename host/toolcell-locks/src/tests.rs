@@ -3,13 +3,7 @@ use super::*;
 const MINUTE: Duration = Duration::from_secs(60);
 
 fn request(pattern: &str, owner: &str, mode: Mode) -> LockRequest {
-    LockRequest {
-        pattern: pattern.to_owned(),
-        owner: owner.to_owned(),
-        session: format!("s-{owner}"),
-        mode,
-        ttl: MINUTE,
-    }
+    LockRequest { pattern: pattern.to_owned(), owner: owner.to_owned(), session: format!("s-{owner}"), mode, ttl: MINUTE }
 }
 
 #[test]

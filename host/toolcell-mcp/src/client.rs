@@ -30,12 +30,7 @@ impl StdioClient {
         let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
         let stdin = child.stdin.take().ok_or_else(|| invalid("no stdin pipe"))?;
         let stdout = BufReader::new(child.stdout.take().ok_or_else(|| invalid("no stdout pipe"))?);
-        let mut client = StdioClient {
-            child,
-            stdin: Some(stdin),
-            stdout,
-            next_id: 1,
-        };
+        let mut client = StdioClient { child, stdin: Some(stdin), stdout, next_id: 1 };
         let initialized = client.request(
             "initialize",
             json!({

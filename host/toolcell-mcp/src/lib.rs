@@ -20,8 +20,8 @@
 pub mod client;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -115,11 +115,7 @@ impl ServerHandler for McpServer {
         Ok(ListToolsResult::with_all_items(self.tools.clone()))
     }
 
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
+    async fn call_tool(&self, request: CallToolRequestParams, _context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         Ok(self.run(request.name.into_owned(), arguments).await.into())
     }
@@ -139,11 +135,7 @@ pub struct ServeError {
 ///
 /// [`ServeError`] if the client does not complete initialization or the transport fails.
 pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
-    let running = server.serve(rmcp::transport::stdio()).await.map_err(|error| ServeError {
-        reason: error.to_string(),
-    })?;
-    running.waiting().await.map_err(|error| ServeError {
-        reason: error.to_string(),
-    })?;
+    let running = server.serve(rmcp::transport::stdio()).await.map_err(|error| ServeError { reason: error.to_string() })?;
+    running.waiting().await.map_err(|error| ServeError { reason: error.to_string() })?;
     Ok(())
 }

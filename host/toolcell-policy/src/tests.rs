@@ -171,7 +171,9 @@ fn bad_policies_fail_with_file_line_and_reason() {
         (rule("access = [\"read\"]\npaths = [\"**\"]\neffect = \"permit\"\n"), Some(7), "unknown effect `permit`"),
         (rule("access = [\"read\"]\npaths = [\"**\"]\neffect = \"allow\"\nextra = 1\n"), Some(8), "extra"),
         (
-            rule("id = \"x\"\naccess = [\"read\"]\npaths = [\"**\"]\neffect = \"allow\"\n[[roles.r.rules]]\nid = \"x\"\naccess = [\"read\"]\npaths = [\"**\"]\neffect = \"deny\"\n"),
+            rule(
+                "id = \"x\"\naccess = [\"read\"]\npaths = [\"**\"]\neffect = \"allow\"\n[[roles.r.rules]]\nid = \"x\"\naccess = [\"read\"]\npaths = [\"**\"]\neffect = \"deny\"\n",
+            ),
             Some(10),
             "used twice",
         ),
@@ -347,17 +349,11 @@ effect = "allow"
 /// The decision as the policy defines it: every rule about the access in turn, every glob
 /// matched one by one. [`Policy::decide`] matches through the per-access index instead.
 fn decide_rule_by_rule(policy: &Policy, role: &Role, access: Access, path: &str) -> (Effect, String) {
-    let protected = if access.is_modification() {
-        policy.protected.iter().find(|protected| protected.glob.is_match(path))
-    } else {
-        None
-    };
+    let protected = if access.is_modification() { policy.protected.iter().find(|protected| protected.glob.is_match(path)) } else { None };
     let mut best: Option<&Rule> = None;
     for rule in role.rules.iter().filter(|rule| rule.access.contains(&access)) {
-        let matches = rule
-            .globs
-            .iter()
-            .any(|glob| glob.is_match(path) && protected.is_none_or(|protected| names_explicitly(glob, protected)));
+        let matches =
+            rule.globs.iter().any(|glob| glob.is_match(path) && protected.is_none_or(|protected| names_explicitly(glob, protected)));
         if matches && best.is_none_or(|best| rank(rule.effect) > rank(best.effect)) {
             best = Some(rule);
         }
@@ -412,10 +408,37 @@ effect = "allow"
     let policy = Policy::parse("p.toml", text, TOOLS).expect("parses");
     let role = policy.role("r").expect("role");
     let paths = [
-        ".", "a.pem", "x/y/z.pem", "x/y/z.pem.txt", ".env", ".env.local", ".envrc", "keys", "keys/a", "keysx/a",
-        "src", "src/a.rs", "src/a/b.rs", "src/generated", "src/generated/a.rs", "srcx/a.rs", "lib/a.rs",
-        "lib/a/b.rs", "bin/x.rs", "test/a.rs", "tast/b.rs", "tost/b.rs", "test/ab.rs", "docs/*.md", "docs/a.md",
-        "README.md", "readme.md", ".git", ".git/config", ".git/hooks/pre-commit", ".github/workflows/ci.yml",
+        ".",
+        "a.pem",
+        "x/y/z.pem",
+        "x/y/z.pem.txt",
+        ".env",
+        ".env.local",
+        ".envrc",
+        "keys",
+        "keys/a",
+        "keysx/a",
+        "src",
+        "src/a.rs",
+        "src/a/b.rs",
+        "src/generated",
+        "src/generated/a.rs",
+        "srcx/a.rs",
+        "lib/a.rs",
+        "lib/a/b.rs",
+        "bin/x.rs",
+        "test/a.rs",
+        "tast/b.rs",
+        "tost/b.rs",
+        "test/ab.rs",
+        "docs/*.md",
+        "docs/a.md",
+        "README.md",
+        "readme.md",
+        ".git",
+        ".git/config",
+        ".git/hooks/pre-commit",
+        ".github/workflows/ci.yml",
         "src/key.pem",
     ];
     let mut compared = 0;

@@ -83,11 +83,7 @@ fn main() {
         fences: &[],
     };
     let write_args = serde_json::json!({"path": "written.txt", "content": content}).to_string();
-    let write_request = CallRequest {
-        tool: "write_file",
-        args: &write_args,
-        ..request
-    };
+    let write_request = CallRequest { tool: "write_file", args: &write_args, ..request };
     // One runtime at a time, as in production: each has its own engine, pool and epoch ticker,
     // and several alive at once would slow each other down.
     // `--only WORD` measures only the runtimes whose label contains WORD (for profiling one).
@@ -113,12 +109,7 @@ fn main() {
     let baseline = measure_runtime("unguarded", builder().without_filesystem_guard());
     let boundary_only = measure_runtime("boundary", builder());
     let governed = measure_runtime("governed", builder().policy("policies/default.toml", policy));
-    let with_audit = measure_runtime(
-        "audited",
-        builder()
-            .policy("policies/default.toml", policy)
-            .audit_dir(temp.path().join("state")),
-    );
+    let with_audit = measure_runtime("audited", builder().policy("policies/default.toml", policy).audit_dir(temp.path().join("state")));
 
     let native_write = native_only(&mut || {
         std::fs::write(root.join("native.txt"), &content).expect("write");
@@ -127,9 +118,7 @@ fn main() {
     let write_governed = measure_call("governed", builder().policy("policies/default.toml", policy), &write_request);
     let write_audited = measure_call(
         "audited",
-        builder()
-            .policy("policies/default.toml", policy)
-            .audit_dir(temp.path().join("write-state")),
+        builder().policy("policies/default.toml", policy).audit_dir(temp.path().join("write-state")),
         &write_request,
     );
 

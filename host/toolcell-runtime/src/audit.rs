@@ -47,20 +47,10 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] if the directory cannot be created.
     pub fn open(state_dir: &Path) -> Result<Self, Error> {
-        std::fs::create_dir_all(state_dir).map_err(|source| Error::Audit {
-            path: state_dir.to_path_buf(),
-            source,
-        })?;
-        let directory = std::fs::canonicalize(state_dir).map_err(|source| Error::Audit {
-            path: state_dir.to_path_buf(),
-            source,
-        })?;
+        std::fs::create_dir_all(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
+        let directory = std::fs::canonicalize(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
         let path = directory.join(AUDIT_FILE);
-        Ok(AuditLog {
-            directory,
-            path,
-            appender: Mutex::new(None),
-        })
+        Ok(AuditLog { directory, path, appender: Mutex::new(None) })
     }
 
     /// The log of an existing state directory, for reading and verifying: nothing is created.
@@ -69,18 +59,11 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] (`NotFound`) if the directory, or the log in it, does not exist.
     pub fn existing(state_dir: &Path) -> Result<Self, Error> {
-        let audit_error = |source| Error::Audit {
-            path: state_dir.to_path_buf(),
-            source,
-        };
+        let audit_error = |source| Error::Audit { path: state_dir.to_path_buf(), source };
         let directory = std::fs::canonicalize(state_dir).map_err(audit_error)?;
         let path = directory.join(AUDIT_FILE);
         std::fs::symlink_metadata(&path).map_err(|source| Error::Audit { path: path.clone(), source })?;
-        Ok(AuditLog {
-            directory,
-            path,
-            appender: Mutex::new(None),
-        })
+        Ok(AuditLog { directory, path, appender: Mutex::new(None) })
     }
 
     /// The chain's head as last written beside the log, if there is a head file.
@@ -133,12 +116,7 @@ impl AuditLog {
         if appender.is_none() {
             let file = OpenOptions::new().read(true).append(true).create(true).open(&self.path)?;
             let head = OpenOptions::new().write(true).create(true).truncate(false).open(self.directory.join(AUDIT_HEAD_FILE))?;
-            *appender = Some(Appender {
-                file,
-                head,
-                link: Link::GENESIS,
-                length: u64::MAX,
-            });
+            *appender = Some(Appender { file, head, link: Link::GENESIS, length: u64::MAX });
         }
         let Some(appender) = appender.as_mut() else {
             return Ok(());

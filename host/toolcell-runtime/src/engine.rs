@@ -47,9 +47,7 @@ pub(crate) fn new_engine() -> Result<Engine, Error> {
         // Deadlines: every store gets an epoch deadline; a ticker thread advances the epoch.
         .epoch_interruption(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    Engine::new(&config).map_err(|error| Error::Engine {
-        reason: describe(&error),
-    })
+    Engine::new(&config).map_err(|error| Error::Engine { reason: describe(&error) })
 }
 
 /// Where a component came from.
@@ -98,21 +96,11 @@ impl ComponentCache {
     /// [`Error::Cache`] if it cannot be created or read; [`Error::Insecure`] if it, or its
     /// key, belongs to another user or can be written (the key: read) by others.
     pub(crate) fn open(directory: &Path) -> Result<Self, Error> {
-        let cache_error = |source| Error::Cache {
-            path: directory.to_path_buf(),
-            source,
-        };
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(directory)
-            .map_err(cache_error)?;
+        let cache_error = |source| Error::Cache { path: directory.to_path_buf(), source };
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(directory).map_err(cache_error)?;
         check_private(directory, 0o022, "the compiled-component cache")?;
         let key = load_or_create_key(&directory.join(CACHE_KEY_FILE))?;
-        Ok(ComponentCache {
-            directory: directory.to_path_buf(),
-            key,
-        })
+        Ok(ComponentCache { directory: directory.to_path_buf(), key })
     }
 
     /// The compiled component for `wasm`, from the cache if it holds an authentic artifact,
@@ -194,7 +182,8 @@ impl ComponentCache {
         let (tag, artifact) = rest.split_at(TAG_BYTES);
         // Compared in constant time.
         self.mac(name, artifact)
-            .verify_slice(tag).map_err(|_| "its tag does not match its content: it was not written by this host, or was changed since")?;
+            .verify_slice(tag)
+            .map_err(|_| "its tag does not match its content: it was not written by this host, or was changed since")?;
         Ok(artifact)
     }
 }
@@ -203,15 +192,9 @@ impl ComponentCache {
 /// (`0o022`: writable by group or others; `0o077`: any access by them).
 pub(crate) fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(), Error> {
     use std::os::unix::fs::MetadataExt as _;
-    let metadata = std::fs::metadata(path).map_err(|source| Error::Cache {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let metadata = std::fs::metadata(path).map_err(|source| Error::Cache { path: path.to_path_buf(), source })?;
     let user = rustix::process::geteuid().as_raw();
-    let insecure = |reason: String| Error::Insecure {
-        path: path.to_path_buf(),
-        reason,
-    };
+    let insecure = |reason: String| Error::Insecure { path: path.to_path_buf(), reason };
     if metadata.uid() != user {
         return Err(insecure(format!(
             "{what} belongs to user {}, not to the user running toolcell ({user}); use a directory of your own",
@@ -232,10 +215,7 @@ pub(crate) fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(
 fn load_or_create_key(path: &Path) -> Result<[u8; KEY_BYTES], Error> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let cache_error = |source| Error::Cache {
-        path: path.to_path_buf(),
-        source,
-    };
+    let cache_error = |source| Error::Cache { path: path.to_path_buf(), source };
     let mut key = [0u8; KEY_BYTES];
     match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
         Ok(mut file) => {
@@ -254,16 +234,16 @@ fn load_or_create_key(path: &Path) -> Result<[u8; KEY_BYTES], Error> {
     let bytes = std::fs::read(path).map_err(cache_error)?;
     key = bytes.as_slice().try_into().map_err(|_| Error::Insecure {
         path: path.to_path_buf(),
-        reason: format!("the cache key holds {} bytes instead of {KEY_BYTES}; remove it (and the cached components) to make a new one", bytes.len()),
+        reason: format!(
+            "the cache key holds {} bytes instead of {KEY_BYTES}; remove it (and the cached components) to make a new one",
+            bytes.len()
+        ),
     })?;
     Ok(key)
 }
 
 pub(crate) fn compile(engine: &Engine, origin: &str, wasm: &[u8]) -> Result<Component, Error> {
-    Component::new(engine, wasm).map_err(|error| Error::Load {
-        origin: origin.to_owned(),
-        reason: describe(&error),
-    })
+    Component::new(engine, wasm).map_err(|error| Error::Load { origin: origin.to_owned(), reason: describe(&error) })
 }
 
 /// Hex SHA-256 of the component bytes, the engine's compatibility hash and this crate's version.

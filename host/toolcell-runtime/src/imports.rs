@@ -40,10 +40,7 @@ pub(crate) const ALLOWED_TOOLCELL: &[&str] = &["types", "context"];
 pub(crate) fn check(engine: &Engine, origin: &str, component: &Component) -> Result<(), Error> {
     for (name, _) in component.component_type().imports(engine) {
         if !is_allowed(name) {
-            return Err(Error::ForbiddenImport {
-                origin: origin.to_owned(),
-                import: name.escape_default().to_string(),
-            });
+            return Err(Error::ForbiddenImport { origin: origin.to_owned(), import: name.escape_default().to_string() });
         }
     }
     Ok(())

@@ -28,6 +28,9 @@ const INLINE_BYTES: u64 = 16 * 1024;
 const BUILDING_PREFIX: &str = ".building-";
 /// A journal directory left half set up is removed after this long.
 const BUILDING_STALE: std::time::Duration = std::time::Duration::from_secs(600);
+/// Prefix of the temporary siblings whole-file rewrites go to (the guard makes them; a
+/// rollback removes the ones its call left).
+pub(crate) const SHADOW_PREFIX: &str = ".toolcell-";
 /// Prefix of the temporary files a rollback writes next to the file it restores.
 pub(crate) const RESTORE_PREFIX: &str = ".toolcell-restore-";
 
@@ -111,12 +114,7 @@ impl Journal {
         std::fs::create_dir(&building)?;
         let mut manifest = OpenOptions::new().create_new(true).append(true).open(building.join(MANIFEST))?;
         manifest.lock()?;
-        let header = Header {
-            version: 1,
-            workspace: workspace.to_path_buf(),
-            call_id: call_id.to_owned(),
-            session: session.to_owned(),
-        };
+        let header = Header { version: 1, workspace: workspace.to_path_buf(), call_id: call_id.to_owned(), session: session.to_owned() };
         let mut line = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
         line.push(b'\n');
         // Synced with the first step, which follows at once.
@@ -124,12 +122,7 @@ impl Journal {
         let directory = journals.join(call_id);
         std::fs::rename(&building, &directory)?;
         File::open(journals)?.sync_all()?;
-        Ok(Journal {
-            directory,
-            manifest,
-            steps: Vec::new(),
-            blobs: 0,
-        })
+        Ok(Journal { directory, manifest, steps: Vec::new(), blobs: 0 })
     }
 
     /// Save the current state of `path` (canonical, in `root`) before it is mutated. Read in
@@ -137,16 +130,16 @@ impl Journal {
     /// one cannot put another file's content in the journal (a rollback would write it here).
     pub(crate) fn preserve(&mut self, root: &Dir, path: &str) -> std::io::Result<()> {
         let (directory, name) = match crate::beneath::parent(root, path) {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return self.append(Step { path: path.to_owned(), prior: Prior::Absent, identity: None }),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return self.append(Step { path: path.to_owned(), prior: Prior::Absent, identity: None });
+            }
             result => result?,
         };
         let mut identity = None;
         let prior = match directory.symlink_metadata(name) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Prior::Absent,
             Err(error) => return Err(error),
-            Ok(metadata) if metadata.is_dir() => Prior::Directory {
-                mode: metadata.permissions().mode(),
-            },
+            Ok(metadata) if metadata.is_dir() => Prior::Directory { mode: metadata.permissions().mode() },
             Ok(metadata) if metadata.is_symlink() => Prior::Symlink {
                 target: directory
                     .read_link_contents(name)?
@@ -182,20 +175,12 @@ impl Journal {
                 ));
             }
         };
-        self.append(Step {
-            path: path.to_owned(),
-            prior,
-            identity,
-        })
+        self.append(Step { path: path.to_owned(), prior, identity })
     }
 
     /// Record that the directory `from` is about to be renamed to `to`.
     pub(crate) fn preserve_move(&mut self, from: &str, to: &str) -> std::io::Result<()> {
-        self.append(Step {
-            path: from.to_owned(),
-            prior: Prior::Moved { to: to.to_owned() },
-            identity: None,
-        })
+        self.append(Step { path: from.to_owned(), prior: Prior::Moved { to: to.to_owned() }, identity: None })
     }
 
     fn append(&mut self, step: Step) -> std::io::Result<()> {
@@ -242,7 +227,7 @@ impl Journal {
 /// stand in a directory the replay must remove), then restore each step's path, newest first.
 fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]) -> Result<(), String> {
     use rustix::fs::{Mode, OFlags};
-    let prefix = format!("{}{call_id}-", crate::guard::SHADOW_PREFIX);
+    let prefix = format!("{}{call_id}-", SHADOW_PREFIX);
     let mut parents: Vec<&str> = steps.iter().map(|step| step.path.rsplit_once('/').map_or(".", |(parent, _)| parent)).collect();
     parents.sort_unstable();
     parents.dedup();
@@ -464,12 +449,7 @@ fn recover_one(directory: &Path, manifest: File) -> Recovery {
     };
     // A torn last line is a step whose mutation never started (each step is synced first).
     let steps: Vec<Step> = lines.map_while(Result::ok).map_while(|line| serde_json::from_str(&line).ok()).collect();
-    let mut recovery = Recovery {
-        call_id: header.call_id,
-        session: header.session,
-        steps: steps.len(),
-        error: None,
-    };
+    let mut recovery = Recovery { call_id: header.call_id, session: header.session, steps: steps.len(), error: None };
     let root = match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
         Ok(root) => root,
         Err(error) => {
@@ -574,12 +554,7 @@ mod tests {
         std::fs::write(workspace.join("a.txt"), "half-writ").expect("write");
         let directory = crashed.directory().to_path_buf();
         drop(crashed);
-        OpenOptions::new()
-            .append(true)
-            .open(directory.join(MANIFEST))
-            .expect("open")
-            .write_all(b"{\"path\":\"c.t")
-            .expect("tear");
+        OpenOptions::new().append(true).open(directory.join(MANIFEST)).expect("open").write_all(b"{\"path\":\"c.t").expect("tear");
 
         let recovered = recover(&journals);
         assert_eq!(recovered.len(), 1, "{recovered:?}");

@@ -45,16 +45,12 @@ enum Backing {
 impl LockStore {
     /// Tables in memory.
     pub fn in_memory() -> Self {
-        LockStore {
-            backing: Backing::Memory(Mutex::new(std::collections::HashMap::new())),
-        }
+        LockStore { backing: Backing::Memory(Mutex::new(std::collections::HashMap::new())) }
     }
 
     /// Tables in `state_dir/locks`.
     pub fn in_directory(state_dir: &Path) -> Self {
-        LockStore {
-            backing: Backing::Directory(state_dir.join(LOCKS_DIR)),
-        }
+        LockStore { backing: Backing::Directory(state_dir.join(LOCKS_DIR)) }
     }
 
     /// The table file and its lock file for `workspace`.
@@ -107,13 +103,7 @@ impl LockStore {
     /// # Errors
     ///
     /// [`LockStoreError::Io`] if the table cannot be read.
-    pub fn check_write(
-        &self,
-        workspace: &Path,
-        path: &str,
-        owner: &str,
-        fences: &[u64],
-    ) -> Result<Result<(), Refusal>, LockStoreError> {
+    pub fn check_write(&self, workspace: &Path, path: &str, owner: &str, fences: &[u64]) -> Result<Result<(), Refusal>, LockStoreError> {
         let now = now_ms();
         self.read(workspace, |table| table.check_write(path, owner, fences, now))
     }
@@ -181,8 +171,5 @@ fn load(path: &Path) -> std::io::Result<LockTable> {
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }

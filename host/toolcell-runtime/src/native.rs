@@ -156,7 +156,9 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     if current != entry.after {
         return Err(ToolError::new(
             ToolErrorKind::Conflict,
-            format!("`{shown}` changed after this session's last change to it, so undoing would lose that change: read it and edit it instead"),
+            format!(
+                "`{shown}` changed after this session's last change to it, so undoing would lose that change: read it and edit it instead"
+            ),
         ));
     }
     let access = if entry.prior == Prior::Absent { Access::Delete } else { Access::Write };
@@ -166,14 +168,9 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     let Some(root) = call.guard.root() else {
         return Err(ToolError::new(ToolErrorKind::Failed, "the call has no workspace"));
     };
-    let step = Step {
-        path: path.clone(),
-        prior: entry.prior.clone(),
-        identity: None,
-    };
-    crate::journal::restore(root, &call.undo.session_dir(session, workspace), &step).map_err(|error| {
-        ToolError::new(ToolErrorKind::Failed, format!("cannot restore `{shown}`: {error}; nothing was changed"))
-    })?;
+    let step = Step { path: path.clone(), prior: entry.prior.clone(), identity: None };
+    crate::journal::restore(root, &call.undo.session_dir(session, workspace), &step)
+        .map_err(|error| ToolError::new(ToolErrorKind::Failed, format!("cannot restore `{shown}`: {error}; nothing was changed")))?;
     // The change is undone whatever happens to the record; a stale record is refused later
     // because the file no longer matches it.
     let _ = call.undo.forget(session, workspace, &entry);
@@ -200,21 +197,20 @@ fn lock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     let args: Args = parse(call.request.args)?;
     let mode = match args.mode.as_deref() {
         None => Mode::Exclusive,
-        Some(mode) => Mode::from_name(mode).ok_or_else(|| ToolError::new(ToolErrorKind::InvalidArgs, "`mode` is `exclusive` or `shared`"))?,
+        Some(mode) => {
+            Mode::from_name(mode).ok_or_else(|| ToolError::new(ToolErrorKind::InvalidArgs, "`mode` is `exclusive` or `shared`"))?
+        }
     };
     let ttl = Duration::from_secs(args.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS));
     let mut patterns = Vec::new();
     for path in &args.paths {
-        let pattern = call.request.workspace.lock_pattern(path).map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, error.to_string()))?;
+        let pattern =
+            call.request.workspace.lock_pattern(path).map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, error.to_string()))?;
         // Locking is a claim to write: a role may lock only what it may change.
         if !call.guard.allows(Access::Write, &pattern) {
             return Err(ToolError::new(
                 ToolErrorKind::Denied,
-                format!(
-                    "role `{}` may not write `{}`, so it may not lock it",
-                    call.request.role,
-                    escape_control(&pattern)
-                ),
+                format!("role `{}` may not write `{}`, so it may not lock it", call.request.role, escape_control(&pattern)),
             ));
         }
         patterns.push(pattern);
@@ -222,13 +218,8 @@ fn lock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     let owner = call.request.lock_owner();
     let mut acquired: Vec<Lock> = Vec::new();
     for pattern in &patterns {
-        let request = LockRequest {
-            pattern: pattern.clone(),
-            owner: owner.to_owned(),
-            session: call.request.session_id.to_owned(),
-            mode,
-            ttl,
-        };
+        let request =
+            LockRequest { pattern: pattern.clone(), owner: owner.to_owned(), session: call.request.session_id.to_owned(), mode, ttl };
         match call.locks.acquire(call.request.workspace.root(), &request) {
             Ok(lock) => acquired.push(lock),
             Err(error) => {
@@ -251,7 +242,9 @@ fn lock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     audit_locks(call, "acquired", &acquired);
     let lines: Vec<String> = acquired
         .iter()
-        .map(|lock| format!("Locked `{}` ({}, token {}) until {}", escape_control(&lock.pattern), lock.mode.as_str(), lock.fence, lock.expires_at()))
+        .map(|lock| {
+            format!("Locked `{}` ({}, token {}) until {}", escape_control(&lock.pattern), lock.mode.as_str(), lock.fence, lock.expires_at())
+        })
         .collect();
     Ok(ToolOutput {
         text: lines.join("\n"),
@@ -279,11 +272,18 @@ fn unlock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
                 if matching.is_empty() {
                     return Err(ToolError::new(
                         ToolErrorKind::NotFound,
-                        format!("you hold no lock on `{}`; give the paths exactly as you locked them, or omit `paths` to release all your locks", escape_control(path)),
+                        format!(
+                            "you hold no lock on `{}`; give the paths exactly as you locked them, or omit `paths` to release all your locks",
+                            escape_control(path)
+                        ),
                     ));
                 }
                 for lock in matching {
-                    released.push(call.locks.release(workspace, lock.fence, owner).map_err(|error| ToolError::new(ToolErrorKind::Failed, error.to_string()))?);
+                    released.push(
+                        call.locks
+                            .release(workspace, lock.fence, owner)
+                            .map_err(|error| ToolError::new(ToolErrorKind::Failed, error.to_string()))?,
+                    );
                 }
             }
             released
@@ -293,12 +293,13 @@ fn unlock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     let text = if released.is_empty() {
         "You held no locks.".to_owned()
     } else {
-        released.iter().map(|lock| format!("Unlocked `{}` (token {})", escape_control(&lock.pattern), lock.fence)).collect::<Vec<_>>().join("\n")
+        released
+            .iter()
+            .map(|lock| format!("Unlocked `{}` (token {})", escape_control(&lock.pattern), lock.fence))
+            .collect::<Vec<_>>()
+            .join("\n")
     };
-    Ok(ToolOutput {
-        text,
-        structured: Some(serde_json::json!({ "released": released.iter().map(lock_json).collect::<Vec<_>>() })),
-    })
+    Ok(ToolOutput { text, structured: Some(serde_json::json!({ "released": released.iter().map(lock_json).collect::<Vec<_>>() })) })
 }
 
 fn audit_locks(call: &NativeCall<'_>, event: &str, locks: &[Lock]) {

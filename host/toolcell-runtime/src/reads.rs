@@ -120,10 +120,7 @@ pub(crate) struct ReadTracker {
 
 impl ReadTracker {
     pub(crate) fn new(state_dir: Option<&Path>) -> Self {
-        ReadTracker {
-            directory: state_dir.map(|directory| directory.join("sessions")),
-            sessions: Mutex::new(HashMap::new()),
-        }
+        ReadTracker { directory: state_dir.map(|directory| directory.join("sessions")), sessions: Mutex::new(HashMap::new()) }
     }
 
     /// The versions `session` has seen in `workspace`.
@@ -147,12 +144,8 @@ impl ReadTracker {
         {
             return Arc::clone(reads);
         }
-        let reads: Arc<SessionReads> = Arc::new(
-            std::fs::read(&path)
-                .ok()
-                .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-                .unwrap_or_default(),
-        );
+        let reads: Arc<SessionReads> =
+            Arc::new(std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default());
         sessions.insert(key.to_owned(), (stamp, Arc::clone(&reads)));
         reads
     }
@@ -170,9 +163,8 @@ impl ReadTracker {
         modified: &[String],
     ) -> std::io::Result<()> {
         let hash = reads.len() + modified.len() <= MAX_TRACKED_READS;
-        let known = |path: &str, version: &Version| {
-            seen.get(path).is_some_and(|old| old.same_metadata(version) && (old.sha256.is_some() || !hash))
-        };
+        let known =
+            |path: &str, version: &Version| seen.get(path).is_some_and(|old| old.same_metadata(version) && (old.sha256.is_some() || !hash));
         let mut changes: Vec<(&str, Option<Version>)> = Vec::new();
         for (path, version) in reads {
             if !known(path, version) {

@@ -22,15 +22,12 @@ impl ArgsSchema {
     ///
     /// A reason, if the text is not JSON, not an object schema, or not a valid JSON Schema.
     pub(crate) fn compile(text: &str) -> Result<(Self, serde_json::Value), String> {
-        let schema: serde_json::Value =
-            serde_json::from_str(text).map_err(|error| format!("its input schema is not JSON: {error}"))?;
+        let schema: serde_json::Value = serde_json::from_str(text).map_err(|error| format!("its input schema is not JSON: {error}"))?;
         if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
             return Err("its input schema must have `\"type\": \"object\"` (tool arguments are a JSON object)".to_owned());
         }
-        jsonschema::meta::validate(&schema)
-            .map_err(|error| format!("its input schema is not a valid JSON Schema: {error}"))?;
-        let validator = jsonschema::validator_for(&schema)
-            .map_err(|error| format!("its input schema cannot be compiled: {error}"))?;
+        jsonschema::meta::validate(&schema).map_err(|error| format!("its input schema is not a valid JSON Schema: {error}"))?;
+        let validator = jsonschema::validator_for(&schema).map_err(|error| format!("its input schema cannot be compiled: {error}"))?;
         Ok((ArgsSchema { validator }, schema))
     }
 

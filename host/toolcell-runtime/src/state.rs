@@ -31,10 +31,7 @@ pub(crate) struct CallState {
 
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
     }
 }
 
@@ -84,12 +81,9 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
             return Err(wasmtime::format_err!("{message}"));
         }
         Ok(match inspected {
-            Ok(found) => Ok(PathFacts {
-                mode: found.mode,
-                read: effect(found.read),
-                write: effect(found.write),
-                delete: effect(found.delete),
-            }),
+            Ok(found) => {
+                Ok(PathFacts { mode: found.mode, read: effect(found.read), write: effect(found.write), delete: effect(found.delete) })
+            }
             Err((kind, message)) => Err(crate::to_wit_error(kind, message)),
         })
     }
@@ -138,19 +132,13 @@ impl HasData for HasGuardedFilesystem {
 /// policy guard.
 fn guarded_filesystem(state: &mut CallState) -> GuardedFilesystem<'_> {
     GuardedFilesystem {
-        inner: wasmtime_wasi::filesystem::WasiFilesystemCtxView {
-            ctx: state.wasi.filesystem(),
-            table: &mut state.table,
-        },
+        inner: wasmtime_wasi::filesystem::WasiFilesystemCtxView { ctx: state.wasi.filesystem(), table: &mut state.table },
         guard: &mut state.guard,
     }
 }
 
 fn unguarded_filesystem(state: &mut CallState) -> wasmtime_wasi::filesystem::WasiFilesystemCtxView<'_> {
-    wasmtime_wasi::filesystem::WasiFilesystemCtxView {
-        ctx: state.wasi.filesystem(),
-        table: &mut state.table,
-    }
+    wasmtime_wasi::filesystem::WasiFilesystemCtxView { ctx: state.wasi.filesystem(), table: &mut state.table }
 }
 
 struct HasDeadlineClock;
@@ -210,9 +198,7 @@ pub(crate) fn linker(engine: &Engine, guarded: bool) -> Result<Linker<CallState>
     use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random, sync};
 
     fn link(result: wasmtime::Result<()>) -> Result<(), Error> {
-        result.map_err(|error| Error::Engine {
-            reason: format!("cannot link the host interfaces: {}", describe(&error)),
-        })
+        result.map_err(|error| Error::Engine { reason: format!("cannot link the host interfaces: {}", describe(&error)) })
     }
 
     let mut linker = Linker::new(engine);
@@ -220,15 +206,10 @@ pub(crate) fn linker(engine: &Engine, guarded: bool) -> Result<Linker<CallState>
     link(sync::io::error::add_to_linker::<CallState, HasTable>(l, |state| &mut state.table))?;
     link(sync::io::poll::add_to_linker::<CallState, HasTable>(l, |state| &mut state.table))?;
     link(sync::io::streams::add_to_linker::<CallState, HasTable>(l, |state| &mut state.table))?;
-    link(clocks::wall_clock::add_to_linker::<CallState, WasiClocks>(l, |state| {
-        wasmtime_wasi::clocks::WasiClocksView::clocks(state)
-    }))?;
+    link(clocks::wall_clock::add_to_linker::<CallState, WasiClocks>(l, |state| wasmtime_wasi::clocks::WasiClocksView::clocks(state)))?;
     link(clocks::monotonic_clock::add_to_linker::<CallState, HasDeadlineClock>(l, |state| {
         let deadline = state.deadline;
-        DeadlineClock {
-            inner: wasmtime_wasi::clocks::WasiClocksView::clocks(state),
-            deadline,
-        }
+        DeadlineClock { inner: wasmtime_wasi::clocks::WasiClocksView::clocks(state), deadline }
     }))?;
     link(random::random::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
     link(random::insecure::add_to_linker::<CallState, WasiRandom>(l, |state| state.wasi.random()))?;
@@ -283,10 +264,7 @@ pub(crate) struct CapturePipe {
 
 impl CapturePipe {
     pub(crate) fn new(capacity: usize) -> Self {
-        CapturePipe {
-            capacity,
-            captured: Arc::new(Mutex::new(Captured::default())),
-        }
+        CapturePipe { capacity, captured: Arc::new(Mutex::new(Captured::default())) }
     }
 
     pub(crate) fn take(&self) -> Captured {
@@ -348,17 +326,11 @@ impl tokio::io::AsyncWrite for CapturePipe {
         std::task::Poll::Ready(Ok(buffer.len()))
     }
 
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(self: std::pin::Pin<&mut Self>, _context: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, _context: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 }
@@ -372,13 +344,7 @@ mod tests {
         let pipe = CapturePipe::new(4);
         pipe.keep(b"abc");
         pipe.keep(b"defg");
-        assert_eq!(
-            pipe.take(),
-            Captured {
-                bytes: b"abcd".to_vec(),
-                dropped: 3
-            }
-        );
+        assert_eq!(pipe.take(), Captured { bytes: b"abcd".to_vec(), dropped: 3 });
     }
 
     #[test]

@@ -45,10 +45,7 @@ pub(crate) struct UndoStore {
 
 impl UndoStore {
     pub(crate) fn new(work_dir: &Path) -> Self {
-        UndoStore {
-            directory: work_dir.join("undo"),
-            lock: Mutex::new(()),
-        }
+        UndoStore { directory: work_dir.join("undo"), lock: Mutex::new(()) }
     }
 
     /// The directory of `session`'s undo entries and blobs.
@@ -102,12 +99,7 @@ impl UndoStore {
                 }
                 _ => continue,
             };
-            index.entries.push(UndoEntry {
-                path: step.path.clone(),
-                call_id: call_id.to_owned(),
-                prior,
-                after,
-            });
+            index.entries.push(UndoEntry { path: step.path.clone(), call_id: call_id.to_owned(), prior, after });
         }
         while index.entries.len() > MAX_ENTRIES {
             let dropped = index.entries.remove(0);
@@ -129,11 +121,7 @@ impl UndoStore {
         let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
         let mut index = load(&directory);
-        if let Some(position) = index
-            .entries
-            .iter()
-            .rposition(|kept| kept.path == entry.path && kept.call_id == entry.call_id)
-        {
+        if let Some(position) = index.entries.iter().rposition(|kept| kept.path == entry.path && kept.call_id == entry.call_id) {
             let removed = index.entries.remove(position);
             if let Prior::File { blob, .. } = removed.prior {
                 let _ = std::fs::remove_file(directory.join(blob));
@@ -144,10 +132,7 @@ impl UndoStore {
 }
 
 fn load(directory: &Path) -> Index {
-    std::fs::read(directory.join("index.json"))
-        .ok()
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default()
+    std::fs::read(directory.join("index.json")).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
 }
 
 fn store(directory: &Path, index: &Index) -> std::io::Result<()> {

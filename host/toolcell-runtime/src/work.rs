@@ -51,10 +51,7 @@ pub(crate) struct WorkDir {
 impl WorkDir {
     pub(crate) fn new(state_dir: Option<&Path>) -> std::io::Result<WorkDir> {
         if let Some(state_dir) = state_dir {
-            return Ok(WorkDir {
-                path: state_dir.to_path_buf(),
-                temporary: false,
-            });
+            return Ok(WorkDir { path: state_dir.to_path_buf(), temporary: false });
         }
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_nanos()).unwrap_or(0);
         remove_orphans(&std::env::temp_dir());

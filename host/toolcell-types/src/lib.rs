@@ -61,7 +61,9 @@ pub struct ToolName(String);
 
 /// Why a string is not a valid [`ToolName`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{name}` is not a valid tool name: {reason}; use 1 to 64 characters of `a-z`, `0-9` and `_`, starting with a letter (for example `read_file`)")]
+#[error(
+    "`{name}` is not a valid tool name: {reason}; use 1 to 64 characters of `a-z`, `0-9` and `_`, starting with a letter (for example `read_file`)"
+)]
 pub struct InvalidToolName {
     /// The rejected name (control characters escaped).
     pub name: String,
@@ -79,10 +81,7 @@ impl ToolName {
     ///
     /// [`InvalidToolName`] naming the problem.
     pub fn new(name: &str) -> Result<Self, InvalidToolName> {
-        let invalid = |reason| InvalidToolName {
-            name: name.escape_default().to_string(),
-            reason,
-        };
+        let invalid = |reason| InvalidToolName { name: name.escape_default().to_string(), reason };
         if name.is_empty() {
             return Err(invalid("it is empty"));
         }
@@ -201,10 +200,7 @@ pub struct ToolError {
 impl ToolError {
     /// A tool error of `kind`.
     pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
-        ToolError {
-            kind,
-            message: message.into(),
-        }
+        ToolError { kind, message: message.into() }
     }
 }
 

@@ -38,11 +38,15 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 
 fn time<T>(runs: usize, mut run: impl FnMut() -> T) -> Duration {
     run();
-    median((0..runs).map(|_| {
-        let started = Instant::now();
-        std::hint::black_box(run());
-        started.elapsed()
-    }).collect())
+    median(
+        (0..runs)
+            .map(|_| {
+                let started = Instant::now();
+                std::hint::black_box(run());
+                started.elapsed()
+            })
+            .collect(),
+    )
 }
 
 /// `files` source-like files in directories of 100, a few of them holding [`NEEDLE`].
@@ -95,9 +99,7 @@ fn main() {
     let _ = writeln!(std::io::stderr(), "| measure | toolcell | baseline | ratio |\n|---|---|---|---|");
 
     // Cold start: an empty cache compiles every component; a warm one loads them.
-    let build = || {
-        toolcell_host::HostBuilder::new(&workspace).cache_dir(&cache).state_dir(&state).build().expect("host builds")
-    };
+    let build = || toolcell_host::HostBuilder::new(&workspace).cache_dir(&cache).state_dir(&state).build().expect("host builds");
     let started = Instant::now();
     let host = build();
     let cold = started.elapsed();
@@ -158,7 +160,12 @@ fn main() {
         while offset <= lines {
             let args = json!({"path": "big.txt", "offset": offset, "limit": 2000}).to_string();
             let result = session.call("read_file", &args).expect("read call");
-            offset = result.output.ok().and_then(|output| output.structured).and_then(|value| value["end_line"].as_u64()).map_or(lines + 1, |end| end as usize + 1);
+            offset = result
+                .output
+                .ok()
+                .and_then(|output| output.structured)
+                .and_then(|value| value["end_line"].as_u64())
+                .map_or(lines + 1, |end| end as usize + 1);
             calls += 1;
         }
         calls
@@ -194,7 +201,12 @@ fn main() {
 
     // Peak RSS of one process doing the search.
     let mut ours = Command::new(env!("CARGO_BIN_EXE_toolcell"));
-    ours.arg("--cache-dir").arg(&cache).arg("--state-dir").arg(&state).args(["call", "search_files", &query, "--workspace"]).arg(&workspace);
+    ours.arg("--cache-dir")
+        .arg(&cache)
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["call", "search_files", &query, "--workspace"])
+        .arg(&workspace);
     if let (Some(ours), Some(rg)) = (peak_rss_kib(&mut ours), rg.as_ref()) {
         let mut baseline = Command::new(rg);
         baseline.args(["-j1", "-l", "--no-messages", NEEDLE]).arg(&tree);

@@ -50,11 +50,7 @@ fn main() {
     let over_mcp: Vec<Duration> = (0..iterations).map(|_| round_trip()).collect();
     client.close().expect("the server exits when stdin closes");
 
-    let host = toolcell_host::HostBuilder::new(&workspace)
-        .cache_dir(&cache)
-        .state_dir(&state)
-        .build()
-        .expect("host builds");
+    let host = toolcell_host::HostBuilder::new(&workspace).cache_dir(&cache).state_dir(&state).build().expect("host builds");
     let session = host.session("impl", "bench").expect("session");
     let in_process = || {
         let started = Instant::now();

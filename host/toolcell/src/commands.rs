@@ -39,11 +39,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Conformance { component, json } = &cli.command {
         return conformance(&cli.runtime, component, *json);
     }
-    if let Command::Tools {
-        command: Some(ToolsCommand::Add { component }),
-        ..
-    } = &cli.command
-    {
+    if let Command::Tools { command: Some(ToolsCommand::Add { component }), .. } = &cli.command {
         return tools_add(&cli.runtime, component);
     }
     let runtime = build_runtime(&cli.runtime)?;
@@ -153,32 +149,31 @@ fn audit(args: &RuntimeArgs, command: &AuditCommand) -> anyhow::Result<ExitCode>
     };
     let text = log.read().with_context(|| format!("cannot read `{}`", log.path().display()))?;
     match command {
-        AuditCommand::Verify => match log.head().map_err(|error| toolcell_audit::Tamper {
-            line: 0,
-            reason: format!("{error}"),
-        }).and_then(|head| match head {
-            Some(head) => toolcell_audit::verify_with_head(text.lines(), &head),
-            None if text.is_empty() => Err(toolcell_audit::Tamper {
-                line: 0,
-                reason: "the log is empty and has no head file: nothing was ever recorded here".to_owned(),
-            }),
-            None => toolcell_audit::verify(text.lines()),
-        }) {
-            Ok(verified) => {
-                writeln!(
-                    std::io::stdout(),
-                    "{}: ok, {} records, last hash {}",
-                    log.path().display(),
-                    verified.records,
-                    verified.last_hash
-                )?;
-                Ok(ExitCode::SUCCESS)
+        AuditCommand::Verify => {
+            match log.head().map_err(|error| toolcell_audit::Tamper { line: 0, reason: format!("{error}") }).and_then(|head| match head {
+                Some(head) => toolcell_audit::verify_with_head(text.lines(), &head),
+                None if text.is_empty() => Err(toolcell_audit::Tamper {
+                    line: 0,
+                    reason: "the log is empty and has no head file: nothing was ever recorded here".to_owned(),
+                }),
+                None => toolcell_audit::verify(text.lines()),
+            }) {
+                Ok(verified) => {
+                    writeln!(
+                        std::io::stdout(),
+                        "{}: ok, {} records, last hash {}",
+                        log.path().display(),
+                        verified.records,
+                        verified.last_hash
+                    )?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(tamper) => {
+                    writeln!(std::io::stderr(), "{}: {tamper}", log.path().display())?;
+                    Ok(ExitCode::from(EXIT_TOOL_ERROR))
+                }
             }
-            Err(tamper) => {
-                writeln!(std::io::stderr(), "{}: {tamper}", log.path().display())?;
-                Ok(ExitCode::from(EXIT_TOOL_ERROR))
-            }
-        },
+        }
         AuditCommand::Tail { lines, session, follow } => {
             let shown: Vec<String> = readable(&text, session.as_deref());
             let mut stdout = std::io::stdout().lock();
@@ -216,9 +211,8 @@ fn readable(text: &str, session: Option<&str>) -> Vec<String> {
 
 fn conformance(args: &RuntimeArgs, component: &std::path::Path, as_json: bool) -> anyhow::Result<ExitCode> {
     let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
-    let options = toolcell_conformance::Options {
-        cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) },
-    };
+    let options =
+        toolcell_conformance::Options { cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) } };
     let report = toolcell_conformance::check(&component.display().to_string(), &wasm, &options);
     let mut stdout = std::io::stdout().lock();
     if as_json {
@@ -236,11 +230,7 @@ fn tools_add(args: &RuntimeArgs, component: &std::path::Path) -> anyhow::Result<
     // Loaded beside everything else: its imports, description and schema are checked, and a
     // name collision or a pin mismatch is refused before anything is installed.
     let runtime = build_runtime_with(args, Some((origin.clone(), wasm.clone())))?;
-    let added = runtime
-        .loaded()
-        .iter()
-        .find(|loaded| loaded.origin == origin)
-        .context("the component was loaded")?;
+    let added = runtime.loaded().iter().find(|loaded| loaded.origin == origin).context("the component was loaded")?;
     std::fs::create_dir_all(&directory).with_context(|| format!("cannot create `{}`", directory.display()))?;
     let target = directory.join(format!("{}.wasm", added.tool));
     let temporary = directory.join(format!(".{}.wasm.tmp", added.tool));
@@ -250,10 +240,14 @@ fn tools_add(args: &RuntimeArgs, component: &std::path::Path) -> anyhow::Result<
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "added `{}` as {}", added.tool, target.display())?;
     writeln!(stdout, "sha256 {}", added.sha256)?;
-    writeln!(stdout, "pin it in the policy, and give it to the roles that may call it:
+    writeln!(
+        stdout,
+        "pin it in the policy, and give it to the roles that may call it:
 
 [plugins.{}]
-sha256 = \"{}\"", added.tool, added.sha256)?;
+sha256 = \"{}\"",
+        added.tool, added.sha256
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -405,11 +399,8 @@ fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
         mcp.workspace.display(),
         host.runtime().policy().map_or("(none)", |policy| policy.file())
     )?;
-    let executor = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let executor =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
     executor.block_on(toolcell_mcp::serve_stdio(server))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -441,10 +432,7 @@ fn policy_check(args: &RuntimeArgs, file: &std::path::Path) -> anyhow::Result<Ex
         Err(error) => match error.downcast_ref::<Error>() {
             Some(Error::Policy(policy_error)) => {
                 // The operator is told the file as they gave it (agents only ever see its name).
-                let shown = toolcell_runtime::PolicyError {
-                    file: file.display().to_string(),
-                    ..policy_error.clone()
-                };
+                let shown = toolcell_runtime::PolicyError { file: file.display().to_string(), ..policy_error.clone() };
                 writeln!(std::io::stderr(), "{shown}")?;
                 return Ok(ExitCode::from(EXIT_TOOL_ERROR));
             }

@@ -61,10 +61,16 @@ pub fn run(args: &RuntimeArgs, workspace: Option<PathBuf>) -> anyhow::Result<Exi
     for (role, tool, arguments) in script() {
         if !clients.contains_key(role) {
             let mut command = Command::new(&executable);
-            command.args(forwarded(args)).arg("mcp").arg("--workspace").arg(workspace.root()).args(["--role", role, "--session", &format!("demo-{role}")]);
+            command.args(forwarded(args)).arg("mcp").arg("--workspace").arg(workspace.root()).args([
+                "--role",
+                role,
+                "--session",
+                &format!("demo-{role}"),
+            ]);
             let (mut client, initialized) = StdioClient::spawn(&mut command).context("cannot start `toolcell mcp`")?;
             let tools = client.list_tools()?;
-            let names: Vec<&str> = tools["tools"].as_array().map(|tools| tools.iter().filter_map(|tool| tool["name"].as_str()).collect()).unwrap_or_default();
+            let names: Vec<&str> =
+                tools["tools"].as_array().map(|tools| tools.iter().filter_map(|tool| tool["name"].as_str()).collect()).unwrap_or_default();
             writeln!(
                 stdout,
                 "→ initialize, tools/list as role `{role}`\n← {} (protocol {}): {}\n",

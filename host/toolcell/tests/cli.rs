@@ -19,12 +19,8 @@ fn toolcell(cache: &Path, args: &[&str]) -> Run {
     if !has_state_dir {
         command.arg("--state-dir").arg(state);
     }
-    let Output { status, stdout, stderr } = command
-        .args(args)
-        .env_remove("TOOLCELL_CACHE_DIR")
-        .env_remove("TOOLCELL_STATE_DIR")
-        .output()
-        .expect("run toolcell");
+    let Output { status, stdout, stderr } =
+        command.args(args).env_remove("TOOLCELL_CACHE_DIR").env_remove("TOOLCELL_STATE_DIR").output().expect("run toolcell");
     Run {
         status: status.code().unwrap_or(-1),
         stdout: String::from_utf8(stdout).expect("UTF-8 stdout"),
@@ -175,7 +171,11 @@ fn policy_check_reports_roles_or_the_first_error_with_its_line() {
     let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/default.toml");
     let run = toolcell(&cache, &["policy", "check", policy.to_str().expect("UTF-8 path")]);
     assert_eq!(run.status, 0, "{}", run.stderr);
-    assert!(run.stdout.contains("role `control`: read_file, read_many, file_info, list_files, directory_tree, search_files"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("role `control`: read_file, read_many, file_info, list_files, directory_tree, search_files"),
+        "{}",
+        run.stdout
+    );
     assert!(run.stdout.contains("role `reviewer`"), "{}", run.stdout);
 
     let bad = workspace.path().join("bad.toml");
@@ -404,11 +404,7 @@ impl LockSite {
         let (workspace, cache) = setup();
         std::fs::create_dir(workspace.path().join("src")).expect("mkdir");
         std::fs::write(workspace.path().join("src/a.rs"), "fn a() {}\n").expect("write");
-        LockSite {
-            workspace,
-            state: tempfile::tempdir().expect("state"),
-            cache,
-        }
+        LockSite { workspace, state: tempfile::tempdir().expect("state"), cache }
     }
 
     fn run(&self, args: &[&str]) -> Run {
@@ -519,7 +515,9 @@ fn plugin_policy(directory: &Path, pin: Option<&str>) -> std::path::PathBuf {
     if let Some(pin) = pin {
         text.push_str(&format!("[plugins.misbehave]\nsha256 = \"{pin}\"\n"));
     }
-    text.push_str("[roles.impl]\ntools = [\"*\"]\n[[roles.impl.rules]]\naccess = [\"read\", \"list\"]\npaths = [\"**\"]\neffect = \"allow\"\n");
+    text.push_str(
+        "[roles.impl]\ntools = [\"*\"]\n[[roles.impl.rules]]\naccess = [\"read\", \"list\"]\npaths = [\"**\"]\neffect = \"allow\"\n",
+    );
     let path = directory.join("plugins-policy.toml");
     std::fs::write(&path, text).expect("write policy");
     path
@@ -610,7 +608,13 @@ fn conformance_reports_and_exits_by_the_verdict() {
     assert_eq!(failed.status, 1);
     let report: serde_json::Value = serde_json::from_str(&failed.stdout).expect("JSON report");
     assert_eq!(report["tool"], "misbehave");
-    let failing: Vec<&str> = report["checks"].as_array().expect("checks").iter().filter(|check| check["passed"] == false).filter_map(|check| check["name"].as_str()).collect();
+    let failing: Vec<&str> = report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .filter(|check| check["passed"] == false)
+        .filter_map(|check| check["name"].as_str())
+        .collect();
     assert_eq!(failing, ["never traps on schema-generated arguments", "stays within its deadline and memory"]);
 
     let missing = toolcell(&cache, &["conformance", "/nonexistent/tool.wasm"]);
@@ -730,6 +734,9 @@ fn a_write_the_filesystem_refuses_says_so_and_leaves_the_file_as_it_was() {
     let after = std::fs::metadata(&file).expect("stat");
     assert_eq!(std::fs::read_to_string(&file).expect("read"), "read-only\n");
     assert_eq!((after.ino(), after.gid(), after.mode()), (before.ino(), before.gid(), before.mode()), "the file was recreated");
-    let names: Vec<String> = std::fs::read_dir(&workspace).expect("list").map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> = std::fs::read_dir(&workspace)
+        .expect("list")
+        .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(names, ["locked.txt"], "nothing was left beside it");
 }

@@ -54,8 +54,22 @@ fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
     assert_eq!(
         names("impl"),
         [
-            "apply_patch", "create_directory", "delete_file", "directory_tree", "edit_file", "file_info", "insert_text", "list_files",
-            "lock_files", "move_file", "read_file", "read_many", "search_files", "undo_edit", "unlock_files", "write_file"
+            "apply_patch",
+            "create_directory",
+            "delete_file",
+            "directory_tree",
+            "edit_file",
+            "file_info",
+            "insert_text",
+            "list_files",
+            "lock_files",
+            "move_file",
+            "read_file",
+            "read_many",
+            "search_files",
+            "undo_edit",
+            "unlock_files",
+            "write_file"
         ]
     );
     assert_eq!(report["impl"]["server"], "toolcell");
@@ -63,9 +77,8 @@ fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
         assert_eq!(tool["has_schema"], true, "{tool}");
         assert!(tool["title"].is_string(), "{tool}");
     }
-    let tool = |name: &str| {
-        report["impl"]["tools"].as_array().expect("tools").iter().find(|tool| tool["name"] == name).expect("listed").clone()
-    };
+    let tool =
+        |name: &str| report["impl"]["tools"].as_array().expect("tools").iter().find(|tool| tool["name"] == name).expect("listed").clone();
     let read_file = tool("read_file");
     assert_eq!((read_file["read_only"].as_bool(), read_file["destructive"].as_bool()), (Some(true), Some(false)));
     let write_file = tool("write_file");

@@ -99,11 +99,8 @@ fn literal_prefix(pattern: &str) -> &str {
 
 /// The model of `Policy::decide`.
 fn model_decide(rules: &[(Vec<Access>, Vec<String>, Effect)], protected: &[String], access: Access, path: &str) -> Effect {
-    let guarding: Option<&String> = if matches!(access, Access::Write | Access::Delete) {
-        protected.iter().find(|pattern| model_match(pattern, path))
-    } else {
-        None
-    };
+    let guarding: Option<&String> =
+        if matches!(access, Access::Write | Access::Delete) { protected.iter().find(|pattern| model_match(pattern, path)) } else { None };
     let rank = |effect: Effect| match effect {
         Effect::Allow => 0,
         Effect::Ask => 1,
@@ -155,8 +152,10 @@ fuzz_target!(|input: Input| {
     toml.push_str("[roles.r]\ntools = [\"*\"]\n");
     let mut model_rules = Vec::new();
     for (index, rule) in input.rules.iter().take(6).enumerate() {
-        let accesses: Vec<Access> = ACCESSES.iter().enumerate().filter(|(bit, _)| rule.access & (1 << bit) != 0).map(|(_, access)| *access).collect();
-        let patterns: Vec<String> = rule.patterns.iter().take(3).map(|bytes| build(bytes, GLOB_COMPONENTS, 4)).filter(|pattern| !pattern.is_empty()).collect();
+        let accesses: Vec<Access> =
+            ACCESSES.iter().enumerate().filter(|(bit, _)| rule.access & (1 << bit) != 0).map(|(_, access)| *access).collect();
+        let patterns: Vec<String> =
+            rule.patterns.iter().take(3).map(|bytes| build(bytes, GLOB_COMPONENTS, 4)).filter(|pattern| !pattern.is_empty()).collect();
         if accesses.is_empty() || patterns.is_empty() {
             continue;
         }

@@ -15,8 +15,29 @@ use toolcell_runtime::{CallRequest, Runtime, RuntimeBuilder, Workspace};
 const CANARY: &str = "CANARY-outside-the-workspace";
 
 const STRINGS: &[&str] = &[
-    "notes.txt", "src/lib.rs", "src", ".", "..", "../outside/secret.txt", "/etc/passwd", "escape.txt", "escape.txt/x",
-    "", "a\u{0}b", "~", "C:\\x", "%2e%2e", "**", "*", "[", "(a+)+$", "alpha", "beta", "\r\n", "x\ny", "new/dir/f.txt",
+    "notes.txt",
+    "src/lib.rs",
+    "src",
+    ".",
+    "..",
+    "../outside/secret.txt",
+    "/etc/passwd",
+    "escape.txt",
+    "escape.txt/x",
+    "",
+    "a\u{0}b",
+    "~",
+    "C:\\x",
+    "%2e%2e",
+    "**",
+    "*",
+    "[",
+    "(a+)+$",
+    "alpha",
+    "beta",
+    "\r\n",
+    "x\ny",
+    "new/dir/f.txt",
     "*** Begin Patch\n*** Update File: notes.txt\n@@\n-alpha\n+x\n*** End Patch",
     "*** Begin Patch\n*** Add File: ../outside/p\n+x\n*** End Patch",
     "*** Begin Patch\n*** Delete File: escape.txt\n*** End Patch",
@@ -116,5 +137,9 @@ fuzz_target!(|bytes: &[u8]| {
     }
     let outside: Vec<_> = std::fs::read_dir(temp.path().join("outside")).expect("outside").collect();
     assert_eq!(outside.len(), 1, "{tool} {args}: something appeared outside");
-    assert_eq!(std::fs::read_to_string(temp.path().join("outside/secret.txt")).expect("canary"), CANARY, "{tool} {args}: the canary changed");
+    assert_eq!(
+        std::fs::read_to_string(temp.path().join("outside/secret.txt")).expect("canary"),
+        CANARY,
+        "{tool} {args}: the canary changed"
+    );
 });

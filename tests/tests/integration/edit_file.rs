@@ -14,7 +14,8 @@ fn replaces_one_match_and_shows_numbered_context() {
     fixture.write("f.txt", twenty_lines());
     let output = fixture.ok("edit_file", json!({"path": "f.txt", "old_string": "line 10\n", "new_string": "ten\nTEN\n"}));
     assert!(fixture.read_text("f.txt").contains("line 9\nten\nTEN\nline 11\n"));
-    let expected_snippet = "     7\tline 7\n     8\tline 8\n     9\tline 9\n    10\tten\n    11\tTEN\n    12\tline 11\n    13\tline 12\n    14\tline 13";
+    let expected_snippet =
+        "     7\tline 7\n     8\tline 8\n     9\tline 9\n    10\tten\n    11\tTEN\n    12\tline 11\n    13\tline 12\n    14\tline 13";
     assert!(output.text.ends_with(expected_snippet), "{}", output.text);
     let structured = output.structured.expect("structured");
     assert_eq!(structured["replacements"], 1);
@@ -26,17 +27,9 @@ fn no_match_and_ambiguous_match_change_nothing() {
     let fixture = Fixture::new();
     let content = "alpha\nbeta\nalpha\ngamma\nalpha\n";
     fixture.write("f.txt", content);
-    let message = fixture.error(
-        "edit_file",
-        json!({"path": "f.txt", "old_string": "delta", "new_string": "x"}),
-        ToolErrorKind::Conflict,
-    );
+    let message = fixture.error("edit_file", json!({"path": "f.txt", "old_string": "delta", "new_string": "x"}), ToolErrorKind::Conflict);
     assert!(message.contains("was not found in `f.txt`"), "{message}");
-    let message = fixture.error(
-        "edit_file",
-        json!({"path": "f.txt", "old_string": "alpha", "new_string": "x"}),
-        ToolErrorKind::Conflict,
-    );
+    let message = fixture.error("edit_file", json!({"path": "f.txt", "old_string": "alpha", "new_string": "x"}), ToolErrorKind::Conflict);
     assert!(message.contains("matches 3 places") && message.contains("lines 1, 3, 5"), "{message}");
     assert!(message.contains("replace_all"), "{message}");
     assert_eq!(fixture.read_text("f.txt"), content);
@@ -97,11 +90,8 @@ fn keeps_crlf_bom_and_mode() {
 fn argument_errors() {
     let fixture = Fixture::new();
     fixture.write("f.txt", "text\n");
-    let message = fixture.error(
-        "edit_file",
-        json!({"path": "f.txt", "old_string": "text", "new_string": "text"}),
-        ToolErrorKind::InvalidArgs,
-    );
+    let message =
+        fixture.error("edit_file", json!({"path": "f.txt", "old_string": "text", "new_string": "text"}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("identical"), "{message}");
     let message = fixture.error(
         "edit_file",
@@ -111,11 +101,7 @@ fn argument_errors() {
     assert!(message.contains("not both"), "{message}");
     let message = fixture.error("edit_file", json!({"path": "f.txt", "old_string": "text"}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("new_string"), "{message}");
-    let message = fixture.error(
-        "edit_file",
-        json!({"path": "f.txt", "old_string": "", "new_string": "x"}),
-        ToolErrorKind::InvalidArgs,
-    );
+    let message = fixture.error("edit_file", json!({"path": "f.txt", "old_string": "", "new_string": "x"}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("`old_string`"), "{message}");
     fixture.error("edit_file", json!({"path": "f.txt"}), ToolErrorKind::InvalidArgs);
     assert_eq!(fixture.read_text("f.txt"), "text\n");
@@ -126,17 +112,10 @@ fn file_errors() {
     let fixture = Fixture::new();
     fixture.write("bin.dat", b"ab\x00cd");
     fixture.write("latin1.txt", b"caf\xe9\n");
-    fixture.error(
-        "edit_file",
-        json!({"path": "missing.txt", "old_string": "a", "new_string": "b"}),
-        ToolErrorKind::NotFound,
-    );
+    fixture.error("edit_file", json!({"path": "missing.txt", "old_string": "a", "new_string": "b"}), ToolErrorKind::NotFound);
     fixture.error("edit_file", json!({"path": "bin.dat", "old_string": "ab", "new_string": "x"}), ToolErrorKind::Unsupported);
-    let message = fixture.error(
-        "edit_file",
-        json!({"path": "latin1.txt", "old_string": "caf", "new_string": "x"}),
-        ToolErrorKind::Unsupported,
-    );
+    let message =
+        fixture.error("edit_file", json!({"path": "latin1.txt", "old_string": "caf", "new_string": "x"}), ToolErrorKind::Unsupported);
     assert!(message.contains("UTF-8"), "{message}");
     assert_eq!(fixture.read("latin1.txt"), b"caf\xe9\n");
 }

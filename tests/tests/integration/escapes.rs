@@ -66,10 +66,7 @@ fn symlinks_to_outside_are_refused() {
             let outcome = fixture.call(tool, &args_for(tool, path));
             match outcome.result {
                 Err(error) => {
-                    assert!(
-                        matches!(error.kind, ToolErrorKind::Denied | ToolErrorKind::Unsupported),
-                        "{tool} {path}: {error}"
-                    );
+                    assert!(matches!(error.kind, ToolErrorKind::Denied | ToolErrorKind::Unsupported), "{tool} {path}: {error}");
                     fixture.assert_no_host_path(&error.message);
                 }
                 Ok(output) => panic!("{tool} {path} escaped through a symlink:\n{}", output.text),
@@ -136,13 +133,16 @@ fn a_component_using_std_fs_cannot_leave_the_workspace() {
         }
     }
     // The root the component sees is the workspace, whatever it calls it.
-    let probe = fixture.ok("fs_probe", json!({"ops": [
-        {"op": "list", "path": "/"},
-        {"op": "list", "path": "."},
-        {"op": "canonicalize", "path": "inside.txt"},
-        {"op": "env", "path": ""},
-        {"op": "read", "path": "inside.txt"}
-    ]}));
+    let probe = fixture.ok(
+        "fs_probe",
+        json!({"ops": [
+            {"op": "list", "path": "/"},
+            {"op": "list", "path": "."},
+            {"op": "canonicalize", "path": "inside.txt"},
+            {"op": "env", "path": ""},
+            {"op": "read", "path": "inside.txt"}
+        ]}),
+    );
     let results = probe.structured.expect("structured");
     let listing = json!(["dir-link", "file-link", "inside.txt"]);
     assert_eq!(results[0]["value"], listing);

@@ -11,7 +11,11 @@ fn word_count() -> &'static [u8] {
 
 #[test]
 fn the_example_tool_passes_conformance() {
-    let report = toolcell_conformance::check("examples/word-count", word_count(), &toolcell_conformance::Options { cache_dir: Some(shared_cache_dir()) });
+    let report = toolcell_conformance::check(
+        "examples/word-count",
+        word_count(),
+        &toolcell_conformance::Options { cache_dir: Some(shared_cache_dir()) },
+    );
     assert!(report.passed(), "{}", report.render());
     assert_eq!(report.tool.as_deref(), Some("word_count"));
 }

@@ -26,13 +26,7 @@ fn probe(op: &str, path: &str, to: &str) -> serde_json::Value {
 #[test]
 fn tool_gating_refuses_before_any_instance() {
     let fixture = project();
-    let outcome = fixture.call_on(
-        default_policy_runtime(),
-        "control",
-        "write_file",
-        &json!({"path": "src/new.rs", "content": "x"}),
-        None,
-    );
+    let outcome = fixture.call_on(default_policy_runtime(), "control", "write_file", &json!({"path": "src/new.rs", "content": "x"}), None);
     assert!(outcome.gated);
     assert!(outcome.events.is_empty() && outcome.denials.is_empty(), "no component may have run");
     let error = outcome.result.expect_err("control may not write");
@@ -73,11 +67,7 @@ fn impl_reads_docs_but_cannot_modify_them() {
     assert_eq!(rules, ["docs-read-only"]);
     assert!(message.contains("write of `docs/guide.md` is denied for role `impl` by rule `docs-read-only`"), "{message}");
     assert!(message.contains("test-policy.toml line"), "the message names the rule's place: {message}");
-    let (_, rules) = fixture.denied(
-        "impl",
-        "edit_file",
-        json!({"path": "docs/guide.md", "old_string": "Read me.", "new_string": "x"}),
-    );
+    let (_, rules) = fixture.denied("impl", "edit_file", json!({"path": "docs/guide.md", "old_string": "Read me.", "new_string": "x"}));
     assert_eq!(rules, ["docs-read-only"]);
     fixture.denied("impl", "write_file", json!({"path": "docs/new.md", "content": "x"}));
     let (message, _) = fixture.denied("impl", "write_file", json!({"path": "docs/café.md", "content": "x"}));
@@ -281,7 +271,12 @@ fn readme_promises_hold_for_the_shipped_policy() {
                 let access = Access::from_name(access).unwrap_or_else(|| panic!("README names the access `{access}`"));
                 for path in &paths {
                     let decision = policy.decide(role, access, path);
-                    assert_eq!(decision.effect, toolcell_runtime::Effect::Deny, "README promises {role_name} may not {access} `{path}`, but rule `{}` allows it", decision.rule);
+                    assert_eq!(
+                        decision.effect,
+                        toolcell_runtime::Effect::Deny,
+                        "README promises {role_name} may not {access} `{path}`, but rule `{}` allows it",
+                        decision.rule
+                    );
                     checked += 1;
                 }
             }

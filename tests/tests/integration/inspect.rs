@@ -6,12 +6,7 @@ use toolcell_tests::{Fixture, governed_runtime};
 use toolcell_types::ToolErrorKind;
 
 fn names(children: &Value) -> Vec<String> {
-    children
-        .as_array()
-        .expect("children")
-        .iter()
-        .map(|child| child["name"].as_str().expect("name").to_owned())
-        .collect()
+    children.as_array().expect("children").iter().map(|child| child["name"].as_str().expect("name").to_owned()).collect()
 }
 
 #[test]
@@ -166,7 +161,11 @@ fn read_many_keeps_the_readable_files_and_the_host_names_each_refusal() {
     assert!(output.text.contains("pub fn f() {}"), "{}", output.text);
     assert!(!output.text.contains("PRIVATE KEY"), "{}", output.text);
     // The host states the refusal itself, with the rule, whatever the component reported.
-    assert!(outcome.warnings.iter().any(|warning| warning.starts_with("Refused by the host:") && warning.contains("secrets-hidden")), "{:?}", outcome.warnings);
+    assert!(
+        outcome.warnings.iter().any(|warning| warning.starts_with("Refused by the host:") && warning.contains("secrets-hidden")),
+        "{:?}",
+        outcome.warnings
+    );
     assert!(output.text.contains("Refused by the host:"), "{}", output.text);
     assert!(outcome.denials.iter().any(|denial| denial.event.rule == "secrets-hidden"));
     fixture.assert_no_host_path(&output.text);

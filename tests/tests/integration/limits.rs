@@ -56,10 +56,16 @@ fn a_component_waiting_in_the_host_is_cut_off_at_its_deadline() {
     let fixture = Fixture::new();
     let runtime = limited();
     let started = Instant::now();
-    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [
-        {"op": "write", "path": "before-the-wait.txt", "content": "x"},
-        {"op": "sleep", "content": "60000"},
-    ]}), None);
+    let outcome = fixture.call_on(
+        &runtime,
+        "impl",
+        "fs_probe",
+        &json!({"ops": [
+            {"op": "write", "path": "before-the-wait.txt", "content": "x"},
+            {"op": "sleep", "content": "60000"},
+        ]}),
+        None,
+    );
     let elapsed = started.elapsed();
     assert!(outcome.trapped);
     let error = outcome.result.expect_err("stopped");
@@ -127,12 +133,7 @@ fn a_gigabyte_of_output_hits_the_memory_cap_first() {
 
 #[test]
 fn limits_beyond_the_pool_are_refused_at_build() {
-    let result = builtin_runtime_builder()
-        .limits(Limits {
-            memory_bytes: 8 << 30,
-            ..Limits::default()
-        })
-        .build();
+    let result = builtin_runtime_builder().limits(Limits { memory_bytes: 8 << 30, ..Limits::default() }).build();
     match result {
         Err(error) => assert!(error.to_string().contains("memory limit of 8192 MiB"), "{error}"),
         Ok(_) => panic!("an impossible memory limit was accepted"),
@@ -141,10 +142,8 @@ fn limits_beyond_the_pool_are_refused_at_build() {
 
 #[test]
 fn limits_come_from_the_policy_per_tool() {
-    let policy = toolcell_tests::TEST_POLICY.replace(
-        "version = 1",
-        "version = 1\n[limits]\ndeadline_ms = 300\n\n[limits.tools.misbehave]\nmemory_mib = 32\noutput_kib = 16\n",
-    );
+    let policy = toolcell_tests::TEST_POLICY
+        .replace("version = 1", "version = 1\n[limits]\ndeadline_ms = 300\n\n[limits.tools.misbehave]\nmemory_mib = 32\noutput_kib = 16\n");
     let runtime = toolcell_tests::runtime_with_policy(&policy, None);
     let fixture = Fixture::new();
     let call = |args: serde_json::Value| fixture.call_on(&runtime, "impl", "misbehave", &args, None);
@@ -161,7 +160,13 @@ fn limits_come_from_the_policy_per_tool() {
     assert!(text.contains("[output truncated at 16 KiB"), "{}", &text[text.len() - 200..]);
 
     // Other tools keep the host's memory and output limits.
-    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "write", "path": "a.txt", "content": "y".repeat(40 << 10)}, {"op": "read", "path": "a.txt"}]}), None);
+    let outcome = fixture.call_on(
+        &runtime,
+        "impl",
+        "fs_probe",
+        &json!({"ops": [{"op": "write", "path": "a.txt", "content": "y".repeat(40 << 10)}, {"op": "read", "path": "a.txt"}]}),
+        None,
+    );
     assert!(outcome.result.expect("ok").text.len() > 40 << 10);
 }
 
@@ -177,12 +182,14 @@ fn filesystem_calls_and_open_files_have_budgets() {
     assert!(error.message.contains("made more than 2000 filesystem calls") && error.message.contains("`host_calls`"), "{}", error.message);
     assert_eq!(outcome.denials.len(), 1, "one record for the budget, not one per refused call");
 
-    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "hold_open", "path": "notes.txt", "content": "100"}]}), None);
+    let outcome =
+        fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "hold_open", "path": "notes.txt", "content": "100"}]}), None);
     let error = outcome.result.expect_err("too many open files");
     assert_eq!(error.kind, ToolErrorKind::TooLarge, "{}", error.message);
     assert!(error.message.contains("more than 64 files open at once") && error.message.contains("`open_files`"), "{}", error.message);
     // Within the budget, the same work succeeds.
-    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "hold_open", "path": "notes.txt", "content": "50"}]}), None);
+    let outcome =
+        fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "hold_open", "path": "notes.txt", "content": "50"}]}), None);
     assert_eq!(outcome.result.expect("within budget").structured.expect("structured")[0]["value"], 50);
     still_serves(&fixture, &runtime);
 }

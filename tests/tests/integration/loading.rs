@@ -39,11 +39,7 @@ fn the_second_start_loads_every_component_from_the_cache() {
     assert_eq!(artifacts, first.loaded().len(), "one artifact per component");
     let second = build();
     assert_eq!(second.loaded().len(), toolcell_builtins::components().count());
-    assert!(
-        second.loaded().iter().all(|loaded| loaded.cache == CacheOutcome::Cached),
-        "{:?}",
-        second.loaded()
-    );
+    assert!(second.loaded().iter().all(|loaded| loaded.cache == CacheOutcome::Cached), "{:?}", second.loaded());
     // The cached components work.
     let fixture = Fixture::new();
     fixture.write("a.txt", "cached\n");
@@ -86,9 +82,8 @@ fn bad_components_are_refused_at_load() {
         Err(other) => panic!("expected a load error, got {other}"),
         Ok(_) => panic!("garbage loaded"),
     }
-    let duplicate = builtin_runtime_builder()
-        .component("test:read_file_again", toolcell_builtins::components().next().expect("a builtin").1)
-        .build();
+    let duplicate =
+        builtin_runtime_builder().component("test:read_file_again", toolcell_builtins::components().next().expect("a builtin").1).build();
     match duplicate {
         Err(Error::DuplicateTool { name, second, .. }) => {
             assert_eq!(name, "read_file");

@@ -11,13 +11,7 @@ use toolcell_tests::{Fixture, TEST_POLICY, runtime_with_policy};
 use toolcell_types::ToolErrorKind;
 
 fn request(pattern: &str, owner: &str, ttl: Duration) -> LockRequest {
-    LockRequest {
-        pattern: pattern.to_owned(),
-        owner: owner.to_owned(),
-        session: format!("s-{owner}"),
-        mode: LockMode::Exclusive,
-        ttl,
-    }
+    LockRequest { pattern: pattern.to_owned(), owner: owner.to_owned(), session: format!("s-{owner}"), mode: LockMode::Exclusive, ttl }
 }
 
 #[test]
@@ -49,13 +43,23 @@ fn a_lock_refuses_other_owners_writes_at_the_boundary() {
     }
     // Reading is not writing; the owner writes.
     assert!(fixture.call_as(&runtime, "s-other", Some("CHAIN-040"), &[], "read_file", &json!({"path": "src/a.rs"})).result.is_ok());
-    let outcome = fixture.call_as(&runtime, "s-own", Some("CHAIN-039"), &[lock.fence], "write_file", &json!({"path": "src/a.rs", "content": "mine"}));
+    let outcome =
+        fixture.call_as(&runtime, "s-own", Some("CHAIN-039"), &[lock.fence], "write_file", &json!({"path": "src/a.rs", "content": "mine"}));
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
     // Refusals are audited as lock conflicts.
     let records = toolcell_tests::audit_records(&runtime);
-    assert!(records.iter().any(|record| record.rule.as_deref() == Some(&format!("lock:{}", lock.fence)) && record.decision.as_deref() == Some("deny")));
+    assert!(
+        records
+            .iter()
+            .any(|record| record.rule.as_deref() == Some(&format!("lock:{}", lock.fence)) && record.decision.as_deref() == Some("deny"))
+    );
     runtime.release_lock(&fixture.workspace, lock.fence, "CHAIN-039").expect("released");
-    assert!(fixture.call_as(&runtime, "s-other", Some("CHAIN-040"), &[], "write_file", &json!({"path": "src/b.rs", "content": "x"})).result.is_ok());
+    assert!(
+        fixture
+            .call_as(&runtime, "s-other", Some("CHAIN-040"), &[], "write_file", &json!({"path": "src/b.rs", "content": "x"}))
+            .result
+            .is_ok()
+    );
 }
 
 #[test]
@@ -63,7 +67,8 @@ fn agents_lock_and_unlock_through_tools() {
     let runtime = runtime_with_policy(TEST_POLICY, None);
     let fixture = Fixture::new();
     fixture.write("src/a.rs", "fn a() {}\n");
-    let locked = fixture.call_as(&runtime, "s-a", Some("A"), &[], "lock_files", &json!({"paths": ["src/a.rs", "src/c/**"], "ttl_seconds": 60}));
+    let locked =
+        fixture.call_as(&runtime, "s-a", Some("A"), &[], "lock_files", &json!({"paths": ["src/a.rs", "src/c/**"], "ttl_seconds": 60}));
     let output = locked.result.expect("locked");
     assert!(output.text.starts_with("Locked `src/a.rs` (exclusive, token "), "{}", output.text);
     let fence = output.structured.expect("structured")["locks"][0]["fence"].as_u64().expect("fence");
@@ -153,8 +158,7 @@ fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
 #[test]
 #[ignore = "run as a child process by concurrent_sessions_lose_no_update"]
 fn stress_child() {
-    let (Ok(workspace), Ok(state), Ok(owner)) =
-        (std::env::var(STRESS_WORKSPACE), std::env::var(STRESS_STATE), std::env::var(STRESS_OWNER))
+    let (Ok(workspace), Ok(state), Ok(owner)) = (std::env::var(STRESS_WORKSPACE), std::env::var(STRESS_STATE), std::env::var(STRESS_OWNER))
     else {
         return;
     };

@@ -166,7 +166,8 @@ fn moving_a_directory_checks_every_entry_inside_it() {
     // Renaming the hidden key to a readable name would reveal it: refused.
     let before = fixture.snapshot();
     // (move_file itself cannot even look at it; a component renaming it blindly is refused.)
-    fixture.call_on(no_delete_runtime(), "mover", "move_file", &json!({"source": "lib2/signing.key", "destination": "lib2/signing.txt"}), None)
+    fixture
+        .call_on(no_delete_runtime(), "mover", "move_file", &json!({"source": "lib2/signing.key", "destination": "lib2/signing.txt"}), None)
         .result
         .expect_err("move_file may not stat a hidden file");
     let rename = json!({"ops": [{"op": "rename", "path": "lib2/signing.key", "to": "lib2/signing.txt", "content": ""}]});
@@ -296,7 +297,11 @@ fn moving_a_directory_never_names_the_hidden_entries_in_it() {
     let outcome = fixture.call_on(governed_runtime(), "impl", "move_file", &json!({"source": "secrets", "destination": "public"}), None);
     let error = outcome.result.expect_err("the hidden entries would become readable");
     assert_eq!(error.kind, ToolErrorKind::Denied);
-    assert!(error.message.contains("moving the directory `secrets` is refused: it holds entries your role may not see"), "{}", error.message);
+    assert!(
+        error.message.contains("moving the directory `secrets` is refused: it holds entries your role may not see"),
+        "{}",
+        error.message
+    );
     assert!(!error.message.contains("key.pem") && !error.message.contains("readme.txt"), "a hidden name leaked: {}", error.message);
     // The audit trail (for the operator) has the entry.
     assert!(outcome.denials.iter().any(|denial| denial.event.rule == "hidden-entry" && denial.event.path.starts_with("secrets/")));

@@ -13,10 +13,7 @@ fn insert_text_inserts_after_a_line_with_numbered_context() {
     assert_eq!(fixture.read_text("list.txt"), "one\ntwo\ntwo and a half\nthree\n");
     assert!(output.text.starts_with("Inserted 1 line(s) into `list.txt` after line 2."), "{}", output.text);
     assert!(output.text.contains("     3\ttwo and a half\n     4\tthree"), "{}", output.text);
-    assert_eq!(
-        output.structured.expect("structured"),
-        json!({"path": "list.txt", "line": 2, "inserted_lines": 1, "total_lines": 4})
-    );
+    assert_eq!(output.structured.expect("structured"), json!({"path": "list.txt", "line": 2, "inserted_lines": 1, "total_lines": 4}));
     fixture.ok("insert_text", json!({"path": "list.txt", "line": 0, "text": "zero\n"}));
     fixture.ok("insert_text", json!({"path": "list.txt", "line": 5, "text": "four\nfive"}));
     assert_eq!(fixture.read_text("list.txt"), "zero\none\ntwo\ntwo and a half\nthree\nfour\nfive\n");
@@ -184,7 +181,11 @@ fn apply_patch_errors_name_the_line_or_the_file() {
         ("*** Update File: src/lib.rs\n", ToolErrorKind::InvalidArgs, "must start with `*** Begin Patch`"),
         ("*** Begin Patch\n*** Rename File: a\n*** End Patch", ToolErrorKind::InvalidArgs, "patch line 2: expected"),
         ("*** Begin Patch\n*** Add File: src/lib.rs\n+x\n*** End Patch", ToolErrorKind::Conflict, "names a file that already exists"),
-        ("*** Begin Patch\n*** Delete File: nope.txt\n*** End Patch", ToolErrorKind::NotFound, "`*** Delete File: nope.txt` names a file that does not exist"),
+        (
+            "*** Begin Patch\n*** Delete File: nope.txt\n*** End Patch",
+            ToolErrorKind::NotFound,
+            "`*** Delete File: nope.txt` names a file that does not exist",
+        ),
         ("*** Begin Patch\n*** Add File: ../escape.txt\n+x\n*** End Patch", ToolErrorKind::InvalidArgs, "leaves the workspace"),
         (
             "*** Begin Patch\n*** Update File: src/lib.rs\n@@\n-    a + b\n+    c\n*** Update File: src/lib.rs\n@@\n-    a - b\n+    d\n*** End Patch",

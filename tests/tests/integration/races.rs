@@ -134,11 +134,19 @@ fn writes_race(flip: Flip, path: &str) {
     let (fixture, succeeded, flips) = race(flip, |fixture| {
         iteration += 1;
         let op = if iteration % 2 == 0 { "write" } else { "append" };
-        let outcome = fixture.call_on(governed_runtime(), "impl", "fs_probe", &json!({"ops": [
-            {"op": op, "path": path, "content": "written by the tool\n"},
-        ]}), None);
+        let outcome = fixture.call_on(
+            governed_runtime(),
+            "impl",
+            "fs_probe",
+            &json!({"ops": [
+                {"op": op, "path": path, "content": "written by the tool\n"},
+            ]}),
+            None,
+        );
         match outcome.result {
-            Ok(output) => (output.structured.expect("structured").as_array().is_some_and(|ops| ops.iter().all(|op| op["ok"] == true)), output.text),
+            Ok(output) => {
+                (output.structured.expect("structured").as_array().is_some_and(|ops| ops.iter().all(|op| op["ok"] == true)), output.text)
+            }
             Err(error) => (false, error.message),
         }
     });

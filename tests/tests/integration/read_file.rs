@@ -119,8 +119,6 @@ fn special_files_are_refused_without_blocking() {
         let message = fixture.error("read_file", json!({"path": "pipe"}), ToolErrorKind::Unsupported);
         let _ = sender.send(message);
     });
-    let message = receiver
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .expect("read_file on a FIFO blocked");
+    let message = receiver.recv_timeout(std::time::Duration::from_secs(60)).expect("read_file on a FIFO blocked");
     assert!(message.contains("not a regular file"), "{message}");
 }

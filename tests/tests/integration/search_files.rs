@@ -28,10 +28,7 @@ fn content_mode_with_context() {
     let fixture = project();
     let output = fixture.ok("search_files", json!({"query": "TODO", "output_mode": "content", "path": "src"}));
     assert_eq!(output.text, "src/main.rs:3:    // TODO: more");
-    let output = fixture.ok(
-        "search_files",
-        json!({"query": "TODO", "output_mode": "content", "path": "src/main.rs", "context": 1}),
-    );
+    let output = fixture.ok("search_files", json!({"query": "TODO", "output_mode": "content", "path": "src/main.rs", "context": 1}));
     assert_eq!(output.text, "src/main.rs-2-    let todo = 1;\nsrc/main.rs:3:    // TODO: more\nsrc/main.rs-4-    run();");
     let structured = output.structured.expect("structured");
     assert_eq!(structured["matches"], json!([{"path": "src/main.rs", "line": 3, "text": "    // TODO: more"}]));
@@ -55,10 +52,8 @@ fn case_insensitive_and_globs() {
     assert_eq!(output.text, "docs/notes.md\nsrc/lib.rs\nsrc/main.rs");
     let output = fixture.ok("search_files", json!({"query": "todo", "case_insensitive": true, "include": "*.rs"}));
     assert_eq!(output.text, "src/lib.rs\nsrc/main.rs");
-    let output = fixture.ok(
-        "search_files",
-        json!({"query": "todo", "case_insensitive": true, "include": ["*.rs", "*.md"], "exclude": "src/lib.rs"}),
-    );
+    let output = fixture
+        .ok("search_files", json!({"query": "todo", "case_insensitive": true, "include": ["*.rs", "*.md"], "exclude": "src/lib.rs"}));
     assert_eq!(output.text, "docs/notes.md\nsrc/main.rs");
 }
 

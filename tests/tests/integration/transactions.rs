@@ -80,10 +80,7 @@ fn a_call_stopped_at_its_deadline_changes_nothing() {
     let runtime = builtin_runtime_builder()
         .component("test:fs_probe", guest_program("fs_probe"))
         .policy("policy.toml", TEST_POLICY)
-        .limits(Limits {
-            deadline: Duration::from_millis(300),
-            ..Limits::default()
-        })
+        .limits(Limits { deadline: Duration::from_millis(300), ..Limits::default() })
         .build()
         .expect("builds");
     let fixture = project();
@@ -145,10 +142,16 @@ fn a_validator_failure_rolls_the_call_back_with_its_message() {
         ("src/a.rs", "fn a() {}\n// TODO: later\n", "`src/a.rs` failed the validator `no-todo` (policy.toml line 14): line 2 has a TODO"),
     ];
     for (path, content, expected) in cases {
-        let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [
-            {"op": "write", "path": "src/b.rs", "content": "changed too"},
-            {"op": "write", "path": path, "content": content},
-        ]}), None);
+        let outcome = fixture.call_on(
+            &runtime,
+            "impl",
+            "fs_probe",
+            &json!({"ops": [
+                {"op": "write", "path": "src/b.rs", "content": "changed too"},
+                {"op": "write", "path": path, "content": content},
+            ]}),
+            None,
+        );
         let error = outcome.result.expect_err(path);
         assert_eq!(error.kind, ToolErrorKind::InvalidArgs, "{path}: {}", error.message);
         assert!(error.message.contains(expected), "{path}: {}", error.message);
@@ -156,13 +159,16 @@ fn a_validator_failure_rolls_the_call_back_with_its_message() {
         assert_eq!(fixture.snapshot(), before, "{path}");
     }
     // Valid content passes every validator.
-    for (path, content) in [("config.json", "{\"ok\": false}"), ("Cargo.toml", "[package]\nname = \"x\"\n"), ("src/a.rs", "fn a() { 1 }\n")] {
-        let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "write", "path": path, "content": content}]}), None);
+    for (path, content) in [("config.json", "{\"ok\": false}"), ("Cargo.toml", "[package]\nname = \"x\"\n"), ("src/a.rs", "fn a() { 1 }\n")]
+    {
+        let outcome =
+            fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "write", "path": path, "content": content}]}), None);
         assert!(outcome.result.is_ok(), "{path}: {:?}", outcome.result);
         assert_eq!(fixture.read_text(path), content);
     }
     // A validator component may only read.
-    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "write", "path": "src/a.rs", "content": "WRITE"}]}), None);
+    let outcome =
+        fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "write", "path": "src/a.rs", "content": "WRITE"}]}), None);
     let error = outcome.result.expect_err("the validator's write is refused");
     assert!(error.message.contains("this call may only read"), "{}", error.message);
     assert_eq!(fixture.read_text("src/a.rs"), "fn a() { 1 }\n");
@@ -179,7 +185,14 @@ fn modifying_a_file_not_read_first_warns_and_a_changed_file_conflicts() {
     assert!(output.text.ends_with(warning), "{}", output.text);
     assert_eq!(outcome.warnings, [warning]);
     // Its own write counts as seen; a new file needs no read.
-    let outcome = fixture.call_as(&runtime, "s-warn", None, &[], "edit_file", &json!({"path": "src/a.rs", "edits": [{"old_string": "one", "new_string": "two"}]}));
+    let outcome = fixture.call_as(
+        &runtime,
+        "s-warn",
+        None,
+        &[],
+        "edit_file",
+        &json!({"path": "src/a.rs", "edits": [{"old_string": "one", "new_string": "two"}]}),
+    );
     assert!(outcome.result.is_ok() && outcome.warnings.is_empty(), "{:?} {:?}", outcome.result, outcome.warnings);
     let outcome = fixture.call_as(&runtime, "s-warn", None, &[], "write_file", &json!({"path": "src/new.rs", "content": "x"}));
     assert!(outcome.result.is_ok() && outcome.warnings.is_empty());
@@ -192,7 +205,14 @@ fn modifying_a_file_not_read_first_warns_and_a_changed_file_conflicts() {
     // stays.
     fixture.call_as(&runtime, "s-read", None, &[], "read_file", &json!({"path": "run.sh"})).result.expect("read");
     fixture.write("run.sh", "#!/bin/sh\necho changed outside\n");
-    let outcome = fixture.call_as(&runtime, "s-read", None, &[], "edit_file", &json!({"path": "run.sh", "edits": [{"old_string": "outside", "new_string": "by the agent"}]}));
+    let outcome = fixture.call_as(
+        &runtime,
+        "s-read",
+        None,
+        &[],
+        "edit_file",
+        &json!({"path": "run.sh", "edits": [{"old_string": "outside", "new_string": "by the agent"}]}),
+    );
     let error = outcome.result.expect_err("conflict");
     assert_eq!(error.kind, ToolErrorKind::Conflict, "{}", error.message);
     assert!(error.message.contains("`run.sh` was modified since this session read it"), "{}", error.message);
@@ -203,7 +223,14 @@ fn modifying_a_file_not_read_first_warns_and_a_changed_file_conflicts() {
     let content = fixture.read("run.sh");
     std::thread::sleep(Duration::from_millis(20));
     fixture.write("run.sh", content);
-    let outcome = fixture.call_as(&runtime, "s-read", None, &[], "edit_file", &json!({"path": "run.sh", "edits": [{"old_string": "outside", "new_string": "by the agent"}]}));
+    let outcome = fixture.call_as(
+        &runtime,
+        "s-read",
+        None,
+        &[],
+        "edit_file",
+        &json!({"path": "run.sh", "edits": [{"old_string": "outside", "new_string": "by the agent"}]}),
+    );
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
 }
 
@@ -374,12 +401,18 @@ fn whole_file_writes_land_at_once_with_their_mode() {
     std::fs::set_permissions(fixture.root().join("a.txt"), std::fs::Permissions::from_mode(0o640)).expect("chmod");
     std::thread::scope(|scope| {
         let call = scope.spawn(|| {
-            fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [
-                {"op": "write", "path": "a.txt", "content": "new content, written whole\n"},
-                {"op": "write", "path": "fresh.txt", "content": "a new file\n"},
-                {"op": "sleep", "content": "400"},
-                {"op": "list", "path": "."},
-            ]}), None)
+            fixture.call_on(
+                &runtime,
+                "impl",
+                "fs_probe",
+                &json!({"ops": [
+                    {"op": "write", "path": "a.txt", "content": "new content, written whole\n"},
+                    {"op": "write", "path": "fresh.txt", "content": "a new file\n"},
+                    {"op": "sleep", "content": "400"},
+                    {"op": "list", "path": "."},
+                ]}),
+                None,
+            )
         });
         std::thread::sleep(Duration::from_millis(150));
         // Mid-call, readers see the old content whole, and no half-written new file.
@@ -397,25 +430,37 @@ fn whole_file_writes_land_at_once_with_their_mode() {
     assert_eq!(mode, 0o640);
     assert!(fixture.snapshot().iter().all(|(path, _)| !path.contains(".toolcell-")), "{:?}", fixture.snapshot());
     // Within the call, what was written is what is read back.
-    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [
-        {"op": "write", "path": "a.txt", "content": "third"},
-        {"op": "read", "path": "a.txt"},
-        {"op": "append", "path": "a.txt", "content": "+more"},
-        {"op": "read", "path": "a.txt"},
-    ]}), None);
+    let outcome = fixture.call_on(
+        &runtime,
+        "impl",
+        "fs_probe",
+        &json!({"ops": [
+            {"op": "write", "path": "a.txt", "content": "third"},
+            {"op": "read", "path": "a.txt"},
+            {"op": "append", "path": "a.txt", "content": "+more"},
+            {"op": "read", "path": "a.txt"},
+        ]}),
+        None,
+    );
     let structured = outcome.result.expect("ok").structured.expect("structured");
     assert_eq!(structured[1]["value"], "third");
     assert_eq!(structured[3]["value"], "third+more");
     // A file written in a directory that is then renamed or removed lands first.
-    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [
-        {"op": "mkdir", "path": "d/inner"},
-        {"op": "write", "path": "d/inner/f.txt", "content": "in d"},
-        {"op": "rename", "path": "d", "to": "e"},
-        {"op": "mkdir", "path": "gone"},
-        {"op": "write", "path": "gone/g.txt", "content": "short-lived"},
-        {"op": "remove", "path": "gone/g.txt"},
-        {"op": "rmdir", "path": "gone"},
-    ]}), None);
+    let outcome = fixture.call_on(
+        &runtime,
+        "impl",
+        "fs_probe",
+        &json!({"ops": [
+            {"op": "mkdir", "path": "d/inner"},
+            {"op": "write", "path": "d/inner/f.txt", "content": "in d"},
+            {"op": "rename", "path": "d", "to": "e"},
+            {"op": "mkdir", "path": "gone"},
+            {"op": "write", "path": "gone/g.txt", "content": "short-lived"},
+            {"op": "remove", "path": "gone/g.txt"},
+            {"op": "rmdir", "path": "gone"},
+        ]}),
+        None,
+    );
     let structured = outcome.result.expect("ok").structured.expect("structured");
     assert!(structured.as_array().expect("results").iter().all(|result| result["ok"] == true), "{structured}");
     assert_eq!(fixture.read_text("e/inner/f.txt"), "in d");

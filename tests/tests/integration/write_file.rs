@@ -9,10 +9,7 @@ fn creates_files_and_parent_directories() {
     let fixture = Fixture::new();
     let output = fixture.ok("write_file", json!({"path": "a/b/c.txt", "content": "héllo\n"}));
     assert_eq!(fixture.read_text("a/b/c.txt"), "héllo\n");
-    assert_eq!(
-        output.structured.expect("structured"),
-        json!({"path": "a/b/c.txt", "action": "created", "bytes": 7})
-    );
+    assert_eq!(output.structured.expect("structured"), json!({"path": "a/b/c.txt", "action": "created", "bytes": 7}));
     assert!(output.text.contains("Created `a/b/c.txt`"), "{}", output.text);
 }
 
@@ -35,11 +32,7 @@ fn replaces_existing_content_and_keeps_the_mode() {
 fn create_only_refuses_an_existing_file() {
     let fixture = Fixture::new();
     fixture.write("keep.txt", "original");
-    let message = fixture.error(
-        "write_file",
-        json!({"path": "keep.txt", "content": "new", "create_only": true}),
-        ToolErrorKind::Conflict,
-    );
+    let message = fixture.error("write_file", json!({"path": "keep.txt", "content": "new", "create_only": true}), ToolErrorKind::Conflict);
     assert!(message.contains("`keep.txt` already exists"), "{message}");
     assert_eq!(fixture.read_text("keep.txt"), "original");
     let output = fixture.ok("write_file", json!({"path": "fresh.txt", "content": "new", "create_only": true}));

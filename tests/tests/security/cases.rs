@@ -30,13 +30,7 @@ pub const TABLES: &[(&str, Table)] = &[
 fn nothing(_: &Fixture) {}
 
 fn case(name: impl Into<String>, setup: fn(&Fixture), tool: &'static str, args: Value, expect: Expect) -> Case {
-    Case {
-        name: name.into(),
-        setup,
-        tool,
-        args,
-        expect,
-    }
+    Case { name: name.into(), setup, tool, args, expect }
 }
 
 fn probe(op: &str, path: &str, to: &str) -> Value {
@@ -107,10 +101,28 @@ fn escaping_paths() -> Vec<Case> {
             cases.push(case(format!("fs_probe {op} `{path}`"), nothing, "fs_probe", probe(op, path, ""), Expect::Contained));
         }
     }
-    cases.push(case("fs_probe rename a file out", nothing, "fs_probe", probe("rename", "src/main.rs", "../outside/main.rs"), Expect::Contained));
-    cases.push(case("fs_probe rename a file in", nothing, "fs_probe", probe("rename", "../outside/secret.txt", "stolen.txt"), Expect::Contained));
+    cases.push(case(
+        "fs_probe rename a file out",
+        nothing,
+        "fs_probe",
+        probe("rename", "src/main.rs", "../outside/main.rs"),
+        Expect::Contained,
+    ));
+    cases.push(case(
+        "fs_probe rename a file in",
+        nothing,
+        "fs_probe",
+        probe("rename", "../outside/secret.txt", "stolen.txt"),
+        Expect::Contained,
+    ));
     cases.push(case("fs_probe absolute read", nothing, "fs_probe", probe("read", "/etc/passwd", ""), Expect::Contained));
-    cases.push(case("fs_probe canonicalize", nothing, "fs_probe", probe("canonicalize", "src/main.rs", ""), Expect::Check(no_host_path_only)));
+    cases.push(case(
+        "fs_probe canonicalize",
+        nothing,
+        "fs_probe",
+        probe("canonicalize", "src/main.rs", ""),
+        Expect::Check(no_host_path_only),
+    ));
     cases.push(case("fs_probe cwd", nothing, "fs_probe", probe("cwd", ".", ""), Expect::Check(no_host_path_only)));
     cases.push(case("fs_probe environment", nothing, "fs_probe", probe("env", ".", ""), Expect::Check(no_host_path_only)));
     cases
@@ -124,7 +136,17 @@ fn no_host_path_only(_: &Fixture, _: &CallOutcome) -> Result<(), String> {
 
 fn foreign_and_encoded() -> Vec<Case> {
     let mut cases = Vec::new();
-    for path in ["C:\\Windows\\win.ini", "c:/x", "C:", "\\\\server\\share\\x", "//server/share", "\\etc\\passwd", "~", "~/.ssh/id_rsa", "~root/.bashrc"] {
+    for path in [
+        "C:\\Windows\\win.ini",
+        "c:/x",
+        "C:",
+        "\\\\server\\share\\x",
+        "//server/share",
+        "\\etc\\passwd",
+        "~",
+        "~/.ssh/id_rsa",
+        "~root/.bashrc",
+    ] {
         for tool in ["read_file", "write_file", "list_files"] {
             let args = if tool == "write_file" { json!({"path": path, "content": "x"}) } else { json!({"path": path}) };
             cases.push(case(format!("{tool} on foreign `{path}`"), nothing, tool, args, Expect::Refused));
@@ -146,7 +168,13 @@ fn foreign_and_encoded() -> Vec<Case> {
     ] {
         cases.push(case(format!("read_file on encoded `{path}`"), nothing, "read_file", json!({"path": path}), Expect::Refused));
         let literal: &'static str = Box::leak(path.to_owned().into_boxed_str());
-        cases.push(case(format!("write_file on encoded `{path}`"), nothing, "write_file", json!({"path": path, "content": "x"}), Expect::Literal(literal)));
+        cases.push(case(
+            format!("write_file on encoded `{path}`"),
+            nothing,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+            Expect::Literal(literal),
+        ));
     }
     cases
 }
@@ -155,7 +183,13 @@ fn control_characters() -> Vec<Case> {
     let mut cases = Vec::new();
     for path in ["src/main.rs\u{0}../../outside/secret.txt", "a\u{0}b", "\u{0}"] {
         cases.push(case(format!("read_file with NUL {path:?}"), nothing, "read_file", json!({"path": path}), Expect::Refused));
-        cases.push(case(format!("write_file with NUL {path:?}"), nothing, "write_file", json!({"path": path, "content": "x"}), Expect::Refused));
+        cases.push(case(
+            format!("write_file with NUL {path:?}"),
+            nothing,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+            Expect::Refused,
+        ));
         cases.push(case(format!("fs_probe write with NUL {path:?}"), nothing, "fs_probe", probe("write", path, ""), Expect::Contained));
     }
     // File names that try to forge lines of the audit trail or a transcript: created literally,
@@ -169,10 +203,28 @@ fn control_characters() -> Vec<Case> {
         "line\u{2028}separator.txt",
     ] {
         let literal: &'static str = Box::leak(name.to_owned().into_boxed_str());
-        cases.push(case(format!("write_file named {name:?}"), nothing, "write_file", json!({"path": name, "content": "x"}), Expect::Literal(literal)));
-        cases.push(case(format!("edit_file of missing {name:?}"), nothing, "edit_file", json!({"path": name, "old_string": "a", "new_string": "b"}), Expect::Refused));
+        cases.push(case(
+            format!("write_file named {name:?}"),
+            nothing,
+            "write_file",
+            json!({"path": name, "content": "x"}),
+            Expect::Literal(literal),
+        ));
+        cases.push(case(
+            format!("edit_file of missing {name:?}"),
+            nothing,
+            "edit_file",
+            json!({"path": name, "old_string": "a", "new_string": "b"}),
+            Expect::Refused,
+        ));
     }
-    cases.push(case("list_files shows forged names escaped", plant_forged_name, "list_files", json!({}), Expect::Check(forged_name_escaped)));
+    cases.push(case(
+        "list_files shows forged names escaped",
+        plant_forged_name,
+        "list_files",
+        json!({}),
+        Expect::Check(forged_name_escaped),
+    ));
     cases
 }
 
@@ -205,14 +257,41 @@ fn spellings() -> Vec<Case> {
         cases.push(case(format!("fs_probe read on hidden `{path}`"), nothing, "fs_probe", probe("read", path, ""), Expect::Contained));
     }
     cases.push(case("search_files for the secret", nothing, "search_files", json!({"query": "PRIVATE"}), Expect::Check(found_nothing)));
-    cases.push(case("search_files inside the hidden directory", nothing, "search_files", json!({"query": "PRIVATE", "path": "secrets"}), Expect::Check(found_nothing)));
-    for path in ["docs/guide.md", "docs/guide.md/", "docs//guide.md", "docs/./guide.md", "src/../docs/guide.md", "./docs/guide.md", "docs/new.md", "docs"] {
-        cases.push(case(format!("write_file on protected `{path}`"), nothing, "write_file", json!({"path": path, "content": "x"}), Expect::Refused));
+    cases.push(case(
+        "search_files inside the hidden directory",
+        nothing,
+        "search_files",
+        json!({"query": "PRIVATE", "path": "secrets"}),
+        Expect::Check(found_nothing),
+    ));
+    for path in [
+        "docs/guide.md",
+        "docs/guide.md/",
+        "docs//guide.md",
+        "docs/./guide.md",
+        "src/../docs/guide.md",
+        "./docs/guide.md",
+        "docs/new.md",
+        "docs",
+    ] {
+        cases.push(case(
+            format!("write_file on protected `{path}`"),
+            nothing,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+            Expect::Refused,
+        ));
         cases.push(case(format!("fs_probe write on protected `{path}`"), nothing, "fs_probe", probe("write", path, ""), Expect::Contained));
     }
     cases.push(case("delete_file on protected docs", nothing, "delete_file", json!({"path": "docs", "recursive": true}), Expect::Refused));
     cases.push(case("move_file of protected docs", nothing, "move_file", json!({"source": "docs", "destination": "d2"}), Expect::Refused));
-    cases.push(case("move a directory holding protected docs", nest_docs, "move_file", json!({"source": "docs", "destination": "elsewhere-docs"}), Expect::Refused));
+    cases.push(case(
+        "move a directory holding protected docs",
+        nest_docs,
+        "move_file",
+        json!({"source": "docs", "destination": "elsewhere-docs"}),
+        Expect::Refused,
+    ));
     cases
 }
 
@@ -282,31 +361,97 @@ fn planted_symlinks() -> Vec<Case> {
             };
             cases.push(case(format!("{tool} through link `{path}`"), plant_links, tool, args, Expect::Refused));
         }
-        cases.push(case(format!("fs_probe read through link `{path}`"), plant_links, "fs_probe", probe("read", path, ""), Expect::Contained));
+        cases.push(case(
+            format!("fs_probe read through link `{path}`"),
+            plant_links,
+            "fs_probe",
+            probe("read", path, ""),
+            Expect::Contained,
+        ));
         if !hidden_alias {
-            cases.push(case(format!("fs_probe write through link `{path}`"), plant_links, "fs_probe", probe("write", path, ""), Expect::Contained));
+            cases.push(case(
+                format!("fs_probe write through link `{path}`"),
+                plant_links,
+                "fs_probe",
+                probe("write", path, ""),
+                Expect::Contained,
+            ));
         }
     }
-    cases.push(case("list_files through an alias of the hidden directory", plant_links, "list_files", json!({"path": "secrets-alias"}), Expect::Check(found_nothing)));
+    cases.push(case(
+        "list_files through an alias of the hidden directory",
+        plant_links,
+        "list_files",
+        json!({"path": "secrets-alias"}),
+        Expect::Check(found_nothing),
+    ));
     for path in ["out-dir", "sibling", "src/up", "loop-a", "self"] {
         cases.push(case(format!("list_files through link `{path}`"), plant_links, "list_files", json!({"path": path}), Expect::Refused));
     }
     for path in ["loop-a", "self", "c1"] {
-        cases.push(case(format!("read_file on looping or chained `{path}`"), plant_links, "read_file", json!({"path": path}), Expect::Refused));
+        cases.push(case(
+            format!("read_file on looping or chained `{path}`"),
+            plant_links,
+            "read_file",
+            json!({"path": path}),
+            Expect::Refused,
+        ));
     }
     // Creating through a dangling link or a linked parent directory must not create outside.
-    cases.push(case("write through a dangling link", plant_links, "write_file", json!({"path": "dangling", "content": "x"}), Expect::Refused));
+    cases.push(case(
+        "write through a dangling link",
+        plant_links,
+        "write_file",
+        json!({"path": "dangling", "content": "x"}),
+        Expect::Refused,
+    ));
     cases.push(case("fs_probe create through a dangling link", plant_links, "fs_probe", probe("write", "dangling", ""), Expect::Contained));
-    cases.push(case("write under a linked parent", plant_links, "write_file", json!({"path": "out-dir/new.txt", "content": "x"}), Expect::Refused));
+    cases.push(case(
+        "write under a linked parent",
+        plant_links,
+        "write_file",
+        json!({"path": "out-dir/new.txt", "content": "x"}),
+        Expect::Refused,
+    ));
     cases.push(case("mkdir under a linked parent", plant_links, "create_directory", json!({"path": "out-dir/newdir"}), Expect::Refused));
-    cases.push(case("patch adding under a linked parent", plant_links, "apply_patch", json!({"patch": "*** Begin Patch\n*** Add File: out-dir/p.txt\n+x\n*** End Patch"}), Expect::Refused));
+    cases.push(case(
+        "patch adding under a linked parent",
+        plant_links,
+        "apply_patch",
+        json!({"patch": "*** Begin Patch\n*** Add File: out-dir/p.txt\n+x\n*** End Patch"}),
+        Expect::Refused,
+    ));
     // Protected paths are judged on the canonical path, not the name used.
-    cases.push(case("write docs through a directory alias", plant_links, "write_file", json!({"path": "docs-alias/guide.md", "content": "x"}), Expect::Refused));
-    cases.push(case("edit docs through a file alias", plant_links, "edit_file", json!({"path": "guide-alias", "old_string": "Guide", "new_string": "x"}), Expect::Refused));
+    cases.push(case(
+        "write docs through a directory alias",
+        plant_links,
+        "write_file",
+        json!({"path": "docs-alias/guide.md", "content": "x"}),
+        Expect::Refused,
+    ));
+    cases.push(case(
+        "edit docs through a file alias",
+        plant_links,
+        "edit_file",
+        json!({"path": "guide-alias", "old_string": "Guide", "new_string": "x"}),
+        Expect::Refused,
+    ));
     // Safe: a search or a tree walks past links without following them.
-    cases.push(case("search_files past every planted link", plant_links, "search_files", json!({"query": "CANARY"}), Expect::Check(found_nothing)));
+    cases.push(case(
+        "search_files past every planted link",
+        plant_links,
+        "search_files",
+        json!({"query": "CANARY"}),
+        Expect::Check(found_nothing),
+    ));
     cases.push(case("directory_tree past every planted link", plant_links, "directory_tree", json!({"depth": 5}), Expect::Contained));
-    cases.push(case("delete_file removes a link, not its target", plant_links, "delete_file", json!({"path": "out-file"}), Expect::Check(link_removed)));
+    cases.push(case(
+        "delete_file removes a link, not its target",
+        plant_links,
+        "delete_file",
+        json!({"path": "out-file"}),
+        Expect::Check(link_removed),
+    ));
     cases
 }
 
@@ -320,21 +465,65 @@ fn link_removed(fixture: &Fixture, outcome: &CallOutcome) -> Result<(), String> 
 
 fn hostile_links() -> Vec<Case> {
     let mut cases = Vec::new();
-    for target in ["../outside/secret.txt", "../outside", "{BASE}/outside/secret.txt", "/etc/passwd", "/proc/self/root", "src/../../outside", "../workspace-sibling"] {
-        cases.push(case(format!("fs_probe plants a link to `{target}`"), nothing, "fs_probe", probe("symlink", "planted", target), Expect::Contained));
+    for target in [
+        "../outside/secret.txt",
+        "../outside",
+        "{BASE}/outside/secret.txt",
+        "/etc/passwd",
+        "/proc/self/root",
+        "src/../../outside",
+        "../workspace-sibling",
+    ] {
+        cases.push(case(
+            format!("fs_probe plants a link to `{target}`"),
+            nothing,
+            "fs_probe",
+            probe("symlink", "planted", target),
+            Expect::Contained,
+        ));
     }
-    cases.push(case("fs_probe plants a link in a subdirectory", nothing, "fs_probe", probe("symlink", "src/planted", "../../outside"), Expect::Contained));
+    cases.push(case(
+        "fs_probe plants a link in a subdirectory",
+        nothing,
+        "fs_probe",
+        probe("symlink", "src/planted", "../../outside"),
+        Expect::Contained,
+    ));
     for (path, to) in [
         ("../outside/secret.txt", "stolen.txt"),
         ("secrets/key.pem", "visible.pem"),
         ("docs/guide.md", "src/guide-link.md"),
         ("src/main.rs", "../outside/main.rs"),
     ] {
-        cases.push(case(format!("fs_probe hard-links `{path}` to `{to}`"), nothing, "fs_probe", probe("hard_link", path, to), Expect::Contained));
+        cases.push(case(
+            format!("fs_probe hard-links `{path}` to `{to}`"),
+            nothing,
+            "fs_probe",
+            probe("hard_link", path, to),
+            Expect::Contained,
+        ));
     }
-    cases.push(case("fs_probe renames a hidden file into view", nothing, "fs_probe", probe("rename", "secrets/key.pem", "public.pem"), Expect::Contained));
-    cases.push(case("fs_probe renames the hidden directory into view", nothing, "fs_probe", probe("rename", "secrets", "public"), Expect::Contained));
-    cases.push(case("move_file of a hidden file into view", nothing, "move_file", json!({"source": "secrets/key.pem", "destination": "public.pem"}), Expect::Refused));
+    cases.push(case(
+        "fs_probe renames a hidden file into view",
+        nothing,
+        "fs_probe",
+        probe("rename", "secrets/key.pem", "public.pem"),
+        Expect::Contained,
+    ));
+    cases.push(case(
+        "fs_probe renames the hidden directory into view",
+        nothing,
+        "fs_probe",
+        probe("rename", "secrets", "public"),
+        Expect::Contained,
+    ));
+    cases.push(case(
+        "move_file of a hidden file into view",
+        nothing,
+        "move_file",
+        json!({"source": "secrets/key.pem", "destination": "public.pem"}),
+        Expect::Refused,
+    ));
     cases
 }
 
@@ -346,11 +535,41 @@ fn plant_hard_links(fixture: &Fixture) {
 fn hard_links() -> Vec<Case> {
     let mut cases = Vec::new();
     for path in ["hard.txt", "src/guide-copy.md"] {
-        cases.push(case(format!("write_file through hard link `{path}`"), plant_hard_links, "write_file", json!({"path": path, "content": "x"}), Expect::Refused));
-        cases.push(case(format!("edit_file through hard link `{path}`"), plant_hard_links, "edit_file", json!({"path": path, "old_string": "E", "new_string": "x"}), Expect::Refused));
-        cases.push(case(format!("fs_probe append through hard link `{path}`"), plant_hard_links, "fs_probe", probe("append", path, ""), Expect::Contained));
-        cases.push(case(format!("fs_probe truncate through hard link `{path}`"), plant_hard_links, "fs_probe", probe("truncate", path, ""), Expect::Contained));
-        cases.push(case(format!("move_file over hard link `{path}`"), plant_hard_links, "move_file", json!({"source": "src/main.rs", "destination": path, "overwrite": true}), Expect::Refused));
+        cases.push(case(
+            format!("write_file through hard link `{path}`"),
+            plant_hard_links,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+            Expect::Refused,
+        ));
+        cases.push(case(
+            format!("edit_file through hard link `{path}`"),
+            plant_hard_links,
+            "edit_file",
+            json!({"path": path, "old_string": "E", "new_string": "x"}),
+            Expect::Refused,
+        ));
+        cases.push(case(
+            format!("fs_probe append through hard link `{path}`"),
+            plant_hard_links,
+            "fs_probe",
+            probe("append", path, ""),
+            Expect::Contained,
+        ));
+        cases.push(case(
+            format!("fs_probe truncate through hard link `{path}`"),
+            plant_hard_links,
+            "fs_probe",
+            probe("truncate", path, ""),
+            Expect::Contained,
+        ));
+        cases.push(case(
+            format!("move_file over hard link `{path}`"),
+            plant_hard_links,
+            "move_file",
+            json!({"source": "src/main.rs", "destination": path, "overwrite": true}),
+            Expect::Refused,
+        ));
     }
     cases
 }
@@ -358,24 +577,56 @@ fn hard_links() -> Vec<Case> {
 fn case_and_unicode() -> Vec<Case> {
     let mut cases = Vec::new();
     // A filesystem that tells these names apart gives none of them the hidden file's content.
-    for path in ["SECRETS/key.pem", "Secrets/Key.pem", "secrets/KEY.PEM", "\u{ff53}ecrets/key.pem", "secrets\u{200b}/key.pem", "secret\u{73}\u{301}/key.pem"] {
+    for path in [
+        "SECRETS/key.pem",
+        "Secrets/Key.pem",
+        "secrets/KEY.PEM",
+        "\u{ff53}ecrets/key.pem",
+        "secrets\u{200b}/key.pem",
+        "secret\u{73}\u{301}/key.pem",
+    ] {
         cases.push(case(format!("read_file on variant `{path}`"), nothing, "read_file", json!({"path": path}), Expect::Refused));
     }
     // Writing a variant of a protected name creates a different file and leaves the
     // protected one alone.
     for path in ["DOCS/guide.md", "Docs/guide.md", "cafe\u{301}/menu.txt", "CAFÉ/menu.txt"] {
         let literal: &'static str = Box::leak(path.to_owned().into_boxed_str());
-        cases.push(case(format!("write_file on variant `{path}`"), nothing, "write_file", json!({"path": path, "content": "x"}), Expect::Literal(literal)));
+        cases.push(case(
+            format!("write_file on variant `{path}`"),
+            nothing,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+            Expect::Literal(literal),
+        ));
     }
-    cases.push(case("write_file on the protected NFC name", nothing, "write_file", json!({"path": "café/menu.txt", "content": "x"}), Expect::Refused));
-    cases.push(case("fs_probe write on the protected NFC name", nothing, "fs_probe", probe("write", "café/menu.txt", ""), Expect::Contained));
+    cases.push(case(
+        "write_file on the protected NFC name",
+        nothing,
+        "write_file",
+        json!({"path": "café/menu.txt", "content": "x"}),
+        Expect::Refused,
+    ));
+    cases.push(case(
+        "fs_probe write on the protected NFC name",
+        nothing,
+        "fs_probe",
+        probe("write", "café/menu.txt", ""),
+        Expect::Contained,
+    ));
     cases
 }
 
 fn plant_specials(fixture: &Fixture) {
     let status = std::process::Command::new("mkfifo").arg(fixture.root().join("pipe")).status().expect("mkfifo");
     assert!(status.success(), "mkfifo failed");
-    for (target, name) in [("/dev/zero", "zero"), ("/dev/null", "null"), ("/proc/self/root", "proc-root"), ("/proc/self/cwd", "proc-cwd"), ("/proc/self/fd/0", "fd0"), ("/proc/self/environ", "environ")] {
+    for (target, name) in [
+        ("/dev/zero", "zero"),
+        ("/dev/null", "null"),
+        ("/proc/self/root", "proc-root"),
+        ("/proc/self/cwd", "proc-cwd"),
+        ("/proc/self/fd/0", "fd0"),
+        ("/proc/self/environ", "environ"),
+    ] {
         std::os::unix::fs::symlink(target, fixture.root().join(name)).expect("symlink");
     }
 }
@@ -384,7 +635,13 @@ fn special_files() -> Vec<Case> {
     let mut cases = Vec::new();
     for path in ["pipe", "zero", "null", "proc-root/etc/passwd", "proc-cwd", "fd0", "environ"] {
         cases.push(case(format!("read_file on special `{path}`"), plant_specials, "read_file", json!({"path": path}), Expect::Refused));
-        cases.push(case(format!("fs_probe read on special `{path}`"), plant_specials, "fs_probe", probe("read", path, ""), Expect::Contained));
+        cases.push(case(
+            format!("fs_probe read on special `{path}`"),
+            plant_specials,
+            "fs_probe",
+            probe("read", path, ""),
+            Expect::Contained,
+        ));
     }
     cases.push(case("write_file on a FIFO", plant_specials, "write_file", json!({"path": "pipe", "content": "x"}), Expect::Refused));
     cases.push(case("fs_probe write on a FIFO", plant_specials, "fs_probe", probe("write", "pipe", ""), Expect::Contained));
@@ -428,16 +685,46 @@ fn small_output(_: &Fixture, outcome: &CallOutcome) -> Result<(), String> {
 fn huge_and_many() -> Vec<Case> {
     vec![
         case("read_file on an 8 GiB sparse file", plant_sparse, "read_file", json!({"path": "sparse.bin"}), Expect::Refused),
-        case("edit_file on an 8 GiB sparse file", plant_sparse, "edit_file", json!({"path": "sparse.bin", "old_string": "a", "new_string": "b"}), Expect::Refused),
+        case(
+            "edit_file on an 8 GiB sparse file",
+            plant_sparse,
+            "edit_file",
+            json!({"path": "sparse.bin", "old_string": "a", "new_string": "b"}),
+            Expect::Refused,
+        ),
         case("search_files over an 8 GiB sparse file", plant_sparse, "search_files", json!({"query": "a"}), Expect::Check(small_output)),
         case("file_info on an 8 GiB sparse file", plant_sparse, "file_info", json!({"path": "sparse.bin"}), Expect::Check(small_output)),
         case("read_file on 24 MiB of text", plant_big_text, "read_file", json!({"path": "big.txt"}), Expect::Check(small_output)),
-        case("read_file far into 24 MiB of text", plant_big_text, "read_file", json!({"path": "big.txt", "offset": 500_000, "limit": 100_000}), Expect::Check(small_output)),
-        case("read_many of 24 MiB twice", plant_big_text, "read_many", json!({"paths": ["big.txt", "big.txt"]}), Expect::Check(small_output)),
+        case(
+            "read_file far into 24 MiB of text",
+            plant_big_text,
+            "read_file",
+            json!({"path": "big.txt", "offset": 500_000, "limit": 100_000}),
+            Expect::Check(small_output),
+        ),
+        case(
+            "read_many of 24 MiB twice",
+            plant_big_text,
+            "read_many",
+            json!({"paths": ["big.txt", "big.txt"]}),
+            Expect::Check(small_output),
+        ),
         case("search_files over 24 MiB of matches", plant_big_text, "search_files", json!({"query": "line"}), Expect::Check(small_output)),
-        case("list_files over 5,000 files and 150 levels", plant_bomb, "list_files", json!({"recursive": true}), Expect::Check(small_output)),
+        case(
+            "list_files over 5,000 files and 150 levels",
+            plant_bomb,
+            "list_files",
+            json!({"recursive": true}),
+            Expect::Check(small_output),
+        ),
         case("directory_tree over 5,000 files", plant_bomb, "directory_tree", json!({"depth": 20}), Expect::Check(small_output)),
-        case("search_files over 5,000 files and 150 levels", plant_bomb, "search_files", json!({"query": "bottom"}), Expect::Check(small_output)),
+        case(
+            "search_files over 5,000 files and 150 levels",
+            plant_bomb,
+            "search_files",
+            json!({"query": "bottom"}),
+            Expect::Check(small_output),
+        ),
         case("file_info on a 5,000-entry directory", plant_bomb, "file_info", json!({"path": "src"}), Expect::Check(small_output)),
     ]
 }
@@ -448,8 +735,25 @@ fn plant_regex_bait(fixture: &Fixture) {
 
 fn regex_blowups() -> Vec<Case> {
     let mut cases = Vec::new();
-    for query in ["(a+)+$", "(a*)*b", "(a|aa)+$", "((((((((a*)*)*)*)*)*)*)*)*c", "a{1000}{1000}", "(?:a{100}){100}{100}", "[", "(?P<x>", "\\p{NoSuchClass}", "x{99999999}"] {
-        cases.push(case(format!("search_files with `{query}`"), plant_regex_bait, "search_files", json!({"query": query}), Expect::Check(small_output)));
+    for query in [
+        "(a+)+$",
+        "(a*)*b",
+        "(a|aa)+$",
+        "((((((((a*)*)*)*)*)*)*)*)*c",
+        "a{1000}{1000}",
+        "(?:a{100}){100}{100}",
+        "[",
+        "(?P<x>",
+        "\\p{NoSuchClass}",
+        "x{99999999}",
+    ] {
+        cases.push(case(
+            format!("search_files with `{query}`"),
+            plant_regex_bait,
+            "search_files",
+            json!({"query": query}),
+            Expect::Check(small_output),
+        ));
     }
     cases
 }
@@ -473,14 +777,48 @@ fn crlf_kept(fixture: &Fixture, outcome: &CallOutcome) -> Result<(), String> {
 
 fn line_endings() -> Vec<Case> {
     vec![
-        case("edit_file across a CRLF line break", plant_crlf, "edit_file", json!({"path": "win.txt", "old_string": "first\r\nsecond", "new_string": "1\n2"}), Expect::Check(crlf_kept)),
-        case("edit_file with LF on a CRLF file", plant_crlf, "edit_file", json!({"path": "win.txt", "old_string": "second\nthird", "new_string": "x"}), Expect::Check(crlf_kept)),
-        case("edit_file that names the BOM", plant_crlf, "edit_file", json!({"path": "win.txt", "old_string": "\u{feff}first", "new_string": "x"}), Expect::Refused),
-        case("insert_text into a CRLF file", plant_crlf, "insert_text", json!({"path": "win.txt", "line": 3, "text": "fourth\nfifth"}), Expect::Check(crlf_kept)),
-        case("apply_patch on a CRLF file", plant_crlf, "apply_patch", json!({"patch": "*** Begin Patch\n*** Update File: win.txt\n@@\n-second\n+2nd\n*** End Patch"}), Expect::Check(crlf_kept)),
-        case("edit_file with a lone CR", plant_crlf, "edit_file", json!({"path": "win.txt", "old_string": "first\r", "new_string": "x"}), Expect::Check(|fixture, outcome| {
-            if outcome.result.is_ok() { crlf_kept(fixture, outcome) } else { Ok(()) }
-        })),
+        case(
+            "edit_file across a CRLF line break",
+            plant_crlf,
+            "edit_file",
+            json!({"path": "win.txt", "old_string": "first\r\nsecond", "new_string": "1\n2"}),
+            Expect::Check(crlf_kept),
+        ),
+        case(
+            "edit_file with LF on a CRLF file",
+            plant_crlf,
+            "edit_file",
+            json!({"path": "win.txt", "old_string": "second\nthird", "new_string": "x"}),
+            Expect::Check(crlf_kept),
+        ),
+        case(
+            "edit_file that names the BOM",
+            plant_crlf,
+            "edit_file",
+            json!({"path": "win.txt", "old_string": "\u{feff}first", "new_string": "x"}),
+            Expect::Refused,
+        ),
+        case(
+            "insert_text into a CRLF file",
+            plant_crlf,
+            "insert_text",
+            json!({"path": "win.txt", "line": 3, "text": "fourth\nfifth"}),
+            Expect::Check(crlf_kept),
+        ),
+        case(
+            "apply_patch on a CRLF file",
+            plant_crlf,
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\n*** Update File: win.txt\n@@\n-second\n+2nd\n*** End Patch"}),
+            Expect::Check(crlf_kept),
+        ),
+        case(
+            "edit_file with a lone CR",
+            plant_crlf,
+            "edit_file",
+            json!({"path": "win.txt", "old_string": "first\r", "new_string": "x"}),
+            Expect::Check(|fixture, outcome| if outcome.result.is_ok() { crlf_kept(fixture, outcome) } else { Ok(()) }),
+        ),
     ]
 }
 

@@ -88,13 +88,7 @@ fn governed(policy: &str, files: &[(&str, &str)]) -> Governed {
         .build()
         .expect("runtime");
     let workspace = Workspace::open(&root).expect("workspace");
-    Governed {
-        _temp: temp,
-        root,
-        state,
-        runtime,
-        workspace,
-    }
+    Governed { _temp: temp, root, state, runtime, workspace }
 }
 
 /// The cached artifact files of a cache directory.
@@ -249,11 +243,7 @@ fn host_owned_locations_inside_the_workspace_cannot_be_changed_by_a_tool() {
         let outcome = probe(&runtime, &workspace, ops.clone());
         assert!(outcome.result.is_err(), "{ops} must be refused: {:?}", outcome.result);
         assert!(!outcome.denials.is_empty(), "{ops}: the guard refused it, not luck: {:?}", outcome.result);
-        assert!(
-            outcome.denials.iter().any(|denial| denial.event.rule.starts_with("protected:")),
-            "{ops}: {:?}",
-            outcome.denials
-        );
+        assert!(outcome.denials.iter().any(|denial| denial.event.rule.starts_with("protected:")), "{ops}: {:?}", outcome.denials);
     }
     // A listing of the cache does not show the key.
     let listed = probe(&runtime, &workspace, json!([{"op": "list", "path": ".cache/toolcell"}]));
@@ -323,7 +313,11 @@ fn a_directory_handle_is_judged_where_the_directory_is_now() {
         .find(|denial| denial.event.operation == "read-directory")
         .unwrap_or_else(|| panic!("the listing is refused: {:?}", outcome.denials));
     assert_eq!(refusal.event.path, "secrets/pub", "judged where the directory is now");
-    assert!(records(state).iter().any(|record| record.operation.as_deref() == Some("read-directory") && record.decision.as_deref() == Some("deny")));
+    assert!(
+        records(state)
+            .iter()
+            .any(|record| record.operation.as_deref() == Some("read-directory") && record.decision.as_deref() == Some("deny"))
+    );
     // Rolled back: the call failed.
     assert!(root.join("pub/readme.txt").exists() && root.join("secrets/key.txt").exists());
 
@@ -426,7 +420,8 @@ fn repeated_refusals_are_coalesced_and_a_flood_of_distinct_ones_stops_the_call()
 
 #[test]
 fn hidden_paths_cannot_be_told_from_missing_ones() {
-    let Governed { runtime, workspace, .. } = &governed(DROPBOX_POLICY, &[("secrets/key.txt", "hidden\n"), ("secrets/sub/deeper.txt", "hidden\n")]);
+    let Governed { runtime, workspace, .. } =
+        &governed(DROPBOX_POLICY, &[("secrets/key.txt", "hidden\n"), ("secrets/sub/deeper.txt", "hidden\n")]);
     let answer = |tool: &str, path: &str| -> String {
         let outcome = match tool {
             "file_info" => call(runtime, workspace, "file_info", &json!({"path": path})),
@@ -441,7 +436,11 @@ fn hidden_paths_cannot_be_told_from_missing_ones() {
         answer.replace(path, "PATH")
     };
     for tool in ["stat", "lstat", "stat_at", "inspect", "file_info"] {
-        for (existing, missing) in [("secrets/key.txt", "secrets/nope.txt"), ("secrets/sub", "secrets/nosub"), ("secrets/sub/deeper.txt", "secrets/nosub/deeper.txt")] {
+        for (existing, missing) in [
+            ("secrets/key.txt", "secrets/nope.txt"),
+            ("secrets/sub", "secrets/nosub"),
+            ("secrets/sub/deeper.txt", "secrets/nosub/deeper.txt"),
+        ] {
             assert_eq!(answer(tool, existing), answer(tool, missing), "{tool}: `{existing}` and `{missing}` answer differently");
         }
     }
@@ -485,7 +484,8 @@ fn new_names_with_control_characters_are_refused_by_the_builtin_tools() {
         assert!(error.message.contains("control character"), "{tool}: {}", error.message);
         assert!(!error.message.chars().any(|character| character.is_control() && character != '\n'), "{tool}: the message escapes it");
     }
-    let names: Vec<String> = std::fs::read_dir(root).expect("list").map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> =
+        std::fs::read_dir(root).expect("list").map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names, ["a.txt"], "nothing was created");
     assert_eq!(std::fs::read_to_string(root.join("a.txt")).expect("read"), "a\n");
 }

@@ -201,7 +201,11 @@ pub fn run(case: &Case) {
 
     match case.expect {
         Expect::Refused => {
-            assert!(outcome.result.is_err(), "{context}: should be refused, returned {:?}", outcome.result.as_ref().map(|output| &output.text));
+            assert!(
+                outcome.result.is_err(),
+                "{context}: should be refused, returned {:?}",
+                outcome.result.as_ref().map(|output| &output.text)
+            );
             assert_eq!(fixture.snapshot(), before, "{context}: the workspace changed");
         }
         Expect::Contained => {
@@ -252,7 +256,11 @@ pub fn run(case: &Case) {
     let elsewhere = std::fs::read_to_string(fixture.base().join("elsewhere/linked.txt")).expect("elsewhere file");
     assert_eq!(elsewhere, ELSEWHERE, "{context}: the host-only file changed");
     let read = call(&fixture, &session, "read_file", &serde_json::json!({"path": "src/main.rs"}));
-    assert!(read.result.as_ref().is_ok_and(|output| output.text.contains("fn main()")), "{context}: the control read failed: {:?}", read.result);
+    assert!(
+        read.result.as_ref().is_ok_and(|output| output.text.contains("fn main()")),
+        "{context}: the control read failed: {:?}",
+        read.result
+    );
     let write = call(&fixture, &session, "write_file", &serde_json::json!({"path": "src/control.txt", "content": "ok"}));
     assert!(write.result.is_ok(), "{context}: the control write failed: {:?}", write.result);
     assert_eq!(fixture.read_text("src/control.txt"), "ok");

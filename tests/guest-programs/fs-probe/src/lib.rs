@@ -86,8 +86,7 @@ fn run(operation: &Operation) -> Value {
         }
         "truncate" => std::fs::OpenOptions::new().write(true).truncate(true).open(path).map(|_| json!(null)),
         "list" => std::fs::read_dir(path).map(|entries| {
-            let mut names: Vec<String> =
-                entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+            let mut names: Vec<String> = entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
             names.sort();
             json!(names)
         }),
@@ -148,9 +147,7 @@ fn open_dir(path: &str) -> std::io::Result<Value> {
         .into_iter()
         .find_map(|(descriptor, name)| (name == ".").then_some(descriptor))
         .ok_or_else(|| std::io::Error::other("no workspace"))?;
-    let opened = root
-        .open_at(PathFlags::empty(), path, OpenFlags::DIRECTORY, DescriptorFlags::READ)
-        .map_err(wasi_error)?;
+    let opened = root.open_at(PathFlags::empty(), path, OpenFlags::DIRECTORY, DescriptorFlags::READ).map_err(wasi_error)?;
     Ok(HELD.with(|held| {
         let mut held = held.borrow_mut();
         held.push(opened);

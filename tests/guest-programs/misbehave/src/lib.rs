@@ -58,12 +58,7 @@ impl Tool for Misbehave {
                 toolcell_sdk::note(&"n".repeat(args.bytes));
                 Ok(Output::text("noted"))
             }
-            "context" => Ok(Output::text(format!(
-                "{} {} {}",
-                toolcell_sdk::role(),
-                toolcell_sdk::session_id(),
-                toolcell_sdk::call_id()
-            ))),
+            "context" => Ok(Output::text(format!("{} {} {}", toolcell_sdk::role(), toolcell_sdk::session_id(), toolcell_sdk::call_id()))),
             "count" => {
                 // A fresh instance per call must always answer 1.
                 let calls = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
@@ -93,7 +88,8 @@ impl Tool for Misbehave {
             "" => {
                 let content = std::fs::read_to_string(&args.path).map_err(|error| ToolError::Failed(error.to_string()))?;
                 if content.contains("WRITE") {
-                    std::fs::write(&args.path, "validator was here").map_err(|error| ToolError::Failed(format!("cannot write: {error}")))?;
+                    std::fs::write(&args.path, "validator was here")
+                        .map_err(|error| ToolError::Failed(format!("cannot write: {error}")))?;
                 }
                 if let Some(line) = content.lines().position(|line| line.contains("TODO")) {
                     return Err(ToolError::InvalidArgs(format!("line {} has a TODO", line + 1)));

@@ -1,0 +1,98 @@
+//! Deciding one access: the strongest matching rule, protected paths, default deny.
+
+use super::*;
+
+impl Policy {
+    /// Decide one access by `role` to the canonical workspace-relative `path` (`.` for the root).
+    pub fn decide(&self, role: &Role, access: Access, path: &str) -> Decision {
+        self.verdict(role, access, path).to_decision()
+    }
+
+    /// [`decide`](Self::decide) without allocating: the verdict borrows the deciding rule from
+    /// the policy. Hosts call this for every path a scan lists or opens.
+    pub fn verdict<'a>(&'a self, role: &'a Role, access: Access, path: &str) -> Verdict<'a> {
+        let protected = if access.is_modification() { self.protected.iter().find(|protected| protected.glob.is_match(path)) } else { None };
+        // Every (rule, glob) about this access whose glob matches the path, found in one pass.
+        let index = &role.index[access.slot()];
+        let decided = MATCHED.with_borrow_mut(|matched| {
+            // The strongest effect wins; among rules of equal effect, the first.
+            let mut verdict: Option<usize> = None;
+            for &(rule_index, glob_index) in index.matching(path, matched) {
+                let rule = &role.rules[rule_index];
+                if protected.is_some_and(|protected| !names_explicitly(&rule.globs[glob_index], protected)) {
+                    continue;
+                }
+                let stronger = match verdict {
+                    None => true,
+                    Some(best) => {
+                        let best_rank = rank(role.rules[best].effect);
+                        rank(rule.effect) > best_rank || (rank(rule.effect) == best_rank && rule_index < best)
+                    }
+                };
+                if stronger {
+                    verdict = Some(rule_index);
+                }
+            }
+            verdict
+        });
+        match (decided.map(|rule_index| &role.rules[rule_index]), protected) {
+            (Some(rule), _) => Verdict { effect: rule.effect, source: Source::Rule(rule) },
+            (None, Some(protected)) => Verdict { effect: Effect::Deny, source: Source::Protected(protected) },
+            (None, None) => Verdict { effect: Effect::Deny, source: Source::DefaultDeny },
+        }
+    }
+}
+
+thread_local! {
+    /// The patterns that matched, reused from one decision to the next.
+    static MATCHED: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A decision that borrows its rule from the policy ([`Policy::verdict`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Verdict<'a> {
+    effect: Effect,
+    source: Source<'a>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Source<'a> {
+    Rule(&'a Rule),
+    Protected(&'a Protected),
+    DefaultDeny,
+}
+
+impl Verdict<'_> {
+    /// Allow, ask or deny.
+    pub fn effect(&self) -> Effect {
+        self.effect
+    }
+
+    /// The decision, owning its rule's id.
+    pub fn to_decision(&self) -> Decision {
+        match self.source {
+            Source::Rule(rule) => Decision { effect: self.effect, rule: rule.id.clone(), line: Some(rule.line) },
+            Source::Protected(protected) => Decision { effect: self.effect, rule: format!("protected:{}", protected.pattern), line: None },
+            Source::DefaultDeny => Decision { effect: self.effect, rule: "default-deny".to_owned(), line: None },
+        }
+    }
+}
+
+pub(crate) fn rank(effect: Effect) -> u8 {
+    match effect {
+        Effect::Allow => 0,
+        Effect::Ask => 1,
+        Effect::Deny => 2,
+    }
+}
+
+/// A rule's glob names a protected path explicitly when its literal prefix starts inside the
+/// protected pattern's literal root: `.git/hooks/**` names `.git/**`; `**` and `*.toml` do not.
+pub(crate) fn names_explicitly(glob: &PathGlob, protected: &Protected) -> bool {
+    // `.git/hooks/**` and `.git/**` name `.git/**` (their literal part starts with `.git/`), as
+    // does the literal `.git`; `.git*/**` (meant for `.github`) and `**` do not.
+    let prefix = protected.glob.matcher.prefix.as_str();
+    let root = prefix.trim_end_matches('/');
+    let literal_prefix = glob.matcher.prefix.as_str();
+    !root.is_empty() && (literal_prefix.starts_with(prefix) || (glob.literal && literal_prefix == root))
+}

@@ -1,0 +1,347 @@
+//! Parsing a policy file: the TOML as written (with spans for error lines), validated and
+//! compiled into a [`Policy`].
+
+use toml::Spanned;
+
+use super::*;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPolicy {
+    version: Spanned<i64>,
+    #[serde(default)]
+    protected: Vec<Spanned<String>>,
+    roles: BTreeMap<Spanned<String>, RawRole>,
+    #[serde(default)]
+    writes: Option<RawWrites>,
+    #[serde(default)]
+    limits: Option<RawLimits>,
+    #[serde(default)]
+    plugins: BTreeMap<Spanned<String>, RawPlugin>,
+    #[serde(default)]
+    validators: Vec<Spanned<RawValidator>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPlugin {
+    sha256: Spanned<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    deadline_ms: Option<Spanned<i64>>,
+    memory_mib: Option<Spanned<i64>>,
+    output_kib: Option<Spanned<i64>>,
+    host_calls: Option<Spanned<i64>>,
+    open_files: Option<Spanned<i64>>,
+    audit_records: Option<Spanned<i64>>,
+    #[serde(default)]
+    tools: BTreeMap<Spanned<String>, RawLimits>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWrites {
+    read_before_write: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawValidator {
+    id: Option<Spanned<String>>,
+    paths: Vec<Spanned<String>>,
+    check: Option<Spanned<String>>,
+    tool: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRole {
+    #[serde(default)]
+    description: String,
+    tools: Vec<Spanned<String>>,
+    #[serde(default)]
+    rules: Vec<Spanned<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRule {
+    id: Option<Spanned<String>>,
+    access: Vec<Spanned<String>>,
+    paths: Vec<Spanned<String>>,
+    effect: Spanned<String>,
+}
+
+impl Policy {
+    /// Parse, validate and compile a policy. `file` names it in errors; `known_tools` are the
+    /// tools a role may list (`"*"` in a role's `tools` means all of them).
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError`] with the line for a TOML syntax error, an unknown key, an unsupported
+    /// version, an unknown tool, access or effect, a bad or unmatchable glob, a duplicate rule id,
+    /// or a role without tools.
+    pub fn parse(file: &str, text: &str, known_tools: &[&str]) -> Result<Policy, PolicyError> {
+        let error = |span: Option<std::ops::Range<usize>>, reason: String| PolicyError {
+            file: file.to_owned(),
+            line: span.map(|span| line_of(text, span.start)),
+            reason,
+        };
+        let raw: RawPolicy =
+            toml::from_str(text).map_err(|parse_error| error(parse_error.span(), parse_error.message().trim().to_owned()))?;
+        if *raw.version.get_ref() != 1 {
+            return Err(error(
+                Some(raw.version.span()),
+                format!("unsupported policy version {}: this toolcell reads version 1", raw.version.get_ref()),
+            ));
+        }
+        let mut protected = Vec::new();
+        for pattern in BUILT_IN_PROTECTED {
+            protected
+                .push(Protected { pattern: (*pattern).to_owned(), glob: compile_glob(pattern).map_err(|reason| error(None, reason))? });
+        }
+        for pattern in &raw.protected {
+            protected.push(Protected {
+                pattern: pattern.get_ref().clone(),
+                glob: compile_glob(pattern.get_ref()).map_err(|reason| error(Some(pattern.span()), reason))?,
+            });
+        }
+        if raw.roles.is_empty() {
+            return Err(error(None, "the policy defines no roles: add at least one `[roles.NAME]` table".to_owned()));
+        }
+        let mut roles = BTreeMap::new();
+        let mut rule_ids: BTreeMap<String, usize> = BTreeMap::new();
+        for (name, raw_role) in raw.roles {
+            let role_name = name.get_ref().clone();
+            if role_name.is_empty() || !role_name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-') {
+                return Err(error(
+                    Some(name.span()),
+                    format!("role name `{}` must be lowercase letters, digits, `_` and `-`", role_name.escape_default()),
+                ));
+            }
+            let tools = compile_tools(&role_name, &raw_role.tools, known_tools).map_err(|(span, reason)| error(span, reason))?;
+            let mut rules = Vec::new();
+            for (index, raw_rule) in raw_role.rules.iter().enumerate() {
+                let line = line_of(text, raw_rule.span().start);
+                let raw_rule = raw_rule.get_ref();
+                let id = match &raw_rule.id {
+                    Some(id) => id.get_ref().clone(),
+                    None => format!("{role_name}#{}", index + 1),
+                };
+                if let Some(first) = rule_ids.insert(id.clone(), line) {
+                    return Err(error(
+                        raw_rule.id.as_ref().map(Spanned::span),
+                        format!(
+                            "rule id `{id}` is used twice (first on line {first}): ids name rules in audit records, so they must be unique"
+                        ),
+                    ));
+                }
+                rules.push(compile_rule(id, line, raw_rule).map_err(|(span, reason)| error(span, reason))?);
+            }
+            let index = Access::ALL.map(|access| AccessIndex::new(&rules, access));
+            let index = match index {
+                [Ok(read), Ok(list), Ok(write), Ok(delete)] => [read, list, write, delete],
+                [read, list, write, delete] => {
+                    let reason = [read, list, write, delete].into_iter().find_map(Result::err).unwrap_or_default();
+                    return Err(error(Some(name.span()), format!("role `{role_name}`: {reason}")));
+                }
+            };
+            roles.insert(role_name.clone(), Role { name: role_name, description: raw_role.description, tools, rules, index });
+        }
+        let read_before_write = match raw.writes.as_ref().and_then(|writes| writes.read_before_write.as_ref()) {
+            None => ReadBeforeWrite::default(),
+            Some(mode) => match mode.get_ref().as_str() {
+                "warn" => ReadBeforeWrite::Warn,
+                "refuse" => ReadBeforeWrite::Refuse,
+                "off" => ReadBeforeWrite::Off,
+                other => {
+                    return Err(error(
+                        Some(mode.span()),
+                        format!("unknown `read_before_write` mode `{}`; use `warn`, `refuse` or `off`", other.escape_default()),
+                    ));
+                }
+            },
+        };
+        let mut validators = Vec::new();
+        for (index, raw_validator) in raw.validators.iter().enumerate() {
+            let line = line_of(text, raw_validator.span().start);
+            let raw_validator = raw_validator.get_ref();
+            let id = match &raw_validator.id {
+                Some(id) => id.get_ref().clone(),
+                None => format!("validators#{}", index + 1),
+            };
+            let check = match (&raw_validator.check, &raw_validator.tool) {
+                (Some(check), None) => match check.get_ref().as_str() {
+                    "json" => ValidatorCheck::Json,
+                    "toml" => ValidatorCheck::Toml,
+                    other => {
+                        return Err(error(
+                            Some(check.span()),
+                            format!(
+                                "validator `{id}`: unknown check `{}`; use `json` or `toml`, or `tool = \"NAME\"` for a validator component",
+                                other.escape_default()
+                            ),
+                        ));
+                    }
+                },
+                (None, Some(tool)) => {
+                    if !known_tools.contains(&tool.get_ref().as_str()) {
+                        return Err(error(
+                            Some(tool.span()),
+                            format!(
+                                "validator `{id}` names the unknown tool `{}`; the tools are: {}",
+                                tool.get_ref().escape_default(),
+                                known_tools.join(", ")
+                            ),
+                        ));
+                    }
+                    ValidatorCheck::Tool(tool.get_ref().clone())
+                }
+                _ => {
+                    return Err(error(
+                        None,
+                        format!("validator `{id}` on line {line} needs exactly one of `check = \"json\"|\"toml\"` or `tool = \"NAME\"`"),
+                    ));
+                }
+            };
+            if raw_validator.paths.is_empty() {
+                return Err(error(None, format!("validator `{id}` on line {line} has an empty `paths` list")));
+            }
+            let mut globs = Vec::new();
+            for pattern in &raw_validator.paths {
+                globs.push(
+                    compile_glob(pattern.get_ref()).map_err(|reason| error(Some(pattern.span()), format!("validator `{id}`: {reason}")))?,
+                );
+            }
+            validators.push(Validator { id, line, globs, check });
+        }
+        let raw_limits = raw.limits.unwrap_or_default();
+        let limits = compile_limits(&raw_limits, "[limits]").map_err(|(span, reason)| error(span, reason))?;
+        let mut tool_limits = BTreeMap::new();
+        for (tool, raw_tool) in &raw_limits.tools {
+            if !known_tools.contains(&tool.get_ref().as_str()) {
+                return Err(error(
+                    Some(tool.span()),
+                    format!(
+                        "`[limits.tools.{}]` names an unknown tool; the tools are: {}",
+                        tool.get_ref().escape_default(),
+                        known_tools.join(", ")
+                    ),
+                ));
+            }
+            if !raw_tool.tools.is_empty() {
+                return Err(error(Some(tool.span()), "limits for a tool cannot nest further `tools` tables".to_owned()));
+            }
+            let table = format!("[limits.tools.{}]", tool.get_ref());
+            tool_limits.insert(tool.get_ref().clone(), compile_limits(raw_tool, &table).map_err(|(span, reason)| error(span, reason))?);
+        }
+        let mut pins = BTreeMap::new();
+        for (tool, raw_plugin) in &raw.plugins {
+            if !known_tools.contains(&tool.get_ref().as_str()) {
+                return Err(error(
+                    Some(tool.span()),
+                    format!(
+                        "`[plugins.{}]` pins a tool that is not loaded; the tools are: {}",
+                        tool.get_ref().escape_default(),
+                        known_tools.join(", ")
+                    ),
+                ));
+            }
+            let sha256 = raw_plugin.sha256.get_ref().to_ascii_lowercase();
+            if sha256.len() != 64 || !sha256.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+                return Err(error(
+                    Some(raw_plugin.sha256.span()),
+                    format!("`sha256` of `[plugins.{}]` must be 64 hex digits (`toolcell tools add` prints it)", tool.get_ref()),
+                ));
+            }
+            pins.insert(tool.get_ref().clone(), Pin { sha256, line: line_of(text, raw_plugin.sha256.span().start) });
+        }
+        Ok(Policy { file: file.to_owned(), roles, protected, read_before_write, validators, limits, tool_limits, pins })
+    }
+}
+
+pub(crate) type SpannedError = (Option<std::ops::Range<usize>>, String);
+
+pub(crate) fn compile_tools(role: &str, tools: &[Spanned<String>], known_tools: &[&str]) -> Result<ToolSet, SpannedError> {
+    if tools.is_empty() {
+        return Err((None, format!("role `{role}` lists no tools: give `tools = [\"read_file\", ...]`, or `[\"*\"]` for every tool")));
+    }
+    if tools.iter().any(|tool| tool.get_ref() == "*") {
+        return Ok(ToolSet::All);
+    }
+    let mut names = Vec::new();
+    for tool in tools {
+        if !known_tools.contains(&tool.get_ref().as_str()) {
+            return Err((
+                Some(tool.span()),
+                format!(
+                    "role `{role}` lists the unknown tool `{}`; the tools are: {}",
+                    tool.get_ref().escape_default(),
+                    known_tools.join(", ")
+                ),
+            ));
+        }
+        names.push(tool.get_ref().clone());
+    }
+    Ok(ToolSet::Only(names))
+}
+
+pub(crate) fn compile_rule(id: String, line: usize, raw: &RawRule) -> Result<Rule, SpannedError> {
+    let effect = match raw.effect.get_ref().as_str() {
+        "allow" => Effect::Allow,
+        "ask" => Effect::Ask,
+        "deny" => Effect::Deny,
+        other => {
+            return Err((
+                Some(raw.effect.span()),
+                format!("rule `{id}`: unknown effect `{}`; use `allow`, `ask` or `deny`", other.escape_default()),
+            ));
+        }
+    };
+    if raw.access.is_empty() {
+        return Err((None, format!("rule `{id}` on line {line} has an empty `access` list")));
+    }
+    let mut access = Vec::new();
+    for name in &raw.access {
+        let parsed = Access::from_name(name.get_ref()).ok_or_else(|| {
+            (
+                Some(name.span()),
+                format!("rule `{id}`: unknown access `{}`; use `read`, `list`, `write` or `delete`", name.get_ref().escape_default()),
+            )
+        })?;
+        access.push(parsed);
+    }
+    if raw.paths.is_empty() {
+        return Err((None, format!("rule `{id}` on line {line} has an empty `paths` list")));
+    }
+    let mut globs = Vec::new();
+    for pattern in &raw.paths {
+        globs.push(compile_glob(pattern.get_ref()).map_err(|reason| (Some(pattern.span()), format!("rule `{id}`: {reason}")))?);
+    }
+    Ok(Rule { id, line, access, globs, effect })
+}
+
+pub(crate) fn compile_limits(raw: &RawLimits, table: &str) -> Result<Limits, SpannedError> {
+    let positive = |value: &Option<Spanned<i64>>, key: &str, max: i64| -> Result<Option<u64>, SpannedError> {
+        match value {
+            None => Ok(None),
+            Some(value) if (1..=max).contains(value.get_ref()) => Ok(u64::try_from(*value.get_ref()).ok()),
+            Some(value) => Err((Some(value.span()), format!("`{key}` in {table} must be between 1 and {max}, not {}", value.get_ref()))),
+        }
+    };
+    Ok(Limits {
+        deadline: positive(&raw.deadline_ms, "deadline_ms", 24 * 3600 * 1000)?.map(std::time::Duration::from_millis),
+        memory_bytes: positive(&raw.memory_mib, "memory_mib", 64 * 1024)?.and_then(|mib| usize::try_from(mib << 20).ok()),
+        output_bytes: positive(&raw.output_kib, "output_kib", 1024 * 1024)?.and_then(|kib| usize::try_from(kib << 10).ok()),
+        host_calls: positive(&raw.host_calls, "host_calls", 1_000_000_000)?,
+        open_files: positive(&raw.open_files, "open_files", 65_536)?.and_then(|files| usize::try_from(files).ok()),
+        audit_records: positive(&raw.audit_records, "audit_records", 1_000_000)?,
+    })
+}
+
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}

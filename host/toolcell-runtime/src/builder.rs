@@ -1,0 +1,397 @@
+//! Load time: [`RuntimeBuilder`] compiles or loads every component, checks its imports and its
+//! description, links it, reads the policy, and records what the host itself owns.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use toolcell_types::{Annotations, ToolInfo, ToolName};
+use wasmtime::Engine;
+use wasmtime::Store;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::WasiCtxBuilder;
+
+use crate::error::describe;
+use crate::guard::FsGuard;
+use crate::schema::ArgsSchema;
+use crate::state::{CallContext, CallState};
+use std::sync::Arc;
+
+use crate::*;
+
+/// How long a component's `describe()` may take at load.
+const DESCRIBE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Configures and builds a [`Runtime`].
+#[derive(Default)]
+pub struct RuntimeBuilder {
+    cache_dir: Option<PathBuf>,
+    components: Vec<(String, Cow<'static, [u8]>)>,
+    policy: Option<PolicySource>,
+    audit_dir: Option<PathBuf>,
+    unguarded: bool,
+    limits: Limits,
+    plugin_dir: Option<PathBuf>,
+}
+
+enum PolicySource {
+    Text { file: String, text: String },
+    File(PathBuf),
+}
+
+impl RuntimeBuilder {
+    /// A builder with no components and no compiled-component cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keep compiled components in `directory` (created if missing), so that later starts
+    /// load them instead of compiling. The directory must be writable only by this user:
+    /// cached artifacts are loaded without validation.
+    #[must_use]
+    pub fn cache_dir(mut self, directory: impl Into<PathBuf>) -> Self {
+        self.cache_dir = Some(directory.into());
+        self
+    }
+
+    /// Add a tool component. `origin` names it in errors and reports (`builtin:read_file`,
+    /// a file path).
+    #[must_use]
+    pub fn component(mut self, origin: impl Into<String>, wasm: impl Into<Cow<'static, [u8]>>) -> Self {
+        self.components.push((origin.into(), wasm.into()));
+        self
+    }
+
+    /// Govern every call by the policy in `text` (TOML; `file` names it in errors). It is
+    /// compiled when the runtime is built, once the tools' names are known. Without a policy,
+    /// only the workspace boundary applies.
+    #[must_use]
+    pub fn policy(mut self, file: impl Into<String>, text: impl Into<String>) -> Self {
+        self.policy = Some(PolicySource::Text { file: file.into(), text: text.into() });
+        self
+    }
+
+    /// Load every `*.wasm` file in `directory` as a plugin tool component (in name order;
+    /// origin `plugin:FILE`). A missing directory holds no plugins.
+    #[must_use]
+    pub fn plugin_dir(mut self, directory: impl Into<PathBuf>) -> Self {
+        self.plugin_dir = Some(directory.into());
+        self
+    }
+
+    /// The limits of every call (default: 30 s, 512 MiB of memory, 1 MiB of output).
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Keep the audit trail in `state_dir/audit.jsonl`: one record per tool call, one per
+    /// refusal, and one per allowed modification, written before the modification happens.
+    /// If the state directory lies inside a workspace, no call may modify it.
+    #[must_use]
+    pub fn audit_dir(mut self, state_dir: impl Into<PathBuf>) -> Self {
+        self.audit_dir = Some(state_dir.into());
+        self
+    }
+
+    /// Link wasmtime-wasi's filesystem directly, without the guard: no policy, no audit of
+    /// filesystem decisions, only the preopen's boundary. This is the baseline the benchmark
+    /// measures the guard against; it exists only with the `bench-baseline` feature.
+    #[cfg(feature = "bench-baseline")]
+    #[must_use]
+    pub fn without_filesystem_guard(mut self) -> Self {
+        self.unguarded = true;
+        self
+    }
+
+    /// Like [`policy`](Self::policy), reading the policy from `path` when the runtime is built.
+    #[must_use]
+    pub fn policy_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.policy = Some(PolicySource::File(path.into()));
+        self
+    }
+
+    /// Compile or load every component, check its imports and its description, and link it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ForbiddenImport`] naming the import, [`Error::Load`],
+    /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::Policy`],
+    /// [`Error::Cache`] or [`Error::Engine`].
+    pub fn build(mut self) -> Result<Runtime, Error> {
+        let mut host_owned = Vec::new();
+        if let Some(directory) = self.plugin_dir.take() {
+            host_owned.push(HostOwned::directory(&directory));
+            for (origin, wasm) in read_plugins(&directory)? {
+                self.components.push((origin, Cow::Owned(wasm)));
+            }
+        }
+        if self.limits.memory_bytes > engine::MAX_MEMORY_BYTES {
+            return Err(Error::Engine {
+                reason: format!(
+                    "the memory limit of {} MiB exceeds the most a tool's memory can grow to ({} MiB)",
+                    self.limits.memory_bytes >> 20,
+                    engine::MAX_MEMORY_BYTES >> 20
+                ),
+            });
+        }
+        let engine = engine::new_engine()?;
+        let ticker = limits::EpochTicker::start(&engine)
+            .map_err(|error| Error::Engine { reason: format!("cannot start the deadline ticker thread: {error}") })?;
+        let linker = state::linker(&engine, !self.unguarded)?;
+        let cache = self.cache_dir.as_deref().map(engine::ComponentCache::open).transpose()?;
+        if let Some(directory) = &self.cache_dir {
+            host_owned.push(HostOwned::directory(directory));
+            host_owned.push(HostOwned {
+                path: canonical_lenient(&directory.join(engine::CACHE_KEY_FILE)),
+                is_directory: false,
+                hidden: true,
+            });
+        }
+        let mut warnings = Vec::new();
+        let mut tools: BTreeMap<String, LoadedTool> = BTreeMap::new();
+        let mut loaded = Vec::new();
+        for (origin, wasm) in &self.components {
+            let (component, cache_outcome) = match &cache {
+                Some(cache) => {
+                    let (component, outcome, warning) = cache.load(&engine, origin, wasm)?;
+                    warnings.extend(warning);
+                    (component, outcome)
+                }
+                None => (engine::compile(&engine, origin, wasm)?, CacheOutcome::Compiled),
+            };
+            imports::check(&engine, origin, &component)?;
+            let load_error = |error: wasmtime::Error| Error::Load { origin: origin.clone(), reason: describe(&error) };
+            let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
+            let pre = bindings::PluginPre::new(instance_pre).map_err(load_error)?;
+            let (info, schema) = describe_tool(&engine, &pre, origin)?;
+            if let Some(existing) = tools.get(info.name.as_str()) {
+                return Err(Error::DuplicateTool { name: info.name.to_string(), first: existing.origin.clone(), second: origin.clone() });
+            }
+            loaded.push(LoadedComponent {
+                origin: origin.clone(),
+                tool: info.name.clone(),
+                cache: cache_outcome,
+                sha256: hex(&<sha2::Sha256 as sha2::Digest>::digest(wasm.as_ref())),
+            });
+            tools.insert(info.name.to_string(), LoadedTool { info, schema, kind: ToolKind::Component(pre), origin: origin.clone() });
+        }
+        for native in native::Native::ALL {
+            let (info, schema) = native.describe();
+            if let Some(existing) = tools.get(info.name.as_str()) {
+                return Err(Error::DuplicateTool {
+                    name: info.name.to_string(),
+                    first: "builtin:host".to_owned(),
+                    second: existing.origin.clone(),
+                });
+            }
+            tools.insert(
+                info.name.to_string(),
+                LoadedTool { info, schema, kind: ToolKind::Native(native), origin: "builtin:host".to_owned() },
+            );
+        }
+        let names: Vec<&str> = tools.keys().map(String::as_str).collect();
+        let policy = match self.policy {
+            Some(PolicySource::Text { file, text }) => Some(Arc::new(Policy::parse(&file, &text, &names)?)),
+            Some(PolicySource::File(path)) => {
+                host_owned.push(HostOwned { path: canonical_lenient(&path), is_directory: false, hidden: false });
+                let text = std::fs::read_to_string(&path).map_err(|source| Error::PolicyFile { path: path.clone(), source })?;
+                // Named by its file name alone: the name reaches agents in refusals, and a
+                // host path must not.
+                let name = path.file_name().map_or_else(|| "policy.toml".to_owned(), |name| name.to_string_lossy().into_owned());
+                Some(Arc::new(Policy::parse(&name, &text, &names)?))
+            }
+            None => None,
+        };
+        if let Some(policy) = &policy {
+            for component in &loaded {
+                if let Some(pin) = policy.pin(component.tool.as_str())
+                    && pin.sha256 != component.sha256
+                {
+                    return Err(Error::PinMismatch(Box::new(PinMismatch {
+                        tool: component.tool.to_string(),
+                        origin: component.origin.clone(),
+                        expected: pin.sha256.clone(),
+                        actual: component.sha256.clone(),
+                        policy: policy.file().to_owned(),
+                        line: pin.line,
+                    })));
+                }
+            }
+            for tool in tools.keys() {
+                if let Some(memory) = policy.limits_for(tool).memory_bytes
+                    && memory > engine::MAX_MEMORY_BYTES
+                {
+                    return Err(Error::Policy(PolicyError {
+                        file: policy.file().to_owned(),
+                        line: None,
+                        reason: format!(
+                            "the memory limit of {} MiB for `{tool}` exceeds the most a tool's memory can grow to ({} MiB)",
+                            memory >> 20,
+                            engine::MAX_MEMORY_BYTES >> 20
+                        ),
+                    }));
+                }
+            }
+        }
+        let audit = self.audit_dir.as_deref().map(AuditLog::open).transpose()?.map(Arc::new);
+        let state_dir = audit.as_ref().map(|log| log.directory().to_path_buf());
+        if let Some(directory) = &state_dir {
+            host_owned.push(HostOwned::directory(directory));
+        }
+        let work = work::WorkDir::new(state_dir.as_deref())
+            .map_err(|source| Error::Audit { path: state_dir.clone().unwrap_or_else(std::env::temp_dir), source })?;
+        if state_dir.is_none() {
+            // The private directory of journals and undo records is the host's too (it lies in
+            // the temporary directory, which a workspace may contain).
+            host_owned.push(HostOwned::directory(work.path()));
+        }
+        // Calls a crash interrupted are undone before anything else runs.
+        let recovered = journal::recover(&work.journals());
+        if let Some(log) = &audit {
+            let records: Vec<_> = recovered
+                .iter()
+                .map(|recovery| {
+                    toolcell_audit::Record::recovery(
+                        &guard::now(),
+                        &recovery.session,
+                        &recovery.call_id,
+                        recovery.steps as u64,
+                        recovery.error.as_deref(),
+                    )
+                })
+                .collect();
+            if !records.is_empty() {
+                log.append(&records).map_err(|source| Error::Audit { path: log.path().to_path_buf(), source })?;
+            }
+        }
+        let locks = Arc::new(match &state_dir {
+            Some(directory) => LockStore::in_directory(directory),
+            None => LockStore::in_memory(),
+        });
+        Ok(Runtime {
+            engine,
+            tools,
+            loaded,
+            policy,
+            host_owned,
+            warnings,
+            audit,
+            limits: self.limits,
+            locks,
+            reads: reads::ReadTracker::new(state_dir.as_deref()),
+            undo: undo::UndoStore::new(work.path()),
+            recovered,
+            work,
+            _ticker: ticker,
+        })
+    }
+}
+
+/// A location the host reads and trusts.
+#[derive(Debug)]
+pub(crate) struct HostOwned {
+    /// Canonical (as far as it exists).
+    pub(crate) path: PathBuf,
+    pub(crate) is_directory: bool,
+    /// Hidden from tools altogether, reads included (a secret), not only kept unchanged.
+    pub(crate) hidden: bool,
+}
+
+impl HostOwned {
+    pub(crate) fn directory(path: &Path) -> Self {
+        HostOwned { path: canonical_lenient(path), is_directory: true, hidden: false }
+    }
+}
+
+/// `path` with its longest existing ancestor canonicalized and the missing rest appended: a
+/// location that does not exist yet (a plugin directory) must be protected where it would be
+/// created.
+pub(crate) fn canonical_lenient(path: &Path) -> PathBuf {
+    let Ok(absolute) = std::path::absolute(path) else {
+        return path.to_path_buf();
+    };
+    let mut missing = Vec::new();
+    let mut current = absolute.as_path();
+    loop {
+        if let Ok(mut canonical) = std::fs::canonicalize(current) {
+            canonical.extend(missing.iter().rev());
+            return canonical;
+        }
+        match (current.file_name(), current.parent()) {
+            (Some(name), Some(parent)) => {
+                missing.push(name);
+                current = parent;
+            }
+            _ => return absolute,
+        }
+    }
+}
+
+/// The `*.wasm` files of a plugin directory, in name order, as `(origin, bytes)`.
+fn read_plugins(directory: &Path) -> Result<Vec<(String, Vec<u8>)>, Error> {
+    let error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Plugins { path, source }
+    };
+    let entries = match std::fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(Error::Plugins { path: directory.to_path_buf(), source }),
+    };
+    // Whoever can write the directory chooses the code toolcell runs.
+    engine::check_private(directory, 0o022, "the plugin directory")?;
+    let mut paths: Vec<PathBuf> =
+        entries.map(|entry| entry.map(|entry| entry.path())).collect::<Result<_, _>>().map_err(error(directory))?;
+    paths.retain(|path| path.extension().is_some_and(|extension| extension == "wasm"));
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|path| {
+            let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+            std::fs::read(&path).map(|wasm| (format!("plugin:{name}"), wasm)).map_err(error(&path))
+        })
+        .collect()
+}
+
+/// Ask a freshly loaded component to describe itself, and check what it says. The instance
+/// gets no preopened directory: `describe` must not touch the filesystem.
+fn describe_tool(engine: &Engine, pre: &bindings::PluginPre<CallState>, origin: &str) -> Result<(ToolInfo, ArgsSchema), Error> {
+    let state = CallState {
+        wasi: WasiCtxBuilder::new().build(),
+        table: ResourceTable::new(),
+        context: CallContext::default(),
+        guard: FsGuard::new(None, "", None, None),
+        limiter: limits::MemoryLimiter { max_bytes: engine::MAX_MEMORY_BYTES, refused: false },
+        deadline: Instant::now() + DESCRIBE_DEADLINE,
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|state| &mut state.limiter);
+    // `describe` gets a fixed deadline: it must answer at once.
+    store.set_epoch_deadline(Limits { deadline: DESCRIBE_DEADLINE, ..Limits::default() }.deadline_ticks());
+    store.epoch_deadline_trap();
+    let load_error =
+        |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: format!("`describe()` failed: {}", describe(&error)) };
+    let plugin = pre.instantiate(&mut store).map_err(load_error)?;
+    let info = plugin.toolcell_tool_tool().call_describe(&mut store).map_err(load_error)?;
+    let invalid = |reason: String| Error::InvalidDescription { origin: origin.to_owned(), reason };
+    let name = ToolName::new(&info.name).map_err(|error| invalid(error.to_string()))?;
+    if info.description.trim().is_empty() {
+        return Err(invalid(format!("`{name}` has an empty description; agents need one to know when to use it")));
+    }
+    let (schema, input_schema) = ArgsSchema::compile(&info.input_schema).map_err(invalid)?;
+    let info = ToolInfo {
+        name,
+        title: info.title,
+        description: info.description,
+        input_schema,
+        annotations: Annotations {
+            read_only: info.annotations.read_only,
+            destructive: info.annotations.destructive,
+            idempotent: info.annotations.idempotent,
+        },
+    };
+    Ok((info, schema))
+}

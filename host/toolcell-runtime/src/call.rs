@@ -1,0 +1,503 @@
+//! One call, top to bottom: [`Runtime::call`] and the steps it runs, in order.
+//!
+//! 1. [`tool_for`](Runtime::tool_for): the loaded tool the request names;
+//! 2. [`gate`](Runtime::gate): may the caller's role call it at all (no instance is made if not);
+//! 3. the arguments against the tool's schema (the component never sees bad ones);
+//! 4. [`guard_for`](Runtime::guard_for): the guard for this call: policy, audit sink, host-owned
+//!    paths, and the transaction (locks, reads, journal);
+//! 5. [`run`](Runtime::run): the component in a fresh store and instance
+//!    ([`run_component`](Runtime::run_component)), or a host-implemented tool;
+//! 6. [`account`](Runtime::account): what the guard saw decides the result (refusals, a flood,
+//!    an audit failure);
+//! 7. [`settle`](Runtime::settle): rewrites put in place, validators run
+//!    ([`validate`](Runtime::validate)), then commit or roll back; what the session read and
+//!    wrote recorded;
+//! 8. [`finish`](Runtime::finish): the call's audit record.
+
+use std::time::Instant;
+
+use toolcell_policy::{ReadBeforeWrite, ValidatorCheck};
+use toolcell_types::{ToolError, ToolErrorKind, escape_control};
+use wasmtime::Store;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+use crate::error::describe;
+use crate::guard::{AuditSink, FsGuard, Transaction};
+use crate::state::{CallContext, CallState, CapturePipe};
+use std::sync::Arc;
+
+use crate::outcome::{convert_error, convert_output, denied_result, distinct_messages, new_call_id, only_reads_refused};
+use crate::*;
+
+/// Bytes of stdout and of stderr kept per call; the rest is counted and dropped.
+pub const STDIO_CAPACITY: usize = 64 * 1024;
+
+impl Runtime {
+    /// Run one tool call in a fresh instance.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownTool`] for a tool that is not loaded; [`Error::Call`] if the host
+    /// cannot set up the instance. Everything the tool itself gets wrong, including a trap, is
+    /// in [`CallOutcome::result`].
+    pub fn call(&self, request: &CallRequest<'_>) -> Result<CallOutcome, Error> {
+        let started = Instant::now();
+        let tool = self.tool_for(request)?;
+        let mut outcome = CallOutcome::new(new_call_id());
+        if let Some(refusal) = self.gate(request)? {
+            outcome.gated = true;
+            outcome.result = Err(refusal);
+            return Ok(self.finish(request, outcome, started));
+        }
+        if let Err(error) = tool.schema.check(request.tool, request.args) {
+            outcome.result = Err(error);
+            return Ok(self.finish(request, outcome, started));
+        }
+        let guard = self.guard_for(request, &outcome.call_id)?;
+        let guard = self.run(tool, request, guard, &mut outcome)?;
+        let guard = self.account(tool, guard, &mut outcome);
+        self.settle(request, &mut outcome, guard);
+        Ok(self.finish(request, outcome, started))
+    }
+
+    /// The loaded tool a request names.
+    fn tool_for(&self, request: &CallRequest<'_>) -> Result<&LoadedTool, Error> {
+        self.tools.get(request.tool).ok_or_else(|| Error::UnknownTool {
+            name: request.tool.escape_default().to_string(),
+            available: self.tools.keys().map(String::as_str).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// Tool gating: the refusal if the caller's role may not call the tool (no instance is
+    /// made); an error if the policy has no such role.
+    fn gate(&self, request: &CallRequest<'_>) -> Result<Option<ToolError>, Error> {
+        let Some(policy) = &self.policy else {
+            return Ok(None);
+        };
+        let role = policy.role(request.role).ok_or_else(|| Error::UnknownRole {
+            role: request.role.escape_default().to_string(),
+            roles: policy.roles().map(|role| role.name()).collect::<Vec<_>>().join(", "),
+        })?;
+        if role.may_call(request.tool) {
+            return Ok(None);
+        }
+        let tools = role.tools().map(|tools| tools.join(", ")).unwrap_or_default();
+        Ok(Some(ToolError::new(
+            ToolErrorKind::Denied,
+            format!(
+                "role `{}` may not call `{}`; its tools are: {tools}. Use one of those, or ask the operator for a role that has `{}`.",
+                role.name(),
+                request.tool,
+                request.tool
+            ),
+        )))
+    }
+
+    /// The guard of one call: the policy for the caller's role, the audit sink, the host-owned
+    /// paths inside the workspace, and the transaction (locks, what the session read, the
+    /// journal's place).
+    fn guard_for(&self, request: &CallRequest<'_>, call_id: &str) -> Result<FsGuard, Error> {
+        let directory = request.workspace.reopen(request.tool)?;
+        let read_before_write = self.policy.as_ref().map_or(ReadBeforeWrite::Off, |policy| policy.read_before_write());
+        let seen = if read_before_write == ReadBeforeWrite::Off {
+            Arc::default()
+        } else {
+            self.reads.load(request.session_id, request.workspace.root())
+        };
+        let transaction = Transaction::new(
+            Arc::clone(&self.locks),
+            request.lock_owner().to_owned(),
+            request.fences.to_vec(),
+            seen,
+            read_before_write,
+            self.work.journals(),
+            request.workspace.root().to_path_buf(),
+            request.session_id.to_owned(),
+            call_id.to_owned(),
+        );
+        Ok(FsGuard::new(self.policy.clone(), request.role, request.approver.cloned(), Some(directory))
+            .with_audit(self.audit_sink(request, call_id), self.host_paths_inside(request.workspace)?)
+            .with_transaction(transaction))
+    }
+
+    /// Run the tool: a component in a fresh instance, or a host-implemented tool. Fills the
+    /// result (and for a component its trap flag, notes and stdio); returns the guard.
+    fn run(&self, tool: &LoadedTool, request: &CallRequest<'_>, mut guard: FsGuard, outcome: &mut CallOutcome) -> Result<FsGuard, Error> {
+        match &tool.kind {
+            ToolKind::Component(pre) => {
+                let context = CallContext {
+                    role: request.role.to_owned(),
+                    session_id: request.session_id.to_owned(),
+                    call_id: outcome.call_id.clone(),
+                    ..CallContext::default()
+                };
+                self.run_component(pre, request.tool, request.args, request.workspace, context, guard, outcome)
+            }
+            ToolKind::Native(native) => {
+                outcome.result = native.run(&mut native::NativeCall {
+                    request,
+                    guard: &mut guard,
+                    locks: &self.locks,
+                    undo: &self.undo,
+                    audit: self.audit.as_deref(),
+                });
+                Ok(guard)
+            }
+        }
+    }
+
+    /// What the guard saw decides the result: a call stopped for flooding the audit trail is
+    /// `too-large`; refusals make it `denied` (or `conflict`), except that a read-only tool
+    /// that handled refused reads keeps its result with the refusals added as warnings; a
+    /// record that could not be written withholds it. Moves the guard's events and refusals
+    /// into the outcome.
+    fn account(&self, tool: &LoadedTool, mut guard: FsGuard, outcome: &mut CallOutcome) -> FsGuard {
+        guard.record_repeats();
+        if let Some(message) = guard.flooded() {
+            outcome.trapped = false;
+            outcome.result = Err(ToolError::new(ToolErrorKind::TooLarge, message));
+        }
+        outcome.events = std::mem::take(&mut guard.events);
+        outcome.unrecorded_events = guard.unrecorded_events;
+        outcome.denials = std::mem::take(&mut guard.denials);
+        if !outcome.denials.is_empty() {
+            if tool.info.annotations.read_only && outcome.result.is_ok() && only_reads_refused(&outcome.denials) {
+                // A read-only tool that handled the refusal of some reads (a multi-file read, a
+                // search) keeps its result; the host states the refusals itself, so the agent
+                // learns of them whatever the component made of them.
+                for message in distinct_messages(&outcome.denials) {
+                    guard.warnings.push(format!("Refused by the host: {message}"));
+                }
+            } else if guard.flooded().is_none() {
+                outcome.result = Err(denied_result(&outcome.denials, &outcome.result));
+            }
+        }
+        if guard.audit_failures > 0 {
+            outcome.result = Err(ToolError::new(
+                ToolErrorKind::Failed,
+                "the audit trail cannot be written, so this call's result is withheld; tell the operator",
+            ));
+        }
+        guard
+    }
+
+    /// Instantiate `pre` in a fresh store with `guard` on its filesystem and run one call.
+    /// Fills the result, the trap flag, notes and stdio of `outcome`; returns the guard.
+    #[expect(clippy::too_many_arguments, reason = "the parts of one call, borrowed from different owners")]
+    fn run_component(
+        &self,
+        pre: &bindings::PluginPre<CallState>,
+        tool: &str,
+        args: &str,
+        workspace: &Workspace,
+        context: CallContext,
+        guard: FsGuard,
+        outcome: &mut CallOutcome,
+    ) -> Result<FsGuard, Error> {
+        let host_error = |error: wasmtime::Error| Error::Call { tool: tool.to_owned(), reason: describe(&error) };
+        let stdout = CapturePipe::new(STDIO_CAPACITY);
+        let stderr = CapturePipe::new(STDIO_CAPACITY);
+        let mut wasi = WasiCtxBuilder::new();
+        // The host runs calls on plain threads, so blocking filesystem calls run in place
+        // instead of hopping to a worker thread.
+        wasi.allow_blocking_current_thread(guard::BLOCKING_IN_PLACE).stdout(stdout.clone()).stderr(stderr.clone());
+        wasi.preopened_dir(workspace.root(), ".", FsPerms::ReadWrite).map_err(host_error)?;
+        let limits = self.limits_for(tool);
+        let mut guard = guard;
+        guard.set_budget(tool, limits.host_calls, limits.open_files, limits.audit_records);
+        let state = CallState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            context,
+            guard,
+            limiter: limits::MemoryLimiter { max_bytes: limits.memory_bytes, refused: false },
+            deadline: Instant::now() + limits.deadline,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        // The ticker's phase is arbitrary, so the first tick may come at once: one tick more
+        // gives the call at least its deadline, and stops it within one tick after.
+        store.set_epoch_deadline(limits.deadline_ticks() + 1);
+        store.epoch_deadline_trap();
+        let plugin = pre.instantiate(&mut store).map_err(host_error)?;
+        let returned = plugin.toolcell_tool_tool().call_call(&mut store, args);
+        let memory_refused = store.data().limiter.refused;
+        // Waits in the host end at the deadline (plus a tick) and return to the component; one
+        // that then returns before the next epoch check still ran past its deadline.
+        let overran = Instant::now() >= store.data().deadline + EPOCH_TICK;
+        outcome.result = match returned {
+            Ok(_) if overran => {
+                outcome.trapped = true;
+                Err(self.deadline_error(tool, &limits))
+            }
+            Ok(Ok(output)) => convert_output(tool, output, limits.output_bytes),
+            Ok(Err(_)) | Err(_) if memory_refused => {
+                outcome.trapped = returned.is_err();
+                Err(ToolError::new(
+                    ToolErrorKind::TooLarge,
+                    format!(
+                        "`{tool}` needed more than its memory limit of {} MiB and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise `memory_mib` under `[limits]` or `[limits.tools.{tool}]` in the policy).",
+                        limits.memory_bytes >> 20
+                    ),
+                ))
+            }
+            Ok(Err(error)) => Err(convert_error(error)),
+            Err(trap) if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) => {
+                outcome.trapped = true;
+                Err(self.deadline_error(tool, &limits))
+            }
+            Err(trap) => {
+                outcome.trapped = true;
+                Err(ToolError::new(
+                    ToolErrorKind::Failed,
+                    format!(
+                        "the tool `{tool}` crashed ({}); nothing it returned is used. This is a bug in the tool; try another approach or report it.",
+                        trap.root_cause()
+                    ),
+                ))
+            }
+        };
+        let state = store.into_data();
+        outcome.notes = state.context.notes;
+        outcome.stdout = stdout.take();
+        outcome.stderr = stderr.take();
+        Ok(state.guard)
+    }
+
+    fn deadline_error(&self, tool: &str, limits: &Limits) -> ToolError {
+        ToolError::new(
+            ToolErrorKind::Failed,
+            format!(
+                "`{tool}` ran past its deadline of {:.1} s and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise `deadline_ms` under `[limits]` or `[limits.tools.{tool}]` in the policy).",
+                limits.deadline.as_secs_f64()
+            ),
+        )
+    }
+
+    /// The limits of a call of `tool`: the runtime's, with the policy's over them.
+    fn limits_for(&self, tool: &str) -> Limits {
+        let Some(policy) = &self.policy else {
+            return self.limits;
+        };
+        let set = policy.limits_for(tool);
+        Limits {
+            deadline: set.deadline.unwrap_or(self.limits.deadline),
+            memory_bytes: set.memory_bytes.unwrap_or(self.limits.memory_bytes),
+            output_bytes: set.output_bytes.unwrap_or(self.limits.output_bytes),
+            host_calls: set.host_calls.unwrap_or(self.limits.host_calls),
+            open_files: set.open_files.unwrap_or(self.limits.open_files),
+            audit_records: set.audit_records.unwrap_or(self.limits.audit_records),
+        }
+    }
+
+    fn audit_sink(&self, request: &CallRequest<'_>, call_id: &str) -> Option<AuditSink> {
+        self.audit.as_ref().map(|log| AuditSink {
+            log: Arc::clone(log),
+            session: request.session_id.to_owned(),
+            tool: request.tool.to_owned(),
+            call_id: call_id.to_owned(),
+        })
+    }
+
+    /// End the call's transaction: validate what it wrote, then keep its changes (and what
+    /// `undo_edit` needs) if it succeeded, or roll them all back if it did not; record what the
+    /// session read and wrote.
+    fn settle(&self, request: &CallRequest<'_>, outcome: &mut CallOutcome, mut guard: FsGuard) {
+        let Some(mut transaction) = guard.transaction.take() else {
+            return;
+        };
+        if outcome.result.is_ok() {
+            // Whole-file rewrites go in place before validators read them.
+            guard.transaction = Some(transaction);
+            if let Err(failure) = guard.land_all() {
+                outcome.result =
+                    Err(ToolError::new(ToolErrorKind::Failed, format!("the call's writes could not be put in place ({failure})")));
+            }
+            let Some(taken) = guard.transaction.take() else {
+                return;
+            };
+            transaction = taken;
+        }
+        let Some(root) = guard.root() else {
+            return;
+        };
+        let journal = transaction.journal.take();
+        if outcome.result.is_ok()
+            && journal.is_some()
+            && let Err(error) = self.validate(request, root, &transaction.modified)
+        {
+            outcome.result = Err(error);
+        }
+        let mut modified: &[String] = &[];
+        match (outcome.result.is_ok(), journal) {
+            (true, Some(journal)) => {
+                let (steps, directory) = journal.commit();
+                if request.tool != native::UNDO_EDIT {
+                    // Without the undo record the change still stands; `undo_edit` will say
+                    // there is nothing to undo.
+                    let _ = self.undo.record(request.session_id, request.workspace.root(), root, &outcome.call_id, &steps, &directory);
+                }
+                let _ = std::fs::remove_dir_all(&directory);
+                modified = &transaction.modified;
+            }
+            (false, Some(journal)) => match journal.rollback(root) {
+                Ok(steps) => {
+                    outcome.rolled_back = steps;
+                    if let Err(error) = &mut outcome.result {
+                        error.message.push_str("\n(No file was changed: every change this call made was rolled back.)");
+                    }
+                }
+                Err(failure) => {
+                    outcome.result = Err(ToolError::new(
+                        ToolErrorKind::Failed,
+                        format!(
+                            "the call failed and its changes could not all be rolled back ({failure}); the host will finish the rollback when it next starts. Tell the operator."
+                        ),
+                    ));
+                }
+            },
+            (_, None) => {}
+        }
+        if transaction.read_before_write != ReadBeforeWrite::Off {
+            // Best effort: without the record, the next write only warns or asks to read again.
+            let _ = self.reads.update(
+                request.session_id,
+                request.workspace.root(),
+                root,
+                &transaction.seen,
+                transaction.tracked_reads(),
+                modified,
+            );
+        }
+        outcome.warnings = std::mem::take(&mut guard.warnings);
+        if let Ok(output) = &mut outcome.result
+            && !outcome.warnings.is_empty()
+        {
+            output.text.push_str("\n\n");
+            output.text.push_str(&outcome.warnings.join("\n"));
+        }
+    }
+
+    /// Run the policy's validators on every file the call wrote.
+    fn validate(&self, request: &CallRequest<'_>, root: &cap_std::fs::Dir, modified: &[String]) -> Result<(), ToolError> {
+        let Some(policy) = &self.policy else {
+            return Ok(());
+        };
+        for path in modified {
+            let applicable: Vec<_> = policy.validators().iter().filter(|validator| validator.applies_to(path)).collect();
+            if applicable.is_empty() || !root.symlink_metadata(path).is_ok_and(|metadata| metadata.is_file()) {
+                continue;
+            }
+            for validator in applicable {
+                let failure = match validator.check() {
+                    ValidatorCheck::Json => root.read(path).map_err(|error| error.to_string()).and_then(|bytes| {
+                        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+                            .map(drop)
+                            .map_err(|error| format!("it is not valid JSON: {error}"))
+                    }),
+                    ValidatorCheck::Toml => root.read_to_string(path).map_err(|error| error.to_string()).and_then(|text| {
+                        toml::from_str::<serde::de::IgnoredAny>(&text)
+                            .map(drop)
+                            .map_err(|error| format!("it is not valid TOML: {}", error.message().trim()))
+                    }),
+                    ValidatorCheck::Tool(tool) => self.run_validator(tool, path, request),
+                };
+                if let Err(reason) = failure {
+                    return Err(ToolError::new(
+                        ToolErrorKind::InvalidArgs,
+                        format!(
+                            "`{}` failed the validator `{}` ({} line {}): {reason}. Fix the content and write it again.",
+                            escape_control(path),
+                            validator.id(),
+                            policy.file(),
+                            validator.line()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Call the validator component `tool` on `path`, read-only and within the workspace.
+    fn run_validator(&self, tool: &str, path: &str, request: &CallRequest<'_>) -> Result<(), String> {
+        let Some(LoadedTool { kind: ToolKind::Component(pre), .. }) = self.tools.get(tool) else {
+            return Err(format!("the validator tool `{tool}` is not a loaded component"));
+        };
+        let directory = request.workspace.reopen(tool).map_err(|error| error.to_string())?;
+        let guard = FsGuard::new(None, request.role, None, Some(directory));
+        let context = CallContext {
+            role: request.role.to_owned(),
+            session_id: request.session_id.to_owned(),
+            call_id: new_call_id(),
+            ..CallContext::default()
+        };
+        let args = serde_json::json!({ "path": path }).to_string();
+        let mut outcome = CallOutcome::new(context.call_id.clone());
+        let guard =
+            self.run_component(pre, tool, &args, request.workspace, context, guard, &mut outcome).map_err(|error| error.to_string())?;
+        if let Some(denial) = guard.denials.first() {
+            return Err(format!("the validator `{tool}` was refused: {}", denial.message));
+        }
+        outcome.result.map(drop).map_err(|error| error.message)
+    }
+
+    /// The host-owned locations inside `workspace`, workspace-relative, each with whether the
+    /// guard hides it altogether (the cache key) or only refuses to change it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Insecure`] if the workspace lies inside a host-owned directory: every write a
+    /// tool made would then be a write to the host's own state.
+    fn host_paths_inside(&self, workspace: &Workspace) -> Result<Vec<(String, bool)>, Error> {
+        let mut inside = Vec::new();
+        for owned in &self.host_owned {
+            if owned.is_directory && workspace.root().starts_with(&owned.path) {
+                return Err(Error::Insecure {
+                    path: workspace.root().to_path_buf(),
+                    reason: format!(
+                        "the workspace lies inside toolcell's own directory `{}`, which tools must not change; use a workspace outside it",
+                        owned.path.display()
+                    ),
+                });
+            }
+            if let Ok(relative) = owned.path.strip_prefix(workspace.root()) {
+                inside.push((relative.to_string_lossy().into_owned(), owned.hidden));
+            }
+        }
+        Ok(inside)
+    }
+
+    /// Write the call's record and stamp its duration. A call whose record cannot be written
+    /// does not return its result.
+    fn finish(&self, request: &CallRequest<'_>, mut outcome: CallOutcome, started: Instant) -> CallOutcome {
+        outcome.duration = started.elapsed();
+        let Some(log) = &self.audit else {
+            return outcome;
+        };
+        let status = match (&outcome.result, outcome.trapped, outcome.gated) {
+            (_, true, _) => "trapped".to_owned(),
+            (_, _, true) => "gated".to_owned(),
+            (Ok(_), _, _) => "ok".to_owned(),
+            (Err(error), _, _) => error.kind.as_str().to_owned(),
+        };
+        let mut record =
+            toolcell_audit::Record::call(&guard::now(), request.session_id, request.role, request.tool, &outcome.call_id, &status);
+        let reads = outcome.events.iter().filter(|event| matches!(event.access, Access::Read | Access::List)).count();
+        record.reads = Some(reads as u64 + outcome.unrecorded_events);
+        record.duration_us = Some(u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX));
+        record.notes.clone_from(&outcome.notes);
+        match &outcome.result {
+            Ok(output) => record.bytes = Some(output.text.len() as u64),
+            Err(error) => record.message = Some(error.message.chars().take(1024).collect()),
+        }
+        if log.append(&[record]).is_err() {
+            outcome.result = Err(ToolError::new(
+                ToolErrorKind::Failed,
+                "the audit trail cannot be written, so this call's result is withheld; tell the operator",
+            ));
+        }
+        outcome
+    }
+}

@@ -1,0 +1,76 @@
+//! The call's budgets of filesystem calls, open descriptors and audit records.
+
+use toolcell_policy::Access;
+use toolcell_types::{ToolErrorKind, escape_control};
+
+use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
+use wasmtime_wasi::p2::{FsError, FsResult};
+
+use super::*;
+
+pub(super) struct Budget {
+    pub(super) tool: String,
+    pub(super) calls_left: u64,
+    pub(super) calls: u64,
+    pub(super) open_files: usize,
+    pub(super) exhausted: bool,
+    /// Distinct refusals the call may record.
+    pub(super) audit_records: u64,
+}
+
+impl FsGuard {
+    /// Bound the call's filesystem calls and open descriptors.
+    pub(crate) fn set_budget(&mut self, tool: &str, calls: u64, open_files: usize, audit_records: u64) {
+        self.budget = Some(Budget { tool: tool.to_owned(), calls_left: calls, calls, open_files, exhausted: false, audit_records });
+    }
+    /// Why the call was stopped for making more distinct refusals than its budget of audit
+    /// records, if it was.
+    pub(crate) fn flooded(&self) -> Option<String> {
+        self.flood.clone()
+    }
+    /// Count one filesystem call against the budget; past it, every call fails (and the first
+    /// refusal is recorded, naming the limit).
+    pub(super) fn spend(&mut self, operation: &'static str) -> FsResult<()> {
+        if let Some(message) = &self.flood {
+            // Stopped: the component gets no further answer from the host.
+            return Err(FsError::trap(wasmtime::format_err!("{message}")));
+        }
+        let Some(budget) = self.budget.as_mut() else {
+            return Ok(());
+        };
+        if budget.calls_left > 0 {
+            budget.calls_left -= 1;
+            return Ok(());
+        }
+        if !budget.exhausted {
+            budget.exhausted = true;
+            let message = format!(
+                "`{}` made more than {} filesystem calls, its budget for one call, and was refused the rest; do less in one call (the operator can raise `host_calls` under `[limits]` or `[limits.tools.{}]` in the policy)",
+                budget.tool, budget.calls, budget.tool
+            );
+            self.refuse_budget(operation, "host-call-budget", message);
+        }
+        Err(FsError::from(ErrorCode::Quota))
+    }
+    /// Refuse an open past the budget of open descriptors.
+    pub(super) fn check_open_files(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        let Some(budget) = self.budget.as_ref() else {
+            return Ok(());
+        };
+        if self.descriptors.len() < budget.open_files {
+            return Ok(());
+        }
+        let message = format!(
+            "`{}` tried to hold more than {} files open at once (opening `{}`); close files before opening more (the operator can raise `open_files` under `[limits]` or `[limits.tools.{}]` in the policy)",
+            budget.tool,
+            budget.open_files,
+            escape_control(path),
+            budget.tool
+        );
+        self.refuse_budget(operation, "open-files", message);
+        Err(FsError::from(ErrorCode::Quota))
+    }
+    pub(super) fn refuse_budget(&mut self, operation: &'static str, rule: &str, message: String) {
+        self.refuse_rule(operation, ".", Access::Read, rule, message, ToolErrorKind::TooLarge);
+    }
+}

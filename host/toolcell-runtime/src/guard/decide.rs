@@ -1,0 +1,149 @@
+//! The decision: what the policy, the call's own limits and the host-owned paths say about an
+//! access to a canonical path. Pure: nothing here touches the filesystem.
+
+use toolcell_policy::{Access, Decision, Effect, Verdict};
+use toolcell_types::escape_control;
+
+use wasmtime_wasi::p2::FsResult;
+
+use super::*;
+
+/// What decides an access ([`FsGuard::judgment`]), borrowed from the guard and its policy.
+pub(super) enum Judgment<'a> {
+    /// A modification in a call that may not modify anything.
+    ReadOnlyCall,
+    /// A modification of the state directory or policy file under this workspace path.
+    StatePath(&'a str),
+    /// No policy: the workspace boundary is the only rule.
+    NoPolicy,
+    /// A role the policy does not know.
+    UnknownRole,
+    /// The policy's verdict for the role.
+    Policy(Verdict<'a>),
+}
+
+impl Judgment<'_> {
+    pub(super) fn effect(&self) -> Effect {
+        match self {
+            Judgment::ReadOnlyCall | Judgment::StatePath(_) | Judgment::UnknownRole => Effect::Deny,
+            Judgment::NoPolicy => Effect::Allow,
+            Judgment::Policy(verdict) => verdict.effect(),
+        }
+    }
+
+    pub(super) fn to_decision(&self) -> Decision {
+        let rule = match self {
+            Judgment::ReadOnlyCall => "read-only-call".to_owned(),
+            Judgment::StatePath(state) => format!("protected:{state}"),
+            Judgment::NoPolicy => "no-policy".to_owned(),
+            Judgment::UnknownRole => "unknown-role".to_owned(),
+            Judgment::Policy(verdict) => return verdict.to_decision(),
+        };
+        Decision { effect: self.effect(), rule, line: None }
+    }
+}
+
+impl FsGuard {
+    pub(super) fn decide(&self, access: Access, path: &str) -> Decision {
+        self.judgment(access, path).to_decision()
+    }
+    /// The effect [`decide`](Self::decide) would give, without allocating: visibility checks
+    /// run for every entry a scan lists.
+    pub(super) fn effect(&self, access: Access, path: &str) -> Effect {
+        self.judgment(access, path).effect()
+    }
+    /// What decides `access` to `path`: the call's own limits first, then the policy.
+    pub(super) fn judgment(&self, access: Access, path: &str) -> Judgment<'_> {
+        if self.is_read_only_refusal(access) {
+            return Judgment::ReadOnlyCall;
+        }
+        if let Some(state) = self.state_path_of(access, path) {
+            return Judgment::StatePath(state);
+        }
+        let Some(policy) = &self.policy else {
+            return Judgment::NoPolicy;
+        };
+        match policy.role(&self.role) {
+            Some(role) => Judgment::Policy(policy.verdict(role, access, path)),
+            // The runtime refuses unknown roles before a call starts; stay closed regardless.
+            None => Judgment::UnknownRole,
+        }
+    }
+    /// Whether `access` is a modification in a call that may not modify anything.
+    pub(super) fn is_read_only_refusal(&self, access: Access) -> bool {
+        matches!(access, Access::Write | Access::Delete) && self.transaction.is_none() && self.root.is_some()
+    }
+    /// The host-owned path that `path` is or lies under, if `access` modifies it (or, for a
+    /// hidden one, touches it at all).
+    pub(super) fn state_path_of(&self, access: Access, path: &str) -> Option<&str> {
+        let modifies = matches!(access, Access::Write | Access::Delete);
+        self.state_paths
+            .iter()
+            .find(|(state, hidden)| {
+                (modifies || *hidden)
+                    && (state == "."
+                        || path == state.as_str()
+                        || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
+            })
+            .map(|(state, _)| state.as_str())
+    }
+    /// Judge `access` to `path`: its effect, and the whole decision while the call still
+    /// records what it was allowed (the first [`MAX_RECORDED_EVENTS`] accesses; past them
+    /// nothing is allocated).
+    pub(super) fn judge(&self, access: Access, path: &str) -> (Effect, Option<Decision>) {
+        if self.events.len() < MAX_RECORDED_EVENTS {
+            let decision = self.decide(access, path);
+            (decision.effect, Some(decision))
+        } else {
+            (self.effect(access, path), None)
+        }
+    }
+    /// Whether the role may see `path` in a listing: read it (a file) or list it (a directory).
+    pub(super) fn is_visible(&self, path: &str, is_directory: bool) -> bool {
+        let access = if is_directory { Access::List } else { Access::Read };
+        self.effect(access, path) != Effect::Deny
+    }
+    /// Allow a metadata-only access (`metadata-hash-at`, which wasi-libc makes for every
+    /// directory entry it lists) if the role may read or list the path.
+    pub(super) fn check_visible(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        if self.effect(Access::List, path) == Effect::Allow {
+            return Ok(());
+        }
+        self.check(operation, path, Access::Read)
+    }
+    pub(super) fn rule_location(&self, decision: &Decision) -> String {
+        match (&self.policy, decision.line) {
+            (Some(policy), Some(line)) => format!(", {} line {line}", policy.file()),
+            _ => String::new(),
+        }
+    }
+    pub(super) fn denial_message(&self, access: Access, path: &str, decision: &Decision) -> String {
+        let path = escape_control(path);
+        let role = &self.role;
+        match decision.rule.as_str() {
+            "default-deny" => format!(
+                "{access} of `{path}` is denied for role `{role}`: no rule of the policy allows it (default deny). Work on another path, or ask the operator for a role or policy that allows it."
+            ),
+            "read-only-call" => {
+                format!("{access} of `{path}` is refused: this call may only read (validators and descriptions cannot change files).")
+            }
+            rule if rule
+                .strip_prefix("protected:")
+                .is_some_and(|protected| self.state_paths.iter().any(|(state, _)| state == protected)) =>
+            {
+                format!(
+                    "{access} of `{path}` is refused: it is toolcell's own state (`{}`: its audit trail, cache, plugins or policy), which no tool may change. Leave it alone.",
+                    &rule["protected:".len()..]
+                )
+            }
+            rule if rule.starts_with("protected:") => format!(
+                "{access} of `{path}` is denied for role `{role}`: the path is protected (`{}`), and no rule names it explicitly. Leave it unchanged.",
+                &rule["protected:".len()..]
+            ),
+            rule => format!(
+                "{access} of `{path}` is denied for role `{role}` by rule `{rule}`{}. Work on another path, or ask the operator to change the policy.",
+                self.rule_location(decision)
+            ),
+        }
+    }
+}

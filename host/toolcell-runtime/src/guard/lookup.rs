@@ -1,0 +1,212 @@
+//! Lookups and listings: `inspect`, `stat` answers that tell nothing about hidden paths, the
+//! listing of what the role may see, and special files refused at open.
+
+use toolcell_policy::{Access, Effect};
+use toolcell_types::{ToolErrorKind, escape_control};
+
+use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
+use wasmtime_wasi::p2::bindings::sync::clocks::wall_clock::Datetime;
+use wasmtime_wasi::p2::bindings::sync::filesystem::types::DescriptorStat;
+use wasmtime_wasi::p2::bindings::sync::filesystem::types::{DescriptorType, DirectoryEntry};
+use wasmtime_wasi::p2::{FsError, FsResult};
+
+use super::*;
+
+/// What [`FsGuard::inspect`] found.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inspected {
+    pub(crate) mode: u32,
+    pub(crate) read: Effect,
+    pub(crate) write: Effect,
+    pub(crate) delete: Effect,
+}
+
+/// A directory listing made by the guard: the entries the role may see.
+pub(crate) struct Listing {
+    pub(super) entries: std::vec::IntoIter<Result<DirectoryEntry, ErrorCode>>,
+}
+
+impl FsGuard {
+    /// The host side of `context.inspect`: the permission bits of `path` (relative to the
+    /// workspace root, a final symlink not followed) and what the policy says about reading,
+    /// writing and deleting it. Judged like a `stat`: a path outside, or one the role may not
+    /// read, is refused and recorded.
+    pub(crate) fn inspect(&mut self, path: &str) -> Result<Inspected, (ToolErrorKind, String)> {
+        let shown = escape_control(path);
+        if self.spend("inspect").is_err() {
+            return Err(self.last_refusal(ToolErrorKind::TooLarge));
+        }
+        let canonical = match resolve(self.root.as_ref(), ".", path, false) {
+            Resolved::Inside(canonical) => canonical,
+            Resolved::Outside => {
+                self.refuse_outside("inspect", path, Access::Read);
+                return Err(self.last_refusal(ToolErrorKind::Denied));
+            }
+            Resolved::Loop => {
+                return Err((ToolErrorKind::InvalidArgs, format!("`{shown}` goes through more than {MAX_SYMLINK_HOPS} symlinks")));
+            }
+        };
+        if self.land(&canonical).is_err() {
+            return Err((ToolErrorKind::Failed, format!("`{shown}` could not be looked up")));
+        }
+        let Some(root) = self.root.as_ref() else {
+            return Err((ToolErrorKind::Failed, "the call has no workspace".to_owned()));
+        };
+        let metadata = match root.symlink_metadata(&canonical) {
+            Ok(metadata) => metadata,
+            Err(error) if matches!(error.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+                if self.check_missing("inspect", &canonical).is_err() {
+                    return Err(self.last_refusal(ToolErrorKind::Denied));
+                }
+                return Err((ToolErrorKind::NotFound, format!("`{shown}` does not exist: check the path with `list_files`")));
+            }
+            Err(error) => return Err((ToolErrorKind::Failed, format!("`{shown}` could not be looked up ({})", error.kind()))),
+        };
+        let read = if metadata.is_dir() { Access::List } else { Access::Read };
+        if self.check_lookup("inspect", &canonical, Some(metadata.is_dir())).is_err() {
+            return Err(self.last_refusal(ToolErrorKind::Denied));
+        }
+        use cap_std::fs::PermissionsExt as _;
+        Ok(Inspected {
+            mode: metadata.permissions().mode(),
+            read: self.decide(read, &canonical).effect,
+            write: self.decide(Access::Write, &canonical).effect,
+            delete: self.decide(Access::Delete, &canonical).effect,
+        })
+    }
+    /// Judge a lookup of the canonical `path`, which does not exist: refused (and recorded) as
+    /// it would be if something were there that the role may not see — a file it may not read
+    /// or a directory it may not list — so that "not found" and "denied" do not tell a
+    /// component which hidden paths exist.
+    pub(super) fn check_missing(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        self.check_lookup(operation, path, None)
+    }
+    /// Judge a lookup (`stat`, `inspect`) of the canonical `path`: a directory needs `list`,
+    /// anything else `read`, and a missing path is refused if either would be ([`check_missing`]).
+    /// Where the role may neither read nor list, every lookup is refused the same way, as a
+    /// read, whatever is there: the answer tells nothing about what exists.
+    pub(super) fn check_lookup(&mut self, operation: &'static str, path: &str, is_directory: Option<bool>) -> FsResult<()> {
+        let hidden = self.effect(Access::Read, path) == Effect::Deny;
+        if hidden && self.effect(Access::List, path) == Effect::Deny {
+            return self.check(operation, path, Access::Read);
+        }
+        match is_directory {
+            Some(true) => self.check(operation, path, Access::List),
+            Some(false) => self.check(operation, path, Access::Read),
+            None if hidden => self.check(operation, path, Access::Read),
+            None if self.effect(Access::List, path) == Effect::Deny => self.check(operation, path, Access::List),
+            None => Ok(()),
+        }
+    }
+    /// The entries of `directory` (the workspace path `path`) the role may see, read at once:
+    /// entries it may not read or list, and this call's temporary rewrites, are left out. An
+    /// entry's type comes from the listing itself (`d_type`), so no entry is stat'ed unless the
+    /// filesystem does not say.
+    pub(super) fn list(&self, directory: &std::fs::File, path: &str) -> FsResult<Listing> {
+        use rustix::fs::{AtFlags, FileType};
+        let mut entries = Vec::new();
+        let mut child = String::new();
+        for entry in rustix::fs::Dir::read_from(directory).map_err(std::io::Error::from)? {
+            let entry = entry.map_err(std::io::Error::from)?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let Ok(name) = std::str::from_utf8(name) else {
+                // As wasmtime-wasi: the entry is an error, the listing goes on.
+                entries.push(Err(ErrorCode::IllegalByteSequence));
+                continue;
+            };
+            let file_type = match entry.file_type() {
+                FileType::Unknown => match rustix::fs::statat(directory, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+                    // Gone since it was listed.
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    Err(errno) => {
+                        entries.push(Err(ErrorCode::from(std::io::Error::from(errno))));
+                        continue;
+                    }
+                },
+                file_type => file_type,
+            };
+            let type_ = descriptor_type(file_type);
+            child.clear();
+            if path != "." {
+                child.push_str(path);
+                child.push('/');
+            }
+            child.push_str(name);
+            if self.is_visible(&child, type_ == DescriptorType::Directory) && !self.is_shadow(&child) {
+                entries.push(Ok(DirectoryEntry { type_, name: name.to_owned() }));
+            }
+        }
+        Ok(Listing { entries: entries.into_iter() })
+    }
+    /// Refuse to open a FIFO, socket or device: opening or reading one can block the host
+    /// beyond any deadline, and no file tool needs one.
+    pub(super) fn check_openable(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        let Ok(metadata) = root.metadata(path) else {
+            return Ok(());
+        };
+        match special_kind(cap_std::fs::MetadataExt::mode(&metadata)) {
+            Some(kind) => Err(self.refuse_special(operation, path, access, kind)),
+            None => Ok(()),
+        }
+    }
+    /// Refuse `access` to the special file `path` (`kind` says what it is).
+    pub(super) fn refuse_special(&mut self, operation: &'static str, path: &str, access: Access, kind: &str) -> FsError {
+        let message = format!(
+            "`{}` is {kind}, which tools may not open (it could block the host): only regular files and directories can be opened",
+            escape_control(path)
+        );
+        self.refuse_rule(operation, path, access, "special-file", message, ToolErrorKind::Denied)
+    }
+}
+
+/// What a special file is (`a FIFO`, ...) by its `st_mode`; `None` for a regular file,
+/// directory or symlink.
+pub(super) fn special_kind(mode: u32) -> Option<&'static str> {
+    use rustix::fs::FileType;
+    match FileType::from_raw_mode(mode) {
+        FileType::Fifo => Some("a FIFO"),
+        FileType::Socket => Some("a socket"),
+        FileType::CharacterDevice | FileType::BlockDevice | FileType::Unknown => Some("a device"),
+        FileType::RegularFile | FileType::Directory | FileType::Symlink => None,
+    }
+}
+
+/// What WASI calls a file of type `file_type`.
+pub(super) fn descriptor_type(file_type: rustix::fs::FileType) -> DescriptorType {
+    use rustix::fs::FileType;
+    match file_type {
+        FileType::RegularFile => DescriptorType::RegularFile,
+        FileType::Directory => DescriptorType::Directory,
+        FileType::Symlink => DescriptorType::SymbolicLink,
+        FileType::Fifo => DescriptorType::Fifo,
+        FileType::Socket => DescriptorType::Socket,
+        FileType::CharacterDevice => DescriptorType::CharacterDevice,
+        FileType::BlockDevice => DescriptorType::BlockDevice,
+        FileType::Unknown => DescriptorType::Unknown,
+    }
+}
+
+/// A descriptor's stat as WASI gives it, made the way wasmtime-wasi makes it (the birth time
+/// stands for the status-change time, and a time before 1970 is left out).
+pub(super) fn descriptor_stat(metadata: &std::fs::Metadata) -> DescriptorStat {
+    use std::os::unix::fs::MetadataExt as _;
+    let datetime = |time: std::io::Result<std::time::SystemTime>| {
+        let since_epoch = time.ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(Datetime { seconds: since_epoch.as_secs(), nanoseconds: since_epoch.subsec_nanos() })
+    };
+    DescriptorStat {
+        type_: descriptor_type(rustix::fs::FileType::from_raw_mode(metadata.mode())),
+        link_count: metadata.nlink(),
+        size: metadata.len(),
+        data_access_timestamp: datetime(metadata.accessed()),
+        data_modification_timestamp: datetime(metadata.modified()),
+        status_change_timestamp: datetime(metadata.created()),
+    }
+}

@@ -1,0 +1,304 @@
+//! The policy guard on every `wasi:filesystem` call a component makes.
+//!
+//! [`GuardedFilesystem`] implements wasmtime-wasi's own generated host traits for
+//! `wasi:filesystem/types` and `wasi:filesystem/preopens`: each method resolves the paths it
+//! touches to canonical workspace-relative paths (`.`, `..`, duplicate slashes and symlinks
+//! resolved against the real workspace), asks the policy about the caller's role, and only then
+//! delegates to wasmtime-wasi's implementation. Because it implements the upstream traits, a
+//! method added by a wasmtime upgrade breaks the build instead of slipping through unchecked.
+//!
+//! A refusal reaches the component as a WASI error code (`access`), and is recorded with a
+//! human-readable reason that the host puts in the call's result whatever the component does
+//! with the error. Directory entries the role may not see are left out of listings.
+
+mod budget;
+mod decide;
+mod lookup;
+mod moves;
+mod operate;
+mod record;
+mod resolve;
+mod rewrite;
+mod transaction;
+mod wasi;
+
+pub(crate) use lookup::Listing;
+pub(crate) use operate::GuardedFilesystem;
+
+use budget::Budget;
+use lookup::{descriptor_stat, special_kind};
+use operate::{MAX_READ_BYTES, check_open_flags, follows, open_access, os_open_flags};
+pub(crate) use record::now;
+pub(crate) use resolve::canonical;
+use resolve::{MAX_SYMLINK_HOPS, Resolved, resolve};
+pub(crate) use transaction::Transaction;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use toolcell_policy::{Access, Effect, Policy};
+use toolcell_types::{ToolErrorKind, escape_control};
+
+use crate::audit::AuditLog;
+use wasmtime::component::Resource;
+use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
+use wasmtime_wasi::p2::bindings::sync::filesystem::types::Descriptor;
+use wasmtime_wasi::p2::{FsError, FsResult};
+
+/// Blocking filesystem calls run on the calling thread (the host runs calls on plain threads),
+/// for wasmtime-wasi's descriptors and for the ones the guard opens itself.
+pub(crate) const BLOCKING_IN_PLACE: bool = true;
+
+/// Allowed reads and listings remembered per call; the rest are counted.
+const MAX_RECORDED_EVENTS: usize = 10_000;
+
+/// Asked about every `ask` decision. Returns whether to allow the access.
+pub trait Approver: Send + Sync {
+    /// Approve or refuse `access` to the workspace-relative `path` for `role`, as the rule `rule`
+    /// asks.
+    fn approve(&self, role: &str, access: Access, path: &str, rule: &str) -> bool;
+}
+
+/// One decision the guard made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsEvent {
+    /// The WASI operation (`open-at`, `unlink-file-at`, ...).
+    pub operation: &'static str,
+    /// The canonical workspace-relative path, or the path as the component wrote it if it
+    /// leads outside the workspace.
+    pub path: String,
+    /// What the operation does to the path.
+    pub access: Access,
+    /// What was decided (an approved `ask` is `allow`).
+    pub effect: Effect,
+    /// The deciding rule, `default-deny`, `protected:...`, `workspace-boundary`, `hard-link`
+    /// or `symlink-target`.
+    pub rule: String,
+    /// Whether the policy asked and the approver answered.
+    pub asked: bool,
+}
+
+/// A refusal, with the message the agent sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// The decision.
+    pub event: FsEvent,
+    /// Why, and what to do: names the path and the rule, never a host path.
+    pub message: String,
+    /// `denied` (the policy or the sandbox) or `conflict` (a lock, or a file changed since the
+    /// session read it).
+    pub kind: ToolErrorKind,
+}
+
+/// Where the guard writes its records, and who the call is for.
+pub(crate) struct AuditSink {
+    pub(crate) log: Arc<AuditLog>,
+    pub(crate) session: String,
+    pub(crate) tool: String,
+    pub(crate) call_id: String,
+}
+
+/// What the guard knows for one call.
+pub(crate) struct FsGuard {
+    audit: Option<AuditSink>,
+    /// Workspace-relative host-owned paths (state directory, policy file, compiled-component
+    /// cache, plugin directory, when they sit inside the workspace) that no call may modify,
+    /// each with whether no call may even read it (the cache key).
+    state_paths: Vec<(String, bool)>,
+    /// Records the guard could not write (the refusals stand regardless).
+    pub(crate) audit_failures: u64,
+    /// Allowed modifications already recorded in this call: a write through a stream of a
+    /// descriptor opened for writing is the same decision again.
+    audited: std::collections::HashSet<(Access, String)>,
+    /// `None`: no policy, only the workspace boundary applies.
+    policy: Option<Arc<Policy>>,
+    role: String,
+    approver: Option<Arc<dyn Approver>>,
+    /// The workspace, for resolving symlinks; `None` when the call has no workspace (`describe`).
+    root: Option<cap_std::fs::Dir>,
+    /// Workspace-relative path of each open descriptor, by resource index.
+    descriptors: HashMap<u32, String>,
+    pub(crate) events: Vec<FsEvent>,
+    pub(crate) unrecorded_events: u64,
+    pub(crate) denials: Vec<Denial>,
+    /// Locks, read tracking and the journal; `None` for calls that must not mutate anything
+    /// (`describe`, validators), which are then refused every write and delete.
+    pub(crate) transaction: Option<Transaction>,
+    /// Warnings for the agent (modifying a file it has not read).
+    pub(crate) warnings: Vec<String>,
+    /// Filesystem calls left, and the most descriptors open at once; `None`: unbounded.
+    budget: Option<Budget>,
+    /// Refusals already recorded in this call, each with how often it was repeated since (the
+    /// repeats are recorded once, at the end of the call).
+    repeats: HashMap<(&'static str, Access, String, String), u64>,
+    /// Why the call was stopped for flooding the audit trail, once it was.
+    flood: Option<String>,
+    /// Where `read` reads before copying what it got: allocated once per call, not once per
+    /// read (a scan reads thousands of small files in chunks of 64 KiB).
+    read_buffer: Vec<u8>,
+}
+
+impl FsGuard {
+    pub(crate) fn new(
+        policy: Option<Arc<Policy>>,
+        role: &str,
+        approver: Option<Arc<dyn Approver>>,
+        root: Option<cap_std::fs::Dir>,
+    ) -> Self {
+        FsGuard {
+            audit: None,
+            state_paths: Vec::new(),
+            audit_failures: 0,
+            audited: std::collections::HashSet::new(),
+            policy,
+            role: role.to_owned(),
+            approver,
+            root,
+            descriptors: HashMap::new(),
+            events: Vec::new(),
+            unrecorded_events: 0,
+            denials: Vec::new(),
+            transaction: None,
+            warnings: Vec::new(),
+            budget: None,
+            repeats: HashMap::new(),
+            flood: None,
+            read_buffer: Vec::new(),
+        }
+    }
+    /// The workspace directory, if the call has one.
+    pub(crate) fn root(&self) -> Option<&cap_std::fs::Dir> {
+        self.root.as_ref()
+    }
+    /// Run the call as a transaction: mutations pass the lock table and the read-before-write
+    /// check, and are journaled first. Without one, every mutation is refused.
+    pub(crate) fn with_transaction(mut self, transaction: Transaction) -> Self {
+        self.transaction = Some(transaction);
+        self
+    }
+    /// Write decisions to `sink`, and refuse modifications of `state_paths`.
+    pub(crate) fn with_audit(mut self, sink: Option<AuditSink>, state_paths: Vec<(String, bool)>) -> Self {
+        self.audit = sink;
+        self.state_paths = state_paths;
+        self
+    }
+    fn base(&self, descriptor: &Resource<Descriptor>) -> FsResult<String> {
+        self.descriptors.get(&descriptor.rep()).cloned().ok_or_else(|| FsError::from(ErrorCode::BadDescriptor))
+    }
+    /// Check `access` to the canonical `path` for a host-implemented tool, and prepare its
+    /// mutation (locks, journal). `false` if refused (the denial is recorded).
+    pub(crate) fn admit(&mut self, operation: &'static str, path: &str, access: Access) -> bool {
+        if self.check(operation, path, access).is_err() {
+            return false;
+        }
+        !matches!(access, Access::Write | Access::Delete) || self.before_mutation(operation, path, false).is_ok()
+    }
+    /// Whether the policy lets the role `access` the path or pattern (no recording).
+    pub(crate) fn allows(&self, access: Access, path: &str) -> bool {
+        self.effect(access, path) == Effect::Allow
+    }
+    /// Resolve a path an agent gave a host-implemented tool (relative to the workspace root) to
+    /// its canonical form; a path outside is refused and recorded like a component's.
+    pub(crate) fn resolve_path(&mut self, operation: &'static str, path: &str, access: Access) -> Option<String> {
+        match resolve(self.root.as_ref(), ".", path, false) {
+            Resolved::Inside(canonical) => Some(canonical),
+            Resolved::Outside => {
+                self.refuse_outside(operation, path, access);
+                None
+            }
+            Resolved::Loop => None,
+        }
+    }
+    /// Resolve `path` against the descriptor's directory, then decide `access` to it.
+    fn check_at(
+        &mut self,
+        operation: &'static str,
+        descriptor: &Resource<Descriptor>,
+        path: &str,
+        follow_final: bool,
+        access: Access,
+    ) -> FsResult<String> {
+        let canonical = self.resolve_at(operation, descriptor, path, follow_final, access)?;
+        self.check(operation, &canonical, access)?;
+        Ok(canonical)
+    }
+    /// Resolve `path` against the descriptor's directory to a canonical workspace path; a path
+    /// outside the workspace is refused (and recorded) as an `access` to it.
+    fn resolve_at(
+        &mut self,
+        operation: &'static str,
+        descriptor: &Resource<Descriptor>,
+        path: &str,
+        follow_final: bool,
+        access: Access,
+    ) -> FsResult<String> {
+        let base = self.base(descriptor)?;
+        match resolve(self.root.as_ref(), &base, path, follow_final) {
+            Resolved::Inside(canonical) => Ok(canonical),
+            Resolved::Outside => Err(self.refuse_outside(operation, path, access)),
+            Resolved::Loop => Err(FsError::from(ErrorCode::Loop)),
+        }
+    }
+    /// Decide `access` to the canonical `path`.
+    fn check(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
+        let decision = self.decide(access, path);
+        let mut event =
+            FsEvent { operation, path: path.to_owned(), access, effect: decision.effect, rule: decision.rule.clone(), asked: false };
+        if decision.effect == Effect::Ask {
+            event.asked = true;
+            let approved = self.approver.as_ref().is_some_and(|approver| approver.approve(&self.role, access, path, &decision.rule));
+            if approved {
+                event.effect = Effect::Allow;
+            } else {
+                event.effect = Effect::Deny;
+                let message = format!(
+                    "{access} of `{}` needs approval (rule `{}`{}) and was not approved: ask the operator to approve it (the CLI takes `--approve`)",
+                    escape_control(path),
+                    decision.rule,
+                    self.rule_location(&decision)
+                );
+                return Err(self.refuse(event, message));
+            }
+        }
+        if event.effect == Effect::Deny {
+            let message = self.denial_message(access, path, &decision);
+            return Err(self.refuse(event, message));
+        }
+        if matches!(access, Access::Write | Access::Delete) {
+            let key = (access, path.to_owned());
+            if !self.audited.contains(&key) {
+                self.check_lock(operation, path, access)?;
+                if self.audit(&event).is_err() {
+                    // No record, no modification.
+                    let message = format!(
+                        "{access} of `{}` was refused because the audit trail cannot be written; tell the operator",
+                        escape_control(path)
+                    );
+                    event.effect = Effect::Deny;
+                    event.rule = "audit-unavailable".to_owned();
+                    return Err(self.refuse(event, message));
+                }
+                self.audited.insert(key);
+            }
+        }
+        self.remember(event);
+        Ok(())
+    }
+    /// Refuse a modification of `path` that the lock table does not allow.
+    fn check_lock(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
+        let Some(transaction) = &self.transaction else {
+            return Ok(());
+        };
+        let refusal = match transaction.locks.check_write(&transaction.workspace, path, &transaction.owner, &transaction.fences) {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(refusal)) => (refusal.rule(), refusal.message(&escape_control(path)), ToolErrorKind::Conflict),
+            Err(_) => (
+                "locks-unavailable".to_owned(),
+                format!("{access} of `{}` was refused because the lock table cannot be read; tell the operator", escape_control(path)),
+                ToolErrorKind::Failed,
+            ),
+        };
+        let (rule, message, kind) = refusal;
+        Err(self.refuse_rule(operation, path, access, &rule, message, kind))
+    }
+}

@@ -1,0 +1,177 @@
+//! Moves and links: every entry a rename carries, symlinks that must stay inside, hidden entries
+//! that must stay hidden, hard links, and descriptors that move with their directory.
+
+use toolcell_policy::{Access, Effect};
+use toolcell_types::{ToolErrorKind, escape_control};
+
+use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
+use wasmtime_wasi::p2::{FsError, FsResult};
+
+use super::*;
+
+/// Entries a directory rename may carry with it (each is checked like a move of its own).
+pub(super) const MAX_MOVED_ENTRIES: usize = 100_000;
+
+impl FsGuard {
+    /// Before the directory `from` is renamed to `to`: everything under it moves too, so each
+    /// entry must be deletable where it is and writable where it lands (policy, protected
+    /// paths and locks), hidden entries included. A rule on a file deep inside cannot be
+    /// bypassed by moving its directory.
+    pub(super) fn check_subtree_move(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        // Each entry with whether it is a directory and whether a symlink, as the listing says
+        // (no link followed).
+        let mut entries: Vec<(String, bool, bool)> = Vec::new();
+        let mut pending = vec![from.to_owned()];
+        while let Some(directory) = pending.pop() {
+            let listing = root.read_dir(&directory).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+            for entry in listing {
+                let entry = entry.map_err(|error| FsError::from(ErrorCode::from(error)))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let path = format!("{directory}/{name}");
+                let file_type = entry.file_type().map_err(|error| FsError::from(ErrorCode::from(error)))?;
+                let is_directory = file_type.is_dir();
+                if is_directory {
+                    pending.push(path.clone());
+                }
+                entries.push((path, is_directory, file_type.is_symlink()));
+                if entries.len() > MAX_MOVED_ENTRIES {
+                    let message = format!(
+                        "moving the directory `{}` is refused: it holds more than {MAX_MOVED_ENTRIES} entries, each of which would have to be checked; move its contents in parts",
+                        escape_control(from)
+                    );
+                    return Err(self.refuse_rule(operation, from, Access::Delete, "move-too-large", message, ToolErrorKind::TooLarge));
+                }
+            }
+        }
+        for (path, is_directory, is_symlink) in entries {
+            let Some(rest) = path.strip_prefix(from) else {
+                continue;
+            };
+            let landing = format!("{to}{rest}");
+            if is_symlink {
+                self.check_link_stays_inside(operation, (from, to), &path, &landing)?;
+            }
+            if !self.is_visible(&path, is_directory) {
+                // An entry the role may not see moves only if it may be deleted where it is,
+                // written where it lands, and stays hidden there (what `check_hidden_stays_hidden`
+                // requires of a single move); the refusal names the directory, not the entry
+                // (the audit record has the entry).
+                let movable = self.decide(Access::Delete, &path).effect == Effect::Allow
+                    && self.decide(Access::Write, &landing).effect == Effect::Allow
+                    && !self.is_visible(&landing, is_directory);
+                if !movable {
+                    let message = format!(
+                        "moving the directory `{}` is refused: it holds entries your role may not see, and they may not be moved with it; move the entries you can see instead",
+                        escape_control(from)
+                    );
+                    return Err(self.refuse_rule(operation, &path, Access::Delete, "hidden-entry", message, ToolErrorKind::Denied));
+                }
+            }
+            self.check(operation, &path, Access::Delete)?;
+            self.check(operation, &landing, Access::Write)?;
+        }
+        Ok(())
+    }
+    /// Refuse to move the symlink `link` to `landing` (as part of moving `moved`) if its
+    /// relative target, read from where it would land, leaves the workspace: toolcell never
+    /// follows it there, but people, CI and other programs would. An absolute target is left
+    /// alone (moving it changes nothing of where it points).
+    pub(super) fn check_link_stays_inside(
+        &mut self,
+        operation: &'static str,
+        (moved, moved_to): (&str, &str),
+        link: &str,
+        landing: &str,
+    ) -> FsResult<()> {
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        let Ok(target) = root.read_link_contents(link) else {
+            // Gone since it was listed: the move itself will say so.
+            return Ok(());
+        };
+        let target = target.to_string_lossy().into_owned();
+        if target.starts_with('/') {
+            return Ok(());
+        }
+        let landing_directory = landing.rsplit_once('/').map_or(".", |(parent, _)| parent);
+        if toolcell_policy::join_lexically(landing_directory, &target).is_some() {
+            return Ok(());
+        }
+        let message = if moved == link {
+            format!(
+                "moving the symlink `{}` to `{}` is refused: its target `{}` would then lead outside the workspace. Move it where its target stays inside, or recreate it there with a target that does",
+                escape_control(link),
+                escape_control(landing),
+                escape_control(&target)
+            )
+        } else {
+            format!(
+                "moving `{}` to `{}` is refused: the symlink `{}` in it (target `{}`) would then lead outside the workspace. Move it where the link's target stays inside, or change the link first",
+                escape_control(moved),
+                escape_control(moved_to),
+                escape_control(link),
+                escape_control(&target)
+            )
+        };
+        Err(self.refuse_rule(operation, link, Access::Write, "symlink-target", message, ToolErrorKind::Denied))
+    }
+    /// Refuse to move or link `from`, which the role may not read, to `to`, where it could:
+    /// that would hand it the content the policy hides. (Moving a hidden entry to a place
+    /// where it stays hidden is allowed.)
+    pub(super) fn check_hidden_stays_hidden(&mut self, operation: &'static str, from: &str, to: &str, is_directory: bool) -> FsResult<()> {
+        if self.is_visible(from, is_directory) || !self.is_visible(to, is_directory) {
+            return Ok(());
+        }
+        let message = format!(
+            "moving or linking `{}` to `{}` is refused: your role may not read it where it is, and could where it would go",
+            escape_control(from),
+            escape_control(to)
+        );
+        Err(self.refuse_rule(operation, from, Access::Read, "hidden-stays-hidden", message, ToolErrorKind::Denied))
+    }
+    /// Refuse a write through a file with several hard links: the other names may lie where the
+    /// role may not write.
+    pub(super) fn check_single_link(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        let Some(root) = self.root.as_ref().filter(|_| path != ".") else {
+            return Ok(());
+        };
+        match root.symlink_metadata(path) {
+            Ok(metadata) if metadata.is_file() && cap_std::fs::MetadataExt::nlink(&metadata) > 1 => {
+                let message = format!(
+                    "write to `{}` is refused: the file has other hard links, which may lie where this role may not write. Write a new file instead.",
+                    escape_control(path)
+                );
+                Err(self.refuse_rule(operation, path, Access::Write, "hard-link", message, ToolErrorKind::Denied))
+            }
+            _ => Ok(()),
+        }
+    }
+    /// After `from` was renamed to `to`: every descriptor opened at or under `from` now
+    /// refers to the same object under `to`.
+    pub(super) fn moved(&mut self, from: &str, to: &str) {
+        for path in self.descriptors.values_mut() {
+            if path == from {
+                *path = to.to_owned();
+            } else if let Some(rest) = path.strip_prefix(from).filter(|rest| rest.starts_with('/')) {
+                *path = format!("{to}{rest}");
+            }
+        }
+    }
+    /// Whether `path` is a symlink (not followed).
+    pub(super) fn is_symlink(&self, path: &str) -> bool {
+        self.root.as_ref().and_then(|root| root.symlink_metadata(path).ok()).is_some_and(|metadata| metadata.is_symlink())
+    }
+    /// Whether `path` is a directory (not a symlink to one).
+    pub(super) fn is_directory(&self, path: &str) -> bool {
+        self.root.as_ref().and_then(|root| root.symlink_metadata(path).ok()).is_some_and(|metadata| metadata.is_dir())
+    }
+    /// Whether an existing directory the role may see is at `path`: creating it again is then
+    /// answered `exist` without a refusal, as `mkdir -p` (and std's `create_dir_all`) expect.
+    pub(super) fn is_visible_directory(&self, path: &str) -> bool {
+        self.is_directory(path) && self.is_visible(path, true)
+    }
+}

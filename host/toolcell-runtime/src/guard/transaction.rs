@@ -1,0 +1,185 @@
+//! The call as a transaction: locks, read-before-write, and the journal every mutation is
+//! saved in first.
+
+use std::sync::Arc;
+
+use toolcell_policy::{Access, ReadBeforeWrite};
+use toolcell_types::{ToolErrorKind, escape_control};
+
+use crate::journal::Journal;
+use crate::locks::LockStore;
+use crate::reads::{MAX_TRACKED_READS, SessionReads, Version};
+use wasmtime_wasi::p2::FsResult;
+
+use super::*;
+
+/// What a governed call needs besides the policy: the lock table, what its session has read,
+/// and the journal that makes it undoable.
+pub(crate) struct Transaction {
+    pub(crate) locks: Arc<LockStore>,
+    /// Who the call writes for (lock owner).
+    pub(crate) owner: String,
+    /// The lock tokens the caller presents.
+    pub(crate) fences: Vec<u64>,
+    /// What the session has read before this call.
+    pub(crate) seen: Arc<SessionReads>,
+    pub(crate) read_before_write: ReadBeforeWrite,
+    /// Where journals go, and what they need to be replayed after a crash.
+    pub(crate) journals: std::path::PathBuf,
+    pub(crate) workspace: std::path::PathBuf,
+    pub(crate) session: String,
+    pub(crate) call_id: String,
+    /// Started at the call's first mutation.
+    pub(crate) journal: Option<Journal>,
+    /// Files this call opened for reading, with their versions then.
+    pub(crate) reads: Vec<(String, Version)>,
+    /// More files were opened for reading than are tracked: the call is a scan, not a read.
+    pub(crate) reads_overflowed: bool,
+    /// Paths this call mutated, in order, each once.
+    pub(crate) modified: Vec<String>,
+    /// Paths whose read-before-write check already ran in this call.
+    checked: std::collections::HashSet<String>,
+    /// Files being rewritten whole: `(path, temporary sibling)`. The component writes the
+    /// temporary file; it replaces the path (synced, then renamed over it) when the call
+    /// commits, or as soon as anything else touches the path, so that no reader ever sees a
+    /// half-written file.
+    pub(crate) shadows: Vec<(String, String)>,
+}
+
+impl Transaction {
+    #[expect(clippy::too_many_arguments, reason = "one constructor for one struct; every field is needed")]
+    pub(crate) fn new(
+        locks: Arc<LockStore>,
+        owner: String,
+        fences: Vec<u64>,
+        seen: Arc<SessionReads>,
+        read_before_write: ReadBeforeWrite,
+        journals: std::path::PathBuf,
+        workspace: std::path::PathBuf,
+        session: String,
+        call_id: String,
+    ) -> Self {
+        Transaction {
+            locks,
+            owner,
+            fences,
+            seen,
+            read_before_write,
+            journals,
+            workspace,
+            session,
+            call_id,
+            journal: None,
+            reads: Vec::new(),
+            reads_overflowed: false,
+            modified: Vec::new(),
+            checked: std::collections::HashSet::new(),
+            shadows: Vec::new(),
+        }
+    }
+
+    /// The files read by this call that count as read (none if it was a scan).
+    pub(crate) fn tracked_reads(&self) -> &[(String, Version)] {
+        if self.reads_overflowed { &[] } else { &self.reads }
+    }
+}
+
+impl FsGuard {
+    /// Before `path` is mutated: check that the session read the current content (when the
+    /// mutation replaces content), then journal its state. Call after [`check`](Self::check).
+    pub(super) fn before_mutation(&mut self, operation: &'static str, path: &str, replaces_content: bool) -> FsResult<()> {
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        let Some(transaction) = self.transaction.as_mut() else {
+            return Ok(());
+        };
+        if replaces_content
+            && transaction.read_before_write != ReadBeforeWrite::Off
+            && transaction.checked.insert(path.to_owned())
+            && let Some(current) = Version::stat(root, path)
+        {
+            // What the agent has seen: the results of the session's earlier calls. A read by
+            // the writing call itself does not count (the agent never saw it).
+            let seen = transaction.seen.get(path);
+            let shown = escape_control(path);
+            match seen {
+                Some(version) if version.unchanged(root, path, &current) => {}
+                Some(_) => {
+                    let message = format!(
+                        "`{shown}` was modified since this session read it (by another session or outside toolcell): read it again, then make the change"
+                    );
+                    return Err(self.refuse_rule(operation, path, Access::Write, "modified-since-read", message, ToolErrorKind::Conflict));
+                }
+                None if transaction.read_before_write == ReadBeforeWrite::Refuse => {
+                    let message = format!(
+                        "`{shown}` exists and this session has not read it, and the policy requires reading a file before changing it: read it first, then make the change"
+                    );
+                    return Err(self.refuse_rule(operation, path, Access::Write, "read-before-write", message, ToolErrorKind::Conflict));
+                }
+                None => self
+                    .warnings
+                    .push(format!("Warning: overwriting existing file `{shown}` that was not read first. Consider reading it first.")),
+            }
+        }
+        self.journal(operation, path, |journal, root| journal.preserve(root, path))
+    }
+    /// Journal the rename of the directory `from` to `to` (its content moves with it).
+    pub(super) fn before_move(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
+        self.journal(operation, to, |journal, root| journal.preserve(root, to))?;
+        self.journal(operation, from, |journal, _| journal.preserve_move(from, to))
+    }
+    pub(super) fn journal(
+        &mut self,
+        operation: &'static str,
+        path: &str,
+        write: impl FnOnce(&mut Journal, &cap_std::fs::Dir) -> std::io::Result<()>,
+    ) -> FsResult<()> {
+        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
+            return Ok(());
+        };
+        let journaled = (|| {
+            if transaction.journal.is_none() {
+                transaction.journal =
+                    Some(Journal::begin(&transaction.journals, &transaction.call_id, &transaction.session, &transaction.workspace)?);
+            }
+            match transaction.journal.as_mut() {
+                Some(journal) => write(journal, root),
+                None => Ok(()),
+            }
+        })();
+        match journaled {
+            Ok(()) => {
+                if !transaction.modified.iter().any(|modified| modified == path) {
+                    transaction.modified.push(path.to_owned());
+                }
+                Ok(())
+            }
+            Err(error) => {
+                let message = format!(
+                    "change of `{}` was refused because its prior state cannot be saved for rollback ({}); tell the operator",
+                    escape_control(path),
+                    error.kind()
+                );
+                Err(self.refuse_rule(operation, path, Access::Write, "journal-unavailable", message, ToolErrorKind::Failed))
+            }
+        }
+    }
+    /// Note that the file `path`, whose descriptor's metadata is `metadata`, was opened for
+    /// reading.
+    pub(super) fn track_read(&mut self, path: &str, metadata: &std::fs::Metadata) {
+        let Some(transaction) = self.transaction.as_mut() else {
+            return;
+        };
+        if transaction.reads_overflowed || transaction.reads.iter().any(|(read, _)| read == path) {
+            return;
+        }
+        if transaction.reads.len() >= MAX_TRACKED_READS {
+            transaction.reads_overflowed = true;
+            return;
+        }
+        if let Some(version) = Version::of(metadata) {
+            transaction.reads.push((path.to_owned(), version));
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! The `wasi:filesystem` host traits, thin: each method decodes its arguments, has the guard
+//! judge the paths, acts through [`operate`](super::operate), and records.
+
+use std::sync::Arc;
+
+use toolcell_policy::{Access, Effect};
+use toolcell_types::{ToolErrorKind, escape_control};
+
+use wasmtime::component::Resource;
+use wasmtime_wasi::p2::bindings::filesystem::preopens;
+use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
+use wasmtime_wasi::p2::bindings::sync::filesystem::types::{
+    self as fs, Descriptor, DescriptorFlags, DescriptorStat, DescriptorType, DirectoryEntry, DirectoryEntryStream, Filesize,
+    MetadataHashValue, NewTimestamp, OpenFlags, PathFlags,
+};
+use wasmtime_wasi::p2::bindings::sync::io::streams;
+use wasmtime_wasi::p2::{FsError, FsResult};
+
+use crate::beneath;
+
+use super::*;
+
+impl preopens::Host for GuardedFilesystem<'_> {
+    fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
+        let directories = preopens::Host::get_directories(&mut self.inner)?;
+        for (descriptor, _) in &directories {
+            self.guard.descriptors.insert(descriptor.rep(), ".".to_owned());
+        }
+        Ok(directories)
+    }
+}
+
+impl fs::Host for GuardedFilesystem<'_> {
+    fn convert_error_code(&mut self, error: FsError) -> wasmtime::Result<fs::ErrorCode> {
+        fs::Host::convert_error_code(&mut self.inner, error)
+    }
+
+    fn filesystem_error_code(&mut self, error: Resource<streams::Error>) -> wasmtime::Result<Option<fs::ErrorCode>> {
+        fs::Host::filesystem_error_code(&mut self.inner, error)
+    }
+}
+
+impl fs::HostDescriptor for GuardedFilesystem<'_> {
+    fn advise(&mut self, fd: Resource<Descriptor>, offset: Filesize, len: Filesize, advice: fs::Advice) -> FsResult<()> {
+        fs::HostDescriptor::advise(&mut self.inner, fd, offset, len, advice)
+    }
+
+    fn sync_data(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
+        fs::HostDescriptor::sync_data(&mut self.inner, fd)
+    }
+
+    fn get_flags(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorFlags> {
+        fs::HostDescriptor::get_flags(&mut self.inner, fd)
+    }
+
+    fn get_type(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorType> {
+        fs::HostDescriptor::get_type(&mut self.inner, fd)
+    }
+
+    fn set_size(&mut self, fd: Resource<Descriptor>, size: Filesize) -> FsResult<()> {
+        self.guard.spend("set-size")?;
+        let path = self.current_path(&fd, "set-size", Access::Write)?;
+        self.guard.check("set-size", &path, Access::Write)?;
+        self.guard.check_single_link("set-size", &path)?;
+        self.guard.before_mutation("set-size", &path, true)?;
+        fs::HostDescriptor::set_size(&mut self.inner, fd, size)
+    }
+
+    fn set_times(&mut self, fd: Resource<Descriptor>, atim: NewTimestamp, mtim: NewTimestamp) -> FsResult<()> {
+        self.guard.spend("set-times")?;
+        let path = self.current_path(&fd, "set-times", Access::Write)?;
+        self.guard.check("set-times", &path, Access::Write)?;
+        fs::HostDescriptor::set_times(&mut self.inner, fd, atim, mtim)
+    }
+
+    fn read(&mut self, fd: Resource<Descriptor>, len: Filesize, offset: Filesize) -> FsResult<(Vec<u8>, bool)> {
+        self.guard.spend("read")?;
+        // Checked when the descriptor was opened for reading. Read here rather than by
+        // wasmtime-wasi, whose buffer is zeroed first: scans read tens of thousands of files.
+        let Descriptor::File(file) = self.inner.table.get(&fd)? else {
+            return Err(ErrorCode::BadDescriptor.into());
+        };
+        let wanted = usize::try_from(len).unwrap_or(usize::MAX).min(MAX_READ_BYTES);
+        let buffer = &mut self.guard.read_buffer;
+        buffer.clear();
+        buffer.reserve(wanted);
+        let spare = &mut buffer.spare_capacity_mut()[..wanted];
+        let bytes = loop {
+            match rustix::io::pread(&*file.file, &mut *spare, offset) {
+                Err(rustix::io::Errno::INTR) => {}
+                Err(errno) => return Err(std::io::Error::from(errno).into()),
+                // Copied out at the size read: the buffer stays for the next read.
+                Ok((read, _)) => break read.to_vec(),
+            }
+        };
+        // As wasmtime-wasi: the end is reported by a read that returns nothing.
+        let end = bytes.is_empty();
+        Ok((bytes, end))
+    }
+
+    fn write(&mut self, fd: Resource<Descriptor>, buffer: Vec<u8>, offset: Filesize) -> FsResult<Filesize> {
+        self.guard.spend("write")?;
+        let path = self.current_path(&fd, "write", Access::Write)?;
+        self.guard.check("write", &path, Access::Write)?;
+        fs::HostDescriptor::write(&mut self.inner, fd, buffer, offset)
+    }
+
+    fn read_directory(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<DirectoryEntryStream>> {
+        self.guard.spend("read-directory")?;
+        let path = self.current_path(&fd, "read-directory", Access::List)?;
+        self.guard.check("read-directory", &path, Access::List)?;
+        // A listing shows what the call wrote: its rewrites in this directory go in place.
+        self.guard.land_in(&path)?;
+        let Descriptor::Dir(directory) = self.inner.table.get(&fd)? else {
+            return Err(ErrorCode::NotDirectory.into());
+        };
+        let directory = Arc::clone(&directory.dir);
+        let listing = self.guard.list(&directory, &path)?;
+        // The stream is the guard's own listing; only this guard reads or drops it.
+        let listing = self.inner.table.push(listing)?;
+        Ok(Resource::new_own(listing.rep()))
+    }
+
+    fn sync(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
+        fs::HostDescriptor::sync(&mut self.inner, fd)
+    }
+
+    fn create_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
+        self.guard.spend("create-directory-at")?;
+        let canonical = self.guard.resolve_at("create-directory-at", &fd, &path, false, Access::Write)?;
+        self.guard.land(&canonical)?;
+        if self.guard.is_visible_directory(&canonical) {
+            return Err(FsError::from(ErrorCode::Exist));
+        }
+        self.guard.check("create-directory-at", &canonical, Access::Write)?;
+        self.guard.before_mutation("create-directory-at", &canonical, false)?;
+        self.in_parent(&fd, &canonical, ("create-directory-at", Access::Write), |this, parent, name| {
+            fs::HostDescriptor::create_directory_at(&mut this.inner, parent, name)
+        })
+    }
+
+    fn stat(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorStat> {
+        self.guard.spend("stat")?;
+        // One `fstat`, where wasmtime-wasi makes two.
+        let metadata = match self.inner.table.get(&fd)? {
+            Descriptor::File(file) => file.file.metadata()?,
+            Descriptor::Dir(directory) => directory.dir.metadata()?,
+        };
+        Ok(descriptor_stat(&metadata))
+    }
+
+    fn stat_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<DescriptorStat> {
+        self.guard.spend("stat-at")?;
+        let canonical = self.guard.resolve_at("stat-at", &fd, &path, follows(path_flags), Access::Read)?;
+        self.guard.land(&canonical)?;
+        // The canonical path is resolved already (its last component too, if asked).
+        let stat = match self.in_parent(&fd, &canonical, ("stat-at", Access::Read), |this, parent, name| {
+            fs::HostDescriptor::stat_at(&mut this.inner, parent, PathFlags::empty(), name)
+        }) {
+            Ok(stat) => stat,
+            Err(error) => {
+                if matches!(error.downcast_ref(), Some(ErrorCode::NoEntry | ErrorCode::NotDirectory)) {
+                    self.guard.check_missing("stat-at", &canonical)?;
+                }
+                return Err(error);
+            }
+        };
+        // Judged once the type is known: a directory needs `list`, anything else `read`.
+        self.guard.check_lookup("stat-at", &canonical, Some(stat.type_ == DescriptorType::Directory))?;
+        Ok(stat)
+    }
+
+    fn set_times_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        path_flags: PathFlags,
+        path: String,
+        atim: NewTimestamp,
+        mtim: NewTimestamp,
+    ) -> FsResult<()> {
+        self.guard.spend("set-times-at")?;
+        let canonical = self.guard.check_at("set-times-at", &fd, &path, follows(path_flags), Access::Write)?;
+        self.guard.land(&canonical)?;
+        self.in_parent(&fd, &canonical, ("set-times-at", Access::Write), |this, parent, name| {
+            fs::HostDescriptor::set_times_at(&mut this.inner, parent, PathFlags::empty(), name, atim, mtim)
+        })
+    }
+
+    fn link_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        old_path_flags: PathFlags,
+        old_path: String,
+        new_descriptor: Resource<Descriptor>,
+        new_path: String,
+    ) -> FsResult<()> {
+        self.guard.spend("link-at")?;
+        let source = self.guard.check_at("link-at", &fd, &old_path, follows(old_path_flags), Access::Write)?;
+        self.guard.land(&source)?;
+        let link = self.guard.check_at("link-at", &new_descriptor, &new_path, false, Access::Write)?;
+        self.guard.land(&link)?;
+        self.guard.check_hidden_stays_hidden("link-at", &source, &link, false)?;
+        if self.guard.is_symlink(&source) {
+            // A hard link to a symlink is the same relative target read from another place.
+            self.guard.check_link_stays_inside("link-at", (&source, &link), &source, &link)?;
+        }
+        self.guard.before_mutation("link-at", &link, false)?;
+        let source_parent = self.parent_descriptor(&fd, &source, "link-at", Access::Write)?;
+        let source_name = source.rsplit_once('/').map_or(source.as_str(), |(_, name)| name).to_owned();
+        let result = self.in_parent(&new_descriptor, &link, ("link-at", Access::Write), |this, parent, name| {
+            // The source is resolved already (through a final symlink, if asked).
+            fs::HostDescriptor::link_at(
+                &mut this.inner,
+                Resource::new_borrow(source_parent.rep()),
+                PathFlags::empty(),
+                source_name,
+                parent,
+                name,
+            )
+        });
+        self.inner.table.delete(source_parent)?;
+        result
+    }
+
+    fn open_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        path_flags: PathFlags,
+        path: String,
+        open_flags: OpenFlags,
+        flags: DescriptorFlags,
+    ) -> FsResult<Resource<Descriptor>> {
+        self.guard.spend("open-at")?;
+        let perms = match self.inner.table.get(&fd)? {
+            Descriptor::Dir(directory) => directory.perms,
+            Descriptor::File(_) => return Err(ErrorCode::NotDirectory.into()),
+        };
+        if self.guard.root.is_none() {
+            // No workspace: nothing to guard (and nothing to open).
+            return fs::HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, open_flags, flags);
+        }
+        check_open_flags(open_flags, flags, os_open_flags(open_flags, flags).1, perms)?;
+        let access = open_access(open_flags, flags);
+        // A directory is judged when it is listed, not when it is opened to reach its children.
+        let directory = open_flags.contains(OpenFlags::DIRECTORY) && access == Access::Read;
+
+        // The common case: a read of a path without `..` that the policy allows. Opened as it
+        // is written; if the open meets no symlink, that path is the canonical one and the
+        // judgment stands. A symlink on the way sends it through resolution below.
+        if access == Access::Read
+            && let Some(plain) = self.guard.plain_path(&fd, &path)?
+        {
+            // Judged as written (a directory is not judged until it is listed); a refusal is
+            // left to the full resolution below, which judges where a symlink leads instead.
+            let judged = (!directory).then(|| self.guard.judge(Access::Read, &plain));
+            if judged.as_ref().is_none_or(|(effect, _)| *effect == Effect::Allow) {
+                self.guard.land(&plain)?;
+                self.guard.check_open_files("open-at", &plain)?;
+                match self.open_beneath(&plain, open_flags, flags) {
+                    Err(error) if beneath::is_symlink_on_path(&error) => {}
+                    Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+                        return Err(self.refused_by_filesystem("open-at", &plain, access));
+                    }
+                    opened => {
+                        if let Some((_, decision)) = judged {
+                            self.guard.record_allowed("open-at", &plain, Access::Read, decision);
+                        }
+                        if let Some(file) = opened? {
+                            return self.admit_opened(file, plain, access, open_flags, flags, perms);
+                        }
+                    }
+                }
+            }
+        }
+
+        let canonical = if directory {
+            self.guard.resolve_at("open-at", &fd, &path, follows(path_flags), access)?
+        } else {
+            self.guard.check_at("open-at", &fd, &path, follows(path_flags), access)?
+        };
+        self.guard.land(&canonical)?;
+        self.guard.check_openable("open-at", &canonical, access)?;
+        self.guard.check_open_files("open-at", &canonical)?;
+        let mut target = canonical.clone();
+        let mut target_flags = open_flags;
+        if access == Access::Write {
+            self.guard.check_single_link("open-at", &canonical)?;
+            self.check_writable("open-at", &canonical)?;
+            self.guard.before_mutation("open-at", &canonical, true)?;
+            if self.guard.rewrites_whole(&canonical, open_flags) {
+                // Written to a temporary sibling that replaces the file at once; the
+                // temporary file exists already.
+                target = self.guard.shadow(&canonical)?;
+                target_flags = open_flags & !(OpenFlags::CREATE | OpenFlags::EXCLUSIVE);
+            }
+        }
+        // Open what was judged: the canonical path, from the workspace root, following no
+        // symlink, so a directory on the way swapped for a symlink since cannot redirect it.
+        match self.open_beneath(&target, target_flags, flags) {
+            Ok(Some(file)) => self.admit_opened(file, canonical, access, open_flags, flags, perms),
+            Ok(None) => Err(ErrorCode::Access.into()),
+            Err(error) if beneath::is_symlink_on_path(&error) => {
+                let names_a_symlink = !follows(path_flags)
+                    && target == canonical
+                    && self
+                        .guard
+                        .root
+                        .as_ref()
+                        .and_then(|root| root.symlink_metadata(&canonical).ok())
+                        .is_some_and(|metadata| metadata.is_symlink());
+                if names_a_symlink {
+                    // `O_NOFOLLOW` on a symlink, as the component asked.
+                    Err(ErrorCode::Loop.into())
+                } else {
+                    Err(self.changed_underfoot("open-at", &canonical, access))
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(self.refused_by_filesystem("open-at", &canonical, access))
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn drop(&mut self, fd: Resource<Descriptor>) -> wasmtime::Result<()> {
+        self.guard.descriptors.remove(&fd.rep());
+        fs::HostDescriptor::drop(&mut self.inner, fd)
+    }
+
+    fn readlink_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<String> {
+        self.guard.spend("readlink-at")?;
+        let canonical = self.guard.check_at("readlink-at", &fd, &path, false, Access::Read)?;
+        self.guard.land(&canonical)?;
+        self.in_parent(&fd, &canonical, ("readlink-at", Access::Read), |this, parent, name| {
+            fs::HostDescriptor::readlink_at(&mut this.inner, parent, name)
+        })
+    }
+
+    fn remove_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
+        self.guard.spend("remove-directory-at")?;
+        let canonical = self.guard.check_at("remove-directory-at", &fd, &path, false, Access::Delete)?;
+        self.guard.land(&canonical)?;
+        self.guard.before_mutation("remove-directory-at", &canonical, false)?;
+        self.in_parent(&fd, &canonical, ("remove-directory-at", Access::Delete), |this, parent, name| {
+            fs::HostDescriptor::remove_directory_at(&mut this.inner, parent, name)
+        })
+    }
+
+    fn rename_at(
+        &mut self,
+        fd: Resource<Descriptor>,
+        old_path: String,
+        new_descriptor: Resource<Descriptor>,
+        new_path: String,
+    ) -> FsResult<()> {
+        self.guard.spend("rename-at")?;
+        let source = self.guard.check_at("rename-at", &fd, &old_path, false, Access::Delete)?;
+        let destination = self.guard.check_at("rename-at", &new_descriptor, &new_path, false, Access::Write)?;
+        self.guard.land(&source)?;
+        self.guard.land(&destination)?;
+        self.guard.check_single_link("rename-at", &destination)?;
+        let source_is_directory = self.guard.is_directory(&source);
+        self.guard.check_hidden_stays_hidden("rename-at", &source, &destination, source_is_directory)?;
+        if self.guard.is_symlink(&source) {
+            self.guard.check_link_stays_inside("rename-at", (&source, &destination), &source, &destination)?;
+        }
+        if source_is_directory {
+            self.guard.check_subtree_move("rename-at", &source, &destination)?;
+            self.guard.before_move("rename-at", &source, &destination)?;
+        } else {
+            self.guard.before_mutation("rename-at", &destination, true)?;
+            self.guard.before_mutation("rename-at", &source, false)?;
+        }
+        let source_parent = self.parent_descriptor(&fd, &source, "rename-at", Access::Delete)?;
+        let source_name = source.rsplit_once('/').map_or(source.as_str(), |(_, name)| name).to_owned();
+        let result = self.in_parent(&new_descriptor, &destination, ("rename-at", Access::Write), |this, parent, name| {
+            fs::HostDescriptor::rename_at(&mut this.inner, Resource::new_borrow(source_parent.rep()), source_name, parent, name)
+        });
+        self.inner.table.delete(source_parent)?;
+        if result.is_ok() {
+            // Descriptors opened at or under the source are judged where they are now.
+            self.guard.moved(&source, &destination);
+        }
+        result
+    }
+
+    fn symlink_at(&mut self, fd: Resource<Descriptor>, target: String, link_path: String) -> FsResult<()> {
+        self.guard.spend("symlink-at")?;
+        let link = self.guard.check_at("symlink-at", &fd, &link_path, false, Access::Write)?;
+        self.guard.land(&link)?;
+        // The target is resolved from the link's directory; it must stay inside the workspace.
+        let directory = link.rsplit_once('/').map_or(".", |(parent, _)| parent).to_owned();
+        if toolcell_policy::join_lexically(&directory, &target).is_none() {
+            // An absolute target may name something on the host: it is not repeated.
+            let shown = if target.starts_with('/') { "an absolute path".to_owned() } else { format!("`{}`", escape_control(&target)) };
+            let message = format!("a symlink to {shown} is refused: its target leaves the workspace. Link only to paths inside it.");
+            return Err(self.guard.refuse_rule("symlink-at", &link, Access::Write, "symlink-target", message, ToolErrorKind::Denied));
+        }
+        self.guard.before_mutation("symlink-at", &link, false)?;
+        self.in_parent(&fd, &link, ("symlink-at", Access::Write), |this, parent, name| {
+            fs::HostDescriptor::symlink_at(&mut this.inner, parent, target, name)
+        })
+    }
+
+    fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
+        self.guard.spend("unlink-file-at")?;
+        let canonical = self.guard.check_at("unlink-file-at", &fd, &path, false, Access::Delete)?;
+        self.guard.land(&canonical)?;
+        self.guard.before_mutation("unlink-file-at", &canonical, false)?;
+        self.in_parent(&fd, &canonical, ("unlink-file-at", Access::Delete), |this, parent, name| {
+            fs::HostDescriptor::unlink_file_at(&mut this.inner, parent, name)
+        })
+    }
+
+    fn read_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::InputStream>> {
+        self.guard.spend("read-via-stream")?;
+        // Checked when the descriptor was opened for reading.
+        fs::HostDescriptor::read_via_stream(&mut self.inner, fd, offset)
+    }
+
+    fn write_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::OutputStream>> {
+        self.guard.spend("write-via-stream")?;
+        let path = self.current_path(&fd, "write-via-stream", Access::Write)?;
+        self.guard.check("write-via-stream", &path, Access::Write)?;
+        fs::HostDescriptor::write_via_stream(&mut self.inner, fd, offset)
+    }
+
+    fn append_via_stream(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<streams::OutputStream>> {
+        self.guard.spend("append-via-stream")?;
+        let path = self.current_path(&fd, "append-via-stream", Access::Write)?;
+        self.guard.check("append-via-stream", &path, Access::Write)?;
+        fs::HostDescriptor::append_via_stream(&mut self.inner, fd)
+    }
+
+    fn is_same_object(&mut self, a: Resource<Descriptor>, b: Resource<Descriptor>) -> wasmtime::Result<bool> {
+        fs::HostDescriptor::is_same_object(&mut self.inner, a, b)
+    }
+
+    fn metadata_hash(&mut self, fd: Resource<Descriptor>) -> FsResult<MetadataHashValue> {
+        fs::HostDescriptor::metadata_hash(&mut self.inner, fd)
+    }
+
+    fn metadata_hash_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<MetadataHashValue> {
+        self.guard.spend("metadata-hash-at")?;
+        let canonical = self.guard.resolve_at("metadata-hash-at", &fd, &path, follows(path_flags), Access::Read)?;
+        self.guard.land(&canonical)?;
+        self.guard.check_visible("metadata-hash-at", &canonical)?;
+        // The canonical path is resolved already (its last component too, if asked).
+        self.in_parent(&fd, &canonical, ("metadata-hash-at", Access::Read), |this, parent, name| {
+            fs::HostDescriptor::metadata_hash_at(&mut this.inner, parent, PathFlags::empty(), name)
+        })
+    }
+}
+
+impl fs::HostDirectoryEntryStream for GuardedFilesystem<'_> {
+    fn read_directory_entry(&mut self, stream: Resource<DirectoryEntryStream>) -> FsResult<Option<DirectoryEntry>> {
+        self.guard.spend("read-directory-entry")?;
+        let listing = self.inner.table.get_mut(&Resource::<Listing>::new_borrow(stream.rep()))?;
+        match listing.entries.next() {
+            None => Ok(None),
+            Some(Ok(entry)) => Ok(Some(entry)),
+            Some(Err(code)) => Err(code.into()),
+        }
+    }
+
+    fn drop(&mut self, stream: Resource<DirectoryEntryStream>) -> wasmtime::Result<()> {
+        self.inner.table.delete(Resource::<Listing>::new_own(stream.rep()))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,200 @@
+//! What a call is ([`CallRequest`]) and what it produced ([`CallOutcome`]), and how a
+//! component's answer, or the guard's refusals, become the result an agent sees.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use toolcell_types::{ToolError, ToolErrorKind, ToolOutput};
+
+use std::sync::Arc;
+
+use crate::*;
+
+/// One tool call.
+#[derive(Clone, Copy)]
+pub struct CallRequest<'a> {
+    /// The workspace the call may touch.
+    pub workspace: &'a Workspace,
+    /// The caller's role.
+    pub role: &'a str,
+    /// The caller's session id.
+    pub session_id: &'a str,
+    /// The tool's name.
+    pub tool: &'a str,
+    /// The arguments, a JSON object as text.
+    pub args: &'a str,
+    /// Asked about accesses the policy marks `ask`; without one they are refused.
+    pub approver: Option<&'a Arc<dyn Approver>>,
+    /// Who the call writes for, as the lock table knows it (a chain or task id); `None` is
+    /// the session itself.
+    pub owner: Option<&'a str>,
+    /// The fencing tokens of the locks the caller holds: a token whose lease lapsed refuses
+    /// the writes it covers.
+    pub fences: &'a [u64],
+}
+
+impl CallRequest<'_> {
+    /// The lock owner: [`owner`](Self::owner), or the session id.
+    pub fn lock_owner(&self) -> &str {
+        self.owner.unwrap_or(self.session_id)
+    }
+}
+
+/// What a call produced.
+#[derive(Debug, Clone)]
+pub struct CallOutcome {
+    /// The call's unique id.
+    pub call_id: String,
+    /// The tool's result, or the error the agent sees (a bad argument, a tool error, or a
+    /// crashed component reported as `failed`).
+    pub result: Result<ToolOutput, ToolError>,
+    /// Notes the tool attached for the audit trail.
+    pub notes: Vec<String>,
+    /// What the component wrote to stdout.
+    pub stdout: Captured,
+    /// What the component wrote to stderr.
+    pub stderr: Captured,
+    /// Whether the component trapped (crashed); `result` is then a `failed` error.
+    pub trapped: bool,
+    /// Whether the role may not call the tool, so no component ran.
+    pub gated: bool,
+    /// The filesystem accesses the guard allowed, in order (at most 10,000 are kept).
+    pub events: Vec<FsEvent>,
+    /// Allowed accesses beyond those kept in `events`.
+    pub unrecorded_events: u64,
+    /// The filesystem accesses the guard refused, with their messages. If there are any,
+    /// `result` is a `denied` (or `conflict`) error carrying them, whatever the component
+    /// returned.
+    pub denials: Vec<Denial>,
+    /// Warnings for the agent (also appended to a successful result's text).
+    pub warnings: Vec<String>,
+    /// Changes undone because the call failed (0 if it succeeded or changed nothing).
+    pub rolled_back: usize,
+    /// Wall-clock time of the whole call.
+    pub duration: Duration,
+}
+
+impl CallOutcome {
+    /// The outcome of a call `call_id` that has not run yet (its result is a `failed` error
+    /// until something sets it).
+    pub fn new(call_id: String) -> Self {
+        CallOutcome {
+            call_id,
+            result: Err(ToolError::new(ToolErrorKind::Failed, "the call did not run")),
+            notes: Vec::new(),
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            trapped: false,
+            gated: false,
+            events: Vec::new(),
+            unrecorded_events: 0,
+            denials: Vec::new(),
+            warnings: Vec::new(),
+            rolled_back: 0,
+            duration: Duration::ZERO,
+        }
+    }
+}
+
+/// Refusals listed in one result, at most.
+const MAX_LISTED_DENIALS: usize = 5;
+
+/// The refusals' messages, each once, in order.
+pub(crate) fn distinct_messages(denials: &[Denial]) -> Vec<&str> {
+    let mut messages: Vec<&str> = Vec::new();
+    for denial in denials {
+        if !messages.contains(&denial.message.as_str()) {
+            messages.push(&denial.message);
+        }
+    }
+    messages
+}
+
+/// Whether every refusal was of a read or a listing by the policy or the sandbox (not a
+/// budget, a lock or a stale read).
+pub(crate) fn only_reads_refused(denials: &[Denial]) -> bool {
+    denials.iter().all(|denial| matches!(denial.event.access, Access::Read | Access::List) && denial.kind == ToolErrorKind::Denied)
+}
+
+/// The result of a call in which the guard refused something: the refusals, whatever the
+/// component made of them, and what the component said, for context.
+pub(crate) fn denied_result(denials: &[Denial], returned: &Result<ToolOutput, ToolError>) -> ToolError {
+    let messages = distinct_messages(denials);
+    let mut text = messages.iter().take(MAX_LISTED_DENIALS).copied().collect::<Vec<_>>().join("\n");
+    if messages.len() > MAX_LISTED_DENIALS {
+        text.push_str(&format!("\n(and {} more refusals)", messages.len() - MAX_LISTED_DENIALS));
+    }
+    match returned {
+        Err(error) if error.kind != ToolErrorKind::Denied => {
+            text.push_str(&format!("\n(the tool then reported: {error})"));
+        }
+        Ok(_) => text.push_str("\n(the tool returned a result anyway; it is withheld because the host refused an operation)"),
+        Err(_) => {}
+    }
+    // A lock or stale-read conflict is `conflict` (the agent can retry after re-reading or
+    // waiting); anything mixed with a policy refusal is `denied`.
+    let kind = match denials.first() {
+        Some(first) if denials.iter().all(|denial| denial.kind == first.kind) => first.kind,
+        _ => ToolErrorKind::Denied,
+    };
+    ToolError::new(kind, text)
+}
+
+/// The component's output for the agent: the text cut at `output_bytes`, and the structured
+/// result parsed (dropped if it is larger than `output_bytes`).
+pub(crate) fn convert_output(
+    tool: &str,
+    output: bindings::toolcell::tool::types::ToolOutput,
+    output_bytes: usize,
+) -> Result<ToolOutput, ToolError> {
+    let mut text = output.text;
+    limits::cap_output(&mut text, output_bytes);
+    let structured = match output.structured {
+        None => None,
+        Some(json) if json.len() > output_bytes => None,
+        Some(text) => Some(serde_json::from_str(&text).map_err(|error| {
+            ToolError::new(
+                ToolErrorKind::Failed,
+                format!("the tool `{tool}` returned structured output that is not JSON ({error}); this is a bug in the tool"),
+            )
+        })?),
+    };
+    Ok(ToolOutput { text, structured })
+}
+
+pub(crate) fn convert_error(error: bindings::toolcell::tool::types::ToolError) -> ToolError {
+    use bindings::toolcell::tool::types::ToolError as Wit;
+    let (kind, message) = match error {
+        Wit::InvalidArgs(message) => (ToolErrorKind::InvalidArgs, message),
+        Wit::NotFound(message) => (ToolErrorKind::NotFound, message),
+        Wit::Denied(message) => (ToolErrorKind::Denied, message),
+        Wit::Conflict(message) => (ToolErrorKind::Conflict, message),
+        Wit::TooLarge(message) => (ToolErrorKind::TooLarge, message),
+        Wit::Unsupported(message) => (ToolErrorKind::Unsupported, message),
+        Wit::Failed(message) => (ToolErrorKind::Failed, message),
+    };
+    ToolError::new(kind, message)
+}
+
+/// A host error as the WIT `tool-error` a component receives.
+pub(crate) fn to_wit_error(kind: ToolErrorKind, message: String) -> bindings::toolcell::tool::types::ToolError {
+    use bindings::toolcell::tool::types::ToolError as Wit;
+    match kind {
+        ToolErrorKind::InvalidArgs => Wit::InvalidArgs(message),
+        ToolErrorKind::NotFound => Wit::NotFound(message),
+        ToolErrorKind::Denied => Wit::Denied(message),
+        ToolErrorKind::Conflict => Wit::Conflict(message),
+        ToolErrorKind::TooLarge => Wit::TooLarge(message),
+        ToolErrorKind::Unsupported => Wit::Unsupported(message),
+        // `Failed`, and any kind added later.
+        _ => Wit::Failed(message),
+    }
+}
+
+/// A call id unique across calls and processes: time, process and a counter.
+pub(crate) fn new_call_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_nanos()).unwrap_or(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("c-{nanos:x}-{:x}-{count:x}", std::process::id())
+}

@@ -1,0 +1,154 @@
+//! [`Runtime`]: the loaded tools, the policy, and the host state every call shares (audit trail,
+//! locks, read versions, undo records, journals).
+
+use std::collections::BTreeMap;
+
+use toolcell_types::{ToolInfo, ToolName};
+use wasmtime::Engine;
+
+use crate::schema::ArgsSchema;
+use crate::state::CallState;
+use std::sync::Arc;
+
+use crate::builder::HostOwned;
+use crate::*;
+
+/// One component the runtime loaded, and whether it came from the cache.
+#[derive(Debug, Clone)]
+pub struct LoadedComponent {
+    /// Where it came from.
+    pub origin: String,
+    /// The tool it provides.
+    pub tool: ToolName,
+    /// Compiled now, or loaded from the compiled-component cache.
+    pub cache: CacheOutcome,
+    /// SHA-256 of the component's bytes, lowercase hex (what a policy pins).
+    pub sha256: String,
+}
+
+pub(crate) struct LoadedTool {
+    pub(crate) info: ToolInfo,
+    pub(crate) schema: ArgsSchema,
+    pub(crate) kind: ToolKind,
+    pub(crate) origin: String,
+}
+
+pub(crate) enum ToolKind {
+    /// A tool component.
+    Component(bindings::PluginPre<CallState>),
+    /// A tool the host itself implements (undo, locks): it needs host state no component has.
+    Native(native::Native),
+}
+
+/// Loaded tool components, ready to run calls. Cheap to share between threads.
+pub struct Runtime {
+    pub(crate) engine: Engine,
+    pub(crate) tools: BTreeMap<String, LoadedTool>,
+    pub(crate) loaded: Vec<LoadedComponent>,
+    pub(crate) policy: Option<Arc<Policy>>,
+    /// What the host itself reads and trusts (state directory, cache and its key, plugin
+    /// directory, policy file), canonical: no call may change it.
+    pub(crate) host_owned: Vec<HostOwned>,
+    /// What went wrong at load that the operator should know (a cached artifact rejected).
+    pub(crate) warnings: Vec<String>,
+    pub(crate) audit: Option<Arc<AuditLog>>,
+    pub(crate) limits: Limits,
+    pub(crate) locks: Arc<LockStore>,
+    pub(crate) reads: reads::ReadTracker,
+    pub(crate) undo: undo::UndoStore,
+    /// Journals rolled back at start-up.
+    pub(crate) recovered: Vec<Recovery>,
+    /// The state directory, or a private temporary directory for journals and undo.
+    pub(crate) work: work::WorkDir,
+    /// Advances the epoch for deadlines; stops when the runtime is dropped.
+    pub(crate) _ticker: limits::EpochTicker,
+}
+
+impl Runtime {
+    /// The loaded tools, sorted by name.
+    pub fn tools(&self) -> impl Iterator<Item = &ToolInfo> {
+        self.tools.values().map(|tool| &tool.info)
+    }
+
+    /// The tool named `name`, if loaded.
+    pub fn tool(&self, name: &str) -> Option<&ToolInfo> {
+        self.tools.get(name).map(|tool| &tool.info)
+    }
+
+    /// The audit trail, if the runtime keeps one.
+    pub fn audit(&self) -> Option<&AuditLog> {
+        self.audit.as_deref()
+    }
+
+    /// The policy governing calls, if any.
+    pub fn policy(&self) -> Option<&Policy> {
+        self.policy.as_deref()
+    }
+
+    /// The lock table every call's writes pass.
+    pub fn locks(&self) -> &LockStore {
+        &self.locks
+    }
+
+    /// The live locks of `workspace`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if the lock table cannot be read.
+    pub fn live_locks(&self, workspace: &Workspace) -> Result<Vec<Lock>, Error> {
+        Ok(self.locks.live(workspace.root())?)
+    }
+
+    /// Acquire (or renew) a lock in `workspace`, and record it in the audit trail.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] naming the conflicting lock, or what is wrong with the request.
+    pub fn acquire_lock(&self, workspace: &Workspace, request: &LockRequest) -> Result<Lock, Error> {
+        let lock = self.locks.acquire(workspace.root(), request)?;
+        self.audit_lock("acquired", &lock);
+        Ok(lock)
+    }
+
+    /// Release the lock with token `fence` held by `owner` in `workspace`, and record it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if `owner` holds no such lock.
+    pub fn release_lock(&self, workspace: &Workspace, fence: u64, owner: &str) -> Result<Lock, Error> {
+        let lock = self.locks.release(workspace.root(), fence, owner)?;
+        self.audit_lock("released", &lock);
+        Ok(lock)
+    }
+
+    pub(crate) fn audit_lock(&self, event: &str, lock: &Lock) {
+        if let Some(log) = &self.audit {
+            let record = toolcell_audit::Record::lock(
+                &guard::now(),
+                &lock.session,
+                &lock.owner,
+                event,
+                &lock.pattern,
+                lock.mode.as_str(),
+                lock.fence,
+            );
+            let _ = log.append(&[record]);
+        }
+    }
+
+    /// Calls interrupted by a crash that this runtime rolled back when it started.
+    pub fn recovered(&self) -> &[Recovery] {
+        &self.recovered
+    }
+
+    /// What the operator should know about the load: each cached artifact that failed
+    /// authentication and was compiled again.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Every component loaded, in load order, and whether each came from the cache.
+    pub fn loaded(&self) -> &[LoadedComponent] {
+        &self.loaded
+    }
+}

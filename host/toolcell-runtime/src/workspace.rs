@@ -1,0 +1,81 @@
+//! [`Workspace`]: the directory a call may touch, opened once.
+
+use std::path::{Path, PathBuf};
+
+use crate::*;
+
+/// The workspace a call may touch: a directory on the host, granted to the component as its
+/// only preopen, named `.`.
+#[derive(Debug)]
+pub struct Workspace {
+    pub(crate) root: PathBuf,
+    /// The workspace directory, opened once; the guard resolves symlinks through it.
+    pub(crate) directory: cap_std::fs::Dir,
+}
+
+impl Workspace {
+    /// Resolve `path` (symlinks included) and check that it is a directory.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Workspace`] if it does not exist or is not a directory.
+    pub fn open(path: &Path) -> Result<Self, Error> {
+        let workspace_error = |reason: String| Error::Workspace { path: path.to_path_buf(), reason };
+        let root = std::fs::canonicalize(path).map_err(|error| {
+            workspace_error(match error.kind() {
+                std::io::ErrorKind::NotFound => "it does not exist; create it or pass an existing directory".to_owned(),
+                _ => error.to_string(),
+            })
+        })?;
+        if !root.is_dir() {
+            return Err(workspace_error("it is not a directory".to_owned()));
+        }
+        let directory = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority())
+            .map_err(|error| workspace_error(format!("it cannot be opened: {error}")))?;
+        Ok(Workspace { root, directory })
+    }
+
+    /// Create the directory `path` (and its parents) if missing, then [`open`](Self::open) it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Workspace`] if it cannot be created or is not a directory.
+    pub fn create(path: &Path) -> Result<Self, Error> {
+        std::fs::create_dir_all(path)
+            .map_err(|error| Error::Workspace { path: path.to_path_buf(), reason: format!("it cannot be created: {error}") })?;
+        Self::open(path)
+    }
+
+    /// The canonical host path of the workspace root. For the operator only: never shown to
+    /// a component or an agent.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The canonical form of a lock pattern given relative to the workspace: a glob is
+    /// normalised lexically (`./src//**` is `src/**`); a literal path is resolved through its
+    /// symlinks, as the guard resolves the paths it judges.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if the pattern leads outside the workspace.
+    pub fn lock_pattern(&self, pattern: &str) -> Result<String, Error> {
+        let outside = || {
+            Error::Lock(LockStoreError::Lock(LockError::Pattern {
+                pattern: pattern.escape_default().to_string(),
+                reason: "it leads outside the workspace; lock paths inside it".to_owned(),
+            }))
+        };
+        if pattern.contains(['*', '?', '[', '{']) {
+            return toolcell_policy::join_lexically(".", pattern).ok_or_else(outside);
+        }
+        guard::canonical(&self.directory, pattern).ok_or_else(outside)
+    }
+
+    /// A handle of its own on the workspace directory, for one call of `tool`.
+    pub(crate) fn reopen(&self, tool: &str) -> Result<cap_std::fs::Dir, Error> {
+        self.directory
+            .try_clone()
+            .map_err(|error| Error::Call { tool: tool.to_owned(), reason: format!("cannot reopen the workspace: {error}") })
+    }
+}
