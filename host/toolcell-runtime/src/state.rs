@@ -206,7 +206,7 @@ pub(crate) fn linker(engine: &Engine, guarded: bool) -> Result<Linker<CallState>
     link(sync::io::error::add_to_linker::<CallState, HasTable>(l, |state| &mut state.table))?;
     link(sync::io::poll::add_to_linker::<CallState, HasTable>(l, |state| &mut state.table))?;
     link(sync::io::streams::add_to_linker::<CallState, HasTable>(l, |state| &mut state.table))?;
-    link(clocks::wall_clock::add_to_linker::<CallState, WasiClocks>(l, |state| wasmtime_wasi::clocks::WasiClocksView::clocks(state)))?;
+    link(clocks::wall_clock::add_to_linker::<CallState, WasiClocks>(l, wasmtime_wasi::clocks::WasiClocksView::clocks))?;
     link(clocks::monotonic_clock::add_to_linker::<CallState, HasDeadlineClock>(l, |state| {
         let deadline = state.deadline;
         DeadlineClock { inner: wasmtime_wasi::clocks::WasiClocksView::clocks(state), deadline }
