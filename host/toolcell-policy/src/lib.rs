@@ -258,6 +258,7 @@ impl Validator {
         self.globs.iter().any(|glob| glob.is_match(path))
     }
 }
+
 /// One role: its tools and its ordered path rules.
 #[derive(Debug, Clone)]
 pub struct Role {

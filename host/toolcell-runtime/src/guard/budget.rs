@@ -23,11 +23,13 @@ impl FsGuard {
     pub(crate) fn set_budget(&mut self, tool: &str, calls: u64, open_files: usize, audit_records: u64) {
         self.budget = Some(Budget { tool: tool.to_owned(), calls_left: calls, calls, open_files, exhausted: false, audit_records });
     }
+
     /// Why the call was stopped for making more distinct refusals than its budget of audit
     /// records, if it was.
     pub(crate) fn flooded(&self) -> Option<String> {
         self.flood.clone()
     }
+
     /// Count one filesystem call against the budget; past it, every call fails (and the first
     /// refusal is recorded, naming the limit).
     pub(super) fn spend(&mut self, operation: &'static str) -> FsResult<()> {
@@ -52,6 +54,7 @@ impl FsGuard {
         }
         Err(FsError::from(ErrorCode::Quota))
     }
+
     /// Refuse an open past the budget of open descriptors.
     pub(super) fn check_open_files(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
         let Some(budget) = self.budget.as_ref() else {
@@ -70,6 +73,7 @@ impl FsGuard {
         self.refuse_budget(operation, "open-files", message);
         Err(FsError::from(ErrorCode::Quota))
     }
+
     pub(super) fn refuse_budget(&mut self, operation: &'static str, rule: &str, message: String) {
         self.refuse_rule(operation, ".", Access::Read, rule, message, ToolErrorKind::TooLarge);
     }

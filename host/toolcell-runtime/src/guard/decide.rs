@@ -47,11 +47,13 @@ impl FsGuard {
     pub(super) fn decide(&self, access: Access, path: &str) -> Decision {
         self.judgment(access, path).to_decision()
     }
+
     /// The effect [`decide`](Self::decide) would give, without allocating: visibility checks
     /// run for every entry a scan lists.
     pub(super) fn effect(&self, access: Access, path: &str) -> Effect {
         self.judgment(access, path).effect()
     }
+
     /// What decides `access` to `path`: the call's own limits first, then the policy.
     pub(super) fn judgment(&self, access: Access, path: &str) -> Judgment<'_> {
         if self.is_read_only_refusal(access) {
@@ -69,10 +71,12 @@ impl FsGuard {
             None => Judgment::UnknownRole,
         }
     }
+
     /// Whether `access` is a modification in a call that may not modify anything.
     pub(super) fn is_read_only_refusal(&self, access: Access) -> bool {
         matches!(access, Access::Write | Access::Delete) && self.transaction.is_none() && self.root.is_some()
     }
+
     /// The host-owned path that `path` is or lies under, if `access` modifies it (or, for a
     /// hidden one, touches it at all).
     pub(super) fn state_path_of(&self, access: Access, path: &str) -> Option<&str> {
@@ -87,6 +91,7 @@ impl FsGuard {
             })
             .map(|(state, _)| state.as_str())
     }
+
     /// Judge `access` to `path`: its effect, and the whole decision while the call still
     /// records what it was allowed (the first [`MAX_RECORDED_EVENTS`] accesses; past them
     /// nothing is allocated).
@@ -98,11 +103,13 @@ impl FsGuard {
             (self.effect(access, path), None)
         }
     }
+
     /// Whether the role may see `path` in a listing: read it (a file) or list it (a directory).
     pub(super) fn is_visible(&self, path: &str, is_directory: bool) -> bool {
         let access = if is_directory { Access::List } else { Access::Read };
         self.effect(access, path) != Effect::Deny
     }
+
     /// Allow a metadata-only access (`metadata-hash-at`, which wasi-libc makes for every
     /// directory entry it lists) if the role may read or list the path.
     pub(super) fn check_visible(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
@@ -111,12 +118,14 @@ impl FsGuard {
         }
         self.check(operation, path, Access::Read)
     }
+
     pub(super) fn rule_location(&self, decision: &Decision) -> String {
         match (&self.policy, decision.line) {
             (Some(policy), Some(line)) => format!(", {} line {line}", policy.file()),
             _ => String::new(),
         }
     }
+
     pub(super) fn denial_message(&self, access: Access, path: &str, decision: &Decision) -> String {
         let path = escape_control(path);
         let role = &self.role;

@@ -74,6 +74,7 @@ impl FsGuard {
             delete: self.decide(Access::Delete, &canonical).effect,
         })
     }
+
     /// Judge a lookup of the canonical `path`, which does not exist: refused (and recorded) as
     /// it would be if something were there that the role may not see — a file it may not read
     /// or a directory it may not list — so that "not found" and "denied" do not tell a
@@ -81,6 +82,7 @@ impl FsGuard {
     pub(super) fn check_missing(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
         self.check_lookup(operation, path, None)
     }
+
     /// Judge a lookup (`stat`, `inspect`) of the canonical `path`: a directory needs `list`,
     /// anything else `read`, and a missing path is refused if either would be ([`check_missing`]).
     /// Where the role may neither read nor list, every lookup is refused the same way, as a
@@ -98,6 +100,7 @@ impl FsGuard {
             None => Ok(()),
         }
     }
+
     /// The entries of `directory` (the workspace path `path`) the role may see, read at once:
     /// entries it may not read or list, and this call's temporary rewrites, are left out. An
     /// entry's type comes from the listing itself (`d_type`), so no entry is stat'ed unless the
@@ -142,6 +145,7 @@ impl FsGuard {
         }
         Ok(Listing { entries: entries.into_iter() })
     }
+
     /// Refuse to open a FIFO, socket or device: opening or reading one can block the host
     /// beyond any deadline, and no file tool needs one.
     pub(super) fn check_openable(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
@@ -156,6 +160,7 @@ impl FsGuard {
             None => Ok(()),
         }
     }
+
     /// Refuse `access` to the special file `path` (`kind` says what it is).
     pub(super) fn refuse_special(&mut self, operation: &'static str, path: &str, access: Access, kind: &str) -> FsError {
         let message = format!(

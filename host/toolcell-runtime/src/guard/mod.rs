@@ -166,25 +166,30 @@ impl FsGuard {
             read_buffer: Vec::new(),
         }
     }
+
     /// The workspace directory, if the call has one.
     pub(crate) fn root(&self) -> Option<&cap_std::fs::Dir> {
         self.root.as_ref()
     }
+
     /// Run the call as a transaction: mutations pass the lock table and the read-before-write
     /// check, and are journaled first. Without one, every mutation is refused.
     pub(crate) fn with_transaction(mut self, transaction: Transaction) -> Self {
         self.transaction = Some(transaction);
         self
     }
+
     /// Write decisions to `sink`, and refuse modifications of `state_paths`.
     pub(crate) fn with_audit(mut self, sink: Option<AuditSink>, state_paths: Vec<(String, bool)>) -> Self {
         self.audit = sink;
         self.state_paths = state_paths;
         self
     }
+
     fn base(&self, descriptor: &Resource<Descriptor>) -> FsResult<String> {
         self.descriptors.get(&descriptor.rep()).cloned().ok_or_else(|| FsError::from(ErrorCode::BadDescriptor))
     }
+
     /// Check `access` to the canonical `path` for a host-implemented tool, and prepare its
     /// mutation (locks, journal). `false` if refused (the denial is recorded).
     pub(crate) fn admit(&mut self, operation: &'static str, path: &str, access: Access) -> bool {
@@ -193,10 +198,12 @@ impl FsGuard {
         }
         !matches!(access, Access::Write | Access::Delete) || self.before_mutation(operation, path, false).is_ok()
     }
+
     /// Whether the policy lets the role `access` the path or pattern (no recording).
     pub(crate) fn allows(&self, access: Access, path: &str) -> bool {
         self.effect(access, path) == Effect::Allow
     }
+
     /// Resolve a path an agent gave a host-implemented tool (relative to the workspace root) to
     /// its canonical form; a path outside is refused and recorded like a component's.
     pub(crate) fn resolve_path(&mut self, operation: &'static str, path: &str, access: Access) -> Option<String> {
@@ -209,6 +216,7 @@ impl FsGuard {
             Resolved::Loop => None,
         }
     }
+
     /// Resolve `path` against the descriptor's directory, then decide `access` to it.
     fn check_at(
         &mut self,
@@ -222,6 +230,7 @@ impl FsGuard {
         self.check(operation, &canonical, access)?;
         Ok(canonical)
     }
+
     /// Resolve `path` against the descriptor's directory to a canonical workspace path; a path
     /// outside the workspace is refused (and recorded) as an `access` to it.
     fn resolve_at(
@@ -239,6 +248,7 @@ impl FsGuard {
             Resolved::Loop => Err(FsError::from(ErrorCode::Loop)),
         }
     }
+
     /// Decide `access` to the canonical `path`.
     fn check(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
         let decision = self.decide(access, path);
@@ -284,6 +294,7 @@ impl FsGuard {
         self.remember(event);
         Ok(())
     }
+
     /// Refuse a modification of `path` that the lock table does not allow.
     fn check_lock(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
         let Some(transaction) = &self.transaction else {

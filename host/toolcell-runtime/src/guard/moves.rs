@@ -75,6 +75,7 @@ impl FsGuard {
         }
         Ok(())
     }
+
     /// Refuse to move the symlink `link` to `landing` (as part of moving `moved`) if its
     /// relative target, read from where it would land, leaves the workspace: toolcell never
     /// follows it there, but people, CI and other programs would. An absolute target is left
@@ -119,6 +120,7 @@ impl FsGuard {
         };
         Err(self.refuse_rule(operation, link, Access::Write, "symlink-target", message, ToolErrorKind::Denied))
     }
+
     /// Refuse to move or link `from`, which the role may not read, to `to`, where it could:
     /// that would hand it the content the policy hides. (Moving a hidden entry to a place
     /// where it stays hidden is allowed.)
@@ -133,6 +135,7 @@ impl FsGuard {
         );
         Err(self.refuse_rule(operation, from, Access::Read, "hidden-stays-hidden", message, ToolErrorKind::Denied))
     }
+
     /// Refuse a write through a file with several hard links: the other names may lie where the
     /// role may not write.
     pub(super) fn check_single_link(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
@@ -150,6 +153,7 @@ impl FsGuard {
             _ => Ok(()),
         }
     }
+
     /// After `from` was renamed to `to`: every descriptor opened at or under `from` now
     /// refers to the same object under `to`.
     pub(super) fn moved(&mut self, from: &str, to: &str) {
@@ -161,14 +165,17 @@ impl FsGuard {
             }
         }
     }
+
     /// Whether `path` is a symlink (not followed).
     pub(super) fn is_symlink(&self, path: &str) -> bool {
         self.root.as_ref().and_then(|root| root.symlink_metadata(path).ok()).is_some_and(|metadata| metadata.is_symlink())
     }
+
     /// Whether `path` is a directory (not a symlink to one).
     pub(super) fn is_directory(&self, path: &str) -> bool {
         self.root.as_ref().and_then(|root| root.symlink_metadata(path).ok()).is_some_and(|metadata| metadata.is_dir())
     }
+
     /// Whether an existing directory the role may see is at `path`: creating it again is then
     /// answered `exist` without a refusal, as `mkdir -p` (and std's `create_dir_all`) expect.
     pub(super) fn is_visible_directory(&self, path: &str) -> bool {

@@ -38,6 +38,7 @@ impl GuardedFilesystem<'_> {
         let fd = beneath::open(root, path, os_flags, rustix::fs::Mode::from_raw_mode(0o666))?;
         Ok(Some(std::fs::File::from(fd)))
     }
+
     /// Give the guest the descriptor `file`, opened at the canonical `path` for `access`: a
     /// special file is refused now that it is known what it is (opened without blocking, never
     /// read), a file opened for reading counts as read.
@@ -68,6 +69,7 @@ impl GuardedFilesystem<'_> {
         self.guard.descriptors.insert(opened.rep(), path);
         Ok(opened)
     }
+
     /// The workspace path of the object `fd` refers to, for an operation that acts through the
     /// descriptor itself (listing it, writing or resizing through it): the path recorded when
     /// it was opened, provided that path still names that very object. Something moved since
@@ -103,6 +105,7 @@ impl GuardedFilesystem<'_> {
         );
         Err(self.guard.refuse_rule(operation, &path, access, "descriptor-moved", message, ToolErrorKind::Conflict))
     }
+
     /// Refuse a write to the existing file `path` that the filesystem would refuse (its mode,
     /// or its owner, does not let this user write it), before anything is journaled or a
     /// temporary copy is made.
@@ -122,6 +125,7 @@ impl GuardedFilesystem<'_> {
             _ => Ok(()),
         }
     }
+
     /// The refusal for an operation on `path` that the policy allowed and the filesystem did
     /// not (permission denied): said as such, with the file's mode, and recorded.
     pub(super) fn refused_by_filesystem(&mut self, operation: &'static str, path: &str, access: Access) -> FsError {
@@ -139,6 +143,7 @@ impl GuardedFilesystem<'_> {
         );
         self.guard.refuse_rule(operation, path, access, "filesystem-permission", message, ToolErrorKind::Denied)
     }
+
     /// The refusal for an operation that met a symlink on the canonical `path`, which had none
     /// when it was judged: something replaced a directory on the way (or the file) since.
     pub(super) fn changed_underfoot(&mut self, operation: &'static str, path: &str, access: Access) -> FsError {
@@ -148,6 +153,7 @@ impl GuardedFilesystem<'_> {
         );
         self.guard.refuse_rule(operation, path, access, "changed-underfoot", message, ToolErrorKind::Conflict)
     }
+
     /// Run `operation` on the last component of the canonical `path`, relative to a descriptor
     /// for its directory opened from the workspace root following no symlink (with `like`'s
     /// permissions), so wasmtime-wasi's own implementation acts on exactly the judged entry: a
@@ -165,6 +171,7 @@ impl GuardedFilesystem<'_> {
         self.inner.table.delete(parent)?;
         result
     }
+
     /// A descriptor for the directory holding the canonical `path` (see [`in_parent`]). The
     /// caller deletes it from the table.
     pub(super) fn parent_descriptor(

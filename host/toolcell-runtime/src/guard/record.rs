@@ -35,11 +35,13 @@ impl FsGuard {
         );
         sink.log.append(&[record])
     }
+
     /// Record a refusal (in the audit trail and for the call's result) and return the WASI
     /// error the component sees.
     pub(super) fn refuse(&mut self, event: FsEvent, message: String) -> FsError {
         self.refuse_as(event, message, ToolErrorKind::Denied)
     }
+
     pub(super) fn refuse_as(&mut self, event: FsEvent, message: String, kind: ToolErrorKind) -> FsError {
         let key = (event.operation, event.access, event.rule.clone(), event.path.clone());
         if let Some(count) = self.repeats.get_mut(&key) {
@@ -69,6 +71,7 @@ impl FsGuard {
         self.denials.push(Denial { event, message, kind });
         FsError::from(ErrorCode::Access)
     }
+
     /// Refuse `access` to `path` by the host's own `rule` (not the policy's), recorded like
     /// every refusal.
     pub(super) fn refuse_rule(
@@ -83,11 +86,13 @@ impl FsGuard {
         let event = FsEvent { operation, path: path.to_owned(), access, effect: Effect::Deny, rule: rule.to_owned(), asked: false };
         self.refuse_as(event, message, kind)
     }
+
     /// Refuse a path that leads outside the workspace (as the component wrote it).
     pub(super) fn refuse_outside(&mut self, operation: &'static str, path: &str, access: Access) -> FsError {
         let message = format!("`{}` is outside the workspace: tools can only reach paths inside it", escape_control(path));
         self.refuse_rule(operation, path, access, "workspace-boundary", message, ToolErrorKind::Denied)
     }
+
     /// Record an allowed access the caller judged already with [`judge`](Self::judge).
     pub(super) fn record_allowed(&mut self, operation: &'static str, path: &str, access: Access, decision: Option<Decision>) {
         match decision {
@@ -102,6 +107,7 @@ impl FsGuard {
             None => self.unrecorded_events += 1,
         }
     }
+
     pub(super) fn remember(&mut self, event: FsEvent) {
         if self.events.len() < MAX_RECORDED_EVENTS {
             self.events.push(event);
@@ -109,6 +115,7 @@ impl FsGuard {
             self.unrecorded_events += 1;
         }
     }
+
     /// Write one record for each refusal the call repeated, with how often: the trail stays
     /// complete without a record per repetition.
     pub(crate) fn record_repeats(&mut self) {
@@ -146,6 +153,7 @@ impl FsGuard {
         }
         self.repeats.clear();
     }
+
     /// The kind and message of the refusal just recorded.
     pub(super) fn last_refusal(&self, fallback: ToolErrorKind) -> (ToolErrorKind, String) {
         match self.denials.last() {

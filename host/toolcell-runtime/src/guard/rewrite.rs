@@ -27,6 +27,7 @@ impl FsGuard {
             Err(error) => error.kind() == std::io::ErrorKind::NotFound && open_flags.contains(OpenFlags::CREATE),
         }
     }
+
     /// Create the temporary sibling that will replace `path` (already journaled), with the
     /// mode `path` has. Returns its workspace path.
     pub(super) fn shadow(&mut self, path: &str) -> FsResult<String> {
@@ -61,6 +62,7 @@ impl FsGuard {
         }
         Ok(temporary)
     }
+
     /// If `path`, or a file under it, is being rewritten through a temporary sibling, put the
     /// new content in place now: another operation (on the file, or renaming or removing its
     /// directory) is about to touch it.
@@ -84,6 +86,7 @@ impl FsGuard {
         }
         Ok(())
     }
+
     /// Put the rewritten files directly inside `directory` in place.
     pub(super) fn land_in(&mut self, directory: &str) -> FsResult<()> {
         let inside: Vec<String> = self
@@ -103,6 +106,7 @@ impl FsGuard {
         }
         Ok(())
     }
+
     /// Put every rewritten file in place: the call is about to commit.
     pub(crate) fn land_all(&mut self) -> Result<(), String> {
         let Some(transaction) = self.transaction.as_mut() else {
@@ -117,6 +121,7 @@ impl FsGuard {
         }
         Ok(())
     }
+
     /// Whether `name` in `directory` is a temporary sibling of this call's rewrites (hidden
     /// from listings).
     pub(super) fn is_shadow(&self, child: &str) -> bool {

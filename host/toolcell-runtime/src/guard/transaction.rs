@@ -124,11 +124,13 @@ impl FsGuard {
         }
         self.journal(operation, path, |journal, root| journal.preserve(root, path))
     }
+
     /// Journal the rename of the directory `from` to `to` (its content moves with it).
     pub(super) fn before_move(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
         self.journal(operation, to, |journal, root| journal.preserve(root, to))?;
         self.journal(operation, from, |journal, _| journal.preserve_move(from, to))
     }
+
     pub(super) fn journal(
         &mut self,
         operation: &'static str,
@@ -165,6 +167,7 @@ impl FsGuard {
             }
         }
     }
+
     /// Note that the file `path`, whose descriptor's metadata is `metadata`, was opened for
     /// reading.
     pub(super) fn track_read(&mut self, path: &str, metadata: &std::fs::Metadata) {
