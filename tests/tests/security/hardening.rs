@@ -321,11 +321,16 @@ fn a_directory_handle_is_judged_where_the_directory_is_now() {
     // Rolled back: the call failed.
     assert!(root.join("pub/readme.txt").exists() && root.join("secrets/key.txt").exists());
 
-    // Moved by someone else while the component holds the handle: a conflict, audited.
+    // Moved by someone else while the component holds the handle: a conflict, audited. The
+    // component makes a directory once it holds the handle; the mover waits for it.
     let mover = {
         let root = root.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(600));
+            let started = std::time::Instant::now();
+            while !root.join("holding").is_dir() {
+                assert!(started.elapsed() < std::time::Duration::from_secs(60), "the component never opened the directory");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
             std::fs::rename(root.join("pub"), root.join("secrets/pub")).expect("move the directory");
             std::fs::rename(root.join("secrets/key.txt"), root.join("secrets/pub/key.txt")).expect("move the hidden file");
         })
@@ -335,7 +340,8 @@ fn a_directory_handle_is_judged_where_the_directory_is_now() {
         workspace,
         json!([
             {"op": "open_dir", "path": "pub"},
-            {"op": "sleep", "content": "2000"},
+            {"op": "mkdir", "path": "holding"},
+            {"op": "sleep", "content": "3000"},
             {"op": "list_held", "content": "0"},
         ]),
     );
