@@ -156,7 +156,7 @@ impl Runtime {
         guard.record_repeats();
         if let Some(message) = guard.flooded() {
             outcome.trapped = false;
-            outcome.result = Err(ToolError::new(ToolErrorKind::TooLarge, message));
+            outcome.result = Err(ToolError::new(ToolErrorKind::TooLarge, message.to_owned()));
         }
         outcome.events = std::mem::take(&mut guard.events);
         outcome.unrecorded_events = guard.unrecorded_events;

@@ -192,9 +192,9 @@ impl ComponentCache {
 /// (`0o022`: writable by group or others; `0o077`: any access by them).
 pub(crate) fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(), Error> {
     use std::os::unix::fs::MetadataExt as _;
-    let metadata = std::fs::metadata(path).map_err(|source| Error::Cache { path: path.to_path_buf(), source })?;
-    let user = rustix::process::geteuid().as_raw();
     let insecure = |reason: String| Error::Insecure { path: path.to_path_buf(), reason };
+    let metadata = std::fs::metadata(path).map_err(|source| insecure(format!("{what} cannot be examined ({source})")))?;
+    let user = rustix::process::geteuid().as_raw();
     if metadata.uid() != user {
         return Err(insecure(format!(
             "{what} belongs to user {}, not to the user running toolcell ({user}); use a directory of your own",

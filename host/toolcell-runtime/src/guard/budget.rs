@@ -26,8 +26,8 @@ impl FsGuard {
 
     /// Why the call was stopped for making more distinct refusals than its budget of audit
     /// records, if it was.
-    pub(crate) fn flooded(&self) -> Option<String> {
-        self.flood.clone()
+    pub(crate) fn flooded(&self) -> Option<&str> {
+        self.flood.as_deref()
     }
 
     /// Count one filesystem call against the budget; past it, every call fails (and the first

@@ -85,9 +85,7 @@ impl FsGuard {
             .iter()
             .find(|(state, hidden)| {
                 (modifies || *hidden)
-                    && (state == "."
-                        || path == state.as_str()
-                        || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
+                    && (path == state.as_str() || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
             })
             .map(|(state, _)| state.as_str())
     }
