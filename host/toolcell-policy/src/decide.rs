@@ -15,7 +15,8 @@ impl Policy {
         // Every (rule, glob) about this access whose glob matches the path, found in one pass.
         let index = &role.index[access.slot()];
         let decided = MATCHED.with_borrow_mut(|matched| {
-            // The strongest effect wins; among rules of equal effect, the first.
+            // A rule naming the calling tool outranks one naming none; then the strongest
+            // effect wins; among rules of equal rank, the first.
             let mut verdict: Option<usize> = None;
             for &(rule_index, glob_index) in index.matching(path, matched) {
                 let rule = &role.rules[rule_index];
@@ -24,9 +25,11 @@ impl Policy {
                 }
                 let stronger = match verdict {
                     None => true,
-                    Some(best) => {
-                        let best_rank = rank(role.rules[best].effect);
-                        rank(rule.effect) > best_rank || (rank(rule.effect) == best_rank && rule_index < best)
+                    Some(best_index) => {
+                        let best = &role.rules[best_index];
+                        let best_rank = (best.scoped, rank(best.effect));
+                        let this_rank = (rule.scoped, rank(rule.effect));
+                        this_rank > best_rank || (this_rank == best_rank && rule_index < best_index)
                     }
                 };
                 if stronger {

@@ -88,6 +88,15 @@ pub(crate) struct Rule {
     pub(crate) access: Vec<Access>,
     pub(crate) globs: Vec<PathGlob>,
     pub(crate) effect: Effect,
+    /// The tools the rule is about; `None` for every tool.
+    pub(crate) tools: Option<Vec<String>>,
+    /// Whether a path uses `{chain}` or `{task}`.
+    pub(crate) templated: bool,
+    /// The paths as written, for binding a templated rule.
+    pub(crate) patterns: Vec<String>,
+    /// In a role bound for a call: the rule names the calling tool, so it outranks the rules
+    /// that name none.
+    pub(crate) scoped: bool,
 }
 
 /// A compiled glob over canonical workspace-relative paths, with the policy's semantics: `*`

@@ -9,6 +9,13 @@
 //! deleted unless a rule names them explicitly: a rule `**` does not, a rule `.git/hooks/**`
 //! does.
 //!
+//! A rule may name the tools it is about (`tools = ["task_complete"]`): for a call of one of
+//! them it outranks every rule that names no tool (among the matching rules, those naming the
+//! calling tool decide; then deny over ask over allow), and for other calls it does not apply.
+//! A rule's paths may use `{chain}` and `{task}`, the task a session is bound to
+//! ([`TaskBinding`]); such a rule applies only to bound sessions. [`Policy::bind`] gives the role
+//! as it stands for one call.
+//!
 //! ```
 //! use toolcell_policy::{Access, Effect, Policy};
 //!
@@ -41,6 +48,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -152,7 +160,7 @@ pub struct PolicyError {
 #[derive(Debug, Clone)]
 pub struct Policy {
     file: String,
-    roles: BTreeMap<String, Role>,
+    roles: BTreeMap<String, Arc<Role>>,
     protected: Vec<Protected>,
     read_before_write: ReadBeforeWrite,
     validators: Vec<Validator>,
@@ -266,9 +274,16 @@ pub struct Role {
     description: String,
     tools: ToolSet,
     rules: Vec<Rule>,
+    /// Rules that name tools or use `{chain}` / `{task}`: not in `index` until
+    /// [`Policy::bind`] adds those that apply to a call.
+    scoped: Vec<Rule>,
     /// For each access (in [`Access::ALL`] order), the globs of the rules about it, matched
     /// in one pass.
     index: [AccessIndex; 4],
+    /// The roles whose sessions this role may start (`may_spawn`), with their spans.
+    may_spawn: Vec<(String, std::ops::Range<usize>)>,
+    /// Whether it may lock paths for a chain (`may_lock_for_chains`).
+    may_lock_for_chains: bool,
 }
 
 impl Policy {
@@ -300,14 +315,15 @@ impl Policy {
         &self.file
     }
 
-    /// The role named `name`.
+    /// The role named `name`, without the rules that name tools or a task (see
+    /// [`bind`](Self::bind)).
     pub fn role(&self, name: &str) -> Option<&Role> {
-        self.roles.get(name)
+        self.roles.get(name).map(|role| &**role)
     }
 
     /// Every role, sorted by name.
     pub fn roles(&self) -> impl Iterator<Item = &Role> {
-        self.roles.values()
+        self.roles.values().map(|role| &**role)
     }
 
     /// Protect another workspace-relative path or glob (the host adds the policy file and its
@@ -349,15 +365,39 @@ impl Role {
             ToolSet::Only(tools) => Some(tools),
         }
     }
+
+    /// Whether sessions of this role may start sessions of `role` (`may_spawn`).
+    pub fn may_spawn(&self, role: &str) -> bool {
+        self.may_spawn.iter().any(|(spawned, _)| spawned == role)
+    }
+
+    /// The roles whose sessions this role may start.
+    pub fn spawnable(&self) -> impl Iterator<Item = &str> {
+        self.may_spawn.iter().map(|(spawned, _)| spawned.as_str())
+    }
+
+    /// Whether this role may lock paths on behalf of a chain (`may_lock_for_chains`).
+    pub fn may_lock_for_chains(&self) -> bool {
+        self.may_lock_for_chains
+    }
+
+    /// Whether some rule of the role names tools or uses a task's paths, so that a call's
+    /// decisions need [`Policy::bind`].
+    pub fn has_scoped_rules(&self) -> bool {
+        !self.scoped.is_empty()
+    }
 }
 
+mod bind;
 mod decide;
 mod index;
 mod parse;
 
+pub use bind::{TaskBinding, canonical_tool_name};
 pub use decide::Verdict;
 pub use index::{PathGlob, join_lexically};
 
+use bind::{is_templated, substitute, unknown_variable};
 use index::{AccessIndex, BUILT_IN_PROTECTED, Protected, Rule, ToolSet, compile_glob};
 
 #[cfg(test)]

@@ -64,6 +64,10 @@ pub(crate) struct RawRole {
     tools: Vec<Spanned<String>>,
     #[serde(default)]
     rules: Vec<Spanned<RawRule>>,
+    #[serde(default)]
+    may_spawn: Vec<Spanned<String>>,
+    #[serde(default)]
+    may_lock_for_chains: bool,
 }
 
 #[derive(Deserialize)]
@@ -73,6 +77,7 @@ pub(crate) struct RawRule {
     access: Vec<Spanned<String>>,
     paths: Vec<Spanned<String>>,
     effect: Spanned<String>,
+    tools: Option<Vec<Spanned<String>>>,
 }
 
 impl Policy {
@@ -124,6 +129,7 @@ impl Policy {
             }
             let tools = compile_tools(&role_name, &raw_role.tools, known_tools).map_err(|(span, reason)| error(span, reason))?;
             let mut rules = Vec::new();
+            let mut scoped = Vec::new();
             for (index, raw_rule) in raw_role.rules.iter().enumerate() {
                 let line = line_of(text, raw_rule.span().start);
                 let raw_rule = raw_rule.get_ref();
@@ -139,7 +145,9 @@ impl Policy {
                         ),
                     ));
                 }
-                rules.push(compile_rule(id, line, raw_rule).map_err(|(span, reason)| error(span, reason))?);
+                let rule = compile_rule(id, line, raw_rule, known_tools).map_err(|(span, reason)| error(span, reason))?;
+                // Rules that name tools or a task's paths are bound per call (`Policy::bind`).
+                if rule.tools.is_some() || rule.templated { scoped.push(rule) } else { rules.push(rule) }
             }
             let index = Access::ALL.map(|access| AccessIndex::new(&rules, access));
             let index = match index {
@@ -149,7 +157,35 @@ impl Policy {
                     return Err(error(Some(name.span()), format!("role `{role_name}`: {reason}")));
                 }
             };
-            roles.insert(role_name.clone(), Role { name: role_name, description: raw_role.description, tools, rules, index });
+            let may_spawn = raw_role.may_spawn.iter().map(|spawned| (spawned.get_ref().clone(), spawned.span())).collect();
+            roles.insert(
+                role_name.clone(),
+                Arc::new(Role {
+                    name: role_name,
+                    description: raw_role.description,
+                    tools,
+                    rules,
+                    scoped,
+                    index,
+                    may_spawn,
+                    may_lock_for_chains: raw_role.may_lock_for_chains,
+                }),
+            );
+        }
+        for role in roles.values() {
+            for (spawned, span) in &role.may_spawn {
+                if !roles.contains_key(spawned) {
+                    return Err(error(
+                        Some(span.clone()),
+                        format!(
+                            "role `{}` may spawn the unknown role `{}`; the roles are: {}",
+                            role.name,
+                            spawned.escape_default(),
+                            roles.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
+                }
+            }
         }
         let read_before_write = match raw.writes.as_ref().and_then(|writes| writes.read_before_write.as_ref()) {
             None => ReadBeforeWrite::default(),
@@ -274,7 +310,8 @@ pub(crate) fn compile_tools(role: &str, tools: &[Spanned<String>], known_tools: 
     }
     let mut names = Vec::new();
     for tool in tools {
-        if !known_tools.contains(&tool.get_ref().as_str()) {
+        let name = canonical_tool_name(tool.get_ref());
+        if !known_tools.contains(&name.as_ref()) {
             return Err((
                 Some(tool.span()),
                 format!(
@@ -284,12 +321,12 @@ pub(crate) fn compile_tools(role: &str, tools: &[Spanned<String>], known_tools: 
                 ),
             ));
         }
-        names.push(tool.get_ref().clone());
+        names.push(name.into_owned());
     }
     Ok(ToolSet::Only(names))
 }
 
-pub(crate) fn compile_rule(id: String, line: usize, raw: &RawRule) -> Result<Rule, SpannedError> {
+pub(crate) fn compile_rule(id: String, line: usize, raw: &RawRule, known_tools: &[&str]) -> Result<Rule, SpannedError> {
     let effect = match raw.effect.get_ref().as_str() {
         "allow" => Effect::Allow,
         "ask" => Effect::Ask,
@@ -317,11 +354,48 @@ pub(crate) fn compile_rule(id: String, line: usize, raw: &RawRule) -> Result<Rul
     if raw.paths.is_empty() {
         return Err((None, format!("rule `{id}` on line {line} has an empty `paths` list")));
     }
+    let tools = match &raw.tools {
+        None => None,
+        Some(tools) if tools.is_empty() => {
+            return Err((None, format!("rule `{id}` on line {line} has an empty `tools` list: leave `tools` out for a rule on every tool")));
+        }
+        Some(tools) => {
+            let mut names = Vec::new();
+            for tool in tools {
+                let name = canonical_tool_name(tool.get_ref());
+                if !known_tools.contains(&name.as_ref()) {
+                    return Err((
+                        Some(tool.span()),
+                        format!(
+                            "rule `{id}` names the unknown tool `{}`; the tools are: {}",
+                            tool.get_ref().escape_default(),
+                            known_tools.join(", ")
+                        ),
+                    ));
+                }
+                names.push(name.into_owned());
+            }
+            Some(names)
+        }
+    };
     let mut globs = Vec::new();
+    let mut templated = false;
     for pattern in &raw.paths {
-        globs.push(compile_glob(pattern.get_ref()).map_err(|reason| (Some(pattern.span()), format!("rule `{id}`: {reason}")))?);
+        let text = pattern.get_ref();
+        if let Some(unknown) = unknown_variable(text) {
+            return Err((
+                Some(pattern.span()),
+                format!("rule `{id}`: `{{{unknown}}}` is not a variable; a path may use `{{chain}}` and `{{task}}` (the session's task)"),
+            ));
+        }
+        templated |= is_templated(text);
+        // A templated glob is compiled here with sample values to check it; `Policy::bind`
+        // compiles it again with the session's task.
+        let sample = substitute(text, &TaskBinding::sample());
+        globs.push(compile_glob(&sample).map_err(|reason| (Some(pattern.span()), format!("rule `{id}`: {reason}")))?);
     }
-    Ok(Rule { id, line, access, globs, effect })
+    let patterns = raw.paths.iter().map(|pattern| pattern.get_ref().clone()).collect();
+    Ok(Rule { id, line, access, globs, effect, tools, templated, patterns, scoped: false })
 }
 
 pub(crate) fn compile_limits(raw: &RawLimits, table: &str) -> Result<Limits, SpannedError> {

@@ -460,3 +460,118 @@ effect = "allow"
     assert_eq!(decide(&policy, "r", "read", "keys").0, Effect::Deny);
     assert_eq!(decide(&policy, "r", "write", ".git/config").1, "protected:.git/**");
 }
+
+const SCOPED: &str = r#"
+version = 1
+
+[roles.impl]
+tools = ["read_file", "write_file", "move_file"]
+may_spawn = []
+
+[[roles.impl.rules]]
+id = "write-all"
+access = ["read", "list", "write", "delete"]
+paths = ["**"]
+effect = "allow"
+
+[[roles.impl.rules]]
+id = "docs-read-only"
+access = ["write", "delete"]
+paths = ["docs/**"]
+effect = "deny"
+
+[[roles.impl.rules]]
+id = "move-own-task"
+tools = ["move:file"]
+access = ["write", "delete"]
+paths = ["docs/tasks/*/{chain}/{task}.md"]
+effect = "allow"
+
+[[roles.impl.rules]]
+id = "never-done"
+tools = ["move_file"]
+access = ["write"]
+paths = ["docs/tasks/done/**"]
+effect = "deny"
+
+[roles.control]
+tools = ["read_file"]
+may_spawn = ["impl"]
+may_lock_for_chains = true
+"#;
+
+#[test]
+fn rules_naming_a_tool_outrank_the_others_only_for_that_tool_and_the_bound_task() {
+    let policy = Policy::parse("scoped.toml", SCOPED, TOOLS).expect("loads");
+    let task = TaskBinding::parse("CHAIN-039-file-ops/002-parse").expect("a task");
+    let other = TaskBinding::parse("CHAIN-039-file-ops/003-print").expect("a task");
+    let decide_for = |tool: &str, task: Option<&TaskBinding>, access: Access, path: &str| {
+        let role = policy.bind("impl", tool, task).expect("role");
+        let decision = policy.decide(&role, access, path);
+        (decision.effect, decision.rule)
+    };
+    let own = "docs/tasks/in-review/CHAIN-039-file-ops/002-parse.md";
+    let table: &[(&str, Option<&TaskBinding>, Access, &str, Effect, &str)] = &[
+        // The tool-scoped allow outranks the general deny, for its tool and task only.
+        ("move_file", Some(&task), Access::Write, own, Effect::Allow, "move-own-task"),
+        ("move_file", Some(&task), Access::Delete, "docs/tasks/in-progress/CHAIN-039-file-ops/002-parse.md", Effect::Allow, "move-own-task"),
+        ("write_file", Some(&task), Access::Write, own, Effect::Deny, "docs-read-only"),
+        ("move_file", Some(&other), Access::Write, own, Effect::Deny, "docs-read-only"),
+        ("move_file", None, Access::Write, own, Effect::Deny, "docs-read-only"),
+        // Among scoped rules, deny still beats allow.
+        ("move_file", Some(&task), Access::Write, "docs/tasks/done/CHAIN-039-file-ops/002-parse.md", Effect::Deny, "never-done"),
+        // Paths no scoped rule matches are decided by the general rules.
+        ("move_file", Some(&task), Access::Write, "src/a.rs", Effect::Allow, "write-all"),
+    ];
+    for (tool, task, access, path, effect, rule) in table {
+        assert_eq!(decide_for(tool, *task, *access, path), (*effect, (*rule).to_owned()), "{tool} {task:?} {access} {path}");
+    }
+    // The unbound role has none of the scoped rules.
+    assert_eq!(decide(&policy, "impl", "write", own).1, "docs-read-only");
+    assert!(policy.role("impl").expect("role").has_scoped_rules());
+    let control = policy.role("control").expect("role");
+    assert!(control.may_spawn("impl") && !control.may_spawn("control") && control.may_lock_for_chains());
+    assert!(!policy.role("impl").expect("role").may_lock_for_chains());
+    // A role with nothing to bind is shared, not rebuilt.
+    let first = policy.bind("control", "read_file", Some(&task)).expect("role");
+    assert!(Arc::ptr_eq(&first, &policy.bind("control", "read_file", None).expect("role")));
+    assert!(policy.bind("nobody", "read_file", None).is_none());
+}
+
+#[test]
+fn task_references_and_variables_are_checked() {
+    for good in ["CHAIN-039-file-operations/001-parse", "CHAIN-1/123-a", "CHAIN-039/1000-x-2"] {
+        assert!(TaskBinding::parse(good).is_ok(), "{good}");
+    }
+    for bad in [
+        "CHAIN-039",
+        "chain-039/001-a",
+        "CHAIN-039/01-a",
+        "CHAIN-039/001-",
+        "CHAIN-039/001-A",
+        "CHAIN-039/001-a/..",
+        "CHAIN-039-*/001-a",
+        "CHAIN-039/001-{a,b}",
+        "CHAIN-/001-a",
+        "../CHAIN-1/001-a",
+    ] {
+        assert!(TaskBinding::parse(bad).is_err(), "{bad}");
+    }
+    assert_eq!(canonical_tool_name("task:start"), "task_start");
+    let header = "version = 1\n[roles.r]\ntools = [\"read_file\"]\n";
+    let table: &[(&str, Option<usize>, &str)] = &[
+        ("[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"docs/{chian}/**\"]\neffect = \"allow\"\n", Some(6), "`{chian}` is not a variable"),
+        ("[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"**\"]\ntools = [\"no_such\"]\neffect = \"allow\"\n", Some(7), "unknown tool `no_such`"),
+        ("[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"**\"]\ntools = []\neffect = \"allow\"\n", None, "on line 4 has an empty `tools` list"),
+    ];
+    for (rules, line, reason) in table {
+        let error = load_error(&format!("{header}{rules}"));
+        assert!(error.reason.contains(reason), "{error}");
+        assert_eq!(error.line, *line, "{error}");
+    }
+    let error = load_error(&format!("{header}may_spawn = [\"ghost\"]\n"));
+    assert!(error.reason.contains("unknown role `ghost`"), "{error}");
+    // Alternations are globs, not variables; the task-chain spellings of tool names are accepted.
+    Policy::parse("ok.toml", &format!("{header}[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"*.{{rs,toml}}\"]\ntools = [\"read:file\"]\neffect = \"allow\"\n"), TOOLS)
+        .expect("loads");
+}
