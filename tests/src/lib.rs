@@ -305,6 +305,7 @@ impl Fixture {
                 approver,
                 owner: None,
                 fences: &[],
+                task: None,
             })
             .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
     }

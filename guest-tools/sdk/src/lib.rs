@@ -38,6 +38,7 @@
 //! paths; the host checks each call. The helpers here exist to give agents good messages, not
 //! to enforce anything.
 
+pub mod chain;
 mod entry;
 pub mod path;
 pub mod read;
@@ -209,6 +210,15 @@ pub use bindings::toolcell::tool::context::{Effect, PathFacts};
 pub fn inspect(path: &WorkspacePath) -> Result<PathFacts, ToolError> {
     context::inspect(path.as_str())
 }
+
+/// The task the session is bound to (`CHAIN-ID/NNN-slug`), as the host set it.
+pub fn bound_task() -> Option<String> {
+    context::task()
+}
+
+/// The host's task-chain capabilities (`toolcell:tool/workflow`): the workspace's locks,
+/// locking paths for a chain, and spawning sessions, each granted by the caller's policy.
+pub use bindings::toolcell::tool::workflow;
 
 /// Attach a note to this call's audit record.
 pub fn note(text: &str) {

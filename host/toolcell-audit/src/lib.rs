@@ -41,6 +41,8 @@ pub enum Kind {
     Lock,
     /// A call interrupted by a crash, rolled back when the host started again.
     Recovery,
+    /// A session started by another (`child`, of role `access`, bound to the task `path`).
+    Spawn,
 }
 
 /// One audit record. Fields that do not apply to its kind are absent.
@@ -103,6 +105,9 @@ pub struct Record {
     /// For call records: the notes the tool attached.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// For spawn records: the new session's id (the record's `session` is its parent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<String>,
     /// The previous record's hash (set by [`seal`]).
     #[serde(default)]
     pub prev: String,
@@ -159,6 +164,19 @@ impl Record {
         }
     }
 
+    /// The session `parent` (of role `role`, in the call `call_id` of `tool`) started the
+    /// session `child` of role `child_role`, bound to `task`.
+    #[expect(clippy::too_many_arguments, reason = "one argument per field of a flat record")]
+    pub fn spawn(ts: &str, parent: &str, role: &str, tool: &str, call_id: &str, child: &str, child_role: &str, task: &str) -> Self {
+        Record {
+            path: Some(task.to_owned()),
+            access: Some(child_role.to_owned()),
+            decision: Some("spawned".to_owned()),
+            child: Some(child.to_owned()),
+            ..Record::empty(Kind::Spawn, ts, parent, role, tool, call_id)
+        }
+    }
+
     fn empty(kind: Kind, ts: &str, session: &str, role: &str, tool: &str, call_id: &str) -> Self {
         Record {
             seq: 0,
@@ -181,6 +199,7 @@ impl Record {
             rolled_back: None,
             repeated: None,
             notes: Vec::new(),
+            child: None,
             prev: String::new(),
         }
     }
@@ -412,6 +431,12 @@ pub fn display(record: &Record) -> String {
             record.outcome.as_deref().unwrap_or("?"),
             record.rolled_back.unwrap_or(0),
             record.message.as_deref().map(|message| format!(": {}", clean(message))).unwrap_or_default(),
+        ),
+        Kind::Spawn => format!(
+            "{head} SPAWN {} session {} for task `{}`",
+            clean(record.access.as_deref().unwrap_or("?")),
+            clean(record.child.as_deref().unwrap_or("?")),
+            clean(record.path.as_deref().unwrap_or("?")),
         ),
     }
 }

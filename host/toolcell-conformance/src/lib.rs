@@ -487,6 +487,7 @@ impl Scratch {
             approver: None,
             owner: None,
             fences: &[],
+            task: None,
         };
         runtime.call(&request).unwrap_or_else(|error| CallOutcome {
             result: Err(toolcell_types::ToolError::new(ToolErrorKind::Failed, format!("the host could not run the call: {error}"))),

@@ -41,7 +41,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use toolcell_runtime::{
-    Access, Approver, CacheOutcome, Denial, Error, Lock, LockMode, LockRequest, Runtime, RuntimeBuilder, Workspace,
+    Access, Approver, CacheOutcome, Denial, Error, Lock, LockMode, LockRequest, Runtime, RuntimeBuilder, SessionRecord, SessionState,
+    Spawner, TaskBinding, Workspace,
 };
 pub use toolcell_types::{ToolError, ToolErrorKind, ToolInfo, ToolOutput};
 
@@ -53,6 +54,19 @@ pub mod schemas;
 pub const DEFAULT_POLICY: &str = include_str!("../../../policies/default.toml");
 /// How the default policy is named in messages.
 pub const DEFAULT_POLICY_NAME: &str = "policies/default.toml (built in)";
+/// The shipped task-chain workflow policy (`policies/workflow.toml`).
+pub const WORKFLOW_POLICY: &str = include_str!("../../../policies/workflow.toml");
+/// How the workflow policy is named in messages.
+pub const WORKFLOW_POLICY_NAME: &str = "policies/workflow.toml (built in)";
+
+/// A shipped policy by name (`default`, `workflow`): its name in messages and its text.
+pub fn builtin_policy(name: &str) -> Option<(&'static str, &'static str)> {
+    match name {
+        "default" => Some((DEFAULT_POLICY_NAME, DEFAULT_POLICY)),
+        "workflow" => Some((WORKFLOW_POLICY_NAME, WORKFLOW_POLICY)),
+        _ => None,
+    }
+}
 
 /// A runtime builder with the built-in tools.
 pub fn builtin_runtime() -> RuntimeBuilder {
@@ -90,13 +104,21 @@ pub struct HostBuilder {
     state_dir: Option<PathBuf>,
     cache_dir: Option<PathBuf>,
     approver: Option<Arc<dyn Approver>>,
+    spawner: Option<Arc<dyn Spawner>>,
 }
 
 impl HostBuilder {
     /// A host over the directory `workspace`, governed by the shipped default policy, with no
     /// audit trail, no compiled-component cache and no approver (`ask` is refused).
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
-        HostBuilder { workspace: workspace.into(), policy: PolicyChoice::Default, state_dir: None, cache_dir: None, approver: None }
+        HostBuilder {
+            workspace: workspace.into(),
+            policy: PolicyChoice::Default,
+            state_dir: None,
+            cache_dir: None,
+            approver: None,
+            spawner: None,
+        }
     }
 
     /// Govern calls by the policy in this file.
@@ -134,6 +156,15 @@ impl HostBuilder {
         self
     }
 
+    /// Start the agent of every session a tool spawns (`spawn_impl_session`) with `spawner`;
+    /// without one, a spawned session is recorded as pending and the spawning agent is told
+    /// the `toolcell mcp` command that runs it.
+    #[must_use]
+    pub fn spawner(mut self, spawner: Arc<dyn Spawner>) -> Self {
+        self.spawner = Some(spawner);
+        self
+    }
+
     /// Load the tools, compile the policy, open the workspace and the audit trail.
     ///
     /// # Errors
@@ -148,6 +179,9 @@ impl HostBuilder {
         }
         if let Some(state) = self.state_dir {
             builder = builder.audit_dir(state);
+        }
+        if let Some(spawner) = self.spawner {
+            builder = builder.spawner(spawner);
         }
         builder = match self.policy {
             PolicyChoice::Default => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),
@@ -196,8 +230,42 @@ impl Host {
             role: role.to_owned(),
             session_id: session_id.to_owned(),
             owner: None,
+            task: None,
             held: Arc::new(Mutex::new(Vec::new())),
         })
+    }
+
+    /// Open the session `session_id` the host recorded when a tool spawned it: its role, task
+    /// and owner come from the record, not from the caller. The session is marked active.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Session`] if no such session was spawned in this workspace, or it has ended.
+    pub fn spawned_session(&self, session_id: &str) -> Result<Session, Error> {
+        let sessions = self.inner.runtime.sessions();
+        let unknown = |reason: &str| Error::Session { session: session_id.escape_default().to_string(), reason: reason.to_owned() };
+        let record =
+            sessions.get(session_id).ok_or_else(|| unknown("no session of that id was spawned (`toolcell sessions list` lists them)"))?;
+        if record.workspace != self.inner.workspace.root() {
+            return Err(unknown("it was spawned for another workspace"));
+        }
+        if record.state == SessionState::Ended {
+            return Err(unknown("it has ended; spawn a new one"));
+        }
+        let mut session = self.session(&record.role, &record.id)?;
+        if let Some(task) = &record.task {
+            session = session.with_task(TaskBinding::parse(task).map_err(|reason| unknown(&reason))?);
+        }
+        if let Some(owner) = &record.owner {
+            session = session.with_owner(owner.clone());
+        }
+        sessions.set_state(&record.id, SessionState::Active).map_err(|error| unknown(&format!("its record cannot be updated: {error}")))?;
+        Ok(session)
+    }
+
+    /// The workspace the host governs.
+    pub fn workspace(&self) -> &Workspace {
+        &self.inner.workspace
     }
 
     /// The live locks on the workspace.
@@ -228,6 +296,8 @@ pub struct Session {
     role: String,
     session_id: String,
     owner: Option<String>,
+    /// The task the session is bound to.
+    task: Option<TaskBinding>,
     /// Locks this session acquired and has not released; their tokens go with every call.
     held: Arc<Mutex<Vec<Lock>>>,
 }
@@ -251,6 +321,23 @@ impl Session {
     pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = Some(owner.into());
         self
+    }
+
+    /// Bind the session to one task: the policy's `{chain}` / `{task}` rules apply to it, the
+    /// task tools act on it, and the session writes for the task's chain (its lock owner,
+    /// unless [`with_owner`](Self::with_owner) says otherwise).
+    #[must_use]
+    pub fn with_task(mut self, task: TaskBinding) -> Self {
+        if self.owner.is_none() {
+            self.owner = Some(task.chain().to_owned());
+        }
+        self.task = Some(task);
+        self
+    }
+
+    /// The task the session is bound to, if any.
+    pub fn task(&self) -> Option<&TaskBinding> {
+        self.task.as_ref()
     }
 
     /// The session's role.
@@ -343,6 +430,7 @@ impl Session {
             approver: inner.approver.as_ref(),
             owner: self.owner.as_deref(),
             fences: &fences,
+            task: self.task.as_ref(),
         })?;
         Ok(CallResult { output: outcome.result, warnings: outcome.warnings, call_id: outcome.call_id, denials: outcome.denials })
     }

@@ -125,8 +125,9 @@ impl Policy {
     /// expected, rules that no longer combine: callers then refuse everything).
     pub fn bind(&self, role: &str, tool: &str, task: Option<&TaskBinding>) -> Option<Arc<Role>> {
         let shared = self.roles.get(role)?;
-        let applies =
-            |rule: &Rule| rule.tools.as_ref().is_none_or(|tools| tools.iter().any(|named| named == tool)) && (!rule.templated || task.is_some());
+        let applies = |rule: &Rule| {
+            rule.tools.as_ref().is_none_or(|tools| tools.iter().any(|named| named == tool)) && (!rule.templated || task.is_some())
+        };
         if !shared.scoped.iter().any(applies) {
             return Some(Arc::clone(shared));
         }

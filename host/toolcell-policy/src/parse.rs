@@ -357,7 +357,10 @@ pub(crate) fn compile_rule(id: String, line: usize, raw: &RawRule, known_tools: 
     let tools = match &raw.tools {
         None => None,
         Some(tools) if tools.is_empty() => {
-            return Err((None, format!("rule `{id}` on line {line} has an empty `tools` list: leave `tools` out for a rule on every tool")));
+            return Err((
+                None,
+                format!("rule `{id}` on line {line} has an empty `tools` list: leave `tools` out for a rule on every tool"),
+            ));
         }
         Some(tools) => {
             let mut names = Vec::new();

@@ -514,7 +514,14 @@ fn rules_naming_a_tool_outrank_the_others_only_for_that_tool_and_the_bound_task(
     let table: &[(&str, Option<&TaskBinding>, Access, &str, Effect, &str)] = &[
         // The tool-scoped allow outranks the general deny, for its tool and task only.
         ("move_file", Some(&task), Access::Write, own, Effect::Allow, "move-own-task"),
-        ("move_file", Some(&task), Access::Delete, "docs/tasks/in-progress/CHAIN-039-file-ops/002-parse.md", Effect::Allow, "move-own-task"),
+        (
+            "move_file",
+            Some(&task),
+            Access::Delete,
+            "docs/tasks/in-progress/CHAIN-039-file-ops/002-parse.md",
+            Effect::Allow,
+            "move-own-task",
+        ),
         ("write_file", Some(&task), Access::Write, own, Effect::Deny, "docs-read-only"),
         ("move_file", Some(&other), Access::Write, own, Effect::Deny, "docs-read-only"),
         ("move_file", None, Access::Write, own, Effect::Deny, "docs-read-only"),
@@ -560,9 +567,21 @@ fn task_references_and_variables_are_checked() {
     assert_eq!(canonical_tool_name("task:start"), "task_start");
     let header = "version = 1\n[roles.r]\ntools = [\"read_file\"]\n";
     let table: &[(&str, Option<usize>, &str)] = &[
-        ("[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"docs/{chian}/**\"]\neffect = \"allow\"\n", Some(6), "`{chian}` is not a variable"),
-        ("[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"**\"]\ntools = [\"no_such\"]\neffect = \"allow\"\n", Some(7), "unknown tool `no_such`"),
-        ("[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"**\"]\ntools = []\neffect = \"allow\"\n", None, "on line 4 has an empty `tools` list"),
+        (
+            "[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"docs/{chian}/**\"]\neffect = \"allow\"\n",
+            Some(6),
+            "`{chian}` is not a variable",
+        ),
+        (
+            "[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"**\"]\ntools = [\"no_such\"]\neffect = \"allow\"\n",
+            Some(7),
+            "unknown tool `no_such`",
+        ),
+        (
+            "[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"**\"]\ntools = []\neffect = \"allow\"\n",
+            None,
+            "on line 4 has an empty `tools` list",
+        ),
     ];
     for (rules, line, reason) in table {
         let error = load_error(&format!("{header}{rules}"));
@@ -572,6 +591,12 @@ fn task_references_and_variables_are_checked() {
     let error = load_error(&format!("{header}may_spawn = [\"ghost\"]\n"));
     assert!(error.reason.contains("unknown role `ghost`"), "{error}");
     // Alternations are globs, not variables; the task-chain spellings of tool names are accepted.
-    Policy::parse("ok.toml", &format!("{header}[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"*.{{rs,toml}}\"]\ntools = [\"read:file\"]\neffect = \"allow\"\n"), TOOLS)
-        .expect("loads");
+    Policy::parse(
+        "ok.toml",
+        &format!(
+            "{header}[[roles.r.rules]]\naccess = [\"read\"]\npaths = [\"*.{{rs,toml}}\"]\ntools = [\"read:file\"]\neffect = \"allow\"\n"
+        ),
+        TOOLS,
+    )
+    .expect("loads");
 }

@@ -81,6 +81,7 @@ fn main() {
         approver: None,
         owner: None,
         fences: &[],
+        task: None,
     };
     let write_args = serde_json::json!({"path": "written.txt", "content": content}).to_string();
     let write_request = CallRequest { tool: "write_file", args: &write_args, ..request };
@@ -177,3 +178,4 @@ fn main() {
 fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
 }
+}task: None,

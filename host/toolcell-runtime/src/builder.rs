@@ -33,6 +33,7 @@ pub struct RuntimeBuilder {
     unguarded: bool,
     limits: Limits,
     plugin_dir: Option<PathBuf>,
+    spawner: Option<Arc<dyn Spawner>>,
 }
 
 enum PolicySource {
@@ -44,6 +45,15 @@ impl RuntimeBuilder {
     /// A builder with no components and no compiled-component cache.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Start the agents of sessions that tools spawn (`workflow.spawn-session`) with
+    /// `spawner`; without one, a spawned session waits for an agent to connect to it (the
+    /// spawning agent is told the `toolcell mcp` command).
+    #[must_use]
+    pub fn spawner(mut self, spawner: Arc<dyn Spawner>) -> Self {
+        self.spawner = Some(spawner);
+        self
     }
 
     /// Keep compiled components in `directory` (created if missing), so that later starts
@@ -271,6 +281,12 @@ impl RuntimeBuilder {
             Some(directory) => LockStore::in_directory(directory),
             None => LockStore::in_memory(),
         });
+        let workflow = Arc::new(workflow::WorkflowShared {
+            locks: Arc::clone(&locks),
+            sessions: Arc::new(SessionStore::new(work.path())),
+            spawner: self.spawner,
+            audit: audit.clone(),
+        });
         Ok(Runtime {
             engine,
             tools,
@@ -283,6 +299,8 @@ impl RuntimeBuilder {
             locks,
             reads: reads::ReadTracker::new(state_dir.as_deref()),
             undo: undo::UndoStore::new(work.path()),
+            workflow,
+            bound_roles: std::sync::Mutex::default(),
             recovered,
             work,
             _ticker: ticker,

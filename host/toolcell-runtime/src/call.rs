@@ -43,6 +43,15 @@ impl Runtime {
     /// in [`CallOutcome::result`].
     pub fn call(&self, request: &CallRequest<'_>) -> Result<CallOutcome, Error> {
         let started = Instant::now();
+        // `chain:status` is `chain_status`: the call runs, and is audited, under the tool's name.
+        let aliased;
+        let request = match self.canonical_tool(request.tool) {
+            Some(canonical) if canonical != request.tool => {
+                aliased = CallRequest { tool: canonical, ..*request };
+                &aliased
+            }
+            _ => request,
+        };
         let tool = self.tool_for(request)?;
         let mut outcome = CallOutcome::new(new_call_id());
         if let Some(refusal) = self.gate(request)? {
@@ -116,7 +125,17 @@ impl Runtime {
             request.session_id.to_owned(),
             call_id.to_owned(),
         );
+        let bound = match &self.policy {
+            None => None,
+            // Closed: a role whose scoped rules could not be bound must not run as the role
+            // without them.
+            Some(_) => Some(self.bound_role(request.role, request.tool, request.task).ok_or_else(|| Error::Call {
+                tool: request.tool.to_owned(),
+                reason: format!("the policy's rules for role `{}` could not be bound for this call", request.role.escape_default()),
+            })?),
+        };
         Ok(FsGuard::new(self.policy.clone(), request.role, request.approver.cloned(), Some(directory))
+            .with_role(bound)
             .with_audit(self.audit_sink(request, call_id), self.host_paths_inside(request.workspace)?)
             .with_transaction(transaction))
     }
@@ -126,10 +145,21 @@ impl Runtime {
     fn run(&self, tool: &LoadedTool, request: &CallRequest<'_>, mut guard: FsGuard, outcome: &mut CallOutcome) -> Result<FsGuard, Error> {
         match &tool.kind {
             ToolKind::Component(pre) => {
+                let workflow = workflow::WorkflowCall {
+                    shared: Arc::clone(&self.workflow),
+                    workspace: request.workspace.root().to_path_buf(),
+                    role: guard.bound_role(),
+                    role_name: request.role.to_owned(),
+                    session_id: request.session_id.to_owned(),
+                    tool: request.tool.to_owned(),
+                    call_id: outcome.call_id.clone(),
+                };
                 let context = CallContext {
                     role: request.role.to_owned(),
                     session_id: request.session_id.to_owned(),
                     call_id: outcome.call_id.clone(),
+                    task: request.task.map(ToString::to_string),
+                    workflow: Some(Arc::new(workflow)),
                     ..CallContext::default()
                 };
                 self.run_component(pre, request.tool, request.args, request.workspace, context, guard, outcome)

@@ -66,6 +66,16 @@ pub enum Error {
         available: String,
     },
 
+    /// A session cannot be opened as asked (an unknown or ended spawned session, a task
+    /// binding that disagrees with the session's record).
+    #[error("cannot open the session `{session}`: {reason}")]
+    Session {
+        /// The session id (control characters escaped).
+        session: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+
     /// A call named a role the policy does not define.
     #[error("the policy has no role `{role}`; its roles are: {roles}")]
     UnknownRole {

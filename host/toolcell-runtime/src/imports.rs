@@ -34,7 +34,7 @@ pub(crate) const ALLOWED_WASI: &[(&str, &str)] = &[
 ];
 
 /// `toolcell:tool` interfaces a tool may import, in any `0.1.x` version.
-pub(crate) const ALLOWED_TOOLCELL: &[&str] = &["types", "context"];
+pub(crate) const ALLOWED_TOOLCELL: &[&str] = &["types", "context", "workflow"];
 
 /// Refuse `component` if it imports anything outside the `tool-component` world.
 pub(crate) fn check(engine: &Engine, origin: &str, component: &Component) -> Result<(), Error> {
@@ -71,6 +71,7 @@ mod tests {
             ("wasi:cli/environment@0.2.6", true),
             ("toolcell:tool/context@0.1.0", true),
             ("toolcell:tool/types@0.1.3", true),
+            ("toolcell:tool/workflow@0.1.0", true),
             ("toolcell:tool/tool@0.1.0", false),
             ("toolcell:tool/context@0.2.0", false),
             ("wasi:sockets/tcp@0.2.0", false),

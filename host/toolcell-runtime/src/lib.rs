@@ -29,6 +29,7 @@
 //!     approver: None,
 //!     owner: None,
 //!     fences: &[],
+//!     task: None,
 //! })?;
 //! match outcome.result {
 //!     Ok(output) => eprintln!("{}", output.text),
@@ -70,6 +71,9 @@ mod storage;
 mod undo;
 mod work;
 
+// The task-chain workflow: spawned sessions and the capabilities of the `workflow` import.
+mod workflow;
+
 mod error;
 
 pub use audit::{AUDIT_FILE, AUDIT_HEAD_FILE, AuditLog};
@@ -87,7 +91,9 @@ pub use runtime::{LoadedComponent, Runtime};
 pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
-pub use toolcell_policy::{Access, Effect, Policy, PolicyError};
+pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
+pub use undo::SessionChange;
+pub use workflow::{SessionRecord, SessionState, SessionStore, Spawner, default_connect};
 pub use workspace::Workspace;
 
 use outcome::to_wit_error;

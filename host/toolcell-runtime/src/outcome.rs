@@ -30,6 +30,9 @@ pub struct CallRequest<'a> {
     /// The fencing tokens of the locks the caller holds: a token whose lease lapsed refuses
     /// the writes it covers.
     pub fences: &'a [u64],
+    /// The task the session is bound to: the policy's `{chain}` and `{task}` rules are bound
+    /// to it, and the component can read it but not change it.
+    pub task: Option<&'a TaskBinding>,
 }
 
 impl CallRequest<'_> {

@@ -60,6 +60,11 @@ pub struct Runtime {
     pub(crate) recovered: Vec<Recovery>,
     /// The state directory, or a private temporary directory for journals and undo.
     pub(crate) work: work::WorkDir,
+    /// Sessions spawned for tasks, the platform's spawner, and what the `workflow` import
+    /// shares between calls.
+    pub(crate) workflow: Arc<workflow::WorkflowShared>,
+    /// Roles bound for a tool and a task (`Policy::bind`), kept between calls.
+    pub(crate) bound_roles: std::sync::Mutex<std::collections::HashMap<(String, String, Option<TaskBinding>), Arc<toolcell_policy::Role>>>,
     /// Advances the epoch for deadlines; stops when the runtime is dropped.
     pub(crate) _ticker: limits::EpochTicker,
 }
@@ -83,6 +88,44 @@ impl Runtime {
     /// The policy governing calls, if any.
     pub fn policy(&self) -> Option<&Policy> {
         self.policy.as_deref()
+    }
+
+    /// The changes `session` made to files of `workspace` that its undo records still hold,
+    /// oldest first, each with the content before and (when it can still be told) after.
+    pub fn session_changes(&self, workspace: &Workspace, session: &str) -> Vec<SessionChange> {
+        self.undo.changes(session, workspace.root(), &workspace.directory)
+    }
+
+    /// The sessions the host knows of (spawned for tasks, or started with one).
+    pub fn sessions(&self) -> &SessionStore {
+        &self.workflow.sessions
+    }
+
+    /// The tool `name` names: itself, or the canonical name of an alias (`chain:status` is
+    /// `chain_status`); `None` if no tool is loaded under either.
+    pub fn canonical_tool<'a>(&'a self, name: &str) -> Option<&'a str> {
+        let canonical = canonical_tool_name(name);
+        self.tools.get_key_value(canonical.as_ref()).map(|(key, _)| key.as_str())
+    }
+
+    /// The role `role` as it stands for a call of `tool` by a session bound to `task`
+    /// ([`Policy::bind`]), cached; `None` without a policy or for an unknown role.
+    pub(crate) fn bound_role(&self, role: &str, tool: &str, task: Option<&TaskBinding>) -> Option<Arc<toolcell_policy::Role>> {
+        let policy = self.policy.as_ref()?;
+        if !policy.role(role)?.has_scoped_rules() {
+            return policy.bind(role, tool, None);
+        }
+        let key = (role.to_owned(), tool.to_owned(), task.cloned());
+        let mut cache = self.bound_roles.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(bound) = cache.get(&key) {
+            return Some(Arc::clone(bound));
+        }
+        let bound = policy.bind(role, tool, task)?;
+        if cache.len() >= 1024 {
+            cache.clear();
+        }
+        cache.insert(key, Arc::clone(&bound));
+        Some(bound)
     }
 
     /// The lock table every call's writes pass.

@@ -41,6 +41,11 @@ pub(crate) struct CallContext {
     pub(crate) role: String,
     pub(crate) session_id: String,
     pub(crate) call_id: String,
+    /// The task the session is bound to, `CHAIN-ID/NNN-slug`.
+    pub(crate) task: Option<String>,
+    /// The `workflow` import's view of this call; `None` where no workflow is offered
+    /// (`describe`, validators): every capability is then refused.
+    pub(crate) workflow: Option<Arc<crate::workflow::WorkflowCall>>,
     pub(crate) notes: Vec<String>,
     pub(crate) note_bytes: usize,
     pub(crate) notes_cut: bool,
@@ -91,6 +96,90 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
     fn note(&mut self, text: String) {
         self.context.note(text);
     }
+
+    fn task(&mut self) -> Option<String> {
+        self.context.task.clone()
+    }
+}
+
+impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
+    fn locks(&mut self) -> Vec<bindings::toolcell::tool::workflow::LockInfo> {
+        let Some(workflow) = &self.context.workflow else {
+            return Vec::new();
+        };
+        workflow.locks().iter().map(lock_info).collect()
+    }
+
+    fn lock_for_task(
+        &mut self,
+        task: String,
+        patterns: Vec<String>,
+        ttl_seconds: u32,
+    ) -> Result<Vec<bindings::toolcell::tool::workflow::LockInfo>, bindings::toolcell::tool::types::ToolError> {
+        let workflow = self.workflow("lock-for-task", &task)?;
+        let granted = self.settle("lock-for-task", &task, workflow.lock_for_task(&task, &patterns, ttl_seconds))?;
+        Ok(granted.iter().map(lock_info).collect())
+    }
+
+    fn release_task(&mut self, task: String) -> Result<u32, bindings::toolcell::tool::types::ToolError> {
+        let workflow = self.workflow("release-task", &task)?;
+        self.settle("release-task", &task, workflow.release_task(&task))
+    }
+
+    fn spawn_session(
+        &mut self,
+        role: String,
+        task: String,
+    ) -> Result<bindings::toolcell::tool::workflow::Handoff, bindings::toolcell::tool::types::ToolError> {
+        let workflow = self.workflow("spawn-session", &task)?;
+        let (session_id, connect) = self.settle("spawn-session", &task, workflow.spawn_session(&role, &task))?;
+        Ok(bindings::toolcell::tool::workflow::Handoff { session_id, connect })
+    }
+}
+
+impl ContextView<'_> {
+    /// The call's workflow view, or the refusal (audited) where the call has none.
+    fn workflow(
+        &mut self,
+        operation: &'static str,
+        subject: &str,
+    ) -> Result<Arc<crate::workflow::WorkflowCall>, bindings::toolcell::tool::types::ToolError> {
+        match &self.context.workflow {
+            Some(workflow) => Ok(Arc::clone(workflow)),
+            None => {
+                let message = "the task-chain workflow is not available in this call".to_owned();
+                self.guard.refuse_capability(operation, subject, "no-workflow", message.clone());
+                Err(bindings::toolcell::tool::types::ToolError::Denied(message))
+            }
+        }
+    }
+
+    /// Record what a capability decided: a refusal is audited and fails the call; a grant is
+    /// recorded; the capability's own error goes back to the component.
+    fn settle<T>(
+        &mut self,
+        operation: &'static str,
+        subject: &str,
+        decided: Result<Result<T, toolcell_types::ToolError>, crate::workflow::Refusal>,
+    ) -> Result<T, bindings::toolcell::tool::types::ToolError> {
+        match decided {
+            Err(refusal) => {
+                self.guard.refuse_capability(refusal.operation, &refusal.subject, &refusal.rule, refusal.message.clone());
+                Err(bindings::toolcell::tool::types::ToolError::Denied(refusal.message))
+            }
+            Ok(Err(error)) => Err(crate::to_wit_error(error.kind, error.message)),
+            Ok(Ok(value)) => {
+                let rule = if operation == "spawn-session" { "may_spawn" } else { "may_lock_for_chains" };
+                self.guard.record_capability(operation, subject, rule);
+                Ok(value)
+            }
+        }
+    }
+}
+
+fn lock_info(lock: &toolcell_locks::Lock) -> bindings::toolcell::tool::workflow::LockInfo {
+    let (pattern, owner, session, mode, expires) = crate::workflow::lock_info(lock);
+    bindings::toolcell::tool::workflow::LockInfo { pattern, owner, session, mode, expires }
 }
 
 impl CallContext {

@@ -131,6 +131,53 @@ impl UndoStore {
     }
 }
 
+/// One change a session made to one file, for a reviewer: the content before, and the content
+/// after when it can still be told (the next change's prior state, or the file as it is now).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionChange {
+    /// The call that made it.
+    pub call_id: String,
+    /// The canonical workspace-relative path.
+    pub path: String,
+    /// The content before; `None` if the file did not exist.
+    pub before: Option<Vec<u8>>,
+    /// The content after: `Some(None)` if the call removed the file, `None` if it changed
+    /// again since in a way the records do not hold.
+    pub after: Option<Option<Vec<u8>>>,
+}
+
+impl UndoStore {
+    /// The changes `session` made in `workspace` that its undo records still hold (the last
+    /// [`MAX_ENTRIES`]), oldest first.
+    pub(crate) fn changes(&self, session: &str, workspace: &Path, root: &Dir) -> Vec<SessionChange> {
+        use sha2::Digest as _;
+        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let directory = self.session_dir(session, workspace);
+        let entries = load(&directory).entries;
+        let content = |prior: &Prior| match prior {
+            Prior::File { blob, .. } => std::fs::read(directory.join(blob)).ok(),
+            _ => None,
+        };
+        let mut changes = Vec::new();
+        for (index, entry) in entries.iter().enumerate() {
+            let before = content(&entry.prior);
+            let after = match &entry.after {
+                None => Some(None),
+                Some(hash) => {
+                    let next = entries[index + 1..].iter().find(|later| later.path == entry.path);
+                    let candidate = match next {
+                        Some(later) => content(&later.prior),
+                        None => root.read(&entry.path).ok(),
+                    };
+                    candidate.filter(|bytes| crate::hex(&sha2::Sha256::digest(bytes)) == *hash).map(Some)
+                }
+            };
+            changes.push(SessionChange { call_id: entry.call_id.clone(), path: entry.path.clone(), before, after });
+        }
+        changes
+    }
+}
+
 fn load(directory: &Path) -> Index {
     std::fs::read(directory.join("index.json")).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
 }

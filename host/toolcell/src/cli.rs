@@ -31,7 +31,8 @@ pub struct RuntimeArgs {
     #[arg(long, short, global = true)]
     pub verbose: bool,
 
-    /// The governance policy (TOML) [default: the built-in policies/default.toml].
+    /// The governance policy: a TOML file, or a shipped one by name (`builtin:default`,
+    /// `builtin:workflow`) [default: builtin:default].
     #[arg(long, global = true, value_name = "FILE")]
     pub policy: Option<PathBuf>,
 
@@ -105,6 +106,16 @@ pub enum Command {
         json: bool,
     },
 
+    /// List the sessions the host knows of: spawned for tasks, with parent, role, task and
+    /// state.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+
+    /// Write a self-contained HTML report of a session (or a chain) for its reviewer: the
+    /// timeline of its calls, the diff of every change, refusals with their rules, locks and
+    /// child sessions.
+    Report(ReportArgs),
+
     /// Create a demo workspace and run a short agent session through every tool.
     Demo {
         /// The workspace to use (created if missing) [default: a new directory under the system
@@ -142,9 +153,15 @@ pub struct CallArgs {
     #[arg(long)]
     pub approve: bool,
 
-    /// Write as this lock owner (a chain or task id) [default: the session id].
+    /// Write as this lock owner (a chain or task id) [default: the task's chain, else the
+    /// session id].
     #[arg(long)]
     pub owner: Option<String>,
+
+    /// Bind the call to one task (`CHAIN-ID/NNN-slug`): the policy's `{chain}` / `{task}`
+    /// rules and the task tools act on it.
+    #[arg(long, value_name = "CHAIN/TASK")]
+    pub task: Option<String>,
 
     /// Present the fencing token of a lock this caller holds (repeatable): a token whose lease
     /// lapsed refuses the writes it covers.
@@ -232,13 +249,53 @@ pub struct McpArgs {
     #[arg(long, default_value = "impl")]
     pub role: String,
 
-    /// The session id recorded in the audit trail [default: mcp-<process id>].
+    /// The session id recorded in the audit trail [default: mcp-<process id>]. A session a
+    /// tool spawned (`spawn_impl_session`) takes its role, task and owner from its record.
     #[arg(long)]
     pub session: Option<String>,
+
+    /// Bind the session to one task (`CHAIN-ID/NNN-slug`); it then writes for the task's
+    /// chain.
+    #[arg(long, value_name = "CHAIN/TASK")]
+    pub task: Option<String>,
 
     /// Approve every access the policy marks `ask` (each approval is reported on stderr).
     #[arg(long)]
     pub approve: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// List the known sessions, oldest first.
+    List {
+        /// Only sessions of this workspace.
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The workspace the session worked in.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: PathBuf,
+
+    /// The session to report on (its spawned child sessions are included).
+    #[arg(long, required_unless_present = "chain", conflicts_with = "chain")]
+    pub session: Option<String>,
+
+    /// Report on every session bound to a task of this chain, and the sessions that spawned
+    /// them.
+    #[arg(long)]
+    pub chain: Option<String>,
+
+    /// Where to write the HTML file.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

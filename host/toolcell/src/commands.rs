@@ -9,11 +9,13 @@ use serde_json::json;
 use std::sync::Arc;
 
 use toolcell_runtime::{
-    Access, Approver, AuditLog, CacheOutcome, CallRequest, Error, LockError, LockMode, LockRequest, LockStoreError, Runtime, Workspace,
-    lock_json,
+    Access, Approver, AuditLog, CacheOutcome, CallRequest, Error, LockError, LockMode, LockRequest, LockStoreError, Runtime, SessionState,
+    TaskBinding, Workspace, lock_json,
 };
 
-use crate::cli::{AuditCommand, CallArgs, Cli, Command, LockCommand, McpArgs, PolicyCommand, RuntimeArgs, ToolsCommand};
+use crate::cli::{
+    AuditCommand, CallArgs, Cli, Command, LockCommand, McpArgs, PolicyCommand, ReportArgs, RuntimeArgs, SessionsCommand, ToolsCommand,
+};
 
 use toolcell_host::{DEFAULT_POLICY, DEFAULT_POLICY_NAME};
 
@@ -49,6 +51,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy(PolicyCommand::Explain { role, access, path }) => policy_explain(&runtime, &role, &access, &path),
         Command::Schema { role, format } => schema(&runtime, &role, &format),
         Command::Lock(command) => lock(&runtime, command),
+        Command::Sessions(SessionsCommand::List { workspace, json }) => sessions_list(&runtime, workspace.as_deref(), json),
+        Command::Report(args) => report(&runtime, &args),
         Command::Policy(PolicyCommand::Check { .. })
         | Command::Audit(_)
         | Command::Mcp(_)
@@ -88,9 +92,18 @@ fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>) -> a
         builder = builder.audit_dir(state_dir);
     }
     builder = match &args.policy {
-        Some(path) => builder.policy_file(path),
+        Some(path) => match builtin_policy_name(path) {
+            Some(name) => {
+                let (shown, text) = toolcell_host::builtin_policy(name).with_context(|| {
+                    format!("there is no shipped policy `{name}`; the shipped ones are `builtin:default` and `builtin:workflow`")
+                })?;
+                builder.policy(shown, text)
+            }
+            None => builder.policy_file(path),
+        },
         None => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),
     };
+    builder = builder.spawner(Arc::new(CliSpawner { policy: args.policy.clone(), custom_state_dir: args.state_dir.is_some() }));
     let runtime = builder.build().context("cannot start the toolcell host")?;
     for warning in runtime.warnings() {
         writeln!(std::io::stderr().lock(), "warning: {warning}")?;
@@ -107,6 +120,38 @@ fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>) -> a
         }
     }
     Ok(runtime)
+}
+
+/// `builtin:NAME` names a shipped policy.
+fn builtin_policy_name(path: &std::path::Path) -> Option<&str> {
+    path.to_str().and_then(|text| text.strip_prefix("builtin:"))
+}
+
+/// Without a platform to start agents, a spawned session waits for one: the spawning agent is
+/// told the `toolcell mcp` command that serves it. Host paths stay out of the command (it is
+/// shown to an agent): a policy file is named by its file name, the state directory not at all.
+struct CliSpawner {
+    policy: Option<PathBuf>,
+    custom_state_dir: bool,
+}
+
+impl toolcell_runtime::Spawner for CliSpawner {
+    fn spawn(&self, session: &toolcell_runtime::SessionRecord) -> Result<String, String> {
+        let mut command = "toolcell mcp --workspace .".to_owned();
+        match self.policy.as_deref() {
+            Some(path) if builtin_policy_name(path).is_some() => command.push_str(&format!(" --policy {}", path.display())),
+            Some(path) => {
+                command.push_str(&format!(" --policy {}", path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default()))
+            }
+            None => {}
+        }
+        command.push_str(&format!(" --role {} --session {}", session.role, session.id));
+        let mut text = format!("pending: an agent runs it with `{command}` from the workspace root");
+        if self.custom_state_dir {
+            text.push_str(", with the same --state-dir as this host");
+        }
+        Ok(text)
+    }
 }
 
 fn from_env(name: &str) -> Option<PathBuf> {
@@ -289,6 +334,9 @@ impl Approver for ApproveAll {
 
 fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
     let workspace = Workspace::open(&args.workspace)?;
+    let task = args.task.as_deref().map(TaskBinding::parse).transpose().map_err(anyhow::Error::msg)?;
+    // A task's session writes for the task's chain unless told otherwise.
+    let owner = args.owner.as_deref().or(task.as_ref().map(TaskBinding::chain));
     let approver: Arc<dyn Approver> = Arc::new(ApproveAll);
     let outcome = runtime.call(&CallRequest {
         workspace: &workspace,
@@ -297,8 +345,9 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
         tool: &args.tool,
         args: &args.args,
         approver: args.approve.then_some(&approver),
-        owner: args.owner.as_deref(),
+        owner,
         fences: &args.fences,
+        task: task.as_ref(),
     })?;
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -389,7 +438,28 @@ fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
     let approver: Option<Arc<dyn Approver>> = if mcp.approve { Some(Arc::new(ApproveAll)) } else { None };
     let host = toolcell_host::Host::new(runtime, Workspace::open(&mcp.workspace)?, approver);
     let session_id = mcp.session.clone().unwrap_or_else(|| format!("mcp-{}", std::process::id()));
-    let session = host.session(&mcp.role, &session_id)?;
+    let spawned = host.runtime().sessions().get(&session_id).is_some();
+    let session = if spawned {
+        // A spawned session is what its record says; the flags may only repeat it.
+        let session = host.spawned_session(&session_id)?;
+        if session.role() != mcp.role
+            || mcp.task.as_deref().is_some_and(|task| Some(task) != session.task().map(ToString::to_string).as_deref())
+        {
+            anyhow::bail!(
+                "session `{session_id}` was spawned for role `{}` and task `{}`; start it with `--role {}` (and `--task` left out or the same)",
+                session.role(),
+                session.task().map(ToString::to_string).unwrap_or_default(),
+                session.role()
+            );
+        }
+        session
+    } else {
+        let session = host.session(&mcp.role, &session_id)?;
+        match mcp.task.as_deref() {
+            Some(task) => session.with_task(TaskBinding::parse(task).map_err(anyhow::Error::msg)?),
+            None => session,
+        }
+    };
     let server = toolcell_mcp::McpServer::new(session);
     writeln!(
         std::io::stderr(),
@@ -401,7 +471,59 @@ fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
     )?;
     let executor =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
-    executor.block_on(toolcell_mcp::serve_stdio(server))?;
+    let served = executor.block_on(toolcell_mcp::serve_stdio(server));
+    if spawned {
+        // The agent disconnected: the session has ended.
+        let _ = host.runtime().sessions().set_state(&session_id, SessionState::Ended);
+    }
+    served?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sessions_list(runtime: &Runtime, workspace: Option<&std::path::Path>, as_json: bool) -> anyhow::Result<ExitCode> {
+    let root = workspace.map(|workspace| Workspace::open(workspace).map(|opened| opened.root().to_path_buf())).transpose()?;
+    let sessions: Vec<_> =
+        runtime.sessions().list().into_iter().filter(|record| root.as_ref().is_none_or(|root| &record.workspace == root)).collect();
+    let mut stdout = std::io::stdout().lock();
+    if as_json {
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&sessions)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if sessions.is_empty() {
+        writeln!(stdout, "no sessions")?;
+    }
+    for record in &sessions {
+        writeln!(
+            stdout,
+            "{}  role={}  task={}  owner={}  parent={}  {}  created {}",
+            record.id,
+            record.role,
+            record.task.as_deref().unwrap_or("-"),
+            record.owner.as_deref().unwrap_or("-"),
+            record.parent.as_deref().unwrap_or("-"),
+            record.state.as_str(),
+            record.created
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report(runtime: &Runtime, args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    let workspace = Workspace::open(&args.workspace)?;
+    let subject = match (&args.session, &args.chain) {
+        (Some(session), _) => crate::report::Subject::Session(session),
+        (None, Some(chain)) => crate::report::Subject::Chain(chain),
+        (None, None) => anyhow::bail!("give --session ID or --chain CHAIN-ID"),
+    };
+    let gathered = match crate::report::gather(runtime, &workspace, &subject) {
+        Ok(gathered) => gathered,
+        Err(reason) => {
+            writeln!(std::io::stderr(), "{reason}")?;
+            return Ok(ExitCode::from(EXIT_TOOL_ERROR));
+        }
+    };
+    std::fs::write(&args.output, crate::report::render(&gathered)).with_context(|| format!("cannot write {}", args.output.display()))?;
+    writeln!(std::io::stdout(), "wrote {} ({} session(s))", args.output.display(), gathered.sessions.len())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod demo;
+mod report;
 
 fn main() -> std::process::ExitCode {
     let cli = <cli::Cli as clap::Parser>::parse();

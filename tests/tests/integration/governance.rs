@@ -215,6 +215,7 @@ fn unknown_roles_are_a_host_error() {
         approver: None,
         owner: None,
         fences: &[],
+        task: None,
     });
     match result {
         Err(toolcell_runtime::Error::UnknownRole { role, roles }) => {

@@ -53,6 +53,7 @@ fn the_second_start_loads_every_component_from_the_cache() {
             approver: None,
             owner: None,
             fences: &[],
+            task: None,
         })
         .expect("call runs");
     assert_eq!(outcome.result.expect("read succeeds").text, "     1\tcached");
@@ -123,6 +124,7 @@ fn unknown_tools_are_a_host_error() {
         approver: None,
         owner: None,
         fences: &[],
+        task: None,
     });
     match result {
         Err(Error::UnknownTool { name, available }) => {
@@ -199,6 +201,7 @@ fn arguments_are_validated_before_the_component_runs() {
             approver: None,
             owner: None,
             fences: &[],
+            task: None,
         })
         .expect("call");
     assert!(raw.result.expect_err("invalid").message.contains("not valid JSON"));

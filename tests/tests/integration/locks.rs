@@ -131,6 +131,7 @@ fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
                     approver: None,
                     owner: Some(owner),
                     fences: &[lock.fence],
+                    task: None,
                 })
                 .expect("call")
                 .result

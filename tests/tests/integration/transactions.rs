@@ -340,6 +340,7 @@ fn killed_host_child() {
             approver: None,
             owner: None,
             fences: &[],
+            task: None,
         })
         .expect("call");
     writeln!(stdout, "DONE {}", outcome.result.is_ok()).expect("report to the parent");

@@ -43,6 +43,7 @@ fn call(runtime: &Runtime, workspace: &Workspace, tool: &str, args: &Value) -> C
             approver: None,
             owner: None,
             fences: &[],
+            task: None,
         })
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }
@@ -278,6 +279,7 @@ fn a_workspace_inside_a_host_directory_is_refused() {
             approver: None,
             owner: None,
             fences: &[],
+            task: None,
         });
         match refused {
             Err(Error::Insecure { reason, .. }) => assert!(reason.contains("lies inside toolcell's own directory"), "{reason}"),

@@ -152,6 +152,7 @@ fn call(fixture: &Fixture, session: &str, tool: &str, args: &Value) -> CallOutco
             approver: None,
             owner: None,
             fences: &[],
+            task: None,
         })
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }

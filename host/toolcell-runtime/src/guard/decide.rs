@@ -65,7 +65,7 @@ impl FsGuard {
         let Some(policy) = &self.policy else {
             return Judgment::NoPolicy;
         };
-        match policy.role(&self.role) {
+        match self.bound.as_deref().or_else(|| policy.role(&self.role)) {
             Some(role) => Judgment::Policy(policy.verdict(role, access, path)),
             // The runtime refuses unknown roles before a call starts; stay closed regardless.
             None => Judgment::UnknownRole,

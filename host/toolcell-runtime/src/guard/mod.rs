@@ -113,6 +113,9 @@ pub(crate) struct FsGuard {
     /// `None`: no policy, only the workspace boundary applies.
     policy: Option<Arc<Policy>>,
     role: String,
+    /// The role as bound for this call (the rules naming its tool, the session's task);
+    /// `None`: the policy's role by name.
+    bound: Option<Arc<toolcell_policy::Role>>,
     approver: Option<Arc<dyn Approver>>,
     /// The workspace, for resolving symlinks; `None` when the call has no workspace (`describe`).
     root: Option<cap_std::fs::Dir>,
@@ -152,6 +155,7 @@ impl FsGuard {
             audited: std::collections::HashSet::new(),
             policy,
             role: role.to_owned(),
+            bound: None,
             approver,
             root,
             descriptors: HashMap::new(),
@@ -174,6 +178,17 @@ impl FsGuard {
 
     /// Run the call as a transaction: mutations pass the lock table and the read-before-write
     /// check, and are journaled first. Without one, every mutation is refused.
+    /// Judge this call's accesses by `role`, the caller's role bound for the call.
+    pub(crate) fn with_role(mut self, role: Option<Arc<toolcell_policy::Role>>) -> Self {
+        self.bound = role;
+        self
+    }
+
+    /// The role as bound for this call, if one was given.
+    pub(crate) fn bound_role(&self) -> Option<Arc<toolcell_policy::Role>> {
+        self.bound.clone()
+    }
+
     pub(crate) fn with_transaction(mut self, transaction: Transaction) -> Self {
         self.transaction = Some(transaction);
         self

@@ -36,6 +36,36 @@ impl FsGuard {
         sink.log.append(&[record])
     }
 
+    /// Record the refusal of a host capability other than the filesystem (a `workflow`
+    /// function the role is not granted): audited, and it fails the call like a refused access.
+    pub(crate) fn refuse_capability(&mut self, operation: &'static str, subject: &str, rule: &str, message: String) {
+        let event = FsEvent {
+            operation,
+            path: subject.to_owned(),
+            access: Access::Write,
+            effect: Effect::Deny,
+            rule: rule.to_owned(),
+            asked: false,
+        };
+        let _ = self.refuse(event, message);
+    }
+
+    /// Record the use of a granted host capability (the capability's grant as its rule).
+    pub(crate) fn record_capability(&mut self, operation: &'static str, subject: &str, rule: &str) {
+        let event = FsEvent {
+            operation,
+            path: subject.to_owned(),
+            access: Access::Write,
+            effect: Effect::Allow,
+            rule: rule.to_owned(),
+            asked: false,
+        };
+        if self.audit(&event).is_err() {
+            self.audit_failures += 1;
+        }
+        self.remember(event);
+    }
+
     /// Record a refusal (in the audit trail and for the call's result) and return the WASI
     /// error the component sees.
     pub(super) fn refuse(&mut self, event: FsEvent, message: String) -> FsError {

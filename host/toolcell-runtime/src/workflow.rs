@@ -1,0 +1,372 @@
+//! The task-chain workflow's host side: the sessions spawned for tasks (kept in `sessions/` of
+//! the state directory), the platform's [`Spawner`], and the `workflow` import a component
+//! calls, each capability granted by the caller's role in the policy (`may_lock_for_chains`,
+//! `may_spawn`) and every decision audited.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toolcell_locks::{Lock, LockRequest, Mode};
+use toolcell_policy::{Role, TaskBinding};
+use toolcell_types::{ToolError, ToolErrorKind};
+
+use crate::audit::AuditLog;
+use crate::locks::LockStore;
+
+/// Where a session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionState {
+    /// Spawned; no agent has connected yet.
+    Pending,
+    /// An agent connected to it.
+    Active,
+    /// Its agent disconnected, or the platform ended it.
+    Ended,
+}
+
+impl SessionState {
+    /// The name shown in listings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Pending => "pending",
+            SessionState::Active => "active",
+            SessionState::Ended => "ended",
+        }
+    }
+}
+
+/// A session the host knows of: one spawned for a task, or one started with a task binding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The session id.
+    pub id: String,
+    /// Its role.
+    pub role: String,
+    /// The task it is bound to (`CHAIN-ID/NNN-slug`).
+    pub task: Option<String>,
+    /// Who it writes for in the lock table (the task's chain).
+    pub owner: Option<String>,
+    /// The session that spawned it.
+    pub parent: Option<String>,
+    /// When it was created, RFC 3339 UTC.
+    pub created: String,
+    /// Where it stands.
+    pub state: SessionState,
+    /// The workspace (a host path: for the operator's listings, never shown to a tool).
+    pub workspace: PathBuf,
+}
+
+/// Starts the agent that will run a spawned session. An embedding platform supplies one
+/// (`HostBuilder::spawner`); without one, the session is recorded as pending and the spawning
+/// agent is told the `toolcell mcp` command that runs it.
+pub trait Spawner: Send + Sync {
+    /// Start, or arrange, an agent for `session`. The text returned tells the spawning agent
+    /// how the session will run (shown to it: it must not contain host paths).
+    ///
+    /// # Errors
+    ///
+    /// Why the agent cannot be started; the spawn then fails and the session is ended.
+    fn spawn(&self, session: &SessionRecord) -> Result<String, String>;
+}
+
+/// The sessions of every workspace sharing a state directory.
+#[derive(Debug)]
+pub struct SessionStore {
+    directory: PathBuf,
+    lock: std::sync::Mutex<()>,
+}
+
+impl SessionStore {
+    pub(crate) fn new(work_dir: &Path) -> Self {
+        SessionStore { directory: work_dir.join("sessions"), lock: std::sync::Mutex::new(()) }
+    }
+
+    fn file(&self, id: &str) -> PathBuf {
+        self.directory.join(format!("{}.json", crate::session_key(id, Path::new(""))))
+    }
+
+    /// Record a new session.
+    ///
+    /// # Errors
+    ///
+    /// The filesystem's error; `AlreadyExists` if the id is taken.
+    pub fn create(&self, record: &SessionRecord) -> std::io::Result<()> {
+        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::fs::create_dir_all(&self.directory)?;
+        let file = self.file(&record.id);
+        if file.exists() {
+            return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("session `{}` exists", record.id)));
+        }
+        crate::replace_json(&file, record, true)
+    }
+
+    /// The session `id`, if the host knows of it.
+    pub fn get(&self, id: &str) -> Option<SessionRecord> {
+        std::fs::read(self.file(id)).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok())
+    }
+
+    /// Every known session, oldest first.
+    pub fn list(&self) -> Vec<SessionRecord> {
+        let Ok(entries) = std::fs::read_dir(&self.directory) else {
+            return Vec::new();
+        };
+        let mut records: Vec<SessionRecord> = entries
+            .filter_map(Result::ok)
+            .filter(|entry| entry.path().extension().is_some_and(|extension| extension == "json"))
+            .filter_map(|entry| std::fs::read(entry.path()).ok())
+            .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
+            .collect();
+        records.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)));
+        records
+    }
+
+    /// Move the session `id` to `state`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown session; the filesystem's error.
+    pub fn set_state(&self, id: &str, state: SessionState) -> std::io::Result<SessionRecord> {
+        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut record = self.get(id).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("no session `{id}`")))?;
+        record.state = state;
+        crate::replace_json(&self.file(id), &record, true)?;
+        Ok(record)
+    }
+}
+
+/// What the workflow capabilities share across calls (held by the runtime).
+pub(crate) struct WorkflowShared {
+    pub(crate) locks: Arc<LockStore>,
+    pub(crate) sessions: Arc<SessionStore>,
+    pub(crate) spawner: Option<Arc<dyn Spawner>>,
+    pub(crate) audit: Option<Arc<AuditLog>>,
+}
+
+/// What the `workflow` import works with during one call.
+pub(crate) struct WorkflowCall {
+    pub(crate) shared: Arc<WorkflowShared>,
+    /// The workspace's canonical root.
+    pub(crate) workspace: PathBuf,
+    /// The caller's role as bound for this call; `None` without a policy (nothing is granted).
+    pub(crate) role: Option<Arc<Role>>,
+    pub(crate) role_name: String,
+    pub(crate) session_id: String,
+    pub(crate) tool: String,
+    pub(crate) call_id: String,
+}
+
+impl std::fmt::Debug for WorkflowCall {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("WorkflowCall").field("session_id", &self.session_id).field("tool", &self.tool).finish_non_exhaustive()
+    }
+}
+
+/// The `lock-info` of one lock, without the WIT types.
+pub(crate) fn lock_info(lock: &Lock) -> (String, String, String, String, String) {
+    (lock.pattern.clone(), lock.owner.clone(), lock.session.clone(), lock.mode.as_str().to_owned(), lock.expires_at())
+}
+
+/// How the lock table names the taker of a task's locks.
+pub(crate) fn task_session(task: &TaskBinding) -> String {
+    format!("task:{task}")
+}
+
+fn parse_task(task: &str) -> Result<TaskBinding, ToolError> {
+    TaskBinding::parse(task).map_err(|reason| ToolError::new(ToolErrorKind::InvalidArgs, reason))
+}
+
+/// A refusal of a workflow capability: its rule, for the audit trail, and the message.
+pub(crate) struct Refusal {
+    pub(crate) operation: &'static str,
+    pub(crate) subject: String,
+    pub(crate) rule: String,
+    pub(crate) message: String,
+}
+
+impl WorkflowCall {
+    fn grant(&self, operation: &'static str, subject: &str, granted: bool, rule: &str, what: &str) -> Result<(), Refusal> {
+        if granted {
+            return Ok(());
+        }
+        Err(Refusal {
+            operation,
+            subject: subject.to_owned(),
+            rule: rule.to_owned(),
+            message: format!(
+                "role `{}` may not {what} (the policy does not grant `{rule}` to it); ask the control agent or the operator",
+                self.role_name
+            ),
+        })
+    }
+
+    /// The live locks of the workspace.
+    pub(crate) fn locks(&self) -> Vec<Lock> {
+        self.shared.locks.live(&self.workspace).unwrap_or_default()
+    }
+
+    /// Lock `patterns` for the chain of `task`, all or none.
+    pub(crate) fn lock_for_task(&self, task: &str, patterns: &[String], ttl_seconds: u32) -> Result<Result<Vec<Lock>, ToolError>, Refusal> {
+        let granted = self.role.as_ref().is_some_and(|role| role.may_lock_for_chains());
+        self.grant("lock-for-task", task, granted, "may_lock_for_chains", "lock paths for a chain")?;
+        Ok(self.lock_for_task_granted(task, patterns, ttl_seconds))
+    }
+
+    fn lock_for_task_granted(&self, task: &str, patterns: &[String], ttl_seconds: u32) -> Result<Vec<Lock>, ToolError> {
+        let binding = parse_task(task)?;
+        if !(1..=86_400).contains(&ttl_seconds) {
+            return Err(ToolError::new(ToolErrorKind::InvalidArgs, format!("a lease of {ttl_seconds} s: give 1 to 86400 seconds")));
+        }
+        if patterns.is_empty() || patterns.len() > 64 {
+            return Err(ToolError::new(ToolErrorKind::InvalidArgs, "give 1 to 64 paths or globs to lock"));
+        }
+        let workspace = crate::Workspace::open(&self.workspace)
+            .map_err(|_| ToolError::new(ToolErrorKind::Failed, "the workspace cannot be opened to lock paths in it; tell the operator"))?;
+        let mut taken: Vec<Lock> = Vec::new();
+        for pattern in patterns {
+            let attempt = workspace
+                .lock_pattern(pattern)
+                .map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, error.to_string()))
+                .and_then(|pattern| {
+                    let request = LockRequest {
+                        pattern,
+                        owner: binding.chain().to_owned(),
+                        session: task_session(&binding),
+                        mode: Mode::Exclusive,
+                        ttl: Duration::from_secs(u64::from(ttl_seconds)),
+                    };
+                    self.shared.locks.acquire(&self.workspace, &request).map_err(|error| match error {
+                        crate::LockStoreError::Lock(conflict) => ToolError::new(ToolErrorKind::Conflict, conflict.to_string()),
+                        crate::LockStoreError::Io { .. } => {
+                            ToolError::new(ToolErrorKind::Failed, "the lock table cannot be written; tell the operator")
+                        }
+                    })
+                });
+            match attempt {
+                Ok(lock) => taken.push(lock),
+                Err(error) => {
+                    for lock in &taken {
+                        let _ = self.shared.locks.release(&self.workspace, lock.fence, &lock.owner);
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        for lock in &taken {
+            self.audit_lock("acquired", lock);
+        }
+        Ok(taken)
+    }
+
+    /// Release the locks taken for `task`.
+    pub(crate) fn release_task(&self, task: &str) -> Result<Result<u32, ToolError>, Refusal> {
+        let granted = self.role.as_ref().is_some_and(|role| role.may_lock_for_chains());
+        self.grant("release-task", task, granted, "may_lock_for_chains", "release a chain's locks")?;
+        let binding = match parse_task(task) {
+            Ok(binding) => binding,
+            Err(error) => return Ok(Err(error)),
+        };
+        let session = task_session(&binding);
+        let mut released = 0;
+        for lock in self.locks().into_iter().filter(|lock| lock.owner == binding.chain() && lock.session == session) {
+            if let Ok(lock) = self.shared.locks.release(&self.workspace, lock.fence, &lock.owner) {
+                self.audit_lock("released", &lock);
+                released += 1;
+            }
+        }
+        Ok(Ok(released))
+    }
+
+    /// Spawn a session of `role` bound to `task`.
+    pub(crate) fn spawn_session(&self, role: &str, task: &str) -> Result<Result<(String, String), ToolError>, Refusal> {
+        let granted = self.role.as_ref().is_some_and(|caller| caller.may_spawn(role));
+        self.grant("spawn-session", task, granted, "may_spawn", &format!("start `{}` sessions", role.escape_default()))?;
+        let binding = match parse_task(task) {
+            Ok(binding) => binding,
+            Err(error) => return Ok(Err(error)),
+        };
+        let number = |id: &str| id.split('-').find(|part| part.bytes().all(|byte| byte.is_ascii_digit())).unwrap_or("0").to_owned();
+        // Unguessable, so that knowing a task does not let anyone name its session.
+        let mut random = [0u8; 8];
+        let mut filled = 0;
+        while filled < random.len() {
+            match rustix::rand::getrandom(&mut random[filled..], rustix::rand::GetRandomFlags::empty()) {
+                Ok(count) => filled += count,
+                Err(_) => return Ok(Err(ToolError::new(ToolErrorKind::Failed, "no randomness for a session id; tell the operator"))),
+            }
+        }
+        let unique = crate::hex(&random);
+        let id = format!("{role}-{}-{}-{unique}", number(binding.chain()), number(binding.task()));
+        let record = SessionRecord {
+            id: id.clone(),
+            role: role.to_owned(),
+            task: Some(binding.to_string()),
+            owner: Some(binding.chain().to_owned()),
+            parent: Some(self.session_id.clone()),
+            created: crate::guard::now(),
+            state: SessionState::Pending,
+            workspace: self.workspace.clone(),
+        };
+        if self.shared.sessions.create(&record).is_err() {
+            return Ok(Err(ToolError::new(ToolErrorKind::Failed, "the session could not be recorded; tell the operator")));
+        }
+        if let Some(log) = &self.shared.audit {
+            let audited = toolcell_audit::Record::spawn(
+                &crate::guard::now(),
+                &self.session_id,
+                &self.role_name,
+                &self.tool,
+                &self.call_id,
+                &id,
+                role,
+                &binding.to_string(),
+            );
+            if log.append(&[audited]).is_err() {
+                let _ = self.shared.sessions.set_state(&id, SessionState::Ended);
+                return Ok(Err(ToolError::new(
+                    ToolErrorKind::Failed,
+                    "the audit trail cannot be written, so no session was started; tell the operator",
+                )));
+            }
+        }
+        let connect = match &self.shared.spawner {
+            Some(spawner) => match spawner.spawn(&record) {
+                Ok(connect) => connect,
+                Err(reason) => {
+                    let _ = self.shared.sessions.set_state(&id, SessionState::Ended);
+                    return Ok(Err(ToolError::new(ToolErrorKind::Failed, format!("the platform could not start the session: {reason}"))));
+                }
+            },
+            None => default_connect(&record),
+        };
+        Ok(Ok((id, connect)))
+    }
+
+    fn audit_lock(&self, event: &str, lock: &Lock) {
+        if let Some(log) = &self.shared.audit {
+            let record = toolcell_audit::Record::lock(
+                &crate::guard::now(),
+                &lock.session,
+                &lock.owner,
+                event,
+                &lock.pattern,
+                lock.mode.as_str(),
+                lock.fence,
+            );
+            let _ = log.append(&[record]);
+        }
+    }
+}
+
+/// How an agent runs a spawned session without a platform's spawner: `toolcell mcp` from the
+/// workspace root, with the same policy and state directory as the spawning host.
+pub fn default_connect(record: &SessionRecord) -> String {
+    format!(
+        "toolcell mcp --workspace . --role {} --session {} --task {} (from the workspace root, with the same --policy and --state-dir as this host)",
+        record.role,
+        record.id,
+        record.task.as_deref().unwrap_or_default()
+    )
+}
