@@ -178,4 +178,3 @@ fn main() {
 fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
 }
-}task: None,
