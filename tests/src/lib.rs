@@ -271,6 +271,7 @@ impl Fixture {
                 approver: None,
                 owner,
                 fences,
+                task: None,
             })
             .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
     }

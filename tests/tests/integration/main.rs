@@ -1,6 +1,7 @@
 //! Integration tests: every tool through the real host and real components, in one test binary.
 
 mod audit;
+mod chains;
 mod conformance;
 mod edit_file;
 mod escapes;

@@ -31,7 +31,7 @@ impl Tool for Misbehave {
         ToolInfo::new("misbehave", "Misbehave", "Test program: crashes or floods on request.").schema(json!({
             "type": "object",
             "properties": {
-                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "echo", "echo_error", "ok"] },
+                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "echo", "echo_error", "ok", "task", "spawn", "lock_for_task", "release_task"] },
                 "text": { "type": "string" },
                 "bytes": { "type": "integer", "minimum": 0 },
                 "path": { "type": "string" }
@@ -85,6 +85,12 @@ impl Tool for Misbehave {
             // Never an empty message: the conformance tests expect misbehave to fail other checks.
             "echo_error" if args.text.is_empty() => Err(ToolError::Failed("asked to fail with no text".to_owned())),
             "echo_error" => Err(ToolError::Failed(args.text)),
+            // The task-chain capabilities, asked for by a component the policy never meant to
+            // have them: `path` is the task, `text` the role to spawn or the pattern to lock.
+            "task" => Ok(Output::text(toolcell_sdk::bound_task().unwrap_or_else(|| "none".to_owned()))),
+            "spawn" => toolcell_sdk::workflow::spawn_session(&args.text, &args.path).map(|handoff| Output::text(handoff.session_id)),
+            "lock_for_task" => toolcell_sdk::workflow::lock_for_task(&args.path, &[args.text], 60).map(|locks| Output::text(format!("{} locked", locks.len()))),
+            "release_task" => toolcell_sdk::workflow::release_task(&args.path).map(|released| Output::text(format!("{released} released"))),
             "" => {
                 let content = std::fs::read_to_string(&args.path).map_err(|error| ToolError::Failed(error.to_string()))?;
                 if content.contains("WRITE") {
