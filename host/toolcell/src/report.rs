@@ -148,6 +148,25 @@ pub fn render(gathered: &Gathered) -> String {
         escape(&gathered.title),
         gathered.sessions.len()
     );
+    html.push_str("<h2>Sessions</h2><table><tr><th>session</th><th>role</th><th>task</th><th>parent</th><th>calls</th><th>refusals</th><th>changes</th></tr>");
+    for session in &gathered.sessions {
+        let known = gathered.known.get(session);
+        let count = |wanted: &dyn Fn(&Record) -> bool| gathered.records.iter().filter(|record| record.session == *session && wanted(record)).count();
+        let role = known.map(|record| record.role.clone()).or_else(|| gathered.records.iter().find(|record| record.session == *session && record.kind == Kind::Call).map(|record| record.role.clone()));
+        let _ = write!(
+            html,
+            "<tr><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            anchor(session),
+            escape(session),
+            escape(role.as_deref().unwrap_or("?")),
+            escape(known.and_then(|record| record.task.as_deref()).unwrap_or("–")),
+            escape(known.and_then(|record| record.parent.as_deref()).unwrap_or("–")),
+            count(&|record| record.kind == Kind::Call),
+            count(&is_refusal),
+            gathered.changes.get(session).map_or(0, Vec::len)
+        );
+    }
+    html.push_str("</table>");
     html.push_str("<h2>Locks held</h2>");
     if gathered.locks.is_empty() {
         html.push_str("<p>None.</p>");
@@ -195,41 +214,50 @@ fn render_session(html: &mut String, gathered: &Gathered, session: &str) {
         );
     }
     let records: Vec<&Record> = gathered.records.iter().filter(|record| record.session == session).collect();
-    html.push_str("<h3>Timeline</h3><table><tr><th>#</th><th>time</th><th>what</th><th>tool</th><th>outcome</th><th>detail</th></tr>");
+    // What each call was allowed to change, folded into the call's row.
+    let mut changed: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for record in records.iter().filter(|record| record.kind == Kind::Fs && !is_refusal(record)) {
+        if matches!(record.access.as_deref(), Some("write" | "delete")) {
+            // A granted workflow capability is named by its operation (`lock-for-task`), a file
+            // change by its access.
+            let what = if record.rule.as_deref().is_some_and(|rule| rule.starts_with("may_")) { record.operation.as_deref() } else { record.access.as_deref() };
+            changed.entry(record.call_id.as_str()).or_default().push(format!(
+                "{} <code>{}</code>",
+                escape(what.unwrap_or("?")),
+                escape(record.path.as_deref().unwrap_or("?"))
+            ));
+        }
+    }
+    html.push_str("<h3>Timeline</h3><table><tr><th>#</th><th>time</th><th>tool</th><th>outcome</th><th>detail</th></tr>");
     for record in &records {
-        let (class, what, outcome, detail) = match record.kind {
+        let (class, outcome, detail) = match record.kind {
             Kind::Call => {
                 let outcome = record.outcome.clone().unwrap_or_default();
-                let class = if outcome == "ok" { "" } else { "failed" };
-                let badge = if outcome == "ok" { "ok" } else { "deny" };
+                let (class, badge) = if outcome == "ok" { ("", "ok") } else { ("failed", "deny") };
                 let mut detail = format!("{} µs", record.duration_us.unwrap_or(0));
                 if let Some(message) = &record.message {
                     let _ = write!(detail, " — {}", escape(message));
                 }
-                (class, "call".to_owned(), format!("<span class=\"badge {badge}\">{}</span>", escape(&outcome)), detail)
+                if let Some(paths) = changed.get(record.call_id.as_str()) {
+                    let _ = write!(detail, "<br>{}", paths.join(", "));
+                }
+                (class, format!("<span class=\"badge {badge}\">{}</span>", escape(&outcome)), detail)
             }
             Kind::Fs if is_refusal(record) => (
                 "refused",
-                format!("refused {}", escape(record.access.as_deref().unwrap_or("?"))),
                 format!("<span class=\"badge deny\">refused by rule <code>{}</code></span>", escape(record.rule.as_deref().unwrap_or("?"))),
                 format!(
-                    "<code>{}</code> ({})",
+                    "{} of <code>{}</code> ({})",
+                    escape(record.access.as_deref().unwrap_or("?")),
                     escape(record.path.as_deref().unwrap_or("?")),
                     escape(record.operation.as_deref().unwrap_or("?"))
                 ),
-            ),
-            Kind::Fs => (
-                "",
-                escape(record.access.as_deref().unwrap_or("?")),
-                format!("allowed by <code>{}</code>", escape(record.rule.as_deref().unwrap_or("?"))),
-                format!("<code>{}</code>", escape(record.path.as_deref().unwrap_or("?"))),
             ),
             Kind::Spawn => {
                 let child = record.child.as_deref().unwrap_or("?");
                 (
                     "",
-                    "spawned".to_owned(),
-                    format!("<span class=\"badge\">{} session</span>", escape(record.access.as_deref().unwrap_or("?"))),
+                    format!("<span class=\"badge\">spawned {} session</span>", escape(record.access.as_deref().unwrap_or("?"))),
                     format!(
                         "child session <a href=\"#{}\">{}</a> for task <code>{}</code>",
                         anchor(child),
@@ -238,13 +266,13 @@ fn render_session(html: &mut String, gathered: &Gathered, session: &str) {
                     ),
                 )
             }
-            Kind::Lock | Kind::Recovery => continue,
+            Kind::Fs | Kind::Lock | Kind::Recovery => continue,
         };
         let _ = write!(
             html,
-            "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{what}</td><td>{}</td><td>{outcome}</td><td>{detail}</td></tr>",
+            "<tr class=\"{class}\"><td>{}</td><td>{}</td><td>{}</td><td>{outcome}</td><td>{detail}</td></tr>",
             record.seq,
-            escape(&record.ts),
+            escape(record.ts.get(11..23).unwrap_or(&record.ts)),
             escape(&record.tool)
         );
     }

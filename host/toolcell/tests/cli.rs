@@ -46,8 +46,11 @@ fn tools_lists_every_builtin_with_its_schema() {
     let run = toolcell(&cache, &["tools"]);
     assert_eq!(run.status, 0, "{}", run.stderr);
     let headings: Vec<&str> = run.stdout.lines().filter(|line| line.contains(" — ")).collect();
-    insta::assert_snapshot!(headings.join("\n"), @r"
+    insta::assert_snapshot!(headings.join("\n"), @"
     apply_patch — Apply patch [destructive]
+    chain_list — List chains [read-only, idempotent]
+    chain_new — New chain []
+    chain_status — Chain status [read-only, idempotent]
     create_directory — Create directory [idempotent]
     delete_file — Delete [destructive, idempotent]
     directory_tree — Directory tree [read-only, idempotent]
@@ -60,17 +63,30 @@ fn tools_lists_every_builtin_with_its_schema() {
     read_file — Read file [read-only, idempotent]
     read_many — Read several files [read-only, idempotent]
     search_files — Search files [read-only, idempotent]
+    spawn_impl_session — Spawn implementation session []
+    task_add — Add task []
+    task_approve — Approve task []
+    task_block — Block task []
+    task_complete — Complete task []
+    task_list — List tasks [read-only, idempotent]
+    task_ready — Ready task []
+    task_rework — Request rework []
+    task_start — Start task []
+    task_status — My task [read-only, idempotent]
+    task_unblock — Unblock task []
     undo_edit — Undo edit [destructive]
     unlock_files — Unlock files [read-only, idempotent]
     write_file — Write file [destructive, idempotent]
     ");
-    assert_eq!(run.stdout.matches("  arguments: {").count(), 16);
+    let tools = toolcell_builtins::components().count() + toolcell_runtime::NATIVE_TOOLS.len();
+    assert_eq!(run.stdout.matches("  arguments: {").count(), tools);
 
     let json = toolcell(&cache, &["tools", "--json"]);
     let tools: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON output");
-    assert_eq!(tools.as_array().map(Vec::len), Some(16));
-    assert_eq!(tools[10]["name"], "read_file");
-    assert_eq!(tools[10]["input_schema"]["required"], serde_json::json!(["path"]));
+    let tools = tools.as_array().expect("a list");
+    assert_eq!(tools.len(), toolcell_builtins::components().count() + toolcell_runtime::NATIVE_TOOLS.len());
+    let read_file = tools.iter().find(|tool| tool["name"] == "read_file").expect("read_file is listed");
+    assert_eq!(read_file["input_schema"]["required"], serde_json::json!(["path"]));
 }
 
 #[test]
@@ -131,7 +147,7 @@ fn host_errors_exit_2() {
     let root = workspace.path().to_str().expect("UTF-8 path");
     let run = toolcell(&cache, &["call", "rm_rf", "{}", "--workspace", root]);
     assert_eq!(run.status, 2);
-    insta::assert_snapshot!(run.stderr, @"error: there is no tool named `rm_rf`; the tools are: apply_patch, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, undo_edit, unlock_files, write_file");
+    insta::assert_snapshot!(run.stderr, @"error: there is no tool named `rm_rf`; the tools are: apply_patch, chain_list, chain_new, chain_status, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, spawn_impl_session, task_add, task_approve, task_block, task_complete, task_list, task_ready, task_rework, task_start, task_status, task_unblock, undo_edit, unlock_files, write_file");
 }
 
 #[test]
@@ -139,9 +155,10 @@ fn the_second_start_reuses_the_compiled_cache() {
     let cache = tempfile::tempdir().expect("temporary cache");
     let first = toolcell(cache.path(), &["tools", "--verbose"]);
     assert_eq!(first.status, 0, "{}", first.stderr);
-    assert_eq!(first.stderr.matches("(compiled)").count(), 13, "{}", first.stderr);
+    let builtins = toolcell_builtins::components().count();
+    assert_eq!(first.stderr.matches("(compiled)").count(), builtins, "{}", first.stderr);
     let second = toolcell(cache.path(), &["tools", "--verbose"]);
-    assert_eq!(second.stderr.matches("(loaded from cache)").count(), 13, "{}", second.stderr);
+    assert_eq!(second.stderr.matches("(loaded from cache)").count(), builtins, "{}", second.stderr);
     assert_eq!(second.stderr.matches("(compiled)").count(), 0, "{}", second.stderr);
 }
 
@@ -184,7 +201,7 @@ fn policy_check_reports_roles_or_the_first_error_with_its_line() {
     assert_eq!(run.status, 1);
     insta::assert_snapshot!(
         filtered(&run.stderr, workspace.path()),
-        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: apply_patch, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, undo_edit, unlock_files, write_file"
+        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: apply_patch, chain_list, chain_new, chain_status, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, spawn_impl_session, task_add, task_approve, task_block, task_complete, task_list, task_ready, task_rework, task_start, task_status, task_unblock, undo_edit, unlock_files, write_file"
     );
 }
 

@@ -105,3 +105,63 @@ fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
     assert!(!workspace.path().join("src/new.rs").exists());
     assert!(!String::from_utf8_lossy(&output.stdout).contains(workspace.path().to_str().expect("UTF-8")), "no host path");
 }
+
+#[test]
+fn the_task_chain_scenario_runs_over_mcp_with_one_server_per_role() {
+    let workspace = tempfile::tempdir().expect("workspace");
+    std::fs::create_dir_all(workspace.path().join("src")).expect("mkdir");
+    std::fs::write(workspace.path().join("src/main.rs"), "fn main() {}\n").expect("write");
+    let state = tempfile::tempdir().expect("state");
+    let output = Command::new(python_with_mcp())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chain_client.py"))
+        .arg(env!("CARGO_BIN_EXE_toolcell"))
+        .arg(workspace.path())
+        .arg(state.path())
+        .output()
+        .expect("run the Python MCP client");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the client failed:\n{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the client prints JSON");
+    let tools = |key: &str| -> Vec<String> {
+        report[key].as_array().expect("tools").iter().map(|name| name.as_str().expect("a name").to_owned()).collect()
+    };
+    for tool in ["chain_new", "task_add", "task_start", "spawn_impl_session", "task_approve", "task_rework", "chain_list"] {
+        assert!(tools("control_tools").contains(&tool.to_owned()), "control serves {tool}");
+        assert!(!tools("impl_tools").contains(&tool.to_owned()), "impl does not serve {tool}");
+    }
+    for tool in ["task_status", "task_complete", "task_block", "write_file"] {
+        assert!(tools("impl_tools").contains(&tool.to_owned()), "impl serves {tool}");
+    }
+    let calls = report["calls"].as_array().expect("calls");
+    let summary: Vec<(String, String, bool)> = calls
+        .iter()
+        .map(|call| (call["role"].as_str().unwrap_or("").to_owned(), call["tool"].as_str().unwrap_or("").to_owned(), call["is_error"] == true))
+        .collect();
+    let expected_errors: Vec<&str> = vec!["move_file"];
+    for ((role, tool, is_error), call) in summary.iter().zip(calls) {
+        assert_eq!(*is_error, expected_errors.contains(&tool.as_str()), "{role} {tool}: {}", call["text"]);
+    }
+    let refused = calls.iter().find(|call| call["tool"] == "move_file").expect("the move was tried");
+    assert!(refused["text"].as_str().unwrap_or("").contains("docs-read-only"), "{refused}");
+    let status = calls.iter().rev().find(|call| call["tool"] == "task_status").expect("task_status");
+    assert!(status["text"].as_str().unwrap_or("").contains("Garbage is accepted."), "the rework reason reached the impl session");
+    let chain = calls.last().expect("chain_status");
+    assert_eq!(chain["structured"]["done"], 1, "{chain}");
+    assert_eq!(chain["structured"]["locks"], serde_json::json!([]), "approval released the chain's locks");
+    assert!(workspace.path().join("docs/tasks/done/CHAIN-039-file-ops/001-parse-headers.md").exists());
+    assert_eq!(std::fs::read_to_string(workspace.path().join("src/main.rs")).expect("read"), "fn main() { parse().unwrap(); }\n");
+
+    // The spawned session was run by its own server, recorded and ended with its client.
+    let child = report["child"].as_str().expect("the child's id");
+    let listed = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .args(["--state-dir"])
+        .arg(state.path())
+        .args(["sessions", "list", "--json"])
+        .output()
+        .expect("sessions list");
+    let sessions: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("JSON");
+    let record = sessions.as_array().expect("a list").iter().find(|record| record["id"] == child).expect("the child is listed");
+    assert_eq!(record["parent"], "py-control");
+    assert_eq!(record["task"], "CHAIN-039-file-ops/001-parse-headers");
+    assert_eq!(record["state"], "ended");
+}
