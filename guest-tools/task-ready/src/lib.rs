@@ -17,7 +17,7 @@ impl Tool for Run {
     type Args = Args;
 
     fn info() -> ToolInfo {
-        ToolInfo::new("task_ready", "Ready task", "Mark a backlog task ready to start: move it from `backlog` to `todo`.").schema(json!({
+        ToolInfo::new("task_ready", "Ready task", "Mark a backlog task ready to start: move it from `backlog` to `todo`, where `task_start` can pick it up. Refused for a task in any other status.").schema(json!({
             "type": "object",
             "properties": {"task": {"type": "string", "description": "The task, `CHAIN-ID/NNN-slug`."}},
             "required": ["task"],

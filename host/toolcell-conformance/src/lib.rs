@@ -50,6 +50,8 @@ pub const LIMITS: Limits = Limits {
 
 /// The policy of the suite: `agent` may do anything inside the workspace; `locked-out` may
 /// call the tool but touch nothing.
+mod chains;
+
 const POLICY: &str = r#"
 version = 1
 
@@ -58,6 +60,8 @@ read_before_write = "off"
 
 [roles.agent]
 tools = ["*"]
+may_spawn = ["impl"]
+may_lock_for_chains = true
 
 [[roles.agent.rules]]
 id = "agent-all"
@@ -66,6 +70,9 @@ paths = ["**"]
 effect = "allow"
 
 [roles.locked-out]
+tools = ["*"]
+
+[roles.impl]
 tools = ["*"]
 "#;
 
@@ -426,7 +433,7 @@ fn behaviours(tool: &str) -> Vec<(&'static str, Behaviour)> {
                 expect(notes.as_deref() == Some("alpha\nbeta\n"), format!("`notes.txt` changed to {notes:?} although the patch failed"))
             }),
         ],
-        _ => Vec::new(),
+        other => chains::behaviours(other),
     }
 }
 
@@ -494,6 +501,36 @@ impl Scratch {
             trapped: true,
             ..CallOutcome::new(String::new())
         })
+    }
+
+    /// A call by a session bound to `task` (`CHAIN/TASK`).
+    fn call_bound(&self, runtime: &Runtime, tool: &str, args: &str, task: &str) -> CallOutcome {
+        let Ok(binding) = toolcell_runtime::TaskBinding::parse(task) else {
+            return CallOutcome::new(String::new());
+        };
+        let request = CallRequest {
+            workspace: &self.workspace,
+            role: "agent",
+            session_id: "conformance",
+            tool,
+            args,
+            approver: None,
+            owner: Some(binding.chain()),
+            fences: &[],
+            task: Some(&binding),
+        };
+        runtime.call(&request).unwrap_or_else(|error| CallOutcome {
+            result: Err(toolcell_types::ToolError::new(ToolErrorKind::Failed, format!("the host could not run the call: {error}"))),
+            trapped: true,
+            ..CallOutcome::new(String::new())
+        })
+    }
+
+    fn ok_bound(&self, runtime: &Runtime, tool: &str, args: Value, task: &str) -> Result<ToolOutput, String> {
+        match self.call_bound(runtime, tool, &args.to_string(), task).result {
+            Ok(output) => Ok(output),
+            Err(error) => Err(format!("{tool} {args} as the session of `{task}` failed: {error}")),
+        }
     }
 
     fn ok(&self, runtime: &Runtime, tool: &str, args: Value) -> Result<ToolOutput, String> {

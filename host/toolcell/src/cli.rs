@@ -341,5 +341,13 @@ pub enum PolicyCommand {
 
         /// The workspace-relative path (normalised lexically: `src/../docs/x` is `docs/x`).
         path: String,
+
+        /// Decide as for a call of this tool (rules that name it apply and outrank the others).
+        #[arg(long)]
+        tool: Option<String>,
+
+        /// Decide as for a session bound to this task (`CHAIN-ID/NNN-slug`).
+        #[arg(long, value_name = "CHAIN/TASK")]
+        task: Option<String>,
     },
 }

@@ -48,7 +48,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Tools { json, command: None } => tools(&runtime, json),
         Command::Call(args) => call(&runtime, &args),
-        Command::Policy(PolicyCommand::Explain { role, access, path }) => policy_explain(&runtime, &role, &access, &path),
+        Command::Policy(PolicyCommand::Explain { role, access, path, tool, task }) => {
+            policy_explain(&runtime, &role, &access, &path, tool.as_deref(), task.as_deref())
+        }
         Command::Schema { role, format } => schema(&runtime, &role, &format),
         Command::Lock(command) => lock(&runtime, command),
         Command::Sessions(SessionsCommand::List { workspace, json }) => sessions_list(&runtime, workspace.as_deref(), json),
@@ -146,6 +148,9 @@ impl toolcell_runtime::Spawner for CliSpawner {
             None => {}
         }
         command.push_str(&format!(" --role {} --session {}", session.role, session.id));
+        if let Some(task) = &session.task {
+            command.push_str(&format!(" --task {task}"));
+        }
         let mut text = format!("pending: an agent runs it with `{command}` from the workspace root");
         if self.custom_state_dir {
             text.push_str(", with the same --state-dir as this host");
@@ -571,19 +576,36 @@ fn policy_check(args: &RuntimeArgs, file: &std::path::Path) -> anyhow::Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
-fn policy_explain(runtime: &Runtime, role_name: &str, access: &str, path: &str) -> anyhow::Result<ExitCode> {
+fn policy_explain(
+    runtime: &Runtime,
+    role_name: &str,
+    access: &str,
+    path: &str,
+    tool: Option<&str>,
+    task: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let policy = runtime.policy().context("the runtime was built with a policy")?;
-    let role = policy.role(role_name).with_context(|| {
+    if policy.role(role_name).is_none() {
         let roles: Vec<&str> = policy.roles().map(|role| role.name()).collect();
-        format!("the policy `{}` has no role `{role_name}`; its roles are: {}", policy.file(), roles.join(", "))
-    })?;
+        anyhow::bail!("the policy `{}` has no role `{role_name}`; its roles are: {}", policy.file(), roles.join(", "));
+    }
+    let task = task.map(TaskBinding::parse).transpose().map_err(anyhow::Error::msg)?;
+    let tool = match tool {
+        Some(tool) => {
+            Some(runtime.canonical_tool(tool).with_context(|| format!("there is no tool `{tool}`; `toolcell tools` lists them"))?)
+        }
+        None => None,
+    };
+    // The role as a call of `tool` by a session bound to `task` sees it (rules naming the tool,
+    // the task's paths); without them, the rules that name no tool.
+    let role = policy.bind(role_name, tool.unwrap_or(""), task.as_ref()).context("the role's rules cannot be bound")?;
     let access = Access::from_name(access).with_context(|| format!("unknown access `{access}`"))?;
     // Lexical only: symlinks are resolved when a real call touches the workspace.
     let Some(canonical) = toolcell_policy::join_lexically(".", path) else {
         writeln!(std::io::stdout(), "deny: `{path}` is outside the workspace (rule `workspace-boundary`)")?;
         return Ok(ExitCode::SUCCESS);
     };
-    let decision = policy.decide(role, access, &canonical);
+    let decision = policy.decide(&role, access, &canonical);
     let location = decision.line.map(|line| format!(", {} line {line}", policy.file())).unwrap_or_default();
     writeln!(
         std::io::stdout(),

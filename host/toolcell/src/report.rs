@@ -151,8 +151,12 @@ pub fn render(gathered: &Gathered) -> String {
     html.push_str("<h2>Sessions</h2><table><tr><th>session</th><th>role</th><th>task</th><th>parent</th><th>calls</th><th>refusals</th><th>changes</th></tr>");
     for session in &gathered.sessions {
         let known = gathered.known.get(session);
-        let count = |wanted: &dyn Fn(&Record) -> bool| gathered.records.iter().filter(|record| record.session == *session && wanted(record)).count();
-        let role = known.map(|record| record.role.clone()).or_else(|| gathered.records.iter().find(|record| record.session == *session && record.kind == Kind::Call).map(|record| record.role.clone()));
+        let count = |wanted: &dyn Fn(&Record) -> bool| {
+            gathered.records.iter().filter(|record| record.session == *session && wanted(record)).count()
+        };
+        let role = known.map(|record| record.role.clone()).or_else(|| {
+            gathered.records.iter().find(|record| record.session == *session && record.kind == Kind::Call).map(|record| record.role.clone())
+        });
         let _ = write!(
             html,
             "<tr><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -220,7 +224,11 @@ fn render_session(html: &mut String, gathered: &Gathered, session: &str) {
         if matches!(record.access.as_deref(), Some("write" | "delete")) {
             // A granted workflow capability is named by its operation (`lock-for-task`), a file
             // change by its access.
-            let what = if record.rule.as_deref().is_some_and(|rule| rule.starts_with("may_")) { record.operation.as_deref() } else { record.access.as_deref() };
+            let what = if record.rule.as_deref().is_some_and(|rule| rule.starts_with("may_")) {
+                record.operation.as_deref()
+            } else {
+                record.access.as_deref()
+            };
             changed.entry(record.call_id.as_str()).or_default().push(format!(
                 "{} <code>{}</code>",
                 escape(what.unwrap_or("?")),

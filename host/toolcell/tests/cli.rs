@@ -233,6 +233,34 @@ fn policy_explain_names_the_deciding_rule() {
 }
 
 #[test]
+fn policy_explain_binds_rules_that_name_a_tool_or_a_task() {
+    let (_workspace, cache) = setup();
+    let explain = |extra: &[&str]| {
+        let mut args = vec!["--policy", "builtin:workflow", "policy", "explain", "--role", "impl", "--access", "write"];
+        args.extend_from_slice(extra);
+        args.push("docs/tasks/in-review/CHAIN-039-x/001-a.md");
+        let run = toolcell(&cache, &args);
+        assert_eq!(run.status, 0, "{}", run.stderr);
+        run.stdout
+    };
+    insta::assert_snapshot!(
+        [
+            explain(&[]),
+            explain(&["--tool", "task_complete"]),
+            explain(&["--tool", "task:complete", "--task", "CHAIN-039-x/001-a"]),
+            explain(&["--tool", "task_complete", "--task", "CHAIN-039-x/002-b"]),
+        ]
+        .concat(),
+        @"
+    deny: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `docs-read-only`, policies/workflow.toml (built in) line 196)
+    deny: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `docs-read-only`, policies/workflow.toml (built in) line 196)
+    allow: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `task-complete-own-task`, policies/workflow.toml (built in) line 215)
+    deny: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `docs-read-only`, policies/workflow.toml (built in) line 196)
+    "
+    );
+}
+
+#[test]
 fn calls_are_governed_and_ask_needs_approve() {
     let (workspace, cache) = setup();
     let root = workspace.path().to_str().expect("UTF-8 path");

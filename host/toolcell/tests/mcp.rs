@@ -135,7 +135,9 @@ fn the_task_chain_scenario_runs_over_mcp_with_one_server_per_role() {
     let calls = report["calls"].as_array().expect("calls");
     let summary: Vec<(String, String, bool)> = calls
         .iter()
-        .map(|call| (call["role"].as_str().unwrap_or("").to_owned(), call["tool"].as_str().unwrap_or("").to_owned(), call["is_error"] == true))
+        .map(|call| {
+            (call["role"].as_str().unwrap_or("").to_owned(), call["tool"].as_str().unwrap_or("").to_owned(), call["is_error"] == true)
+        })
         .collect();
     let expected_errors: Vec<&str> = vec!["move_file"];
     for ((role, tool, is_error), call) in summary.iter().zip(calls) {
