@@ -511,7 +511,8 @@ fn rules_naming_a_tool_outrank_the_others_only_for_that_tool_and_the_bound_task(
         (decision.effect, decision.rule)
     };
     let own = "docs/tasks/in-review/CHAIN-039-file-ops/002-parse.md";
-    let table: &[(&str, Option<&TaskBinding>, Access, &str, Effect, &str)] = &[
+    type Row<'a> = (&'a str, Option<&'a TaskBinding>, Access, &'a str, Effect, &'a str);
+    let table: &[Row<'_>] = &[
         // The tool-scoped allow outranks the general deny, for its tool and task only.
         ("move_file", Some(&task), Access::Write, own, Effect::Allow, "move-own-task"),
         (

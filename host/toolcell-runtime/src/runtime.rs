@@ -40,6 +40,9 @@ pub(crate) enum ToolKind {
     Native(native::Native),
 }
 
+/// A role bound for a call: the role, the tool, the session's task.
+pub(crate) type BoundRoleKey = (String, String, Option<TaskBinding>);
+
 /// Loaded tool components, ready to run calls. Cheap to share between threads.
 pub struct Runtime {
     pub(crate) engine: Engine,
@@ -64,7 +67,7 @@ pub struct Runtime {
     /// shares between calls.
     pub(crate) workflow: Arc<workflow::WorkflowShared>,
     /// Roles bound for a tool and a task (`Policy::bind`), kept between calls.
-    pub(crate) bound_roles: std::sync::Mutex<std::collections::HashMap<(String, String, Option<TaskBinding>), Arc<toolcell_policy::Role>>>,
+    pub(crate) bound_roles: std::sync::Mutex<std::collections::HashMap<BoundRoleKey, Arc<toolcell_policy::Role>>>,
     /// Advances the epoch for deadlines; stops when the runtime is dropped.
     pub(crate) _ticker: limits::EpochTicker,
 }

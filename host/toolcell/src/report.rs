@@ -142,9 +142,9 @@ pub fn render(gathered: &Gathered) -> String {
     let calls = gathered.records.iter().filter(|record| record.kind == Kind::Call).count();
     let refusals = gathered.records.iter().filter(|record| is_refusal(record)).count();
     let changes: usize = gathered.changes.values().map(Vec::len).sum();
-    let _ = write!(
+    let _ = writeln!(
         html,
-        "<h1>toolcell report: {}</h1><p class=\"meta\">{} session(s), {calls} call(s), {changes} change(s), {refusals} refusal(s)</p>\n",
+        "<h1>toolcell report: {}</h1><p class=\"meta\">{} session(s), {calls} call(s), {changes} change(s), {refusals} refusal(s)</p>",
         escape(&gathered.title),
         gathered.sessions.len()
     );

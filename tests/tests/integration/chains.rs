@@ -154,7 +154,7 @@ fn the_whole_control_and_impl_scenario_runs_through_the_host() {
     assert_eq!(project.status_of(FIRST), "in-review");
     let in_review = project.fixture.read_text(&project.task_path("in-review", FIRST));
     assert!(in_review.contains("- [x] parses `a: b`") && in_review.contains("- [ ] rejects garbage"), "{in_review}");
-    assert!(in_review.contains(&format!("## Completion note (")) && in_review.contains(&format!("session {child})")), "{in_review}");
+    assert!(in_review.contains("## Completion note (") && in_review.contains(&format!("session {child})")), "{in_review}");
 
     // Review: rework, then the same session again, then approval.
     ok(&control, "task_rework", json!({"task": FIRST, "reason": "Garbage is still accepted."}));
@@ -362,7 +362,7 @@ fn malformed_task_files_are_reported_and_never_half_moved() {
     }
     // A task in two statuses at once is named, not guessed.
     project.fixture.write(&second, &good);
-    project.fixture.write(&project.task_path("done", SECOND), &good.replace("**Status**: todo", "**Status**: done"));
+    project.fixture.write(&project.task_path("done", SECOND), good.replace("**Status**: todo", "**Status**: done"));
     let (message, _) = refused(&control, "task_start", json!({"task": SECOND}), ToolErrorKind::Conflict);
     assert!(message.contains("in several statuses"), "{message}");
     // Moves that skip the state machine are refused by the tool, and by the host where a tool would try.
