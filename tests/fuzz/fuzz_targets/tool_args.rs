@@ -41,7 +41,16 @@ const STRINGS: &[&str] = &[
     "*** Begin Patch\n*** Update File: notes.txt\n@@\n-alpha\n+x\n*** End Patch",
     "*** Begin Patch\n*** Add File: ../outside/p\n+x\n*** End Patch",
     "*** Begin Patch\n*** Delete File: escape.txt\n*** End Patch",
+    "CHAIN-1-x",
+    "CHAIN-1-x/001-a",
+    "CHAIN-1-x/../001-a",
+    "docs/tasks/todo/CHAIN-1-x/001-a.md",
+    "CR-1",
+    "x-y",
 ];
+
+/// A task file the chain tools find in the scratch workspace.
+const TASK: &str = "# A\n\n**Chain**: CHAIN-1-x\n**Task**: 001-a\n**Status**: todo\n**Type**: impl\n**Created**: 2026-01-01\n**CR**: CR-1\n\n## Acceptance criteria\n\n- [ ] b\n";
 
 struct Setup {
     runtime: Runtime,
@@ -103,6 +112,9 @@ fuzz_target!(|bytes: &[u8]| {
         args.insert("unexpected".to_owned(), Value::Null);
     }
     let args = Value::Object(args).to_string();
+    // Half the calls come from a session bound to the task in the workspace.
+    let binding = toolcell_runtime::TaskBinding::parse("CHAIN-1-x/001-a").expect("a task");
+    let task = bool::arbitrary(&mut input).unwrap_or(false).then_some(&binding);
 
     let temp = tempfile::tempdir().expect("scratch");
     let root = temp.path().join("workspace");
@@ -114,6 +126,8 @@ fuzz_target!(|bytes: &[u8]| {
     std::fs::write(temp.path().join("outside/secret.txt"), &canary).expect("canary");
     std::fs::write(root.join("notes.txt"), "alpha\nbeta\n").expect("notes");
     std::fs::write(root.join("src/lib.rs"), "pub fn f() {}\n").expect("lib");
+    std::fs::create_dir_all(root.join("docs/tasks/todo/CHAIN-1-x")).expect("chain");
+    std::fs::write(root.join("docs/tasks/todo/CHAIN-1-x/001-a.md"), TASK).expect("task");
     std::os::unix::fs::symlink("../outside/secret.txt", root.join("escape.txt")).expect("link");
     let workspace = Workspace::open(&root).expect("open the workspace");
 
@@ -124,8 +138,9 @@ fuzz_target!(|bytes: &[u8]| {
         tool,
         args: &args,
         approver: None,
-        owner: None,
+        owner: task.map(toolcell_runtime::TaskBinding::chain),
         fences: &[],
+        task,
     });
     let base = temp.path().to_string_lossy().into_owned();
     if let Ok(outcome) = outcome {
