@@ -148,6 +148,7 @@ impl Runtime {
                 let workflow = workflow::WorkflowCall {
                     shared: Arc::clone(&self.workflow),
                     workspace: request.workspace.root().to_path_buf(),
+                    policy: self.policy.clone(),
                     role: guard.bound_role(),
                     role_name: request.role.to_owned(),
                     session_id: request.session_id.to_owned(),

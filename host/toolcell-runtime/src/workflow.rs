@@ -150,7 +150,9 @@ pub(crate) struct WorkflowCall {
     pub(crate) shared: Arc<WorkflowShared>,
     /// The workspace's canonical root.
     pub(crate) workspace: PathBuf,
-    /// The caller's role as bound for this call; `None` without a policy (nothing is granted).
+    /// The policy and the caller's role as bound for this call; `None` without a policy
+    /// (nothing is granted).
+    pub(crate) policy: Option<Arc<toolcell_policy::Policy>>,
     pub(crate) role: Option<Arc<Role>>,
     pub(crate) role_name: String,
     pub(crate) session_id: String,
@@ -202,9 +204,24 @@ impl WorkflowCall {
         })
     }
 
-    /// The live locks of the workspace.
+    /// The live locks of the workspace on paths the caller may see (a lock on a hidden
+    /// directory would name it).
     pub(crate) fn locks(&self) -> Vec<Lock> {
-        self.shared.locks.live(&self.workspace).unwrap_or_default()
+        let mut locks = self.shared.locks.live(&self.workspace).unwrap_or_default();
+        if let Some(policy) = &self.policy {
+            locks.retain(|lock| {
+                let literal = lock.pattern.find(['*', '?', '[', '{']).map_or(lock.pattern.as_str(), |end| &lock.pattern[..end]);
+                let directory = if literal.len() == lock.pattern.len() {
+                    literal
+                } else {
+                    literal.rsplit_once('/').map_or(".", |(directory, _)| directory)
+                };
+                self.role.as_ref().is_some_and(|role| {
+                    policy.verdict(role, toolcell_policy::Access::Read, directory).effect() != toolcell_policy::Effect::Deny
+                })
+            });
+        }
+        locks
     }
 
     /// Lock `patterns` for the chain of `task`, all or none.
@@ -270,7 +287,8 @@ impl WorkflowCall {
         };
         let session = task_session(&binding);
         let mut released = 0;
-        for lock in self.locks().into_iter().filter(|lock| lock.owner == binding.chain() && lock.session == session) {
+        let live = self.shared.locks.live(&self.workspace).unwrap_or_default();
+        for lock in live.into_iter().filter(|lock| lock.owner == binding.chain() && lock.session == session) {
             if let Ok(lock) = self.shared.locks.release(&self.workspace, lock.fence, &lock.owner) {
                 self.audit_lock("released", &lock);
                 released += 1;

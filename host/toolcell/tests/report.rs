@@ -113,6 +113,20 @@ fn the_session_report_renders_in_chromium_with_diffs_refusals_and_children() {
     assert!(!html.contains("<script") && !html.contains("http://") && !html.contains("https://"), "self-contained, no script");
     assert!(!html.contains(setup.workspace.to_str().expect("UTF-8")), "no host path in the report");
 
+    // By chain: the sessions bound to its tasks and the session that spawned them.
+    let by_chain = setup.state.join("chain.html");
+    let written =
+        setup.toolcell(&["report", "--workspace", workspace, "--chain", "CHAIN-039-file-ops", "-o", by_chain.to_str().expect("UTF-8")]);
+    assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
+    let chain_html = std::fs::read_to_string(&by_chain).expect("the chain report");
+    assert!(
+        chain_html.contains(r#"<h2 id="session-control-1">"#) && chain_html.contains(&format!(r#"<h2 id="session-{child}">"#)),
+        "{chain_html}"
+    );
+    let unknown = setup.toolcell(&["report", "--workspace", workspace, "--session", "nobody", "-o", by_chain.to_str().expect("UTF-8")]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no record of session `nobody`"));
+
     let Some(_) = chromium() else {
         return;
     };

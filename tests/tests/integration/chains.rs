@@ -336,6 +336,14 @@ fn a_second_chains_writes_are_refused_by_the_first_chains_locks() {
     ok(&control, "task_start", json!({"task": SECOND, "locks": ["src/main.rs"]}));
     // Outside the locked paths the second chain writes freely.
     ok(&other, "write_file", json!({"path": "tests/other.rs", "content": "// other\n"}));
+    // The chain's locks are shown where the caller may see their paths: a lock on a file the
+    // role may not read would name it.
+    let owner = project.host.session("impl", "impl-first").expect("session").with_owner(CHAIN);
+    owner.lock("config/.env", toolcell_host::LockMode::Exclusive, std::time::Duration::from_secs(60)).expect("lock");
+    let status = ok(&control, "chain_status", json!({"chain": CHAIN})).structured.expect("structured");
+    let patterns: Vec<&str> = status["locks"].as_array().expect("locks").iter().filter_map(|lock| lock["pattern"].as_str()).collect();
+    assert!(patterns.contains(&"src/**") && patterns.contains(&"src/main.rs"), "{patterns:?}");
+    assert!(!patterns.contains(&"config/.env"), "{patterns:?}");
 }
 
 #[test]
