@@ -163,20 +163,12 @@ impl RuntimeBuilder {
         let mut warnings = Vec::new();
         let mut tools: BTreeMap<String, LoadedTool> = BTreeMap::new();
         let mut loaded = Vec::new();
-        for (origin, wasm) in &self.components {
-            let (component, cache_outcome) = match &cache {
-                Some(cache) => {
-                    let (component, outcome, warning) = cache.load(&engine, origin, wasm)?;
-                    warnings.extend(warning);
-                    (component, outcome)
-                }
-                None => (engine::compile(&engine, origin, wasm)?, CacheOutcome::Compiled),
-            };
-            imports::check(&engine, origin, &component)?;
-            let load_error = |error: wasmtime::Error| Error::Load { origin: origin.clone(), reason: describe(&error) };
-            let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
-            let pre = bindings::PluginPre::new(instance_pre).map_err(load_error)?;
-            let (info, schema) = describe_tool(&engine, &pre, origin)?;
+        // Components load independently (read or compile, authenticate, check imports, link,
+        // describe), so they load on every core; they are then taken in their given order.
+        let prepared = load_all(&self.components, |origin, wasm| prepare(&engine, &linker, cache.as_ref(), origin, wasm));
+        for ((origin, wasm), prepared) in self.components.iter().zip(prepared) {
+            let Prepared { pre, info, schema, cache: cache_outcome, warning } = prepared?;
+            warnings.extend(warning);
             if let Some(existing) = tools.get(info.name.as_str()) {
                 return Err(Error::DuplicateTool { name: info.name.to_string(), first: existing.origin.clone(), second: origin.clone() });
             }
@@ -306,6 +298,73 @@ impl RuntimeBuilder {
             _ticker: ticker,
         })
     }
+}
+
+/// One component, ready to run: linked, described, and how it was loaded.
+struct Prepared {
+    pre: bindings::PluginPre<CallState>,
+    info: ToolInfo,
+    schema: ArgsSchema,
+    cache: CacheOutcome,
+    warning: Option<String>,
+}
+
+/// Load one component: from the cache or compiled, its imports checked, linked and described.
+fn prepare(
+    engine: &Engine,
+    linker: &wasmtime::component::Linker<CallState>,
+    cache: Option<&engine::ComponentCache>,
+    origin: &str,
+    wasm: &[u8],
+) -> Result<Prepared, Error> {
+    let (component, cache_outcome, warning) = match cache {
+        Some(cache) => cache.load(engine, origin, wasm)?,
+        None => (engine::compile(engine, origin, wasm)?, CacheOutcome::Compiled, None),
+    };
+    imports::check(engine, origin, &component)?;
+    let load_error = |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: describe(&error) };
+    let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
+    let pre = bindings::PluginPre::new(instance_pre).map_err(load_error)?;
+    let (info, schema) = describe_tool(engine, &pre, origin)?;
+    Ok(Prepared { pre, info, schema, cache: cache_outcome, warning })
+}
+
+/// `load` applied to every component, on as many threads as there are cores (at most one per
+/// component), results in the components' order.
+fn load_all<T: Send>(components: &[(String, Cow<'static, [u8]>)], load: impl Fn(&str, &[u8]) -> T + Sync) -> Vec<T> {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get).min(components.len()).max(1);
+    if threads == 1 {
+        return components.iter().map(|(origin, wasm)| load(origin, wasm)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<(usize, T)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((origin, wasm)) = components.get(index) else {
+                            return done;
+                        };
+                        done.push((index, load(origin, wasm)));
+                    }
+                })
+            })
+            .collect();
+        // A worker that panicked (a host bug) loses its components; they are loaded again below.
+        workers.into_iter().flat_map(|worker| worker.join().unwrap_or_default()).collect()
+    });
+    results.sort_by_key(|(index, _)| *index);
+    let mut ordered = Vec::with_capacity(components.len());
+    let mut results = results.into_iter().peekable();
+    for (index, (origin, wasm)) in components.iter().enumerate() {
+        match results.next_if(|(done, _)| *done == index) {
+            Some((_, result)) => ordered.push(result),
+            None => ordered.push(load(origin, wasm)),
+        }
+    }
+    ordered
 }
 
 /// A location the host reads and trusts.
