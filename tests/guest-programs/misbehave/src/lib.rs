@@ -89,7 +89,8 @@ impl Tool for Misbehave {
             // have them: `path` is the task, `text` the role to spawn or the pattern to lock.
             "task" => Ok(Output::text(toolcell_sdk::bound_task().unwrap_or_else(|| "none".to_owned()))),
             "spawn" => toolcell_sdk::workflow::spawn_session(&args.text, &args.path).map(|handoff| Output::text(handoff.session_id)),
-            "lock_for_task" => toolcell_sdk::workflow::lock_for_task(&args.path, &[args.text], 60).map(|locks| Output::text(format!("{} locked", locks.len()))),
+            "lock_for_task" => toolcell_sdk::workflow::lock_for_task(&args.path, &[args.text], 60)
+                .map(|locks| Output::text(format!("{} locked", locks.len()))),
             "release_task" => toolcell_sdk::workflow::release_task(&args.path).map(|released| Output::text(format!("{released} released"))),
             "" => {
                 let content = std::fs::read_to_string(&args.path).map_err(|error| ToolError::Failed(error.to_string()))?;
