@@ -435,3 +435,33 @@ fn a_spawned_session_is_what_its_record_says() {
     let error = project.host.spawned_session(child).err().expect("an ended session does not reopen");
     assert!(error.to_string().contains("has ended"), "{error}");
 }
+
+#[test]
+fn rules_bound_to_the_session_task_limit_any_component_to_that_task() {
+    // The task tools are trusted to act on the session's task; the host does not rely on it. A
+    // rule naming a component and `{chain}/{task}` lets that component, bound to one task,
+    // write that task's file and no other, whatever it asks for.
+    let policy = WORKFLOW.replace(
+        "[[roles.impl.rules]]\nid = \"impl-task-directories\"",
+        "[[roles.impl.rules]]\nid = \"probe-own-task\"\ntools = [\"fs_probe\"]\naccess = [\"write\"]\npaths = [\"docs/tasks/in-review/{chain}/{task}.md\"]\neffect = \"allow\"\n\n[[roles.impl.rules]]\nid = \"impl-task-directories\"",
+    );
+    let project = Project::with_policy(&policy);
+    project.planned();
+    project.fixture.write("docs/tasks/in-review/CHAIN-039-file-ops/.keep", "");
+    let probe = |path: &str| json!({"ops": [{"op": "write", "path": path, "content": "# Done\n"}]});
+    let own = project.task_path("in-review", FIRST);
+    let other = project.task_path("in-review", SECOND);
+    let bound = project.impl_for("impl-probe", FIRST);
+    ok(&bound, "fs_probe", probe(&own));
+    let (_, rules) = refused(&bound, "fs_probe", probe(&other), ToolErrorKind::Denied);
+    assert_eq!(rules, ["docs-read-only"]);
+    // Unbound, the rule applies to nothing.
+    let unbound = project.host.session("impl", "impl-unbound").expect("session");
+    let (_, rules) = refused(&unbound, "fs_probe", probe(&own), ToolErrorKind::Denied);
+    assert_eq!(rules, ["docs-read-only"]);
+    // Another tool bound to the same task gets nothing from the rule.
+    let (_, rules) = refused(&bound, "write_file", json!({"path": own, "content": "x"}), ToolErrorKind::Denied);
+    assert_eq!(rules, ["docs-read-only"]);
+    assert_eq!(project.fixture.read_text(&own), "# Done\n");
+    assert!(!project.exists(&other));
+}
