@@ -135,7 +135,7 @@ pub struct ServeError {
 ///
 /// [`ServeError`] if the client does not complete initialization or the transport fails.
 pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
-    let running = server.serve(rmcp::transport::stdio()).await.map_err(|error| ServeError { reason: error.to_string() })?;
+    let running = server.serve(rmcp::transport::stdio_pipes()).await.map_err(|error| ServeError { reason: error.to_string() })?;
     running.waiting().await.map_err(|error| ServeError { reason: error.to_string() })?;
     Ok(())
 }

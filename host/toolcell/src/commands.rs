@@ -475,7 +475,7 @@ fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
         host.runtime().policy().map_or("(none)", |policy| policy.file())
     )?;
     let executor =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("cannot start the async runtime")?;
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     let served = executor.block_on(toolcell_mcp::serve_stdio(server));
     if spawned {
         // The agent disconnected: the session has ended.
