@@ -1,4 +1,4 @@
-//! The task-chain workflow's host side: the sessions spawned for tasks (kept in `sessions/` of
+//! The task-chain workflow's host side: the sessions spawned for tasks (kept in `spawned-sessions/` of
 //! the state directory), the platform's [`Spawner`], and the `workflow` import a component
 //! calls, each capability granted by the caller's role in the policy (`may_lock_for_chains`,
 //! `may_spawn`) and every decision audited.
@@ -81,7 +81,7 @@ pub struct SessionStore {
 
 impl SessionStore {
     pub(crate) fn new(work_dir: &Path) -> Self {
-        SessionStore { directory: work_dir.join("sessions"), lock: std::sync::Mutex::new(()) }
+        SessionStore { directory: work_dir.join("spawned-sessions"), lock: std::sync::Mutex::new(()) }
     }
 
     fn file(&self, id: &str) -> PathBuf {

@@ -474,8 +474,7 @@ fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
         mcp.workspace.display(),
         host.runtime().policy().map_or("(none)", |policy| policy.file())
     )?;
-    let executor =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+    let executor = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     let served = executor.block_on(toolcell_mcp::serve_stdio(server));
     if spawned {
         // The agent disconnected: the session has ended.
