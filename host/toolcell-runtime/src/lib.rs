@@ -106,7 +106,13 @@ mod bindings {
     wasmtime::component::bindgen!({
         world: "plugin",
         path: "../../wit",
-        // The host stops a component that floods the audit trail through `inspect`.
-        imports: { "toolcell:tool/context.inspect": trappable },
+        // The host stops a component that floods the audit trail through `inspect` or the
+        // workflow capabilities.
+        imports: {
+            "toolcell:tool/context.inspect": trappable,
+            "toolcell:tool/workflow.lock-for-task": trappable,
+            "toolcell:tool/workflow.release-task": trappable,
+            "toolcell:tool/workflow.spawn-session": trappable,
+        },
     });
 }

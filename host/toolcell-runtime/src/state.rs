@@ -102,11 +102,16 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
     }
 }
 
+type WitError = bindings::toolcell::tool::types::ToolError;
+
 impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
     fn locks(&mut self) -> Vec<bindings::toolcell::tool::workflow::LockInfo> {
-        let Some(workflow) = &self.context.workflow else {
+        let Some(workflow) = self.context.workflow.clone() else {
             return Vec::new();
         };
+        if self.guard.spend_capability("locks").is_err() {
+            return Vec::new();
+        }
         workflow.locks().iter().map(lock_info).collect()
     }
 
@@ -115,14 +120,20 @@ impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
         task: String,
         patterns: Vec<String>,
         ttl_seconds: u32,
-    ) -> Result<Vec<bindings::toolcell::tool::workflow::LockInfo>, bindings::toolcell::tool::types::ToolError> {
-        let workflow = self.workflow("lock-for-task", &task)?;
+    ) -> wasmtime::Result<Result<Vec<bindings::toolcell::tool::workflow::LockInfo>, WitError>> {
+        let workflow = match self.workflow("lock-for-task", &task)? {
+            Ok(workflow) => workflow,
+            Err(error) => return Ok(Err(error)),
+        };
         let granted = self.settle("lock-for-task", &task, workflow.lock_for_task(&task, &patterns, ttl_seconds))?;
-        Ok(granted.iter().map(lock_info).collect())
+        Ok(granted.map(|locks| locks.iter().map(lock_info).collect()))
     }
 
-    fn release_task(&mut self, task: String) -> Result<u32, bindings::toolcell::tool::types::ToolError> {
-        let workflow = self.workflow("release-task", &task)?;
+    fn release_task(&mut self, task: String) -> wasmtime::Result<Result<u32, WitError>> {
+        let workflow = match self.workflow("release-task", &task)? {
+            Ok(workflow) => workflow,
+            Err(error) => return Ok(Err(error)),
+        };
         self.settle("release-task", &task, workflow.release_task(&task))
     }
 
@@ -130,49 +141,69 @@ impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
         &mut self,
         role: String,
         task: String,
-    ) -> Result<bindings::toolcell::tool::workflow::Handoff, bindings::toolcell::tool::types::ToolError> {
-        let workflow = self.workflow("spawn-session", &task)?;
-        let (session_id, connect) = self.settle("spawn-session", &task, workflow.spawn_session(&role, &task))?;
-        Ok(bindings::toolcell::tool::workflow::Handoff { session_id, connect })
+    ) -> wasmtime::Result<Result<bindings::toolcell::tool::workflow::Handoff, WitError>> {
+        let workflow = match self.workflow("spawn-session", &task)? {
+            Ok(workflow) => workflow,
+            Err(error) => return Ok(Err(error)),
+        };
+        let spawned = self.settle("spawn-session", &task, workflow.spawn_session(&role, &task))?;
+        Ok(spawned.map(|(session_id, connect)| bindings::toolcell::tool::workflow::Handoff { session_id, connect }))
     }
 }
 
 impl ContextView<'_> {
-    /// The call's workflow view, or the refusal (audited) where the call has none.
+    /// The call's workflow view; the refusal (audited) where the call has none or its budget
+    /// of host calls is spent; a trap once the call was stopped for flooding the audit trail.
     fn workflow(
         &mut self,
         operation: &'static str,
         subject: &str,
-    ) -> Result<Arc<crate::workflow::WorkflowCall>, bindings::toolcell::tool::types::ToolError> {
+    ) -> wasmtime::Result<Result<Arc<crate::workflow::WorkflowCall>, WitError>> {
+        if let Err(reason) = self.guard.spend_capability(operation) {
+            if self.guard.flooded().is_some() {
+                return Err(wasmtime::format_err!("{reason}"));
+            }
+            return Ok(Err(WitError::TooLarge(reason)));
+        }
         match &self.context.workflow {
-            Some(workflow) => Ok(Arc::clone(workflow)),
+            Some(workflow) => Ok(Ok(Arc::clone(workflow))),
             None => {
                 let message = "the task-chain workflow is not available in this call".to_owned();
                 self.guard.refuse_capability(operation, subject, "no-workflow", message.clone());
-                Err(bindings::toolcell::tool::types::ToolError::Denied(message))
+                self.stop_if_flooded()?;
+                Ok(Err(WitError::Denied(message)))
             }
         }
     }
 
-    /// Record what a capability decided: a refusal is audited and fails the call; a grant is
-    /// recorded; the capability's own error goes back to the component.
+    /// Record what a capability decided: a refusal is audited and fails the call (a flood of
+    /// them stops the component); a grant is recorded; the capability's own error goes back to
+    /// the component.
     fn settle<T>(
         &mut self,
         operation: &'static str,
         subject: &str,
         decided: Result<Result<T, toolcell_types::ToolError>, crate::workflow::Refusal>,
-    ) -> Result<T, bindings::toolcell::tool::types::ToolError> {
+    ) -> wasmtime::Result<Result<T, WitError>> {
         match decided {
             Err(refusal) => {
                 self.guard.refuse_capability(refusal.operation, &refusal.subject, &refusal.rule, refusal.message.clone());
-                Err(bindings::toolcell::tool::types::ToolError::Denied(refusal.message))
+                self.stop_if_flooded()?;
+                Ok(Err(WitError::Denied(refusal.message)))
             }
-            Ok(Err(error)) => Err(crate::to_wit_error(error.kind, error.message)),
+            Ok(Err(error)) => Ok(Err(crate::to_wit_error(error.kind, error.message))),
             Ok(Ok(value)) => {
                 let rule = if operation == "spawn-session" { "may_spawn" } else { "may_lock_for_chains" };
                 self.guard.record_capability(operation, subject, rule);
-                Ok(value)
+                Ok(Ok(value))
             }
+        }
+    }
+
+    fn stop_if_flooded(&self) -> wasmtime::Result<()> {
+        match self.guard.flooded() {
+            Some(message) => Err(wasmtime::format_err!("{message}")),
+            None => Ok(()),
         }
     }
 }

@@ -465,3 +465,17 @@ fn rules_bound_to_the_session_task_limit_any_component_to_that_task() {
     assert_eq!(project.fixture.read_text(&own), "# Done\n");
     assert!(!project.exists(&other));
 }
+
+#[test]
+fn a_component_flooding_the_workflow_with_refusals_is_stopped() {
+    let policy = format!("{WORKFLOW}\n[limits]\naudit_records = 20\n");
+    let project = Project::with_policy(&policy);
+    let hostile = project.impl_for("impl-flood", FIRST);
+    let result = call(&hostile, "misbehave", json!({"action": "spawn_loop", "text": "impl", "bytes": 5000}));
+    let error = result.output.expect_err("stopped");
+    assert_eq!(error.kind, ToolErrorKind::TooLarge, "{error}");
+    assert!(error.message.contains("audit records"), "{error}");
+    let records = audit(&project).into_iter().filter(|record| record.session == "impl-flood").count();
+    assert!(records <= 25, "the refusals were bounded by the budget, not one record each: {records}");
+    assert!(project.host.runtime().sessions().list().is_empty());
+}

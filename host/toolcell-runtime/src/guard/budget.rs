@@ -55,6 +55,16 @@ impl FsGuard {
         Err(FsError::from(ErrorCode::Quota))
     }
 
+    /// Count one call of a host capability other than the filesystem (the `workflow` import)
+    /// against the same budget: `Err` with the reason once the call was stopped or its budget
+    /// is spent.
+    pub(crate) fn spend_capability(&mut self, operation: &'static str) -> Result<(), String> {
+        match self.spend(operation) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.flood.clone().unwrap_or_else(|| "the call's budget of host calls is spent; do less in one call".to_owned())),
+        }
+    }
+
     /// Refuse an open past the budget of open descriptors.
     pub(super) fn check_open_files(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
         let Some(budget) = self.budget.as_ref() else {

@@ -31,7 +31,7 @@ impl Tool for Misbehave {
         ToolInfo::new("misbehave", "Misbehave", "Test program: crashes or floods on request.").schema(json!({
             "type": "object",
             "properties": {
-                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "echo", "echo_error", "ok", "task", "spawn", "lock_for_task", "release_task"] },
+                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "echo", "echo_error", "ok", "task", "spawn", "lock_for_task", "release_task", "spawn_loop"] },
                 "text": { "type": "string" },
                 "bytes": { "type": "integer", "minimum": 0 },
                 "path": { "type": "string" }
@@ -91,6 +91,13 @@ impl Tool for Misbehave {
             "spawn" => toolcell_sdk::workflow::spawn_session(&args.text, &args.path).map(|handoff| Output::text(handoff.session_id)),
             "lock_for_task" => toolcell_sdk::workflow::lock_for_task(&args.path, &[args.text], 60)
                 .map(|locks| Output::text(format!("{} locked", locks.len()))),
+            // `bytes` refused spawns, each for another task: the host must stop it, not record them all.
+            "spawn_loop" => {
+                for index in 0..args.bytes {
+                    let _ = toolcell_sdk::workflow::spawn_session(&args.text, &format!("CHAIN-1-x/{index:03}-a"));
+                }
+                Ok(Output::text("looped"))
+            }
             "release_task" => toolcell_sdk::workflow::release_task(&args.path).map(|released| Output::text(format!("{released} released"))),
             "" => {
                 let content = std::fs::read_to_string(&args.path).map_err(|error| ToolError::Failed(error.to_string()))?;
