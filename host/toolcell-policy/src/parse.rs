@@ -308,22 +308,24 @@ pub(crate) fn compile_tools(role: &str, tools: &[Spanned<String>], known_tools: 
     if tools.iter().any(|tool| tool.get_ref() == "*") {
         return Ok(ToolSet::All);
     }
+    Ok(ToolSet::Only(tool_names(tools, known_tools, &format!("role `{role}` lists"))?))
+}
+
+/// The canonical names of `tools` (`task:start` is `task_start`), each a loaded tool; else the
+/// first unknown one, its span, and `who` (`role \`r\` lists`) naming where it was written.
+pub(crate) fn tool_names(tools: &[Spanned<String>], known_tools: &[&str], who: &str) -> Result<Vec<String>, SpannedError> {
     let mut names = Vec::new();
     for tool in tools {
         let name = canonical_tool_name(tool.get_ref());
         if !known_tools.contains(&name.as_ref()) {
             return Err((
                 Some(tool.span()),
-                format!(
-                    "role `{role}` lists the unknown tool `{}`; the tools are: {}",
-                    tool.get_ref().escape_default(),
-                    known_tools.join(", ")
-                ),
+                format!("{who} the unknown tool `{}`; the tools are: {}", tool.get_ref().escape_default(), known_tools.join(", ")),
             ));
         }
         names.push(name.into_owned());
     }
-    Ok(ToolSet::Only(names))
+    Ok(names)
 }
 
 pub(crate) fn compile_rule(id: String, line: usize, raw: &RawRule, known_tools: &[&str]) -> Result<Rule, SpannedError> {
@@ -362,24 +364,7 @@ pub(crate) fn compile_rule(id: String, line: usize, raw: &RawRule, known_tools: 
                 format!("rule `{id}` on line {line} has an empty `tools` list: leave `tools` out for a rule on every tool"),
             ));
         }
-        Some(tools) => {
-            let mut names = Vec::new();
-            for tool in tools {
-                let name = canonical_tool_name(tool.get_ref());
-                if !known_tools.contains(&name.as_ref()) {
-                    return Err((
-                        Some(tool.span()),
-                        format!(
-                            "rule `{id}` names the unknown tool `{}`; the tools are: {}",
-                            tool.get_ref().escape_default(),
-                            known_tools.join(", ")
-                        ),
-                    ));
-                }
-                names.push(name.into_owned());
-            }
-            Some(names)
-        }
+        Some(tools) => Some(tool_names(tools, known_tools, &format!("rule `{id}` names"))?),
     };
     let mut globs = Vec::new();
     let mut templated = false;

@@ -28,6 +28,21 @@ fn python_with_mcp() -> PathBuf {
     python
 }
 
+/// Run the Python client `script` (in `tests/`) against `toolcell mcp` on `workspace`, with its
+/// state in `state`; what it printed, as JSON.
+fn run_client(script: &str, workspace: &Path, state: &Path) -> serde_json::Value {
+    let output = Command::new(python_with_mcp())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(script))
+        .arg(env!("CARGO_BIN_EXE_toolcell"))
+        .arg(workspace)
+        .arg(state)
+        .output()
+        .expect("run the Python MCP client");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the client failed:\n{stderr}");
+    serde_json::from_slice(&output.stdout).expect("the client prints JSON")
+}
+
 #[test]
 fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
     let workspace = tempfile::tempdir().expect("workspace");
@@ -36,16 +51,7 @@ fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
     std::fs::write(workspace.path().join("src/main.rs"), "fn main() { println!(\"hello world\"); }\n").expect("write");
     std::fs::write(workspace.path().join("docs/guide.md"), "# Guide\n").expect("write");
     let state = tempfile::tempdir().expect("state");
-    let output = Command::new(python_with_mcp())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py"))
-        .arg(env!("CARGO_BIN_EXE_toolcell"))
-        .arg(workspace.path())
-        .arg(state.path())
-        .output()
-        .expect("run the Python MCP client");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the client failed:\n{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the client prints JSON");
+    let report = run_client("mcp_client.py", workspace.path(), state.path());
 
     let names = |role: &str| -> Vec<String> {
         report[role]["tools"].as_array().expect("tools").iter().map(|tool| tool["name"].as_str().expect("name").to_owned()).collect()
@@ -103,7 +109,7 @@ fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
 
     assert_eq!(std::fs::read_to_string(workspace.path().join("docs/guide.md")).expect("read"), "# Guide\n");
     assert!(!workspace.path().join("src/new.rs").exists());
-    assert!(!String::from_utf8_lossy(&output.stdout).contains(workspace.path().to_str().expect("UTF-8")), "no host path");
+    assert!(!report.to_string().contains(workspace.path().to_str().expect("UTF-8")), "no host path");
 }
 
 #[test]
@@ -112,16 +118,7 @@ fn the_task_chain_scenario_runs_over_mcp_with_one_server_per_role() {
     std::fs::create_dir_all(workspace.path().join("src")).expect("mkdir");
     std::fs::write(workspace.path().join("src/main.rs"), "fn main() {}\n").expect("write");
     let state = tempfile::tempdir().expect("state");
-    let output = Command::new(python_with_mcp())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chain_client.py"))
-        .arg(env!("CARGO_BIN_EXE_toolcell"))
-        .arg(workspace.path())
-        .arg(state.path())
-        .output()
-        .expect("run the Python MCP client");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the client failed:\n{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the client prints JSON");
+    let report = run_client("chain_client.py", workspace.path(), state.path());
     let tools = |key: &str| -> Vec<String> {
         report[key].as_array().expect("tools").iter().map(|name| name.as_str().expect("a name").to_owned()).collect()
     };
