@@ -485,6 +485,28 @@ impl Scratch {
     }
 
     fn call(&self, runtime: &Runtime, role: &str, tool: &str, args: &str) -> CallOutcome {
+        self.call_with(runtime, role, tool, args, None)
+    }
+
+    /// A call by a session bound to `task` (`CHAIN/TASK`), writing for its chain.
+    fn call_bound(&self, runtime: &Runtime, tool: &str, args: &str, task: &str) -> CallOutcome {
+        match toolcell_runtime::TaskBinding::parse(task) {
+            Ok(binding) => self.call_with(runtime, "agent", tool, args, Some(&binding)),
+            Err(reason) => CallOutcome {
+                result: Err(toolcell_types::ToolError::new(ToolErrorKind::InvalidArgs, reason)),
+                ..CallOutcome::new(String::new())
+            },
+        }
+    }
+
+    fn call_with(
+        &self,
+        runtime: &Runtime,
+        role: &str,
+        tool: &str,
+        args: &str,
+        task: Option<&toolcell_runtime::TaskBinding>,
+    ) -> CallOutcome {
         let request = CallRequest {
             workspace: &self.workspace,
             role,
@@ -492,32 +514,9 @@ impl Scratch {
             tool,
             args,
             approver: None,
-            owner: None,
+            owner: task.map(toolcell_runtime::TaskBinding::chain),
             fences: &[],
-            task: None,
-        };
-        runtime.call(&request).unwrap_or_else(|error| CallOutcome {
-            result: Err(toolcell_types::ToolError::new(ToolErrorKind::Failed, format!("the host could not run the call: {error}"))),
-            trapped: true,
-            ..CallOutcome::new(String::new())
-        })
-    }
-
-    /// A call by a session bound to `task` (`CHAIN/TASK`).
-    fn call_bound(&self, runtime: &Runtime, tool: &str, args: &str, task: &str) -> CallOutcome {
-        let Ok(binding) = toolcell_runtime::TaskBinding::parse(task) else {
-            return CallOutcome::new(String::new());
-        };
-        let request = CallRequest {
-            workspace: &self.workspace,
-            role: "agent",
-            session_id: "conformance",
-            tool,
-            args,
-            approver: None,
-            owner: Some(binding.chain()),
-            fences: &[],
-            task: Some(&binding),
+            task,
         };
         runtime.call(&request).unwrap_or_else(|error| CallOutcome {
             result: Err(toolcell_types::ToolError::new(ToolErrorKind::Failed, format!("the host could not run the call: {error}"))),

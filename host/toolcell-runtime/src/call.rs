@@ -150,10 +150,7 @@ impl Runtime {
                     workspace: request.workspace.root().to_path_buf(),
                     policy: self.policy.clone(),
                     role: guard.bound_role(),
-                    role_name: request.role.to_owned(),
-                    session_id: request.session_id.to_owned(),
                     tool: request.tool.to_owned(),
-                    call_id: outcome.call_id.clone(),
                 };
                 let context = CallContext {
                     role: request.role.to_owned(),

@@ -125,7 +125,7 @@ impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
             Ok(workflow) => workflow,
             Err(error) => return Ok(Err(error)),
         };
-        let granted = self.settle("lock-for-task", &task, workflow.lock_for_task(&task, &patterns, ttl_seconds))?;
+        let granted = self.settle("lock-for-task", &task, workflow.lock_for_task(&self.caller(), &task, &patterns, ttl_seconds))?;
         Ok(granted.map(|locks| locks.iter().map(lock_info).collect()))
     }
 
@@ -134,7 +134,7 @@ impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
             Ok(workflow) => workflow,
             Err(error) => return Ok(Err(error)),
         };
-        self.settle("release-task", &task, workflow.release_task(&task))
+        self.settle("release-task", &task, workflow.release_task(&self.caller(), &task))
     }
 
     fn spawn_session(
@@ -146,7 +146,7 @@ impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
             Ok(workflow) => workflow,
             Err(error) => return Ok(Err(error)),
         };
-        let spawned = self.settle("spawn-session", &task, workflow.spawn_session(&role, &task))?;
+        let spawned = self.settle("spawn-session", &task, workflow.spawn_session(&self.caller(), &role, &task))?;
         Ok(spawned.map(|(session_id, connect)| bindings::toolcell::tool::workflow::Handoff { session_id, connect }))
     }
 }
@@ -193,11 +193,14 @@ impl ContextView<'_> {
             }
             Ok(Err(error)) => Ok(Err(crate::to_wit_error(error.kind, error.message))),
             Ok(Ok(value)) => {
-                let rule = if operation == "spawn-session" { "may_spawn" } else { "may_lock_for_chains" };
-                self.guard.record_capability(operation, subject, rule);
+                self.guard.record_capability(operation, subject, crate::workflow::grant_of(operation));
                 Ok(Ok(value))
             }
         }
+    }
+
+    fn caller(&self) -> crate::workflow::Caller<'_> {
+        crate::workflow::Caller { role: &self.context.role, session_id: &self.context.session_id, call_id: &self.context.call_id }
     }
 
     fn stop_if_flooded(&self) -> wasmtime::Result<()> {

@@ -154,15 +154,24 @@ pub(crate) struct WorkflowCall {
     /// (nothing is granted).
     pub(crate) policy: Option<Arc<toolcell_policy::Policy>>,
     pub(crate) role: Option<Arc<Role>>,
-    pub(crate) role_name: String,
-    pub(crate) session_id: String,
     pub(crate) tool: String,
-    pub(crate) call_id: String,
+}
+
+/// Who calls a capability: the call's identity, as its context holds it.
+pub(crate) struct Caller<'a> {
+    pub(crate) role: &'a str,
+    pub(crate) session_id: &'a str,
+    pub(crate) call_id: &'a str,
+}
+
+/// The policy grant a workflow operation needs: the rule its decisions are recorded under.
+pub(crate) fn grant_of(operation: &str) -> &'static str {
+    if operation == "spawn-session" { "may_spawn" } else { "may_lock_for_chains" }
 }
 
 impl std::fmt::Debug for WorkflowCall {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("WorkflowCall").field("session_id", &self.session_id).field("tool", &self.tool).finish_non_exhaustive()
+        formatter.debug_struct("WorkflowCall").field("tool", &self.tool).finish_non_exhaustive()
     }
 }
 
@@ -189,17 +198,18 @@ pub(crate) struct Refusal {
 }
 
 impl WorkflowCall {
-    fn grant(&self, operation: &'static str, subject: &str, granted: bool, rule: &str, what: &str) -> Result<(), Refusal> {
+    fn grant(&self, caller: &Caller<'_>, operation: &'static str, subject: &str, granted: bool, what: &str) -> Result<(), Refusal> {
         if granted {
             return Ok(());
         }
+        let rule = grant_of(operation);
         Err(Refusal {
             operation,
             subject: subject.to_owned(),
             rule: rule.to_owned(),
             message: format!(
                 "role `{}` may not {what} (the policy does not grant `{rule}` to it); ask the control agent or the operator",
-                self.role_name
+                caller.role
             ),
         })
     }
@@ -225,9 +235,15 @@ impl WorkflowCall {
     }
 
     /// Lock `patterns` for the chain of `task`, all or none.
-    pub(crate) fn lock_for_task(&self, task: &str, patterns: &[String], ttl_seconds: u32) -> Result<Result<Vec<Lock>, ToolError>, Refusal> {
+    pub(crate) fn lock_for_task(
+        &self,
+        caller: &Caller<'_>,
+        task: &str,
+        patterns: &[String],
+        ttl_seconds: u32,
+    ) -> Result<Result<Vec<Lock>, ToolError>, Refusal> {
         let granted = self.role.as_ref().is_some_and(|role| role.may_lock_for_chains());
-        self.grant("lock-for-task", task, granted, "may_lock_for_chains", "lock paths for a chain")?;
+        self.grant(caller, "lock-for-task", task, granted, "lock paths for a chain")?;
         Ok(self.lock_for_task_granted(task, patterns, ttl_seconds))
     }
 
@@ -278,9 +294,9 @@ impl WorkflowCall {
     }
 
     /// Release the locks taken for `task`.
-    pub(crate) fn release_task(&self, task: &str) -> Result<Result<u32, ToolError>, Refusal> {
+    pub(crate) fn release_task(&self, caller: &Caller<'_>, task: &str) -> Result<Result<u32, ToolError>, Refusal> {
         let granted = self.role.as_ref().is_some_and(|role| role.may_lock_for_chains());
-        self.grant("release-task", task, granted, "may_lock_for_chains", "release a chain's locks")?;
+        self.grant(caller, "release-task", task, granted, "release a chain's locks")?;
         let binding = match parse_task(task) {
             Ok(binding) => binding,
             Err(error) => return Ok(Err(error)),
@@ -298,9 +314,14 @@ impl WorkflowCall {
     }
 
     /// Spawn a session of `role` bound to `task`.
-    pub(crate) fn spawn_session(&self, role: &str, task: &str) -> Result<Result<(String, String), ToolError>, Refusal> {
+    pub(crate) fn spawn_session(
+        &self,
+        caller: &Caller<'_>,
+        role: &str,
+        task: &str,
+    ) -> Result<Result<(String, String), ToolError>, Refusal> {
         let granted = self.role.as_ref().is_some_and(|caller| caller.may_spawn(role));
-        self.grant("spawn-session", task, granted, "may_spawn", &format!("start `{}` sessions", role.escape_default()))?;
+        self.grant(caller, "spawn-session", task, granted, &format!("start `{}` sessions", role.escape_default()))?;
         let binding = match parse_task(task) {
             Ok(binding) => binding,
             Err(error) => return Ok(Err(error)),
@@ -322,7 +343,7 @@ impl WorkflowCall {
             role: role.to_owned(),
             task: Some(binding.to_string()),
             owner: Some(binding.chain().to_owned()),
-            parent: Some(self.session_id.clone()),
+            parent: Some(caller.session_id.to_owned()),
             created: crate::guard::now(),
             state: SessionState::Pending,
             workspace: self.workspace.clone(),
@@ -333,10 +354,10 @@ impl WorkflowCall {
         if let Some(log) = &self.shared.audit {
             let audited = toolcell_audit::Record::spawn(
                 &crate::guard::now(),
-                &self.session_id,
-                &self.role_name,
+                caller.session_id,
+                caller.role,
                 &self.tool,
-                &self.call_id,
+                caller.call_id,
                 &id,
                 role,
                 &binding.to_string(),

@@ -14,16 +14,10 @@ import sys
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from mcp_client import result
+
 CHAIN = "CHAIN-039-file-ops"
 TASK = CHAIN + "/001-parse-headers"
-
-
-def result(call):
-    return {
-        "is_error": bool(call.is_error),
-        "text": "".join(block.text for block in call.content if getattr(block, "type", "") == "text"),
-        "structured": call.structured_content,
-    }
 
 
 async def server(stack, toolcell, workspace, state_dir, args):
