@@ -19,6 +19,23 @@ pub mod examples {
     include!(concat!(env!("OUT_DIR"), "/examples.rs"));
 }
 
+/// Call a tool as `impl` on `workspace` in `session`, writing for lock owner `owner` with
+/// `fences`.
+pub fn call_in(
+    runtime: &Runtime,
+    workspace: &Workspace,
+    session: &str,
+    owner: Option<&str>,
+    fences: &[u64],
+    tool: &str,
+    args: &Value,
+) -> CallOutcome {
+    let args = args.to_string();
+    runtime
+        .call(&CallRequest { workspace, role: "impl", session_id: session, tool, args: &args, approver: None, owner, fences, task: None })
+        .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
+}
+
 /// The bytes of a guest test program.
 ///
 /// # Panics
@@ -260,20 +277,7 @@ impl Fixture {
 
     /// Call a tool as `role` in `session`, writing for lock owner `owner` with `fences`.
     pub fn call_as(&self, runtime: &Runtime, session: &str, owner: Option<&str>, fences: &[u64], tool: &str, args: &Value) -> CallOutcome {
-        let args = args.to_string();
-        runtime
-            .call(&CallRequest {
-                workspace: &self.workspace,
-                role: "impl",
-                session_id: session,
-                tool,
-                args: &args,
-                approver: None,
-                owner,
-                fences,
-                task: None,
-            })
-            .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
+        call_in(runtime, &self.workspace, session, owner, fences, tool, args)
     }
 
     /// Create a symlink in the workspace.

@@ -72,7 +72,13 @@ pub fn builtin_policy(name: &str) -> Option<(&'static str, &'static str)> {
 pub fn builtin_runtime() -> RuntimeBuilder {
     let mut builder = RuntimeBuilder::new();
     for (name, wasm) in toolcell_builtins::components() {
-        builder = builder.component(format!("builtin:{name}"), wasm);
+        builder = match toolcell_builtins::precompiled(name) {
+            // SAFETY: the artifact was compiled from these very bytes when this binary was
+            // built, and is part of it.
+            #[expect(unsafe_code, reason = "the built-in tools' compiled forms ship inside the binary")]
+            Some(artifact) => unsafe { builder.precompiled_component(format!("builtin:{name}"), wasm, artifact) },
+            None => builder.component(format!("builtin:{name}"), wasm),
+        };
     }
     builder
 }

@@ -163,6 +163,7 @@ pub struct Policy {
     roles: BTreeMap<String, Arc<Role>>,
     protected: Vec<Protected>,
     read_before_write: ReadBeforeWrite,
+    durability: Durability,
     validators: Vec<Validator>,
     limits: Limits,
     tool_limits: BTreeMap<String, Limits>,
@@ -221,6 +222,29 @@ pub enum ReadBeforeWrite {
     Refuse,
     /// Modify it silently.
     Off,
+}
+
+/// How durable a committed call's changes are (`[writes] durability`). Both modes make every
+/// call all or nothing against a crash of the process: a file is rewritten beside itself and
+/// renamed over, and the journal of a call's prior states is written before the call's first
+/// change in place, so a call interrupted at any point is rolled back by the next start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// A call's changes survive a power loss once the call has answered: new content is synced
+    /// before it is renamed into place, and a journal that a rollback needs is synced before
+    /// the change it guards (the default).
+    #[default]
+    Full,
+    /// Nothing is synced: a process crash still leaves every call whole, but a power loss may
+    /// lose calls that answered shortly before it, or leave a file empty or old.
+    Atomic,
+}
+
+impl Durability {
+    /// Whether data is synced to the disk before it counts.
+    pub fn syncs(self) -> bool {
+        self == Durability::Full
+    }
 }
 
 /// A check run on every file a call writes whose path matches, before the call's changes are
@@ -290,6 +314,11 @@ impl Policy {
     /// What happens when a session modifies an existing file it has not read.
     pub fn read_before_write(&self) -> ReadBeforeWrite {
         self.read_before_write
+    }
+
+    /// How durable a committed call's changes are.
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 
     /// The limits of a call of `tool`: `[limits.tools.TOOL]` over `[limits]`.

@@ -45,6 +45,7 @@ pub(crate) struct RawLimits {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawWrites {
     read_before_write: Option<Spanned<String>>,
+    durability: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -201,6 +202,19 @@ impl Policy {
                 }
             },
         };
+        let durability = match raw.writes.as_ref().and_then(|writes| writes.durability.as_ref()) {
+            None => Durability::default(),
+            Some(mode) => match mode.get_ref().as_str() {
+                "full" => Durability::Full,
+                "atomic" => Durability::Atomic,
+                other => {
+                    return Err(error(
+                        Some(mode.span()),
+                        format!("unknown `durability` mode `{}`; use `full` or `atomic`", other.escape_default()),
+                    ));
+                }
+            },
+        };
         let mut validators = Vec::new();
         for (index, raw_validator) in raw.validators.iter().enumerate() {
             let line = line_of(text, raw_validator.span().start);
@@ -295,7 +309,7 @@ impl Policy {
             }
             pins.insert(tool.get_ref().clone(), Pin { sha256, line: line_of(text, raw_plugin.sha256.span().start) });
         }
-        Ok(Policy { file: file.to_owned(), roles, protected, read_before_write, validators, limits, tool_limits, pins })
+        Ok(Policy { file: file.to_owned(), roles, protected, read_before_write, durability, validators, limits, tool_limits, pins })
     }
 }
 

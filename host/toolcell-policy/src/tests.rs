@@ -215,13 +215,16 @@ tools = ["write_file"]
 fn read_before_write_mode_and_validators_parse() {
     let policy = default_policy();
     assert_eq!(policy.read_before_write(), ReadBeforeWrite::Warn);
+    assert_eq!(policy.durability(), Durability::Full);
     let ids: Vec<&str> = policy.validators().iter().map(Validator::id).collect();
     assert_eq!(ids, ["json-syntax", "toml-syntax"]);
     let text = format!(
-        "version = 1\n[writes]\nread_before_write = \"refuse\"\n\n[[validators]]\nid = \"json-syntax\"\npaths = [\"**/*.json\"]\ncheck = \"json\"\n\n[[validators]]\npaths = [\"Cargo.toml\"]\ncheck = \"toml\"\n\n[[validators]]\npaths = [\"src/**\"]\ntool = \"edit_file\"\n{MINIMAL_ROLE}"
+        "version = 1\n[writes]\nread_before_write = \"refuse\"\ndurability = \"atomic\"\n[[validators]]\nid = \"json-syntax\"\npaths = [\"**/*.json\"]\ncheck = \"json\"\n\n[[validators]]\npaths = [\"Cargo.toml\"]\ncheck = \"toml\"\n\n[[validators]]\npaths = [\"src/**\"]\ntool = \"edit_file\"\n{MINIMAL_ROLE}"
     );
     let policy = Policy::parse("p.toml", &text, TOOLS).expect("parses");
     assert_eq!(policy.read_before_write(), ReadBeforeWrite::Refuse);
+    assert_eq!(policy.durability(), Durability::Atomic);
+    assert!(!Durability::Atomic.syncs() && Durability::Full.syncs());
     let validators = policy.validators();
     assert_eq!(validators.len(), 3);
     assert_eq!((validators[0].id(), validators[0].line(), validators[0].check()), ("json-syntax", 5, &ValidatorCheck::Json));
@@ -235,6 +238,7 @@ fn read_before_write_mode_and_validators_parse() {
 fn bad_writes_and_validator_sections_name_the_line() {
     let cases: &[(&str, usize, &str)] = &[
         ("[writes]\nread_before_write = \"sometimes\"\n", 3, "use `warn`, `refuse` or `off`"),
+        ("[writes]\ndurability = \"fsync\"\n", 3, "unknown `durability` mode `fsync`; use `full` or `atomic`"),
         ("[[validators]]\npaths = [\"*.json\"]\ncheck = \"yaml\"\n", 4, "unknown check `yaml`"),
         ("[[validators]]\npaths = [\"*.json\"]\ntool = \"lint\"\n", 4, "unknown tool `lint`"),
         ("[[validators]]\npaths = [\"*.json\"]\n", 0, "needs exactly one of"),

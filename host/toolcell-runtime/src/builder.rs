@@ -27,13 +27,21 @@ const DESCRIBE_DEADLINE: Duration = Duration::from_secs(10);
 #[derive(Default)]
 pub struct RuntimeBuilder {
     cache_dir: Option<PathBuf>,
-    components: Vec<(String, Cow<'static, [u8]>)>,
+    components: Vec<ComponentSource>,
     policy: Option<PolicySource>,
     audit_dir: Option<PathBuf>,
     unguarded: bool,
     limits: Limits,
     plugin_dir: Option<PathBuf>,
     spawner: Option<Arc<dyn Spawner>>,
+}
+
+/// A component to load: its origin, its bytes, and optionally its compiled form.
+struct ComponentSource {
+    origin: String,
+    wasm: Cow<'static, [u8]>,
+    /// Compiled by `Engine::precompile_component` when the binary was built.
+    artifact: Option<&'static [u8]>,
 }
 
 enum PolicySource {
@@ -69,7 +77,25 @@ impl RuntimeBuilder {
     /// a file path).
     #[must_use]
     pub fn component(mut self, origin: impl Into<String>, wasm: impl Into<Cow<'static, [u8]>>) -> Self {
-        self.components.push((origin.into(), wasm.into()));
+        self.components.push(ComponentSource { origin: origin.into(), wasm: wasm.into(), artifact: None });
+        self
+    }
+
+    /// Add a tool component together with its compiled form (`Engine::precompile_component`
+    /// of exactly these bytes, by an engine configured with the component model and epoch
+    /// interruption), loaded instead of compiling it when it matches this runtime's engine;
+    /// otherwise the component is compiled (or taken from the cache) as by
+    /// [`component`](Self::component).
+    ///
+    /// # Safety
+    ///
+    /// Loading `artifact` runs its machine code natively, unchecked: it must come from the
+    /// same trusted build as the program (the built-in tools embedded in the binary), never
+    /// from anything a user or a tool could write.
+    #[must_use]
+    #[expect(unsafe_code, reason = "an unsafe constructor is how the caller vouches for the artifact")]
+    pub unsafe fn precompiled_component(mut self, origin: impl Into<String>, wasm: &'static [u8], artifact: &'static [u8]) -> Self {
+        self.components.push(ComponentSource { origin: origin.into(), wasm: Cow::Borrowed(wasm), artifact: Some(artifact) });
         self
     }
 
@@ -135,7 +161,7 @@ impl RuntimeBuilder {
         if let Some(directory) = self.plugin_dir.take() {
             host_owned.push(HostOwned::directory(&directory));
             for (origin, wasm) in read_plugins(&directory)? {
-                self.components.push((origin, Cow::Owned(wasm)));
+                self.components.push(ComponentSource { origin, wasm: Cow::Owned(wasm), artifact: None });
             }
         }
         if self.limits.memory_bytes > engine::MAX_MEMORY_BYTES {
@@ -165,8 +191,8 @@ impl RuntimeBuilder {
         let mut loaded = Vec::new();
         // Components load independently (read or compile, authenticate, check imports, link,
         // describe), so they load on every core; they are then taken in their given order.
-        let prepared = load_all(&self.components, |origin, wasm| prepare(&engine, &linker, cache.as_ref(), origin, wasm));
-        for ((origin, wasm), prepared) in self.components.iter().zip(prepared) {
+        let prepared = load_all(&self.components, |source| prepare(&engine, &linker, cache.as_ref(), source));
+        for (ComponentSource { origin, wasm, .. }, prepared) in self.components.iter().zip(prepared) {
             let Prepared { pre, info, schema, cache: cache_outcome, warning } = prepared?;
             warnings.extend(warning);
             if let Some(existing) = tools.get(info.name.as_str()) {
@@ -279,6 +305,8 @@ impl RuntimeBuilder {
             spawner: self.spawner,
             audit: audit.clone(),
         });
+        // The session bookkeeping written after each call (read versions, undo records).
+        let deferred = Arc::new(deferred::Deferred::start());
         Ok(Runtime {
             engine,
             tools,
@@ -289,8 +317,8 @@ impl RuntimeBuilder {
             audit,
             limits: self.limits,
             locks,
-            reads: reads::ReadTracker::new(state_dir.as_deref()),
-            undo: undo::UndoStore::new(work.path()),
+            reads: reads::ReadTracker::new(state_dir.as_deref(), Arc::clone(&deferred)),
+            undo: undo::UndoStore::new(work.path(), deferred),
             workflow,
             bound_roles: std::sync::Mutex::default(),
             recovered,
@@ -314,12 +342,20 @@ fn prepare(
     engine: &Engine,
     linker: &wasmtime::component::Linker<CallState>,
     cache: Option<&engine::ComponentCache>,
-    origin: &str,
-    wasm: &[u8],
+    source: &ComponentSource,
 ) -> Result<Prepared, Error> {
-    let (component, cache_outcome, warning) = match cache {
-        Some(cache) => cache.load(engine, origin, wasm)?,
-        None => (engine::compile(engine, origin, wasm)?, CacheOutcome::Compiled, None),
+    let (origin, wasm) = (source.origin.as_str(), source.wasm.as_ref());
+    let embedded = source.artifact.and_then(|artifact| {
+        // SAFETY: `precompiled_component`'s caller vouched that the artifact comes from this
+        // program's own build; wasmtime checks that it was made for this engine and CPU.
+        #[expect(unsafe_code, reason = "the built-in tools' artifacts are part of the trusted binary")]
+        let component = unsafe { wasmtime::component::Component::deserialize(engine, artifact) };
+        component.ok()
+    });
+    let (component, cache_outcome, warning) = match (embedded, cache) {
+        (Some(component), _) => (component, CacheOutcome::Embedded, None),
+        (None, Some(cache)) => cache.load(engine, origin, wasm)?,
+        (None, None) => (engine::compile(engine, origin, wasm)?, CacheOutcome::Compiled, None),
     };
     imports::check(engine, origin, &component)?;
     let load_error = |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: describe(&error) };
@@ -331,10 +367,10 @@ fn prepare(
 
 /// `load` applied to every component, on as many threads as there are cores (at most one per
 /// component), results in the components' order.
-fn load_all<T: Send>(components: &[(String, Cow<'static, [u8]>)], load: impl Fn(&str, &[u8]) -> T + Sync) -> Vec<T> {
+fn load_all<T: Send>(components: &[ComponentSource], load: impl Fn(&ComponentSource) -> T + Sync) -> Vec<T> {
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get).min(components.len()).max(1);
     if threads == 1 {
-        return components.iter().map(|(origin, wasm)| load(origin, wasm)).collect();
+        return components.iter().map(&load).collect();
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut results: Vec<(usize, T)> = std::thread::scope(|scope| {
@@ -344,10 +380,10 @@ fn load_all<T: Send>(components: &[(String, Cow<'static, [u8]>)], load: impl Fn(
                     let mut done = Vec::new();
                     loop {
                         let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((origin, wasm)) = components.get(index) else {
+                        let Some(source) = components.get(index) else {
                             return done;
                         };
-                        done.push((index, load(origin, wasm)));
+                        done.push((index, load(source)));
                     }
                 })
             })
@@ -358,10 +394,10 @@ fn load_all<T: Send>(components: &[(String, Cow<'static, [u8]>)], load: impl Fn(
     results.sort_by_key(|(index, _)| *index);
     let mut ordered = Vec::with_capacity(components.len());
     let mut results = results.into_iter().peekable();
-    for (index, (origin, wasm)) in components.iter().enumerate() {
+    for (index, source) in components.iter().enumerate() {
         match results.next_if(|(done, _)| *done == index) {
             Some((_, result)) => ordered.push(result),
-            None => ordered.push(load(origin, wasm)),
+            None => ordered.push(load(source)),
         }
     }
     ordered

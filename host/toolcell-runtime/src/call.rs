@@ -16,7 +16,7 @@
 
 use std::time::Instant;
 
-use toolcell_policy::{ReadBeforeWrite, ValidatorCheck};
+use toolcell_policy::{Durability, ReadBeforeWrite, ValidatorCheck};
 use toolcell_types::{ToolError, ToolErrorKind, escape_control};
 use wasmtime::Store;
 use wasmtime::component::ResourceTable;
@@ -120,6 +120,7 @@ impl Runtime {
             request.fences.to_vec(),
             seen,
             read_before_write,
+            self.policy.as_ref().map_or_else(Durability::default, |policy| policy.durability()),
             self.work.journals(),
             request.workspace.root().to_path_buf(),
             request.session_id.to_owned(),
@@ -360,13 +361,12 @@ impl Runtime {
         let mut modified: &[String] = &[];
         match (outcome.result.is_ok(), journal) {
             (true, Some(journal)) => {
-                let (steps, directory) = journal.commit();
+                let (steps, blob_dir) = journal.commit();
                 if request.tool != native::UNDO_EDIT {
-                    // Without the undo record the change still stands; `undo_edit` will say
-                    // there is nothing to undo.
-                    let _ = self.undo.record(request.session_id, request.workspace.root(), root, &outcome.call_id, &steps, &directory);
+                    self.undo.record(request.session_id, request.workspace.root(), root, &outcome.call_id, steps, blob_dir);
+                } else if let Some(blob_dir) = blob_dir {
+                    let _ = std::fs::remove_dir_all(blob_dir);
                 }
-                let _ = std::fs::remove_dir_all(&directory);
                 modified = &transaction.modified;
             }
             (false, Some(journal)) => match journal.rollback(root) {

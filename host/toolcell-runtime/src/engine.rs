@@ -57,6 +57,8 @@ pub enum CacheOutcome {
     Compiled,
     /// Loaded from the compiled-component cache.
     Cached,
+    /// Loaded from the compiled form built into the program (the built-in tools).
+    Embedded,
     /// Compiled now because the cached artifact failed authentication (it was discarded;
     /// see [`Runtime::warnings`](crate::Runtime::warnings)).
     Rejected,

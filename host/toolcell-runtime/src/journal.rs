@@ -1,12 +1,19 @@
 //! Write-ahead journal of one tool call: the prior state of every path the call mutates, saved
-//! (and synced) before the mutation happens, so that the call can be undone byte for byte.
+//! before the mutation happens, so that the call can be undone byte for byte.
 //!
-//! A journal is a directory `journal/<call-id>/` in the state directory: `manifest.jsonl` (a
-//! header, then one step per mutated path, in order) and one blob per file whose content was
-//! saved. The running call holds an exclusive lock on the manifest; a journal whose manifest is
-//! unlocked belongs to a process that died mid-call, and the next runtime that starts on the
-//! state directory rolls it back before serving ([`recover`]). A committed call removes its
-//! manifest first (one atomic unlink), then the rest.
+//! A journal is a file `journal/<call-id>.jsonl` in the state directory (a header, then one
+//! step per mutated path, in order), and, only if the call saves a file too big to keep in its
+//! step, a directory `journal/<call-id>.blobs/` of one blob per such file. Steps are written as
+//! they come and synced together, only when durability asks for it and only before a change
+//! made in place ([`Journal::make_durable`]): a whole-file rewrite goes to a temporary sibling
+//! renamed over the file, so a call whose only change is one such rewrite never needs its
+//! journal on the disk. Creating the journal is one file creation and committing it one
+//! unlink: nothing else on a call's way touches the state directory's metadata.
+//!
+//! The running call holds an exclusive lock on its journal file; a journal that is unlocked
+//! belongs to a process that died mid-call, and the next runtime that starts on the state
+//! directory rolls it back before serving ([`recover`]). A committed call removes its journal
+//! file first (one atomic unlink), then its blobs.
 //!
 //! Rolling back replays the steps in reverse, each restoring its path to the state it had just
 //! before its mutation: a removed file is rewritten (temporary file, sync, rename, mode kept),
@@ -20,11 +27,15 @@ use std::path::{Path, PathBuf};
 use cap_std::fs::{Dir, PermissionsExt};
 use serde::{Deserialize, Serialize};
 
-/// The manifest's file name in a journal directory.
+/// The manifest's file name in a journal directory of the earlier layout (one directory per
+/// call), still recovered after an upgrade.
 const MANIFEST: &str = "manifest.jsonl";
+/// A journal file's extension, and its blob directory's.
+const JOURNAL_EXTENSION: &str = "jsonl";
+const BLOBS_EXTENSION: &str = "blobs";
 /// Files up to this size are saved inside their step.
 const INLINE_BYTES: u64 = 16 * 1024;
-/// Prefix of a journal directory being set up (not yet holding any step).
+/// Prefix of a journal directory being set up, in the earlier layout.
 const BUILDING_PREFIX: &str = ".building-";
 /// A journal directory left half set up is removed after this long.
 const BUILDING_STALE: std::time::Duration = std::time::Duration::from_secs(600);
@@ -98,31 +109,86 @@ struct Header {
 /// The journal of one running call.
 #[derive(Debug)]
 pub(crate) struct Journal {
-    directory: PathBuf,
+    /// `journal/<call-id>.jsonl`.
+    path: PathBuf,
+    /// `journal/<call-id>.blobs`, made when the first blob is saved.
+    blob_dir: PathBuf,
     manifest: File,
     steps: Vec<Step>,
     blobs: u64,
+    /// Whether steps must reach the disk before the changes they guard (`durability = "full"`).
+    syncs: bool,
+    /// Steps written since the last sync, and the blobs they saved, not yet synced.
+    unsynced: bool,
+    unsynced_blobs: Vec<File>,
+    /// Whether the journal's directory entry (and its blob directory's) have been synced.
+    listed: bool,
 }
 
 impl Journal {
-    /// Start a journal in `journals/<call_id>`, locked for this process.
-    pub(crate) fn begin(journals: &Path, call_id: &str, session: &str, workspace: &Path) -> std::io::Result<Journal> {
-        std::fs::create_dir_all(journals)?;
-        // Built under a hidden name and renamed into place once its manifest is locked, so
-        // that recovery in another process never mistakes it for a crashed call's.
-        let building = journals.join(format!("{BUILDING_PREFIX}{call_id}"));
-        std::fs::create_dir(&building)?;
-        let mut manifest = OpenOptions::new().create_new(true).append(true).open(building.join(MANIFEST))?;
-        manifest.lock()?;
+    /// Start the journal `journals/<call_id>.jsonl`, locked for this process. With `syncs`, its
+    /// steps are synced by [`make_durable`](Self::make_durable).
+    pub(crate) fn begin(journals: &Path, call_id: &str, session: &str, workspace: &Path, syncs: bool) -> std::io::Result<Journal> {
+        let path = journals.join(format!("{call_id}.{JOURNAL_EXTENSION}"));
+        let mut manifest = loop {
+            let created = match OpenOptions::new().create_new(true).read(true).append(true).open(&path) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(journals)?;
+                    OpenOptions::new().create_new(true).read(true).append(true).open(&path)?
+                }
+                result => result?,
+            };
+            created.lock()?;
+            // Recovery in another process may have taken the new, still unlocked and empty
+            // file for a crashed call's and removed it before the lock: then start again.
+            if std::os::unix::fs::MetadataExt::nlink(&created.metadata()?) > 0 {
+                break created;
+            }
+        };
         let header = Header { version: 1, workspace: workspace.to_path_buf(), call_id: call_id.to_owned(), session: session.to_owned() };
         let mut line = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        // Synced with the first step, which follows at once.
         manifest.write_all(&line)?;
-        let directory = journals.join(call_id);
-        std::fs::rename(&building, &directory)?;
-        File::open(journals)?.sync_all()?;
-        Ok(Journal { directory, manifest, steps: Vec::new(), blobs: 0 })
+        Ok(Journal {
+            path,
+            blob_dir: journals.join(format!("{call_id}.{BLOBS_EXTENSION}")),
+            manifest,
+            steps: Vec::new(),
+            blobs: 0,
+            syncs,
+            unsynced: true,
+            unsynced_blobs: Vec::new(),
+            listed: false,
+        })
+    }
+
+    /// Put every step written so far on the disk (blobs, manifest, and once the journal's
+    /// directory entry), if durability asks for it: called before a change made in place,
+    /// which a crash could leave half done without the journal to roll it back.
+    pub(crate) fn make_durable(&mut self) -> std::io::Result<()> {
+        if !self.syncs || !self.unsynced {
+            return Ok(());
+        }
+        for blob in self.unsynced_blobs.drain(..) {
+            blob.sync_data()?;
+        }
+        self.manifest.sync_data()?;
+        if !self.listed {
+            if self.blobs > 0 {
+                File::open(&self.blob_dir)?.sync_all()?;
+            }
+            if let Some(journals) = self.path.parent() {
+                File::open(journals)?.sync_all()?;
+            }
+            self.listed = true;
+        }
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// How many steps the journal holds.
+    pub(crate) fn len(&self) -> usize {
+        self.steps.len()
     }
 
     /// Save the current state of `path` (canonical, in `root`) before it is mutated. Read in
@@ -160,11 +226,14 @@ impl Journal {
                     std::io::Read::read_to_end(&mut source, &mut content)?;
                     Prior::Inline { hex: crate::hex(&content), mode }
                 } else {
+                    if self.blobs == 0 {
+                        std::fs::create_dir(&self.blob_dir)?;
+                    }
                     self.blobs += 1;
                     let blob = self.blobs.to_string();
-                    let mut copy = File::create_new(self.directory.join(&blob))?;
+                    let mut copy = File::create_new(self.blob_dir.join(&blob))?;
                     std::io::copy(&mut source, &mut copy)?;
-                    copy.sync_data()?;
+                    self.unsynced_blobs.push(copy);
                     Prior::File { blob, mode }
                 }
             }
@@ -187,39 +256,37 @@ impl Journal {
         let mut line = serde_json::to_vec(&step).map_err(std::io::Error::other)?;
         line.push(b'\n');
         self.manifest.write_all(&line)?;
-        self.manifest.sync_data()?;
+        self.unsynced = true;
         self.steps.push(step);
         Ok(())
     }
 
-    /// The journal's directory (blobs are files in it).
+    /// The journal's file.
     #[cfg(test)]
-    pub(crate) fn directory(&self) -> &Path {
-        &self.directory
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Undo every step, newest first. On success the journal is removed; on failure it stays
     /// (unlocked once this value is dropped) for the next start to replay, and the error names
     /// the path that could not be restored.
     pub(crate) fn rollback(self, root: &Dir) -> Result<usize, String> {
-        let call_id = self.directory.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-        replay(root, &self.directory, &call_id, &self.steps)?;
+        let call_id = call_id_of(&self.path);
+        replay(root, &self.blob_dir, &call_id, &self.steps)?;
         let count = self.steps.len();
-        self.discard();
+        let _ = std::fs::remove_file(&self.path);
+        if self.blobs > 0 {
+            let _ = std::fs::remove_dir_all(&self.blob_dir);
+        }
         Ok(count)
     }
 
-    /// Keep the call's changes: remove the journal (manifest first, so that a crash half-way
-    /// leaves nothing to replay). Returns the steps and the directory still holding the blobs,
+    /// Keep the call's changes: remove the journal file (so that a crash from here on leaves
+    /// nothing to replay). Returns the steps and the blob directory, if the call saved blobs,
     /// which the caller removes when it has taken what it wants from it.
-    pub(crate) fn commit(self) -> (Vec<Step>, PathBuf) {
-        let _ = std::fs::remove_file(self.directory.join(MANIFEST));
-        (self.steps, self.directory)
-    }
-
-    fn discard(self) {
-        let _ = std::fs::remove_file(self.directory.join(MANIFEST));
-        let _ = std::fs::remove_dir_all(&self.directory);
+    pub(crate) fn commit(self) -> (Vec<Step>, Option<PathBuf>) {
+        let _ = std::fs::remove_file(&self.path);
+        (self.steps, (self.blobs > 0).then_some(self.blob_dir))
     }
 }
 
@@ -400,6 +467,11 @@ pub struct Recovery {
     pub error: Option<String>,
 }
 
+/// The call id a journal file or directory is named after.
+fn call_id_of(path: &Path) -> String {
+    path.file_stem().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
 /// Roll back every journal in `journals` that no live process holds: calls interrupted by a
 /// crash. Journals of calls still running in other processes are left alone.
 pub(crate) fn recover(journals: &Path) -> Vec<Recovery> {
@@ -407,25 +479,43 @@ pub(crate) fn recover(journals: &Path) -> Vec<Recovery> {
         return Vec::new();
     };
     let mut recovered = Vec::new();
+    let mut blob_dirs = Vec::new();
     for entry in entries.flatten() {
-        let directory = entry.path();
-        if entry.file_name().to_string_lossy().starts_with(BUILDING_PREFIX) {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(&format!(".{BLOBS_EXTENSION}")) {
+            blob_dirs.push(path);
+            continue;
+        }
+        if name.ends_with(&format!(".{JOURNAL_EXTENSION}")) {
+            let Ok(manifest) = OpenOptions::new().read(true).write(true).open(&path) else {
+                continue;
+            };
+            if manifest.try_lock().is_err() {
+                continue;
+            }
+            let blob_dir = path.with_extension(BLOBS_EXTENSION);
+            recovered.push(recover_one(&path, &blob_dir, &manifest));
+            continue;
+        }
+        // The earlier layout: a directory per call holding its manifest and blobs.
+        if name.starts_with(BUILDING_PREFIX) {
             // A process died while setting it up, before any mutation.
             let stale = entry
                 .metadata()
                 .and_then(|metadata| metadata.modified())
                 .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age > BUILDING_STALE));
             if stale {
-                let _ = std::fs::remove_dir_all(&directory);
+                let _ = std::fs::remove_dir_all(&path);
             }
             continue;
         }
-        let manifest_path = directory.join(MANIFEST);
+        let manifest_path = path.join(MANIFEST);
         let manifest = match OpenOptions::new().read(true).write(true).open(&manifest_path) {
             Ok(manifest) => manifest,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 // Committed (or never started): nothing to undo.
-                let _ = std::fs::remove_dir_all(&directory);
+                let _ = std::fs::remove_dir_all(&path);
                 continue;
             }
             Err(_) => continue,
@@ -433,21 +523,33 @@ pub(crate) fn recover(journals: &Path) -> Vec<Recovery> {
         if manifest.try_lock().is_err() {
             continue;
         }
-        recovered.push(recover_one(&directory, manifest));
+        let recovery = recover_one(&manifest_path, &path, &manifest);
+        if recovery.error.is_none() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+        recovered.push(recovery);
+    }
+    // Blobs whose journal is gone belong to committed calls.
+    for blob_dir in blob_dirs {
+        if !blob_dir.with_extension(JOURNAL_EXTENSION).exists() {
+            let _ = std::fs::remove_dir_all(&blob_dir);
+        }
     }
     recovered
 }
 
-fn recover_one(directory: &Path, manifest: File) -> Recovery {
-    let call_id = directory.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut lines = BufReader::new(&manifest).lines();
+/// Roll back the journal `path` (locked by this process through `manifest`), its blobs in
+/// `blob_dir`; remove both if that succeeds.
+fn recover_one(path: &Path, blob_dir: &Path, manifest: &File) -> Recovery {
+    let call_id = call_id_of(path);
+    let mut lines = BufReader::new(manifest).lines();
     let header: Option<Header> = lines.next().and_then(Result::ok).and_then(|line| serde_json::from_str(&line).ok());
     let Some(header) = header else {
-        // Crashed before the header was synced: nothing was mutated.
-        let _ = std::fs::remove_dir_all(directory);
+        // Crashed before the header was written: nothing was mutated.
+        let _ = std::fs::remove_file(path);
         return Recovery { call_id, session: String::new(), steps: 0, error: None };
     };
-    // A torn last line is a step whose mutation never started (each step is synced first).
+    // A torn last line is a step whose mutation never started (each step is written first).
     let steps: Vec<Step> = lines.map_while(Result::ok).map_while(|line| serde_json::from_str(&line).ok()).collect();
     let mut recovery = Recovery { call_id: header.call_id, session: header.session, steps: steps.len(), error: None };
     let root = match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
@@ -457,14 +559,13 @@ fn recover_one(directory: &Path, manifest: File) -> Recovery {
             return recovery;
         }
     };
-    match replay(&root, directory, &recovery.call_id, &steps) {
+    match replay(&root, blob_dir, &recovery.call_id, &steps) {
         Ok(()) => {
-            let _ = std::fs::remove_file(directory.join(MANIFEST));
-            let _ = std::fs::remove_dir_all(directory);
+            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_dir_all(blob_dir);
         }
         Err(error) => recovery.error = Some(error),
     }
-    drop(manifest);
     recovery
 }
 
@@ -510,7 +611,7 @@ mod tests {
         let before = tree(&workspace);
         let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
 
-        let mut journal = Journal::begin(&temp.path().join("journal"), "c-1", "s-1", &workspace).expect("begin");
+        let mut journal = Journal::begin(&temp.path().join("journal"), "c-1", "s-1", &workspace, true).expect("begin");
         journal.preserve(&root, "src/a.rs").expect("preserve");
         std::fs::write(workspace.join("src/a.rs"), "changed").expect("write");
         journal.preserve(&root, "src/b.rs").expect("preserve");
@@ -544,17 +645,17 @@ mod tests {
         let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
         let journals = temp.path().join("journal");
 
-        let mut live = Journal::begin(&journals, "c-live", "s-1", &workspace).expect("begin");
+        let mut live = Journal::begin(&journals, "c-live", "s-1", &workspace, true).expect("begin");
         live.preserve(&root, "b.txt").expect("preserve");
         std::fs::write(workspace.join("b.txt"), "in progress").expect("write");
 
         // A crashed call: its journal is on disk, unlocked, with a torn last line.
-        let mut crashed = Journal::begin(&journals, "c-dead", "s-2", &workspace).expect("begin");
+        let mut crashed = Journal::begin(&journals, "c-dead", "s-2", &workspace, true).expect("begin");
         crashed.preserve(&root, "a.txt").expect("preserve");
         std::fs::write(workspace.join("a.txt"), "half-writ").expect("write");
-        let directory = crashed.directory().to_path_buf();
+        let path = crashed.path().to_path_buf();
         drop(crashed);
-        OpenOptions::new().append(true).open(directory.join(MANIFEST)).expect("open").write_all(b"{\"path\":\"c.t").expect("tear");
+        OpenOptions::new().append(true).open(&path).expect("open").write_all(b"{\"path\":\"c.t").expect("tear");
 
         let recovered = recover(&journals);
         assert_eq!(recovered.len(), 1, "{recovered:?}");
@@ -562,7 +663,7 @@ mod tests {
         assert_eq!((recovered[0].steps, recovered[0].error.as_deref()), (1, None));
         assert_eq!(std::fs::read_to_string(workspace.join("a.txt")).expect("read"), "original");
         assert_eq!(std::fs::read_to_string(workspace.join("b.txt")).expect("read"), "in progress");
-        assert!(!directory.exists());
+        assert!(!path.exists());
         assert_eq!(live.rollback(&root), Ok(1));
         assert!(!workspace.join("b.txt").exists());
     }

@@ -64,6 +64,7 @@ mod guard;
 // Host state: the audit trail, the journal, locks, read versions, undo records, and where they
 // live.
 mod audit;
+mod deferred;
 mod journal;
 mod locks;
 mod reads;

@@ -18,6 +18,8 @@ use cap_std::fs::{Dir, MetadataExt};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::deferred::Deferred;
+
 /// Calls that open more files than this for reading (searches, listings of content) record
 /// none of them as read.
 pub(crate) const MAX_TRACKED_READS: usize = 64;
@@ -99,6 +101,14 @@ pub(crate) fn hash_of(root: &Dir, path: &str) -> Option<String> {
     Some(crate::hex(&hasher.finalize()))
 }
 
+/// A session file's stamp, `None` if it cannot be read.
+fn stamp_of(path: &Path) -> Option<Stamp> {
+    std::fs::metadata(path).ok().and_then(|metadata| {
+        use std::os::unix::fs::MetadataExt;
+        Some((metadata.len(), metadata.modified().ok()?, metadata.ino()))
+    })
+}
+
 /// One session's file versions.
 pub(crate) type SessionReads = HashMap<String, Version>;
 
@@ -107,20 +117,29 @@ pub(crate) type SessionReads = HashMap<String, Version>;
 /// version is a new inode).
 type Stamp = (u64, std::time::SystemTime, u64);
 
-/// A session's versions, and the stamp of the file they were read from (`None` in memory).
-type Cached = (Option<Stamp>, Arc<SessionReads>);
+/// A session's versions in memory.
+#[derive(Debug)]
+struct Cached {
+    /// The stamp of the session's file when it was last read or written (`None`: no file).
+    stamp: Option<Stamp>,
+    reads: Arc<SessionReads>,
+    /// Updates not yet written to the file: while there are any, the memory is the truth.
+    unwritten: usize,
+}
 
 #[derive(Debug)]
 pub(crate) struct ReadTracker {
     directory: Option<PathBuf>,
     /// Each session's versions, with the size and modification time of its file when it was
-    /// read (so that an unchanged file is not parsed again).
-    sessions: Mutex<HashMap<String, Cached>>,
+    /// read (so that an unchanged file is not parsed again). In this process it is the truth:
+    /// a session's file is written from it after the call ([`Deferred`]).
+    sessions: Arc<Mutex<HashMap<String, Cached>>>,
+    deferred: Arc<Deferred>,
 }
 
 impl ReadTracker {
-    pub(crate) fn new(state_dir: Option<&Path>) -> Self {
-        ReadTracker { directory: state_dir.map(|directory| directory.join("sessions")), sessions: Mutex::new(HashMap::new()) }
+    pub(crate) fn new(state_dir: Option<&Path>, deferred: Arc<Deferred>) -> Self {
+        ReadTracker { directory: state_dir.map(|directory| directory.join("sessions")), sessions: Arc::default(), deferred }
     }
 
     /// The versions `session` has seen in `workspace`.
@@ -131,22 +150,24 @@ impl ReadTracker {
     fn load_key(&self, key: &str) -> Arc<SessionReads> {
         let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(directory) = &self.directory else {
-            return sessions.get(key).map(|(_, reads)| Arc::clone(reads)).unwrap_or_default();
+            return sessions.get(key).map(|cached| Arc::clone(&cached.reads)).unwrap_or_default();
         };
+        if let Some(cached) = sessions.get(key)
+            && cached.unwritten > 0
+        {
+            return Arc::clone(&cached.reads);
+        }
         // Another process may have updated the file: it is the truth, when it changed.
         let path = directory.join(format!("{key}.json"));
-        let stamp = std::fs::metadata(&path).ok().and_then(|metadata| {
-            use std::os::unix::fs::MetadataExt;
-            Some((metadata.len(), metadata.modified().ok()?, metadata.ino()))
-        });
-        if let Some((cached, reads)) = sessions.get(key)
-            && *cached == stamp
+        let stamp = stamp_of(&path);
+        if let Some(cached) = sessions.get(key)
+            && cached.stamp == stamp
         {
-            return Arc::clone(reads);
+            return Arc::clone(&cached.reads);
         }
         let reads: Arc<SessionReads> =
             Arc::new(std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default());
-        sessions.insert(key.to_owned(), (stamp, Arc::clone(&reads)));
+        sessions.insert(key.to_owned(), Cached { stamp, reads: Arc::clone(&reads), unwritten: 0 });
         reads
     }
 
@@ -191,16 +212,34 @@ impl ReadTracker {
                 None => updated.remove(path),
             };
         }
-        match &self.directory {
-            Some(directory) => {
-                std::fs::create_dir_all(directory)?;
-                crate::replace_json(&directory.join(format!("{key}.json")), &updated, false)
-            }
-            None => {
-                let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                sessions.insert(key, (None, Arc::new(updated)));
-                Ok(())
-            }
+        let writes_file = self.directory.is_some();
+        {
+            // The next call of the session sees this at once; the file follows.
+            let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let cached = sessions.entry(key.clone()).or_insert_with(|| Cached { stamp: None, reads: Arc::default(), unwritten: 0 });
+            cached.reads = Arc::new(updated);
+            cached.unwritten += usize::from(writes_file);
         }
+        let Some(directory) = self.directory.clone() else {
+            return Ok(());
+        };
+        let sessions = Arc::clone(&self.sessions);
+        self.deferred.submit(move || {
+            // The latest versions, which later calls may have added to since.
+            let latest =
+                sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).map(|cached| Arc::clone(&cached.reads));
+            let path = directory.join(format!("{key}.json"));
+            if let Some(latest) = latest {
+                // Best effort: a session whose file is missing is asked to read again.
+                let _ = std::fs::create_dir_all(&directory).and_then(|()| crate::replace_json(&path, &*latest, false));
+            }
+            let stamp = stamp_of(&path);
+            let mut sessions = sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(cached) = sessions.get_mut(&key) {
+                cached.stamp = stamp;
+                cached.unwritten = cached.unwritten.saturating_sub(1);
+            }
+        });
+        Ok(())
     }
 }

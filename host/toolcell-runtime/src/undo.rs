@@ -5,11 +5,12 @@
 //! blob per saved file), at most [`MAX_ENTRIES`] per session, oldest dropped first.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};
 
+use crate::deferred::Deferred;
 use crate::journal::{Prior, Step};
 use crate::reads::hash_of;
 
@@ -40,12 +41,14 @@ struct Index {
 #[derive(Debug)]
 pub(crate) struct UndoStore {
     directory: PathBuf,
-    lock: Mutex<()>,
+    lock: Arc<Mutex<()>>,
+    /// Records are written after the call answers; reading them waits for that.
+    deferred: Arc<Deferred>,
 }
 
 impl UndoStore {
-    pub(crate) fn new(work_dir: &Path) -> Self {
-        UndoStore { directory: work_dir.join("undo"), lock: Mutex::new(()) }
+    pub(crate) fn new(work_dir: &Path, deferred: Arc<Deferred>) -> Self {
+        UndoStore { directory: work_dir.join("undo"), lock: Arc::default(), deferred }
     }
 
     /// The directory of `session`'s undo entries and blobs.
@@ -54,23 +57,13 @@ impl UndoStore {
     }
 
     /// Keep what a committed call's journal saved: the first prior state of each file it
-    /// changed. Blobs are moved out of `journal_dir`.
-    pub(crate) fn record(
-        &self,
-        session: &str,
-        workspace: &Path,
-        root: &Dir,
-        call_id: &str,
-        steps: &[Step],
-        journal_dir: &Path,
-    ) -> std::io::Result<()> {
-        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let directory = self.session_dir(session, workspace);
-        std::fs::create_dir_all(&directory)?;
-        let mut index = load(&directory);
+    /// changed, and a hash of what it left (taken now). Written after the call answers; the
+    /// blobs are moved out of `blob_dir`, which is then removed.
+    pub(crate) fn record(&self, session: &str, workspace: &Path, root: &Dir, call_id: &str, steps: Vec<Step>, blob_dir: Option<PathBuf>) {
         let mut seen = std::collections::HashSet::new();
+        let mut kept = Vec::new();
         for step in steps {
-            if !seen.insert(step.path.as_str()) {
+            if !seen.insert(step.path.clone()) {
                 continue;
             }
             let after = match root.symlink_metadata(&step.path) {
@@ -82,42 +75,34 @@ impl UndoStore {
                 // Directories and symlinks are not edits; `undo_edit` restores files.
                 Ok(_) => continue,
             };
-            let prior = match &step.prior {
-                Prior::Absent => Prior::Absent,
-                Prior::File { blob, mode } => {
-                    index.next_blob += 1;
-                    let kept = index.next_blob.to_string();
-                    std::fs::rename(journal_dir.join(blob), directory.join(&kept))?;
-                    Prior::File { blob: kept, mode: *mode }
-                }
-                // Kept as a blob too: the index stays small.
-                Prior::Inline { hex, mode } => {
-                    index.next_blob += 1;
-                    let kept = index.next_blob.to_string();
-                    std::fs::write(directory.join(&kept), crate::journal::unhex(hex)?)?;
-                    Prior::File { blob: kept, mode: *mode }
-                }
-                _ => continue,
-            };
-            index.entries.push(UndoEntry { path: step.path.clone(), call_id: call_id.to_owned(), prior, after });
-        }
-        while index.entries.len() > MAX_ENTRIES {
-            let dropped = index.entries.remove(0);
-            if let Prior::File { blob, .. } = dropped.prior {
-                let _ = std::fs::remove_file(directory.join(blob));
+            if matches!(step.prior, Prior::Absent | Prior::File { .. } | Prior::Inline { .. }) {
+                kept.push((step, after));
             }
         }
-        store(&directory, &index)
+        let directory = self.session_dir(session, workspace);
+        let lock = Arc::clone(&self.lock);
+        let call_id = call_id.to_owned();
+        self.deferred.submit(move || {
+            // Without the record the change still stands; `undo_edit` will say there is
+            // nothing to undo.
+            let _guard = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let _ = store_record(&directory, &call_id, kept, blob_dir.as_deref());
+            if let Some(blob_dir) = blob_dir {
+                let _ = std::fs::remove_dir_all(blob_dir);
+            }
+        });
     }
 
     /// The latest undoable change of `path` by `session`.
     pub(crate) fn last(&self, session: &str, workspace: &Path, path: &str) -> Option<UndoEntry> {
+        self.deferred.flush();
         let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         load(&self.session_dir(session, workspace)).entries.into_iter().rev().find(|entry| entry.path == path)
     }
 
     /// Forget the change `entry` (after it was undone), and its blob.
     pub(crate) fn forget(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> std::io::Result<()> {
+        self.deferred.flush();
         let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
         let mut index = load(&directory);
@@ -151,6 +136,7 @@ impl UndoStore {
     /// [`MAX_ENTRIES`]), oldest first.
     pub(crate) fn changes(&self, session: &str, workspace: &Path, root: &Dir) -> Vec<SessionChange> {
         use sha2::Digest as _;
+        self.deferred.flush();
         let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
         let entries = load(&directory).entries;
@@ -176,6 +162,43 @@ impl UndoStore {
         }
         changes
     }
+}
+
+/// Add one call's entries to the session's index in `directory`, taking blobs from `blob_dir`,
+/// and drop the oldest past [`MAX_ENTRIES`].
+fn store_record(directory: &Path, call_id: &str, kept: Vec<(Step, Option<String>)>, blob_dir: Option<&Path>) -> std::io::Result<()> {
+    std::fs::create_dir_all(directory)?;
+    let mut index = load(directory);
+    for (step, after) in kept {
+        let prior = match step.prior {
+            Prior::Absent => Prior::Absent,
+            Prior::File { blob, mode } => {
+                let Some(blob_dir) = blob_dir else {
+                    continue;
+                };
+                index.next_blob += 1;
+                let kept = index.next_blob.to_string();
+                std::fs::rename(blob_dir.join(blob), directory.join(&kept))?;
+                Prior::File { blob: kept, mode }
+            }
+            // Kept as a blob too: the index stays small.
+            Prior::Inline { hex, mode } => {
+                index.next_blob += 1;
+                let kept = index.next_blob.to_string();
+                std::fs::write(directory.join(&kept), crate::journal::unhex(&hex)?)?;
+                Prior::File { blob: kept, mode }
+            }
+            _ => continue,
+        };
+        index.entries.push(UndoEntry { path: step.path, call_id: call_id.to_owned(), prior, after });
+    }
+    while index.entries.len() > MAX_ENTRIES {
+        let dropped = index.entries.remove(0);
+        if let Prior::File { blob, .. } = dropped.prior {
+            let _ = std::fs::remove_file(directory.join(blob));
+        }
+    }
+    store(directory, &index)
 }
 
 fn load(directory: &Path) -> Index {

@@ -1,75 +1,282 @@
-//! The MCP round trip of `read_file` on a small file: a client in this process sends
-//! `tools/call` over stdio to a `toolcell mcp` child and waits for the answer, beside the same
-//! call made in-process through the embedding API, in one run.
+//! MCP round trips side by side with the MCP filesystem server (`@modelcontextprotocol/server-
+//! filesystem` from npm, pinned by `.ci/peer-mcp-server`), interleaved in one run, and with the
+//! same calls made in-process through the embedding API:
 //!
-//! `cargo bench -p toolcell --bench mcp` prints p50/p99; under `cargo test` it runs a few
-//! iterations as a smoke test.
+//! - `read_file` of a 4 KiB file, `write_file` of 4 KiB, `edit_file` of one line of a 4 KiB
+//!   file, over stdio, p50 and p99, for toolcell with `[writes] durability = "full"` (the
+//!   default) and `"atomic"`, and for the peer (which never syncs);
+//! - first start: a fresh process answering `initialize` and then its first `read_file`, with
+//!   an empty compile cache and with a warm one, against the peer's start.
+//!
+//! The peer is found through `TOOLCELL_PEER_MCP_SERVER` (its `dist/index.js`); without it the
+//! peer's rows are left out, unless `TOOLCELL_REQUIRE_PEER=1` (set by `.ci/run` and
+//! `.ci/bench`), which makes a missing peer an error. `cargo bench -p toolcell --bench mcp`
+//! prints the table; under `cargo test` it runs a few iterations as a smoke test.
 
 use std::io::Write as _;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use toolcell_mcp::client::StdioClient;
 
-fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
+/// A 4 KiB text file of 64 lines.
+fn four_kib() -> String {
+    (0..64).map(|line| format!("line {line:02} of the file, padded to sixty-four bytes: {}\n", "x".repeat(5))).collect()
+}
+
+/// The edit of round `round`: line 10 flips between two spellings, so every edit finds its text.
+fn flip(round: usize) -> (&'static str, &'static str) {
+    if round.is_multiple_of(2) { ("line 10 of", "LINE 10 of") } else { ("LINE 10 of", "line 10 of") }
+}
+
+fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
     samples.sort_unstable();
-    (samples[samples.len() / 2], samples[(samples.len() * 99 / 100).min(samples.len() - 1)])
+    let micros = |duration: Duration| duration.as_secs_f64() * 1e6;
+    (micros(samples[samples.len() / 2]), micros(samples[(samples.len() * 99 / 100).min(samples.len() - 1)]))
+}
+
+/// One MCP server under test, and how its tools are called.
+struct Server {
+    name: &'static str,
+    client: StdioClient,
+    /// The workspace as the server's paths name it.
+    prefix: String,
+    read_tool: &'static str,
+    peer: bool,
+}
+
+impl Server {
+    fn path(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    fn call(&mut self, tool: &str, arguments: &Value) -> Duration {
+        let started = Instant::now();
+        let result = self.client.call_tool(tool, arguments).unwrap_or_else(|error| panic!("{}: {tool}: {error}", self.name));
+        let elapsed = started.elapsed();
+        assert_ne!(result["isError"], true, "{}: {tool}: {result}", self.name);
+        elapsed
+    }
+
+    fn read(&mut self) -> Duration {
+        let arguments = json!({ "path": self.path("read.txt") });
+        self.call(self.read_tool, &arguments)
+    }
+
+    fn write(&mut self, round: usize) -> Duration {
+        let content = format!("{round}\n{}", four_kib());
+        let arguments = json!({ "path": self.path("write.txt"), "content": content });
+        self.call("write_file", &arguments)
+    }
+
+    fn edit(&mut self, round: usize) -> Duration {
+        let (old, new) = flip(round);
+        let arguments = if self.peer {
+            json!({ "path": self.path("edit.txt"), "edits": [{ "oldText": old, "newText": new }] })
+        } else {
+            json!({ "path": self.path("edit.txt"), "old_string": old, "new_string": new })
+        };
+        self.call("edit_file", &arguments)
+    }
+}
+
+/// The peer's entry point, if installed.
+fn peer_script() -> Option<PathBuf> {
+    let required = std::env::var_os("TOOLCELL_REQUIRE_PEER").is_some_and(|value| value == "1");
+    let found = std::env::var_os("TOOLCELL_PEER_MCP_SERVER").map(PathBuf::from).filter(|path| path.is_file());
+    if found.is_none() {
+        assert!(!required, "TOOLCELL_REQUIRE_PEER=1 but TOOLCELL_PEER_MCP_SERVER does not name the peer's dist/index.js");
+        eprintln!("the MCP filesystem server is not installed (.ci/peer-mcp-server): its rows are left out");
+    }
+    found
+}
+
+fn workspace(root: &Path, name: &str) -> PathBuf {
+    let workspace = root.join(name);
+    std::fs::create_dir(&workspace).expect("create workspace");
+    for file in ["read.txt", "write.txt", "edit.txt"] {
+        std::fs::write(workspace.join(file), four_kib()).expect("write file");
+    }
+    workspace
+}
+
+fn toolcell_command(cache: &Path, state: &Path, workspace: &Path, policy: Option<&Path>) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
+    command.arg("--cache-dir").arg(cache).arg("--state-dir").arg(state);
+    if let Some(policy) = policy {
+        command.arg("--policy").arg(policy);
+    }
+    command.args(["mcp", "--role", "impl", "--workspace"]).arg(workspace).stderr(Stdio::null());
+    command
+}
+
+fn peer_command(script: &Path, workspace: &Path) -> Command {
+    let mut command = Command::new("node");
+    command.arg(script).arg(workspace).stderr(Stdio::null());
+    command
+}
+
+/// Time to the `initialize` answer and to the first `read_file` result of a fresh process.
+fn first_start(command: &mut Command, read_tool: &str, path: &str) -> (Duration, Duration) {
+    let started = Instant::now();
+    let (mut client, _) = StdioClient::spawn(command).expect("start the server");
+    let initialized = started.elapsed();
+    let result = client.call_tool(read_tool, &json!({ "path": path })).expect("first read");
+    let first = started.elapsed();
+    assert_ne!(result["isError"], true, "{result}");
+    client.close().expect("the server exits when stdin closes");
+    (initialized, first)
 }
 
 fn main() {
     let benchmarking = std::env::args().any(|arg| arg == "--bench");
-    let iterations = if benchmarking { 3_000 } else { 20 };
+    let iterations = if benchmarking { 2_000 } else { 10 };
+    let starts = if benchmarking { 5 } else { 1 };
     let temp = tempfile::tempdir().expect("temporary directory");
-    let workspace = temp.path().join("workspace");
-    std::fs::create_dir(&workspace).expect("create workspace");
-    std::fs::write(workspace.join("notes.txt"), "one\ntwo\nthree\n").expect("write file");
+    let peer = peer_script();
+    let atomic_policy = temp.path().join("atomic.toml");
+    let (_, default_policy) = toolcell_host::builtin_policy("default").expect("the shipped policy");
+    assert!(default_policy.contains("durability = \"full\""), "the shipped policy states its durability");
+    std::fs::write(&atomic_policy, default_policy.replace("durability = \"full\"", "durability = \"atomic\"")).expect("write policy");
+
     let cache = temp.path().join("cache");
-    let state = temp.path().join("state");
-
-    let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
-    command
-        .arg("--cache-dir")
-        .arg(&cache)
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["mcp", "--role", "impl", "--workspace"])
-        .arg(&workspace)
-        .stderr(std::process::Stdio::null());
-    let (mut client, _) = StdioClient::spawn(&mut command).expect("start toolcell mcp");
-    let arguments = json!({ "path": "notes.txt" });
-    let mut round_trip = || {
-        let started = Instant::now();
-        let result = client.call_tool("read_file", &arguments).expect("tools/call");
-        assert_eq!(result["isError"], false, "{result}");
-        started.elapsed()
-    };
-    for _ in 0..iterations / 10 + 1 {
-        round_trip();
+    let mut servers = Vec::new();
+    for (name, policy) in [("toolcell (full)", None), ("toolcell (atomic)", Some(atomic_policy.as_path()))] {
+        let workspace = workspace(temp.path(), &name.replace([' ', '(', ')'], ""));
+        let state = temp.path().join(format!("state-{}", servers.len()));
+        let (client, _) = StdioClient::spawn(&mut toolcell_command(&cache, &state, &workspace, policy)).expect("start toolcell mcp");
+        servers.push(Server { name, client, prefix: String::new(), read_tool: "read_file", peer: false });
     }
-    let over_mcp: Vec<Duration> = (0..iterations).map(|_| round_trip()).collect();
-    client.close().expect("the server exits when stdin closes");
+    if let Some(script) = &peer {
+        let workspace = workspace(temp.path(), "peer");
+        let (client, _) = StdioClient::spawn(&mut peer_command(script, &workspace)).expect("start the MCP filesystem server");
+        servers.push(Server {
+            name: "MCP filesystem server",
+            client,
+            prefix: format!("{}/", workspace.display()),
+            read_tool: "read_text_file",
+            peer: true,
+        });
+    }
 
-    let host = toolcell_host::HostBuilder::new(&workspace).cache_dir(&cache).state_dir(&state).build().expect("host builds");
+    // Interleaved: each round calls every server once per operation, so that the machine's
+    // drift touches all of them alike. toolcell's sessions read the files they edit first.
+    for server in &mut servers {
+        for file in ["write.txt", "edit.txt"] {
+            let arguments = json!({ "path": server.path(file) });
+            server.call(server.read_tool, &arguments);
+        }
+    }
+    let warmup = iterations / 10 + 1;
+    let mut samples: Vec<[Vec<Duration>; 3]> = servers.iter().map(|_| Default::default()).collect();
+    for round in 0..warmup + iterations {
+        for (server, samples) in servers.iter_mut().zip(&mut samples) {
+            let timings = [server.read(), server.write(round), server.edit(round)];
+            if round >= warmup {
+                for (kind, timing) in timings.into_iter().enumerate() {
+                    samples[kind].push(timing);
+                }
+            }
+        }
+    }
+    for server in servers.drain(..) {
+        server.client.close().expect("the server exits when stdin closes");
+    }
+
+    // The same calls in-process (default durability).
+    let in_process_workspace = workspace(temp.path(), "in-process");
+    let host = toolcell_host::HostBuilder::new(&in_process_workspace)
+        .cache_dir(&cache)
+        .state_dir(temp.path().join("state-in-process"))
+        .build()
+        .expect("host builds");
     let session = host.session("impl", "bench").expect("session");
-    let in_process = || {
+    let call = |tool: &str, arguments: Value| {
         let started = Instant::now();
-        let result = session.call("read_file", r#"{"path": "notes.txt"}"#).expect("call");
-        assert!(result.output.is_ok());
+        let result = session.call(tool, &arguments.to_string()).expect("call");
+        assert!(result.output.is_ok(), "{tool}: {:?}", result.output);
         started.elapsed()
     };
-    for _ in 0..iterations / 10 + 1 {
-        in_process();
+    call("read_file", json!({ "path": "write.txt" }));
+    call("read_file", json!({ "path": "edit.txt" }));
+    let mut direct: [Vec<Duration>; 3] = Default::default();
+    for round in 0..warmup + iterations {
+        let (old, new) = flip(round);
+        let timings = [
+            call("read_file", json!({ "path": "read.txt" })),
+            call("write_file", json!({ "path": "write.txt", "content": format!("{round}\n{}", four_kib()) })),
+            call("edit_file", json!({ "path": "edit.txt", "old_string": old, "new_string": new })),
+        ];
+        if round >= warmup {
+            for (kind, timing) in timings.into_iter().enumerate() {
+                direct[kind].push(timing);
+            }
+        }
     }
-    let direct: Vec<Duration> = (0..iterations).map(|_| in_process()).collect();
+    drop(session);
+    drop(host);
 
-    let (mcp_p50, mcp_p99) = percentiles(over_mcp);
-    let (direct_p50, direct_p99) = percentiles(direct);
-    let micros = |duration: Duration| duration.as_secs_f64() * 1e6;
+    // First start: a fresh process each time, the empty cache a new directory each time.
+    let mut start_rows: Vec<(&str, Vec<(Duration, Duration)>)> = Vec::new();
+    let start_workspace = workspace(temp.path(), "start");
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    for run in 0..starts {
+        let empty = temp.path().join(format!("cold-cache-{run}"));
+        let state = temp.path().join(format!("cold-state-{run}"));
+        cold.push(first_start(&mut toolcell_command(&empty, &state, &start_workspace, None), "read_file", "read.txt"));
+        warm.push(first_start(&mut toolcell_command(&cache, &state, &start_workspace, None), "read_file", "read.txt"));
+    }
+    start_rows.push(("toolcell, empty compile cache", cold));
+    start_rows.push(("toolcell, warm compile cache", warm));
+    if let Some(script) = &peer {
+        let path = format!("{}/read.txt", start_workspace.display());
+        let runs = (0..starts).map(|_| first_start(&mut peer_command(script, &start_workspace), "read_text_file", &path)).collect();
+        start_rows.push(("MCP filesystem server", runs));
+    }
+
     let mut out = std::io::stderr().lock();
-    let _ = writeln!(out, "read_file on a 14-byte file, {iterations} calls each, default policy and audit trail");
-    let _ = writeln!(out, "{:<40} {:>10} {:>10}", "", "p50", "p99");
-    let _ = writeln!(out, "{:<40} {:>8.1}µs {:>8.1}µs", "MCP tools/call over stdio (round trip)", micros(mcp_p50), micros(mcp_p99));
-    let _ = writeln!(out, "{:<40} {:>8.1}µs {:>8.1}µs", "in-process Session::call", micros(direct_p50), micros(direct_p99));
-    let _ = writeln!(out, "MCP / in-process at p50: {:.2}x", micros(mcp_p50) / micros(direct_p50).max(0.001));
+    let _ = writeln!(out, "MCP over stdio, 4 KiB files, {iterations} interleaved rounds; p50 / p99 in µs");
+    let _ = writeln!(out, "{:<24} {:>17} {:>17} {:>17}", "", "read_file", "write_file", "edit_file");
+    let mut names: Vec<&str> = ["toolcell (full)", "toolcell (atomic)", "MCP filesystem server"].into_iter().take(samples.len()).collect();
+    names.push("in-process (full)");
+    let mut p50s = Vec::new();
+    for (name, samples) in names.iter().zip(samples.into_iter().chain([direct])) {
+        let row: Vec<(f64, f64)> = samples.into_iter().map(percentiles).collect();
+        let _ = writeln!(
+            out,
+            "{name:<24} {:>8.0} / {:>6.0} {:>8.0} / {:>6.0} {:>8.0} / {:>6.0}",
+            row[0].0, row[0].1, row[1].0, row[1].1, row[2].0, row[2].1
+        );
+        p50s.push(row.iter().map(|(p50, _)| *p50).collect::<Vec<f64>>());
+    }
+    let _ = out.flush();
+    drop(out);
+    report_ratios(&names, &p50s, &start_rows);
+}
+
+/// Ratios at p50 against the peer and against the in-process call (the last row of `p50s`).
+fn report_ratios(names: &[&str], p50s: &[Vec<f64>], start_rows: &[(&str, Vec<(Duration, Duration)>)]) {
+    let mut out = std::io::stderr().lock();
+    let in_process = &p50s[p50s.len() - 1];
+    let peer = names.iter().position(|name| *name == "MCP filesystem server").map(|index| &p50s[index]);
+    for (index, name) in names.iter().enumerate().filter(|(_, name)| name.starts_with("toolcell")) {
+        if let Some(peer) = peer {
+            let ratios: Vec<String> = (0..3).map(|kind| format!("{:.2}x", p50s[index][kind] / peer[kind])).collect();
+            let _ = writeln!(out, "{name} / MCP filesystem server at p50: read {}, write {}, edit {}", ratios[0], ratios[1], ratios[2]);
+        }
+        let ratios: Vec<String> = (0..3).map(|kind| format!("{:.2}x", p50s[index][kind] / in_process[kind])).collect();
+        let _ = writeln!(out, "{name} over MCP / in-process at p50: read {}, write {}, edit {}", ratios[0], ratios[1], ratios[2]);
+    }
+    let _ = writeln!(out, "first start, median of runs: initialize answered / first read_file result");
+    for (name, runs) in start_rows {
+        let mut initialized: Vec<Duration> = runs.iter().map(|(initialized, _)| *initialized).collect();
+        let mut first: Vec<Duration> = runs.iter().map(|(_, first)| *first).collect();
+        initialized.sort_unstable();
+        first.sort_unstable();
+        let millis = |durations: &[Duration]| durations[durations.len() / 2].as_secs_f64() * 1e3;
+        let _ = writeln!(out, "{name:<32} {:>8.1} ms {:>8.1} ms", millis(&initialized), millis(&first));
+    }
 }

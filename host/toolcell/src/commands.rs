@@ -116,6 +116,7 @@ fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>) -> a
             let how = match loaded.cache {
                 CacheOutcome::Compiled => "compiled",
                 CacheOutcome::Cached => "loaded from cache",
+                CacheOutcome::Embedded => "loaded precompiled from the binary",
                 CacheOutcome::Rejected => "compiled again: the cached artifact failed authentication",
             };
             writeln!(stderr, "{}: {} ({how})", loaded.tool, loaded.origin)?;

@@ -151,14 +151,21 @@ fn host_errors_exit_2() {
 }
 
 #[test]
-fn the_second_start_reuses_the_compiled_cache() {
+fn built_in_tools_start_precompiled_and_plugins_from_the_cache() {
+    // The built-in tools ship compiled for this machine: an empty cache compiles none of
+    // them. A plugin is compiled once, then loaded from the cache.
     let cache = tempfile::tempdir().expect("temporary cache");
-    let first = toolcell(cache.path(), &["tools", "--verbose"]);
-    assert_eq!(first.status, 0, "{}", first.stderr);
+    let plugins = tempfile::tempdir().expect("plugin directory");
+    std::fs::write(plugins.path().join("misbehave.wasm"), toolcell_tests::guest_program("misbehave")).expect("write plugin");
+    let plugin_dir = plugins.path().to_str().expect("UTF-8 path");
     let builtins = toolcell_builtins::components().count();
-    assert_eq!(first.stderr.matches("(compiled)").count(), builtins, "{}", first.stderr);
-    let second = toolcell(cache.path(), &["tools", "--verbose"]);
-    assert_eq!(second.stderr.matches("(loaded from cache)").count(), builtins, "{}", second.stderr);
+    let first = toolcell(cache.path(), &["--plugin-dir", plugin_dir, "tools", "--verbose"]);
+    assert_eq!(first.status, 0, "{}", first.stderr);
+    assert_eq!(first.stderr.matches("(loaded precompiled from the binary)").count(), builtins, "{}", first.stderr);
+    assert_eq!(first.stderr.matches("(compiled)").count(), 1, "{}", first.stderr);
+    let second = toolcell(cache.path(), &["--plugin-dir", plugin_dir, "tools", "--verbose"]);
+    assert_eq!(second.stderr.matches("(loaded precompiled from the binary)").count(), builtins, "{}", second.stderr);
+    assert_eq!(second.stderr.matches("(loaded from cache)").count(), 1, "{}", second.stderr);
     assert_eq!(second.stderr.matches("(compiled)").count(), 0, "{}", second.stderr);
 }
 
@@ -222,9 +229,9 @@ fn policy_explain_names_the_deciding_rule() {
             explain("impl", "read", "../outside"),
         ]
         .concat(),
-        @r"
-    deny: write of `docs/guide.md` by role `impl` (rule `docs-read-only`, policies/default.toml (built in) line 72)
-    allow: write of `src/main.rs` by role `impl` (rule `impl-write`, policies/default.toml (built in) line 66)
+        @"
+    deny: write of `docs/guide.md` by role `impl` (rule `docs-read-only`, policies/default.toml (built in) line 76)
+    allow: write of `src/main.rs` by role `impl` (rule `impl-write`, policies/default.toml (built in) line 70)
     deny: write of `src/main.rs` by role `control` (rule `default-deny`)
     deny: delete of `.git/HEAD` by role `impl` (rule `protected:.git/**`)
     deny: `../outside` is outside the workspace (rule `workspace-boundary`)
@@ -252,10 +259,10 @@ fn policy_explain_binds_rules_that_name_a_tool_or_a_task() {
         ]
         .concat(),
         @"
-    deny: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `docs-read-only`, policies/workflow.toml (built in) line 196)
-    deny: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `docs-read-only`, policies/workflow.toml (built in) line 196)
-    allow: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `task-complete-own-task`, policies/workflow.toml (built in) line 215)
-    deny: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `docs-read-only`, policies/workflow.toml (built in) line 196)
+    deny: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `docs-read-only`, policies/workflow.toml (built in) line 200)
+    deny: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `docs-read-only`, policies/workflow.toml (built in) line 200)
+    allow: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `task-complete-own-task`, policies/workflow.toml (built in) line 219)
+    deny: write of `docs/tasks/in-review/CHAIN-039-x/001-a.md` by role `impl` (rule `docs-read-only`, policies/workflow.toml (built in) line 200)
     "
     );
 }

@@ -75,14 +75,19 @@ impl FsGuard {
         if !transaction.shadows.iter().any(|(shadowed, _)| under(shadowed)) {
             return Ok(());
         }
+        // The call goes on after this: its journal must be on the disk before a file changes.
+        if let Some(journal) = transaction.journal.as_mut() {
+            journal.make_durable().map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        }
         let (landing, kept): (Vec<_>, Vec<_>) =
             std::mem::take(&mut transaction.shadows).into_iter().partition(|(shadowed, _)| under(shadowed));
         transaction.shadows = kept;
+        let sync = transaction.durability.syncs();
         let Some(root) = self.root.as_ref() else {
             return Ok(());
         };
         for (path, temporary) in landing {
-            land_file(root, &path, &temporary).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+            land_file(root, &path, &temporary, sync).map_err(|error| FsError::from(ErrorCode::from(error)))?;
         }
         Ok(())
     }
@@ -113,11 +118,19 @@ impl FsGuard {
             return Ok(());
         };
         let shadows = std::mem::take(&mut transaction.shadows);
+        // A call whose only change is one whole-file rewrite is done by one rename: a crash
+        // leaves the old file or the new one, and there is nothing for the journal to undo.
+        // Any other call needs its journal on the disk before its first file lands.
+        let single_rewrite = shadows.len() == 1 && transaction.journal.as_ref().is_some_and(|journal| journal.len() == 1);
+        if !single_rewrite && let Some(journal) = transaction.journal.as_mut() {
+            journal.make_durable().map_err(|error| format!("the call's journal cannot be saved ({error})"))?;
+        }
+        let sync = transaction.durability.syncs();
         let Some(root) = self.root.as_ref() else {
             return Ok(());
         };
         for (path, temporary) in shadows {
-            land_file(root, &path, &temporary).map_err(|error| format!("`{}`: {error}", escape_control(&path)))?;
+            land_file(root, &path, &temporary, sync).map_err(|error| format!("`{}`: {error}", escape_control(&path)))?;
         }
         Ok(())
     }
@@ -129,16 +142,18 @@ impl FsGuard {
     }
 }
 
-/// Replace `path` with its rewritten temporary sibling: synced first, then renamed over it,
-/// both names taken in one directory opened without following a symlink (so a directory on
-/// the way swapped for one cannot send the content elsewhere).
-pub(super) fn land_file(root: &cap_std::fs::Dir, path: &str, temporary: &str) -> std::io::Result<()> {
+/// Replace `path` with its rewritten temporary sibling: synced first (with `sync`), then
+/// renamed over it, both names taken in one directory opened without following a symlink (so a
+/// directory on the way swapped for one cannot send the content elsewhere).
+pub(super) fn land_file(root: &cap_std::fs::Dir, path: &str, temporary: &str, sync: bool) -> std::io::Result<()> {
     use rustix::fs::{Mode, OFlags};
     let (parent, name) = path.rsplit_once('/').unwrap_or((".", path));
     let temporary_name = temporary.rsplit_once('/').map_or(temporary, |(_, name)| name);
     let directory = beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
     let file = rustix::fs::openat(&directory, temporary_name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
-    rustix::fs::fdatasync(&file)?;
+    if sync {
+        rustix::fs::fdatasync(&file)?;
+    }
     rustix::fs::renameat(&directory, temporary_name, &directory, name)?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use toolcell_policy::{Access, ReadBeforeWrite};
+use toolcell_policy::{Access, Durability, ReadBeforeWrite};
 use toolcell_types::{ToolErrorKind, escape_control};
 
 use crate::journal::Journal;
@@ -24,6 +24,8 @@ pub(crate) struct Transaction {
     /// What the session has read before this call.
     pub(crate) seen: Arc<SessionReads>,
     pub(crate) read_before_write: ReadBeforeWrite,
+    /// Whether the journal and new content are synced before they count.
+    pub(crate) durability: Durability,
     /// Where journals go, and what they need to be replayed after a crash.
     pub(crate) journals: std::path::PathBuf,
     pub(crate) workspace: std::path::PathBuf,
@@ -54,6 +56,7 @@ impl Transaction {
         fences: Vec<u64>,
         seen: Arc<SessionReads>,
         read_before_write: ReadBeforeWrite,
+        durability: Durability,
         journals: std::path::PathBuf,
         workspace: std::path::PathBuf,
         session: String,
@@ -65,6 +68,7 @@ impl Transaction {
             fences,
             seen,
             read_before_write,
+            durability,
             journals,
             workspace,
             session,
@@ -85,9 +89,21 @@ impl Transaction {
 }
 
 impl FsGuard {
-    /// Before `path` is mutated: check that the session read the current content (when the
-    /// mutation replaces content), then journal its state. Call after [`check`](Self::check).
+    /// Before `path` is mutated in place: check that the session read the current content (when
+    /// the mutation replaces content), then journal its state, on the disk before the mutation
+    /// if durability asks for it. Call after [`check`](Self::check).
     pub(super) fn before_mutation(&mut self, operation: &'static str, path: &str, replaces_content: bool) -> FsResult<()> {
+        self.before_change(operation, path, replaces_content, true)
+    }
+
+    /// [`before_mutation`](Self::before_mutation) of a file about to be rewritten whole through
+    /// a temporary sibling: nothing changes in place until it lands, so its journal step is
+    /// not synced now.
+    pub(super) fn before_rewrite(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        self.before_change(operation, path, true, false)
+    }
+
+    fn before_change(&mut self, operation: &'static str, path: &str, replaces_content: bool, in_place: bool) -> FsResult<()> {
         let Some(root) = self.root.as_ref() else {
             return Ok(());
         };
@@ -122,19 +138,20 @@ impl FsGuard {
                     .push(format!("Warning: overwriting existing file `{shown}` that was not read first. Consider reading it first.")),
             }
         }
-        self.journal(operation, path, |journal, root| journal.preserve(root, path))
+        self.journal(operation, path, in_place, |journal, root| journal.preserve(root, path))
     }
 
     /// Journal the rename of the directory `from` to `to` (its content moves with it).
     pub(super) fn before_move(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
-        self.journal(operation, to, |journal, root| journal.preserve(root, to))?;
-        self.journal(operation, from, |journal, _| journal.preserve_move(from, to))
+        self.journal(operation, to, true, |journal, root| journal.preserve(root, to))?;
+        self.journal(operation, from, true, |journal, _| journal.preserve_move(from, to))
     }
 
     pub(super) fn journal(
         &mut self,
         operation: &'static str,
         path: &str,
+        in_place: bool,
         write: impl FnOnce(&mut Journal, &cap_std::fs::Dir) -> std::io::Result<()>,
     ) -> FsResult<()> {
         let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
@@ -142,11 +159,19 @@ impl FsGuard {
         };
         let journaled = (|| {
             if transaction.journal.is_none() {
-                transaction.journal =
-                    Some(Journal::begin(&transaction.journals, &transaction.call_id, &transaction.session, &transaction.workspace)?);
+                transaction.journal = Some(Journal::begin(
+                    &transaction.journals,
+                    &transaction.call_id,
+                    &transaction.session,
+                    &transaction.workspace,
+                    transaction.durability.syncs(),
+                )?);
             }
             match transaction.journal.as_mut() {
-                Some(journal) => write(journal, root),
+                Some(journal) => {
+                    write(journal, root)?;
+                    if in_place { journal.make_durable() } else { Ok(()) }
+                }
                 None => Ok(()),
             }
         })();

@@ -286,8 +286,13 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         if access == Access::Write {
             self.guard.check_single_link("open-at", &canonical)?;
             self.check_writable("open-at", &canonical)?;
-            self.guard.before_mutation("open-at", &canonical, true)?;
-            if self.guard.rewrites_whole(&canonical, open_flags) {
+            let whole = self.guard.rewrites_whole(&canonical, open_flags);
+            if whole {
+                self.guard.before_rewrite("open-at", &canonical)?;
+            } else {
+                self.guard.before_mutation("open-at", &canonical, true)?;
+            }
+            if whole {
                 // Written to a temporary sibling that replaces the file at once; the
                 // temporary file exists already.
                 target = self.guard.shadow(&canonical)?;
