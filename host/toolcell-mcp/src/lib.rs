@@ -5,8 +5,8 @@
 //! `idempotentHint` annotations), and `tools/call` runs the call through the governed host and
 //! returns the text as content plus the structured result as `structuredContent`. A tool error or
 //! a refusal is a result with `isError: true` and the message, never a protocol error. Calls run
-//! on the server's own worker threads (see [`Workers`]), so several can be in flight at once.
-//! Nothing is written to stdout but protocol messages.
+//! on tokio's blocking pool, so several can be in flight at once. Nothing is written to stdout
+//! but protocol messages.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -18,9 +18,6 @@
 //! ```
 
 pub mod client;
-mod workers;
-
-pub use workers::Workers;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams,
@@ -35,7 +32,6 @@ use toolcell_host::{Session, schemas};
 pub struct McpServer {
     session: Session,
     tools: Vec<Tool>,
-    workers: Workers,
 }
 
 impl McpServer {
@@ -47,7 +43,7 @@ impl McpServer {
             // The MCP shape comes from the same renderer as `toolcell schema --format mcp`.
             .filter_map(|tool| serde_json::from_value(schemas::mcp_tool(tool)).ok())
             .collect();
-        McpServer { session, tools, workers: Workers::new() }
+        McpServer { session, tools }
     }
 
     /// The tools served, as MCP describes them.
@@ -60,7 +56,7 @@ impl McpServer {
         let session = self.session.clone();
         let args = arguments.to_string();
         let tool = name.clone();
-        let joined = self.workers.run(move || session.call(&tool, &args)).await;
+        let joined = tokio::task::spawn_blocking(move || session.call(&tool, &args)).await;
         match joined {
             Ok(Ok(call)) => match call.output {
                 Ok(output) => {
