@@ -278,6 +278,7 @@ impl RuntimeBuilder {
         }
         // Calls a crash interrupted are undone before anything else runs.
         let recovered = journal::recover(&work.journals());
+        let journal = journal::JournalFile::create(&work.journals()).map_err(|source| Error::State { path: work.journals(), source })?;
         if let Some(log) = &audit {
             let records: Vec<_> = recovered
                 .iter()
@@ -322,7 +323,8 @@ impl RuntimeBuilder {
             workflow,
             bound_roles: std::sync::Mutex::default(),
             recovered,
-            work,
+            journal,
+            _work: work,
             _ticker: ticker,
         })
     }

@@ -121,7 +121,7 @@ impl Runtime {
             seen,
             read_before_write,
             self.policy.as_ref().map_or_else(Durability::default, |policy| policy.durability()),
-            self.work.journals(),
+            Arc::clone(&self.journal),
             request.workspace.root().to_path_buf(),
             request.session_id.to_owned(),
             call_id.to_owned(),

@@ -127,6 +127,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// The state directory (journals, undo records, read versions) cannot be used.
+    #[error("cannot use the state directory at `{}`: {source}; check that it exists and this user may write it", path.display())]
+    State {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+
     /// The audit trail's directory cannot be used.
     #[error("cannot use the audit trail at `{}`: {source}", path.display())]
     Audit {

@@ -1,28 +1,31 @@
-//! Write-ahead journal of one tool call: the prior state of every path the call mutates, saved
+//! Write-ahead journal of tool calls: the prior state of every path a call mutates, saved
 //! before the mutation happens, so that the call can be undone byte for byte.
 //!
-//! A journal is a file `journal/<call-id>.jsonl` in the state directory (a header, then one
-//! step per mutated path, in order), and, only if the call saves a file too big to keep in its
-//! step, a directory `journal/<call-id>.blobs/` of one blob per such file. Steps are written as
-//! they come and synced together, only when durability asks for it and only before a change
-//! made in place ([`Journal::make_durable`]): a whole-file rewrite goes to a temporary sibling
-//! renamed over the file, so a call whose only change is one such rewrite never needs its
-//! journal on the disk. Creating the journal is one file creation and committing it one
-//! unlink: nothing else on a call's way touches the state directory's metadata.
+//! Each runtime appends the journals of all its calls to one file of its own,
+//! `journal/<pid>-<nonce>.jsonl` in the state directory, which it holds locked while it runs:
+//! a call's first line (its workspace and session), one line per mutated path in order, and a
+//! last line when it committed or was rolled back. Only a file too big to keep in its line
+//! goes to a file of its own, under `journal/<pid>-<nonce>.blobs/<call-id>/`. So starting,
+//! journaling and ending a call costs appends to an open file, no file created or removed.
+//! Lines are synced together, only when durability asks for it and only before a change made
+//! in place ([`Journal::make_durable`]): a whole-file rewrite goes to a temporary sibling
+//! renamed over the file, so a call whose only change is one such rewrite never waits for its
+//! journal to reach the disk.
 //!
-//! The running call holds an exclusive lock on its journal file; a journal that is unlocked
-//! belongs to a process that died mid-call, and the next runtime that starts on the state
-//! directory rolls it back before serving ([`recover`]). A committed call removes its journal
-//! file first (one atomic unlink), then its blobs.
-//!
-//! Rolling back replays the steps in reverse, each restoring its path to the state it had just
-//! before its mutation: a removed file is rewritten (temporary file, sync, rename, mode kept),
-//! a created file or directory is removed, a moved directory is moved back. Replaying is
-//! idempotent, so a rollback interrupted by a crash is simply replayed again.
+//! A journal file that nobody holds locked belongs to a runtime that died; the next runtime
+//! that starts on the state directory rolls back every call in it that has no last line
+//! ([`recover`]), then removes it. Rolling back replays a call's steps in reverse, each
+//! restoring its path to the state it had just before its mutation: a removed file is rewritten
+//! (temporary file, sync, rename, mode kept), a created file or directory is removed, a moved
+//! directory is moved back. Replaying is idempotent, so a rollback interrupted by a crash is
+//! simply replayed again.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use cap_std::fs::{Dir, PermissionsExt};
 use serde::{Deserialize, Serialize};
@@ -33,6 +36,8 @@ const MANIFEST: &str = "manifest.jsonl";
 /// A journal file's extension, and its blob directory's.
 const JOURNAL_EXTENSION: &str = "jsonl";
 const BLOBS_EXTENSION: &str = "blobs";
+/// A journal file with no call open is emptied once it is this big.
+const COMPACT_BYTES: u64 = 1 << 20;
 /// Files up to this size are saved inside their step.
 const INLINE_BYTES: u64 = 16 * 1024;
 /// Prefix of a journal directory being set up, in the earlier layout.
@@ -106,59 +111,131 @@ struct Header {
     session: String,
 }
 
+/// One line of a journal file.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Line {
+    /// A call's first line.
+    Begin(Header),
+    /// The prior state of one path the call is about to mutate.
+    Step { call: String, step: Step },
+    /// The call committed or was rolled back: nothing of it is to be replayed.
+    End { call: String },
+}
+
+/// The journal file of one runtime, shared by its calls.
+#[derive(Debug)]
+pub(crate) struct JournalFile {
+    path: PathBuf,
+    /// `<stem>.blobs`: one directory per call that saved blobs.
+    blobs: PathBuf,
+    /// The file (append-only, locked while this value lives) and the calls open in it.
+    file: Mutex<(File, usize)>,
+    /// Whether the file's directory entry has been synced.
+    listed: AtomicBool,
+}
+
+impl JournalFile {
+    /// Create this runtime's journal file in `journals`, locked.
+    pub(crate) fn create(journals: &Path) -> std::io::Result<Arc<JournalFile>> {
+        std::fs::create_dir_all(journals)?;
+        let mut nonce = [0u8; 8];
+        rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty())?;
+        let stem = format!("{}-{}", std::process::id(), crate::hex(&nonce));
+        let path = journals.join(format!("{stem}.{JOURNAL_EXTENSION}"));
+        let file = OpenOptions::new().create_new(true).read(true).append(true).open(&path)?;
+        // Recovery in another process takes an unlocked journal file for a dead runtime's;
+        // this one is empty until locked, so that recovery would find nothing to undo in it.
+        file.lock()?;
+        Ok(Arc::new(JournalFile {
+            path,
+            blobs: journals.join(format!("{stem}.{BLOBS_EXTENSION}")),
+            file: Mutex::new((file, 0)),
+            listed: AtomicBool::new(false),
+        }))
+    }
+
+    fn append(&self, line: &Line, opens: bool) -> std::io::Result<()> {
+        let mut bytes = serde_json::to_vec(line).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        file.0.write_all(&bytes)?;
+        if opens {
+            file.1 += 1;
+        }
+        Ok(())
+    }
+
+    /// Append a call's last line; once no call is open, a big file is emptied.
+    fn end(&self, call: &str) {
+        let Ok(mut bytes) = serde_json::to_vec(&Line::End { call: call.to_owned() }) else {
+            return;
+        };
+        bytes.push(b'\n');
+        let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Best effort, as the commit it records: the call's changes stand either way; without
+        // this line a crash before the file is emptied would roll the call back at restart.
+        let _ = file.0.write_all(&bytes);
+        file.1 = file.1.saturating_sub(1);
+        if file.1 == 0 && file.0.metadata().is_ok_and(|metadata| metadata.len() > COMPACT_BYTES) {
+            let _ = file.0.set_len(0);
+        }
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.sync_data()?;
+        if !self.listed.load(Ordering::Acquire) {
+            if let Some(journals) = self.path.parent() {
+                File::open(journals)?.sync_all()?;
+            }
+            self.listed.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for JournalFile {
+    fn drop(&mut self) {
+        // Every call has ended (the runtime is gone): nothing in it is to be replayed.
+        let open = self.file.get_mut().map_or(1, |file| file.1);
+        if open == 0 {
+            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_dir_all(&self.blobs);
+        }
+    }
+}
+
 /// The journal of one running call.
 #[derive(Debug)]
 pub(crate) struct Journal {
-    /// `journal/<call-id>.jsonl`.
-    path: PathBuf,
-    /// `journal/<call-id>.blobs`, made when the first blob is saved.
+    file: Arc<JournalFile>,
+    call_id: String,
+    /// `<journal file stem>.blobs/<call-id>`, made when the first blob is saved.
     blob_dir: PathBuf,
-    manifest: File,
     steps: Vec<Step>,
     blobs: u64,
     /// Whether steps must reach the disk before the changes they guard (`durability = "full"`).
     syncs: bool,
-    /// Steps written since the last sync, and the blobs they saved, not yet synced.
+    /// Lines written since the last sync, and the blobs they saved, not yet synced.
     unsynced: bool,
     unsynced_blobs: Vec<File>,
-    /// Whether the journal's directory entry (and its blob directory's) have been synced.
-    listed: bool,
 }
 
 impl Journal {
-    /// Start the journal `journals/<call_id>.jsonl`, locked for this process. With `syncs`, its
-    /// steps are synced by [`make_durable`](Self::make_durable).
-    pub(crate) fn begin(journals: &Path, call_id: &str, session: &str, workspace: &Path, syncs: bool) -> std::io::Result<Journal> {
-        let path = journals.join(format!("{call_id}.{JOURNAL_EXTENSION}"));
-        let mut manifest = loop {
-            let created = match OpenOptions::new().create_new(true).read(true).append(true).open(&path) {
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                    std::fs::create_dir_all(journals)?;
-                    OpenOptions::new().create_new(true).read(true).append(true).open(&path)?
-                }
-                result => result?,
-            };
-            created.lock()?;
-            // Recovery in another process may have taken the new, still unlocked and empty
-            // file for a crashed call's and removed it before the lock: then start again.
-            if std::os::unix::fs::MetadataExt::nlink(&created.metadata()?) > 0 {
-                break created;
-            }
-        };
-        let header = Header { version: 1, workspace: workspace.to_path_buf(), call_id: call_id.to_owned(), session: session.to_owned() };
-        let mut line = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        manifest.write_all(&line)?;
+    /// Start the journal of `call_id` in `file`. With `syncs`, its steps are synced by
+    /// [`make_durable`](Self::make_durable).
+    pub(crate) fn begin(file: &Arc<JournalFile>, call_id: &str, session: &str, workspace: &Path, syncs: bool) -> std::io::Result<Journal> {
+        let header = Header { version: 2, workspace: workspace.to_path_buf(), call_id: call_id.to_owned(), session: session.to_owned() };
+        file.append(&Line::Begin(header), true)?;
         Ok(Journal {
-            path,
-            blob_dir: journals.join(format!("{call_id}.{BLOBS_EXTENSION}")),
-            manifest,
+            file: Arc::clone(file),
+            call_id: call_id.to_owned(),
+            blob_dir: file.blobs.join(call_id),
             steps: Vec::new(),
             blobs: 0,
             syncs,
             unsynced: true,
             unsynced_blobs: Vec::new(),
-            listed: false,
         })
     }
 
@@ -169,19 +246,14 @@ impl Journal {
         if !self.syncs || !self.unsynced {
             return Ok(());
         }
-        for blob in self.unsynced_blobs.drain(..) {
-            blob.sync_data()?;
-        }
-        self.manifest.sync_data()?;
-        if !self.listed {
-            if self.blobs > 0 {
-                File::open(&self.blob_dir)?.sync_all()?;
+        if !self.unsynced_blobs.is_empty() {
+            for blob in self.unsynced_blobs.drain(..) {
+                blob.sync_data()?;
             }
-            if let Some(journals) = self.path.parent() {
-                File::open(journals)?.sync_all()?;
-            }
-            self.listed = true;
+            File::open(&self.blob_dir)?.sync_all()?;
+            File::open(&self.file.blobs)?.sync_all()?;
         }
+        self.file.sync()?;
         self.unsynced = false;
         Ok(())
     }
@@ -227,7 +299,7 @@ impl Journal {
                     Prior::Inline { hex: crate::hex(&content), mode }
                 } else {
                     if self.blobs == 0 {
-                        std::fs::create_dir(&self.blob_dir)?;
+                        std::fs::create_dir_all(&self.blob_dir)?;
                     }
                     self.blobs += 1;
                     let blob = self.blobs.to_string();
@@ -253,39 +325,33 @@ impl Journal {
     }
 
     fn append(&mut self, step: Step) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(&step).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        self.manifest.write_all(&line)?;
+        let line = Line::Step { call: self.call_id.clone(), step };
+        self.file.append(&line, false)?;
         self.unsynced = true;
-        self.steps.push(step);
+        if let Line::Step { step, .. } = line {
+            self.steps.push(step);
+        }
         Ok(())
-    }
-
-    /// The journal's file.
-    #[cfg(test)]
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Undo every step, newest first. On success the journal is removed; on failure it stays
     /// (unlocked once this value is dropped) for the next start to replay, and the error names
     /// the path that could not be restored.
     pub(crate) fn rollback(self, root: &Dir) -> Result<usize, String> {
-        let call_id = call_id_of(&self.path);
-        replay(root, &self.blob_dir, &call_id, &self.steps)?;
+        replay(root, &self.blob_dir, &self.call_id, &self.steps)?;
         let count = self.steps.len();
-        let _ = std::fs::remove_file(&self.path);
+        self.file.end(&self.call_id);
         if self.blobs > 0 {
             let _ = std::fs::remove_dir_all(&self.blob_dir);
         }
         Ok(count)
     }
 
-    /// Keep the call's changes: remove the journal file (so that a crash from here on leaves
-    /// nothing to replay). Returns the steps and the blob directory, if the call saved blobs,
+    /// Keep the call's changes: end its journal (so that a crash from here on leaves nothing
+    /// of it to replay). Returns the steps and the blob directory, if the call saved blobs,
     /// which the caller removes when it has taken what it wants from it.
     pub(crate) fn commit(self) -> (Vec<Step>, Option<PathBuf>) {
-        let _ = std::fs::remove_file(&self.path);
+        self.file.end(&self.call_id);
         (self.steps, (self.blobs > 0).then_some(self.blob_dir))
     }
 }
@@ -467,13 +533,9 @@ pub struct Recovery {
     pub error: Option<String>,
 }
 
-/// The call id a journal file or directory is named after.
-fn call_id_of(path: &Path) -> String {
-    path.file_stem().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default()
-}
-
-/// Roll back every journal in `journals` that no live process holds: calls interrupted by a
-/// crash. Journals of calls still running in other processes are left alone.
+/// Roll back every call that a runtime which died left open: in each journal file nobody holds
+/// locked, and in the per-call journal directories of earlier versions. Journals of runtimes
+/// still running, here or in other processes, are left alone.
 pub(crate) fn recover(journals: &Path) -> Vec<Recovery> {
     let Ok(entries) = std::fs::read_dir(journals) else {
         return Vec::new();
@@ -488,48 +550,18 @@ pub(crate) fn recover(journals: &Path) -> Vec<Recovery> {
             continue;
         }
         if name.ends_with(&format!(".{JOURNAL_EXTENSION}")) {
-            let Ok(manifest) = OpenOptions::new().read(true).write(true).open(&path) else {
+            let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
                 continue;
             };
-            if manifest.try_lock().is_err() {
+            if file.try_lock().is_err() {
                 continue;
             }
-            let blob_dir = path.with_extension(BLOBS_EXTENSION);
-            recovered.push(recover_one(&path, &blob_dir, &manifest));
+            recovered.extend(recover_file(&path, &file));
             continue;
         }
-        // The earlier layout: a directory per call holding its manifest and blobs.
-        if name.starts_with(BUILDING_PREFIX) {
-            // A process died while setting it up, before any mutation.
-            let stale = entry
-                .metadata()
-                .and_then(|metadata| metadata.modified())
-                .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age > BUILDING_STALE));
-            if stale {
-                let _ = std::fs::remove_dir_all(&path);
-            }
-            continue;
-        }
-        let manifest_path = path.join(MANIFEST);
-        let manifest = match OpenOptions::new().read(true).write(true).open(&manifest_path) {
-            Ok(manifest) => manifest,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                // Committed (or never started): nothing to undo.
-                let _ = std::fs::remove_dir_all(&path);
-                continue;
-            }
-            Err(_) => continue,
-        };
-        if manifest.try_lock().is_err() {
-            continue;
-        }
-        let recovery = recover_one(&manifest_path, &path, &manifest);
-        if recovery.error.is_none() {
-            let _ = std::fs::remove_dir_all(&path);
-        }
-        recovered.push(recovery);
+        recovered.extend(recover_directory(&entry, &path));
     }
-    // Blobs whose journal is gone belong to committed calls.
+    // Blobs whose journal file is gone belong to ended calls.
     for blob_dir in blob_dirs {
         if !blob_dir.with_extension(JOURNAL_EXTENSION).exists() {
             let _ = std::fs::remove_dir_all(&blob_dir);
@@ -538,35 +570,115 @@ pub(crate) fn recover(journals: &Path) -> Vec<Recovery> {
     recovered
 }
 
-/// Roll back the journal `path` (locked by this process through `manifest`), its blobs in
-/// `blob_dir`; remove both if that succeeds.
-fn recover_one(path: &Path, blob_dir: &Path, manifest: &File) -> Recovery {
-    let call_id = call_id_of(path);
-    let mut lines = BufReader::new(manifest).lines();
-    let header: Option<Header> = lines.next().and_then(Result::ok).and_then(|line| serde_json::from_str(&line).ok());
-    let Some(header) = header else {
-        // Crashed before the header was written: nothing was mutated.
+/// Roll back the calls left open in the journal file `path` (locked by this process through
+/// `file`). The file is removed when all of them are rolled back; else it is rewritten to hold
+/// only the calls still to be rolled back, so that none is ever replayed twice.
+fn recover_file(path: &Path, file: &File) -> Vec<Recovery> {
+    let blobs = path.with_extension(BLOBS_EXTENSION);
+    let mut open: Vec<(Header, Vec<Step>)> = Vec::new();
+    // A torn last line is a step whose mutation never started (each line is written first).
+    for line in BufReader::new(file).lines().map_while(Result::ok) {
+        let Ok(line) = serde_json::from_str::<Line>(&line) else {
+            break;
+        };
+        match line {
+            Line::Begin(header) => open.push((header, Vec::new())),
+            Line::Step { call, step } => {
+                if let Some((_, steps)) = open.iter_mut().rev().find(|(header, _)| header.call_id == call) {
+                    steps.push(step);
+                }
+            }
+            Line::End { call } => open.retain(|(header, _)| header.call_id != call),
+        }
+    }
+    let mut recovered = Vec::new();
+    let mut failed = Vec::new();
+    for (header, steps) in open {
+        let blob_dir = blobs.join(&header.call_id);
+        let recovery = roll_back(&header, &steps, &blob_dir);
+        if recovery.error.is_some() {
+            failed.push((header, steps));
+        } else {
+            let _ = std::fs::remove_dir_all(&blob_dir);
+        }
+        recovered.push(recovery);
+    }
+    if failed.is_empty() {
         let _ = std::fs::remove_file(path);
-        return Recovery { call_id, session: String::new(), steps: 0, error: None };
-    };
-    // A torn last line is a step whose mutation never started (each step is written first).
-    let steps: Vec<Step> = lines.map_while(Result::ok).map_while(|line| serde_json::from_str(&line).ok()).collect();
-    let mut recovery = Recovery { call_id: header.call_id, session: header.session, steps: steps.len(), error: None };
-    let root = match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
-        Ok(root) => root,
-        Err(error) => {
-            recovery.error = Some(format!("the workspace `{}` cannot be opened: {error}", header.workspace.display()));
-            return recovery;
+        let _ = std::fs::remove_dir_all(&blobs);
+    } else {
+        let mut kept = Vec::new();
+        for (header, steps) in failed {
+            let call = header.call_id.clone();
+            let lines = std::iter::once(Line::Begin(header)).chain(steps.into_iter().map(|step| Line::Step { call: call.clone(), step }));
+            for line in lines {
+                if let Ok(bytes) = serde_json::to_vec(&line) {
+                    kept.extend_from_slice(&bytes);
+                    kept.push(b'\n');
+                }
+            }
         }
-    };
-    match replay(&root, blob_dir, &recovery.call_id, &steps) {
-        Ok(()) => {
-            let _ = std::fs::remove_file(path);
-            let _ = std::fs::remove_dir_all(blob_dir);
+        let temporary = path.with_extension("rewrite");
+        let rewritten = std::fs::write(&temporary, &kept)
+            .and_then(|()| File::open(&temporary)?.sync_all())
+            .and_then(|()| std::fs::rename(&temporary, path));
+        if rewritten.is_err() {
+            let _ = std::fs::remove_file(&temporary);
         }
-        Err(error) => recovery.error = Some(error),
+    }
+    recovered
+}
+
+/// Replay one open call's steps in its workspace.
+fn roll_back(header: &Header, steps: &[Step], blob_dir: &Path) -> Recovery {
+    let mut recovery = Recovery { call_id: header.call_id.clone(), session: header.session.clone(), steps: steps.len(), error: None };
+    match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
+        Ok(root) => {
+            if let Err(error) = replay(&root, blob_dir, &recovery.call_id, steps) {
+                recovery.error = Some(error);
+            }
+        }
+        Err(error) => recovery.error = Some(format!("the workspace `{}` cannot be opened: {error}", header.workspace.display())),
     }
     recovery
+}
+
+/// A journal directory of the layout before journal files (one directory per call, its
+/// manifest and blobs in it), left by an earlier version that crashed.
+fn recover_directory(entry: &std::fs::DirEntry, path: &Path) -> Option<Recovery> {
+    if entry.file_name().to_string_lossy().starts_with(BUILDING_PREFIX) {
+        // A process died while setting it up, before any mutation.
+        let stale = entry
+            .metadata()
+            .and_then(|metadata| metadata.modified())
+            .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age > BUILDING_STALE));
+        if stale {
+            let _ = std::fs::remove_dir_all(path);
+        }
+        return None;
+    }
+    let manifest = match OpenOptions::new().read(true).write(true).open(path.join(MANIFEST)) {
+        Ok(manifest) => manifest,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            // Committed (or never started): nothing to undo.
+            let _ = std::fs::remove_dir_all(path);
+            return None;
+        }
+        Err(_) => return None,
+    };
+    manifest.try_lock().ok()?;
+    let mut lines = BufReader::new(&manifest).lines();
+    let header: Option<Header> = lines.next().and_then(Result::ok).and_then(|line| serde_json::from_str(&line).ok());
+    let Some(header) = header else {
+        let _ = std::fs::remove_dir_all(path);
+        return Some(Recovery { call_id: entry.file_name().to_string_lossy().into_owned(), session: String::new(), steps: 0, error: None });
+    };
+    let steps: Vec<Step> = lines.map_while(Result::ok).map_while(|line| serde_json::from_str(&line).ok()).collect();
+    let recovery = roll_back(&header, &steps, path);
+    if recovery.error.is_none() {
+        let _ = std::fs::remove_dir_all(path);
+    }
+    Some(recovery)
 }
 
 #[cfg(test)]
@@ -611,7 +723,8 @@ mod tests {
         let before = tree(&workspace);
         let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
 
-        let mut journal = Journal::begin(&temp.path().join("journal"), "c-1", "s-1", &workspace, true).expect("begin");
+        let file = JournalFile::create(&temp.path().join("journal")).expect("journal file");
+        let mut journal = Journal::begin(&file, "c-1", "s-1", &workspace, true).expect("begin");
         journal.preserve(&root, "src/a.rs").expect("preserve");
         std::fs::write(workspace.join("src/a.rs"), "changed").expect("write");
         journal.preserve(&root, "src/b.rs").expect("preserve");
@@ -633,6 +746,7 @@ mod tests {
         let steps = journal.rollback(&root).expect("rollback");
         assert_eq!(steps, 8);
         assert_eq!(tree(&workspace), before);
+        drop(file);
         assert!(std::fs::read_dir(temp.path().join("journal")).expect("journals").next().is_none());
     }
 
@@ -645,17 +759,26 @@ mod tests {
         let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
         let journals = temp.path().join("journal");
 
-        let mut live = Journal::begin(&journals, "c-live", "s-1", &workspace, true).expect("begin");
+        let live_file = JournalFile::create(&journals).expect("journal file");
+        let mut live = Journal::begin(&live_file, "c-live", "s-1", &workspace, true).expect("begin");
         live.preserve(&root, "b.txt").expect("preserve");
         std::fs::write(workspace.join("b.txt"), "in progress").expect("write");
 
-        // A crashed call: its journal is on disk, unlocked, with a torn last line.
-        let mut crashed = Journal::begin(&journals, "c-dead", "s-2", &workspace, true).expect("begin");
+        // A runtime that died: one call committed (not to be replayed), one open, whose last
+        // line is torn; its file is unlocked once the runtime is gone.
+        let dead_file = JournalFile::create(&journals).expect("journal file");
+        let mut committed = Journal::begin(&dead_file, "c-done", "s-2", &workspace, true).expect("begin");
+        committed.preserve(&root, "c.txt").expect("preserve");
+        std::fs::write(workspace.join("c.txt"), "kept").expect("write");
+        let _ = committed.commit();
+        let mut crashed = Journal::begin(&dead_file, "c-dead", "s-2", &workspace, true).expect("begin");
         crashed.preserve(&root, "a.txt").expect("preserve");
         std::fs::write(workspace.join("a.txt"), "half-writ").expect("write");
-        let path = crashed.path().to_path_buf();
+        let path = dead_file.path.clone();
         drop(crashed);
-        OpenOptions::new().append(true).open(&path).expect("open").write_all(b"{\"path\":\"c.t").expect("tear");
+        drop(dead_file);
+        assert!(path.exists(), "a journal file with an open call outlives its runtime");
+        OpenOptions::new().append(true).open(&path).expect("open").write_all(b"{\"step\":{\"call\":\"c-dead\",\"st").expect("tear");
 
         let recovered = recover(&journals);
         assert_eq!(recovered.len(), 1, "{recovered:?}");
@@ -663,8 +786,10 @@ mod tests {
         assert_eq!((recovered[0].steps, recovered[0].error.as_deref()), (1, None));
         assert_eq!(std::fs::read_to_string(workspace.join("a.txt")).expect("read"), "original");
         assert_eq!(std::fs::read_to_string(workspace.join("b.txt")).expect("read"), "in progress");
+        assert_eq!(std::fs::read_to_string(workspace.join("c.txt")).expect("read"), "kept");
         assert!(!path.exists());
         assert_eq!(live.rollback(&root), Ok(1));
         assert!(!workspace.join("b.txt").exists());
+        assert!(recover(&journals).is_empty(), "the live runtime's journal is not touched");
     }
 }

@@ -61,8 +61,11 @@ pub struct Runtime {
     pub(crate) undo: undo::UndoStore,
     /// Journals rolled back at start-up.
     pub(crate) recovered: Vec<Recovery>,
-    /// The state directory, or a private temporary directory for journals and undo.
-    pub(crate) work: work::WorkDir,
+    /// This runtime's journal file, where every call journals its changes.
+    pub(crate) journal: Arc<journal::JournalFile>,
+    /// The state directory, or a private temporary directory for journals and undo, removed
+    /// with the runtime (after the journal file and the stores above, which write in it).
+    pub(crate) _work: work::WorkDir,
     /// Sessions spawned for tasks, the platform's spawner, and what the `workflow` import
     /// shares between calls.
     pub(crate) workflow: Arc<workflow::WorkflowShared>,

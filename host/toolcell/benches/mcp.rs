@@ -37,10 +37,17 @@ fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
     (micros(samples[samples.len() / 2]), micros(samples[(samples.len() * 99 / 100).min(samples.len() - 1)]))
 }
 
-/// One MCP server under test, and how its tools are called.
+/// How a server under test is reached.
+enum Via {
+    Mcp(StdioClient),
+    /// toolcell's embedding API, in this process.
+    InProcess(toolcell_host::Session),
+}
+
+/// One server under test, and how its tools are called.
 struct Server {
     name: &'static str,
-    client: StdioClient,
+    via: Via,
     /// The workspace as the server's paths name it.
     prefix: String,
     read_tool: &'static str,
@@ -54,10 +61,20 @@ impl Server {
 
     fn call(&mut self, tool: &str, arguments: &Value) -> Duration {
         let started = Instant::now();
-        let result = self.client.call_tool(tool, arguments).unwrap_or_else(|error| panic!("{}: {tool}: {error}", self.name));
-        let elapsed = started.elapsed();
-        assert_ne!(result["isError"], true, "{}: {tool}: {result}", self.name);
-        elapsed
+        match &mut self.via {
+            Via::Mcp(client) => {
+                let result = client.call_tool(tool, arguments).unwrap_or_else(|error| panic!("{}: {tool}: {error}", self.name));
+                let elapsed = started.elapsed();
+                assert_ne!(result["isError"], true, "{}: {tool}: {result}", self.name);
+                elapsed
+            }
+            Via::InProcess(session) => {
+                let result = session.call(tool, &arguments.to_string()).expect("call");
+                let elapsed = started.elapsed();
+                assert!(result.output.is_ok(), "{tool}: {:?}", result.output);
+                elapsed
+            }
+        }
     }
 
     fn read(&mut self) -> Duration {
@@ -147,22 +164,37 @@ fn main() {
         let workspace = workspace(temp.path(), &name.replace([' ', '(', ')'], ""));
         let state = temp.path().join(format!("state-{}", servers.len()));
         let (client, _) = StdioClient::spawn(&mut toolcell_command(&cache, &state, &workspace, policy)).expect("start toolcell mcp");
-        servers.push(Server { name, client, prefix: String::new(), read_tool: "read_file", peer: false });
+        servers.push(Server { name, via: Via::Mcp(client), prefix: String::new(), read_tool: "read_file", peer: false });
     }
     if let Some(script) = &peer {
         let workspace = workspace(temp.path(), "peer");
         let (client, _) = StdioClient::spawn(&mut peer_command(script, &workspace)).expect("start the MCP filesystem server");
         servers.push(Server {
             name: "MCP filesystem server",
-            client,
+            via: Via::Mcp(client),
             prefix: format!("{}/", workspace.display()),
             read_tool: "read_text_file",
             peer: true,
         });
     }
+    // The same calls in-process, default durability.
+    let host = toolcell_host::HostBuilder::new(workspace(temp.path(), "in-process"))
+        .cache_dir(&cache)
+        .state_dir(temp.path().join("state-in-process"))
+        .build()
+        .expect("host builds");
+    let session = host.session("impl", "bench").expect("session");
+    servers.push(Server {
+        name: "in-process (full)",
+        via: Via::InProcess(session),
+        prefix: String::new(),
+        read_tool: "read_file",
+        peer: false,
+    });
 
     // Interleaved: each round calls every server once per operation, so that the machine's
-    // drift touches all of them alike. toolcell's sessions read the files they edit first.
+    // drift (and the disk traffic of the others' writes) touches all of them alike. toolcell's
+    // sessions read the files they edit first.
     for server in &mut servers {
         for file in ["write.txt", "edit.txt"] {
             let arguments = json!({ "path": server.path(file) });
@@ -181,41 +213,12 @@ fn main() {
             }
         }
     }
-    for server in servers.drain(..) {
-        server.client.close().expect("the server exits when stdin closes");
-    }
-
-    // The same calls in-process (default durability).
-    let in_process_workspace = workspace(temp.path(), "in-process");
-    let host = toolcell_host::HostBuilder::new(&in_process_workspace)
-        .cache_dir(&cache)
-        .state_dir(temp.path().join("state-in-process"))
-        .build()
-        .expect("host builds");
-    let session = host.session("impl", "bench").expect("session");
-    let call = |tool: &str, arguments: Value| {
-        let started = Instant::now();
-        let result = session.call(tool, &arguments.to_string()).expect("call");
-        assert!(result.output.is_ok(), "{tool}: {:?}", result.output);
-        started.elapsed()
-    };
-    call("read_file", json!({ "path": "write.txt" }));
-    call("read_file", json!({ "path": "edit.txt" }));
-    let mut direct: [Vec<Duration>; 3] = Default::default();
-    for round in 0..warmup + iterations {
-        let (old, new) = flip(round);
-        let timings = [
-            call("read_file", json!({ "path": "read.txt" })),
-            call("write_file", json!({ "path": "write.txt", "content": format!("{round}\n{}", four_kib()) })),
-            call("edit_file", json!({ "path": "edit.txt", "old_string": old, "new_string": new })),
-        ];
-        if round >= warmup {
-            for (kind, timing) in timings.into_iter().enumerate() {
-                direct[kind].push(timing);
-            }
+    let names: Vec<&str> = servers.iter().map(|server| server.name).collect();
+    for server in servers {
+        if let Via::Mcp(client) = server.via {
+            client.close().expect("the server exits when stdin closes");
         }
     }
-    drop(session);
     drop(host);
 
     // First start: a fresh process each time, the empty cache a new directory each time.
@@ -240,10 +243,8 @@ fn main() {
     let mut out = std::io::stderr().lock();
     let _ = writeln!(out, "MCP over stdio, 4 KiB files, {iterations} interleaved rounds; p50 / p99 in µs");
     let _ = writeln!(out, "{:<24} {:>17} {:>17} {:>17}", "", "read_file", "write_file", "edit_file");
-    let mut names: Vec<&str> = ["toolcell (full)", "toolcell (atomic)", "MCP filesystem server"].into_iter().take(samples.len()).collect();
-    names.push("in-process (full)");
     let mut p50s = Vec::new();
-    for (name, samples) in names.iter().zip(samples.into_iter().chain([direct])) {
+    for (name, samples) in names.iter().zip(samples) {
         let row: Vec<(f64, f64)> = samples.into_iter().map(percentiles).collect();
         let _ = writeln!(
             out,

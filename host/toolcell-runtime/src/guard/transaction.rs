@@ -26,8 +26,8 @@ pub(crate) struct Transaction {
     pub(crate) read_before_write: ReadBeforeWrite,
     /// Whether the journal and new content are synced before they count.
     pub(crate) durability: Durability,
-    /// Where journals go, and what they need to be replayed after a crash.
-    pub(crate) journals: std::path::PathBuf,
+    /// The runtime's journal file, and what a call's journal needs to be replayed after a crash.
+    pub(crate) journals: Arc<crate::journal::JournalFile>,
     pub(crate) workspace: std::path::PathBuf,
     pub(crate) session: String,
     pub(crate) call_id: String,
@@ -57,7 +57,7 @@ impl Transaction {
         seen: Arc<SessionReads>,
         read_before_write: ReadBeforeWrite,
         durability: Durability,
-        journals: std::path::PathBuf,
+        journals: Arc<crate::journal::JournalFile>,
         workspace: std::path::PathBuf,
         session: String,
         call_id: String,
