@@ -306,8 +306,6 @@ impl RuntimeBuilder {
             spawner: self.spawner,
             audit: audit.clone(),
         });
-        // The session bookkeeping written after each call (read versions, undo records).
-        let deferred = Arc::new(deferred::Deferred::start());
         Ok(Runtime {
             engine,
             tools,
@@ -318,8 +316,8 @@ impl RuntimeBuilder {
             audit,
             limits: self.limits,
             locks,
-            reads: reads::ReadTracker::new(state_dir.as_deref(), Arc::clone(&deferred)),
-            undo: undo::UndoStore::new(work.path(), deferred),
+            reads: reads::ReadTracker::new(state_dir.as_deref()),
+            undo: undo::UndoStore::new(work.path()),
             workflow,
             bound_roles: std::sync::Mutex::default(),
             recovered,

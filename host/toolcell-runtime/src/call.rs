@@ -363,8 +363,12 @@ impl Runtime {
             (true, Some(journal)) => {
                 let (steps, blob_dir) = journal.commit();
                 if request.tool != native::UNDO_EDIT {
-                    self.undo.record(request.session_id, request.workspace.root(), root, &outcome.call_id, steps, blob_dir);
-                } else if let Some(blob_dir) = blob_dir {
+                    // Without the undo record the change still stands; `undo_edit` will say
+                    // there is nothing to undo.
+                    let _ =
+                        self.undo.record(request.session_id, request.workspace.root(), root, &outcome.call_id, steps, blob_dir.as_deref());
+                }
+                if let Some(blob_dir) = blob_dir {
                     let _ = std::fs::remove_dir_all(blob_dir);
                 }
                 modified = &transaction.modified;

@@ -64,7 +64,6 @@ mod guard;
 // Host state: the audit trail, the journal, locks, read versions, undo records, and where they
 // live.
 mod audit;
-mod deferred;
 mod journal;
 mod locks;
 mod reads;

@@ -7,8 +7,11 @@
 //! existing file, the guard compares: never read is a warning or a refusal, as the policy says;
 //! changed since read is a conflict.
 //!
-//! With a state directory, each session's versions are kept in `sessions/<hash>.json`, so that
-//! separate processes (one CLI call each) share them; otherwise in memory.
+//! With a state directory, each session's versions are kept in `sessions/<hash>.jsonl`, so that
+//! separate processes (one CLI call each) share them: a call that taught the session something
+//! appends one line of what changed (one write, no file created or renamed), a process reads
+//! only what others appended since it last looked, and the file is rewritten whole only when it
+//! has grown to several times what it holds. Without a state directory they are kept in memory.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,8 +20,6 @@ use std::sync::{Arc, Mutex};
 use cap_std::fs::{Dir, MetadataExt};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-
-use crate::deferred::Deferred;
 
 /// Calls that open more files than this for reading (searches, listings of content) record
 /// none of them as read.
@@ -101,6 +102,34 @@ pub(crate) fn hash_of(root: &Dir, path: &str) -> Option<String> {
     Some(crate::hex(&hasher.finalize()))
 }
 
+/// The lines of a session file from byte `offset` on (a torn last line is ignored).
+fn read_from(path: &Path, offset: u64) -> Vec<u8> {
+    use std::io::{Read as _, Seek as _};
+    let mut bytes = Vec::new();
+    if let Ok(mut file) = std::fs::File::open(path)
+        && file.seek(std::io::SeekFrom::Start(offset)).is_ok()
+    {
+        let _ = file.read_to_end(&mut bytes);
+    }
+    bytes
+}
+
+/// Apply a session file's lines to `reads`: each maps paths to their versions, or to `null`
+/// for a file the session saw removed.
+fn fold(reads: &mut SessionReads, lines: &[u8]) {
+    for line in lines.split(|&byte| byte == b'\n') {
+        let Ok(changes) = serde_json::from_slice::<HashMap<String, Option<Version>>>(line) else {
+            continue;
+        };
+        for (path, version) in changes {
+            match version {
+                Some(version) => reads.insert(path, version),
+                None => reads.remove(&path),
+            };
+        }
+    }
+}
+
 /// A session file's stamp, `None` if it cannot be read.
 fn stamp_of(path: &Path) -> Option<Stamp> {
     std::fs::metadata(path).ok().and_then(|metadata| {
@@ -112,34 +141,41 @@ fn stamp_of(path: &Path) -> Option<Stamp> {
 /// One session's file versions.
 pub(crate) type SessionReads = HashMap<String, Version>;
 
-/// Every session's reads.
-/// A session file's size, modification time and inode (it is replaced by rename, so a new
-/// version is a new inode).
+/// A session file's size, modification time and inode (appended to, or replaced by rename when
+/// it is rewritten whole: a new inode).
 type Stamp = (u64, std::time::SystemTime, u64);
 
-/// A session's versions in memory.
+/// A session file is rewritten whole once it is this many times the size of what it holds
+/// (and at least [`COMPACT_MIN_BYTES`]).
+const COMPACT_FACTOR: u64 = 4;
+const COMPACT_MIN_BYTES: u64 = 64 * 1024;
+
+/// A session's versions in memory, and the stamp of its file when they were read from it.
 #[derive(Debug)]
 struct Cached {
-    /// The stamp of the session's file when it was last read or written (`None`: no file).
     stamp: Option<Stamp>,
     reads: Arc<SessionReads>,
-    /// Updates not yet written to the file: while there are any, the memory is the truth.
-    unwritten: usize,
 }
 
+/// Every session's reads.
 #[derive(Debug)]
 pub(crate) struct ReadTracker {
     directory: Option<PathBuf>,
-    /// Each session's versions, with the size and modification time of its file when it was
-    /// read (so that an unchanged file is not parsed again). In this process it is the truth:
-    /// a session's file is written from it after the call ([`Deferred`]).
-    sessions: Arc<Mutex<HashMap<String, Cached>>>,
-    deferred: Arc<Deferred>,
+    /// Each session's versions, with the stamp of its file when it was read (so that an
+    /// unchanged file is not parsed again, and an appended one is read from where it was).
+    sessions: Mutex<HashMap<String, Cached>>,
+    /// Held by an update from reading a session's versions to caching what it appended, so
+    /// that two calls of one session in this process do not drop each other's line.
+    updating: Mutex<()>,
 }
 
 impl ReadTracker {
-    pub(crate) fn new(state_dir: Option<&Path>, deferred: Arc<Deferred>) -> Self {
-        ReadTracker { directory: state_dir.map(|directory| directory.join("sessions")), sessions: Arc::default(), deferred }
+    pub(crate) fn new(state_dir: Option<&Path>) -> Self {
+        ReadTracker {
+            directory: state_dir.map(|directory| directory.join("sessions")),
+            sessions: Mutex::new(HashMap::new()),
+            updating: Mutex::new(()),
+        }
     }
 
     /// The versions `session` has seen in `workspace`.
@@ -152,22 +188,30 @@ impl ReadTracker {
         let Some(directory) = &self.directory else {
             return sessions.get(key).map(|cached| Arc::clone(&cached.reads)).unwrap_or_default();
         };
-        if let Some(cached) = sessions.get(key)
-            && cached.unwritten > 0
-        {
-            return Arc::clone(&cached.reads);
-        }
-        // Another process may have updated the file: it is the truth, when it changed.
-        let path = directory.join(format!("{key}.json"));
+        // Another process may have appended to the file, or rewritten it: it is the truth.
+        let path = directory.join(format!("{key}.jsonl"));
         let stamp = stamp_of(&path);
-        if let Some(cached) = sessions.get(key)
+        let cached = sessions.get(key);
+        if let Some(cached) = cached
             && cached.stamp == stamp
         {
             return Arc::clone(&cached.reads);
         }
-        let reads: Arc<SessionReads> =
-            Arc::new(std::fs::read(&path).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default());
-        sessions.insert(key.to_owned(), Cached { stamp, reads: Arc::clone(&reads), unwritten: 0 });
+        let reads = match (cached, stamp) {
+            // Appended to since: read only the new lines.
+            (Some(Cached { stamp: Some((size, _, inode)), reads }), Some((now, _, same))) if same == *inode && now > *size => {
+                let mut reads = (**reads).clone();
+                fold(&mut reads, &read_from(&path, *size));
+                reads
+            }
+            _ => {
+                let mut reads = SessionReads::new();
+                fold(&mut reads, &read_from(&path, 0));
+                reads
+            }
+        };
+        let reads = Arc::new(reads);
+        sessions.insert(key.to_owned(), Cached { stamp, reads: Arc::clone(&reads) });
         reads
     }
 
@@ -204,42 +248,115 @@ impl ReadTracker {
         if changes.is_empty() {
             return Ok(());
         }
+        let _updating = self.updating.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = crate::session_key(session, workspace);
         let mut updated = (*self.load_key(&key)).clone();
-        for (path, version) in changes {
+        for (path, version) in &changes {
             match version {
-                Some(version) => updated.insert(path.to_owned(), version),
-                None => updated.remove(path),
+                Some(version) => updated.insert((*path).to_owned(), version.clone()),
+                None => updated.remove(*path),
             };
         }
-        let writes_file = self.directory.is_some();
-        {
-            // The next call of the session sees this at once; the file follows.
+        let Some(directory) = &self.directory else {
             let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let cached = sessions.entry(key.clone()).or_insert_with(|| Cached { stamp: None, reads: Arc::default(), unwritten: 0 });
-            cached.reads = Arc::new(updated);
-            cached.unwritten += usize::from(writes_file);
-        }
-        let Some(directory) = self.directory.clone() else {
+            sessions.insert(key, Cached { stamp: None, reads: Arc::new(updated) });
             return Ok(());
         };
-        let sessions = Arc::clone(&self.sessions);
-        self.deferred.submit(move || {
-            // The latest versions, which later calls may have added to since.
-            let latest =
-                sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).map(|cached| Arc::clone(&cached.reads));
-            let path = directory.join(format!("{key}.json"));
-            if let Some(latest) = latest {
-                // Best effort: a session whose file is missing is asked to read again.
-                let _ = std::fs::create_dir_all(&directory).and_then(|()| crate::replace_json(&path, &*latest, false));
+        let path = directory.join(format!("{key}.jsonl"));
+        let line: std::collections::BTreeMap<&str, Option<Version>> = changes.into_iter().collect();
+        let mut bytes = serde_json::to_vec(&line).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        let open = || std::fs::OpenOptions::new().create(true).append(true).open(&path);
+        let mut file = match open() {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(directory)?;
+                open()?
             }
-            let stamp = stamp_of(&path);
-            let mut sessions = sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(cached) = sessions.get_mut(&key) {
-                cached.stamp = stamp;
-                cached.unwritten = cached.unwritten.saturating_sub(1);
+            result => result?,
+        };
+        std::io::Write::write_all(&mut file, &bytes)?;
+        let size = file.metadata()?.len();
+        drop(file);
+        if size > COMPACT_MIN_BYTES {
+            let mut whole = serde_json::to_vec(&updated).map_err(std::io::Error::other)?;
+            if size > COMPACT_FACTOR * whole.len() as u64 {
+                // One line holding everything, replacing the file at once.
+                whole.push(b'\n');
+                let temporary = directory.join(format!("{key}.{}.tmp", std::process::id()));
+                std::fs::write(&temporary, &whole).and_then(|()| std::fs::rename(&temporary, &path))?;
             }
-        });
+        }
+        // What this process wrote is what it knows: the next load reads only what others add.
+        let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        sessions.insert(key, Cached { stamp: stamp_of(&path), reads: Arc::new(updated) });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace_with(files: usize) -> (tempfile::TempDir, Dir) {
+        let temp = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(temp.path().join("ws")).expect("mkdir");
+        for index in 0..files {
+            std::fs::write(temp.path().join(format!("ws/f{index}.txt")), format!("file {index}")).expect("write");
+        }
+        let root = Dir::open_ambient_dir(temp.path().join("ws"), cap_std::ambient_authority()).expect("open");
+        (temp, root)
+    }
+
+    fn read(root: &Dir, path: &str) -> (String, Version) {
+        (path.to_owned(), Version::stat(root, path).expect("a file"))
+    }
+
+    #[test]
+    fn a_sessions_versions_are_appended_and_another_process_reads_only_what_was_added() {
+        let (temp, root) = workspace_with(3);
+        let workspace = temp.path().join("ws");
+        let state = temp.path().join("state");
+        let writer = ReadTracker::new(Some(&state));
+        let other = ReadTracker::new(Some(&state));
+        writer.update("s", &workspace, &root, &SessionReads::new(), &[read(&root, "f0.txt")], &[]).expect("update");
+        assert!(other.load("s", &workspace).contains_key("f0.txt"));
+        let file = state.join("sessions").join(format!("{}.jsonl", crate::session_key("s", &workspace)));
+        let size = std::fs::metadata(&file).expect("session file").len();
+        // A second call appends one line, which the other tracker folds into what it had.
+        let seen = writer.load("s", &workspace);
+        writer.update("s", &workspace, &root, &seen, &[read(&root, "f1.txt")], &[]).expect("update");
+        assert!(std::fs::metadata(&file).expect("session file").len() > size);
+        let loaded = other.load("s", &workspace);
+        assert_eq!(loaded.keys().map(String::as_str).collect::<std::collections::BTreeSet<_>>(), ["f0.txt", "f1.txt"].into());
+        assert!(loaded["f1.txt"].sha256.is_some(), "a read of few files is hashed");
+        // A removed file the session wrote is dropped; a session of another name sees nothing.
+        std::fs::remove_file(temp.path().join("ws/f0.txt")).expect("rm");
+        let seen = writer.load("s", &workspace);
+        writer.update("s", &workspace, &root, &seen, &[], &["f0.txt".to_owned()]).expect("update");
+        assert!(!other.load("s", &workspace).contains_key("f0.txt"));
+        assert!(other.load("t", &workspace).is_empty());
+    }
+
+    #[test]
+    fn a_session_file_grown_past_what_it_holds_is_rewritten_whole() {
+        let (temp, root) = workspace_with(1);
+        let workspace = temp.path().join("ws");
+        let state = temp.path().join("state");
+        let tracker = ReadTracker::new(Some(&state));
+        let file = state.join("sessions").join(format!("{}.jsonl", crate::session_key("s", &workspace)));
+        let mut largest = 0;
+        for round in 0..2_000 {
+            // The file changes every round, so every round appends a line.
+            std::fs::write(temp.path().join("ws/f0.txt"), format!("round {round}")).expect("write");
+            let seen = tracker.load("s", &workspace);
+            tracker.update("s", &workspace, &root, &seen, &[], &["f0.txt".to_owned()]).expect("update");
+            largest = largest.max(std::fs::metadata(&file).expect("session file").len());
+        }
+        assert!(largest <= COMPACT_MIN_BYTES + 1024, "the file grew to {largest} bytes");
+        let fresh = ReadTracker::new(Some(&state));
+        assert_eq!(
+            fresh.load("s", &workspace).get("f0.txt"),
+            Version::stat(&root, "f0.txt").map(|version| version.with_hash(&root, "f0.txt")).as_ref()
+        );
     }
 }

@@ -1,21 +1,28 @@
 //! What `undo_edit` restores: for each session, the state each file had before the session's
 //! last successful calls changed it, taken from those calls' journals when they were kept.
 //!
-//! Kept in `undo/<hash of workspace and session>/` in the state directory (the index and one
-//! blob per saved file), at most [`MAX_ENTRIES`] per session, oldest dropped first.
+//! Kept in `undo/<hash of workspace and session>/` in the state directory: `log.jsonl`, to
+//! which each committed call appends one line per file it changed (a small file's prior
+//! content inline, a bigger one's as a blob file moved there from the journal) and `undo_edit`
+//! a line forgetting what it restored. So recording costs one append; the log is rewritten
+//! only when it has grown well past the [`MAX_ENTRIES`] it keeps per session (oldest dropped).
 
+use std::collections::HashMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};
 
-use crate::deferred::Deferred;
 use crate::journal::{Prior, Step};
 use crate::reads::hash_of;
 
 /// Changes remembered per session.
 pub(crate) const MAX_ENTRIES: usize = 100;
+/// The log is rewritten with only what it keeps once it holds this many lines.
+const COMPACT_LINES: usize = 4 * MAX_ENTRIES;
+const LOG: &str = "log.jsonl";
 
 /// One undoable change of one file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -24,31 +31,37 @@ pub(crate) struct UndoEntry {
     pub(crate) path: String,
     /// The call that made the change.
     pub(crate) call_id: String,
-    /// What the file was before: absent, or a file whose content is the blob in this
-    /// session's undo directory.
+    /// What the file was before: absent, a small file's content inline, or a file whose
+    /// content is the blob in this session's undo directory.
     pub(crate) prior: Prior,
     /// SHA-256 of the content the call left, or `None` if it removed the file.
     pub(crate) after: Option<String>,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Index {
-    entries: Vec<UndoEntry>,
-    next_blob: u64,
+/// One line of a session's log.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Line {
+    Record(UndoEntry),
+    /// `undo_edit` restored this change: it is no longer undoable.
+    Forget {
+        path: String,
+        call_id: String,
+    },
 }
 
 /// Every session's undoable changes.
 #[derive(Debug)]
 pub(crate) struct UndoStore {
     directory: PathBuf,
-    lock: Arc<Mutex<()>>,
-    /// Records are written after the call answers; reading them waits for that.
-    deferred: Arc<Deferred>,
+    /// Held while a log is read or written; the number of lines in each log this process has
+    /// counted (so that deciding to compact does not read the log on every append).
+    lock: Mutex<HashMap<PathBuf, usize>>,
 }
 
 impl UndoStore {
-    pub(crate) fn new(work_dir: &Path, deferred: Arc<Deferred>) -> Self {
-        UndoStore { directory: work_dir.join("undo"), lock: Arc::default(), deferred }
+    pub(crate) fn new(work_dir: &Path) -> Self {
+        UndoStore { directory: work_dir.join("undo"), lock: Mutex::new(HashMap::new()) }
     }
 
     /// The directory of `session`'s undo entries and blobs.
@@ -57,11 +70,20 @@ impl UndoStore {
     }
 
     /// Keep what a committed call's journal saved: the first prior state of each file it
-    /// changed, and a hash of what it left (taken now). Written after the call answers; the
-    /// blobs are moved out of `blob_dir`, which is then removed.
-    pub(crate) fn record(&self, session: &str, workspace: &Path, root: &Dir, call_id: &str, steps: Vec<Step>, blob_dir: Option<PathBuf>) {
+    /// changed, with a hash of what the call left. Blobs are moved out of `blob_dir`.
+    pub(crate) fn record(
+        &self,
+        session: &str,
+        workspace: &Path,
+        root: &Dir,
+        call_id: &str,
+        steps: Vec<Step>,
+        blob_dir: Option<&Path>,
+    ) -> std::io::Result<()> {
+        let mut counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let directory = self.session_dir(session, workspace);
         let mut seen = std::collections::HashSet::new();
-        let mut kept = Vec::new();
+        let mut lines = Vec::new();
         for step in steps {
             if !seen.insert(step.path.clone()) {
                 continue;
@@ -75,45 +97,130 @@ impl UndoStore {
                 // Directories and symlinks are not edits; `undo_edit` restores files.
                 Ok(_) => continue,
             };
-            if matches!(step.prior, Prior::Absent | Prior::File { .. } | Prior::Inline { .. }) {
-                kept.push((step, after));
-            }
+            let prior = match step.prior {
+                prior @ (Prior::Absent | Prior::Inline { .. }) => prior,
+                Prior::File { blob, mode } => {
+                    let Some(blob_dir) = blob_dir else {
+                        continue;
+                    };
+                    let kept = format!("{call_id}-{blob}");
+                    std::fs::create_dir_all(&directory)?;
+                    std::fs::rename(blob_dir.join(&blob), directory.join(&kept))?;
+                    Prior::File { blob: kept, mode }
+                }
+                _ => continue,
+            };
+            lines.push(Line::Record(UndoEntry { path: step.path, call_id: call_id.to_owned(), prior, after }));
         }
-        let directory = self.session_dir(session, workspace);
-        let lock = Arc::clone(&self.lock);
-        let call_id = call_id.to_owned();
-        self.deferred.submit(move || {
-            // Without the record the change still stands; `undo_edit` will say there is
-            // nothing to undo.
-            let _guard = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let _ = store_record(&directory, &call_id, kept, blob_dir.as_deref());
-            if let Some(blob_dir) = blob_dir {
-                let _ = std::fs::remove_dir_all(blob_dir);
-            }
-        });
+        append(&directory, &lines, &mut counts)
     }
 
     /// The latest undoable change of `path` by `session`.
     pub(crate) fn last(&self, session: &str, workspace: &Path, path: &str) -> Option<UndoEntry> {
-        self.deferred.flush();
-        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        load(&self.session_dir(session, workspace)).entries.into_iter().rev().find(|entry| entry.path == path)
+        let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        load(&self.session_dir(session, workspace)).into_iter().rev().find(|entry| entry.path == path)
     }
 
     /// Forget the change `entry` (after it was undone), and its blob.
     pub(crate) fn forget(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> std::io::Result<()> {
-        self.deferred.flush();
-        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
-        let mut index = load(&directory);
-        if let Some(position) = index.entries.iter().rposition(|kept| kept.path == entry.path && kept.call_id == entry.call_id) {
-            let removed = index.entries.remove(position);
-            if let Prior::File { blob, .. } = removed.prior {
-                let _ = std::fs::remove_file(directory.join(blob));
+        append(&directory, &[Line::Forget { path: entry.path.clone(), call_id: entry.call_id.clone() }], &mut counts)?;
+        if let Prior::File { blob, .. } = &entry.prior {
+            let _ = std::fs::remove_file(directory.join(blob));
+        }
+        Ok(())
+    }
+}
+
+/// Append `lines` to the log in `directory` (made if missing), in one write; rewrite the log
+/// once it has grown past [`COMPACT_LINES`] (`counts`: the lines of the logs counted so far).
+fn append(directory: &Path, lines: &[Line], counts: &mut HashMap<PathBuf, usize>) -> std::io::Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let mut bytes = Vec::new();
+    for line in lines {
+        serde_json::to_writer(&mut bytes, line).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+    }
+    let path = directory.join(LOG);
+    let open = || std::fs::OpenOptions::new().create(true).append(true).open(&path);
+    let mut log = match open() {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(directory)?;
+            open()?
+        }
+        result => result?,
+    };
+    // Counted once per process; other processes' appends are counted at the next compaction.
+    let count = match counts.get(directory) {
+        Some(count) => *count,
+        None => count_lines(&path),
+    };
+    log.write_all(&bytes)?;
+    let count = count + lines.len();
+    if count > COMPACT_LINES {
+        compact(directory)?;
+        counts.insert(directory.to_path_buf(), count_lines(&path));
+    } else {
+        counts.insert(directory.to_path_buf(), count);
+    }
+    Ok(())
+}
+
+/// The lines in the log `path` (0 if there is none).
+fn count_lines(path: &Path) -> usize {
+    std::fs::read(path).map_or(0, |bytes| bytes.iter().filter(|&&byte| byte == b'\n').count())
+}
+
+/// Rewrite the log with only the entries it keeps, and remove the blobs nothing refers to.
+fn compact(directory: &Path) -> std::io::Result<()> {
+    let entries = load(directory);
+    let mut bytes = Vec::new();
+    let mut blobs = std::collections::HashSet::new();
+    for entry in entries {
+        if let Prior::File { blob, .. } = &entry.prior {
+            blobs.insert(blob.clone());
+        }
+        serde_json::to_writer(&mut bytes, &Line::Record(entry)).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+    }
+    let temporary = directory.join(format!("{LOG}.{}.tmp", std::process::id()));
+    std::fs::write(&temporary, &bytes)?;
+    std::fs::rename(&temporary, directory.join(LOG))?;
+    for entry in std::fs::read_dir(directory)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name != LOG && !name.ends_with(".tmp") && !blobs.contains(&name) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    Ok(())
+}
+
+/// The undoable changes in the log in `directory`, oldest first: of the last [`MAX_ENTRIES`]
+/// recorded, those not forgotten. A torn line (a crash mid-append) is skipped.
+fn load(directory: &Path) -> Vec<UndoEntry> {
+    let Ok(bytes) = std::fs::read(directory.join(LOG)) else {
+        return Vec::new();
+    };
+    let lines: Vec<Line> = bytes.split(|&byte| byte == b'\n').filter_map(|line| serde_json::from_slice(line).ok()).collect();
+    // The last MAX_ENTRIES records are kept, whatever was forgotten since.
+    let records = lines.iter().filter(|line| matches!(line, Line::Record(_))).count();
+    let mut skip = records.saturating_sub(MAX_ENTRIES);
+    let mut entries: Vec<UndoEntry> = Vec::new();
+    for line in lines {
+        match line {
+            Line::Record(_) if skip > 0 => skip -= 1,
+            Line::Record(entry) => entries.push(entry),
+            Line::Forget { path, call_id } => {
+                if let Some(position) = entries.iter().rposition(|kept| kept.path == path && kept.call_id == call_id) {
+                    entries.remove(position);
+                }
             }
         }
-        store(&directory, &index)
     }
+    entries
 }
 
 /// One change a session made to one file, for a reviewer: the content before, and the content
@@ -136,12 +243,12 @@ impl UndoStore {
     /// [`MAX_ENTRIES`]), oldest first.
     pub(crate) fn changes(&self, session: &str, workspace: &Path, root: &Dir) -> Vec<SessionChange> {
         use sha2::Digest as _;
-        self.deferred.flush();
-        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
-        let entries = load(&directory).entries;
+        let entries = load(&directory);
         let content = |prior: &Prior| match prior {
             Prior::File { blob, .. } => std::fs::read(directory.join(blob)).ok(),
+            Prior::Inline { hex, .. } => crate::journal::unhex(hex).ok(),
             _ => None,
         };
         let mut changes = Vec::new();
@@ -164,47 +271,41 @@ impl UndoStore {
     }
 }
 
-/// Add one call's entries to the session's index in `directory`, taking blobs from `blob_dir`,
-/// and drop the oldest past [`MAX_ENTRIES`].
-fn store_record(directory: &Path, call_id: &str, kept: Vec<(Step, Option<String>)>, blob_dir: Option<&Path>) -> std::io::Result<()> {
-    std::fs::create_dir_all(directory)?;
-    let mut index = load(directory);
-    for (step, after) in kept {
-        let prior = match step.prior {
-            Prior::Absent => Prior::Absent,
-            Prior::File { blob, mode } => {
-                let Some(blob_dir) = blob_dir else {
-                    continue;
-                };
-                index.next_blob += 1;
-                let kept = index.next_blob.to_string();
-                std::fs::rename(blob_dir.join(blob), directory.join(&kept))?;
-                Prior::File { blob: kept, mode }
-            }
-            // Kept as a blob too: the index stays small.
-            Prior::Inline { hex, mode } => {
-                index.next_blob += 1;
-                let kept = index.next_blob.to_string();
-                std::fs::write(directory.join(&kept), crate::journal::unhex(&hex)?)?;
-                Prior::File { blob: kept, mode }
-            }
-            _ => continue,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_appended_forgotten_and_the_log_keeps_the_last_hundred() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let workspace = temp.path().join("ws");
+        std::fs::create_dir(&workspace).expect("mkdir");
+        std::fs::write(workspace.join("a.txt"), "now").expect("write");
+        let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
+        let store = UndoStore::new(temp.path());
+        let step = |content: &str| Step {
+            path: "a.txt".to_owned(),
+            prior: Prior::Inline { hex: crate::hex(content.as_bytes()), mode: 0o644 },
+            identity: None,
         };
-        index.entries.push(UndoEntry { path: step.path, call_id: call_id.to_owned(), prior, after });
-    }
-    while index.entries.len() > MAX_ENTRIES {
-        let dropped = index.entries.remove(0);
-        if let Prior::File { blob, .. } = dropped.prior {
-            let _ = std::fs::remove_file(directory.join(blob));
+        for index in 0..(COMPACT_LINES + 50) {
+            store.record("s", &workspace, &root, &format!("c-{index}"), vec![step(&format!("before {index}"))], None).expect("record");
         }
+        let directory = store.session_dir("s", &workspace);
+        assert!(count_lines(&directory.join(LOG)) <= COMPACT_LINES, "the log was compacted");
+        let last = store.last("s", &workspace, "a.txt").expect("an entry");
+        assert_eq!(last.call_id, format!("c-{}", COMPACT_LINES + 49));
+        assert_eq!(load(&directory).len(), MAX_ENTRIES);
+        assert_eq!(load(&directory)[0].call_id, format!("c-{}", COMPACT_LINES + 50 - MAX_ENTRIES));
+        // Forgetting the last change makes the one before it the last; a fresh store agrees.
+        store.forget("s", &workspace, &last).expect("forget");
+        let fresh = UndoStore::new(temp.path());
+        assert_eq!(fresh.last("s", &workspace, "a.txt").expect("an entry").call_id, format!("c-{}", COMPACT_LINES + 48));
+        let changes = fresh.changes("s", &workspace, &root);
+        assert_eq!(changes.len(), MAX_ENTRIES - 1);
+        assert_eq!(changes[0].before.as_deref(), Some(format!("before {}", COMPACT_LINES + 50 - MAX_ENTRIES).as_bytes()));
+        // A torn last line (a crash mid-append) is skipped.
+        std::fs::OpenOptions::new().append(true).open(directory.join(LOG)).expect("open").write_all(b"{\"record\":{\"pa").expect("tear");
+        assert_eq!(fresh.last("s", &workspace, "a.txt").expect("an entry").call_id, format!("c-{}", COMPACT_LINES + 48));
     }
-    store(directory, &index)
-}
-
-fn load(directory: &Path) -> Index {
-    std::fs::read(directory.join("index.json")).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()).unwrap_or_default()
-}
-
-fn store(directory: &Path, index: &Index) -> std::io::Result<()> {
-    crate::replace_json(&directory.join("index.json"), index, false)
 }
