@@ -11,7 +11,8 @@
 //! and `write_file` of the same 4 KiB, to show what making each call a transaction costs
 //! against a plain write: native `std::fs::write`; through the host unguarded (the component's
 //! write, no journal); and governed, where the prior content is journaled (copied and synced)
-//! and the new content lands through a synced temporary file renamed into place.
+//! and the new content lands through a synced temporary file renamed into place; and the same
+//! with `durability = "atomic"` (nothing synced).
 //!
 //! Each host call includes argument validation, a fresh store and instance (pooling allocator),
 //! the component's own work and output conversion. It prints p50/p99 and the ratios. Under `cargo test` (no `--bench` flag) it runs a few
@@ -122,6 +123,12 @@ fn main() {
         builder().policy("policies/default.toml", policy).audit_dir(temp.path().join("write-state")),
         &write_request,
     );
+    let atomic_policy = policy.replace("durability = \"full\"", "durability = \"atomic\"");
+    let write_atomic = measure_call(
+        "atomic",
+        builder().policy("policies/default.toml", atomic_policy).audit_dir(temp.path().join("atomic-state")),
+        &write_request,
+    );
 
     let mut out = std::io::stderr().lock();
     let _ = writeln!(out, "read_file on a 4 KiB file, fresh instance per call, {iterations} iterations each");
@@ -163,6 +170,7 @@ fn main() {
         ("toolcell, unguarded (plain write, no journal)", &write_baseline),
         ("toolcell, governed transaction", &write_governed),
         ("toolcell, governed transaction with audit", &write_audited),
+        ("the same, durability = \"atomic\" (no sync)", &write_atomic),
     ] {
         let _ = writeln!(out, "{name:<48} {:>8.1}µs {:>8.1}µs {:>8.1}µs", micros(stats.p50), micros(stats.p99), micros(stats.mean));
     }
