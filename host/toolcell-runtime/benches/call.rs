@@ -66,7 +66,10 @@ fn main() {
     std::fs::write(root.join("file.txt"), &content).expect("write file");
     let policy = include_str!("../../../policies/default.toml");
     let builder = || {
-        let mut builder = RuntimeBuilder::new().cache_dir(temp.path().join("cache"));
+        // `TOOLCELL_BENCH_CACHE` keeps compiled components between runs, so that a profile of
+        // one `--only` variant shows the calls rather than the compiler.
+        let cache = std::env::var_os("TOOLCELL_BENCH_CACHE").map_or_else(|| temp.path().join("cache"), std::path::PathBuf::from);
+        let mut builder = RuntimeBuilder::new().cache_dir(cache);
         for (name, wasm) in toolcell_builtins::components() {
             builder = builder.component(format!("builtin:{name}"), wasm);
         }

@@ -165,8 +165,13 @@ impl GuardedFilesystem<'_> {
         (name, access): (&'static str, Access),
         operation: impl FnOnce(&mut Self, Resource<Descriptor>, String) -> FsResult<T>,
     ) -> FsResult<T> {
-        let parent = self.parent_descriptor(like, path, name, access)?;
         let last = path.rsplit_once('/').map_or(path, |(_, last)| last).to_owned();
+        if !path.contains('/') && self.guard.descriptors.get(&like.rep()).is_some_and(|base| base == ".") {
+            // A name in the workspace root, through a descriptor of the root itself: opening
+            // the root again would give the same directory (no path to swap on the way).
+            return operation(self, Resource::new_borrow(like.rep()), last);
+        }
+        let parent = self.parent_descriptor(like, path, name, access)?;
         let result = operation(self, Resource::new_borrow(parent.rep()), last);
         self.inner.table.delete(parent)?;
         result
