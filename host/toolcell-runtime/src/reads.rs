@@ -266,14 +266,7 @@ impl ReadTracker {
         let line: std::collections::BTreeMap<&str, Option<Version>> = changes.into_iter().collect();
         let mut bytes = serde_json::to_vec(&line).map_err(std::io::Error::other)?;
         bytes.push(b'\n');
-        let open = || std::fs::OpenOptions::new().create(true).append(true).open(&path);
-        let mut file = match open() {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(directory)?;
-                open()?
-            }
-            result => result?,
-        };
+        let mut file = crate::storage::open_append(&path)?;
         std::io::Write::write_all(&mut file, &bytes)?;
         let size = file.metadata()?.len();
         drop(file);
@@ -282,8 +275,7 @@ impl ReadTracker {
             if size > COMPACT_FACTOR * whole.len() as u64 {
                 // One line holding everything, replacing the file at once.
                 whole.push(b'\n');
-                let temporary = directory.join(format!("{key}.{}.tmp", std::process::id()));
-                std::fs::write(&temporary, &whole).and_then(|()| std::fs::rename(&temporary, &path))?;
+                crate::storage::replace_bytes(&path, &whole, false)?;
             }
         }
         // What this process wrote is what it knows: the next load reads only what others add.

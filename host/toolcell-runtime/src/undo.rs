@@ -145,14 +145,7 @@ fn append(directory: &Path, lines: &[Line], counts: &mut HashMap<PathBuf, usize>
         bytes.push(b'\n');
     }
     let path = directory.join(LOG);
-    let open = || std::fs::OpenOptions::new().create(true).append(true).open(&path);
-    let mut log = match open() {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(directory)?;
-            open()?
-        }
-        result => result?,
-    };
+    let mut log = crate::storage::open_append(&path)?;
     // Counted once per process; other processes' appends are counted at the next compaction.
     let count = match counts.get(directory) {
         Some(count) => *count,
@@ -186,9 +179,7 @@ fn compact(directory: &Path) -> std::io::Result<()> {
         serde_json::to_writer(&mut bytes, &Line::Record(entry)).map_err(std::io::Error::other)?;
         bytes.push(b'\n');
     }
-    let temporary = directory.join(format!("{LOG}.{}.tmp", std::process::id()));
-    std::fs::write(&temporary, &bytes)?;
-    std::fs::rename(&temporary, directory.join(LOG))?;
+    crate::storage::replace_bytes(&directory.join(LOG), &bytes, false)?;
     for entry in std::fs::read_dir(directory)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name != LOG && !name.ends_with(".tmp") && !blobs.contains(&name) {
