@@ -20,8 +20,8 @@
 pub mod client;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest, CustomResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -91,6 +91,35 @@ impl McpServer {
     }
 }
 
+/// What is wrong with the parameters of a `tools/call` that rmcp could not read.
+fn invalid_call_params(params: Option<&Value>) -> String {
+    let problem = match params {
+        None => "there are no params: give `{\"name\": TOOL, \"arguments\": {...}}`".to_owned(),
+        Some(Value::Object(params)) => match (params.get("name"), params.get("arguments")) {
+            (None, _) => "`name` is missing: name the tool to call".to_owned(),
+            (Some(name), _) if !name.is_string() => format!("`name` is {}, not a string: name the tool to call", kind(name)),
+            (_, Some(arguments)) if !arguments.is_object() && !arguments.is_null() => {
+                format!("`arguments` is {}: give the tool's arguments as an object, e.g. {{\"path\": \"src/main.rs\"}}", kind(arguments))
+            }
+            _ => "they do not match the `tools/call` request".to_owned(),
+        },
+        Some(other) => format!("params are {}: give an object `{{\"name\": TOOL, \"arguments\": {{...}}}}`", kind(other)),
+    };
+    format!("invalid params for `tools/call`: {problem}")
+}
+
+/// A JSON value's kind, for messages.
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 fn writeln_stderr(text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     writeln!(std::io::stderr(), "{text}")
@@ -118,6 +147,17 @@ impl ServerHandler for McpServer {
     async fn call_tool(&self, request: CallToolRequestParams, _context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         Ok(self.run(request.name.into_owned(), arguments).await.into())
+    }
+
+    /// rmcp hands over a request whose method it knows but whose parameters it could not
+    /// read as an unknown one: for the methods this server serves that is invalid params
+    /// (-32602), saying what is wrong, not "method not found".
+    async fn on_custom_request(&self, request: CustomRequest, _context: RequestContext<RoleServer>) -> Result<CustomResult, McpError> {
+        match request.method.as_str() {
+            "tools/call" => Err(McpError::invalid_params(invalid_call_params(request.params.as_ref()), None)),
+            "tools/list" => Err(McpError::invalid_params("invalid params for `tools/list`: give an object (`cursor` is optional)", None)),
+            _ => Err(McpError::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, request.method, None)),
+        }
     }
 }
 

@@ -164,3 +164,36 @@ fn the_task_chain_scenario_runs_over_mcp_with_one_server_per_role() {
     assert_eq!(record["task"], "CHAIN-039-file-ops/001-parse-headers");
     assert_eq!(record["state"], "ended");
 }
+
+#[test]
+fn malformed_tool_calls_are_invalid_params_and_unknown_methods_are_not_found() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let workspace = temp.path().join("workspace");
+    std::fs::create_dir(&workspace).expect("create workspace");
+    std::fs::write(workspace.join("notes.txt"), "one\n").expect("write file");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
+    command
+        .arg("--cache-dir")
+        .arg(toolcell_tests::shared_cache_dir())
+        .arg("--state-dir")
+        .arg(temp.path().join("state"))
+        .args(["mcp", "--role", "impl", "--workspace"])
+        .arg(&workspace)
+        .stderr(std::process::Stdio::null());
+    let (mut client, _) = toolcell_mcp::client::StdioClient::spawn(&mut command).expect("start toolcell mcp");
+    let cases = [
+        ("tools/call", serde_json::json!({"name": "read_file", "arguments": [1]}), "-32602", "`arguments` is an array"),
+        ("tools/call", serde_json::json!({"name": "read_file", "arguments": "notes.txt"}), "-32602", "`arguments` is a string"),
+        ("tools/call", serde_json::json!({"arguments": {}}), "-32602", "`name` is missing"),
+        ("tools/call", serde_json::json!({"name": 7}), "-32602", "`name` is a number"),
+        ("resources/subscribe/nothing", serde_json::json!({}), "-32601", "resources/subscribe/nothing"),
+    ];
+    for (method, params, code, message) in cases {
+        let error = client.request(method, params.clone()).expect_err(&format!("{method} {params}")).to_string();
+        assert!(error.contains(&format!("\"code\":{code}")) && error.contains(message), "{method} {params}: {error}");
+    }
+    // The connection is still usable, and a well-formed call works.
+    let result = client.call_tool("read_file", &serde_json::json!({"path": "notes.txt"})).expect("tools/call");
+    assert_eq!(result["isError"], false, "{result}");
+    client.close().expect("the server exits when stdin closes");
+}
