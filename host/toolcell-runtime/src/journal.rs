@@ -123,6 +123,15 @@ enum Line {
     End { call: String },
 }
 
+impl Line {
+    /// The line as written: JSON, then a newline.
+    fn encode(&self) -> std::io::Result<Vec<u8>> {
+        let mut bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        Ok(bytes)
+    }
+}
+
 /// The journal file of one runtime, shared by its calls.
 #[derive(Debug)]
 pub(crate) struct JournalFile {
@@ -156,8 +165,7 @@ impl JournalFile {
     }
 
     fn append(&self, line: &Line, opens: bool) -> std::io::Result<()> {
-        let mut bytes = serde_json::to_vec(line).map_err(std::io::Error::other)?;
-        bytes.push(b'\n');
+        let bytes = line.encode()?;
         let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         file.0.write_all(&bytes)?;
         if opens {
@@ -168,10 +176,9 @@ impl JournalFile {
 
     /// Append a call's last line; once no call is open, a big file is emptied.
     fn end(&self, call: &str) {
-        let Ok(mut bytes) = serde_json::to_vec(&Line::End { call: call.to_owned() }) else {
+        let Ok(bytes) = (Line::End { call: call.to_owned() }).encode() else {
             return;
         };
-        bytes.push(b'\n');
         let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Best effort, as the commit it records: the call's changes stand either way; without
         // this line a crash before the file is emptied would roll the call back at restart.
@@ -239,8 +246,8 @@ impl Journal {
         })
     }
 
-    /// Put every step written so far on the disk (blobs, manifest, and once the journal's
-    /// directory entry), if durability asks for it: called before a change made in place,
+    /// Put every step written so far on the disk (blobs, the journal file, and once their
+    /// directory entries), if durability asks for it: called before a change made in place,
     /// which a crash could leave half done without the journal to roll it back.
     pub(crate) fn make_durable(&mut self) -> std::io::Result<()> {
         if !self.syncs || !self.unsynced {
@@ -334,9 +341,9 @@ impl Journal {
         Ok(())
     }
 
-    /// Undo every step, newest first. On success the journal is removed; on failure it stays
-    /// (unlocked once this value is dropped) for the next start to replay, and the error names
-    /// the path that could not be restored.
+    /// Undo every step, newest first. On success the call's journal is ended; on failure it stays
+    /// open in the runtime's journal file, for the next start to replay once this runtime is
+    /// gone, and the error names the path that could not be restored.
     pub(crate) fn rollback(self, root: &Dir) -> Result<usize, String> {
         replay(root, &self.blob_dir, &self.call_id, &self.steps)?;
         let count = self.steps.len();
@@ -612,9 +619,8 @@ fn recover_file(path: &Path, file: &File) -> Vec<Recovery> {
             let call = header.call_id.clone();
             let lines = std::iter::once(Line::Begin(header)).chain(steps.into_iter().map(|step| Line::Step { call: call.clone(), step }));
             for line in lines {
-                if let Ok(bytes) = serde_json::to_vec(&line) {
+                if let Ok(bytes) = line.encode() {
                     kept.extend_from_slice(&bytes);
-                    kept.push(b'\n');
                 }
             }
         }
