@@ -32,7 +32,18 @@ pub fn call_in(
 ) -> CallOutcome {
     let args = args.to_string();
     runtime
-        .call(&CallRequest { workspace, role: "impl", session_id: session, tool, args: &args, approver: None, owner, fences, task: None })
+        .call(&CallRequest {
+            workspace,
+            role: "impl",
+            session_id: session,
+            tool,
+            args: &args,
+            approver: None,
+            owner,
+            fences,
+            task: None,
+            principal: None,
+        })
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }
 
@@ -311,6 +322,7 @@ impl Fixture {
                 owner: None,
                 fences: &[],
                 task: None,
+                principal: None,
             })
             .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
     }

@@ -57,6 +57,14 @@ pub struct Record {
     pub kind: Kind,
     /// The caller's session.
     pub session: String,
+    /// The workspace the record is about: its canonical directory (one audit trail may serve
+    /// many workspaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// Who the caller authenticated as (a principal of the service configuration), when the
+    /// call came through an authenticated transport.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     /// The caller's role.
     pub role: String,
     /// The tool called.
@@ -114,6 +122,15 @@ pub struct Record {
 }
 
 impl Record {
+    /// The record, saying which workspace it is about and, if known, who the caller
+    /// authenticated as.
+    #[must_use]
+    pub fn at(mut self, workspace: &str, principal: Option<&str>) -> Self {
+        self.workspace = Some(workspace.to_owned());
+        self.principal = principal.map(str::to_owned);
+        self
+    }
+
     /// A filesystem decision.
     #[expect(clippy::too_many_arguments, reason = "one argument per field of a flat record")]
     pub fn filesystem(
@@ -183,6 +200,8 @@ impl Record {
             ts: ts.to_owned(),
             kind,
             session: session.to_owned(),
+            workspace: None,
+            principal: None,
             role: role.to_owned(),
             tool: tool.to_owned(),
             call_id: call_id.to_owned(),

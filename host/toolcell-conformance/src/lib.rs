@@ -517,6 +517,7 @@ impl Scratch {
             owner: task.map(toolcell_runtime::TaskBinding::chain),
             fences: &[],
             task,
+            principal: None,
         };
         runtime.call(&request).unwrap_or_else(|error| CallOutcome {
             result: Err(toolcell_types::ToolError::new(ToolErrorKind::Failed, format!("the host could not run the call: {error}"))),

@@ -199,7 +199,7 @@ impl HostBuilder {
 }
 
 struct HostInner {
-    runtime: Runtime,
+    runtime: Arc<Runtime>,
     workspace: Workspace,
     approver: Option<Arc<dyn Approver>>,
 }
@@ -214,6 +214,12 @@ impl Host {
     /// A host from a runtime built elsewhere (for example with extra components or limits),
     /// over `workspace`, asking `approver` about `ask` rules.
     pub fn new(runtime: Runtime, workspace: Workspace, approver: Option<Arc<dyn Approver>>) -> Host {
+        Host::shared(Arc::new(runtime), workspace, approver)
+    }
+
+    /// A host over `workspace` on a runtime other hosts share (a service serving several
+    /// workspaces loads its components once).
+    pub fn shared(runtime: Arc<Runtime>, workspace: Workspace, approver: Option<Arc<dyn Approver>>) -> Host {
         Host { inner: Arc::new(HostInner { runtime, workspace, approver }) }
     }
 
@@ -237,6 +243,7 @@ impl Host {
             session_id: session_id.to_owned(),
             owner: None,
             task: None,
+            principal: None,
             held: Arc::new(Mutex::new(Vec::new())),
         })
     }
@@ -304,6 +311,8 @@ pub struct Session {
     owner: Option<String>,
     /// The task the session is bound to.
     task: Option<TaskBinding>,
+    /// Who the caller authenticated as (recorded on every audit record of its calls).
+    principal: Option<String>,
     /// Locks this session acquired and has not released; their tokens go with every call.
     held: Arc<Mutex<Vec<Lock>>>,
 }
@@ -339,6 +348,19 @@ impl Session {
         }
         self.task = Some(task);
         self
+    }
+
+    /// Record on every audit record of this session's calls that the caller authenticated
+    /// as `principal`.
+    #[must_use]
+    pub fn with_principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
+        self
+    }
+
+    /// Who the caller authenticated as, if a service authenticated it.
+    pub fn principal(&self) -> Option<&str> {
+        self.principal.as_deref()
     }
 
     /// The task the session is bound to, if any.
@@ -403,6 +425,20 @@ impl Session {
         released.map(drop)
     }
 
+    /// End the session: release every lock taken in it (whoever it was taken for), so that
+    /// nobody waits for their leases to run out. Its read versions and undo history stay, for
+    /// a session of the same id later.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if the lock table cannot be updated.
+    pub fn end(&self) -> Result<Vec<Lock>, Error> {
+        let inner = &self.host.inner;
+        let released = inner.runtime.release_session_locks(&inner.workspace, &self.session_id)?;
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        Ok(released)
+    }
+
     /// The locks this session acquired and has not released (some may have expired).
     pub fn held_locks(&self) -> Vec<Lock> {
         self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
@@ -437,6 +473,7 @@ impl Session {
             owner: self.owner.as_deref(),
             fences: &fences,
             task: self.task.as_ref(),
+            principal: self.principal.as_deref(),
         })?;
         Ok(CallResult { output: outcome.result, warnings: outcome.warnings, call_id: outcome.call_id, denials: outcome.denials })
     }

@@ -349,6 +349,16 @@ impl LockTable {
         released
     }
 
+    /// Release every lock taken in `session` (whoever it was taken for); returns them.
+    pub fn release_session(&mut self, session: &str) -> Vec<Lock> {
+        let (released, kept): (Vec<Lock>, Vec<Lock>) = self.locks.drain(..).partition(|lock| lock.session == session);
+        self.locks = kept;
+        for lock in &released {
+            self.remember(lock.clone(), Lapse::Released);
+        }
+        released
+    }
+
     /// Decide whether `owner`, presenting the tokens `fences`, may modify the canonical `path`
     /// at `now_ms`.
     ///

@@ -136,3 +136,22 @@ fn the_table_round_trips_through_json() {
     assert_eq!(back, table);
     assert!(matches!(back.check_write("src/x.rs", "A", &[lock.fence], 5), Err(Refusal::Fenced { .. })));
 }
+
+#[test]
+fn ending_a_session_releases_its_locks_and_only_its_locks() {
+    let mut table = LockTable::default();
+    let ended = table.acquire(&request("src/a.rs", "A", Mode::Exclusive), 0).expect("A");
+    let other = table.acquire(&request("docs/**", "B", Mode::Exclusive), 0).expect("B");
+    // A lock taken in the same session for a chain goes with the session too.
+    let for_chain = LockRequest { owner: "CHAIN-1".to_owned(), ..request("lib/**", "A", Mode::Shared) };
+    let chain = table.acquire(&for_chain, 0).expect("chain");
+    let released = table.release_session("s-A");
+    assert_eq!(released.iter().map(|lock| lock.fence).collect::<Vec<_>>(), [ended.fence, chain.fence]);
+    assert!(table.check_write("src/a.rs", "B", &[], 1).is_ok(), "the session's lock no longer blocks others");
+    assert!(matches!(
+        table.check_write("src/a.rs", "A", &[ended.fence], 1),
+        Err(Refusal::Fenced { lapsed: Some(Lapsed { lapse: Lapse::Released, .. }), .. })
+    ));
+    assert!(matches!(table.check_write("docs/x.md", "A", &[], 1), Err(Refusal::Locked(lock)) if lock.fence == other.fence));
+    assert!(table.release_session("s-A").is_empty());
+}

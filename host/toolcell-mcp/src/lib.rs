@@ -18,61 +18,146 @@
 //! ```
 
 pub mod client;
+pub mod config;
+pub mod http;
+mod logging;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest, CustomResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ProgressNotificationParam, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 use toolcell_host::{Session, schemas};
 
-/// An MCP server for one session.
+use crate::logging::{LogLevel, Severity};
+
+/// When a call first reports progress to a client that asked for it,
+const FIRST_PROGRESS: Duration = Duration::from_millis(50);
+/// and how often after that.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// An MCP server: for one session (stdio), or for whoever each request authenticated as
+/// (the HTTP service).
 pub struct McpServer {
-    session: Session,
-    tools: Vec<Tool>,
+    binding: Binding,
+    /// The least severe log level the client wants (`logging/setLevel`).
+    log_level: LogLevel,
+}
+
+enum Binding {
+    /// One session for the whole connection.
+    Session { session: Session, tools: Vec<Tool> },
+    /// The session comes from each request's principal and MCP session id.
+    Service(Arc<http::Service>),
+}
+
+/// The MCP description of `session`'s tools.
+fn tools_of(session: &Session) -> Vec<Tool> {
+    session
+        .tools()
+        .into_iter()
+        // The MCP shape comes from the same renderer as `toolcell schema --format mcp`.
+        .filter_map(|tool| serde_json::from_value(schemas::mcp_tool(tool)).ok())
+        .collect()
 }
 
 impl McpServer {
     /// Serve the tools `session`'s role may call.
     pub fn new(session: Session) -> Self {
-        let tools = session
-            .tools()
-            .into_iter()
-            // The MCP shape comes from the same renderer as `toolcell schema --format mcp`.
-            .filter_map(|tool| serde_json::from_value(schemas::mcp_tool(tool)).ok())
-            .collect();
-        McpServer { session, tools }
+        let tools = tools_of(&session);
+        McpServer { binding: Binding::Session { session, tools }, log_level: LogLevel::default() }
     }
 
-    /// The tools served, as MCP describes them.
+    fn for_service(service: Arc<http::Service>) -> Self {
+        McpServer { binding: Binding::Service(service), log_level: LogLevel::default() }
+    }
+
+    /// The tools served to a one-session server, as MCP describes them (empty for the service,
+    /// whose tools depend on the caller).
     pub fn tools(&self) -> &[Tool] {
-        &self.tools
+        match &self.binding {
+            Binding::Session { tools, .. } => tools,
+            Binding::Service(_) => &[],
+        }
     }
 
-    /// Run one call and shape its result for MCP.
-    async fn run(&self, name: String, arguments: Value) -> CallToolResult {
-        let session = self.session.clone();
+    /// The session a request acts in, with its tools.
+    fn session_for(&self, context: &RequestContext<RoleServer>) -> Result<(Session, Arc<Vec<Tool>>), McpError> {
+        match &self.binding {
+            Binding::Session { session, tools } => Ok((session.clone(), Arc::new(tools.clone()))),
+            Binding::Service(service) => {
+                let parts = context.extensions.get::<::http::request::Parts>();
+                service.session_for(parts).map_err(|reason| McpError::invalid_request(reason, None))
+            }
+        }
+    }
+
+    /// Run one call and shape its result for MCP; if the client sent a progress token,
+    /// reports progress (the seconds it has run) after [`FIRST_PROGRESS`] and every
+    /// [`PROGRESS_EVERY`] while it runs.
+    async fn run(&self, session: Session, name: String, arguments: Value, context: &RequestContext<RoleServer>) -> CallToolResult {
         let args = arguments.to_string();
         let tool = name.clone();
-        let joined = tokio::task::spawn_blocking(move || session.call(&tool, &args)).await;
+        let mut call = tokio::task::spawn_blocking(move || session.call(&tool, &args));
+        let joined = match context.meta.get_progress_token() {
+            None => call.await,
+            Some(token) => {
+                let started = Instant::now();
+                // Not at once: rmcp routes a notification to the request's own stream only
+                // once it has registered the request, and a call this short needs no progress.
+                let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + FIRST_PROGRESS, PROGRESS_EVERY);
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = ticks.tick() => {
+                            let elapsed = started.elapsed();
+                            let progress = ProgressNotificationParam::new(token.clone(), elapsed.as_secs_f64())
+                                .with_message(format!("`{name}` running for {:.1} s", elapsed.as_secs_f64()));
+                            let _ = context.peer.notify_progress(progress).await;
+                        }
+                        joined = &mut call => break joined,
+                    }
+                }
+            }
+        };
         match joined {
-            Ok(Ok(call)) => match call.output {
-                Ok(output) => {
-                    let mut result = CallToolResult::success(vec![ContentBlock::text(output.text)]);
-                    result.structured_content = output.structured;
-                    result
+            Ok(Ok(call)) => {
+                for warning in &call.warnings {
+                    self.log_level
+                        .send(context, Severity::Warning, json!({ "tool": name, "call_id": call.call_id, "warning": warning }))
+                        .await;
                 }
-                Err(error) => {
-                    let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
-                    result.structured_content = Some(json!({
-                        "error": { "kind": error.kind.as_str(), "message": error.message },
+                for denial in &call.denials {
+                    let refused = json!({
+                        "tool": name,
                         "call_id": call.call_id,
-                    }));
-                    result
+                        "path": denial.event.path,
+                        "rule": denial.event.rule,
+                        "refused": denial.message,
+                    });
+                    self.log_level.send(context, Severity::Notice, refused).await;
                 }
-            },
+                match call.output {
+                    Ok(output) => {
+                        let mut result = CallToolResult::success(vec![ContentBlock::text(output.text)]);
+                        result.structured_content = output.structured;
+                        result
+                    }
+                    Err(error) => {
+                        let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
+                        result.structured_content = Some(json!({
+                            "error": { "kind": error.kind.as_str(), "message": error.message },
+                            "call_id": call.call_id,
+                        }));
+                        result
+                    }
+                }
+            }
             Ok(Err(host_error)) => {
                 let message = match host_error {
                     toolcell_host::Error::UnknownTool { .. } => host_error.to_string(),
@@ -127,26 +212,40 @@ fn writeln_stderr(text: &str) -> std::io::Result<()> {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("toolcell", env!("CARGO_PKG_VERSION")))
-            .with_instructions(format!(
+        let instructions = match &self.binding {
+            Binding::Session { session, .. } => format!(
                 "File tools over one workspace, for role `{}`. Paths are relative to the workspace root. \
                  Every filesystem access is checked against the policy; a refusal says which rule refused it.",
-                self.session.role()
-            ))
+                session.role()
+            ),
+            Binding::Service(_) => "File tools over the workspace your token is for, with the tools of its role. Paths are relative \
+                 to the workspace root. Every filesystem access is checked against the policy; a refusal says which rule refused it."
+                .to_owned(),
+        };
+        ServerConfig::new(logging::capabilities())
+            .with_server_info(Implementation::new("toolcell", env!("CARGO_PKG_VERSION")))
+            .with_instructions(instructions)
     }
 
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.tools.clone()))
+        let (_, tools) = self.session_for(&context)?;
+        Ok(ListToolsResult::with_all_items(tools.as_ref().clone()))
     }
 
-    async fn call_tool(&self, request: CallToolRequestParams, _context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        let (session, _) = self.session_for(&context)?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        Ok(self.run(request.name.into_owned(), arguments).await.into())
+        Ok(self.run(session, request.name.into_owned(), arguments, &context).await.into())
+    }
+
+    #[expect(deprecated, reason = "MCP logging is deprecated by SEP-2577, but clients still ask for it")]
+    async fn set_level(&self, request: rmcp::model::SetLevelRequestParams, _context: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.log_level.set(&request);
+        Ok(())
     }
 
     /// rmcp hands over a request whose method it knows but whose parameters it could not
@@ -156,6 +255,10 @@ impl ServerHandler for McpServer {
         match request.method.as_str() {
             "tools/call" => Err(McpError::invalid_params(invalid_call_params(request.params.as_ref()), None)),
             "tools/list" => Err(McpError::invalid_params("invalid params for `tools/list`: give an object (`cursor` is optional)", None)),
+            "logging/setLevel" => Err(McpError::invalid_params(
+                "invalid params for `logging/setLevel`: give `{\"level\": L}` with L one of debug, info, notice, warning, error, critical, alert, emergency",
+                None,
+            )),
             _ => Err(McpError::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, request.method, None)),
         }
     }

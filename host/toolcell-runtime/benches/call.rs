@@ -86,6 +86,7 @@ fn main() {
         owner: None,
         fences: &[],
         task: None,
+        principal: None,
     };
     let write_args = serde_json::json!({"path": "written.txt", "content": content}).to_string();
     let write_request = CallRequest { tool: "write_file", args: &write_args, ..request };

@@ -290,6 +290,7 @@ impl RuntimeBuilder {
                         recovery.steps as u64,
                         recovery.error.as_deref(),
                     )
+                    .at(&recovery.workspace.display().to_string(), None)
                 })
                 .collect();
             if !records.is_empty() {

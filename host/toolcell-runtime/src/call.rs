@@ -152,6 +152,7 @@ impl Runtime {
                     policy: self.policy.clone(),
                     role: guard.bound_role(),
                     tool: request.tool.to_owned(),
+                    principal: request.principal.map(str::to_owned),
                 };
                 let context = CallContext {
                     role: request.role.to_owned(),
@@ -326,6 +327,8 @@ impl Runtime {
             session: request.session_id.to_owned(),
             tool: request.tool.to_owned(),
             call_id: call_id.to_owned(),
+            workspace: request.workspace.root().display().to_string(),
+            principal: request.principal.map(str::to_owned),
         })
     }
 
@@ -515,7 +518,8 @@ impl Runtime {
             (Err(error), _, _) => error.kind.as_str().to_owned(),
         };
         let mut record =
-            toolcell_audit::Record::call(&guard::now(), request.session_id, request.role, request.tool, &outcome.call_id, &status);
+            toolcell_audit::Record::call(&guard::now(), request.session_id, request.role, request.tool, &outcome.call_id, &status)
+                .at(&request.workspace.root().display().to_string(), request.principal);
         let reads = outcome.events.iter().filter(|event| matches!(event.access, Access::Read | Access::List)).count();
         record.reads = Some(reads as u64 + outcome.unrecorded_events);
         record.duration_us = Some(u64::try_from(outcome.duration.as_micros()).unwrap_or(u64::MAX));

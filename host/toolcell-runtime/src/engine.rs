@@ -213,24 +213,34 @@ pub(crate) fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(
 }
 
 /// The installation's cache key: read (it must be 32 bytes, this user's, mode 0600 or
-/// stricter), or made from the OS's random source if it does not exist yet.
+/// stricter), or made from the OS's random source if it does not exist yet. A new key is
+/// written whole to a file of its own and then linked into place, so that another process
+/// starting at the same moment never reads a key half written: exactly one key wins.
 fn load_or_create_key(path: &Path) -> Result<[u8; KEY_BYTES], Error> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let cache_error = |source| Error::Cache { path: path.to_path_buf(), source };
     let mut key = [0u8; KEY_BYTES];
-    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
-        Ok(mut file) => {
-            let mut filled = 0;
-            while filled < KEY_BYTES {
-                filled += rustix::rand::getrandom(&mut key[filled..], rustix::rand::GetRandomFlags::empty())
-                    .map_err(|errno| cache_error(std::io::Error::from(errno)))?;
-            }
-            file.write_all(&key).and_then(|()| file.sync_all()).map_err(cache_error)?;
-            return Ok(key);
+    if std::fs::symlink_metadata(path).is_err() {
+        let mut filled = 0;
+        while filled < KEY_BYTES {
+            filled += rustix::rand::getrandom(&mut key[filled..], rustix::rand::GetRandomFlags::empty())
+                .map_err(|errno| cache_error(std::io::Error::from(errno)))?;
         }
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(error) => return Err(cache_error(error)),
+        let fresh = path.with_extension(format!("key.{}-{}.new", std::process::id(), unique_suffix()));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&fresh)
+            .and_then(|mut file| file.write_all(&key).and_then(|()| file.sync_all()));
+        let linked = written.and_then(|()| std::fs::hard_link(&fresh, path));
+        let _ = std::fs::remove_file(&fresh);
+        match linked {
+            Ok(()) => return Ok(key),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(cache_error(error)),
+        }
     }
     check_private(path, 0o077, "the cache key")?;
     let bytes = std::fs::read(path).map_err(cache_error)?;
@@ -275,5 +285,26 @@ impl Hasher for DigestHasher {
 
     fn write(&mut self, bytes: &[u8]) {
         self.0.update(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_starting_together_agree_on_one_whole_key() {
+        for _ in 0..20 {
+            let cache = tempfile::tempdir().expect("cache");
+            let path = cache.path().join(CACHE_KEY_FILE);
+            let keys: Vec<[u8; KEY_BYTES]> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..8).map(|_| scope.spawn(|| load_or_create_key(&path).expect("a whole key"))).collect();
+                handles.into_iter().map(|handle| handle.join().expect("thread")).collect()
+            });
+            assert!(keys.windows(2).all(|pair| pair[0] == pair[1]), "every starter reads the key that won");
+            assert_eq!(std::fs::read(&path).expect("key"), keys[0]);
+            let left: Vec<_> = std::fs::read_dir(cache.path()).expect("list").map(|entry| entry.expect("entry").file_name()).collect();
+            assert_eq!(left, [CACHE_KEY_FILE], "no partial key files are left behind");
+        }
     }
 }

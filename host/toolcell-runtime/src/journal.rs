@@ -534,6 +534,8 @@ pub struct Recovery {
     pub call_id: String,
     /// Its session.
     pub session: String,
+    /// The workspace's canonical directory (empty when the journal did not say).
+    pub workspace: PathBuf,
     /// Steps undone.
     pub steps: usize,
     /// Why it could not be rolled back (the journal is kept to try again), or `None`.
@@ -637,7 +639,13 @@ fn recover_file(path: &Path, file: &File) -> Vec<Recovery> {
 
 /// Replay one open call's steps in its workspace.
 fn roll_back(header: &Header, steps: &[Step], blob_dir: &Path) -> Recovery {
-    let mut recovery = Recovery { call_id: header.call_id.clone(), session: header.session.clone(), steps: steps.len(), error: None };
+    let mut recovery = Recovery {
+        call_id: header.call_id.clone(),
+        session: header.session.clone(),
+        workspace: header.workspace.clone(),
+        steps: steps.len(),
+        error: None,
+    };
     match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
         Ok(root) => {
             if let Err(error) = replay(&root, blob_dir, &recovery.call_id, steps) {
@@ -677,7 +685,13 @@ fn recover_directory(entry: &std::fs::DirEntry, path: &Path) -> Option<Recovery>
     let header: Option<Header> = lines.next().and_then(Result::ok).and_then(|line| serde_json::from_str(&line).ok());
     let Some(header) = header else {
         let _ = std::fs::remove_dir_all(path);
-        return Some(Recovery { call_id: entry.file_name().to_string_lossy().into_owned(), session: String::new(), steps: 0, error: None });
+        return Some(Recovery {
+            call_id: entry.file_name().to_string_lossy().into_owned(),
+            session: String::new(),
+            workspace: PathBuf::new(),
+            steps: 0,
+            error: None,
+        });
     };
     let steps: Vec<Step> = lines.map_while(Result::ok).map_while(|line| serde_json::from_str(&line).ok()).collect();
     let recovery = roll_back(&header, &steps, path);

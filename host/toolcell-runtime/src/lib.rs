@@ -30,6 +30,7 @@
 //!     owner: None,
 //!     fences: &[],
 //!     task: None,
+//!     principal: None,
 //! })?;
 //! match outcome.result {
 //!     Ok(output) => eprintln!("{}", output.text),

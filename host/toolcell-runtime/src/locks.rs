@@ -88,6 +88,15 @@ impl LockStore {
         self.update(workspace, |table| Ok(table.release_all(owner)))
     }
 
+    /// Release every lock taken in `session`.
+    ///
+    /// # Errors
+    ///
+    /// [`LockStoreError::Io`].
+    pub fn release_session(&self, workspace: &Path, session: &str) -> Result<Vec<Lock>, LockStoreError> {
+        self.update(workspace, |table| Ok(table.release_session(session)))
+    }
+
     /// The live locks now.
     ///
     /// # Errors

@@ -309,6 +309,7 @@ fn audit_locks(call: &NativeCall<'_>, event: &str, locks: &[Lock]) {
     let records: Vec<Record> = locks
         .iter()
         .map(|lock| Record::lock(&crate::guard::now(), &lock.session, &lock.owner, event, &lock.pattern, lock.mode.as_str(), lock.fence))
+        .map(|record| record.at(&call.request.workspace.root().display().to_string(), call.request.principal))
         .collect();
     // The call's own record says whether the trail could be written.
     let _ = log.append(&records);

@@ -33,6 +33,9 @@ pub struct CallRequest<'a> {
     /// The task the session is bound to: the policy's `{chain}` and `{task}` rules are bound
     /// to it, and the component can read it but not change it.
     pub task: Option<&'a TaskBinding>,
+    /// Who the caller authenticated as, when a service authenticated it (recorded on every
+    /// audit record of the call).
+    pub principal: Option<&'a str>,
 }
 
 impl CallRequest<'_> {

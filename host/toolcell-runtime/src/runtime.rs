@@ -155,7 +155,7 @@ impl Runtime {
     /// [`Error::Lock`] naming the conflicting lock, or what is wrong with the request.
     pub fn acquire_lock(&self, workspace: &Workspace, request: &LockRequest) -> Result<Lock, Error> {
         let lock = self.locks.acquire(workspace.root(), request)?;
-        self.audit_lock("acquired", &lock);
+        self.audit_lock(workspace, "acquired", &lock);
         Ok(lock)
     }
 
@@ -166,11 +166,24 @@ impl Runtime {
     /// [`Error::Lock`] if `owner` holds no such lock.
     pub fn release_lock(&self, workspace: &Workspace, fence: u64, owner: &str) -> Result<Lock, Error> {
         let lock = self.locks.release(workspace.root(), fence, owner)?;
-        self.audit_lock("released", &lock);
+        self.audit_lock(workspace, "released", &lock);
         Ok(lock)
     }
 
-    pub(crate) fn audit_lock(&self, event: &str, lock: &Lock) {
+    /// End `session` in `workspace`: release every lock taken in it, and record each release.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if the lock table cannot be updated.
+    pub fn release_session_locks(&self, workspace: &Workspace, session: &str) -> Result<Vec<Lock>, Error> {
+        let released = self.locks.release_session(workspace.root(), session)?;
+        for lock in &released {
+            self.audit_lock(workspace, "released", lock);
+        }
+        Ok(released)
+    }
+
+    fn audit_lock(&self, workspace: &Workspace, event: &str, lock: &Lock) {
         if let Some(log) = &self.audit {
             let record = toolcell_audit::Record::lock(
                 &guard::now(),
@@ -180,7 +193,8 @@ impl Runtime {
                 &lock.pattern,
                 lock.mode.as_str(),
                 lock.fence,
-            );
+            )
+            .at(&workspace.root().display().to_string(), None);
             let _ = log.append(&[record]);
         }
     }

@@ -155,6 +155,8 @@ pub(crate) struct WorkflowCall {
     pub(crate) policy: Option<Arc<toolcell_policy::Policy>>,
     pub(crate) role: Option<Arc<Role>>,
     pub(crate) tool: String,
+    /// Who the caller authenticated as.
+    pub(crate) principal: Option<String>,
 }
 
 /// Who calls a capability: the call's identity, as its context holds it.
@@ -361,7 +363,8 @@ impl WorkflowCall {
                 &id,
                 role,
                 &binding.to_string(),
-            );
+            )
+            .at(&self.workspace.display().to_string(), self.principal.as_deref());
             if log.append(&[audited]).is_err() {
                 let _ = self.shared.sessions.set_state(&id, SessionState::Ended);
                 return Ok(Err(ToolError::new(
@@ -393,7 +396,8 @@ impl WorkflowCall {
                 &lock.pattern,
                 lock.mode.as_str(),
                 lock.fence,
-            );
+            )
+            .at(&self.workspace.display().to_string(), self.principal.as_deref());
             let _ = log.append(&[record]);
         }
     }

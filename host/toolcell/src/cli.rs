@@ -68,6 +68,18 @@ pub enum Command {
     /// Serve the tools of one role over MCP on stdin/stdout (logs go to stderr).
     Mcp(McpArgs),
 
+    /// Serve MCP over Streamable HTTP to many clients: each bearer token of the service
+    /// configuration stands for a principal with its workspace and role (logs go to stderr).
+    Serve(ServeArgs),
+
+    /// Print a new bearer token and the `token_sha256` line that admits it in a service
+    /// configuration (with `--hash`, the line for a token read from stdin).
+    Token {
+        /// Hash a token read from stdin instead of making a new one.
+        #[arg(long)]
+        hash: bool,
+    },
+
     /// Print the tool definitions a role may call, in a model provider's shape.
     Schema {
         /// The role whose tools to print.
@@ -262,6 +274,18 @@ pub struct McpArgs {
     /// Approve every access the policy marks `ask` (each approval is reported on stderr).
     #[arg(long)]
     pub approve: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The service configuration (TOML): workspaces, principals and their token hashes.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+
+    /// Where to listen [default: the configuration's `listen`, else 127.0.0.1:8750]. Port 0
+    /// picks a free port; the address is printed on stderr.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Subcommand)]

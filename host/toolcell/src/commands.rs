@@ -14,7 +14,8 @@ use toolcell_runtime::{
 };
 
 use crate::cli::{
-    AuditCommand, CallArgs, Cli, Command, LockCommand, McpArgs, PolicyCommand, ReportArgs, RuntimeArgs, SessionsCommand, ToolsCommand,
+    AuditCommand, CallArgs, Cli, Command, LockCommand, McpArgs, PolicyCommand, ReportArgs, RuntimeArgs, ServeArgs, SessionsCommand,
+    ToolsCommand,
 };
 
 use toolcell_host::{DEFAULT_POLICY, DEFAULT_POLICY_NAME};
@@ -34,6 +35,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     if let Command::Mcp(args) = &cli.command {
         return mcp(&cli.runtime, args);
+    }
+    if let Command::Serve(args) = &cli.command {
+        return serve(&cli.runtime, args);
+    }
+    if let Command::Token { hash } = &cli.command {
+        return token(*hash);
     }
     if let Command::Demo { workspace } = &cli.command {
         return crate::demo::run(&cli.runtime, workspace.clone());
@@ -58,6 +65,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy(PolicyCommand::Check { .. })
         | Command::Audit(_)
         | Command::Mcp(_)
+        | Command::Serve(_)
+        | Command::Token { .. }
         | Command::Demo { .. }
         | Command::Conformance { .. }
         | Command::Tools { command: Some(_), .. } => {
@@ -354,6 +363,7 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
         owner,
         fences: &args.fences,
         task: task.as_ref(),
+        principal: None,
     })?;
     let mut stdout = std::io::stdout().lock();
     if args.json {
@@ -482,6 +492,60 @@ fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
         let _ = host.runtime().sessions().set_state(&session_id, SessionState::Ended);
     }
     served?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolcell serve`: one runtime, one host per configured workspace, MCP over HTTP.
+fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = toolcell_mcp::config::ServiceConfig::load(&serve.config)?;
+    let runtime = Arc::new(build_runtime(args)?);
+    let mut hosts = std::collections::BTreeMap::new();
+    for (name, directory) in &config.workspaces {
+        let workspace = Workspace::open(directory).with_context(|| format!("{}: workspace `{name}`", config.file))?;
+        hosts.insert(name.clone(), toolcell_host::Host::shared(Arc::clone(&runtime), workspace, None));
+    }
+    let listen = serve.listen.or(config.listen).unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8750)));
+    let sessions = state_dir(args).map(|state| state.join("mcp-sessions"));
+    let principals = config.principals.len();
+    let service = toolcell_mcp::http::Service::new(config, hosts, sessions).map_err(anyhow::Error::msg)?;
+    let executor = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    executor.block_on(async {
+        let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+        let bound = listener.local_addr()?;
+        writeln!(
+            std::io::stderr(),
+            "toolcell serve: listening on http://{bound}/ ({principals} principals, policy {})",
+            runtime.policy().map_or("(none)", |policy| policy.file())
+        )?;
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            stop.cancel();
+        });
+        toolcell_mcp::http::serve_http(service, listener, shutdown).await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolcell token`: a new random token and its hash line, or the hash line of a given token.
+fn token(hash_stdin: bool) -> anyhow::Result<ExitCode> {
+    use toolcell_mcp::config::{hex, token_hash};
+    let mut stdout = std::io::stdout().lock();
+    if hash_stdin {
+        let mut token = String::new();
+        std::io::stdin().read_line(&mut token)?;
+        let token = token.trim();
+        anyhow::ensure!(!token.is_empty(), "no token on stdin: pipe one in, e.g. `echo \"$TOKEN\" | toolcell token --hash`");
+        writeln!(stdout, "token_sha256 = \"{}\"", hex(&token_hash(token)))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|error| anyhow::anyhow!("no randomness for a token: {error}"))?;
+    let token = format!("tc_{}", hex(&bytes));
+    writeln!(stdout, "{token}")?;
+    writeln!(stdout, "token_sha256 = \"{}\"", hex(&token_hash(&token)))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -197,3 +197,176 @@ fn malformed_tool_calls_are_invalid_params_and_unknown_methods_are_not_found() {
     assert_eq!(result["isError"], false, "{result}");
     client.close().expect("the server exits when stdin closes");
 }
+
+/// A `toolcell serve` process, killed when dropped.
+struct Served {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `toolcell serve` with `config` and its state in `state`; waits for it to listen.
+fn serve(config: &Path, state: &Path) -> Served {
+    use std::io::BufRead as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .arg("--cache-dir")
+        .arg(toolcell_tests::shared_cache_dir())
+        .arg("--state-dir")
+        .arg(state)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start toolcell serve");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("read stderr");
+    let address = line.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_else(|| panic!("no address in {line:?}"));
+    let url = format!("http://{address}/");
+    // Keep draining stderr so the server never blocks on it.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    Served { child, url }
+}
+
+/// A new token and the configuration line that admits it.
+fn token() -> (String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_toolcell")).arg("token").output().expect("toolcell token");
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).expect("utf-8");
+    let mut lines = text.lines();
+    let token = lines.next().expect("token").to_owned();
+    let line = lines.next().expect("hash line").to_owned();
+    assert!(token.starts_with("tc_") && token.len() == 67, "{token}");
+    (token, line)
+}
+
+/// A workspace, a service configuration with an `impl` and a `reviewer` principal, and their
+/// tokens.
+fn service_fixture(root: &Path) -> (PathBuf, String, String) {
+    let workspace = root.join("workspace");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("notes.txt"), "hello\n").expect("write");
+    std::fs::write(workspace.join(".env"), "SECRET=1\n").expect("write");
+    let (impl_token, impl_line) = token();
+    let (review_token, review_line) = token();
+    let config = root.join("service.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[workspaces]\napp = \"workspace\"\n\n[[principals]]\nname = \"alice\"\n{impl_line}\nworkspace = \"app\"\nrole = \"impl\"\n\n\
+             [[principals]]\nname = \"rita\"\n{review_line}\nworkspace = \"app\"\nrole = \"reviewer\"\n"
+        ),
+    )
+    .expect("config");
+    (config, impl_token, review_token)
+}
+
+fn run_http_client(args: &[&str]) -> serde_json::Value {
+    let output = Command::new(python_with_mcp())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/http_client.py"))
+        .args(args)
+        .output()
+        .expect("run the Python HTTP client");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the client failed:\n{stderr}");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| panic!("{error}: {}", String::from_utf8_lossy(&output.stdout)))
+}
+
+/// The audit records of the trail in `state`.
+fn audit_records(state: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(state.join("audit.jsonl")).expect("audit trail");
+    text.lines().map(|line| serde_json::from_str(line).expect("record")).collect()
+}
+
+#[test]
+fn the_http_service_takes_the_role_from_the_token_and_refuses_everyone_else() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, impl_token, review_token) = service_fixture(temp.path());
+    let state = temp.path().join("state");
+    // A tree to search long enough to report progress.
+    for directory in 0..50 {
+        let directory = temp.path().join(format!("workspace/tree/d{directory}"));
+        std::fs::create_dir_all(&directory).expect("mkdir");
+        for file in 0..100 {
+            std::fs::write(directory.join(format!("f{file}.txt")), "hay\n".repeat(40)).expect("write");
+        }
+    }
+    let served = serve(&config, &state);
+    let report = run_http_client(&["main", &served.url, &impl_token, &review_token]);
+
+    let impl_seen = &report["impl"];
+    assert!(impl_seen["tools"].as_array().expect("tools").iter().any(|tool| tool == "edit_file"), "{impl_seen}");
+    assert!(impl_seen["capabilities"]["logging"].is_object(), "{impl_seen}");
+    assert_eq!(impl_seen["read"]["is_error"], false, "{impl_seen}");
+    assert_eq!(impl_seen["edit"]["is_error"], false, "{impl_seen}");
+    assert_eq!(impl_seen["secret"]["is_error"], true, "{impl_seen}");
+    assert_eq!(impl_seen["search"]["is_error"], false, "{impl_seen}");
+    // The refusal reached the client as a log notification, naming the path and the rule.
+    let logs = impl_seen["logs"].as_array().expect("logs");
+    assert!(logs.iter().any(|log| log["level"] == "notice" && log["data"]["path"] == ".env"), "{logs:?}");
+    assert_eq!(std::fs::read_to_string(temp.path().join("workspace/notes.txt")).expect("read"), "hello over http\n");
+
+    // The reviewer's token gives the reviewer's tools, whatever the client asks for.
+    let review = &report["review"];
+    assert_eq!(review["tools"], serde_json::json!(["directory_tree", "file_info", "list_files", "read_file", "read_many", "search_files"]));
+    assert_eq!(review["write"]["is_error"], true, "{review}");
+    assert!(review["write"]["text"].as_str().expect("text").contains("write_file"), "{review}");
+    assert_eq!(review["read"]["is_error"], false, "{review}");
+
+    let raw = &report["raw"];
+    for refused in ["no_token", "unknown_token", "basic_auth"] {
+        assert_eq!(raw[refused]["status"], 401, "{refused}: {raw}");
+        assert_eq!(raw[refused]["www_authenticate"], "Bearer realm=\"toolcell\"", "{refused}: {raw}");
+    }
+    assert_eq!(raw["foreign_host"]["status"], 403, "{raw}");
+    assert_eq!(raw["foreign_origin"]["status"], 403, "{raw}");
+    assert_eq!(raw["too_large"]["status"], 413, "{raw}");
+    assert_eq!(raw["good"]["status"], 200, "{raw}");
+    // A long call with a progress token reports progress on the call's own stream.
+    assert_eq!(raw["progress_stream"][0], "notifications/progress", "{raw}");
+    assert_eq!(raw["progress_stream"].as_array().expect("messages").last(), Some(&serde_json::json!("result")), "{raw}");
+    assert_eq!(raw["progress_tokens"][0], "p-7", "{raw}");
+
+    // Every record of the calls names the workspace and who made them.
+    let workspace = std::fs::canonicalize(temp.path().join("workspace")).expect("canonical");
+    let records = audit_records(&state);
+    let calls: Vec<_> = records.iter().filter(|record| record["kind"] == "call").collect();
+    assert!(calls.len() >= 6, "{calls:?}");
+    for record in records.iter().filter(|record| record["kind"] == "call" || record["kind"] == "fs") {
+        assert_eq!(record["workspace"], workspace.display().to_string(), "{record}");
+        assert!(record["principal"] == "alice" || record["principal"] == "rita", "{record}");
+    }
+    assert!(records.iter().any(|record| record["principal"] == "alice" && record["decision"] == "deny" && record["path"] == ".env"));
+}
+
+#[test]
+fn an_http_session_survives_a_restart_and_releases_its_locks_when_it_ends() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, impl_token, review_token) = service_fixture(temp.path());
+    let state = temp.path().join("state");
+    let served = serve(&config, &state);
+    let before = run_http_client(&["before-restart", &served.url, &impl_token, &review_token]);
+    assert_eq!(before["locked"]["message"]["result"]["isError"], false, "{before}");
+    assert_eq!(before["edited"]["message"]["result"]["isError"], false, "{before}");
+    assert_eq!(before["hijack"], 404, "another principal cannot use the session: {before}");
+    assert_eq!(std::fs::read_to_string(temp.path().join("workspace/notes.txt")).expect("read"), "hello before the restart\n");
+    drop(served);
+
+    let served = serve(&config, &state);
+    let session = before["session"].as_str().expect("session id");
+    let after = run_http_client(&["after-restart", &served.url, &impl_token, &review_token, session]);
+    assert_eq!(after["undone"]["message"]["result"]["isError"], false, "the undo history came back with the session: {after}");
+    assert_eq!(after["blocked"]["message"]["result"]["isError"], true, "{after}");
+    let blocked = after["blocked"]["message"]["result"]["content"][0]["text"].as_str().expect("text");
+    assert!(blocked.contains("locked by"), "{blocked}");
+    assert_eq!(after["ended"], 202, "{after}");
+    assert_eq!(after["after_end"]["message"]["result"]["isError"], false, "ending the session released its lock: {after}");
+    assert_eq!(after["gone"], 404, "{after}");
+    assert_eq!(std::fs::read_to_string(temp.path().join("workspace/notes.txt")).expect("read"), "other session");
+}

@@ -216,6 +216,7 @@ fn unknown_roles_are_a_host_error() {
         owner: None,
         fences: &[],
         task: None,
+        principal: None,
     });
     match result {
         Err(toolcell_runtime::Error::UnknownRole { role, roles }) => {

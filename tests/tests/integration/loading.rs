@@ -54,6 +54,7 @@ fn the_second_start_loads_every_component_from_the_cache() {
             owner: None,
             fences: &[],
             task: None,
+            principal: None,
         })
         .expect("call runs");
     assert_eq!(outcome.result.expect("read succeeds").text, "     1\tcached");
@@ -125,6 +126,7 @@ fn unknown_tools_are_a_host_error() {
         owner: None,
         fences: &[],
         task: None,
+        principal: None,
     });
     match result {
         Err(Error::UnknownTool { name, available }) => {
@@ -202,6 +204,7 @@ fn arguments_are_validated_before_the_component_runs() {
             owner: None,
             fences: &[],
             task: None,
+            principal: None,
         })
         .expect("call");
     assert!(raw.result.expect_err("invalid").message.contains("not valid JSON"));

@@ -132,6 +132,7 @@ fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
                     owner: Some(owner),
                     fences: &[lock.fence],
                     task: None,
+                    principal: None,
                 })
                 .expect("call")
                 .result

@@ -44,6 +44,7 @@ fn call(runtime: &Runtime, workspace: &Workspace, tool: &str, args: &Value) -> C
             owner: None,
             fences: &[],
             task: None,
+            principal: None,
         })
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }
@@ -280,6 +281,7 @@ fn a_workspace_inside_a_host_directory_is_refused() {
             owner: None,
             fences: &[],
             task: None,
+            principal: None,
         });
         match refused {
             Err(Error::Insecure { reason, .. }) => assert!(reason.contains("lies inside toolcell's own directory"), "{reason}"),

@@ -153,6 +153,7 @@ fn call(fixture: &Fixture, session: &str, tool: &str, args: &Value) -> CallOutco
             owner: None,
             fences: &[],
             task: None,
+            principal: None,
         })
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }

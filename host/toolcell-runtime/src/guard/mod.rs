@@ -96,6 +96,10 @@ pub(crate) struct AuditSink {
     pub(crate) session: String,
     pub(crate) tool: String,
     pub(crate) call_id: String,
+    /// The workspace's canonical directory, as the records name it.
+    pub(crate) workspace: String,
+    /// Who the caller authenticated as.
+    pub(crate) principal: Option<String>,
 }
 
 /// What the guard knows for one call.

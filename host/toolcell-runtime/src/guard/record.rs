@@ -32,7 +32,8 @@ impl FsGuard {
             event.access.as_str(),
             decision,
             &event.rule,
-        );
+        )
+        .at(&sink.workspace, sink.principal.as_deref());
         sink.log.append(&[record])
     }
 
@@ -169,7 +170,8 @@ impl FsGuard {
                     access.as_str(),
                     "deny",
                     rule,
-                );
+                )
+                .at(&sink.workspace, sink.principal.as_deref());
                 record.repeated = Some(*count);
                 record
             })
