@@ -37,6 +37,10 @@ use toolcell_host::{Host, Session, TaskBinding};
 use crate::config::{Principal, ServiceConfig, hex, token_hash};
 use crate::{McpServer, ServeError, tools_of};
 
+/// Origins always accepted: pages served from this machine (a browser sends an `Origin` with
+/// every cross-origin request; DNS rebinding shows up as a foreign one).
+const LOOPBACK_ORIGINS: [&str; 6] =
+    ["http://localhost:*", "https://localhost:*", "http://127.0.0.1:*", "https://127.0.0.1:*", "http://[::1]:*", "https://[::1]:*"];
 /// A client gets this long to send a request's headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; more wait to be accepted.
@@ -225,7 +229,7 @@ pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shu
     hosts.extend(config.allowed_hosts.iter().cloned());
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
-        .with_allowed_origins(config.allowed_origins.iter().cloned())
+        .with_allowed_origins(LOOPBACK_ORIGINS.iter().map(|origin| (*origin).to_owned()).chain(config.allowed_origins.iter().cloned()))
         .enforce_origin_validation()
         .with_max_request_body_bytes(config.max_request_bytes)
         .with_cancellation_token(shutdown.child_token());

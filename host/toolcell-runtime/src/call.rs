@@ -70,11 +70,14 @@ impl Runtime {
         Ok(self.finish(request, outcome, started))
     }
 
-    /// The loaded tool a request names.
+    /// The loaded tool a request names; the error lists only the tools the caller's role may
+    /// call (the others are not the caller's to know of).
     fn tool_for(&self, request: &CallRequest<'_>) -> Result<&LoadedTool, Error> {
+        let role = self.policy.as_ref().and_then(|policy| policy.role(request.role));
+        let callable = |name: &&String| self.policy.is_none() || role.is_some_and(|role| role.may_call(name));
         self.tools.get(request.tool).ok_or_else(|| Error::UnknownTool {
             name: request.tool.escape_default().to_string(),
-            available: self.tools.keys().map(String::as_str).collect::<Vec<_>>().join(", "),
+            available: self.tools.keys().filter(callable).map(String::as_str).collect::<Vec<_>>().join(", "),
         })
     }
 

@@ -147,7 +147,7 @@ fn host_errors_exit_2() {
     let root = workspace.path().to_str().expect("UTF-8 path");
     let run = toolcell(&cache, &["call", "rm_rf", "{}", "--workspace", root]);
     assert_eq!(run.status, 2);
-    insta::assert_snapshot!(run.stderr, @"error: there is no tool named `rm_rf`; the tools are: apply_patch, chain_list, chain_new, chain_status, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, spawn_impl_session, task_add, task_approve, task_block, task_complete, task_list, task_ready, task_rework, task_start, task_status, task_unblock, undo_edit, unlock_files, write_file");
+    insta::assert_snapshot!(run.stderr, @"error: there is no tool named `rm_rf`; the tools are: apply_patch, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, undo_edit, unlock_files, write_file");
 }
 
 #[test]

@@ -63,6 +63,7 @@ async def main_scenario(url, impl_token, review_token):
     async def as_review(session, seen):
         seen["write"] = result(await session.call_tool("write_file", {"path": "x.txt", "content": "x"}))
         seen["read"] = result(await session.call_tool("read_file", {"path": "notes.txt"}))
+        seen["unknown"] = result(await session.call_tool("rm_rf", {}))
 
     impl = await sdk(url, impl_token, as_impl)
     review = await sdk(url, review_token, as_review)

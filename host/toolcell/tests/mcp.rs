@@ -2,6 +2,7 @@
 //! environment the test creates once under the target directory (set `TOOLCELL_TEST_PYTHON` to
 //! use another interpreter that has `mcp` installed).
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -318,6 +319,9 @@ fn the_http_service_takes_the_role_from_the_token_and_refuses_everyone_else() {
     assert_eq!(review["write"]["is_error"], true, "{review}");
     assert!(review["write"]["text"].as_str().expect("text").contains("write_file"), "{review}");
     assert_eq!(review["read"]["is_error"], false, "{review}");
+    // An unknown tool's error names only the tools this role may call.
+    let unknown = review["unknown"]["text"].as_str().expect("text");
+    assert!(unknown.contains("no tool named `rm_rf`") && unknown.contains("read_file") && !unknown.contains("write_file"), "{unknown}");
 
     let raw = &report["raw"];
     for refused in ["no_token", "unknown_token", "basic_auth"] {
@@ -369,4 +373,62 @@ fn an_http_session_survives_a_restart_and_releases_its_locks_when_it_ends() {
     assert_eq!(after["after_end"]["message"]["result"]["isError"], false, "ending the session released its lock: {after}");
     assert_eq!(after["gone"], 404, "{after}");
     assert_eq!(std::fs::read_to_string(temp.path().join("workspace/notes.txt")).expect("read"), "other session");
+}
+
+/// The scenarios of the official MCP conformance suite that apply to a server of tools, every
+/// one of which must pass. The suite's other server scenarios call tools of its own reference
+/// server (`test_tool_with_logging`, `test_tool_with_progress`, `json_schema_2020_12_tool`,
+/// the image/audio/resource/sampling/elicitation tools, and the reconnection tool of
+/// `server-sse-polling`) or exercise resources, prompts and completions, which toolcell does
+/// not offer; the README lists them.
+const CONFORMANCE_SCENARIOS: [&str; 7] = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "tools-call-error",
+    "logging-set-level",
+    "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+];
+
+#[test]
+fn the_official_conformance_suite_passes_every_scenario_that_applies_to_a_tool_server() {
+    let (node, suite) = match (std::env::var_os("TOOLCELL_CONFORMANCE_NODE"), std::env::var_os("TOOLCELL_CONFORMANCE_SUITE")) {
+        (Some(node), Some(suite)) => (PathBuf::from(node), PathBuf::from(suite)),
+        _ => {
+            let required = std::env::var_os("TOOLCELL_REQUIRE_CONFORMANCE").is_some_and(|value| value == "1");
+            assert!(
+                !required,
+                "TOOLCELL_REQUIRE_CONFORMANCE=1 but TOOLCELL_CONFORMANCE_NODE/_SUITE are not set (.ci/mcp-conformance prints them)"
+            );
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: set TOOLCELL_CONFORMANCE_NODE and _SUITE (from .ci/mcp-conformance) to run the MCP conformance suite"
+            );
+            return;
+        }
+    };
+    let temp = tempfile::tempdir().expect("temporary directory");
+    std::fs::create_dir(temp.path().join("workspace")).expect("workspace");
+    std::fs::write(temp.path().join("workspace/notes.txt"), "hello\n").expect("write");
+    let config = temp.path().join("service.toml");
+    // The suite sends no credentials: the service admits it as an anonymous principal.
+    std::fs::write(
+        &config,
+        "anonymous = \"conformance\"\n\n[workspaces]\napp = \"workspace\"\n\n[[principals]]\nname = \"conformance\"\nworkspace = \"app\"\nrole = \"impl\"\n",
+    )
+    .expect("config");
+    let served = serve(&config, &temp.path().join("state"));
+    for scenario in CONFORMANCE_SCENARIOS {
+        let output = Command::new(&node)
+            .arg(&suite)
+            .args(["server", "--url", &served.url, "--scenario", scenario])
+            .output()
+            .expect("run the conformance suite");
+        let printed = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        let summary =
+            printed.lines().find(|line| line.starts_with("Passed: ")).unwrap_or_else(|| panic!("{scenario}: no summary in\n{printed}"));
+        let (passed, total) = summary["Passed: ".len()..].split(',').next().and_then(|counts| counts.split_once('/')).expect("counts");
+        assert!(summary.contains(" 0 failed") && passed == total && passed != "0", "{scenario}: {summary}\n{printed}");
+    }
 }
