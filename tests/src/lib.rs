@@ -43,6 +43,7 @@ pub fn call_in(
             fences,
             task: None,
             principal: None,
+            cancel: None,
         })
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }
@@ -323,6 +324,7 @@ impl Fixture {
                 fences: &[],
                 task: None,
                 principal: None,
+                cancel: None,
             })
             .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
     }

@@ -518,6 +518,7 @@ impl Scratch {
             fences: &[],
             task,
             principal: None,
+            cancel: None,
         };
         runtime.call(&request).unwrap_or_else(|error| CallOutcome {
             result: Err(toolcell_types::ToolError::new(ToolErrorKind::Failed, format!("the host could not run the call: {error}"))),

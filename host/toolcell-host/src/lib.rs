@@ -461,6 +461,20 @@ impl Session {
     /// the agent should see (bad arguments, refusals, tool errors) is in
     /// [`CallResult::output`].
     pub fn call(&self, tool: &str, args: &str) -> Result<CallResult, Error> {
+        self.call_cancellable(tool, args, None)
+    }
+
+    /// [`call`](Self::call), stopped and rolled back if `cancel` is set while it runs.
+    ///
+    /// # Errors
+    ///
+    /// As [`call`](Self::call).
+    pub fn call_cancellable(
+        &self,
+        tool: &str,
+        args: &str,
+        cancel: Option<&Arc<std::sync::atomic::AtomicBool>>,
+    ) -> Result<CallResult, Error> {
         let inner = &self.host.inner;
         let fences: Vec<u64> = self.held_locks().iter().map(|lock| lock.fence).collect();
         let outcome = inner.runtime.call(&CallRequest {
@@ -474,6 +488,7 @@ impl Session {
             fences: &fences,
             task: self.task.as_ref(),
             principal: self.principal.as_deref(),
+            cancel,
         })?;
         Ok(CallResult { output: outcome.result, warnings: outcome.warnings, call_id: outcome.call_id, denials: outcome.denials })
     }

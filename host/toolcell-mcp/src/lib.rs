@@ -23,6 +23,7 @@ pub mod http;
 mod logging;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
@@ -103,9 +104,18 @@ impl McpServer {
     async fn run(&self, session: Session, name: String, arguments: Value, context: &RequestContext<RoleServer>) -> CallToolResult {
         let args = arguments.to_string();
         let tool = name.clone();
-        let mut call = tokio::task::spawn_blocking(move || session.call(&tool, &args));
+        // `notifications/cancelled` for this request cancels `context.ct`: the call is then
+        // stopped at its next epoch check and rolled back.
+        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel_call = Arc::clone(&cancel);
+        let mut call = tokio::task::spawn_blocking(move || session.call_cancellable(&tool, &args, Some(&cancel_call)));
         let joined = match context.meta.get_progress_token() {
-            None => call.await,
+            None => loop {
+                tokio::select! {
+                    joined = &mut call => break joined,
+                    () = context.ct.cancelled(), if !cancel.load(Ordering::Relaxed) => cancel.store(true, Ordering::Relaxed),
+                }
+            },
             Some(token) => {
                 let started = Instant::now();
                 // Not at once: rmcp routes a notification to the request's own stream only
@@ -121,6 +131,7 @@ impl McpServer {
                             let _ = context.peer.notify_progress(progress).await;
                         }
                         joined = &mut call => break joined,
+                        () = context.ct.cancelled(), if !cancel.load(Ordering::Relaxed) => cancel.store(true, Ordering::Relaxed),
                     }
                 }
             }

@@ -87,6 +87,7 @@ fn main() {
         fences: &[],
         task: None,
         principal: None,
+        cancel: None,
     };
     let write_args = serde_json::json!({"path": "written.txt", "content": content}).to_string();
     let write_request = CallRequest { tool: "write_file", args: &write_args, ..request };

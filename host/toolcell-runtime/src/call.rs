@@ -26,6 +26,7 @@ use crate::error::describe;
 use crate::guard::{AuditSink, FsGuard, Transaction};
 use crate::state::{CallContext, CallState, CapturePipe};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::outcome::{convert_error, convert_output, denied_result, distinct_messages, new_call_id, only_reads_refused};
 use crate::*;
@@ -165,7 +166,7 @@ impl Runtime {
                     workflow: Some(Arc::new(workflow)),
                     ..CallContext::default()
                 };
-                self.run_component(pre, request.tool, request.args, request.workspace, context, guard, outcome)
+                self.run_component(pre, request, context, guard, outcome)
             }
             ToolKind::Native(native) => {
                 outcome.result = native.run(&mut native::NativeCall {
@@ -217,17 +218,15 @@ impl Runtime {
 
     /// Instantiate `pre` in a fresh store with `guard` on its filesystem and run one call.
     /// Fills the result, the trap flag, notes and stdio of `outcome`; returns the guard.
-    #[expect(clippy::too_many_arguments, reason = "the parts of one call, borrowed from different owners")]
     fn run_component(
         &self,
         pre: &bindings::PluginPre<CallState>,
-        tool: &str,
-        args: &str,
-        workspace: &Workspace,
+        request: &CallRequest<'_>,
         context: CallContext,
         guard: FsGuard,
         outcome: &mut CallOutcome,
     ) -> Result<FsGuard, Error> {
+        let (tool, args, workspace) = (request.tool, request.args, request.workspace);
         let host_error = |error: wasmtime::Error| Error::Call { tool: tool.to_owned(), reason: describe(&error) };
         let stdout = CapturePipe::new(STDIO_CAPACITY);
         let stderr = CapturePipe::new(STDIO_CAPACITY);
@@ -251,15 +250,32 @@ impl Runtime {
         store.limiter(|state| &mut state.limiter);
         // The ticker's phase is arbitrary, so the first tick may come at once: one tick more
         // gives the call at least its deadline, and stops it within one tick after.
-        store.set_epoch_deadline(limits.deadline_ticks() + 1);
-        store.epoch_deadline_trap();
+        // Each tick also checks whether the caller cancelled the call.
+        let mut ticks_left = limits.deadline_ticks() + 1;
+        let cancel = request.cancel.cloned();
+        store.epoch_deadline_callback(move |_| {
+            ticks_left = ticks_left.saturating_sub(1);
+            if ticks_left == 0 || cancel.as_ref().is_some_and(|cancel| cancel.load(Ordering::Relaxed)) {
+                return Err(wasmtime::Trap::Interrupt.into());
+            }
+            Ok(wasmtime::UpdateDeadline::Continue(1))
+        });
+        store.set_epoch_deadline(1);
         let plugin = pre.instantiate(&mut store).map_err(host_error)?;
         let returned = plugin.toolcell_tool_tool().call_call(&mut store, args);
         let memory_refused = store.data().limiter.refused;
         // Waits in the host end at the deadline (plus a tick) and return to the component; one
         // that then returns before the next epoch check still ran past its deadline.
         let overran = Instant::now() >= store.data().deadline + EPOCH_TICK;
+        let cancelled = request.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed));
         outcome.result = match returned {
+            Err(_) if cancelled => {
+                outcome.trapped = true;
+                Err(ToolError::new(
+                    ToolErrorKind::Failed,
+                    format!("`{tool}` was cancelled by the client and stopped; everything it changed was rolled back"),
+                ))
+            }
             Ok(_) if overran => {
                 outcome.trapped = true;
                 Err(self.deadline_error(tool, &limits))
@@ -473,8 +489,8 @@ impl Runtime {
         };
         let args = serde_json::json!({ "path": path }).to_string();
         let mut outcome = CallOutcome::new(context.call_id.clone());
-        let guard =
-            self.run_component(pre, tool, &args, request.workspace, context, guard, &mut outcome).map_err(|error| error.to_string())?;
+        let validation = CallRequest { tool, args: &args, ..*request };
+        let guard = self.run_component(pre, &validation, context, guard, &mut outcome).map_err(|error| error.to_string())?;
         if let Some(denial) = guard.denials.first() {
             return Err(format!("the validator `{tool}` was refused: {}", denial.message));
         }

@@ -31,6 +31,7 @@
 //!     fences: &[],
 //!     task: None,
 //!     principal: None,
+//!     cancel: None,
 //! })?;
 //! match outcome.result {
 //!     Ok(output) => eprintln!("{}", output.text),

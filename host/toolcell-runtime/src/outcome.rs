@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use toolcell_types::{ToolError, ToolErrorKind, ToolOutput};
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use crate::*;
 
@@ -36,6 +37,9 @@ pub struct CallRequest<'a> {
     /// Who the caller authenticated as, when a service authenticated it (recorded on every
     /// audit record of the call).
     pub principal: Option<&'a str>,
+    /// Set by the caller to stop the call (a client's cancellation): the component is stopped
+    /// at its next epoch check (within a few milliseconds) and the call is rolled back.
+    pub cancel: Option<&'a Arc<AtomicBool>>,
 }
 
 impl CallRequest<'_> {

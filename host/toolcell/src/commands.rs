@@ -364,6 +364,7 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
         fences: &args.fences,
         task: task.as_ref(),
         principal: None,
+        cancel: None,
     })?;
     let mut stdout = std::io::stdout().lock();
     if args.json {

@@ -173,12 +173,43 @@ async def after_restart(url, impl_token, review_token, session_id):
     return {"undone": undone, "blocked": blocked, "ended": ended.status_code, "after_end": after_end, "gone": gone.status_code}
 
 
+async def cancel(url, impl_token, review_token):
+    """Start a call that writes and never ends, cancel it, and see the session go on."""
+    import time
+    client, headers, session_id = await raw_session(url, impl_token)
+    started = time.monotonic()
+
+    async def long_call():
+        return await client.post(url, headers=headers, json={
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "misbehave", "arguments": {"action": "write_then_spin", "path": "spun.txt", "text": "half done"}}})
+
+    running = asyncio.ensure_future(long_call())
+    await asyncio.sleep(1.0)
+    cancelled = await client.post(url, headers=headers, json={
+        "jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "the user pressed stop"}})
+    try:
+        await asyncio.wait_for(running, timeout=30)
+    except Exception as error:  # the stream may end without a response, as the spec allows
+        running_error = repr(error)
+    else:
+        running_error = None
+    # Wait until the host has finished the call (its record is the last thing it writes).
+    await asyncio.sleep(0.5)
+    seconds = time.monotonic() - started
+    after = await call(client, headers, url, "read_file", {"path": "notes.txt"}, id=2)
+    await client.aclose()
+    return {"cancel_status": cancelled.status_code, "seconds": seconds, "running_error": running_error, "after": after}
+
+
 def main():
     scenario, url, impl_token, review_token = sys.argv[1:5]
     if scenario == "main":
         report = asyncio.run(main_scenario(url, impl_token, review_token))
     elif scenario == "before-restart":
         report = asyncio.run(before_restart(url, impl_token, review_token))
+    elif scenario == "cancel":
+        report = asyncio.run(cancel(url, impl_token, review_token))
     elif scenario == "after-restart":
         report = asyncio.run(after_restart(url, impl_token, review_token, sys.argv[5]))
     else:

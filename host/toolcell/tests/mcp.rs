@@ -214,8 +214,14 @@ impl Drop for Served {
 
 /// Start `toolcell serve` with `config` and its state in `state`; waits for it to listen.
 fn serve(config: &Path, state: &Path) -> Served {
+    serve_with(config, state, &[])
+}
+
+/// [`serve`] with more global options (`--policy`, `--plugin-dir`).
+fn serve_with(config: &Path, state: &Path, options: &[&std::ffi::OsStr]) -> Served {
     use std::io::BufRead as _;
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .args(options)
         .arg("--cache-dir")
         .arg(toolcell_tests::shared_cache_dir())
         .arg("--state-dir")
@@ -431,4 +437,40 @@ fn the_official_conformance_suite_passes_every_scenario_that_applies_to_a_tool_s
         let (passed, total) = summary["Passed: ".len()..].split(',').next().and_then(|counts| counts.split_once('/')).expect("counts");
         assert!(summary.contains(" 0 failed") && passed == total && passed != "0", "{scenario}: {summary}\n{printed}");
     }
+}
+
+#[test]
+fn a_call_the_client_cancels_is_stopped_and_rolled_back() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, impl_token, review_token) = service_fixture(temp.path());
+    let plugins = temp.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("plugins");
+    std::fs::write(plugins.join("misbehave.wasm"), toolcell_tests::guest_program("misbehave")).expect("plugin");
+    let policy = temp.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[limits]\ndeadline_ms = 60000\n[roles.impl]\ntools = [\"*\"]\n[[roles.impl.rules]]\naccess = [\"read\", \"list\", \"write\"]\npaths = [\"**\"]\neffect = \"allow\"\n\
+         [roles.reviewer]\ntools = [\"read_file\"]\n",
+    )
+    .expect("policy");
+    let served = serve_with(
+        &config,
+        &temp.path().join("state"),
+        &["--policy".as_ref(), policy.as_os_str(), "--plugin-dir".as_ref(), plugins.as_os_str()],
+    );
+    let report = run_http_client(&["cancel", &served.url, &impl_token, &review_token]);
+    // The component wrote, then spun with a minute left on its deadline: the cancellation
+    // stopped it at once, and its write was rolled back.
+    assert!(report["seconds"].as_f64().expect("seconds") < 20.0, "{report}");
+    assert!(!temp.path().join("workspace/spun.txt").exists(), "the cancelled call's write was rolled back: {report}");
+    assert_eq!(report["after"]["message"]["result"]["isError"], false, "the session still works: {report}");
+    let records = audit_records(&temp.path().join("state"));
+    let cancelled = records.iter().find(|record| record["kind"] == "call" && record["tool"] == "misbehave").expect("the call's record");
+    assert!(cancelled["message"].as_str().expect("message").contains("cancelled by the client"), "{cancelled}");
+    assert_eq!(cancelled["outcome"], "trapped", "{cancelled}");
+    // The write did happen before the cancellation (and was then undone).
+    assert!(
+        records.iter().any(|record| record["kind"] == "fs" && record["path"] == "spun.txt" && record["decision"] == "allow"),
+        "{records:?}"
+    );
 }

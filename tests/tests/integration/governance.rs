@@ -217,6 +217,7 @@ fn unknown_roles_are_a_host_error() {
         fences: &[],
         task: None,
         principal: None,
+        cancel: None,
     });
     match result {
         Err(toolcell_runtime::Error::UnknownRole { role, roles }) => {

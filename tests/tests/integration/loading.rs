@@ -55,6 +55,7 @@ fn the_second_start_loads_every_component_from_the_cache() {
             fences: &[],
             task: None,
             principal: None,
+            cancel: None,
         })
         .expect("call runs");
     assert_eq!(outcome.result.expect("read succeeds").text, "     1\tcached");
@@ -127,6 +128,7 @@ fn unknown_tools_are_a_host_error() {
         fences: &[],
         task: None,
         principal: None,
+        cancel: None,
     });
     match result {
         Err(Error::UnknownTool { name, available }) => {
@@ -205,6 +207,7 @@ fn arguments_are_validated_before_the_component_runs() {
             fences: &[],
             task: None,
             principal: None,
+            cancel: None,
         })
         .expect("call");
     assert!(raw.result.expect_err("invalid").message.contains("not valid JSON"));

@@ -133,6 +133,7 @@ fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
                     fences: &[lock.fence],
                     task: None,
                     principal: None,
+                    cancel: None,
                 })
                 .expect("call")
                 .result

@@ -45,6 +45,7 @@ fn call(runtime: &Runtime, workspace: &Workspace, tool: &str, args: &Value) -> C
             fences: &[],
             task: None,
             principal: None,
+            cancel: None,
         })
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }
@@ -282,6 +283,7 @@ fn a_workspace_inside_a_host_directory_is_refused() {
             fences: &[],
             task: None,
             principal: None,
+            cancel: None,
         });
         match refused {
             Err(Error::Insecure { reason, .. }) => assert!(reason.contains("lies inside toolcell's own directory"), "{reason}"),

@@ -154,6 +154,7 @@ fn call(fixture: &Fixture, session: &str, tool: &str, args: &Value) -> CallOutco
             fences: &[],
             task: None,
             principal: None,
+            cancel: None,
         })
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }

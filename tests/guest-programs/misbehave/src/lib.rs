@@ -31,7 +31,7 @@ impl Tool for Misbehave {
         ToolInfo::new("misbehave", "Misbehave", "Test program: crashes or floods on request.").schema(json!({
             "type": "object",
             "properties": {
-                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "echo", "echo_error", "ok", "task", "spawn", "lock_for_task", "release_task", "spawn_loop"] },
+                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "echo", "echo_error", "ok", "task", "spawn", "lock_for_task", "release_task", "spawn_loop", "write_then_spin"] },
                 "text": { "type": "string" },
                 "bytes": { "type": "integer", "minimum": 0 },
                 "path": { "type": "string" }
@@ -63,6 +63,15 @@ impl Tool for Misbehave {
                 // A fresh instance per call must always answer 1.
                 let calls = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 Ok(Output::text(calls.to_string()))
+            }
+            "write_then_spin" => {
+                // Changes the workspace, then never returns: a cancelled or timed-out call
+                // must leave no trace of the write.
+                std::fs::write(&args.path, args.text.as_bytes()).map_err(|error| ToolError::Failed(format!("cannot write: {error}")))?;
+                let mut counter: u64 = 0;
+                loop {
+                    counter = std::hint::black_box(counter.wrapping_add(1));
+                }
             }
             "spin" => {
                 // Never returns: only the host's deadline stops it.
