@@ -474,3 +474,84 @@ fn a_call_the_client_cancels_is_stopped_and_rolled_back() {
         "{records:?}"
     );
 }
+
+#[path = "load/mod.rs"]
+#[expect(dead_code, reason = "the load generator is the serve benchmark's; these tests use its client")]
+mod load;
+
+#[test]
+fn a_service_killed_under_load_restarts_with_whole_files_and_a_verified_trail() {
+    const CLIENTS: usize = 6;
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let workspace = temp.path().join("workspace");
+    std::fs::create_dir(&workspace).expect("workspace");
+    // Two whole versions of each file; a write lands one or the other, never a mix.
+    let version = |letter: char| format!("{}\n", letter.to_string().repeat(1023)).repeat(256);
+    let mut config = String::from("[workspaces]\napp = \"workspace\"\n");
+    for client in 0..CLIENTS {
+        std::fs::write(workspace.join(format!("f{client}.txt")), version('a')).expect("file");
+        let hash = toolcell_mcp::config::hex(&toolcell_mcp::config::token_hash(&format!("token-{client}")));
+        config.push_str(&format!(
+            "\n[[principals]]\nname = \"c{client}\"\ntoken_sha256 = \"{hash}\"\nworkspace = \"app\"\nrole = \"impl\"\n"
+        ));
+    }
+    let config_path = temp.path().join("service.toml");
+    std::fs::write(&config_path, config).expect("config");
+    let state = temp.path().join("state");
+    let mut served = serve(&config_path, &state);
+    let acknowledged = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for client in 0..CLIENTS {
+            let (url, acknowledged, version) = (served.url.clone(), &acknowledged, &version);
+            scope.spawn(move || {
+                let Ok(mut session) = load::Client::connect(&url, &format!("token-{client}")) else { return };
+                let path = format!("f{client}.txt");
+                for round in 0.. {
+                    if session.call("read_file", serde_json::json!({"path": path, "limit": 1})).is_err() {
+                        return;
+                    }
+                    let content = version(if round % 2 == 0 { 'b' } else { 'a' });
+                    match session.call("write_file", serde_json::json!({"path": path, "content": content})) {
+                        Ok(result) if result["isError"] == false => {
+                            acknowledged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        _ => return,
+                    }
+                }
+            });
+        }
+        // Kill the service mid-load (SIGKILL: no chance to clean up).
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        served.child.kill().expect("kill the service");
+    });
+    assert!(acknowledged.load(std::sync::atomic::Ordering::Relaxed) > 0, "the load ran before the kill");
+    for client in 0..CLIENTS {
+        let content = std::fs::read_to_string(workspace.join(format!("f{client}.txt"))).expect("read");
+        assert!(content == version('a') || content == version('b'), "f{client}.txt is not a whole version ({} bytes)", content.len());
+    }
+    // The service starts again, recovers what the kill interrupted, and clients reconnect.
+    drop(served);
+    let served = serve(&config_path, &state);
+    let mut session = load::Client::connect(&served.url, "token-0").expect("reconnect");
+    let read = session.call("read_file", serde_json::json!({"path": "f0.txt", "limit": 1})).expect("read after restart");
+    assert_eq!(read["isError"], false, "{read}");
+    let written = session.call("write_file", serde_json::json!({"path": "f0.txt", "content": "after\n"})).expect("write after restart");
+    assert_eq!(written["isError"], false, "{written}");
+    // The temporary sibling of a rewrite the kill interrupted is gone.
+    let leftovers: Vec<_> = std::fs::read_dir(&workspace).expect("list").map(|entry| entry.expect("entry").file_name()).collect();
+    assert_eq!(leftovers.len(), CLIENTS, "nothing beside the files: {leftovers:?}");
+    let journals: Vec<_> = std::fs::read_dir(state.join("journal"))
+        .map(|entries| {
+            entries.filter_map(Result::ok).filter(|entry| entry.path().extension().is_some_and(|extension| extension == "jsonl")).collect()
+        })
+        .unwrap_or_default();
+    assert!(journals.len() <= 1, "only the running service's journal is left: {journals:?}");
+    drop(served);
+    let verified =
+        Command::new(env!("CARGO_BIN_EXE_toolcell")).arg("--state-dir").arg(&state).args(["audit", "verify"]).output().expect("verify");
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stdout));
+    let records = audit_records(&state);
+    for recovery in records.iter().filter(|record| record["kind"] == "recovery") {
+        assert_eq!(recovery["outcome"], "rolled_back", "{recovery}");
+    }
+}
