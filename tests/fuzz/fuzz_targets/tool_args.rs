@@ -141,6 +141,8 @@ fuzz_target!(|bytes: &[u8]| {
         owner: task.map(toolcell_runtime::TaskBinding::chain),
         fences: &[],
         task,
+        principal: None,
+        cancel: None,
     });
     let base = temp.path().to_string_lossy().into_owned();
     if let Ok(outcome) = outcome {
