@@ -36,6 +36,16 @@ impl Tool for WordCount {
             "required": ["path"],
             "additionalProperties": false
         }))
+        .output(json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "lines": {"type": "integer", "minimum": 0},
+                "words": {"type": "integer", "minimum": 0},
+                "bytes": {"type": "integer", "minimum": 0}
+            },
+            "required": ["path", "lines", "words", "bytes"]
+        }))
         .read_only()
     }
 

@@ -81,6 +81,7 @@ impl Tool for ApplyPatch {
             "additionalProperties": false
         }))
         .destructive()
+        .output(json!({"type": "object", "properties": {"dry_run": {"type": "boolean"}, "files": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "action": {"enum": ["added", "deleted", "updated"]}, "added_lines": {"type": "integer", "minimum": 0}, "removed_lines": {"type": "integer", "minimum": 0}, "moved_to": {"type": "string"}}, "required": ["path", "action", "added_lines", "removed_lines"]}}, "diff": {"type": "string", "description": "The unified diff, for a dry run."}}, "required": ["dry_run", "files"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -22,6 +22,7 @@ impl Tool for ChainList {
         )
         .schema(json!({"type": "object", "properties": {}, "additionalProperties": false}))
         .read_only()
+        .output(json!({"type": "object", "properties": {"chains": {"type": "array", "items": {"type": "object", "properties": {"chain": {"type": "string"}, "done": {"type": "integer", "minimum": 0}, "total": {"type": "integer", "minimum": 0}, "statuses": {"type": "object"}}, "required": ["chain", "done", "total"]}}}, "required": ["chains"]}))
     }
 
     fn call(_args: Args) -> Result<Output, ToolError> {

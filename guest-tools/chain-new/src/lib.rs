@@ -40,6 +40,7 @@ impl Tool for ChainNew {
             "required": ["cr", "slug", "title"],
             "additionalProperties": false
         }))
+        .output(json!({"type": "object", "properties": {"chain": {"type": "string"}, "charter": {"type": "string", "description": "The charter file."}}, "required": ["chain", "charter"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

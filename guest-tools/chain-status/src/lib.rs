@@ -33,6 +33,7 @@ impl Tool for ChainStatus {
             "additionalProperties": false
         }))
         .read_only()
+        .output(json!({"type": "object", "properties": {"chain": {"type": "string"}, "done": {"type": "integer", "minimum": 0}, "total": {"type": "integer", "minimum": 0}, "tasks": {"type": "object"}, "locks": {"type": "array", "items": {"type": "object"}}, "next": {"type": ["string", "null"]}, "problems": {"type": "array"}}, "required": ["chain", "done", "total", "tasks", "locks", "next", "problems"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

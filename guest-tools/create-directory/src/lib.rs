@@ -37,6 +37,7 @@ impl Tool for CreateDirectory {
             "additionalProperties": false
         }))
         .idempotent()
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "created": {"type": "boolean", "description": "False if it existed already."}}, "required": ["path", "created"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -46,6 +46,7 @@ impl Tool for DeleteFile {
         }))
         .destructive()
         .idempotent()
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "kind": {"type": "string"}, "files": {"type": "integer", "minimum": 0}, "directories": {"type": "integer", "minimum": 0}}, "required": ["path", "kind", "files", "directories"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

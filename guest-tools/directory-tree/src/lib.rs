@@ -63,6 +63,7 @@ impl Tool for DirectoryTree {
             "additionalProperties": false
         }))
         .read_only()
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "entries": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean"}, "unreadable_directories": {"type": "integer", "minimum": 0}, "children": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}, "type": {"type": "string"}, "children": {"type": "array"}, "truncated": {"type": "boolean"}, "unreadable": {"type": "boolean"}}, "required": ["name", "type"]}}}, "required": ["path", "entries", "truncated", "unreadable_directories", "children"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -90,6 +90,7 @@ impl Tool for EditFile {
             "additionalProperties": false
         }))
         .destructive()
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "edits": {"type": "integer", "minimum": 0}, "replacements": {"type": "integer", "minimum": 0}, "line_endings": {"enum": ["lf", "crlf"]}}, "required": ["path", "edits", "replacements", "line_endings"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -47,6 +47,7 @@ impl Tool for FileInfo {
             "additionalProperties": false
         }))
         .read_only()
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "type": {"type": "string", "description": "file, directory, symlink or other."}, "size": {"type": "integer", "minimum": 0}, "modified": {"type": "string", "description": "RFC 3339 UTC."}, "entries": {"type": "integer", "minimum": 0, "description": "For a directory."}, "lines": {"type": "integer", "minimum": 0, "description": "For a text file."}, "binary": {"type": "boolean"}, "mode": {"type": "string", "description": "Permission bits, octal."}, "access": {"type": "object"}, "target": {"type": "string", "description": "A symlink's target as written."}, "target_path": {"type": "string"}, "target_type": {"type": "string"}}, "required": ["path", "type", "size"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

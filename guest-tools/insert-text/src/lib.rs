@@ -56,6 +56,7 @@ impl Tool for InsertText {
             "additionalProperties": false
         }))
         .destructive()
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer", "minimum": 0, "description": "The line the text went after (0: at the top)."}, "inserted_lines": {"type": "integer", "minimum": 0}, "total_lines": {"type": "integer", "minimum": 0}}, "required": ["path", "line", "inserted_lines", "total_lines"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

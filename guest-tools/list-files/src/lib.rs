@@ -64,6 +64,7 @@ impl Tool for ListFiles {
             "additionalProperties": false
         }))
         .read_only()
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "entries": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "type": {"type": "string"}}, "required": ["path", "type"]}}, "truncated": {"type": "boolean"}}, "required": ["path", "entries", "truncated"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -53,6 +53,7 @@ impl Tool for MoveFile {
             "additionalProperties": false
         }))
         .destructive()
+        .output(json!({"type": "object", "properties": {"source": {"type": "string"}, "destination": {"type": "string"}, "kind": {"type": "string"}, "overwritten": {"type": "boolean"}}, "required": ["source", "destination", "kind", "overwritten"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -56,6 +56,7 @@ impl Tool for ReadFile {
             "additionalProperties": false
         }))
         .read_only()
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "start_line": {"type": "integer", "minimum": 0, "description": "First line returned (0 for an empty file)."}, "end_line": {"type": "integer", "minimum": 0, "description": "Last line returned."}, "total_lines": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean", "description": "More lines follow than were returned."}, "clipped_lines": {"type": "integer", "minimum": 0, "description": "Lines cut at 2000 characters."}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` that reads on, when more lines follow."}}, "required": ["path", "start_line", "end_line", "total_lines", "truncated", "clipped_lines"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

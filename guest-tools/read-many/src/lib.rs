@@ -58,6 +58,7 @@ impl Tool for ReadMany {
             "additionalProperties": false
         }))
         .read_only()
+        .output(json!({"type": "object", "properties": {"files": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "ok": {"type": "boolean"}, "start_line": {"type": "integer", "minimum": 0, "description": "First line returned (0 for an empty file)."}, "end_line": {"type": "integer", "minimum": 0, "description": "Last line returned."}, "total_lines": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean", "description": "More lines follow than were returned."}, "clipped_lines": {"type": "integer", "minimum": 0, "description": "Lines cut at 2000 characters."}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` that reads on, when more lines follow."}, "error": {"type": "object", "properties": {"kind": {"type": "string"}, "message": {"type": "string"}}, "required": ["kind", "message"]}}, "required": ["path", "ok"]}}, "failed": {"type": "integer", "minimum": 0, "description": "Files that could not be read."}}, "required": ["files", "failed"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -102,6 +102,7 @@ pub struct ToolInfo {
     title: String,
     description: String,
     input_schema: serde_json::Value,
+    output_schema: Option<serde_json::Value>,
     read_only: bool,
     destructive: bool,
     idempotent: bool,
@@ -116,6 +117,7 @@ impl ToolInfo {
             title: title.to_owned(),
             description: description.to_owned(),
             input_schema: serde_json::json!({ "type": "object" }),
+            output_schema: None,
             read_only: false,
             destructive: false,
             idempotent: false,
@@ -126,6 +128,15 @@ impl ToolInfo {
     #[must_use]
     pub fn schema(mut self, schema: serde_json::Value) -> Self {
         self.input_schema = schema;
+        self
+    }
+
+    /// The JSON Schema of the structured value of the tool's successful results (an object
+    /// schema): MCP clients get it as the tool's `outputSchema`, and `toolcell conformance`
+    /// checks every structured result against it.
+    #[must_use]
+    pub fn output(mut self, schema: serde_json::Value) -> Self {
+        self.output_schema = Some(schema);
         self
     }
 
@@ -234,6 +245,7 @@ pub fn describe<T: Tool>() -> wit::ToolInfo {
         title: info.title,
         description: info.description,
         input_schema: info.input_schema.to_string(),
+        output_schema: info.output_schema.as_ref().map(serde_json::Value::to_string),
         annotations: wit::Annotations { read_only: info.read_only, destructive: info.destructive, idempotent: info.idempotent },
     }
 }

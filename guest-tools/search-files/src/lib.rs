@@ -133,6 +133,7 @@ impl Tool for SearchFiles {
             "additionalProperties": false
         }))
         .read_only()
+        .output(json!({"type": "object", "properties": {"mode": {"enum": ["files", "content", "count"]}, "files": {"type": "array", "items": {"type": "string"}}, "matches": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer", "minimum": 0}, "text": {"type": "string"}}, "required": ["path", "line", "text"]}}, "counts": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "count": {"type": "integer", "minimum": 0}}, "required": ["path", "count"]}}, "truncated": {"type": "boolean"}, "files_searched": {"type": "integer", "minimum": 0}, "skipped_binary": {"type": "integer", "minimum": 0}, "skipped_large": {"type": "integer", "minimum": 0}}, "required": ["mode", "truncated", "files_searched", "skipped_binary", "skipped_large"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -28,6 +28,7 @@ impl Tool for Run {
             "required": ["task"],
             "additionalProperties": false
         }))
+        .output(json!({"type": "object", "properties": {"task": {"type": "string"}, "session_id": {"type": "string"}, "connect": {"type": "string", "description": "How to start the session."}}, "required": ["task", "session_id", "connect"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

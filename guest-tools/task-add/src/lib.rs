@@ -44,6 +44,7 @@ impl Tool for TaskAdd {
             "required": ["chain", "title", "objective", "criteria"],
             "additionalProperties": false
         }))
+        .output(json!({"type": "object", "properties": {"task": {"type": "string", "description": "CHAIN-ID/NNN-slug"}, "status": {"type": "string"}, "path": {"type": "string", "description": "The task file."}}, "required": ["task", "status", "path"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -29,6 +29,7 @@ impl Tool for Run {
             "required": ["reason"],
             "additionalProperties": false
         }))
+        .output(json!({"type": "object", "properties": {"task": {"type": "string", "description": "CHAIN-ID/NNN-slug"}, "status": {"type": "string"}, "path": {"type": "string", "description": "The task file."}, "from": {"type": "string", "description": "The status it left."}}, "required": ["task", "status", "path", "from"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -33,6 +33,7 @@ impl Tool for TaskList {
             "additionalProperties": false
         }))
         .read_only()
+        .output(json!({"type": "object", "properties": {"chain": {"type": "string"}, "tasks": {"type": "array", "items": {"type": "object", "properties": {"task": {"type": "string"}, "status": {"type": "string"}, "type": {"type": ["string", "null"]}, "title": {"type": ["string", "null"]}, "path": {"type": "string"}}, "required": ["task", "status", "path"]}}}, "required": ["chain", "tasks"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

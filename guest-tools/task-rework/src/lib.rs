@@ -29,6 +29,7 @@ impl Tool for Run {
             "required": ["task", "reason"],
             "additionalProperties": false
         }))
+        .output(json!({"type": "object", "properties": {"task": {"type": "string", "description": "CHAIN-ID/NNN-slug"}, "status": {"type": "string"}, "path": {"type": "string", "description": "The task file."}}, "required": ["task", "status", "path"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -30,6 +30,7 @@ impl Tool for Run {
             "required": ["task"],
             "additionalProperties": false
         }))
+        .output(json!({"type": "object", "properties": {"task": {"type": "string", "description": "CHAIN-ID/NNN-slug"}, "status": {"type": "string"}, "path": {"type": "string", "description": "The task file."}, "locks": {"type": "array", "items": {"type": "string"}}}, "required": ["task", "status", "path", "locks"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -24,6 +24,7 @@ impl Tool for TaskStatus {
         )
         .schema(json!({"type": "object", "properties": {}, "additionalProperties": false}))
         .read_only()
+        .output(json!({"type": "object", "properties": {"task": {"type": "string"}, "status": {"type": "string"}, "path": {"type": "string"}, "title": {"type": "string"}, "criteria": {"type": "array", "items": {"type": "object", "properties": {"done": {"type": "boolean"}, "text": {"type": "string"}}, "required": ["done", "text"]}}, "content": {"type": "string"}}, "required": ["task", "status", "path", "title", "criteria", "content"]}))
     }
 
     fn call(_args: Args) -> Result<Output, ToolError> {

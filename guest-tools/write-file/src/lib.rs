@@ -54,6 +54,7 @@ impl Tool for WriteFile {
         }))
         .destructive()
         .idempotent()
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "action": {"type": "string", "description": "created or overwritten."}, "bytes": {"type": "integer", "minimum": 0}}, "required": ["path", "action", "bytes"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

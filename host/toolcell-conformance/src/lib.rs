@@ -299,7 +299,45 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
         let failures: Vec<String> = run(&scratch, &runtime).err().into_iter().collect();
         report.record("behaviour", name, &failures, String::new());
     }
+
+    // Contract: every structured result the calls above returned matches the output schema.
+    let results = scratch.results.borrow();
+    let failures = output_mismatches(&runtime, &results);
+    report.record(
+        "contract",
+        "structured results match the declared output schema",
+        &failures,
+        format!("{} successful results checked", results.len()),
+    );
     report
+}
+
+/// What is wrong with each structured result of `results` against its tool's output schema.
+fn output_mismatches(runtime: &Runtime, results: &[(String, String, Option<Value>)]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (tool, args, structured) in results {
+        let Some(info) = runtime.tools().find(|info| info.name.as_str() == tool) else {
+            continue;
+        };
+        let shown = shorten(args);
+        match (&info.output_schema, structured) {
+            (Some(schema), Some(value)) => match jsonschema::validator_for(schema) {
+                Ok(validator) => {
+                    if let Some(error) = validator.iter_errors(value).next() {
+                        failures.push(format!("`{tool}` with {shown}: {} (at `{}`)", shorten(&error.to_string()), error.instance_path()));
+                    }
+                }
+                Err(error) => failures.push(format!("`{tool}`'s output schema cannot be compiled: {error}")),
+            },
+            (Some(_), None) => failures.push(format!("`{tool}` with {shown} returned no structured value, though it declares an output schema")),
+            (None, Some(_)) => failures.push(format!(
+                "`{tool}` with {shown} returned a structured value but declares no output schema: describe it (the Rust SDK's `ToolInfo::output`)"
+            )),
+            (None, None) => {}
+        }
+    }
+    failures.dedup();
+    failures
 }
 
 type Behaviour = fn(&Scratch, &Runtime) -> Result<(), String>;
@@ -445,6 +483,8 @@ fn expect(condition: bool, failure: String) -> Result<(), String> {
 struct Scratch {
     temp: tempfile::TempDir,
     workspace: Workspace,
+    /// Every successful result so far: the tool, its arguments, its structured value.
+    results: std::cell::RefCell<Vec<(String, String, Option<Value>)>>,
 }
 
 impl Scratch {
@@ -454,7 +494,7 @@ impl Scratch {
         std::fs::create_dir(temp.path().join("outside"))?;
         std::fs::write(temp.path().join("outside/secret.txt"), CANARY)?;
         let workspace = Workspace::open(&temp.path().join("workspace")).map_err(std::io::Error::other)?;
-        let scratch = Scratch { temp, workspace };
+        let scratch = Scratch { temp, workspace, results: std::cell::RefCell::new(Vec::new()) };
         scratch.reset();
         Ok(scratch)
     }
@@ -520,11 +560,15 @@ impl Scratch {
             principal: None,
             cancel: None,
         };
-        runtime.call(&request).unwrap_or_else(|error| CallOutcome {
+        let outcome = runtime.call(&request).unwrap_or_else(|error| CallOutcome {
             result: Err(toolcell_types::ToolError::new(ToolErrorKind::Failed, format!("the host could not run the call: {error}"))),
             trapped: true,
             ..CallOutcome::new(String::new())
-        })
+        });
+        if let Ok(output) = &outcome.result {
+            self.results.borrow_mut().push((tool.to_owned(), args.to_owned(), output.structured.clone()));
+        }
+        outcome
     }
 
     fn ok_bound(&self, runtime: &Runtime, tool: &str, args: Value, task: &str) -> Result<ToolOutput, String> {

@@ -70,7 +70,7 @@ pub fn render<'a>(format: Format, tools: impl IntoIterator<Item = &'a ToolInfo>)
 
 /// One tool as MCP describes it.
 pub fn mcp_tool(tool: &ToolInfo) -> Value {
-    json!({
+    let mut described = json!({
         "name": tool.name.as_str(),
         "title": tool.title,
         "description": tool.description,
@@ -83,5 +83,9 @@ pub fn mcp_tool(tool: &ToolInfo) -> Value {
             // Tools touch only the workspace, never the outside world.
             "openWorldHint": false,
         }
-    })
+    });
+    if let Some(output_schema) = &tool.output_schema {
+        described["outputSchema"] = output_schema.clone();
+    }
+    described
 }

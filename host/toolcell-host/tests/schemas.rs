@@ -27,9 +27,10 @@ fn mcp_is_a_tools_list_result() {
     let tools = document["tools"].as_array().expect("tools array");
     assert_eq!(tools.len(), 16);
     for tool in tools {
-        assert_eq!(keys(tool), ["annotations", "description", "inputSchema", "name", "title"], "{tool}");
+        assert_eq!(keys(tool), ["annotations", "description", "inputSchema", "name", "outputSchema", "title"], "{tool}");
         assert!(is_provider_name(tool["name"].as_str().expect("name")));
         assert_eq!(tool["inputSchema"]["type"], "object");
+        assert_eq!(tool["outputSchema"]["type"], "object", "{tool}");
         let annotations = &tool["annotations"];
         for hint in ["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"] {
             assert!(annotations[hint].is_boolean(), "{hint} in {tool}");

@@ -3,8 +3,10 @@
 //! [`McpServer`] serves one [`Session`]: `tools/list` returns only the tools the session's role
 //! may call (name, title, description, input JSON Schema, `readOnlyHint` / `destructiveHint` /
 //! `idempotentHint` annotations), and `tools/call` runs the call through the governed host and
-//! returns the text as content plus the structured result as `structuredContent`. A tool error or
-//! a refusal is a result with `isError: true` and the message, never a protocol error. Calls run
+//! returns the text as content plus the structured result as `structuredContent` (each tool
+//! declares its shape as `outputSchema`). A tool error or a refusal is a result with
+//! `isError: true` and the message, never a protocol error; its kind and call id are in `_meta`
+//! (`toolcell/error`, `toolcell/call_id`). Calls run
 //! on tokio's blocking pool, so several can be in flight at once. Nothing is written to stdout
 //! but protocol messages.
 //!
@@ -161,10 +163,12 @@ impl McpServer {
                     }
                     Err(error) => {
                         let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
-                        result.structured_content = Some(json!({
-                            "error": { "kind": error.kind.as_str(), "message": error.message },
-                            "call_id": call.call_id,
-                        }));
+                        // Not as structured content: that must match the tool's output schema,
+                        // which describes successful results (clients check it on errors too).
+                        let mut meta = serde_json::Map::new();
+                        meta.insert("toolcell/error".to_owned(), json!({ "kind": error.kind.as_str(), "message": error.message }));
+                        meta.insert("toolcell/call_id".to_owned(), json!(call.call_id));
+                        result.meta = Some(rmcp::model::MetaObject(meta));
                         result
                     }
                 }

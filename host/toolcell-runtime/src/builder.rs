@@ -496,11 +496,13 @@ fn describe_tool(engine: &Engine, pre: &bindings::PluginPre<CallState>, origin: 
         return Err(invalid(format!("`{name}` has an empty description; agents need one to know when to use it")));
     }
     let (schema, input_schema) = ArgsSchema::compile(&info.input_schema).map_err(invalid)?;
+    let output_schema = info.output_schema.as_deref().map(ArgsSchema::output).transpose().map_err(invalid)?;
     let info = ToolInfo {
         name,
         title: info.title,
         description: info.description,
         input_schema,
+        output_schema,
         annotations: Annotations {
             read_only: info.annotations.read_only,
             destructive: info.annotations.destructive,

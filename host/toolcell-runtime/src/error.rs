@@ -37,6 +37,19 @@ pub enum Error {
         import: String,
     },
 
+    /// A component built against another version of the `toolcell:tool` contract.
+    #[error(
+        "the tool component `{origin}` was built against another version of the toolcell contract (it imports `{import}`); \
+         this host speaks `toolcell:tool@0.2.x`, whose `tool-info` declares an `output-schema`: rebuild the component \
+         against the wit/ of this toolcell version"
+    )]
+    Contract {
+        /// Where the component came from.
+        origin: String,
+        /// Its `toolcell:tool` import.
+        import: String,
+    },
+
     /// Two components describe themselves with the same tool name.
     #[error("two tool components are named `{name}`: `{first}` and `{second}`; remove or rename one of them")]
     DuplicateTool {

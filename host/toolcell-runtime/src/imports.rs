@@ -33,12 +33,15 @@ pub(crate) const ALLOWED_WASI: &[(&str, &str)] = &[
     ("wasi:cli", "terminal-stderr"),
 ];
 
-/// `toolcell:tool` interfaces a tool may import, in any `0.1.x` version.
+/// `toolcell:tool` interfaces a tool may import, in any `0.2.x` version.
 pub(crate) const ALLOWED_TOOLCELL: &[&str] = &["types", "context", "workflow"];
 
 /// Refuse `component` if it imports anything outside the `tool-component` world.
 pub(crate) fn check(engine: &Engine, origin: &str, component: &Component) -> Result<(), Error> {
     for (name, _) in component.component_type().imports(engine) {
+        if name.starts_with("toolcell:tool/") && !name.contains("@0.2.") {
+            return Err(Error::Contract { origin: origin.to_owned(), import: name.escape_default().to_string() });
+        }
         if !is_allowed(name) {
             return Err(Error::ForbiddenImport { origin: origin.to_owned(), import: name.escape_default().to_string() });
         }
@@ -54,7 +57,7 @@ fn is_allowed(import: &str) -> bool {
         return false;
     };
     if package == "toolcell:tool" {
-        return version.starts_with("0.1.") && ALLOWED_TOOLCELL.contains(&interface);
+        return version.starts_with("0.2.") && ALLOWED_TOOLCELL.contains(&interface);
     }
     version.starts_with("0.2.") && ALLOWED_WASI.contains(&(package, interface))
 }
@@ -69,11 +72,12 @@ mod tests {
             ("wasi:filesystem/types@0.2.0", true),
             ("wasi:filesystem/types@0.2.12", true),
             ("wasi:cli/environment@0.2.6", true),
-            ("toolcell:tool/context@0.1.0", true),
-            ("toolcell:tool/types@0.1.3", true),
-            ("toolcell:tool/workflow@0.1.0", true),
-            ("toolcell:tool/tool@0.1.0", false),
-            ("toolcell:tool/context@0.2.0", false),
+            ("toolcell:tool/context@0.2.0", true),
+            ("toolcell:tool/types@0.2.3", true),
+            ("toolcell:tool/workflow@0.2.0", true),
+            ("toolcell:tool/tool@0.2.0", false),
+            ("toolcell:tool/context@0.1.0", false),
+            ("toolcell:tool/context@0.3.0", false),
             ("wasi:sockets/tcp@0.2.0", false),
             ("wasi:sockets/instance-network@0.2.0", false),
             ("wasi:http/outgoing-handler@0.2.0", false),

@@ -49,7 +49,7 @@ impl Native {
 
     /// The tool's description and compiled schema.
     pub(crate) fn describe(self) -> (ToolInfo, ArgsSchema) {
-        let (name, title, description, schema, annotations) = match self {
+        let (name, title, description, schema, output, annotations) = match self {
             Native::UndoEdit => (
                 UNDO_EDIT,
                 "Undo edit",
@@ -61,6 +61,15 @@ impl Native {
                     },
                     "required": ["path"],
                     "additionalProperties": false
+                }),
+                serde_json::json!({
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string"},
+                        "restored_from_call": {"type": "string", "description": "The call whose change was undone."},
+                        "removed": {"type": "boolean", "description": "The call had created the file, so undoing it removed the file."}
+                    },
+                    "required": ["path", "restored_from_call", "removed"]
                 }),
                 Annotations { read_only: false, destructive: true, idempotent: false },
             ),
@@ -78,6 +87,7 @@ impl Native {
                     "required": ["paths"],
                     "additionalProperties": false
                 }),
+                locks_schema("locks"),
                 Annotations { read_only: true, destructive: false, idempotent: true },
             ),
             Native::UnlockFiles => (
@@ -91,6 +101,7 @@ impl Native {
                     },
                     "additionalProperties": false
                 }),
+                locks_schema("released"),
                 Annotations { read_only: true, destructive: false, idempotent: true },
             ),
         };
@@ -103,6 +114,7 @@ impl Native {
             title: title.to_owned(),
             description: description.to_owned(),
             input_schema,
+            output_schema: Some(output),
             annotations,
         };
         (info, compiled)
@@ -313,6 +325,31 @@ fn audit_locks(call: &NativeCall<'_>, event: &str, locks: &[Lock]) {
         .collect();
     // The call's own record says whether the trail could be written.
     let _ = log.append(&records);
+}
+
+/// The output schema of a result listing locks under `key` (the shape of [`lock_json`]).
+fn locks_schema(key: &str) -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            key: {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "pattern": {"type": "string"},
+                        "owner": {"type": "string"},
+                        "session": {"type": "string"},
+                        "mode": {"enum": ["exclusive", "shared"]},
+                        "fence": {"type": "integer", "description": "The lock's token."},
+                        "expires_at": {"type": "string", "description": "RFC 3339 UTC."}
+                    },
+                    "required": ["pattern", "owner", "session", "mode", "fence", "expires_at"]
+                }
+            }
+        },
+        "required": [key]
+    })
 }
 
 /// A lock as JSON, as tools and the CLI show it.

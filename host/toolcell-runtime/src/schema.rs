@@ -31,6 +31,20 @@ impl ArgsSchema {
         Ok((ArgsSchema { validator }, schema))
     }
 
+    /// Check a tool's `output-schema` text: JSON, an object schema, a valid JSON Schema.
+    ///
+    /// # Errors
+    ///
+    /// A reason naming what is wrong.
+    pub(crate) fn output(text: &str) -> Result<serde_json::Value, String> {
+        let schema: serde_json::Value = serde_json::from_str(text).map_err(|error| format!("its output schema is not JSON: {error}"))?;
+        if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
+            return Err("its output schema must have `\"type\": \"object\"` (MCP's structured content is a JSON object)".to_owned());
+        }
+        jsonschema::meta::validate(&schema).map_err(|error| format!("its output schema is not a valid JSON Schema: {error}"))?;
+        Ok(schema)
+    }
+
     /// Parse and validate a call's arguments, as the tool will receive them.
     ///
     /// # Errors

@@ -131,6 +131,9 @@ pub struct ToolInfo {
     pub description: String,
     /// The JSON Schema of its arguments (an object schema).
     pub input_schema: serde_json::Value,
+    /// The JSON Schema of its successful results' structured value (an object schema), if it
+    /// returns one.
+    pub output_schema: Option<serde_json::Value>,
     /// Hints about its effect.
     pub annotations: Annotations,
 }

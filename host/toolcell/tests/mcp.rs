@@ -100,7 +100,8 @@ fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
     assert_eq!(calls["denied_write"]["is_error"], true);
     let denial = calls["denied_write"]["text"].as_str().expect("text");
     assert!(denial.starts_with("denied: write of `docs/guide.md` is denied for role `impl` by rule `docs-read-only`"), "{denial}");
-    assert_eq!(calls["denied_write"]["structured"]["error"]["kind"], "denied");
+    assert_eq!(calls["denied_write"]["meta"]["toolcell/error"]["kind"], "denied");
+    assert!(calls["denied_write"]["structured"].is_null(), "an error carries no structured content");
     assert_eq!(calls["bad_args"]["is_error"], true);
     assert!(calls["bad_args"]["text"].as_str().expect("text").contains("`path`"), "{}", calls["bad_args"]);
     assert_eq!(calls["unknown_tool"]["is_error"], true);
@@ -381,6 +382,19 @@ fn an_http_session_survives_a_restart_and_releases_its_locks_when_it_ends() {
     assert_eq!(std::fs::read_to_string(temp.path().join("workspace/notes.txt")).expect("read"), "other session");
 }
 
+/// A path `.ci/mcp-conformance` printed, from the environment variable `name`; `None` (and a
+/// SKIPPED line) when it is not set, which fails the test where
+/// `TOOLCELL_REQUIRE_CONFORMANCE=1` (CI).
+fn node_tool(name: &str) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(name) {
+        return Some(PathBuf::from(path));
+    }
+    let required = std::env::var_os("TOOLCELL_REQUIRE_CONFORMANCE").is_some_and(|value| value == "1");
+    assert!(!required, "TOOLCELL_REQUIRE_CONFORMANCE=1 but {name} is not set (.ci/mcp-conformance prints it)");
+    let _ = writeln!(std::io::stderr(), "SKIPPED: set {name} (from .ci/mcp-conformance) to run this test");
+    None
+}
+
 /// The scenarios of the official MCP conformance suite that apply to a server of tools, every
 /// one of which must pass. The suite's other server scenarios call tools of its own reference
 /// server (`test_tool_with_logging`, `test_tool_with_progress`, `json_schema_2020_12_tool`,
@@ -399,21 +413,8 @@ const CONFORMANCE_SCENARIOS: [&str; 7] = [
 
 #[test]
 fn the_official_conformance_suite_passes_every_scenario_that_applies_to_a_tool_server() {
-    let (node, suite) = match (std::env::var_os("TOOLCELL_CONFORMANCE_NODE"), std::env::var_os("TOOLCELL_CONFORMANCE_SUITE")) {
-        (Some(node), Some(suite)) => (PathBuf::from(node), PathBuf::from(suite)),
-        _ => {
-            let required = std::env::var_os("TOOLCELL_REQUIRE_CONFORMANCE").is_some_and(|value| value == "1");
-            assert!(
-                !required,
-                "TOOLCELL_REQUIRE_CONFORMANCE=1 but TOOLCELL_CONFORMANCE_NODE/_SUITE are not set (.ci/mcp-conformance prints them)"
-            );
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: set TOOLCELL_CONFORMANCE_NODE and _SUITE (from .ci/mcp-conformance) to run the MCP conformance suite"
-            );
-            return;
-        }
-    };
+    let Some(node) = node_tool("TOOLCELL_CONFORMANCE_NODE") else { return };
+    let Some(suite) = node_tool("TOOLCELL_CONFORMANCE_SUITE") else { return };
     let temp = tempfile::tempdir().expect("temporary directory");
     std::fs::create_dir(temp.path().join("workspace")).expect("workspace");
     std::fs::write(temp.path().join("workspace/notes.txt"), "hello\n").expect("write");
@@ -554,4 +555,57 @@ fn a_service_killed_under_load_restarts_with_whole_files_and_a_verified_trail() 
     for recovery in records.iter().filter(|record| record["kind"] == "recovery") {
         assert_eq!(recovery["outcome"], "rolled_back", "{recovery}");
     }
+}
+
+/// Check what the TypeScript SDK's client saw: every tool declares an output schema, every
+/// valid call succeeded (the SDK checked its structured result against that schema), every
+/// invalid one is a tool error naming the argument.
+fn check_ts_report(transport: &str, report: &serde_json::Value) {
+    let tools = report["tools"].as_array().expect("tools");
+    assert_eq!(tools.len(), 16, "{transport}: {tools:?}");
+    for tool in tools {
+        assert_eq!(tool["hasOutputSchema"], true, "{transport}: {tool}");
+    }
+    let calls = report["calls"].as_object().expect("calls");
+    assert_eq!(calls.len(), 16, "{transport}");
+    for (name, call) in calls {
+        assert_eq!(call["valid"]["isError"], false, "{transport} {name}: {call}");
+        assert!(call["valid"]["structured"].is_object(), "{transport} {name}: {call}");
+        assert_eq!(call["invalid"]["isError"], true, "{transport} {name}: {call}");
+        assert!(call["invalid"]["text"].as_str().expect("text").contains("no_such_argument"), "{transport} {name}: {call}");
+    }
+}
+
+fn run_ts_client(node: &Path, sdk: &Path, args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let output = Command::new(node)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ts_client.mjs"))
+        .arg(sdk)
+        .args(args)
+        .output()
+        .expect("run the TypeScript client");
+    assert!(output.status.success(), "the TypeScript client failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| panic!("{error}: {}", String::from_utf8_lossy(&output.stdout)))
+}
+
+#[test]
+fn the_typescript_sdk_calls_every_tool_over_both_transports_and_checks_the_output_schemas() {
+    let Some(node) = node_tool("TOOLCELL_CONFORMANCE_NODE") else { return };
+    let Some(sdk) = node_tool("TOOLCELL_TS_SDK") else { return };
+    // stdio: `toolcell mcp`, started by the SDK's transport.
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let workspace = temp.path().join("workspace");
+    std::fs::create_dir(&workspace).expect("workspace");
+    std::fs::write(workspace.join("notes.txt"), "hello\n").expect("write");
+    let state = temp.path().join("state");
+    let cache = toolcell_tests::shared_cache_dir();
+    let toolcell: &std::ffi::OsStr = env!("CARGO_BIN_EXE_toolcell").as_ref();
+    let stdio = run_ts_client(&node, &sdk, &["stdio".as_ref(), toolcell, workspace.as_os_str(), state.as_os_str(), cache.as_os_str()]);
+    check_ts_report("stdio", &stdio);
+
+    // Streamable HTTP: `toolcell serve`, with a bearer token.
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, impl_token, _) = service_fixture(temp.path());
+    let served = serve(&config, &temp.path().join("state"));
+    let http = run_ts_client(&node, &sdk, &["http".as_ref(), served.url.as_ref(), impl_token.as_ref()]);
+    check_ts_report("http", &http);
 }

@@ -17,6 +17,7 @@ def result(call):
         "is_error": bool(call.is_error),
         "text": "".join(block.text for block in call.content if getattr(block, "type", "") == "text"),
         "structured": call.structured_content,
+        "meta": call.meta,
     }
 
 
