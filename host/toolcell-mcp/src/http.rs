@@ -4,8 +4,8 @@
 //! Every request passes the front door first: its bearer token (compared by SHA-256 with the
 //! [`ServiceConfig`]'s principals) names the principal, which fixes the workspace, the role,
 //! the owner and the task; a request without a known token gets 401 before anything else runs.
-//! An MCP session belongs to the principal that first used it: another principal presenting
-//! its id gets 404, as if it did not exist. rmcp then checks `Host` and `Origin` (DNS
+//! An MCP session belongs to the principal that opened it: another principal presenting its
+//! id gets 404, as does any id the service never issued. rmcp then checks `Host` and `Origin` (DNS
 //! rebinding) and the body size, and runs the request.
 //!
 //! The toolcell session of a request is `PRINCIPAL:MCP-SESSION-ID` (or `PRINCIPAL` for a
@@ -134,20 +134,18 @@ impl Service {
         principal.map(|principal| Arc::new(principal.clone())).ok_or("a bearer token this service knows is required")
     }
 
-    /// Whether `principal` may use the MCP session `id`; the first principal to use an id
-    /// owns it.
-    fn claim(&self, id: &str, principal: &Principal) -> bool {
-        let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
-        match owners.get(id) {
-            Some(owner) => owner == &principal.name,
-            None => {
-                if let Some(directory) = &self.directory {
-                    let _ = std::fs::write(directory.join(format!("{}.owner", file_key(id))), format!("{id}\n{}\n", principal.name));
-                }
-                owners.insert(id.to_owned(), principal.name.clone());
-                true
-            }
+    /// Whether the MCP session `id` exists and is `principal`'s.
+    fn owns(&self, id: &str, principal: &Principal) -> bool {
+        self.owners.lock().unwrap_or_else(PoisonError::into_inner).get(id).is_some_and(|owner| owner == &principal.name)
+    }
+
+    /// Record that `principal` created the MCP session `id` (kept beside the session's state,
+    /// so that it still holds after a restart).
+    fn claim(&self, id: &str, principal: &Principal) {
+        if let Some(directory) = &self.directory {
+            let _ = std::fs::write(directory.join(format!("{}.owner", file_key(id))), format!("{id}\n{}\n", principal.name));
         }
+        self.owners.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned(), principal.name.clone());
     }
 
     /// The MCP session `id` of `principal` ended: release the locks taken in it.
@@ -181,19 +179,25 @@ impl Service {
             Err(reason) => return unauthorized(reason),
         };
         let session_id = mcp_session_id(request.headers().get(MCP_SESSION_ID)).map(str::to_owned);
+        // A session this service never created for this principal does not exist for it
+        // (nothing is recorded for an id a client makes up).
         if let Some(id) = &session_id
-            && !self.claim(id, &principal)
+            && !self.owns(id, &principal)
         {
             return plain(StatusCode::NOT_FOUND, "Not Found: no such session");
         }
         let ending = request.method() == Method::DELETE;
         request.extensions_mut().insert(Authenticated(Arc::clone(&principal)));
         let response = mcp.handle(request).await;
-        if ending
-            && response.status().is_success()
-            && let Some(id) = &session_id
-        {
-            self.end(id, &principal);
+        match &session_id {
+            Some(id) if ending && response.status().is_success() => self.end(id, &principal),
+            // A new session: it belongs to whoever opened it.
+            None => {
+                if let Some(created) = mcp_session_id(response.headers().get(MCP_SESSION_ID)) {
+                    self.claim(created, &principal);
+                }
+            }
+            Some(_) => {}
         }
         response
     }
@@ -326,20 +330,29 @@ fn file_key(session_id: &str) -> String {
     hex(&token_hash(session_id))
 }
 
-/// The owners recorded in `directory` (`<key>.owner`: the session id, then the principal).
+/// The owners recorded in `directory` (`<key>.owner`: the session id, then the principal) of
+/// the sessions whose state is still kept there; the owner files of sessions that ended
+/// (their state removed) are removed.
 fn load_owners(directory: &Path) -> HashMap<String, String> {
     let Ok(entries) = std::fs::read_dir(directory) else {
         return HashMap::new();
     };
-    entries
-        .filter_map(Result::ok)
-        .filter(|entry| entry.path().extension().is_some_and(|extension| extension == "owner"))
-        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
-        .filter_map(|text| {
-            let mut lines = text.lines();
-            Some((lines.next()?.to_owned(), lines.next()?.to_owned()))
-        })
-        .collect()
+    let mut owners = HashMap::new();
+    for path in entries.filter_map(Result::ok).map(|entry| entry.path()) {
+        if path.extension().is_none_or(|extension| extension != "owner") {
+            continue;
+        }
+        if !path.with_extension("json").exists() {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let mut lines = text.lines();
+        if let (Some(id), Some(principal)) = (lines.next(), lines.next()) {
+            owners.insert(id.to_owned(), principal.to_owned());
+        }
+    }
+    owners
 }
 
 fn create_private_dir(directory: &Path) -> std::io::Result<()> {

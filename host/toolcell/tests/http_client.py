@@ -153,8 +153,11 @@ async def before_restart(url, impl_token, review_token):
     # Another principal presenting this session id finds nothing.
     other_headers = {**headers, "Authorization": f"Bearer {review_token}"}
     hijack = await client.post(url, headers=other_headers, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
+    # Nor does a session id the service never issued.
+    made_up = await client.post(url, headers={**headers, "Mcp-Session-Id": "made-up-session"},
+                                json={"jsonrpc": "2.0", "id": 4, "method": "tools/list"})
     await client.aclose()
-    return {"session": session_id, "locked": locked, "edited": edited, "hijack": hijack.status_code}
+    return {"session": session_id, "locked": locked, "edited": edited, "hijack": hijack.status_code, "made_up": made_up.status_code}
 
 
 async def after_restart(url, impl_token, review_token, session_id):

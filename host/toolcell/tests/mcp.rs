@@ -366,6 +366,12 @@ fn an_http_session_survives_a_restart_and_releases_its_locks_when_it_ends() {
     assert_eq!(before["locked"]["message"]["result"]["isError"], false, "{before}");
     assert_eq!(before["edited"]["message"]["result"]["isError"], false, "{before}");
     assert_eq!(before["hijack"], 404, "another principal cannot use the session: {before}");
+    assert_eq!(before["made_up"], 404, "{before}");
+    let owners = std::fs::read_dir(state.join("mcp-sessions"))
+        .expect("session directory")
+        .filter(|entry| entry.as_ref().is_ok_and(|entry| entry.path().extension().is_some_and(|extension| extension == "owner")))
+        .count();
+    assert_eq!(owners, 1, "only the session the service issued is recorded");
     assert_eq!(std::fs::read_to_string(temp.path().join("workspace/notes.txt")).expect("read"), "hello before the restart\n");
     drop(served);
 
@@ -608,4 +614,36 @@ fn the_typescript_sdk_calls_every_tool_over_both_transports_and_checks_the_outpu
     let served = serve(&config, &temp.path().join("state"));
     let http = run_ts_client(&node, &sdk, &["http".as_ref(), served.url.as_ref(), impl_token.as_ref()]);
     check_ts_report("http", &http);
+}
+
+#[test]
+fn clients_that_stall_mid_request_hold_up_no_one_else() {
+    use std::io::Write as _;
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, impl_token, _) = service_fixture(temp.path());
+    let served = serve(&config, &temp.path().join("state"));
+    let address = served.url.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    // Twenty connections stop halfway through their headers, twenty halfway through a body.
+    let mut stalled = Vec::new();
+    for index in 0..40 {
+        let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+        let partial = if index % 2 == 0 {
+            format!("POST / HTTP/1.1\r\nHost: {address}\r\nAuthor")
+        } else {
+            format!(
+                "POST / HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {impl_token}\r\nContent-Type: application/json\r\n\
+                 Accept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{{\"jsonrpc\": \"2.0\""
+            )
+        };
+        stream.write_all(partial.as_bytes()).expect("send part of a request");
+        stalled.push(stream);
+    }
+    // Meanwhile a well-behaved client opens a session and works as usual.
+    let mut client = load::Client::connect(&served.url, &impl_token).expect("connect while others stall");
+    for _ in 0..5 {
+        let read = client.call("read_file", serde_json::json!({"path": "notes.txt"})).expect("read while others stall");
+        assert_eq!(read["isError"], false, "{read}");
+    }
+    client.end().expect("end the session");
+    drop(stalled);
 }

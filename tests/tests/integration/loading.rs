@@ -21,6 +21,33 @@ fn a_component_importing_sockets_is_refused_naming_the_import() {
 }
 
 #[test]
+fn a_component_built_against_the_previous_contract_is_refused_saying_to_rebuild() {
+    // A component as the 0.1 contract named its imports: the same bytes with every
+    // `toolcell:tool/...@0.2.0` renamed to `@0.1.0` (same length, so the binary stays valid).
+    let mut wasm = guest_program("misbehave").to_vec();
+    let mut renamed = 0;
+    for interface in ["types", "context", "workflow", "tool"] {
+        let (from, to) = (format!("toolcell:tool/{interface}@0.2.0"), format!("toolcell:tool/{interface}@0.1.0"));
+        let mut index = 0;
+        while let Some(found) = wasm[index..].windows(from.len()).position(|window| window == from.as_bytes()) {
+            wasm[index + found..index + found + from.len()].copy_from_slice(to.as_bytes());
+            index += found + from.len();
+            renamed += 1;
+        }
+    }
+    assert!(renamed > 0, "the component names its toolcell imports");
+    match RuntimeBuilder::new().component("test:old_contract", wasm).build() {
+        Err(error @ Error::Contract { .. }) => {
+            let message = error.to_string();
+            assert!(message.contains("`test:old_contract`") && message.contains("@0.1.0"), "{message}");
+            assert!(message.contains("toolcell:tool@0.2.x") && message.contains("rebuild"), "{message}");
+        }
+        Err(other) => panic!("expected a contract mismatch, got: {other}"),
+        Ok(_) => panic!("a component of the previous contract was loaded"),
+    }
+}
+
+#[test]
 fn the_second_start_loads_every_component_from_the_cache() {
     let cache = tempfile::tempdir().expect("temporary cache");
     let build = || {
