@@ -341,17 +341,17 @@ impl LockTable {
 
     /// Release every lock `owner` holds; returns them.
     pub fn release_all(&mut self, owner: &str) -> Vec<Lock> {
-        let (released, kept): (Vec<Lock>, Vec<Lock>) = self.locks.drain(..).partition(|lock| lock.owner == owner);
-        self.locks = kept;
-        for lock in &released {
-            self.remember(lock.clone(), Lapse::Released);
-        }
-        released
+        self.release_where(|lock| lock.owner == owner)
     }
 
     /// Release every lock taken in `session` (whoever it was taken for); returns them.
     pub fn release_session(&mut self, session: &str) -> Vec<Lock> {
-        let (released, kept): (Vec<Lock>, Vec<Lock>) = self.locks.drain(..).partition(|lock| lock.session == session);
+        self.release_where(|lock| lock.session == session)
+    }
+
+    /// Release every lock `released` picks; returns them.
+    fn release_where(&mut self, released: impl Fn(&Lock) -> bool) -> Vec<Lock> {
+        let (released, kept): (Vec<Lock>, Vec<Lock>) = self.locks.drain(..).partition(released);
         self.locks = kept;
         for lock in &released {
             self.remember(lock.clone(), Lapse::Released);

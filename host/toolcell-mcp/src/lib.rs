@@ -54,7 +54,7 @@ pub struct McpServer {
 
 enum Binding {
     /// One session for the whole connection.
-    Session { session: Session, tools: Vec<Tool> },
+    Session { session: Session, tools: Arc<Vec<Tool>> },
     /// The session comes from each request's principal and MCP session id.
     Service(Arc<http::Service>),
 }
@@ -72,7 +72,7 @@ fn tools_of(session: &Session) -> Vec<Tool> {
 impl McpServer {
     /// Serve the tools `session`'s role may call.
     pub fn new(session: Session) -> Self {
-        let tools = tools_of(&session);
+        let tools = Arc::new(tools_of(&session));
         McpServer { binding: Binding::Session { session, tools }, log_level: LogLevel::default() }
     }
 
@@ -92,7 +92,7 @@ impl McpServer {
     /// The session a request acts in, with its tools.
     fn session_for(&self, context: &RequestContext<RoleServer>) -> Result<(Session, Arc<Vec<Tool>>), McpError> {
         match &self.binding {
-            Binding::Session { session, tools } => Ok((session.clone(), Arc::new(tools.clone()))),
+            Binding::Session { session, tools } => Ok((session.clone(), Arc::clone(tools))),
             Binding::Service(service) => {
                 let parts = context.extensions.get::<::http::request::Parts>();
                 service.session_for(parts).map_err(|reason| McpError::invalid_request(reason, None))

@@ -14,16 +14,9 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from mcp_client import result
+
 ACCEPT = "application/json, text/event-stream"
-
-
-def result(call):
-    return {
-        "is_error": bool(call.is_error),
-        "text": "".join(block.text for block in call.content if getattr(block, "type", "") == "text"),
-        "structured": call.structured_content,
-        "meta": call.meta,
-    }
 
 
 async def sdk(url, token, actions):
