@@ -71,3 +71,15 @@ fn openai_is_a_chat_completions_tools_array() {
 fn an_unknown_role_has_no_tools() {
     assert_eq!(rendered(Format::Anthropic, "nobody"), Value::Array(Vec::new()));
 }
+
+#[test]
+fn locking_tools_are_not_read_only() {
+    // A lock keeps other agents from writing: a client that approves read-only tools on its
+    // own must still ask before one is taken.
+    let document = rendered(Format::Mcp, "impl");
+    for name in ["lock_files", "unlock_files"] {
+        let tool = document["tools"].as_array().expect("tools").iter().find(|tool| tool["name"] == name).expect("listed");
+        assert_eq!(tool["annotations"]["readOnlyHint"], false, "{tool}");
+        assert_eq!(tool["annotations"]["destructiveHint"], false, "{tool}");
+    }
+}

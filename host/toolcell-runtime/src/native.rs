@@ -88,7 +88,9 @@ impl Native {
                     "additionalProperties": false
                 }),
                 locks_schema("locks"),
-                Annotations { read_only: true, destructive: false, idempotent: true },
+                // Not read-only: a lock keeps other agents from writing, so a client that
+                // approves read-only tools on its own must still ask.
+                Annotations { read_only: false, destructive: false, idempotent: true },
             ),
             Native::UnlockFiles => (
                 "unlock_files",
@@ -102,7 +104,7 @@ impl Native {
                     "additionalProperties": false
                 }),
                 locks_schema("released"),
-                Annotations { read_only: true, destructive: false, idempotent: true },
+                Annotations { read_only: false, destructive: false, idempotent: true },
             ),
         };
         let (compiled, input_schema) = match ArgsSchema::compile(&schema.to_string()) {

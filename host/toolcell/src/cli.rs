@@ -142,11 +142,13 @@ pub struct CallArgs {
     /// The tool's name, for example `read_file`.
     pub tool: String,
 
-    /// The arguments, a JSON object, for example '{"path": "README.md"}'.
+    /// The arguments, a JSON object, for example '{"path": "README.md"}'; `-` reads them from
+    /// stdin, `@FILE` from a file.
+    #[arg(default_value = "{}")]
     pub args: String,
 
     /// The workspace directory the tool may touch.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", default_value = ".")]
     pub workspace: PathBuf,
 
     /// The role the caller acts as.
@@ -216,8 +218,8 @@ pub enum LockCommand {
         #[arg(long, default_value = "exclusive", value_parser = ["exclusive", "shared"])]
         mode: String,
 
-        /// How long the lease lasts (`90s`, `5m`, `1h`).
-        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        /// How long the lease lasts: seconds (`90`) or with a unit (`90s`, `5m`, `1h`).
+        #[arg(long, default_value = "5m", value_parser = parse_ttl)]
         ttl: std::time::Duration,
 
         /// Print the lock as JSON.
@@ -374,4 +376,12 @@ pub enum PolicyCommand {
         #[arg(long, value_name = "CHAIN/TASK")]
         task: Option<String>,
     },
+}
+
+/// A lease length: plain seconds (`90`) or a duration with its unit (`90s`, `5m`).
+fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
+    if !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()) {
+        return text.parse::<u64>().map(std::time::Duration::from_secs).map_err(|error| format!("{text:?}: {error}"));
+    }
+    humantime::parse_duration(text).map_err(|error| format!("{text:?} is not a duration ({error}): write seconds (`90`) or e.g. `90s`, `5m`, `1h`"))
 }

@@ -347,8 +347,22 @@ impl Approver for ApproveAll {
     }
 }
 
+/// The arguments of `toolcell call`: as given, from stdin (`-`) or from a file (`@FILE`).
+fn call_arguments(given: &str) -> anyhow::Result<String> {
+    if given == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).context("cannot read the arguments from stdin")?;
+        return Ok(text);
+    }
+    match given.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read the arguments from `{path}` (`@FILE` names a file of JSON)")),
+        None => Ok(given.to_owned()),
+    }
+}
+
 fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
     let workspace = Workspace::open(&args.workspace)?;
+    let arguments = call_arguments(&args.args)?;
     let task = args.task.as_deref().map(TaskBinding::parse).transpose().map_err(anyhow::Error::msg)?;
     // A task's session writes for the task's chain unless told otherwise.
     let owner = args.owner.as_deref().or(task.as_ref().map(TaskBinding::chain));
@@ -358,7 +372,7 @@ fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
         role: &args.role,
         session_id: &args.session,
         tool: &args.tool,
-        args: &args.args,
+        args: &arguments,
         approver: args.approve.then_some(&approver),
         owner,
         fences: &args.fences,

@@ -58,7 +58,7 @@ fn tools_lists_every_builtin_with_its_schema() {
     file_info — File info [read-only, idempotent]
     insert_text — Insert text [destructive]
     list_files — List files [read-only, idempotent]
-    lock_files — Lock files [read-only, idempotent]
+    lock_files — Lock files [idempotent]
     move_file — Move or rename [destructive]
     read_file — Read file [read-only, idempotent]
     read_many — Read several files [read-only, idempotent]
@@ -75,7 +75,7 @@ fn tools_lists_every_builtin_with_its_schema() {
     task_status — My task [read-only, idempotent]
     task_unblock — Unblock task []
     undo_edit — Undo edit [destructive]
-    unlock_files — Unlock files [read-only, idempotent]
+    unlock_files — Unlock files [idempotent]
     write_file — Write file [destructive, idempotent]
     ");
     let tools = toolcell_builtins::components().count() + toolcell_runtime::NATIVE_TOOLS.len();
@@ -794,4 +794,57 @@ fn a_write_the_filesystem_refuses_says_so_and_leaves_the_file_as_it_was() {
         .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, ["locked.txt"], "nothing was left beside it");
+}
+
+#[test]
+fn call_takes_the_current_directory_empty_arguments_stdin_and_files() {
+    use std::io::Write as _;
+    let (workspace, cache) = setup();
+    let state = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-state");
+    let base = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
+        command.arg("--cache-dir").arg(&cache).arg("--state-dir").arg(&state).current_dir(workspace.path());
+        command
+    };
+    // No `--workspace`: the current directory. No arguments: `{}`.
+    let listed = base().args(["call", "list_files"]).output().expect("run");
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("notes.txt"));
+    // `-`: the arguments come from stdin.
+    let mut child = base()
+        .args(["call", "read_file", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().expect("stdin").write_all(br#"{"path": "notes.txt"}"#).expect("write stdin");
+    let from_stdin = child.wait_with_output().expect("wait");
+    assert!(from_stdin.status.success());
+    assert!(String::from_utf8_lossy(&from_stdin.stdout).contains("second"));
+    // `@FILE`: from a file (outside the workspace: the CLI reads it, not the tool).
+    let arguments = tempfile::NamedTempFile::new().expect("arguments file");
+    std::fs::write(arguments.path(), r#"{"path": "notes.txt", "limit": 1}"#).expect("write arguments");
+    let from_file = base().args(["call", "read_file", &format!("@{}", arguments.path().display())]).output().expect("run");
+    assert!(from_file.status.success(), "{}", String::from_utf8_lossy(&from_file.stderr));
+    let text = String::from_utf8_lossy(&from_file.stdout);
+    assert!(text.contains("first") && !text.contains("\tsecond"), "{text}");
+    // A missing arguments file is a host error naming it.
+    let missing = base().args(["call", "read_file", "@no-such-args.json"]).output().expect("run");
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read the arguments from `no-such-args.json`"));
+}
+
+#[test]
+fn lock_ttls_are_plain_seconds_or_durations() {
+    let (workspace, cache) = setup();
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    let seconds = toolcell(&cache, &["lock", "acquire", "notes.txt", "--workspace", root, "--owner", "A", "--ttl", "90", "--json"]);
+    assert_eq!(seconds.status, 0, "{}", seconds.stderr);
+    let lock: serde_json::Value = serde_json::from_str(&seconds.stdout).expect("JSON");
+    let with_unit = toolcell(&cache, &["lock", "acquire", "notes.txt", "--workspace", root, "--owner", "A", "--ttl", "90s", "--json"]);
+    assert_eq!(with_unit.status, 0, "{}", with_unit.stderr);
+    assert_eq!(lock["pattern"], "notes.txt");
+    let wrong = toolcell(&cache, &["lock", "acquire", "notes.txt", "--workspace", root, "--owner", "A", "--ttl", "soon"]);
+    assert_eq!(wrong.status, 2);
+    assert!(wrong.stderr.contains("write seconds (`90`)"), "{}", wrong.stderr);
 }
