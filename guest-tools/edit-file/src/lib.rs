@@ -28,7 +28,11 @@ struct Args {
     new_string: Option<String>,
     replace_all: Option<bool>,
     edits: Option<Vec<Edit>>,
+    dry_run: Option<bool>,
 }
+
+/// Lines of context in the dry run's unified diff.
+const DIFF_CONTEXT: usize = 3;
 
 struct EditFile;
 
@@ -56,6 +60,10 @@ impl Tool for EditFile {
             "type": "string",
             "description": "The file to edit, relative to the workspace root."
         });
+        properties["dry_run"] = json!({
+            "type": "boolean",
+            "description": "Check the edits and return the unified diff they would make, without writing anything. Default: false."
+        });
         properties["edits"] = json!({
             "type": "array",
             "minItems": 1,
@@ -77,7 +85,8 @@ impl Tool for EditFile {
              replace_all?}, ...]`: they apply in order, and if any fails nothing is written. An \
              empty new_string deletes the text. The file keeps its line endings (CRLF or LF), its \
              byte-order mark and its permissions. Returns each edited region with 3 numbered \
-             lines of context. Read the file first.",
+             lines of context; with `dry_run: true`, the unified diff instead, and nothing is \
+             written. Read the file first.",
         )
         .schema(json!({
             "type": "object",
@@ -90,11 +99,12 @@ impl Tool for EditFile {
             "additionalProperties": false
         }))
         .destructive()
-        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "edits": {"type": "integer", "minimum": 0}, "replacements": {"type": "integer", "minimum": 0}, "line_endings": {"enum": ["lf", "crlf"]}}, "required": ["path", "edits", "replacements", "line_endings"]}))
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "edits": {"type": "integer", "minimum": 0}, "replacements": {"type": "integer", "minimum": 0}, "line_endings": {"enum": ["lf", "crlf"]}, "dry_run": {"type": "boolean"}, "diff": {"type": "string", "description": "The unified diff, for a dry run."}}, "required": ["path", "edits", "replacements", "line_endings", "dry_run"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
         let path = WorkspacePath::parse(&args.path)?;
+        let dry_run = args.dry_run.unwrap_or(false);
         let edits = edits_of(args)?;
         let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
         if !metadata.is_file() {
@@ -115,10 +125,29 @@ impl Tool for EditFile {
         })?;
         let document = Document::parse(&original);
         let applied = apply_edits(&path, &document.body, document.crlf, &edits)?;
-        std::fs::write(path.as_str(), document.render(&applied.content)).map_err(|error| path.io_error(error))?;
+        let rendered = document.render(&applied.content);
+        let count = applied.replacements;
+        if dry_run {
+            let (old_name, new_name) = (format!("a/{path}"), format!("b/{path}"));
+            let after = String::from_utf8_lossy(&rendered);
+            let diff = similar::TextDiff::from_lines(original.as_str(), after.as_ref())
+                .unified_diff()
+                .context_radius(DIFF_CONTEXT)
+                .header(&old_name, &new_name)
+                .to_string();
+            let text = if diff.is_empty() { format!("The edit of {} changes nothing.", quote(path.as_str())) } else { diff.clone() };
+            return Ok(Output::text(text).with_structured(json!({
+                "path": path.as_str(),
+                "edits": edits.len(),
+                "replacements": count,
+                "line_endings": if document.crlf { "crlf" } else { "lf" },
+                "dry_run": true,
+                "diff": diff,
+            })));
+        }
+        std::fs::write(path.as_str(), rendered).map_err(|error| path.io_error(error))?;
 
         let snippets = text::snippets(&applied.content, &applied.regions, SNIPPETS);
-        let count = applied.replacements;
         let mut text = format!(
             "Edited {}: {count} replacement{} from {} edit{}.",
             quote(path.as_str()),
@@ -138,6 +167,7 @@ impl Tool for EditFile {
             "edits": edits.len(),
             "replacements": count,
             "line_endings": if document.crlf { "crlf" } else { "lf" },
+            "dry_run": false,
         })))
     }
 }

@@ -383,5 +383,6 @@ fn parse_ttl(text: &str) -> Result<std::time::Duration, String> {
     if !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()) {
         return text.parse::<u64>().map(std::time::Duration::from_secs).map_err(|error| format!("{text:?}: {error}"));
     }
-    humantime::parse_duration(text).map_err(|error| format!("{text:?} is not a duration ({error}): write seconds (`90`) or e.g. `90s`, `5m`, `1h`"))
+    humantime::parse_duration(text)
+        .map_err(|error| format!("{text:?} is not a duration ({error}): write seconds (`90`) or e.g. `90s`, `5m`, `1h`"))
 }

@@ -355,7 +355,9 @@ fn call_arguments(given: &str) -> anyhow::Result<String> {
         return Ok(text);
     }
     match given.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read the arguments from `{path}` (`@FILE` names a file of JSON)")),
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read the arguments from `{path}` (`@FILE` names a file of JSON)"))
+        }
         None => Ok(given.to_owned()),
     }
 }

@@ -1,3 +1,4 @@
+use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::fs::PermissionsExt as _;
 
 use serde_json::json;
@@ -118,4 +119,32 @@ fn file_errors() {
         fixture.error("edit_file", json!({"path": "latin1.txt", "old_string": "caf", "new_string": "x"}), ToolErrorKind::Unsupported);
     assert!(message.contains("UTF-8"), "{message}");
     assert_eq!(fixture.read("latin1.txt"), b"caf\xe9\n");
+}
+
+#[test]
+fn a_dry_run_returns_the_unified_diff_and_writes_nothing() {
+    let fixture = Fixture::new();
+    fixture.write("f.txt", twenty_lines());
+    let before = std::fs::metadata(fixture.root().join("f.txt")).expect("metadata");
+    let output = fixture.ok("edit_file", json!({"path": "f.txt", "old_string": "line 10\n", "new_string": "ten\n", "dry_run": true}));
+    let diff = "--- a/f.txt\n+++ b/f.txt\n@@ -7,7 +7,7 @@\n line 7\n line 8\n line 9\n-line 10\n+ten\n line 11\n line 12\n line 13\n";
+    assert_eq!(output.text, diff);
+    let structured = output.structured.expect("structured");
+    assert_eq!(structured["dry_run"], true);
+    assert_eq!(structured["diff"], diff);
+    assert_eq!(structured["replacements"], 1);
+    // Nothing was written: same content, same inode, same modification time.
+    assert_eq!(fixture.read_text("f.txt"), twenty_lines());
+    let after = std::fs::metadata(fixture.root().join("f.txt")).expect("metadata");
+    assert_eq!((before.ino(), before.modified().expect("mtime")), (after.ino(), after.modified().expect("mtime")));
+    // A dry run that cannot apply fails as the edit would, and the real edit still works.
+    let message = fixture.error(
+        "edit_file",
+        json!({"path": "f.txt", "old_string": "nine", "new_string": "x", "dry_run": true}),
+        ToolErrorKind::Conflict,
+    );
+    assert!(message.contains("was not found"), "{message}");
+    let written = fixture.ok("edit_file", json!({"path": "f.txt", "old_string": "line 10\n", "new_string": "ten\n"}));
+    assert_eq!(written.structured.expect("structured")["dry_run"], false);
+    assert!(fixture.read_text("f.txt").contains("line 9\nten\nline 11\n"));
 }
