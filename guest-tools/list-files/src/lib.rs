@@ -5,6 +5,7 @@ use std::ops::ControlFlow;
 use serde::Deserialize;
 use serde_json::json;
 use toolcell_sdk::path::quote;
+use toolcell_sdk::time::rfc3339;
 use toolcell_sdk::walk::{self, EntryKind};
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 
@@ -18,6 +19,17 @@ struct Args {
     pattern: Option<String>,
     recursive: Option<bool>,
     max_results: Option<u64>,
+    sort: Option<Sort>,
+}
+
+/// The order of the entries.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Sort {
+    /// Depth-first, each directory's entries by name.
+    Name,
+    /// Most recently modified first (the newest `max_results` of all that match).
+    Modified,
 }
 
 struct ListFiles;
@@ -36,8 +48,10 @@ impl Tool for ListFiles {
              `**/*.rs`). `recursive` descends into subdirectories; it defaults to true when the \
              pattern contains `/` or `**`, false otherwise. Order: depth-first, each directory's \
              entries sorted by name, a directory before its contents. The contents of `.git` are \
-             not listed. At most `max_results` entries (default 1000) are returned; the \
-             structured result says `truncated` if more matched.",
+             not listed. `sort: \"modified\"` lists the most recently modified entries first \
+             instead (each with its modification time), as when looking for what changed last. At \
+             most `max_results` entries (default 1000) are returned; the structured result says \
+             `truncated` if more matched.",
         )
         .schema(json!({
             "type": "object",
@@ -59,12 +73,16 @@ impl Tool for ListFiles {
                     "minimum": 1,
                     "maximum": MAX_MAX_RESULTS,
                     "description": "The most entries to return. Default: 1000."
+                },
+                "sort": {
+                    "enum": ["name", "modified"],
+                    "description": "`name` (default): depth-first by name. `modified`: newest first."
                 }
             },
             "additionalProperties": false
         }))
         .read_only()
-        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "entries": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "type": {"type": "string"}}, "required": ["path", "type"]}}, "truncated": {"type": "boolean"}}, "required": ["path", "entries", "truncated"]}))
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "entries": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "type": {"type": "string"}, "modified": {"type": "string", "description": "RFC 3339 UTC, when sorted by modification time."}}, "required": ["path", "type"]}}, "truncated": {"type": "boolean"}}, "required": ["path", "entries", "truncated"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
@@ -84,6 +102,7 @@ impl Tool for ListFiles {
             .recursive
             .unwrap_or_else(|| args.pattern.as_deref().is_some_and(|pattern| pattern.contains('/') || pattern.contains("**")));
         let max_results = args.max_results.unwrap_or(DEFAULT_MAX_RESULTS);
+        let by_modified = args.sort == Some(Sort::Modified);
         let metadata = std::fs::metadata(root.as_str()).map_err(|error| root.io_error(error))?;
         if !metadata.is_dir() {
             return Err(ToolError::Unsupported(format!(
@@ -99,7 +118,9 @@ impl Tool for ListFiles {
             if matcher.as_ref().is_some_and(|matcher| !matcher.is_match(relative)) {
                 return ControlFlow::Continue(());
             }
-            if entries.len() as u64 == max_results {
+            // By modification time every match is a candidate; by name the walk's order is the
+            // answer, so it stops at the limit.
+            if !by_modified && entries.len() as u64 == max_results {
                 truncated = true;
                 return ControlFlow::Break(());
             }
@@ -107,6 +128,29 @@ impl Tool for ListFiles {
             ControlFlow::Continue(())
         })
         .map_err(|error| root.io_error(error))?;
+        // Seconds and nanoseconds since the epoch of each entry, when sorting by them (not
+        // followed: a symlink's own time).
+        let mut modified: Vec<Option<std::time::Duration>> = Vec::new();
+        if by_modified {
+            let mut timed: Vec<_> = entries
+                .drain(..)
+                .map(|(path, kind)| {
+                    let time = std::fs::symlink_metadata(path.as_str())
+                        .and_then(|metadata| metadata.modified())
+                        .ok()
+                        .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok());
+                    (time, path, kind)
+                })
+                .collect();
+            // Newest first; equal times by path, so the order is stable.
+            timed.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.as_str().cmp(b.1.as_str())));
+            truncated = timed.len() as u64 > max_results;
+            timed.truncate(usize::try_from(max_results).unwrap_or(usize::MAX));
+            for (time, path, kind) in timed {
+                modified.push(time);
+                entries.push((path, kind));
+            }
+        }
 
         let mut text: String = entries
             .iter()
@@ -131,8 +175,17 @@ impl Tool for ListFiles {
         if summary.unreadable_directories > 0 {
             text.push_str(&format!("\n[{} directories could not be read and were skipped]", summary.unreadable_directories));
         }
-        let structured_entries: Vec<_> =
-            entries.iter().map(|(path, kind)| json!({ "path": path.as_str(), "type": kind.as_str() })).collect();
+        let structured_entries: Vec<_> = entries
+            .iter()
+            .enumerate()
+            .map(|(index, (path, kind))| {
+                let mut entry = json!({ "path": path.as_str(), "type": kind.as_str() });
+                if let Some(Some(time)) = modified.get(index) {
+                    entry["modified"] = json!(rfc3339(time.as_secs()));
+                }
+                entry
+            })
+            .collect();
         Ok(Output::text(text).with_structured(json!({
             "path": root.as_str(),
             "entries": structured_entries,

@@ -44,6 +44,7 @@ pub mod path;
 pub mod read;
 pub mod scan;
 pub mod text;
+pub mod time;
 pub mod walk;
 
 pub use path::WorkspacePath;

@@ -85,3 +85,31 @@ fn errors() {
     let message = fixture.error("list_files", json!({"max_results": 0}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("`max_results`"), "{message}");
 }
+
+#[test]
+fn sorted_by_modification_time_the_newest_come_first() {
+    let fixture = Fixture::new();
+    let at = |path: &str, seconds: u64| {
+        fixture.write(path, "x\n");
+        let file = std::fs::File::options().write(true).open(fixture.root().join(path)).expect("open");
+        file.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds)).expect("set mtime");
+    };
+    at("old.txt", 1_700_000_000);
+    at("deep/middle.txt", 1_750_000_000);
+    at("new.txt", 1_790_000_000);
+    at("same-a.txt", 1_720_000_000);
+    at("same-b.txt", 1_720_000_000);
+    let output = fixture.ok("list_files", json!({"pattern": "**/*.txt", "sort": "modified"}));
+    assert_eq!(output.text, "new.txt\ndeep/middle.txt\nsame-a.txt\nsame-b.txt\nold.txt");
+    let structured = output.structured.expect("structured");
+    assert_eq!(structured["entries"][0], json!({"path": "new.txt", "type": "file", "modified": "2026-09-21T14:13:20Z"}));
+    assert_eq!(structured["truncated"], false);
+    // The limit keeps the newest, whatever the walk's order.
+    let newest = fixture.ok("list_files", json!({"pattern": "**/*.txt", "sort": "modified", "max_results": 2}));
+    assert!(newest.text.starts_with("new.txt\ndeep/middle.txt\n[truncated at 2 entries"), "{}", newest.text);
+    assert_eq!(newest.structured.expect("structured")["truncated"], true);
+    // By name (the default) nothing changes, and no times are given.
+    let by_name = fixture.ok("list_files", json!({"pattern": "**/*.txt"}));
+    assert_eq!(by_name.text, "deep/middle.txt\nnew.txt\nold.txt\nsame-a.txt\nsame-b.txt");
+    assert!(by_name.structured.expect("structured")["entries"][0].get("modified").is_none());
+}
