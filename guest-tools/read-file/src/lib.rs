@@ -14,6 +14,7 @@ struct Args {
     path: String,
     offset: Option<u64>,
     limit: Option<u64>,
+    tail: Option<u64>,
 }
 
 struct ReadFile;
@@ -30,7 +31,8 @@ impl Tool for ReadFile {
              `old_string`s for edit_file (never include the number prefix in an edit). By default \
              returns up to 2000 lines from the start; for long files pass `offset` (first line to \
              read, 1-based) and `limit` (how many lines). Lines longer than 2000 characters are cut \
-             with a marker. The structured result gives `total_lines` and `truncated`. Refuses \
+             with a marker. `tail: N` reads the last N lines instead (for logs). The structured \
+             result gives `total_lines` and `truncated`. Refuses \
              binary files, directories (use list_files) and special files. Paths are relative to \
              the workspace root.",
         )
@@ -50,6 +52,11 @@ impl Tool for ReadFile {
                     "type": "integer",
                     "minimum": 1,
                     "description": "How many lines to return. Default: 2000."
+                },
+                "tail": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Read the last `tail` lines instead (for logs); not with `offset` or `limit`."
                 }
             },
             "required": ["path"],
@@ -61,7 +68,17 @@ impl Tool for ReadFile {
 
     fn call(args: Args) -> Result<Output, ToolError> {
         let path = WorkspacePath::parse(&args.path)?;
-        read::read_lines(&path, args.offset, args.limit, MAX_OUTPUT_BYTES)
+        let Some(tail) = args.tail else {
+            return read::read_lines(&path, args.offset, args.limit, MAX_OUTPUT_BYTES);
+        };
+        if args.offset.is_some() || args.limit.is_some() {
+            return Err(ToolError::InvalidArgs(
+                "`tail` reads the last lines by itself: give either `tail`, or `offset` and `limit`, not both".to_owned(),
+            ));
+        }
+        let total = read::count_lines(&path)?;
+        let offset = total.saturating_sub(tail).saturating_add(1);
+        read::read_lines(&path, Some(offset), Some(tail), MAX_OUTPUT_BYTES)
     }
 }
 

@@ -62,6 +62,23 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
 }
 
 /// The lines of one `read_file` window, rendered, and what was counted around it.
+/// How many lines the regular file at `path` has (a last line without a newline counts), for
+/// reading its tail. Counted in whole buffers; nothing is decoded.
+///
+/// # Errors
+///
+/// The path's error, as [`read_lines`] would report it.
+pub fn count_lines(path: &WorkspacePath) -> Result<u64, ToolError> {
+    let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
+    if !metadata.is_file() {
+        // `read_lines` says what it is instead.
+        return Ok(0);
+    }
+    let file = std::fs::File::open(path.as_str()).map_err(|error| path.io_error(error))?;
+    let reader = BufReader::with_capacity(64 * 1024, file);
+    read_window(reader, u64::MAX, 0, 0).map(|window| window.total_lines).map_err(|error| path.io_error(error))
+}
+
 struct Window {
     /// The numbered lines, joined by newlines.
     text: String,

@@ -122,3 +122,23 @@ fn special_files_are_refused_without_blocking() {
     let message = receiver.recv_timeout(std::time::Duration::from_secs(60)).expect("read_file on a FIFO blocked");
     assert!(message.contains("not a regular file"), "{message}");
 }
+
+#[test]
+fn tail_reads_the_last_lines_with_their_numbers() {
+    let fixture = Fixture::new();
+    let content: String = (1..=5000).map(|n| format!("entry {n}\n")).collect();
+    fixture.write("app.log", &content);
+    let output = fixture.ok("read_file", json!({"path": "app.log", "tail": 3}));
+    assert_eq!(output.text, "  4998\tentry 4998\n  4999\tentry 4999\n  5000\tentry 5000\n\n[lines 4998-5000 of 5000]");
+    let structured = output.structured.expect("structured");
+    assert_eq!((structured["start_line"].clone(), structured["end_line"].clone(), structured["total_lines"].clone()), (json!(4998), json!(5000), json!(5000)));
+    assert_eq!(structured["truncated"], false);
+    // A last line without a newline counts; more than the file has reads it all.
+    fixture.write("short.txt", "one\ntwo");
+    assert!(fixture.ok("read_file", json!({"path": "short.txt", "tail": 1})).text.starts_with("     2\ttwo\n\n[lines 2-2 of 2]"));
+    assert_eq!(fixture.ok("read_file", json!({"path": "short.txt", "tail": 10})).text, "     1\tone\n     2\ttwo");
+    fixture.write("empty.txt", "");
+    assert!(fixture.ok("read_file", json!({"path": "empty.txt", "tail": 5})).text.contains("is empty"));
+    let message = fixture.error("read_file", json!({"path": "app.log", "tail": 3, "offset": 2}), ToolErrorKind::InvalidArgs);
+    assert!(message.contains("either `tail`, or `offset` and `limit`"), "{message}");
+}
