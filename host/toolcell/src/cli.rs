@@ -80,6 +80,12 @@ pub enum Command {
         hash: bool,
     },
 
+    /// Print a shell completion script (`toolcell completions bash > /etc/bash_completion.d/toolcell`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+
     /// Print the tool definitions a role may call, in a model provider's shape.
     Schema {
         /// The role whose tools to print.
@@ -349,6 +355,10 @@ pub enum AuditCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
+    /// Print the effective policy (`--policy`, else the built-in default) as TOML, to copy
+    /// and extend.
+    Show,
+
     /// Load a policy and report its roles, or the first error with its file and line.
     Check {
         /// The policy file.

@@ -30,6 +30,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Policy(PolicyCommand::Check { file }) = &cli.command {
         return policy_check(&cli.runtime, file);
     }
+    if let Command::Policy(PolicyCommand::Show) = &cli.command {
+        return policy_show(&cli.runtime);
+    }
+    if let Command::Completions { shell } = &cli.command {
+        // Generated into memory first: clap_complete panics when its writer fails (a closed pipe).
+        let mut script = Vec::new();
+        clap_complete::generate(*shell, &mut <Cli as clap::CommandFactory>::command(), "toolcell", &mut script);
+        std::io::stdout().lock().write_all(&script)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Command::Audit(command) = &cli.command {
         return audit(&cli.runtime, command);
     }
@@ -62,7 +72,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Lock(command) => lock(&runtime, command),
         Command::Sessions(SessionsCommand::List { workspace, json }) => sessions_list(&runtime, workspace.as_deref(), json),
         Command::Report(args) => report(&runtime, &args),
-        Command::Policy(PolicyCommand::Check { .. })
+        Command::Policy(PolicyCommand::Check { .. } | PolicyCommand::Show)
+        | Command::Completions { .. }
         | Command::Audit(_)
         | Command::Mcp(_)
         | Command::Serve(_)
@@ -623,6 +634,31 @@ fn schema(runtime: &Runtime, role: &str, format: &str) -> anyhow::Result<ExitCod
     let format = toolcell_host::schemas::Format::from_name(format).with_context(|| format!("unknown format `{format}`"))?;
     let rendered = toolcell_host::schemas::render(format, toolcell_host::tools_for_role(runtime, role));
     writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(&rendered)?)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolcell policy show`: the effective policy's text, once it has loaded as `policy check`
+/// would load it.
+fn policy_show(args: &RuntimeArgs) -> anyhow::Result<ExitCode> {
+    let (name, text) = match &args.policy {
+        None => (DEFAULT_POLICY_NAME.to_owned(), DEFAULT_POLICY.to_owned()),
+        Some(path) => match builtin_policy_name(path) {
+            Some(name) => {
+                let (shown, text) = toolcell_host::builtin_policy(name).with_context(|| {
+                    format!("there is no shipped policy `{name}`; the shipped ones are `builtin:default` and `builtin:workflow`")
+                })?;
+                (shown.to_owned(), text.to_owned())
+            }
+            None => (
+                path.display().to_string(),
+                std::fs::read_to_string(path).with_context(|| format!("cannot read the policy `{}`", path.display()))?,
+            ),
+        },
+    };
+    build_runtime(args)?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "# The effective policy, from {name}. To change it, copy it to a file and pass --policy FILE.")?;
+    write!(stdout, "{text}")?;
     Ok(ExitCode::SUCCESS)
 }
 

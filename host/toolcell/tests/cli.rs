@@ -848,3 +848,41 @@ fn lock_ttls_are_plain_seconds_or_durations() {
     assert_eq!(wrong.status, 2);
     assert!(wrong.stderr.contains("write seconds (`90`)"), "{}", wrong.stderr);
 }
+
+#[test]
+fn policy_show_prints_the_effective_policy_ready_to_copy() {
+    let (workspace, cache) = setup();
+    let shown = toolcell(&cache, &["policy", "show"]);
+    assert_eq!(shown.status, 0, "{}", shown.stderr);
+    let (header, text) = shown.stdout.split_once('\n').expect("a header line");
+    assert!(header.starts_with("# The effective policy, from policies/default.toml"), "{header}");
+    assert_eq!(text, toolcell_host::DEFAULT_POLICY);
+    // What it prints loads as a policy file of its own.
+    let copy = workspace.path().join("copy.toml");
+    std::fs::write(&copy, &shown.stdout).expect("write the copy");
+    let checked = toolcell(&cache, &["policy", "check", copy.to_str().expect("UTF-8 path")]);
+    assert_eq!(checked.status, 0, "{}", checked.stderr);
+    let workflow = toolcell(&cache, &["--policy", "builtin:workflow", "policy", "show"]);
+    assert_eq!(workflow.status, 0, "{}", workflow.stderr);
+    assert!(workflow.stdout.contains("may_spawn"), "{}", workflow.stdout);
+}
+
+#[test]
+fn shell_completions_cover_the_commands() {
+    let (_, cache) = setup();
+    for shell in ["bash", "zsh", "fish"] {
+        let script = toolcell(&cache, &["completions", shell]);
+        assert_eq!(script.status, 0, "{shell}: {}", script.stderr);
+        for word in ["toolcell", "serve", "conformance", "workspace"] {
+            assert!(script.stdout.contains(word), "{shell} completions lack {word}");
+        }
+    }
+}
+
+#[test]
+fn an_error_and_its_cause_are_each_said_once() {
+    let (_, cache) = setup();
+    let missing = toolcell(&cache, &["--policy", "/nonexistent/policy.toml", "tools"]);
+    assert_eq!(missing.status, 2);
+    insta::assert_snapshot!(missing.stderr, @"error: cannot start the toolcell host: cannot read the policy `/nonexistent/policy.toml`: No such file or directory (os error 2)");
+}

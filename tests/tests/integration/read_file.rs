@@ -131,7 +131,10 @@ fn tail_reads_the_last_lines_with_their_numbers() {
     let output = fixture.ok("read_file", json!({"path": "app.log", "tail": 3}));
     assert_eq!(output.text, "  4998\tentry 4998\n  4999\tentry 4999\n  5000\tentry 5000\n\n[lines 4998-5000 of 5000]");
     let structured = output.structured.expect("structured");
-    assert_eq!((structured["start_line"].clone(), structured["end_line"].clone(), structured["total_lines"].clone()), (json!(4998), json!(5000), json!(5000)));
+    assert_eq!(
+        (structured["start_line"].clone(), structured["end_line"].clone(), structured["total_lines"].clone()),
+        (json!(4998), json!(5000), json!(5000))
+    );
     assert_eq!(structured["truncated"], false);
     // A last line without a newline counts; more than the file has reads it all.
     fixture.write("short.txt", "one\ntwo");
