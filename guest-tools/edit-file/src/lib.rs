@@ -48,7 +48,7 @@ impl Tool for EditFile {
             },
             "new_string": {
                 "type": "string",
-                "description": "The replacement text (may be empty, to delete old_string)."
+                "description": "The replacement text (may be empty, to delete old_string). Given with old_string, and only with it."
             },
             "replace_all": {
                 "type": "boolean",
@@ -92,10 +92,6 @@ impl Tool for EditFile {
             "type": "object",
             "properties": properties,
             "required": ["path"],
-            "dependentRequired": {
-                "old_string": ["new_string"],
-                "new_string": ["old_string"]
-            },
             "additionalProperties": false
         }))
         .destructive()

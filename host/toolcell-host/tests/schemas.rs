@@ -83,3 +83,60 @@ fn locking_tools_are_not_read_only() {
         assert_eq!(tool["annotations"]["destructiveHint"], false, "{tool}");
     }
 }
+
+/// Keywords of drafts after 07: a draft-07 validator (Ajv in strict mode, say) rejects them.
+const LATER_KEYWORDS: [&str; 12] = [
+    "dependentRequired",
+    "dependentSchemas",
+    "prefixItems",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$defs",
+    "minContains",
+    "maxContains",
+    "$anchor",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$recursiveRef",
+];
+
+/// The keywords used anywhere in `schema`, with where.
+fn keywords(schema: &Value, at: &str, found: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map {
+                // Under `properties` the keys are argument names, not keywords.
+                if at.ends_with("/properties") {
+                    keywords(value, &format!("{at}/{key}"), found);
+                    continue;
+                }
+                found.push(format!("{at}/{key}"));
+                keywords(value, &format!("{at}/{key}"), found);
+            }
+        }
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                keywords(item, &format!("{at}/{index}"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn every_schema_is_valid_for_draft_07_validators_too() {
+    let runtime = builtin_runtime().policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY).build().expect("runtime builds");
+    for tool in runtime.tools() {
+        let schemas = [("input", Some(&tool.input_schema)), ("output", tool.output_schema.as_ref())];
+        for (which, schema) in schemas {
+            let schema = schema.unwrap_or_else(|| panic!("`{}` declares no {which} schema", tool.name));
+            assert!(jsonschema::draft7::meta::is_valid(schema), "`{}`'s {which} schema is not valid draft-07", tool.name);
+            let mut found = Vec::new();
+            keywords(schema, "", &mut found);
+            for keyword in LATER_KEYWORDS {
+                let used: Vec<_> = found.iter().filter(|path| path.ends_with(&format!("/{keyword}"))).collect();
+                assert!(used.is_empty(), "`{}`'s {which} schema uses `{keyword}`, which draft-07 validators reject: {used:?}", tool.name);
+            }
+        }
+    }
+}
