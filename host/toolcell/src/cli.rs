@@ -365,7 +365,9 @@ pub enum PolicyCommand {
         file: PathBuf,
     },
 
-    /// Show the decision for one access to one path, and the rule that makes it.
+    /// Show the decision for one access to one path, and the rule that makes it (and, with
+    /// `--tool`, whether the role may call that tool). Exit status: 0 allowed (or asked), 1
+    /// denied.
     Explain {
         /// The role asking.
         #[arg(long)]
@@ -385,6 +387,10 @@ pub enum PolicyCommand {
         /// Decide as for a session bound to this task (`CHAIN-ID/NNN-slug`).
         #[arg(long, value_name = "CHAIN/TASK")]
         task: Option<String>,
+
+        /// Print the decision as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -65,9 +65,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Tools { json, command: None } => tools(&runtime, json),
         Command::Call(args) => call(&runtime, &args),
-        Command::Policy(PolicyCommand::Explain { role, access, path, tool, task }) => {
-            policy_explain(&runtime, &role, &access, &path, tool.as_deref(), task.as_deref())
-        }
+        Command::Policy(PolicyCommand::Explain { role, access, path, tool, task, json }) => policy_explain(
+            &runtime,
+            &Explain { role: &role, access: &access, path: &path, tool: tool.as_deref(), task: task.as_deref(), json },
+        ),
         Command::Schema { role, format } => schema(&runtime, &role, &format),
         Command::Lock(command) => lock(&runtime, command),
         Command::Sessions(SessionsCommand::List { workspace, json }) => sessions_list(&runtime, workspace.as_deref(), json),
@@ -693,43 +694,72 @@ fn policy_check(args: &RuntimeArgs, file: &std::path::Path) -> anyhow::Result<Ex
     Ok(ExitCode::SUCCESS)
 }
 
-fn policy_explain(
-    runtime: &Runtime,
-    role_name: &str,
-    access: &str,
-    path: &str,
-    tool: Option<&str>,
-    task: Option<&str>,
-) -> anyhow::Result<ExitCode> {
+/// What `policy explain` is asked.
+struct Explain<'a> {
+    role: &'a str,
+    access: &'a str,
+    path: &'a str,
+    tool: Option<&'a str>,
+    task: Option<&'a str>,
+    json: bool,
+}
+
+fn policy_explain(runtime: &Runtime, asked: &Explain<'_>) -> anyhow::Result<ExitCode> {
+    let role_name = asked.role;
     let policy = runtime.policy().context("the runtime was built with a policy")?;
-    if policy.role(role_name).is_none() {
+    let Some(policy_role) = policy.role(role_name) else {
         let roles: Vec<&str> = policy.roles().map(|role| role.name()).collect();
         anyhow::bail!("the policy `{}` has no role `{role_name}`; its roles are: {}", policy.file(), roles.join(", "));
-    }
-    let task = task.map(TaskBinding::parse).transpose().map_err(anyhow::Error::msg)?;
-    let tool = match tool {
+    };
+    let task = asked.task.map(TaskBinding::parse).transpose().map_err(anyhow::Error::msg)?;
+    let tool = match asked.tool {
         Some(tool) => {
             Some(runtime.canonical_tool(tool).with_context(|| format!("there is no tool `{tool}`; `toolcell tools` lists them"))?)
         }
         None => None,
     };
+    let may_call = tool.map(|tool| policy_role.may_call(tool));
     // The role as a call of `tool` by a session bound to `task` sees it (rules naming the tool,
     // the task's paths); without them, the rules that name no tool.
     let role = policy.bind(role_name, tool.unwrap_or(""), task.as_ref()).context("the role's rules cannot be bound")?;
-    let access = Access::from_name(access).with_context(|| format!("unknown access `{access}`"))?;
+    let access = Access::from_name(asked.access).with_context(|| format!("unknown access `{}`", asked.access))?;
     // Lexical only: symlinks are resolved when a real call touches the workspace.
-    let Some(canonical) = toolcell_policy::join_lexically(".", path) else {
-        writeln!(std::io::stdout(), "deny: `{path}` is outside the workspace (rule `workspace-boundary`)")?;
-        return Ok(ExitCode::SUCCESS);
+    let canonical = toolcell_policy::join_lexically(".", asked.path);
+    let outside = canonical.is_none();
+    let (effect, shown_path, rule, line) = match canonical {
+        Some(canonical) => {
+            let decision = policy.decide(&role, access, &canonical);
+            (decision.effect.to_string(), canonical, decision.rule.to_string(), decision.line)
+        }
+        None => ("deny".to_owned(), asked.path.to_owned(), "workspace-boundary".to_owned(), None),
     };
-    let decision = policy.decide(&role, access, &canonical);
-    let location = decision.line.map(|line| format!(", {} line {line}", policy.file())).unwrap_or_default();
-    writeln!(
-        std::io::stdout(),
-        "{}: {access} of `{canonical}` by role `{}` (rule `{}`{location})",
-        decision.effect,
-        role.name(),
-        decision.rule
-    )?;
-    Ok(ExitCode::SUCCESS)
+    let denied = effect == "deny" || may_call == Some(false);
+    let mut stdout = std::io::stdout().lock();
+    if asked.json {
+        let mut document = json!({
+            "effect": effect,
+            "access": access.as_str(),
+            "path": shown_path,
+            "role": role.name(),
+            "rule": rule,
+            "policy": policy.file(),
+            "line": line,
+        });
+        if let (Some(tool), Some(may_call)) = (tool, may_call) {
+            document["tool"] = json!({ "name": tool, "may_call": may_call });
+        }
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&document)?)?;
+    } else {
+        if outside {
+            writeln!(stdout, "deny: `{shown_path}` is outside the workspace (rule `workspace-boundary`)")?;
+        } else {
+            let location = line.map(|line| format!(", {} line {line}", policy.file())).unwrap_or_default();
+            writeln!(stdout, "{effect}: {access} of `{shown_path}` by role `{}` (rule `{rule}`{location})", role.name())?;
+        }
+        if let (Some(tool), Some(may_call)) = (tool, may_call) {
+            let verdict = if may_call { "may call it" } else { "may not call it (its `tools` list does not name it)" };
+            writeln!(stdout, "tool `{tool}`: role `{role_name}` {verdict}")?;
+        }
+    }
+    Ok(if denied { ExitCode::from(EXIT_TOOL_ERROR) } else { ExitCode::SUCCESS })
 }
