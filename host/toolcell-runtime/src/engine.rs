@@ -255,7 +255,31 @@ fn load_or_create_key(path: &Path) -> Result<[u8; KEY_BYTES], Error> {
 }
 
 pub(crate) fn compile(engine: &Engine, origin: &str, wasm: &[u8]) -> Result<Component, Error> {
+    if let Some(reason) = not_a_component(wasm) {
+        return Err(Error::Load { origin: origin.to_owned(), reason: reason.to_owned() });
+    }
     Component::new(engine, wasm).map_err(|error| Error::Load { origin: origin.to_owned(), reason: describe(&error) })
+}
+
+/// What `bytes` are instead, in one line with the fix, if they are not a WebAssembly component.
+fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
+    // A component's preamble: the magic, version 0x0d, layer 1; a core module's: version 1, layer 0.
+    const COMPONENT: [u8; 8] = *b"\0asm\x0d\0\x01\0";
+    const MODULE: [u8; 8] = *b"\0asm\x01\0\0\0";
+    match bytes.get(..8) {
+        Some(preamble) if preamble == COMPONENT => None,
+        Some(preamble) if preamble == MODULE => Some(
+            "it is a core WebAssembly module, not a component: build the tool for the wasm32-wasip2 target \
+             (wasm32-wasip1 and wasm32-unknown-unknown give modules)",
+        ),
+        _ if bytes.starts_with(b"\0asm") => {
+            Some("it is WebAssembly of an unknown version: build the tool for wasm32-wasip2 with a current toolchain")
+        }
+        _ => Some(
+            "it is not WebAssembly (a `.wasm` file starts with `\\0asm`): build the tool for wasm32-wasip2 \
+             (`cargo build --release --target wasm32-wasip2`) and give the `.wasm` from target/wasm32-wasip2/release",
+        ),
+    }
 }
 
 /// Hex SHA-256 of the component bytes, the engine's compatibility hash and this crate's version.

@@ -107,10 +107,19 @@ fn a_corrupt_cache_entry_is_recompiled() {
 
 #[test]
 fn bad_components_are_refused_at_load() {
-    match RuntimeBuilder::new().component("test:garbage", &b"not wasm"[..]).build() {
-        Err(Error::Load { origin, .. }) => assert_eq!(origin, "test:garbage"),
-        Err(other) => panic!("expected a load error, got {other}"),
-        Ok(_) => panic!("garbage loaded"),
+    // Not WebAssembly, and a core module rather than a component: one line each, with the fix.
+    let cases: [(&[u8], &str); 2] =
+        [(b"not wasm", "it is not WebAssembly"), (b"\0asm\x01\0\0\0", "it is a core WebAssembly module, not a component")];
+    for (bytes, said) in cases {
+        match RuntimeBuilder::new().component("test:garbage", bytes).build() {
+            Err(error @ Error::Load { .. }) => {
+                let message = error.to_string();
+                assert!(message.contains("`test:garbage`") && message.contains(said), "{message}");
+                assert!(message.contains("wasm32-wasip2") && !message.contains('\n'), "{message}");
+            }
+            Err(other) => panic!("expected a load error, got {other}"),
+            Ok(_) => panic!("garbage loaded"),
+        }
     }
     let duplicate =
         builtin_runtime_builder().component("test:read_file_again", toolcell_builtins::components().next().expect("a builtin").1).build();
