@@ -188,7 +188,12 @@ impl Service {
         }
         let ending = request.method() == Method::DELETE;
         request.extensions_mut().insert(Authenticated(Arc::clone(&principal)));
-        let response = mcp.handle(request).await;
+        let mut response = mcp.handle(request).await;
+        if response.status().is_client_error() {
+            // rmcp refuses some requests (Host, Origin, size) without reading their body: close
+            // the connection after the answer, as for the front door's own refusals.
+            response.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
         match &session_id {
             Some(id) if ending && response.status().is_success() => self.end(id, &principal),
             // A new session: it belongs to whoever opened it.
@@ -209,9 +214,12 @@ fn mcp_session_id(value: Option<&HeaderValue>) -> Option<&str> {
     value.and_then(|value| value.to_str().ok()).filter(|id| !id.is_empty() && id.len() <= 256)
 }
 
+/// A refusal by the front door. The request's body is left unread, so the connection closes
+/// after the answer: a client must not send its next request on it (it would race the close).
 fn plain(status: StatusCode, text: &'static str) -> Response<BoxBody<Bytes, Infallible>> {
     let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
     *response.status_mut() = status;
+    response.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
