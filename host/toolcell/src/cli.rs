@@ -192,10 +192,24 @@ pub struct CallArgs {
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {
     /// Check a tool component (imports, description, schema, name collisions, the policy's
-    /// pins) and install it in the plugin directory; prints its SHA-256 to pin.
+    /// pins, then the conformance suite) and install it in the plugin directory; prints its
+    /// SHA-256 to pin. Adding the same bytes again changes nothing.
+    ///
+    /// Exit status: 0 installed (or already there), 1 refused by the conformance suite, 2 not
+    /// loadable.
     Add {
         /// The component (`.wasm`, built for wasm32-wasip2 against `wit/tool.wit`).
         component: PathBuf,
+
+        /// Install it even if conformance checks fail (they are printed as warnings).
+        #[arg(long)]
+        force: bool,
+    },
+
+    /// Remove an installed plugin by its tool name.
+    Remove {
+        /// The tool's name (`word_count`).
+        name: String,
     },
 }
 

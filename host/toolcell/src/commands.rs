@@ -58,8 +58,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Conformance { component, json } = &cli.command {
         return conformance(&cli.runtime, component, *json);
     }
-    if let Command::Tools { command: Some(ToolsCommand::Add { component }), .. } = &cli.command {
-        return tools_add(&cli.runtime, component);
+    if let Command::Tools { command: Some(ToolsCommand::Add { component, force }), .. } = &cli.command {
+        return tools_add(&cli.runtime, component, *force);
+    }
+    if let Command::Tools { command: Some(ToolsCommand::Remove { name }), .. } = &cli.command {
+        return tools_remove(&cli.runtime, name);
     }
     let runtime = build_runtime(&cli.runtime)?;
     match cli.command {
@@ -295,14 +298,47 @@ fn conformance(args: &RuntimeArgs, component: &std::path::Path, as_json: bool) -
     Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TOOL_ERROR) })
 }
 
-fn tools_add(args: &RuntimeArgs, component: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: bool) -> anyhow::Result<ExitCode> {
     let directory = plugin_dir(args).context("no plugin directory: pass --plugin-dir or --state-dir")?;
     let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
+    // The same bytes installed already: nothing to do.
+    let installed = std::fs::read_dir(&directory)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "wasm"))
+        .find(|path| std::fs::read(path).is_ok_and(|bytes| bytes == wasm));
+    if let Some(installed) = installed {
+        writeln!(std::io::stdout(), "`{}` is installed already, with the same bytes; nothing changed", installed.display())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let origin = format!("plugin:{}", component.display());
     // Loaded beside everything else: its imports, description and schema are checked, and a
     // name collision or a pin mismatch is refused before anything is installed.
     let runtime = build_runtime_with(args, Some((origin.clone(), wasm.clone())))?;
     let added = runtime.loaded().iter().find(|loaded| loaded.origin == origin).context("the component was loaded")?;
+    // Then what it does: the conformance suite.
+    let options =
+        toolcell_conformance::Options { cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) } };
+    let report = toolcell_conformance::check(&component.display().to_string(), &wasm, &options);
+    if !report.passed() {
+        let mut stderr = std::io::stderr().lock();
+        let failed: Vec<_> = report.checks.iter().filter(|check| !check.passed).collect();
+        for check in &failed {
+            writeln!(stderr, "{}: conformance check failed: {}: {}", if force { "warning" } else { "error" }, check.name, check.detail)?;
+        }
+        if !force {
+            writeln!(
+                stderr,
+                "refused: {} conformance check(s) of `{}` failed (`toolcell conformance {}` shows them all); fix the tool, or add it anyway with --force",
+                failed.len(),
+                added.tool,
+                component.display()
+            )?;
+            return Ok(ExitCode::from(EXIT_TOOL_ERROR));
+        }
+    }
     std::fs::create_dir_all(&directory).with_context(|| format!("cannot create `{}`", directory.display()))?;
     let target = directory.join(format!("{}.wasm", added.tool));
     let temporary = directory.join(format!(".{}.wasm.tmp", added.tool));
@@ -319,6 +355,32 @@ fn tools_add(args: &RuntimeArgs, component: &std::path::Path) -> anyhow::Result<
 [plugins.{}]
 sha256 = \"{}\"",
         added.tool, added.sha256
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolcell tools remove NAME`: the plugin's file goes; its pin and role entries are the
+/// operator's to remove from the policy.
+fn tools_remove(args: &RuntimeArgs, name: &str) -> anyhow::Result<ExitCode> {
+    let directory = plugin_dir(args).context("no plugin directory: pass --plugin-dir or --state-dir")?;
+    let target = directory.join(format!("{name}.wasm"));
+    let valid = !name.is_empty() && name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_');
+    if !valid || !target.is_file() {
+        let mut installed: Vec<String> = std::fs::read_dir(&directory)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.file_name().to_str().and_then(|file| file.strip_suffix(".wasm")).map(str::to_owned))
+            .collect();
+        installed.sort();
+        let listed = if installed.is_empty() { "none".to_owned() } else { installed.join(", ") };
+        anyhow::bail!("no plugin `{}` is installed in `{}`; the installed ones are: {listed}", name.escape_default(), directory.display());
+    }
+    std::fs::remove_file(&target).with_context(|| format!("cannot remove `{}`", target.display()))?;
+    writeln!(
+        std::io::stdout(),
+        "removed `{name}` ({}); remove its [plugins.{name}] pin and its entries in roles' `tools` from the policy",
+        target.display()
     )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -592,8 +592,16 @@ fn a_plugin_is_added_checked_pinned_and_refused_when_it_changes() {
         toolcell(&cache, &full)
     };
 
-    let added = dir(&["tools", "add", component.to_str().expect("UTF-8")]);
+    // `misbehave` crashes on purpose, so the conformance suite refuses it; `--force` adds it
+    // anyway, with the failures as warnings.
+    let refused = dir(&["tools", "add", component.to_str().expect("UTF-8")]);
+    assert_eq!(refused.status, 1, "{}", refused.stderr);
+    assert!(refused.stderr.contains("conformance check(s) of `misbehave` failed"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("add it anyway with --force"), "{}", refused.stderr);
+    assert!(!plugins.join("misbehave.wasm").exists(), "nothing installed");
+    let added = dir(&["tools", "add", "--force", component.to_str().expect("UTF-8")]);
     assert_eq!(added.status, 0, "{}", added.stderr);
+    assert!(added.stderr.contains("warning: conformance check failed: never traps"), "{}", added.stderr);
     assert!(added.stdout.contains("added `misbehave` as "), "{}", added.stdout);
     let sha = added.stdout.lines().find_map(|line| line.strip_prefix("sha256 ")).expect("the hash").to_owned();
     assert!(added.stdout.contains(&format!("[plugins.misbehave]\nsha256 = \"{sha}\"")), "{}", added.stdout);
@@ -608,10 +616,18 @@ fn a_plugin_is_added_checked_pinned_and_refused_when_it_changes() {
     let called = dir(&["--policy", policy, "call", "misbehave", r#"{"action": "ok"}"#, "--workspace", root]);
     assert_eq!((called.status, called.stdout.trim()), (0, "ok"), "{}", called.stderr);
 
-    // Adding it again, or a component named like a built-in tool, is a collision.
+    // Adding the same bytes again changes nothing; a different component named like an
+    // installed one, or like a built-in tool, is a collision.
     let again = dir(&["tools", "add", component.to_str().expect("UTF-8")]);
-    assert_eq!(again.status, 2);
-    assert!(again.stderr.contains("two tool components are named `misbehave`"), "{}", again.stderr);
+    assert_eq!(again.status, 0, "{}", again.stderr);
+    assert!(again.stdout.contains("is installed already, with the same bytes; nothing changed"), "{}", again.stdout);
+    let mut other = toolcell_tests::guest_program("misbehave").to_vec();
+    other.extend_from_slice(&[0x00, 0x05, 0x04, b'o', b't', b'h', b'r']);
+    let other_path = base.path().join("misbehave-other.wasm");
+    std::fs::write(&other_path, other).expect("write");
+    let twin = dir(&["tools", "add", "--force", other_path.to_str().expect("UTF-8")]);
+    assert_eq!(twin.status, 2);
+    assert!(twin.stderr.contains("two tool components are named `misbehave`"), "{}", twin.stderr);
     let builtin = base.path().join("read_file.wasm");
     let read_file = toolcell_builtins::components().into_iter().find(|(name, _)| *name == "read_file").expect("read_file").1;
     std::fs::write(&builtin, read_file).expect("write");
@@ -914,4 +930,39 @@ fn policy_explain_answers_in_json_and_whether_a_role_may_call_a_tool() {
     assert_eq!(tool_json.status, 0);
     let answer: serde_json::Value = serde_json::from_str(&tool_json.stdout).expect("JSON");
     assert_eq!(answer["tool"], serde_json::json!({"name": "read_file", "may_call": true}));
+}
+
+#[test]
+fn a_conforming_plugin_is_added_without_force_and_removed_by_name() {
+    let (_workspace, cache) = setup();
+    let base = tempfile::tempdir().expect("base");
+    let plugins = base.path().join("plugins");
+    let component = base.path().join("word_count.wasm");
+    let wasm = toolcell_tests::examples::COMPONENTS.iter().find(|(name, _)| *name == "word_count").expect("the example is built").1;
+    std::fs::write(&component, wasm).expect("write component");
+    let dir = |args: &[&str]| {
+        let mut full = vec!["--plugin-dir", plugins.to_str().expect("UTF-8")];
+        full.extend_from_slice(args);
+        toolcell(&cache, &full)
+    };
+    let added = dir(&["tools", "add", component.to_str().expect("UTF-8")]);
+    assert_eq!(added.status, 0, "{}", added.stderr);
+    assert!(!added.stderr.contains("warning"), "{}", added.stderr);
+    assert!(plugins.join("word_count.wasm").is_file());
+    assert!(dir(&["tools"]).stdout.contains("word_count"));
+    let removed = dir(&["tools", "remove", "word_count"]);
+    assert_eq!(removed.status, 0, "{}", removed.stderr);
+    assert!(removed.stdout.contains("remove its [plugins.word_count] pin"), "{}", removed.stdout);
+    assert!(!plugins.join("word_count.wasm").exists());
+    assert!(!dir(&["tools"]).stdout.contains("word_count"));
+    let unknown = dir(&["tools", "remove", "word_count"]);
+    assert_eq!(unknown.status, 2);
+    assert!(
+        unknown.stderr.contains("no plugin `word_count` is installed") && unknown.stderr.contains("the installed ones are: none"),
+        "{}",
+        unknown.stderr
+    );
+    // A name is a tool name, never a path.
+    let escape = dir(&["tools", "remove", "../plugins/word_count"]);
+    assert_eq!(escape.status, 2);
 }
