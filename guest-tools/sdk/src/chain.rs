@@ -571,18 +571,9 @@ pub fn rewrite(path: &str, text: &str) -> Result<(), ToolError> {
 /// Today's date in UTC, `YYYY-MM-DD`, from the wall clock.
 pub fn today() -> String {
     let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|elapsed| elapsed.as_secs()).unwrap_or(0);
-    let days = i64::try_from(seconds / 86_400).unwrap_or(0);
-    // Howard Hinnant's civil-from-days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    let mut date = crate::time::rfc3339(seconds);
+    date.truncate(date.find('T').unwrap_or(date.len()));
+    date
 }
 
 /// The session's bound task, for tools an implementation session calls on its own task.

@@ -50,6 +50,10 @@ const MAX_CONNECTIONS: usize = 1024;
 /// seen so far.
 pub struct Service {
     config: ServiceConfig,
+    /// The principals by the SHA-256 of their token, shared with every request they make.
+    by_token: HashMap<[u8; 32], Arc<Principal>>,
+    /// The principal of requests without a token, if the configuration names one.
+    anonymous: Option<Arc<Principal>>,
     hosts: BTreeMap<String, Host>,
     /// Toolcell sessions by id, with their tools.
     sessions: Mutex<HashMap<String, Served>>,
@@ -88,7 +92,10 @@ impl Service {
             create_private_dir(directory).map_err(|error| format!("the session directory cannot be created: {error}"))?;
         }
         let owners = directory.as_deref().map(load_owners).unwrap_or_default();
-        Ok(Service { config, hosts, sessions: Mutex::new(HashMap::new()), owners: Mutex::new(owners), directory })
+        let principals: Vec<Arc<Principal>> = config.principals.iter().cloned().map(Arc::new).collect();
+        let by_token = principals.iter().filter_map(|principal| Some((principal.token_sha256?, Arc::clone(principal)))).collect();
+        let anonymous = config.anonymous.as_ref().and_then(|name| principals.iter().find(|principal| &principal.name == name).cloned());
+        Ok(Service { config, by_token, anonymous, hosts, sessions: Mutex::new(HashMap::new()), owners: Mutex::new(owners), directory })
     }
 
     /// The toolcell session (and its tools) of a request whose HTTP parts are `parts`.
@@ -96,7 +103,7 @@ impl Service {
         let parts = parts.ok_or("the request came without its HTTP parts")?;
         let Authenticated(principal) = parts.extensions.get::<Authenticated>().ok_or("the request is not authenticated")?;
         let id = match mcp_session_id(parts.headers.get(MCP_SESSION_ID)) {
-            Some(mcp) => format!("{}:{mcp}", principal.name),
+            Some(mcp) => session_key(principal, mcp),
             None => principal.name.clone(),
         };
         let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
@@ -119,7 +126,7 @@ impl Service {
     /// Who presents `headers`' bearer token, or the anonymous principal without one.
     fn authenticate(&self, headers: &http::HeaderMap) -> Result<Arc<Principal>, &'static str> {
         let principal = match headers.get(http::header::AUTHORIZATION) {
-            None => self.config.anonymous.as_ref().and_then(|name| self.config.principals.iter().find(|principal| &principal.name == name)),
+            None => self.anonymous.as_ref(),
             Some(value) => {
                 let token = value
                     .to_str()
@@ -128,10 +135,10 @@ impl Service {
                     .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
                     .map(|(_, token)| token.trim())
                     .ok_or("the Authorization header is not `Bearer TOKEN`")?;
-                self.config.principal_for(&token_hash(token))
+                self.by_token.get(&token_hash(token))
             }
         };
-        principal.map(|principal| Arc::new(principal.clone())).ok_or("a bearer token this service knows is required")
+        principal.cloned().ok_or("a bearer token this service knows is required")
     }
 
     /// Whether the MCP session `id` exists and is `principal`'s.
@@ -143,14 +150,14 @@ impl Service {
     /// so that it still holds after a restart).
     fn claim(&self, id: &str, principal: &Principal) {
         if let Some(directory) = &self.directory {
-            let _ = std::fs::write(directory.join(format!("{}.owner", file_key(id))), format!("{id}\n{}\n", principal.name));
+            let _ = std::fs::write(owner_file(directory, id), format!("{id}\n{}\n", principal.name));
         }
         self.owners.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned(), principal.name.clone());
     }
 
     /// The MCP session `id` of `principal` ended: release the locks taken in it.
     fn end(&self, id: &str, principal: &Principal) {
-        let key = format!("{}:{id}", principal.name);
+        let key = session_key(principal, id);
         let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
         let session = match session {
             Some(session) => Some(session),
@@ -164,7 +171,7 @@ impl Service {
         }
         self.owners.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
         if let Some(directory) = &self.directory {
-            let _ = std::fs::remove_file(directory.join(format!("{}.owner", file_key(id))));
+            let _ = std::fs::remove_file(owner_file(directory, id));
         }
     }
 
@@ -209,6 +216,16 @@ impl Service {
 }
 
 const MCP_SESSION_ID: &str = "mcp-session-id";
+
+/// The toolcell session of `principal`'s MCP session `mcp`.
+fn session_key(principal: &Principal, mcp: &str) -> String {
+    format!("{}:{mcp}", principal.name)
+}
+
+/// Where the owner of the MCP session `id` is recorded.
+fn owner_file(directory: &Path, id: &str) -> PathBuf {
+    directory.join(format!("{}.owner", file_key(id)))
+}
 
 fn mcp_session_id(value: Option<&HeaderValue>) -> Option<&str> {
     value.and_then(|value| value.to_str().ok()).filter(|id| !id.is_empty() && id.len() <= 256)

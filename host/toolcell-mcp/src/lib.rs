@@ -111,31 +111,24 @@ impl McpServer {
         let cancel = Arc::new(AtomicBool::new(false));
         let cancel_call = Arc::clone(&cancel);
         let mut call = tokio::task::spawn_blocking(move || session.call_cancellable(&tool, &args, Some(&cancel_call)));
-        let joined = match context.meta.get_progress_token() {
-            None => loop {
-                tokio::select! {
-                    joined = &mut call => break joined,
-                    () = context.ct.cancelled(), if !cancel.load(Ordering::Relaxed) => cancel.store(true, Ordering::Relaxed),
-                }
-            },
-            Some(token) => {
-                let started = Instant::now();
-                // Not at once: rmcp routes a notification to the request's own stream only
-                // once it has registered the request, and a call this short needs no progress.
-                let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + FIRST_PROGRESS, PROGRESS_EVERY);
-                loop {
-                    tokio::select! {
-                        biased;
-                        _ = ticks.tick() => {
-                            let elapsed = started.elapsed();
-                            let progress = ProgressNotificationParam::new(token.clone(), elapsed.as_secs_f64())
-                                .with_message(format!("`{name}` running for {:.1} s", elapsed.as_secs_f64()));
-                            let _ = context.peer.notify_progress(progress).await;
-                        }
-                        joined = &mut call => break joined,
-                        () = context.ct.cancelled(), if !cancel.load(Ordering::Relaxed) => cancel.store(true, Ordering::Relaxed),
+        let progress_token = context.meta.get_progress_token();
+        let started = Instant::now();
+        // Not at once: rmcp routes a notification to the request's own stream only once it has
+        // registered the request, and a call this short needs no progress.
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + FIRST_PROGRESS, PROGRESS_EVERY);
+        let joined = loop {
+            tokio::select! {
+                biased;
+                _ = ticks.tick(), if progress_token.is_some() => {
+                    if let Some(token) = &progress_token {
+                        let elapsed = started.elapsed().as_secs_f64();
+                        let progress = ProgressNotificationParam::new(token.clone(), elapsed)
+                            .with_message(format!("`{name}` running for {elapsed:.1} s"));
+                        let _ = context.peer.notify_progress(progress).await;
                     }
                 }
+                joined = &mut call => break joined,
+                () = context.ct.cancelled(), if !cancel.load(Ordering::Relaxed) => cancel.store(true, Ordering::Relaxed),
             }
         };
         match joined {
