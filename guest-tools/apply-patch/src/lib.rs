@@ -36,10 +36,67 @@ const DIFF_CONTEXT: usize = 3;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Args {
-    patch: String,
+    patch: Option<String>,
+    operation: Option<OpenAiOperation>,
     #[serde(default)]
     dry_run: bool,
+    #[serde(default)]
+    overwrite: bool,
 }
+
+/// One operation of OpenAI's `apply_patch` tool (`apply_patch_call.operation`): a file to
+/// create (its `diff` is the new lines, each prefixed `+`), update (`diff` is V4A hunks) or
+/// delete.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenAiOperation {
+    #[serde(rename = "type")]
+    kind: OperationKind,
+    path: String,
+    diff: Option<String>,
+    move_to: Option<String>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+enum OperationKind {
+    #[serde(rename = "create_file")]
+    Create,
+    #[serde(rename = "update_file")]
+    Update,
+    #[serde(rename = "delete_file")]
+    Delete,
+}
+
+impl OpenAiOperation {
+    /// The operation as a patch of one section.
+    fn into_patch(self) -> Result<String, ToolError> {
+        if self.kind != OperationKind::Update && self.move_to.is_some() {
+            return Err(ToolError::InvalidArgs("`operation.move_to` goes with `update_file` only".to_owned()));
+        }
+        let diff = self.diff.unwrap_or_default();
+        let body = match self.kind {
+            OperationKind::Create => {
+                // V4A joins the created lines without a final newline: a last `+` line makes
+                // one, which an added file here always has.
+                let lines: Vec<&str> = diff.lines().collect();
+                let lines = match lines.split_last() {
+                    Some((last, rest)) if *last == "+" => rest,
+                    _ => &lines[..],
+                };
+                format!("*** Add File: {}\n{}", self.path, lines.join("\n"))
+            }
+            OperationKind::Update => {
+                let moved = self.move_to.map(|destination| format!("*** Move to: {destination}\n")).unwrap_or_default();
+                format!("*** Update File: {}\n{moved}{diff}", self.path)
+            }
+            OperationKind::Delete => format!("*** Delete File: {}", self.path),
+        };
+        Ok(format!("{BEGIN_PATCH}\n{}\n{END_PATCH}", body.trim_end_matches('\n')))
+    }
+}
+
+const BEGIN_PATCH: &str = "*** Begin Patch";
+const END_PATCH: &str = "*** End Patch";
 
 struct ApplyPatch;
 
@@ -61,8 +118,13 @@ impl Tool for ApplyPatch {
              a hunk that ends at the end of the file. Paths are relative to the workspace root. \
              If any hunk does not match, or any file cannot be changed, no file is changed and \
              the error names the file and hunk. With `dry_run: true` nothing is written and the \
-             result is the unified diff. Line endings and byte-order marks are kept. For one \
-             change to one file, edit_file is simpler.",
+             result is the unified diff. `*** Add File` and `*** Move to` refuse to replace an \
+             existing file unless `overwrite: true`. Line endings (per line, in mixed files) \
+             and byte-order marks are kept; hunks match exactly, else ignoring whitespace, else \
+             with typographic dashes and quotes in the file matching ASCII ones in the patch. \
+             For one change to one file, edit_file is simpler. Instead of `patch`, `operation` \
+             takes one operation of OpenAI's apply_patch tool as it sends it: `{type: \
+             \"create_file\"|\"update_file\"|\"delete_file\", path, diff, move_to}`.",
         )
         .schema(json!({
             "type": "object",
@@ -72,12 +134,27 @@ impl Tool for ApplyPatch {
                     "minLength": 1,
                     "description": "The patch, from `*** Begin Patch` to `*** End Patch`."
                 },
+                "operation": {
+                    "type": "object",
+                    "description": "Instead of `patch`: one operation of OpenAI's apply_patch tool.",
+                    "properties": {
+                        "type": {"type": "string", "enum": ["create_file", "update_file", "delete_file"]},
+                        "path": {"type": "string", "minLength": 1},
+                        "diff": {"type": "string", "description": "For create_file the new lines, each prefixed `+`; for update_file the hunks."},
+                        "move_to": {"type": "string", "minLength": 1, "description": "For update_file: the file's new path."}
+                    },
+                    "required": ["type", "path"],
+                    "additionalProperties": false
+                },
                 "dry_run": {
                     "type": "boolean",
                     "description": "Check the patch and return the unified diff without writing anything. Default: false."
+                },
+                "overwrite": {
+                    "type": "boolean",
+                    "description": "Let `*** Add File` and `*** Move to` replace an existing file. Default: false."
                 }
             },
-            "required": ["patch"],
             "additionalProperties": false
         }))
         .destructive()
@@ -85,8 +162,18 @@ impl Tool for ApplyPatch {
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
-        let operations = parse::parse(&args.patch)?;
-        let planned = plan(&operations)?;
+        let patch = match (args.patch, args.operation) {
+            (Some(patch), None) => patch,
+            (None, Some(operation)) => operation.into_patch()?,
+            _ => {
+                return Err(ToolError::InvalidArgs(
+                    "give `patch` (the patch text) or `operation` (one operation of OpenAI's apply_patch tool), exactly one of them"
+                        .to_owned(),
+                ));
+            }
+        };
+        let operations = parse::parse(&patch)?;
+        let planned = plan(&operations, args.overwrite)?;
         let mut diff = String::new();
         let mut files = Vec::with_capacity(planned.len());
         for change in &planned {
@@ -216,7 +303,7 @@ fn write_file(path: &WorkspacePath, bytes: &[u8]) -> Result<(), ToolError> {
 }
 
 /// Check every operation against the workspace and compute every new content, writing nothing.
-fn plan(operations: &[Operation]) -> Result<Vec<Change>, ToolError> {
+fn plan(operations: &[Operation], overwrite: bool) -> Result<Vec<Change>, ToolError> {
     let mut touched: Vec<WorkspacePath> = Vec::new();
     let mut claim = |path: &WorkspacePath| {
         if touched.contains(path) {
@@ -233,19 +320,32 @@ fn plan(operations: &[Operation]) -> Result<Vec<Change>, ToolError> {
         let change = match operation {
             Operation::Add { path, lines } => {
                 claim(path)?;
+                let mut after = lines.join("\n");
+                after.push('\n');
                 match std::fs::symlink_metadata(path.as_str()) {
+                    Ok(_) if overwrite => {
+                        // Replaced whole: the patch gives every line.
+                        let (document, _) = read_text(path, "Add")?;
+                        let before = document.body;
+                        Change {
+                            path: path.clone(),
+                            kind: ChangeKind::Update { moved_to: None },
+                            before,
+                            after,
+                            document: Document::parse(""),
+                        }
+                    }
                     Ok(_) => {
                         return Err(ToolError::Conflict(format!(
-                            "`*** Add File: {}` names a file that already exists: use `*** Update File` to change it, or delete it first. Nothing was changed.",
+                            "`*** Add File: {}` names a file that already exists: use `*** Update File` to change it, or pass `overwrite: true` to replace it whole. Nothing was changed.",
                             path.as_str()
                         )));
                     }
-                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                        Change { path: path.clone(), kind: ChangeKind::Add, before: String::new(), after, document: Document::parse("") }
+                    }
                     Err(error) => return Err(path.io_error(error)),
                 }
-                let mut after = lines.join("\n");
-                after.push('\n');
-                Change { path: path.clone(), kind: ChangeKind::Add, before: String::new(), after, document: Document::parse("") }
             }
             Operation::Delete { path } => {
                 claim(path)?;
@@ -256,11 +356,22 @@ fn plan(operations: &[Operation]) -> Result<Vec<Change>, ToolError> {
                 claim(path)?;
                 if let Some(destination) = moved_to {
                     claim(destination)?;
-                    if std::fs::symlink_metadata(destination.as_str()).is_ok() {
-                        return Err(ToolError::Conflict(format!(
-                            "`*** Move to: {}` names a path that already exists: choose another destination, or delete it first. Nothing was changed.",
-                            destination.as_str()
-                        )));
+                    match std::fs::symlink_metadata(destination.as_str()) {
+                        Ok(metadata) if overwrite && metadata.is_file() => {}
+                        Ok(_) if overwrite => {
+                            return Err(ToolError::Conflict(format!(
+                                "`*** Move to: {}` names something that is not a regular file, which `overwrite` does not replace: choose another destination. Nothing was changed.",
+                                destination.as_str()
+                            )));
+                        }
+                        Ok(_) => {
+                            return Err(ToolError::Conflict(format!(
+                                "`*** Move to: {}` names a path that already exists: choose another destination, or pass `overwrite: true` to replace it. Nothing was changed.",
+                                destination.as_str()
+                            )));
+                        }
+                        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(error) => return Err(destination.io_error(error)),
                     }
                 }
                 let (document, _) = read_text(path, "Update")?;
@@ -337,7 +448,9 @@ fn apply_chunks(path: &WorkspacePath, body: &str, chunks: &[Chunk]) -> Result<St
         if old.is_empty() {
             // A pure addition: where the `@@` line put it, else at the end.
             let at = if chunk.context.is_some() && !chunk.end_of_file { cursor } else { lines.len() };
-            let added: Vec<String> = replacement(hunk, &[]);
+            // New lines take the line ending of the line they follow (or precede, at the top).
+            let neighbour = at.checked_sub(1).or((!lines.is_empty()).then_some(0)).and_then(|index| lines.get(index));
+            let added: Vec<String> = replacement(hunk, &[], neighbour.is_some_and(|line| line.ends_with('\r')));
             cursor = at + added.len();
             lines.splice(at..at, added);
             continue;
@@ -358,7 +471,7 @@ fn apply_chunks(path: &WorkspacePath, body: &str, chunks: &[Chunk]) -> Result<St
                 if old.len() > 5 { format!("\n    … ({} more)", old.len() - 5) } else { String::new() }
             )));
         };
-        let replaced = replacement(hunk, &lines[at..at + old.len()]);
+        let replaced = replacement(hunk, &lines[at..at + old.len()], false);
         cursor = at + replaced.len();
         lines.splice(at..at + old.len(), replaced);
     }
@@ -372,15 +485,29 @@ fn apply_chunks(path: &WorkspacePath, body: &str, chunks: &[Chunk]) -> Result<St
 /// The lines that replace `matched` (the file's lines the hunk's context and removed lines
 /// matched, in order): the file's own context lines, kept byte for byte even when they matched
 /// only up to whitespace, and the hunk's added lines.
-fn replacement(hunk: &[Line], matched: &[String]) -> Vec<String> {
+///
+/// In a file of mixed line endings each line keeps its `\r`: an added line takes the ending
+/// of the file's line before it (the first matched line's, at the top; `crlf` when nothing
+/// was matched).
+fn replacement(hunk: &[Line], matched: &[String], crlf: bool) -> Vec<String> {
+    let mut cr = matched.first().map_or(crlf, |line| line.ends_with('\r'));
     let mut matched = matched.iter();
     let mut replaced = Vec::with_capacity(hunk.len());
     for line in hunk {
         match line {
-            Line::Context(text) => replaced.push(matched.next().cloned().unwrap_or_else(|| text.clone())),
+            Line::Context(text) => match matched.next() {
+                Some(own) => {
+                    cr = own.ends_with('\r');
+                    replaced.push(own.clone());
+                }
+                None => replaced.push(text.clone()),
+            },
             Line::Removed(_) => {
-                matched.next();
+                if let Some(own) = matched.next() {
+                    cr = own.ends_with('\r');
+                }
             }
+            Line::Added(text) if cr && !text.ends_with('\r') => replaced.push(format!("{text}\r")),
             Line::Added(text) => replaced.push(text.clone()),
         }
     }
@@ -388,8 +515,9 @@ fn replacement(hunk: &[Line], matched: &[String]) -> Vec<String> {
 }
 
 /// Where `pattern` starts in `lines` at or after `start`: exactly, else ignoring trailing
-/// whitespace, else ignoring surrounding whitespace. With `at_end`, the end of the file is
-/// tried first.
+/// whitespace, else ignoring surrounding whitespace, else also taking typographic punctuation
+/// in either for its ASCII twin (models write `-` and `"` where files hold `–` and `“`). With
+/// `at_end`, the end of the file is tried first.
 fn seek(lines: &[String], pattern: &[String], start: usize, at_end: bool) -> Option<usize> {
     if pattern.is_empty() {
         return Some(start);
@@ -398,7 +526,12 @@ fn seek(lines: &[String], pattern: &[String], start: usize, at_end: bool) -> Opt
         return None;
     }
     let last_start = lines.len() - pattern.len();
-    let comparisons: [fn(&str, &str) -> bool; 3] = [|a, b| a == b, |a, b| a.trim_end() == b.trim_end(), |a, b| a.trim() == b.trim()];
+    let comparisons: [fn(&str, &str) -> bool; 4] = [
+        |a, b| a == b,
+        |a, b| a.trim_end() == b.trim_end(),
+        |a, b| a.trim() == b.trim(),
+        |a, b| a.trim().chars().map(plain_punctuation).eq(b.trim().chars().map(plain_punctuation)),
+    ];
     for equal in comparisons {
         let matches = |at: usize| lines[at..at + pattern.len()].iter().zip(pattern).all(|(line, wanted)| equal(line, wanted));
         if at_end && last_start >= start && matches(last_start) {
@@ -409,6 +542,17 @@ fn seek(lines: &[String], pattern: &[String], start: usize, at_end: bool) -> Opt
         }
     }
     None
+}
+
+/// The ASCII twin of a typographic dash, quote or space.
+fn plain_punctuation(character: char) -> char {
+    match character {
+        '\u{2010}'..='\u{2015}' | '\u{2212}' => '-',
+        '\u{2018}'..='\u{201B}' | '\u{2032}' => '\'',
+        '\u{201C}'..='\u{201F}' | '\u{2033}' => '"',
+        '\u{00A0}' | '\u{2002}'..='\u{200B}' | '\u{202F}' | '\u{205F}' | '\u{3000}' => ' ',
+        other => other,
+    }
 }
 
 toolcell_sdk::export_tool!(ApplyPatch);
@@ -449,7 +593,28 @@ mod tests {
     fn context_lines_keep_the_files_own_bytes() {
         let hunk = [Line::Context("a".to_owned()), Line::Removed("b".to_owned()), Line::Added("c".to_owned())];
         let matched = ["a  ".to_owned(), "b".to_owned()];
-        assert_eq!(replacement(&hunk, &matched), ["a  ", "c"]);
+        assert_eq!(replacement(&hunk, &matched, false), ["a  ", "c"]);
+    }
+
+    #[test]
+    fn mixed_line_endings_are_kept_per_line() {
+        let body = "lf one\ncrlf one\r\ncrlf two\r\nlf two\n";
+        let chunks = [chunk(None, &["crlf two"], &["crlf new", "crlf newer"]), chunk(None, &["lf two"], &["lf new"])];
+        assert_eq!(apply_chunks(&path(), body, &chunks).expect("applies"), "lf one\ncrlf one\r\ncrlf new\r\ncrlf newer\r\nlf new\n");
+        // A pure addition takes its neighbour's ending.
+        let chunks = [Chunk { context: Some("crlf one".to_owned()), lines: vec![Line::Added("added".to_owned())], end_of_file: false }];
+        assert_eq!(apply_chunks(&path(), body, &chunks).expect("applies"), "lf one\ncrlf one\r\nadded\r\ncrlf two\r\nlf two\n");
+    }
+
+    #[test]
+    fn ascii_punctuation_matches_typographic_as_a_last_pass() {
+        let lines: Vec<String> =
+            ["say \u{201c}hi\u{201d} \u{2014} it\u{2019}s", "plain - \"x\""].iter().map(|line| (*line).to_owned()).collect();
+        assert_eq!(seek(&lines, &["say \"hi\" - it's".to_owned()], 0, false), Some(0));
+        // An exact match elsewhere wins over a typographic one earlier.
+        let lines: Vec<String> = ["a \u{2013} b", "a - b"].iter().map(|line| (*line).to_owned()).collect();
+        assert_eq!(seek(&lines, &["a - b".to_owned()], 0, false), Some(1));
+        assert_eq!(seek(&lines, &["a = b".to_owned()], 0, false), None);
     }
 
     #[test]

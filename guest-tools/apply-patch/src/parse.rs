@@ -60,8 +60,15 @@ impl Chunk {
 
 /// Parse a whole patch.
 pub(crate) fn parse(patch: &str) -> Result<Vec<Operation>, ToolError> {
-    let lines: Vec<&str> = patch.trim().lines().map(|line| line.strip_suffix('\r').unwrap_or(line)).collect();
-    let error = |number: usize, what: String| ToolError::InvalidArgs(format!("patch line {number}: {what}. Nothing was changed."));
+    let all: Vec<&str> = patch.trim().lines().map(|line| line.strip_suffix('\r').unwrap_or(line)).collect();
+    // Line numbers in messages count the lines as sent, a heredoc's first line included.
+    let (lines, first_number) = match unwrap_heredoc(&all) {
+        Some(inner) => (inner, 2),
+        None => (all.as_slice(), 1),
+    };
+    let error = |number: usize, what: String| {
+        ToolError::InvalidArgs(format!("patch line {}: {what}. Nothing was changed.", number + first_number - 1))
+    };
     if lines.first().map(|line| line.trim()) != Some(BEGIN) {
         return Err(ToolError::InvalidArgs(format!("the patch must start with `{BEGIN}` (and end with `{END}`). Nothing was changed.")));
     }
@@ -80,12 +87,13 @@ pub(crate) fn parse(patch: &str) -> Result<Vec<Operation>, ToolError> {
     let mut index = 0;
     while index < body.len() {
         let number = index + 2;
-        let line = body[index];
+        // Section headers may be indented: models often pad them.
+        let line = body[index].trim_start();
         if let Some(raw) = line.strip_prefix(ADD) {
             let path = new_path_of(number, raw)?;
             index += 1;
             let mut added = Vec::new();
-            while index < body.len() && !body[index].starts_with("*** ") {
+            while index < body.len() && !is_header(body[index]) {
                 match body[index].strip_prefix('+') {
                     Some(text) => added.push(text.to_owned()),
                     None => return Err(error(index + 2, "every line of an added file starts with `+`".to_owned())),
@@ -100,15 +108,15 @@ pub(crate) fn parse(patch: &str) -> Result<Vec<Operation>, ToolError> {
             let path = path_of(number, raw)?;
             index += 1;
             let mut moved_to = None;
-            if let Some(raw) = body.get(index).and_then(|line| line.strip_prefix(MOVE)) {
+            if let Some(raw) = body.get(index).and_then(|line| line.trim_start().strip_prefix(MOVE)) {
                 moved_to = Some(new_path_of(index + 2, raw)?);
                 index += 1;
             }
             let mut chunks: Vec<Chunk> = Vec::new();
-            while index < body.len() && (!body[index].starts_with("*** ") || body[index] == END_OF_FILE) {
+            while index < body.len() && (!is_header(body[index]) || body[index].trim() == END_OF_FILE) {
                 let line = body[index];
                 let number = index + 2;
-                if line == END_OF_FILE {
+                if line.trim() == END_OF_FILE {
                     match chunks.last_mut() {
                         Some(chunk) => chunk.end_of_file = true,
                         None => return Err(error(number, format!("`{END_OF_FILE}` comes before any hunk"))),
@@ -159,6 +167,32 @@ pub(crate) fn parse(patch: &str) -> Result<Vec<Operation>, ToolError> {
     Ok(operations)
 }
 
+/// Whether `line` starts a section (or ends a hunk): any `*** ` line, or a known header
+/// indented (an indented line that is not a header is a context line).
+fn is_header(line: &str) -> bool {
+    if line.starts_with("*** ") {
+        return true;
+    }
+    let trimmed = line.trim_start();
+    [ADD, DELETE, UPDATE, MOVE].iter().any(|header| trimmed.starts_with(header)) || trimmed == END_OF_FILE || trimmed == END
+}
+
+/// The patch inside a shell heredoc (`<<'EOF'` … `EOF`, optionally after an `apply_patch`
+/// command), as models sometimes send it; `None` if `lines` is not wrapped so.
+fn unwrap_heredoc<'a>(lines: &'a [&'a str]) -> Option<&'a [&'a str]> {
+    let (first, rest) = lines.split_first()?;
+    let (last, inner) = rest.split_last()?;
+    let first = first.trim();
+    let first = first.strip_prefix("apply_patch").or_else(|| first.strip_prefix("applypatch")).unwrap_or(first).trim_start();
+    let marker = first.strip_prefix("<<")?.trim_start_matches('-').trim();
+    let delimiter = match marker.chars().next()? {
+        quote @ ('\'' | '"') => marker.strip_prefix(quote)?.strip_suffix(quote)?,
+        _ => marker,
+    };
+    let is_word = !delimiter.is_empty() && delimiter.chars().all(|character| character.is_ascii_alphanumeric() || character == '_');
+    (is_word && last.trim() == delimiter).then_some(inner)
+}
+
 fn problem_message(problem: ToolError) -> String {
     toolcell_sdk::error_parts(&problem).1.to_owned()
 }
@@ -193,6 +227,40 @@ mod tests {
                 assert!(chunks[0].end_of_file);
             }
             other => panic!("expected an update, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn lenient_forms_models_send() {
+        let inner = "*** Begin Patch\n  *** Update File: a.txt\n@@\n-old\n+new\n   *** End of File\n *** Delete File: b.txt\n*** End Patch";
+        for patch in [
+            inner.to_owned(),
+            format!("<<'EOF'\n{inner}\nEOF"),
+            format!("apply_patch <<\"PATCH\"\n{inner}\nPATCH\n"),
+            format!("<<-EOF\n{inner}\n  EOF"),
+        ] {
+            let operations = parse(&patch).unwrap_or_else(|error| panic!("{patch:?}: {}", problem_message(error)));
+            assert_eq!(operations.len(), 2, "{patch:?}");
+            match &operations[0] {
+                Operation::Update { path, chunks, .. } => {
+                    assert_eq!(path.as_str(), "a.txt");
+                    assert!(chunks[0].end_of_file);
+                }
+                other => panic!("expected an update, got {other:?}"),
+            }
+        }
+        // An indented line that is no header is context.
+        let operations = parse("*** Begin Patch\n*** Update File: a\n  *** not a header\n-x\n+y\n*** End Patch").expect("parses");
+        match &operations[0] {
+            Operation::Update { chunks, .. } => assert_eq!(chunks[0].lines[0], Line::Context(" *** not a header".to_owned())),
+            other => panic!("expected an update, got {other:?}"),
+        }
+        // A wrapper whose ends disagree is not unwrapped.
+        assert!(parse(&format!("<<'EOF'\n{inner}\nEND")).is_err());
+        // Line numbers count the lines as sent, the wrapper's included.
+        match parse("<<'EOF'\n*** Begin Patch\n*** Frobnicate: a\n*** End Patch\nEOF") {
+            Err(error) => assert!(problem_message(error).starts_with("patch line 3:")),
+            Ok(_) => panic!("parsed"),
         }
     }
 

@@ -36,10 +36,27 @@ pub struct WalkSummary {
 ///
 /// The I/O error of reading `root` itself; errors on subdirectories are counted in the
 /// summary instead.
-pub fn walk(root: &WorkspacePath, recursive: bool, mut visit: impl FnMut(&Entry) -> ControlFlow<()>) -> std::io::Result<WalkSummary> {
+pub fn walk(root: &WorkspacePath, recursive: bool, visit: impl FnMut(&Entry) -> ControlFlow<()>) -> std::io::Result<WalkSummary> {
+    walk_filtered(root, recursive, |_, _| {}, visit)
+}
+
+/// [`walk`], with `enter` called on each directory's children (names and kinds, sorted) as
+/// they are listed, before any of them is visited: the children it removes are neither
+/// visited nor, for directories, descended into (an ignore-file filter, for example).
+///
+/// # Errors
+///
+/// As [`walk`].
+pub fn walk_filtered(
+    root: &WorkspacePath,
+    recursive: bool,
+    mut enter: impl FnMut(&WorkspacePath, &mut Vec<(String, EntryKind)>),
+    mut visit: impl FnMut(&Entry) -> ControlFlow<()>,
+) -> std::io::Result<WalkSummary> {
     let mut summary = WalkSummary::default();
     let mut stack: Vec<Entry> = Vec::new();
-    let children = sorted_children(root)?;
+    let mut children = sorted_children(root)?;
+    enter(root, &mut children);
     push_children(&mut stack, root, children, 1);
     while let Some(entry) = stack.pop() {
         let (kind, depth) = (entry.kind, entry.depth);
@@ -48,7 +65,10 @@ pub fn walk(root: &WorkspacePath, recursive: bool, mut visit: impl FnMut(&Entry)
         }
         if recursive && kind == EntryKind::Directory && entry.path.as_str().rsplit('/').next() != Some(".git") {
             match sorted_children(&entry.path) {
-                Ok(children) => push_children(&mut stack, &entry.path, children, depth + 1),
+                Ok(mut children) => {
+                    enter(&entry.path, &mut children);
+                    push_children(&mut stack, &entry.path, children, depth + 1);
+                }
                 Err(_) => summary.unreadable_directories += 1,
             }
         }

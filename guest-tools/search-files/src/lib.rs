@@ -1,5 +1,7 @@
 //! `search_files`: regular-expression search over the workspace's text files.
 
+mod ignore_files;
+
 use std::ops::ControlFlow;
 
 use serde::Deserialize;
@@ -9,11 +11,15 @@ use toolcell_sdk::walk::{self, EntryKind};
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 use toolcell_sdk::{scan, text};
 
+use ignore_files::IgnoreFiles;
+
 const DEFAULT_MAX_RESULTS: u64 = 200;
 const MAX_MAX_RESULTS: u64 = 10_000;
 const MAX_CONTEXT: u64 = 20;
 /// Matched and context lines are cut to this many characters.
 const MAX_LINE_CHARS: usize = 500;
+/// A multiline match shows at most this many of its lines in the structured result.
+const MAX_MATCH_LINES: usize = 50;
 /// Larger files are skipped (and counted).
 const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// The compiled regex may not grow past this (the regex crate guarantees linear-time matching;
@@ -31,16 +37,16 @@ enum Mode {
 
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Globs {
+enum OneOrMany {
     One(String),
     Many(Vec<String>),
 }
 
-impl Globs {
+impl OneOrMany {
     fn into_vec(self) -> Vec<String> {
         match self {
-            Globs::One(glob) => vec![glob],
-            Globs::Many(globs) => globs,
+            OneOrMany::One(one) => vec![one],
+            OneOrMany::Many(many) => many,
         }
     }
 }
@@ -50,15 +56,23 @@ impl Globs {
 struct Args {
     query: String,
     path: Option<String>,
-    include: Option<Globs>,
-    exclude: Option<Globs>,
+    include: Option<OneOrMany>,
+    exclude: Option<OneOrMany>,
+    #[serde(rename = "type")]
+    file_type: Option<OneOrMany>,
     #[serde(default)]
     output_mode: Mode,
-    #[serde(default)]
-    context: u64,
+    context: Option<u64>,
+    before: Option<u64>,
+    after: Option<u64>,
     #[serde(default)]
     case_insensitive: bool,
+    #[serde(default)]
+    multiline: bool,
+    respect_gitignore: Option<bool>,
     max_results: Option<u64>,
+    #[serde(default)]
+    offset: u64,
 }
 
 struct SearchFiles;
@@ -67,31 +81,47 @@ impl Tool for SearchFiles {
     type Args = Args;
 
     fn info() -> ToolInfo {
-        let globs = json!({
+        let one_or_many = json!({
             "anyOf": [
                 { "type": "string" },
                 { "type": "array", "items": { "type": "string" } }
             ]
         });
-        let mut include = globs.clone();
+        let mut include = one_or_many.clone();
         include["description"] = json!(
             "Only search files matching these globs (for example `*.rs` or `src/**/*.ts`). A glob without `/` matches the file name; one with `/` matches the workspace-relative path."
         );
-        let mut exclude = globs;
+        let mut exclude = one_or_many.clone();
         exclude["description"] = json!("Skip files matching these globs (same rules as `include`).");
+        let mut file_type = one_or_many;
+        file_type["description"] = json!(
+            "Only search files of these types, by ripgrep's type names (`rust`, `py`, `js`, `ts`, `go`, `java`, `c`, `cpp`, `md`, `json`, `yaml`, `toml`, ...)."
+        );
+        let context = |what: &str| {
+            json!({
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_CONTEXT,
+                "description": format!("With output_mode `content`: lines of context {what} each match. Default: 0.")
+            })
+        };
         ToolInfo::new(
             "search_files",
             "Search files",
             "Search the workspace's text files for a regular expression (Rust `regex` syntax, \
              like ripgrep: `fn\\s+main`, `log.*Error`; escape literal braces and dots). Each \
-             line is matched on its own: `^` and `$` are its start and end. \
-             `output_mode`: `files` (default) lists the paths that match, `content` shows the \
-             matching lines as `path:line:text` (with `context` lines before and after as \
-             `path-line-text`, groups separated by `--`), `count` gives `path:count`. Narrow with \
-             `path` (a directory or a file) and `include`/`exclude` globs. Binary files, files \
-             over 16 MiB and the contents of `.git` are skipped; symlinks are not followed; long \
-             lines are cut at 500 characters. Results are in path order and capped by \
-             `max_results` (default 200 files or lines), with `truncated` in the structured result.",
+             line is matched on its own (`^` and `$` are its start and end) unless `multiline` \
+             is true: then a match may span lines (`\\n` matches a newline; `.` does too after \
+             `(?s)`). `output_mode`: `files` (default) lists the paths that match, `content` \
+             shows the matching lines as `path:line:text` (with `context`, or `before` and \
+             `after`, lines around each match as `path-line-text`, groups separated by `--`), \
+             `count` gives `path:count`. Narrow with `path` (a directory or a file), `type` \
+             (`rust`, `py`, ...) and `include`/`exclude` globs. Files ignored by `.gitignore` \
+             and `.ignore` files (and `.git/info/exclude`) are skipped unless \
+             `respect_gitignore` is false; binary files, files over 16 MiB and the contents of \
+             `.git` are always skipped; symlinks are not followed; long lines are cut at 500 \
+             characters. Results are in path order, `max_results` at a time (default 200 files \
+             or lines); when there are more, the result says which `offset` gives the next page.",
         )
         .schema(json!({
             "type": "object",
@@ -107,50 +137,64 @@ impl Tool for SearchFiles {
                 },
                 "include": include,
                 "exclude": exclude,
+                "type": file_type,
                 "output_mode": {
                     "type": "string",
                     "enum": ["files", "content", "count"],
                     "description": "What to return. Default: `files`."
                 },
-                "context": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "maximum": MAX_CONTEXT,
-                    "description": "With output_mode `content`: lines of context before and after each match. Default: 0."
-                },
+                "context": context("before and after"),
+                "before": context("before (overrides `context`)"),
+                "after": context("after (overrides `context`)"),
                 "case_insensitive": {
                     "type": "boolean",
                     "description": "Match letters regardless of case. Default: false."
+                },
+                "multiline": {
+                    "type": "boolean",
+                    "description": "Let a match span lines (`a\\s+b` across a line break, `(?s)start.*end`). `count` then counts matches. Default: false."
+                },
+                "respect_gitignore": {
+                    "type": "boolean",
+                    "description": "Skip files ignored by `.gitignore`/`.ignore` files and `.git/info/exclude`, as ripgrep does. Default: true."
                 },
                 "max_results": {
                     "type": "integer",
                     "minimum": 1,
                     "maximum": MAX_MAX_RESULTS,
-                    "description": "The most files (files, count) or matching lines (content) to return. Default: 200."
+                    "description": "The most files (files, count) or matches (content) to return. Default: 200."
+                },
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Skip this many results first: the next page after a truncated result. Default: 0."
                 }
             },
             "required": ["query"],
             "additionalProperties": false
         }))
         .read_only()
-        .output(json!({"type": "object", "properties": {"mode": {"enum": ["files", "content", "count"]}, "files": {"type": "array", "items": {"type": "string"}}, "matches": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer", "minimum": 0}, "text": {"type": "string"}}, "required": ["path", "line", "text"]}}, "counts": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "count": {"type": "integer", "minimum": 0}}, "required": ["path", "count"]}}, "truncated": {"type": "boolean"}, "files_searched": {"type": "integer", "minimum": 0}, "skipped_binary": {"type": "integer", "minimum": 0}, "skipped_large": {"type": "integer", "minimum": 0}}, "required": ["mode", "truncated", "files_searched", "skipped_binary", "skipped_large"]}))
+        .output(json!({"type": "object", "properties": {"mode": {"enum": ["files", "content", "count"]}, "files": {"type": "array", "items": {"type": "string"}}, "matches": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer", "minimum": 0}, "end_line": {"type": "integer", "minimum": 0, "description": "The last line of a multiline match."}, "text": {"type": "string"}}, "required": ["path", "line", "text"]}}, "counts": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "count": {"type": "integer", "minimum": 0}}, "required": ["path", "count"]}}, "truncated": {"type": "boolean"}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` of the next page, when truncated."}, "files_searched": {"type": "integer", "minimum": 0}, "skipped_binary": {"type": "integer", "minimum": 0}, "skipped_large": {"type": "integer", "minimum": 0}}, "required": ["mode", "truncated", "files_searched", "skipped_binary", "skipped_large"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
-        let (regex, file_regex) = compile(&args.query, args.case_insensitive)?;
+        let matcher = Matcher::compile(&args.query, args.case_insensitive, args.multiline)?;
         let include = FileFilter::new("include", args.include)?;
         let exclude = FileFilter::new("exclude", args.exclude)?;
+        let types = file_types(args.file_type)?;
         let root = WorkspacePath::parse(args.path.as_deref().unwrap_or("."))?;
-        let max_results = args.max_results.unwrap_or(DEFAULT_MAX_RESULTS);
+        let context = args.context.unwrap_or(0);
+        let as_lines = |value: u64| usize::try_from(value).unwrap_or(0);
         let mut search = Search {
-            regex,
-            file_regex,
+            matcher,
             mode: args.output_mode,
-            context: usize::try_from(args.context).unwrap_or(0),
-            max_results,
+            before: as_lines(args.before.unwrap_or(context)),
+            after: as_lines(args.after.unwrap_or(context)),
+            offset: args.offset,
+            max_results: args.max_results.unwrap_or(DEFAULT_MAX_RESULTS),
             results: Vec::new(),
             structured: Vec::new(),
-            emitted: 0,
+            seen: 0,
             truncated: false,
             files_searched: 0,
             skipped_binary: 0,
@@ -159,18 +203,35 @@ impl Tool for SearchFiles {
         let metadata = std::fs::metadata(root.as_str()).map_err(|error| root.io_error(error))?;
         let mut unreadable_directories = 0;
         if metadata.is_file() {
-            // A single file: whether the cap stopped the search shows in `truncated`.
+            // A single file named outright is searched whatever filters say; whether the cap
+            // stopped the search shows in `truncated`.
             let _stopped = search.file(&root);
         } else {
-            let summary = walk::walk(&root, true, |entry| {
-                if entry.kind != EntryKind::File {
-                    return ControlFlow::Continue(());
-                }
-                if !include.is_empty() && !include.matches(&entry.path) || !exclude.is_empty() && exclude.matches(&entry.path) {
-                    return ControlFlow::Continue(());
-                }
-                search.file(&entry.path)
-            })
+            let mut ignore_files = args.respect_gitignore.unwrap_or(true).then(|| IgnoreFiles::above(&root));
+            let summary = walk::walk_filtered(
+                &root,
+                true,
+                |directory, children| {
+                    if let Some(ignore_files) = ignore_files.as_mut() {
+                        ignore_files.enter(directory, children);
+                    }
+                },
+                |entry| {
+                    if entry.kind != EntryKind::File {
+                        return ControlFlow::Continue(());
+                    }
+                    if !include.is_empty() && !include.matches(&entry.path) || !exclude.is_empty() && exclude.matches(&entry.path) {
+                        return ControlFlow::Continue(());
+                    }
+                    if let Some(types) = &types {
+                        let name = entry.path.as_str().rsplit('/').next().unwrap_or(entry.path.as_str());
+                        if !types.matched(name, false).is_whitelist() {
+                            return ControlFlow::Continue(());
+                        }
+                    }
+                    search.file(&entry.path)
+                },
+            )
             .map_err(|error| root.io_error(error))?;
             unreadable_directories = summary.unreadable_directories;
         }
@@ -185,10 +246,10 @@ struct FileFilter {
 }
 
 impl FileFilter {
-    fn new(field: &str, globs: Option<Globs>) -> Result<Self, ToolError> {
+    fn new(field: &str, globs: Option<OneOrMany>) -> Result<Self, ToolError> {
         let mut by_name = globset::GlobSetBuilder::new();
         let mut by_path = globset::GlobSetBuilder::new();
-        for pattern in globs.map(Globs::into_vec).unwrap_or_default() {
+        for pattern in globs.map(OneOrMany::into_vec).unwrap_or_default() {
             let glob =
                 globset::GlobBuilder::new(&pattern).literal_separator(true).backslash_escape(true).build().map_err(|error| {
                     ToolError::InvalidArgs(format!("`{field}` glob {} is not valid: {}", quote(&pattern), error.kind()))
@@ -215,55 +276,178 @@ impl FileFilter {
     }
 }
 
-/// The query compiled to match one line (`^` and `$` are the line's ends), and, when it can
-/// stand in for it, to match a whole file at once: a file it does not match has no matching
-/// line.
-///
-/// Both match bytes, as ripgrep does: files are searched without being decoded, and a byte
-/// that is not UTF-8 matches nothing unless the expression asks for bytes (`(?-u:\xFF)`).
-fn compile(query: &str, case_insensitive: bool) -> Result<(regex::bytes::Regex, Option<regex::bytes::Regex>), ToolError> {
-    let build = |multi_line: bool| {
-        regex::bytes::RegexBuilder::new(query)
-            .case_insensitive(case_insensitive)
-            .multi_line(multi_line)
-            .crlf(multi_line)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .dfa_size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map_err(|error| ToolError::InvalidArgs(format!("`query` {} is not a valid regular expression: {error}", quote(query))))
+/// The file-type filter from ripgrep's own type table (the `ignore` crate's defaults), or
+/// `None` when no type was asked for.
+fn file_types(names: Option<OneOrMany>) -> Result<Option<ignore::types::Types>, ToolError> {
+    let Some(names) = names.map(OneOrMany::into_vec).filter(|names| !names.is_empty()) else {
+        return Ok(None);
     };
-    let line = build(false)?;
-    // In multi-line mode `^` and `$` match at every line's ends, so a line's match is also a
-    // match in the whole file; only `\A`, `\z` and `(?-m)` (the text's own ends) break that.
-    let whole_file_is_sound =
-        regex_syntax::ParserBuilder::new().case_insensitive(case_insensitive).multi_line(true).crlf(true).build().parse(query).is_ok_and(
-            |hir| {
+    let mut builder = ignore::types::TypesBuilder::new();
+    builder.add_defaults();
+    let known: Vec<String> = builder.definitions().into_iter().map(|definition| definition.name().to_owned()).collect();
+    for name in &names {
+        if !known.contains(name) {
+            let close: Vec<&str> = known
+                .iter()
+                .filter(|candidate| candidate.starts_with(name.get(..1).unwrap_or("")) && candidate.len().abs_diff(name.len()) <= 2)
+                .map(String::as_str)
+                .take(8)
+                .collect();
+            let hint = if close.is_empty() { String::new() } else { format!(" (close: {})", close.join(", ")) };
+            return Err(ToolError::InvalidArgs(format!(
+                "`type` {} is not a known file type{hint}: use ripgrep's type names, such as `rust`, `py`, `js`, `ts`, `go`, `md`, or `include` globs",
+                quote(name)
+            )));
+        }
+        builder.select(name);
+    }
+    builder.build().map(Some).map_err(|error| ToolError::InvalidArgs(format!("`type` is not valid: {error}")))
+}
+
+/// The query, compiled for how it is matched.
+enum Matcher {
+    /// Each line on its own (`^` and `$` are the line's ends), and, when it can stand in for
+    /// it, a regex matching the whole file at once: a file it does not match has no matching
+    /// line.
+    Lines { line: regex::bytes::Regex, file: Option<regex::bytes::Regex> },
+    /// Over the whole file: a match may span lines.
+    Multiline(regex::bytes::Regex),
+}
+
+impl Matcher {
+    /// Both forms match bytes, as ripgrep does: files are searched without being decoded, and
+    /// a byte that is not UTF-8 matches nothing unless the expression asks for bytes
+    /// (`(?-u:\xFF)`).
+    fn compile(query: &str, case_insensitive: bool, multiline: bool) -> Result<Matcher, ToolError> {
+        let build = |multi_line: bool| {
+            regex::bytes::RegexBuilder::new(query)
+                .case_insensitive(case_insensitive)
+                .multi_line(multi_line)
+                .crlf(multi_line)
+                .size_limit(REGEX_SIZE_LIMIT)
+                .dfa_size_limit(REGEX_SIZE_LIMIT)
+                .build()
+                .map_err(|error| ToolError::InvalidArgs(format!("`query` {} is not a valid regular expression: {error}", quote(query))))
+        };
+        if multiline {
+            return Ok(Matcher::Multiline(build(true)?));
+        }
+        let line = build(false)?;
+        // In multi-line mode `^` and `$` match at every line's ends, so a line's match is also
+        // a match in the whole file; only `\A`, `\z` and `(?-m)` (the text's own ends) break that.
+        let whole_file_is_sound = regex_syntax::ParserBuilder::new()
+            .case_insensitive(case_insensitive)
+            .multi_line(true)
+            .crlf(true)
+            .build()
+            .parse(query)
+            .is_ok_and(|hir| {
                 let looks = hir.properties().look_set();
                 !looks.contains(regex_syntax::hir::Look::Start) && !looks.contains(regex_syntax::hir::Look::End)
+            });
+        let file = if whole_file_is_sound { Some(build(true)?) } else { None };
+        Ok(Matcher::Lines { line, file })
+    }
+
+    /// Whether `bytes` (a whole file) has a match.
+    fn has_match(&self, bytes: &[u8]) -> bool {
+        match self {
+            Matcher::Lines { line, file } => match file {
+                Some(file) => file.is_match(bytes) && text::byte_lines(bytes).any(|text| line.is_match(text)),
+                None => text::byte_lines(bytes).any(|text| line.is_match(text)),
             },
-        );
-    let file = if whole_file_is_sound { Some(build(true)?) } else { None };
-    Ok((line, file))
+            Matcher::Multiline(regex) => regex.is_match(bytes),
+        }
+    }
+
+    /// How many matches `bytes` has: matching lines, or matches when they may span lines.
+    fn count(&self, bytes: &[u8]) -> usize {
+        match self {
+            Matcher::Lines { line, file } => {
+                if file.as_ref().is_some_and(|file| !file.is_match(bytes)) {
+                    return 0;
+                }
+                text::byte_lines(bytes).filter(|text| line.is_match(text)).count()
+            }
+            Matcher::Multiline(regex) => regex.find_iter(bytes).count(),
+        }
+    }
+
+    /// The matches of `bytes` as ranges of 0-based line numbers, first and last line
+    /// included, in order and not overlapping (matches sharing a line are one range).
+    fn hits(&self, bytes: &[u8], lines: &[&[u8]]) -> Vec<(usize, usize)> {
+        match self {
+            Matcher::Lines { line, file } => {
+                if file.as_ref().is_some_and(|file| !file.is_match(bytes)) {
+                    return Vec::new();
+                }
+                (0..lines.len()).filter(|&index| line.is_match(lines[index])).map(|index| (index, index)).collect()
+            }
+            Matcher::Multiline(regex) => {
+                let starts = line_starts(bytes);
+                let line_of = |offset: usize| starts.partition_point(|&start| start <= offset).saturating_sub(1);
+                let mut hits: Vec<(usize, usize)> = Vec::new();
+                for found in regex.find_iter(bytes) {
+                    let first = line_of(found.start());
+                    // The match's last byte decides its last line (a match ending with a
+                    // newline does not reach the next line).
+                    let last = line_of(found.end().saturating_sub(1).max(found.start())).min(lines.len().saturating_sub(1));
+                    match hits.last_mut() {
+                        Some(previous) if first <= previous.1 => previous.1 = previous.1.max(last),
+                        _ => hits.push((first, last.max(first))),
+                    }
+                }
+                hits
+            }
+        }
+    }
+}
+
+/// The byte offset at which each line of `bytes` starts.
+fn line_starts(bytes: &[u8]) -> Vec<usize> {
+    let mut starts = vec![0];
+    starts.extend(memchr::memchr_iter(b'\n', bytes).map(|newline| newline + 1).filter(|&start| start < bytes.len()));
+    starts
 }
 
 struct Search {
-    regex: regex::bytes::Regex,
-    file_regex: Option<regex::bytes::Regex>,
+    matcher: Matcher,
     mode: Mode,
-    context: usize,
+    before: usize,
+    after: usize,
+    /// Results skipped before the page starts.
+    offset: u64,
     max_results: u64,
     /// Text lines of the result.
     results: Vec<String>,
     structured: Vec<serde_json::Value>,
-    /// Files (files, count) or matching lines (content) emitted so far.
-    emitted: u64,
+    /// Results met so far, skipped ones included: files (files, count) or matches (content).
+    seen: u64,
     truncated: bool,
     files_searched: u64,
     skipped_binary: u64,
     skipped_large: u64,
 }
 
+/// What to do with the next result.
+enum Take {
+    /// Before the page: counted, not shown.
+    Skip,
+    Show,
+    /// The page is full: the search stops.
+    Stop,
+}
+
 impl Search {
+    fn next_result(&mut self) -> Take {
+        if self.seen == self.offset.saturating_add(self.max_results) {
+            self.truncated = true;
+            return Take::Stop;
+        }
+        self.seen += 1;
+        if self.seen > self.offset { Take::Show } else { Take::Skip }
+    }
+
     /// Search one regular file (a file that cannot be read is passed over).
     fn file(&mut self, path: &WorkspacePath) -> ControlFlow<()> {
         let bytes = match scan::read_file(path.as_str(), MAX_FILE_BYTES) {
@@ -279,34 +463,27 @@ impl Search {
             return ControlFlow::Continue(());
         }
         self.files_searched += 1;
-        // Most files do not match at all: one pass over the whole file settles them.
-        if self.file_regex.as_ref().is_some_and(|file_regex| !file_regex.is_match(&bytes)) {
-            return ControlFlow::Continue(());
-        }
         match self.mode {
             Mode::Files => {
-                if text::byte_lines(&bytes).any(|line| self.regex.is_match(line)) {
+                if self.matcher.has_match(&bytes) {
                     return self.emit_file(path, None);
                 }
                 ControlFlow::Continue(())
             }
-            Mode::Count => {
-                let count = text::byte_lines(&bytes).filter(|line| self.regex.is_match(line)).count();
-                if count > 0 {
-                    return self.emit_file(path, Some(count));
-                }
-                ControlFlow::Continue(())
-            }
+            Mode::Count => match self.matcher.count(&bytes) {
+                0 => ControlFlow::Continue(()),
+                count => self.emit_file(path, Some(count)),
+            },
             Mode::Content => self.content(path, &bytes),
         }
     }
 
     fn emit_file(&mut self, path: &WorkspacePath, count: Option<usize>) -> ControlFlow<()> {
-        if self.emitted == self.max_results {
-            self.truncated = true;
-            return ControlFlow::Break(());
+        match self.next_result() {
+            Take::Stop => return ControlFlow::Break(()),
+            Take::Skip => return ControlFlow::Continue(()),
+            Take::Show => {}
         }
-        self.emitted += 1;
         match count {
             None => {
                 self.results.push(path.to_string());
@@ -322,62 +499,61 @@ impl Search {
 
     fn content(&mut self, path: &WorkspacePath, content: &[u8]) -> ControlFlow<()> {
         let lines: Vec<&[u8]> = text::byte_lines(content).collect();
-        let matching: Vec<usize> = (0..lines.len()).filter(|&index| self.regex.is_match(lines[index])).collect();
-        if matching.is_empty() {
-            return ControlFlow::Continue(());
-        }
+        let hits = self.matcher.hits(content, &lines);
+        let has_context = self.before > 0 || self.after > 0;
         let mut last_printed: Option<usize> = None;
-        for &index in &matching {
-            if self.emitted == self.max_results {
-                self.truncated = true;
-                return ControlFlow::Break(());
+        let render = |line: usize| text::clip(&text::decode(lines[line]), MAX_LINE_CHARS).into_owned();
+        for (number, &(first, last)) in hits.iter().enumerate() {
+            match self.next_result() {
+                Take::Stop => return ControlFlow::Break(()),
+                Take::Skip => continue,
+                Take::Show => {}
             }
-            self.emitted += 1;
-            let from = index.saturating_sub(self.context);
-            let to = (index + self.context).min(lines.len() - 1);
-            let from = match last_printed {
-                Some(printed) if printed + 1 >= from => printed + 1,
-                Some(_) => {
-                    self.results.push("--".to_owned());
-                    from
-                }
-                None if !self.results.is_empty() && self.context > 0 => {
-                    self.results.push("--".to_owned());
-                    from
-                }
-                None => from,
-            };
-            for (line, content) in lines.iter().enumerate().take(to + 1).skip(from) {
-                // Later matches print themselves; context stops at the next match.
-                if line > index && matching.binary_search(&line).is_ok() {
-                    break;
-                }
-                let separator = if line == index { ':' } else { '-' };
-                let content = text::decode(content);
-                let clipped = text::clip(&content, MAX_LINE_CHARS);
-                self.results.push(format!("{path}{separator}{}{separator}{clipped}", line + 1));
-                last_printed = Some(line);
+            let mut from = first.saturating_sub(self.before);
+            match last_printed {
+                Some(printed) if printed + 1 >= from => from = printed + 1,
+                Some(_) => self.results.push("--".to_owned()),
+                None if has_context && !self.results.is_empty() => self.results.push("--".to_owned()),
+                None => {}
             }
-            self.structured.push(json!({
-                "path": path.as_str(),
-                "line": index + 1,
-                "text": text::clip(&text::decode(lines[index]), MAX_LINE_CHARS),
-            }));
+            // After-context stops where the next match starts: it prints itself.
+            let next_first = hits.get(number + 1).map_or(usize::MAX, |next| next.0);
+            let to = last.saturating_add(self.after).min(lines.len().saturating_sub(1)).min(next_first.saturating_sub(1)).max(last);
+            for line in from..=to {
+                let separator = if (first..=last).contains(&line) { ':' } else { '-' };
+                self.results.push(format!("{path}{separator}{}{separator}{}", line + 1, render(line)));
+            }
+            last_printed = Some(to);
+            let shown: Vec<String> = (first..=last).take(MAX_MATCH_LINES).map(render).collect();
+            let mut structured = json!({ "path": path.as_str(), "line": first + 1, "text": shown.join("\n") });
+            if last != first {
+                structured["end_line"] = json!(last + 1);
+            }
+            self.structured.push(structured);
         }
         ControlFlow::Continue(())
     }
 
     fn finish(self, query: &str, root: &WorkspacePath, unreadable_directories: usize) -> Output {
-        let mut text = if self.results.is_empty() {
-            format!("No matches for {} in {}.", quote(query), quote(root.as_str()))
-        } else {
+        let unit = if self.mode == Mode::Content { "matches" } else { "files" };
+        let mut text = if !self.results.is_empty() {
             self.results.join("\n")
+        } else if self.offset > 0 && self.seen > 0 {
+            format!(
+                "No more matches for {} in {}: there are {} {unit} in all, fewer than `offset` {} skips.",
+                quote(query),
+                quote(root.as_str()),
+                self.seen,
+                self.offset
+            )
+        } else {
+            format!("No matches for {} in {}.", quote(query), quote(root.as_str()))
         };
+        let next_offset = self.offset.saturating_add(self.max_results);
         if self.truncated {
-            let unit = if self.mode == Mode::Content { "matching lines" } else { "files" };
             text.push_str(&format!(
-                "\n[truncated at {} {unit}: narrow `path`, `include` or `query`, or raise `max_results` (up to {MAX_MAX_RESULTS})]",
-                self.max_results
+                "\n[{unit} {}-{next_offset} shown; more follow: call search_files again with `offset` {next_offset} for the next page, or narrow `path`, `type`, `include` or `query`]",
+                self.offset + 1
             ));
         }
         let mut skipped = Vec::new();
@@ -398,15 +574,60 @@ impl Search {
             Mode::Content => ("content", "matches"),
             Mode::Count => ("count", "counts"),
         };
-        Output::text(text).with_structured(json!({
+        let mut structured = json!({
             "mode": mode,
             key: self.structured,
             "truncated": self.truncated,
             "files_searched": self.files_searched,
             "skipped_binary": self.skipped_binary,
             "skipped_large": self.skipped_large,
-        }))
+        });
+        if self.truncated {
+            structured["next_offset"] = json!(next_offset);
+        }
+        Output::text(text).with_structured(structured)
     }
 }
 
 toolcell_sdk::export_tool!(SearchFiles);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hits(query: &str, multiline: bool, content: &str) -> Vec<(usize, usize)> {
+        let matcher = Matcher::compile(query, false, multiline).expect("valid query");
+        let lines: Vec<&[u8]> = text::byte_lines(content.as_bytes()).collect();
+        matcher.hits(content.as_bytes(), &lines)
+    }
+
+    #[test]
+    fn hits_are_line_ranges() {
+        let content = "fn main() {\n    hello();\n}\nfn other() {}\n";
+        assert_eq!(hits("hello", false, content), [(1, 1)]);
+        assert_eq!(hits("fn", false, content), [(0, 0), (3, 3)]);
+        assert_eq!(hits("(?s)fn main.*hello", true, content), [(0, 1)]);
+        assert!(hits("(?s)fn main.*hello", false, content).is_empty());
+        // `.` stops at a newline unless `(?s)` says otherwise.
+        assert!(hits("fn main.*hello", true, content).is_empty());
+        assert_eq!(hits("\\{\\n\\s+hello", true, content), [(0, 1)]);
+        // A match ending with its newline stays on its line; two matches on a line are one hit.
+        assert_eq!(hits("hello\\(\\);\\n", true, content), [(1, 1)]);
+        assert_eq!(hits("fn", true, content), [(0, 0), (3, 3)]);
+        assert_eq!(hits("o", true, "foo\n"), [(0, 0)]);
+        // CRLF lines are counted like LF ones.
+        assert_eq!(hits("a\\r?\\nb", true, "a\r\nb\r\n"), [(0, 1)]);
+    }
+
+    #[test]
+    fn unknown_types_are_refused_with_close_names() {
+        match file_types(Some(OneOrMany::One("rusty".to_owned()))) {
+            Err(ToolError::InvalidArgs(message)) => assert!(message.contains("rust"), "{message}"),
+            other => panic!("expected invalid-args, got {:?}", other.is_ok()),
+        }
+        let types = file_types(Some(OneOrMany::Many(vec!["rust".to_owned(), "md".to_owned()]))).expect("known").expect("some");
+        assert!(types.matched("lib.rs", false).is_whitelist());
+        assert!(types.matched("README.md", false).is_whitelist());
+        assert!(!types.matched("main.py", false).is_whitelist());
+    }
+}

@@ -8,6 +8,9 @@
 //!   input_schema}]`.
 //! - [`Format::OpenAi`]: the Chat Completions `tools` array: `[{type: "function", function:
 //!   {name, description, parameters}}]`. Not `strict`: optional arguments stay optional.
+//! - [`Format::OpenAiStrict`]: the same with `strict: true` and each schema rewritten by
+//!   [`openai_strict`] for OpenAI's strict mode. The host accepts the `null`s such a model sends
+//!   for the arguments it leaves out, and still checks every call against the tool's own schema.
 
 use serde_json::{Value, json};
 use toolcell_types::ToolInfo;
@@ -21,6 +24,8 @@ pub enum Format {
     Anthropic,
     /// OpenAI Chat Completions `tools`.
     OpenAi,
+    /// OpenAI Chat Completions `tools` in strict mode.
+    OpenAiStrict,
 }
 
 impl Format {
@@ -65,6 +70,138 @@ pub fn render<'a>(format: Format, tools: impl IntoIterator<Item = &'a ToolInfo>)
                 })
                 .collect(),
         ),
+        Format::OpenAiStrict => Value::Array(
+            tools
+                .map(|tool| {
+                    json!({
+                        "type": "function",
+                        "function": {
+                            "name": tool.name.as_str(),
+                            "description": tool.description,
+                            "parameters": openai_strict(&tool.input_schema),
+                            "strict": true,
+                        }
+                    })
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// The keywords OpenAI's strict mode accepts (its Structured Outputs guide); every other one is
+/// left out of [`openai_strict`]'s result, its constraint said in the description instead.
+const STRICT_KEYWORDS: &[&str] = &[
+    "type",
+    "description",
+    "title",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "anyOf",
+    "$ref",
+    "$defs",
+    "pattern",
+    "format",
+    "multipleOf",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minItems",
+    "maxItems",
+];
+
+/// `schema` rewritten for OpenAI's strict mode: every object lists all its properties as
+/// required and has `additionalProperties: false`; a property that was optional may be `null`
+/// (the host takes `null` as left out); `oneOf` becomes `anyOf`; keywords strict mode does not
+/// accept (`minLength`, `maxLength`, `dependentRequired`, ...) are dropped, and what they asked
+/// is added to the description, since the host still enforces the original schema.
+pub fn openai_strict(schema: &Value) -> Value {
+    let Value::Object(fields) = schema else {
+        return schema.clone();
+    };
+    let mut strict = serde_json::Map::new();
+    let mut dropped = Vec::new();
+    for (keyword, value) in fields {
+        let keyword = if keyword == "oneOf" { "anyOf" } else { keyword.as_str() };
+        match keyword {
+            "properties" | "$defs" => {
+                let rewritten =
+                    value.as_object().map(|map| map.iter().map(|(name, property)| (name.clone(), openai_strict(property))).collect());
+                strict.insert(keyword.to_owned(), rewritten.map_or_else(|| value.clone(), Value::Object));
+            }
+            "items" => {
+                strict.insert(keyword.to_owned(), openai_strict(value));
+            }
+            "anyOf" => {
+                let variants = value.as_array().map(|variants| variants.iter().map(openai_strict).collect());
+                strict.insert(keyword.to_owned(), variants.map_or_else(|| value.clone(), Value::Array));
+            }
+            keyword if STRICT_KEYWORDS.contains(&keyword) => {
+                strict.insert(keyword.to_owned(), value.clone());
+            }
+            keyword => dropped.push(format!("{keyword}: {value}")),
+        }
+    }
+    if let Some(Value::Object(properties)) = strict.get_mut("properties") {
+        let required: Vec<&str> = fields
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|required| required.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for (name, property) in properties.iter_mut() {
+            if !required.contains(&name.as_str()) {
+                make_nullable(property);
+            }
+        }
+        let all: Vec<Value> = properties.keys().map(|name| Value::String(name.clone())).collect();
+        strict.insert("required".to_owned(), Value::Array(all));
+    }
+    if strict.get("type") == Some(&json!("object")) {
+        strict.insert("additionalProperties".to_owned(), Value::Bool(false));
+        strict.entry("properties").or_insert_with(|| json!({}));
+        strict.entry("required").or_insert_with(|| json!([]));
+    }
+    if !dropped.is_empty() {
+        let note = format!("(The host also checks: {}.)", dropped.join("; "));
+        let description = match strict.get("description").and_then(Value::as_str) {
+            Some(description) => format!("{description} {note}"),
+            None => note,
+        };
+        strict.insert("description".to_owned(), Value::String(description));
+    }
+    Value::Object(strict)
+}
+
+/// Let `schema` also be `null`: with `"type"`, by adding `"null"` to it (and to an `enum`);
+/// without, as a variant of its `anyOf`.
+fn make_nullable(schema: &mut Value) {
+    let Value::Object(fields) = schema else {
+        return;
+    };
+    match fields.get_mut("type") {
+        Some(Value::String(kind)) => {
+            let kind = std::mem::take(kind);
+            fields.insert("type".to_owned(), json!([kind, "null"]));
+        }
+        Some(Value::Array(kinds)) if !kinds.contains(&json!("null")) => kinds.push(json!("null")),
+        Some(_) => {}
+        None => match fields.get_mut("anyOf") {
+            Some(Value::Array(variants)) => variants.push(json!({"type": "null"})),
+            _ => {
+                let original = Value::Object(std::mem::take(fields));
+                fields.insert("anyOf".to_owned(), json!([original, {"type": "null"}]));
+                return;
+            }
+        },
+    }
+    if let Some(Value::Array(values)) = fields.get_mut("enum")
+        && !values.contains(&Value::Null)
+    {
+        values.push(Value::Null);
     }
 }
 

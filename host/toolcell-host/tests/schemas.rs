@@ -140,3 +140,113 @@ fn every_schema_is_valid_for_draft_07_validators_too() {
         }
     }
 }
+
+/// The keywords OpenAI's strict mode accepts, from its Structured Outputs guide.
+const OPENAI_STRICT_KEYWORDS: [&str; 21] = [
+    "type",
+    "description",
+    "title",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "anyOf",
+    "$ref",
+    "$defs",
+    "pattern",
+    "format",
+    "multipleOf",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minItems",
+    "maxItems",
+];
+
+/// Where `schema` breaks OpenAI's strict-mode rules: only the accepted keywords; every object
+/// has `additionalProperties: false` and lists every property as required.
+fn strict_mode_violations(schema: &Value, at: &str, found: &mut Vec<String>) {
+    let Some(map) = schema.as_object() else {
+        found.push(format!("{at}: not a schema object"));
+        return;
+    };
+    for key in map.keys() {
+        if !OPENAI_STRICT_KEYWORDS.contains(&key.as_str()) {
+            found.push(format!("{at}: `{key}` is not accepted in strict mode"));
+        }
+    }
+    let is_object =
+        map.get("type").is_some_and(|kind| kind == "object" || kind.as_array().is_some_and(|kinds| kinds.contains(&Value::from("object"))));
+    if is_object {
+        if map.get("additionalProperties") != Some(&Value::Bool(false)) {
+            found.push(format!("{at}: an object without `additionalProperties: false`"));
+        }
+        let mut properties: Vec<&str> =
+            map.get("properties").and_then(Value::as_object).map(|map| map.keys().map(String::as_str).collect()).unwrap_or_default();
+        let mut required: Vec<&str> =
+            map.get("required").and_then(Value::as_array).map(|list| list.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        properties.sort_unstable();
+        required.sort_unstable();
+        if properties != required {
+            found.push(format!("{at}: required {required:?} is not every property {properties:?}"));
+        }
+    }
+    for (name, property) in map.get("properties").and_then(Value::as_object).into_iter().flatten() {
+        strict_mode_violations(property, &format!("{at}/properties/{name}"), found);
+    }
+    for (name, definition) in map.get("$defs").and_then(Value::as_object).into_iter().flatten() {
+        strict_mode_violations(definition, &format!("{at}/$defs/{name}"), found);
+    }
+    if let Some(items) = map.get("items") {
+        strict_mode_violations(items, &format!("{at}/items"), found);
+    }
+    for (index, variant) in map.get("anyOf").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        strict_mode_violations(variant, &format!("{at}/anyOf/{index}"), found);
+    }
+}
+
+#[test]
+fn openai_strict_schemas_keep_strict_modes_rules() {
+    // The plain schemas break them (the reason for the strict format).
+    let plain = rendered(Format::OpenAi, "impl");
+    let broken = plain
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter(|tool| {
+            let mut found = Vec::new();
+            strict_mode_violations(&tool["function"]["parameters"], "", &mut found);
+            !found.is_empty()
+        })
+        .count();
+    assert!(broken >= 10, "only {broken} plain schemas break strict mode: is the checker checking?");
+    let strict = rendered(Format::OpenAiStrict, "impl");
+    let tools = strict.as_array().expect("tools");
+    assert_eq!(tools.len(), 16);
+    for tool in tools {
+        let function = &tool["function"];
+        assert_eq!(keys(function), ["description", "name", "parameters", "strict"], "{tool}");
+        assert_eq!(function["strict"], true);
+        let parameters = &function["parameters"];
+        // The root is an object schema, never a union.
+        assert_eq!(parameters["type"], "object", "{tool}");
+        assert!(parameters.get("anyOf").is_none(), "{tool}");
+        let mut found = Vec::new();
+        strict_mode_violations(parameters, "", &mut found);
+        assert!(found.is_empty(), "`{}`: {found:#?}", function["name"]);
+        assert!(jsonschema::meta::is_valid(parameters), "`{}`'s strict schema is not a valid JSON Schema", function["name"]);
+    }
+    // An optional argument may be null; a required one may not; dropped keywords are said.
+    let read_file = tools.iter().find(|tool| tool["function"]["name"] == "read_file").expect("read_file");
+    let parameters = &read_file["function"]["parameters"];
+    assert_eq!(parameters["properties"]["offset"]["type"], serde_json::json!(["integer", "null"]));
+    assert_eq!(parameters["properties"]["path"]["type"], "string");
+    let search = tools.iter().find(|tool| tool["function"]["name"] == "search_files").expect("search_files");
+    let properties = &search["function"]["parameters"]["properties"];
+    assert_eq!(properties["output_mode"]["enum"], serde_json::json!(["files", "content", "count", null]));
+    assert_eq!(properties["include"]["anyOf"].as_array().map(Vec::len), Some(3));
+    assert!(properties["query"]["description"].as_str().expect("description").contains("minLength: 1"), "{}", properties["query"]);
+}

@@ -60,10 +60,18 @@ impl Runtime {
             outcome.result = Err(refusal);
             return Ok(self.finish(request, outcome, started));
         }
-        if let Err(error) = tool.schema.check(request.tool, request.args) {
-            outcome.result = Err(error);
-            return Ok(self.finish(request, outcome, started));
-        }
+        let without_nulls;
+        let request = match tool.schema.check(request.tool, request.args) {
+            Err(error) => {
+                outcome.result = Err(error);
+                return Ok(self.finish(request, outcome, started));
+            }
+            Ok(Some(args)) => {
+                without_nulls = args;
+                &CallRequest { args: &without_nulls, ..*request }
+            }
+            Ok(None) => request,
+        };
         let guard = self.guard_for(request, &outcome.call_id)?;
         let guard = self.run(tool, request, guard, &mut outcome)?;
         let guard = self.account(tool, guard, &mut outcome);

@@ -53,7 +53,7 @@ impl Native {
             Native::UndoEdit => (
                 UNDO_EDIT,
                 "Undo edit",
-                "Undo this session's last successful change to a file (a write, edit or delete made by a tool call), restoring the content it had before. Call it again to go further back. Refused if the file changed since your change: read it and edit it instead.",
+                "Undo this session's last successful change to a file (a write, edit or delete made by a tool call), restoring the content it had before. Call it again to go further back. Undoing a file's creation also removes the directories that call created for it, once they are empty; a directory created by create_directory is undone by its own path while empty. Refused if the file changed since your change: read it and edit it instead.",
                 serde_json::json!({
                     "type": "object",
                     "properties": {
@@ -67,7 +67,8 @@ impl Native {
                     "properties": {
                         "path": {"type": "string"},
                         "restored_from_call": {"type": "string", "description": "The call whose change was undone."},
-                        "removed": {"type": "boolean", "description": "The call had created the file, so undoing it removed the file."}
+                        "removed": {"type": "boolean", "description": "The call had created the file, so undoing it removed the file."},
+                        "removed_directories": {"type": "array", "items": {"type": "string"}, "description": "Directories the call had created for the file, removed with it (deepest first)."}
                     },
                     "required": ["path", "restored_from_call", "removed"]
                 }),
@@ -136,6 +137,38 @@ fn parse<T: for<'de> Deserialize<'de>>(args: &str) -> Result<T, ToolError> {
     serde_json::from_str(args).map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, format!("bad arguments: {error}")))
 }
 
+/// Remove the directories the call of `entry` created above its path, deepest first, while
+/// they are empty and the policy lets the role delete them (the guard records each removal in
+/// the call's journal); returns those removed.
+fn remove_created_directories(call: &mut NativeCall<'_>, entry: &crate::undo::UndoEntry) -> Vec<String> {
+    let workspace = call.request.workspace.root();
+    let session = call.request.session_id;
+    let mut removed = Vec::new();
+    for directory in call.undo.created_directories(session, workspace, entry) {
+        let is_removable = call.guard.root().is_some_and(|root| is_empty_directory(root, &directory.path))
+            && call.guard.allows(Access::Delete, &directory.path);
+        if !is_removable || !call.guard.admit("undo", &directory.path, Access::Delete) {
+            break;
+        }
+        let Some(root) = call.guard.root() else {
+            break;
+        };
+        let step = Step { path: directory.path.clone(), prior: Prior::Absent, identity: None };
+        if crate::journal::restore(root, &call.undo.session_dir(session, workspace), &step).is_err() {
+            break;
+        }
+        let _ = call.undo.forget(session, workspace, &directory);
+        removed.push(directory.path);
+    }
+    removed
+}
+
+/// Whether `path` is a directory (not a symlink to one) with nothing in it.
+fn is_empty_directory(root: &cap_std::fs::Dir, path: &str) -> bool {
+    root.symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir())
+        && root.read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
+}
+
 fn denied() -> ToolError {
     // The guard's recorded refusal replaces this message in the result.
     ToolError::new(ToolErrorKind::Denied, "refused")
@@ -175,6 +208,14 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
             ),
         ));
     }
+    if entry.directory && !is_empty_directory(root, &path) {
+        return Err(ToolError::new(
+            ToolErrorKind::Conflict,
+            format!(
+                "`{shown}` is a directory this session created, and it is no longer empty: undo or remove what is in it first (list it with list_files)"
+            ),
+        ));
+    }
     let access = if entry.prior == Prior::Absent { Access::Delete } else { Access::Write };
     if !call.guard.admit("undo", &path, access) {
         return Err(denied());
@@ -188,15 +229,31 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     // The change is undone whatever happens to the record; a stale record is refused later
     // because the file no longer matches it.
     let _ = call.undo.forget(session, workspace, &entry);
+    let removed_directories = if entry.prior == Prior::Absent { remove_created_directories(call, &entry) } else { Vec::new() };
+    let Some(root) = call.guard.root() else {
+        return Err(ToolError::new(ToolErrorKind::Failed, "the call has no workspace"));
+    };
     let text = match entry.prior {
-        Prior::Absent => format!("Removed `{shown}`, which this session had created (call {})", entry.call_id),
+        Prior::Absent => {
+            let mut text = format!("Removed `{shown}`, which this session had created (call {})", entry.call_id);
+            if !removed_directories.is_empty() {
+                let names: Vec<String> = removed_directories.iter().map(|directory| format!("`{}`", escape_control(directory))).collect();
+                text.push_str(&format!(", and the directories that call had created for it: {}", names.join(", ")));
+            }
+            text
+        }
         _ => {
             let lines = root.read(&path).map(|bytes| bytes.iter().filter(|byte| **byte == b'\n').count()).unwrap_or(0);
             format!("Restored `{shown}` to its content before this session's call {} ({lines} lines)", entry.call_id)
         }
     };
     Ok(ToolOutput {
-        structured: Some(serde_json::json!({"path": path, "restored_from_call": entry.call_id, "removed": entry.prior == Prior::Absent})),
+        structured: Some(serde_json::json!({
+            "path": path,
+            "restored_from_call": entry.call_id,
+            "removed": entry.prior == Prior::Absent,
+            "removed_directories": removed_directories,
+        })),
         text,
     })
 }

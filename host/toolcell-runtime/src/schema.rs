@@ -13,6 +13,8 @@ const MAX_VIOLATION_CHARS: usize = 300;
 /// A tool's compiled argument schema.
 pub(crate) struct ArgsSchema {
     validator: jsonschema::Validator,
+    /// The schema itself, for finding the optional properties a call sends as `null`.
+    schema: serde_json::Value,
 }
 
 impl ArgsSchema {
@@ -28,7 +30,7 @@ impl ArgsSchema {
         }
         jsonschema::meta::validate(&schema).map_err(|error| format!("its input schema is not a valid JSON Schema: {error}"))?;
         let validator = jsonschema::validator_for(&schema).map_err(|error| format!("its input schema cannot be compiled: {error}"))?;
-        Ok((ArgsSchema { validator }, schema))
+        Ok((ArgsSchema { validator, schema: schema.clone() }, schema))
     }
 
     /// Check a tool's `output-schema` text: JSON, an object schema, a valid JSON Schema.
@@ -45,12 +47,15 @@ impl ArgsSchema {
         Ok(schema)
     }
 
-    /// Parse and validate a call's arguments, as the tool will receive them.
+    /// Parse and validate a call's arguments, as the tool will receive them. An optional
+    /// property sent as `null` counts as left out (clients of OpenAI's strict mode send every
+    /// property, `null` for those they leave out): the arguments without it are returned, and
+    /// they are what the tool receives.
     ///
     /// # Errors
     ///
     /// `too-large` over [`MAX_ARGS_BYTES`]; `invalid-args` naming each offending field.
-    pub(crate) fn check(&self, tool: &str, args: &str) -> Result<(), ToolError> {
+    pub(crate) fn check(&self, tool: &str, args: &str) -> Result<Option<String>, ToolError> {
         if args.len() > MAX_ARGS_BYTES {
             return Err(ToolError::new(
                 ToolErrorKind::TooLarge,
@@ -60,14 +65,15 @@ impl ArgsSchema {
                 ),
             ));
         }
-        let value: serde_json::Value = serde_json::from_str(args).map_err(|error| {
+        let mut value: serde_json::Value = serde_json::from_str(args).map_err(|error| {
             ToolError::new(
                 ToolErrorKind::InvalidArgs,
                 format!("the arguments to `{tool}` are not valid JSON ({error}): send a JSON object such as {{\"path\": \"src/main.rs\"}}"),
             )
         })?;
+        let rewritten = drop_optional_nulls(&mut value, &self.schema).then(|| value.to_string());
         if self.validator.is_valid(&value) {
-            return Ok(());
+            return Ok(rewritten);
         }
         let violations: Vec<String> = self
             .validator
@@ -83,7 +89,7 @@ impl ArgsSchema {
             })
             .collect();
         if violations.is_empty() {
-            return Ok(());
+            return Ok(rewritten);
         }
         let more = if violations.len() > MAX_LISTED_VIOLATIONS { "; and more" } else { "" };
         let listed = violations.iter().take(MAX_LISTED_VIOLATIONS).cloned().collect::<Vec<_>>().join("; ");
@@ -92,6 +98,48 @@ impl ArgsSchema {
             format!("invalid arguments to `{tool}`: {listed}{more}. Check the tool's input schema."),
         ))
     }
+}
+
+/// Remove from `value` the properties that are `null` where `schema` neither requires them nor
+/// lets them be `null`, through nested objects and arrays; whether anything was removed.
+fn drop_optional_nulls(value: &mut serde_json::Value, schema: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    let mut changed = false;
+    match value {
+        Value::Object(fields) => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let required = |name: &str| {
+                schema.get("required").and_then(Value::as_array).is_some_and(|required| required.iter().any(|entry| entry == name))
+            };
+            let accepts_null = |name: &str| {
+                properties
+                    .and_then(|properties| properties.get(name))
+                    .and_then(|property| property.get("type"))
+                    .is_some_and(|kind| kind == "null" || kind.as_array().is_some_and(|kinds| kinds.iter().any(|kind| kind == "null")))
+            };
+            fields.retain(|name, field| {
+                let keep = !field.is_null() || required(name) || accepts_null(name);
+                changed |= !keep;
+                keep
+            });
+            if let Some(properties) = properties {
+                for (name, field) in fields.iter_mut() {
+                    if let Some(property) = properties.get(name) {
+                        changed |= drop_optional_nulls(field, property);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item) = schema.get("items") {
+                for element in items {
+                    changed |= drop_optional_nulls(element, item);
+                }
+            }
+        }
+        _ => {}
+    }
+    changed
 }
 
 /// `/edits/0/old_string` as `edits[0].old_string`; `None` for the whole arguments object.
@@ -141,7 +189,7 @@ mod tests {
 
     fn message(args: &str) -> String {
         match schema().check("t", args) {
-            Ok(()) => "ok".to_owned(),
+            Ok(_) => "ok".to_owned(),
             Err(error) => format!("{}: {}", error.kind, error.message),
         }
     }
@@ -163,6 +211,25 @@ mod tests {
             assert!(got.starts_with("invalid-args"), "{args}: {got}");
             assert!(got.contains(expected), "{args}: expected {expected:?} in {got}");
         }
+    }
+
+    #[test]
+    fn optional_nulls_count_as_left_out() {
+        let schema = schema();
+        let checked = |args: &str| {
+            schema
+                .check("t", args)
+                .map(|rewritten| rewritten.map(|text| serde_json::from_str::<serde_json::Value>(&text).expect("JSON")))
+                .map_err(|error| error.message)
+        };
+        assert_eq!(checked(r#"{"path": "a"}"#), Ok(None));
+        assert_eq!(checked(r#"{"path": "a", "offset": null}"#), Ok(Some(serde_json::json!({"path": "a"}))));
+        assert_eq!(
+            checked(r#"{"path": "a", "edits": [{"old_string": null}], "offset": 2}"#),
+            Ok(Some(serde_json::json!({"path": "a", "edits": [{}], "offset": 2})))
+        );
+        // A required property is never dropped: `null` is its error.
+        assert!(checked(r#"{"path": null}"#).is_err_and(|message| message.contains("`path`")));
     }
 
     #[test]

@@ -34,8 +34,13 @@ pub(crate) struct UndoEntry {
     /// What the file was before: absent, a small file's content inline, or a file whose
     /// content is the blob in this session's undo directory.
     pub(crate) prior: Prior,
-    /// SHA-256 of the content the call left, or `None` if it removed the file.
+    /// SHA-256 of the content the call left, or `None` if it removed the file (empty for a
+    /// directory).
     pub(crate) after: Option<String>,
+    /// The entry is a directory the call created: undoing a file the call created in it
+    /// removes it too, once it is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) directory: bool,
 }
 
 /// One line of a session's log.
@@ -88,13 +93,15 @@ impl UndoStore {
             if !seen.insert(step.path.clone()) {
                 continue;
             }
-            let after = match root.symlink_metadata(&step.path) {
-                Err(_) => None,
+            let (after, is_directory) = match root.symlink_metadata(&step.path) {
+                Err(_) => (None, false),
                 Ok(metadata) if metadata.is_file() => match hash_of(root, &step.path) {
-                    Some(hash) => Some(hash),
+                    Some(hash) => (Some(hash), false),
                     None => continue,
                 },
-                // Directories and symlinks are not edits; `undo_edit` restores files.
+                // A directory the call created goes when what the call created in it is undone.
+                Ok(metadata) if metadata.is_dir() && step.prior == Prior::Absent => (Some(String::new()), true),
+                // Other directories and symlinks are not edits; `undo_edit` restores files.
                 Ok(_) => continue,
             };
             let prior = match step.prior {
@@ -110,7 +117,7 @@ impl UndoStore {
                 }
                 _ => continue,
             };
-            lines.push(Line::Record(UndoEntry { path: step.path, call_id: call_id.to_owned(), prior, after }));
+            lines.push(Line::Record(UndoEntry { path: step.path, call_id: call_id.to_owned(), prior, after, directory: is_directory }));
         }
         append(&directory, &lines, &mut counts)
     }
@@ -119,6 +126,22 @@ impl UndoStore {
     pub(crate) fn last(&self, session: &str, workspace: &Path, path: &str) -> Option<UndoEntry> {
         let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         load(&self.session_dir(session, workspace)).into_iter().rev().find(|entry| entry.path == path)
+    }
+
+    /// The directories the call of `entry` created above its path that are still undoable,
+    /// deepest first.
+    pub(crate) fn created_directories(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> Vec<UndoEntry> {
+        let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut directories: Vec<UndoEntry> = load(&self.session_dir(session, workspace))
+            .into_iter()
+            .filter(|candidate| {
+                candidate.directory
+                    && candidate.call_id == entry.call_id
+                    && entry.path.strip_prefix(candidate.path.as_str()).is_some_and(|rest| rest.starts_with('/'))
+            })
+            .collect();
+        directories.sort_by_key(|directory| std::cmp::Reverse(directory.path.len()));
+        directories
     }
 
     /// Forget the change `entry` (after it was undone), and its blob.
@@ -244,6 +267,9 @@ impl UndoStore {
         };
         let mut changes = Vec::new();
         for (index, entry) in entries.iter().enumerate() {
+            if entry.directory {
+                continue;
+            }
             let before = content(&entry.prior);
             let after = match &entry.after {
                 None => Some(None),

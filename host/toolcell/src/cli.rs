@@ -96,6 +96,11 @@ pub enum Command {
         /// Completions tools).
         #[arg(long, default_value = "mcp", value_parser = ["mcp", "anthropic", "openai"])]
         format: String,
+
+        /// With `--format openai`: schemas for OpenAI's strict mode (every property required,
+        /// optional ones nullable, no additional properties, only the keywords it accepts).
+        #[arg(long)]
+        strict: bool,
     },
 
     /// Check and explain governance policies.

@@ -72,7 +72,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             &runtime,
             &Explain { role: &role, access: &access, path: &path, tool: tool.as_deref(), task: task.as_deref(), json },
         ),
-        Command::Schema { role, format } => schema(&runtime, &role, &format),
+        Command::Schema { role, format, strict } => schema(&runtime, &role, &format, strict),
         Command::Lock(command) => lock(&runtime, command),
         Command::Sessions(SessionsCommand::List { workspace, json }) => sessions_list(&runtime, workspace.as_deref(), json),
         Command::Report(args) => report(&runtime, &args),
@@ -687,14 +687,19 @@ fn report(runtime: &Runtime, args: &ReportArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn schema(runtime: &Runtime, role: &str, format: &str) -> anyhow::Result<ExitCode> {
+fn schema(runtime: &Runtime, role: &str, format: &str, strict: bool) -> anyhow::Result<ExitCode> {
     if let Some(policy) = runtime.policy()
         && policy.role(role).is_none()
     {
         let roles: Vec<&str> = policy.roles().map(|role| role.name()).collect();
         anyhow::bail!("the policy `{}` has no role `{role}`; its roles are: {}", policy.file(), roles.join(", "));
     }
-    let format = toolcell_host::schemas::Format::from_name(format).with_context(|| format!("unknown format `{format}`"))?;
+    let format = match (toolcell_host::schemas::Format::from_name(format), strict) {
+        (Some(toolcell_host::schemas::Format::OpenAi), true) => toolcell_host::schemas::Format::OpenAiStrict,
+        (Some(_), true) => anyhow::bail!("`--strict` is OpenAI's strict mode: use it with `--format openai`"),
+        (Some(format), false) => format,
+        (None, _) => anyhow::bail!("unknown format `{format}`"),
+    };
     let rendered = toolcell_host::schemas::render(format, toolcell_host::tools_for_role(runtime, role));
     writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(&rendered)?)?;
     Ok(ExitCode::SUCCESS)

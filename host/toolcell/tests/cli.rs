@@ -446,6 +446,19 @@ fn schema_prints_a_roles_tools_in_each_providers_shape() {
     let run = toolcell(&cache, &["schema", "--role", "admin"]);
     assert_eq!(run.status, 2);
     assert!(run.stderr.contains("has no role `admin`"), "{}", run.stderr);
+    // OpenAI's strict mode: every property required, the optional ones nullable.
+    let run = toolcell(&cache, &["schema", "--role", "impl", "--format", "openai", "--strict"]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let strict: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON");
+    let edit = strict.as_array().expect("array").iter().find(|tool| tool["function"]["name"] == "edit_file").expect("edit_file");
+    assert_eq!(edit["function"]["strict"], true);
+    let parameters = &edit["function"]["parameters"];
+    assert_eq!(parameters["additionalProperties"], false);
+    assert_eq!(parameters["required"].as_array().map(Vec::len), parameters["properties"].as_object().map(serde_json::Map::len));
+    assert_eq!(parameters["properties"]["old_string"]["type"], serde_json::json!(["string", "null"]));
+    let run = toolcell(&cache, &["schema", "--format", "anthropic", "--strict"]);
+    assert_eq!(run.status, 2);
+    assert!(run.stderr.contains("use it with `--format openai`"), "{}", run.stderr);
 }
 
 /// `toolcell lock ...` and `toolcell call ...` against one state directory and workspace.

@@ -148,3 +148,23 @@ fn a_dry_run_returns_the_unified_diff_and_writes_nothing() {
     assert_eq!(written.structured.expect("structured")["dry_run"], false);
     assert!(fixture.read_text("f.txt").contains("line 9\nten\nline 11\n"));
 }
+
+#[test]
+fn nulls_from_openai_strict_mode_count_as_left_out() {
+    // A model in OpenAI's strict mode sends every property, `null` for those it leaves out.
+    let fixture = Fixture::new();
+    fixture.write("a.txt", "one\ntwo\n");
+    let output = fixture.ok("read_file", json!({"path": "a.txt", "offset": null, "limit": null, "tail": null}));
+    assert!(output.text.contains("     2\ttwo"), "{}", output.text);
+    fixture.ok(
+        "edit_file",
+        json!({
+            "path": "a.txt", "old_string": null, "new_string": null, "replace_all": null, "dry_run": null,
+            "edits": [{"old_string": "two", "new_string": "2", "replace_all": null}]
+        }),
+    );
+    assert_eq!(fixture.read_text("a.txt"), "one\n2\n");
+    // A required argument sent as null is still an error naming it.
+    let message = fixture.error("read_file", json!({"path": null}), ToolErrorKind::InvalidArgs);
+    assert!(message.contains("`path`"), "{message}");
+}

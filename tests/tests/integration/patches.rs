@@ -205,3 +205,76 @@ fn apply_patch_errors_name_the_line_or_the_file() {
     assert_eq!(fixture.snapshot(), before);
     fixture.assert_outside_untouched();
 }
+
+#[test]
+fn apply_patch_accepts_what_models_send() {
+    let fixture = Fixture::new();
+    fixture.write("quote.md", "He said \u{201c}ship it\u{201d} \u{2014} and it\u{2019}s done.\nnext\n");
+    fixture.write("mixed.txt", "lf one\ncrlf one\r\ncrlf two\r\nlf two\n");
+    // Padded headers, inside a shell heredoc; ASCII punctuation for the file's typographic
+    // marks; a replaced CRLF line keeps its CR in a mixed file.
+    let patch = "apply_patch <<'EOF'\n*** Begin Patch\n  *** Update File: quote.md\n@@\n-He said \"ship it\" - and it's done.\n+He said \"ship it now\".\n   *** Update File: mixed.txt\n@@\n crlf one\n-crlf two\n+crlf 2\n+crlf 3\n*** End Patch\nEOF\n";
+    fixture.ok("apply_patch", json!({"patch": patch}));
+    assert_eq!(fixture.read_text("quote.md"), "He said \"ship it now\".\nnext\n");
+    assert_eq!(fixture.read("mixed.txt"), b"lf one\ncrlf one\r\ncrlf 2\r\ncrlf 3\r\nlf two\n");
+}
+
+#[test]
+fn apply_patch_overwrites_only_when_asked_and_says_how() {
+    let fixture = patch_fixture();
+    let add = "*** Begin Patch\n*** Add File: obsolete.txt\n+replaced\n*** End Patch";
+    let message = fixture.error("apply_patch", json!({"patch": add}), ToolErrorKind::Conflict);
+    assert!(message.contains("pass `overwrite: true` to replace it whole"), "{message}");
+    let output = fixture.ok("apply_patch", json!({"patch": add, "overwrite": true}));
+    assert_eq!(fixture.read_text("obsolete.txt"), "replaced\n");
+    assert!(output.text.contains("M `obsolete.txt` (+1 -1)"), "{}", output.text);
+    let moved = "*** Begin Patch\n*** Update File: src/old_name.rs\n*** Move to: obsolete.txt\n@@\n-old\n+new\n*** End Patch";
+    let message = fixture.error("apply_patch", json!({"patch": moved}), ToolErrorKind::Conflict);
+    assert!(message.contains("or pass `overwrite: true` to replace it"), "{message}");
+    fixture.ok("apply_patch", json!({"patch": moved, "overwrite": true}));
+    assert_eq!(fixture.read_text("obsolete.txt"), "keep\nnew\n");
+    assert!(!fixture.root().join("src/old_name.rs").exists());
+    // A directory is never replaced.
+    let onto_directory = "*** Begin Patch\n*** Update File: obsolete.txt\n*** Move to: src\n@@\n-new\n+newer\n*** End Patch";
+    let message = fixture.error("apply_patch", json!({"patch": onto_directory, "overwrite": true}), ToolErrorKind::Conflict);
+    assert!(message.contains("not a regular file"), "{message}");
+}
+
+#[test]
+fn apply_patch_takes_openai_apply_patch_operations() {
+    // The operations of OpenAI's apply_patch tool, as the Agents SDK's own tests send them.
+    let fixture = Fixture::new();
+    fixture.ok("apply_patch", json!({"operation": {"type": "create_file", "path": "notes.md", "diff": "+hello\n"}}));
+    assert_eq!(fixture.read_text("notes.md"), "hello\n");
+    fixture.write("tasks.md", "a\n");
+    fixture.ok("apply_patch", json!({"operation": {"type": "update_file", "path": "tasks.md", "diff": "-a\n+b\n"}}));
+    assert_eq!(fixture.read_text("tasks.md"), "b\n");
+    // A created file's last `+` line is its final newline, as V4A reads it.
+    fixture.ok("apply_patch", json!({"operation": {"type": "create_file", "path": "list.md", "diff": "+hello\n+world\n+"}}));
+    assert_eq!(fixture.read_text("list.md"), "hello\nworld\n");
+    // The stacked `@@` anchors of the tool's own description.
+    fixture.write("classes.py", "class BaseClass\n    def search():\n        pass\n\nclass Subclass\n    def search():\n        pass\n");
+    let diff = "@@ class BaseClass\n@@     def search():\n-        pass\n+        raise NotImplementedError()\n\n@@ class Subclass\n@@     def search():\n-        pass\n+        raise NotImplementedError()";
+    fixture.ok("apply_patch", json!({"operation": {"type": "update_file", "path": "classes.py", "diff": diff}}));
+    assert_eq!(
+        fixture.read_text("classes.py"),
+        "class BaseClass\n    def search():\n        raise NotImplementedError()\n\nclass Subclass\n    def search():\n        raise NotImplementedError()\n"
+    );
+    fixture.ok("apply_patch", json!({"operation": {"type": "update_file", "path": "tasks.md", "move_to": "done.md", "diff": "-b\n+c\n"}}));
+    assert_eq!(fixture.read_text("done.md"), "c\n");
+    assert!(!fixture.root().join("tasks.md").exists());
+    fixture.ok("apply_patch", json!({"operation": {"type": "delete_file", "path": "notes.md"}}));
+    assert!(!fixture.root().join("notes.md").exists());
+    // Exactly one of `patch` and `operation`.
+    let message = fixture.error("apply_patch", json!({}), ToolErrorKind::InvalidArgs);
+    assert!(message.contains("give `patch` (the patch text) or `operation`"), "{message}");
+    let message = fixture.error(
+        "apply_patch",
+        json!({"operation": {"type": "delete_file", "path": "done.md", "move_to": "x.md"}}),
+        ToolErrorKind::InvalidArgs,
+    );
+    assert!(message.contains("`operation.move_to` goes with `update_file` only"), "{message}");
+    let message =
+        fixture.error("apply_patch", json!({"operation": {"type": "rename_file", "path": "done.md"}}), ToolErrorKind::InvalidArgs);
+    assert!(message.contains("operation"), "{message}");
+}

@@ -296,6 +296,37 @@ fn undo_edit_restores_a_sessions_last_changes_one_by_one() {
 }
 
 #[test]
+fn undoing_a_creation_removes_the_directories_it_created() {
+    let runtime = runtime_with_policy(TEST_POLICY, None);
+    let fixture = project();
+    let session = |tool: &str, args: Value| fixture.call_as(&runtime, "s-dirs", None, &[], tool, &args);
+    session("write_file", json!({"path": "src/deep/er/new.rs", "content": "x\n"})).result.expect("create");
+    let output = session("undo_edit", json!({"path": "src/deep/er/new.rs"})).result.expect("undo");
+    assert!(output.text.ends_with("and the directories that call had created for it: `src/deep/er`, `src/deep`"), "{}", output.text);
+    assert_eq!(output.structured.expect("structured")["removed_directories"], json!(["src/deep/er", "src/deep"]));
+    assert!(!fixture.root().join("src/deep").exists());
+    assert!(fixture.root().join("src/a.rs").exists(), "directories the call did not create stay");
+
+    // A directory that is no longer empty stays, and so do its parents.
+    session("write_file", json!({"path": "shared/inner/a.rs", "content": "a\n"})).result.expect("create");
+    fixture.write("shared/inner/other.rs", "someone else's\n");
+    let output = session("undo_edit", json!({"path": "shared/inner/a.rs"})).result.expect("undo");
+    assert_eq!(output.structured.expect("structured")["removed_directories"], json!([]));
+    assert!(fixture.root().join("shared/inner/other.rs").exists());
+
+    // A directory made on its own is undone by its path while it is empty.
+    session("create_directory", json!({"path": "made/here"})).result.expect("mkdir");
+    fixture.write("made/here/file.txt", "x");
+    let error = session("undo_edit", json!({"path": "made/here"})).result.expect_err("not empty");
+    assert_eq!(error.kind, ToolErrorKind::Conflict, "{}", error.message);
+    assert!(error.message.contains("no longer empty"), "{}", error.message);
+    std::fs::remove_file(fixture.root().join("made/here/file.txt")).expect("remove");
+    let output = session("undo_edit", json!({"path": "made/here"})).result.expect("undo mkdir");
+    assert_eq!(output.structured.expect("structured")["removed_directories"], json!(["made"]));
+    assert!(!fixture.root().join("made").exists());
+}
+
+#[test]
 fn undo_edit_is_gated_by_the_role() {
     let fixture = project();
     let outcome = fixture.call_on(toolcell_tests::default_policy_runtime(), "reviewer", "undo_edit", &json!({"path": "src/a.rs"}), None);
