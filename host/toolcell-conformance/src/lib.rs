@@ -165,7 +165,8 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
             return report;
         }
     };
-    let Some(info) = runtime.tools().find(|tool| !toolcell_runtime::NATIVE_TOOLS.contains(&tool.name.as_str())).cloned() else {
+    let is_host_tool = |name: &str| toolcell_runtime::NATIVE_TOOLS.contains(&name) || toolcell_runtime::ADAPTER_TOOLS.contains(&name);
+    let Some(info) = runtime.tools().find(|tool| !is_host_tool(tool.name.as_str())).cloned() else {
         report.record("load", "loads: imports, description and schema", &["the component provides no tool".to_owned()], String::new());
         return report;
     };

@@ -8,7 +8,8 @@
 //! call id. Every call is a transaction (all of its changes, or none); [`Session::lock`] takes a
 //! lease on paths that other sessions (in this process or any other sharing the state
 //! directory) then cannot modify. [`schemas`] renders the tools a role may call in the shape each model provider
-//! expects.
+//! expects, and [`providers`] answers a provider's built-in tool calls (Anthropic's text editor,
+//! OpenAI's `apply_patch`) in the provider's own shape.
 //!
 //! ```
 //! use toolcell_host::{HostBuilder, ToolErrorKind};
@@ -48,6 +49,7 @@ pub use toolcell_types::{ToolError, ToolErrorKind, ToolInfo, ToolOutput};
 
 use toolcell_runtime::CallRequest;
 
+pub mod providers;
 pub mod schemas;
 
 /// The shipped default policy (`policies/default.toml`).

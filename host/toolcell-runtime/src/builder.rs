@@ -220,6 +220,20 @@ impl RuntimeBuilder {
                 LoadedTool { info, schema, kind: ToolKind::Native(native), origin: "builtin:host".to_owned() },
             );
         }
+        for adapter in adapters::Adapter::ALL {
+            let (info, schema) = adapter.describe();
+            if let Some(existing) = tools.get(info.name.as_str()) {
+                return Err(Error::DuplicateTool {
+                    name: info.name.to_string(),
+                    first: "builtin:host".to_owned(),
+                    second: existing.origin.clone(),
+                });
+            }
+            tools.insert(
+                info.name.to_string(),
+                LoadedTool { info, schema, kind: ToolKind::Adapter(adapter), origin: "builtin:host".to_owned() },
+            );
+        }
         let names: Vec<&str> = tools.keys().map(String::as_str).collect();
         let policy = match self.policy {
             Some(PolicySource::Text { file, text }) => Some(Arc::new(Policy::parse(&file, &text, &names)?)),

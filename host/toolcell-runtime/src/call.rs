@@ -72,6 +72,14 @@ impl Runtime {
             }
             Ok(None) => request,
         };
+        if let ToolKind::Adapter(adapter) = &tool.kind {
+            let refuse = |kind, message| {
+                let mut refused = CallOutcome::new(new_call_id());
+                refused.result = Err(ToolError::new(kind, message));
+                self.finish(request, refused, started)
+            };
+            return adapter.call(self, request, &refuse);
+        }
         let guard = self.guard_for(request, &outcome.call_id)?;
         let guard = self.run(tool, request, guard, &mut outcome)?;
         let guard = self.account(tool, guard, &mut outcome);
@@ -185,6 +193,10 @@ impl Runtime {
                     audit: self.audit.as_deref(),
                 });
                 Ok(guard)
+            }
+            // `call` hands an adapter its request before any guard exists.
+            ToolKind::Adapter(_) => {
+                Err(Error::Call { tool: request.tool.to_owned(), reason: "an adapter runs through the tools it adapts".to_owned() })
             }
         }
     }

@@ -52,6 +52,7 @@ mod workspace;
 
 // One call, top to bottom (`call`), what it is and produces (`outcome`), its limits, its
 // store (`state`), its arguments (`schema`) and the tools the host implements (`native`).
+mod adapters;
 mod call;
 mod limits;
 mod native;
@@ -78,6 +79,7 @@ mod workflow;
 
 mod error;
 
+pub use adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
 pub use audit::{AUDIT_FILE, AUDIT_HEAD_FILE, AuditLog};
 pub use builder::RuntimeBuilder;
 pub use call::STDIO_CAPACITY;

@@ -38,6 +38,8 @@ pub(crate) enum ToolKind {
     Component(bindings::PluginPre<CallState>),
     /// A tool the host itself implements (undo, locks): it needs host state no component has.
     Native(native::Native),
+    /// A provider's built-in tool, carried out by calls of the other tools.
+    Adapter(adapters::Adapter),
 }
 
 /// A role bound for a call: the role, the tool, the session's task.

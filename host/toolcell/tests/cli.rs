@@ -64,6 +64,7 @@ fn tools_lists_every_builtin_with_its_schema() {
     read_many — Read several files [read-only, idempotent]
     search_files — Search files [read-only, idempotent]
     spawn_impl_session — Spawn implementation session []
+    str_replace_based_edit_tool — Text editor [destructive]
     task_add — Add task []
     task_approve — Approve task []
     task_block — Block task []
@@ -78,13 +79,16 @@ fn tools_lists_every_builtin_with_its_schema() {
     unlock_files — Unlock files [idempotent]
     write_file — Write file [destructive, idempotent]
     ");
-    let tools = toolcell_builtins::components().count() + toolcell_runtime::NATIVE_TOOLS.len();
+    let tools = toolcell_builtins::components().count() + toolcell_runtime::NATIVE_TOOLS.len() + toolcell_runtime::ADAPTER_TOOLS.len();
     assert_eq!(run.stdout.matches("  arguments: {").count(), tools);
 
     let json = toolcell(&cache, &["tools", "--json"]);
     let tools: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON output");
     let tools = tools.as_array().expect("a list");
-    assert_eq!(tools.len(), toolcell_builtins::components().count() + toolcell_runtime::NATIVE_TOOLS.len());
+    assert_eq!(
+        tools.len(),
+        toolcell_builtins::components().count() + toolcell_runtime::NATIVE_TOOLS.len() + toolcell_runtime::ADAPTER_TOOLS.len()
+    );
     let read_file = tools.iter().find(|tool| tool["name"] == "read_file").expect("read_file is listed");
     assert_eq!(read_file["input_schema"]["required"], serde_json::json!(["path"]));
 }

@@ -115,6 +115,62 @@ fn the_python_sdk_lists_calls_and_sees_denials_as_is_error() {
 }
 
 #[test]
+fn the_providers_built_in_tools_are_mcp_tools_of_their_names() {
+    let workspace = tempfile::tempdir().expect("workspace");
+    std::fs::create_dir_all(workspace.path().join("secrets")).expect("mkdir");
+    std::fs::write(workspace.path().join("primes.py"), "def get_primes(limit):\n    for num in range(2, limit + 1)\n        pass\n")
+        .expect("write");
+    std::fs::write(workspace.path().join("secrets/key.txt"), "hunter2\n").expect("write");
+    let state = tempfile::tempdir().expect("state");
+    let policy = state.path().join("providers.toml");
+    std::fs::write(
+        &policy,
+        r#"
+version = 1
+
+[roles.impl]
+tools = ["str_replace_based_edit_tool", "read_file", "directory_tree", "write_file", "edit_file", "insert_text", "undo_edit", "apply_patch"]
+
+[[roles.impl.rules]]
+id = "impl-all"
+access = ["read", "list", "write", "delete"]
+paths = ["**"]
+effect = "allow"
+
+[[roles.impl.rules]]
+id = "secrets"
+access = ["read", "list", "write", "delete"]
+paths = ["secrets/**"]
+effect = "deny"
+"#,
+    )
+    .expect("write the policy");
+    let output = Command::new(python_with_mcp())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/provider_client.py"))
+        .arg(env!("CARGO_BIN_EXE_toolcell"))
+        .arg(workspace.path())
+        .arg(state.path())
+        .arg(&policy)
+        .output()
+        .expect("run the Python MCP client");
+    assert!(output.status.success(), "the client failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the client prints JSON");
+    let schema = &report["tools"]["str_replace_based_edit_tool"];
+    assert_eq!(schema["properties"]["command"]["enum"], serde_json::json!(["view", "create", "str_replace", "insert", "undo_edit"]));
+    assert!(report["tools"]["apply_patch"]["properties"]["operation"].is_object(), "{report}");
+    let call = |label: &str| &report["calls"][label];
+    assert_eq!(call("view")["is_error"], false, "{report}");
+    assert!(call("view")["text"].as_str().expect("text").starts_with("Here's the result of running `cat -n` on primes.py:"), "{report}");
+    assert_eq!(call("replace")["is_error"], false, "{report}");
+    assert!(call("replace")["text"].as_str().expect("text").starts_with("The file primes.py has been edited."), "{report}");
+    assert!(std::fs::read_to_string(workspace.path().join("primes.py")).expect("read").contains("limit + 1):"));
+    assert_eq!(call("denied")["is_error"], true, "{report}");
+    assert!(!call("denied")["text"].as_str().expect("text").contains("hunter2"), "{report}");
+    assert_eq!(call("patch")["is_error"], false, "{report}");
+    assert_eq!(std::fs::read_to_string(workspace.path().join("notes.md")).expect("read"), "hello\n");
+}
+
+#[test]
 fn the_task_chain_scenario_runs_over_mcp_with_one_server_per_role() {
     let workspace = tempfile::tempdir().expect("workspace");
     std::fs::create_dir_all(workspace.path().join("src")).expect("mkdir");

@@ -70,7 +70,10 @@ fn setup() -> &'static Setup {
         let runtime = builder.build().expect("the runtime builds");
         let tools = runtime
             .tools()
-            .filter(|tool| !toolcell_runtime::NATIVE_TOOLS.contains(&tool.name.as_str()))
+            .filter(|tool| {
+                !toolcell_runtime::NATIVE_TOOLS.contains(&tool.name.as_str())
+                    && !toolcell_runtime::ADAPTER_TOOLS.contains(&tool.name.as_str())
+            })
             .map(|tool| {
                 let properties = tool.input_schema["properties"].as_object().map(|map| map.keys().cloned().collect()).unwrap_or_default();
                 (tool.name.to_string(), properties)

@@ -261,7 +261,7 @@ fn host_owned_locations_inside_the_workspace_cannot_be_changed_by_a_tool() {
     // The next start loads the same authentic artifacts and no planted tool.
     let again = build();
     assert!(again.loaded().iter().all(|loaded| loaded.cache == CacheOutcome::Cached), "{:?}", again.loaded());
-    assert_eq!(again.tools().count(), 3 + toolcell_runtime::NATIVE_TOOLS.len());
+    assert_eq!(again.tools().count(), 3 + toolcell_runtime::NATIVE_TOOLS.len() + toolcell_runtime::ADAPTER_TOOLS.len());
 }
 
 #[test]

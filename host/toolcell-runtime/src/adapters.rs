@@ -1,0 +1,224 @@
+//! Tools in the shape of a model provider's built-in tool, so that a platform that enables the
+//! built-in can route the model's calls to toolcell unchanged: `str_replace_based_edit_tool`,
+//! Anthropic's text editor tool (`view`, `create`, `str_replace`, `insert`, `undo_edit`).
+//!
+//! An adapter does nothing itself: each command becomes a call of a governed tool
+//! (`read_file`, `directory_tree`, `write_file`, `edit_file`, `insert_text`, `undo_edit`) in the
+//! caller's session, with that tool's gate, policy, locks, read-before-write check and audit
+//! record, and the adapter only words the result the way the provider documents it. (OpenAI's
+//! `apply_patch` tool needs no adapter: the `apply_patch` component takes its operations.)
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolcell_types::{Annotations, ToolErrorKind, ToolInfo, ToolName, ToolOutput};
+
+use crate::schema::ArgsSchema;
+use crate::{CallOutcome, CallRequest, Error, Runtime};
+
+/// The name of Anthropic's text editor tool (`text_editor_20250728` and later).
+pub const TEXT_EDITOR: &str = "str_replace_based_edit_tool";
+
+/// Every adapter, by name.
+pub const ADAPTER_TOOLS: &[&str] = &[TEXT_EDITOR];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Adapter {
+    TextEditor,
+}
+
+/// The text editor tool's input, as the model sends it.
+#[derive(Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+enum EditorCommand {
+    View { path: String, view_range: Option<Vec<i64>> },
+    Create { path: String, file_text: String },
+    StrReplace { path: String, old_str: String, new_str: Option<String> },
+    Insert { path: String, insert_line: u64, insert_text: Option<String>, new_str: Option<String> },
+    UndoEdit { path: String },
+}
+
+impl Adapter {
+    pub(crate) const ALL: [Adapter; 1] = [Adapter::TextEditor];
+
+    /// The adapter's description and compiled schema.
+    pub(crate) fn describe(self) -> (ToolInfo, ArgsSchema) {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "enum": ["view", "create", "str_replace", "insert", "undo_edit"]},
+                "path": {"type": "string", "description": "The file or directory, relative to the workspace root."},
+                "view_range": {
+                    "type": "array",
+                    "items": {"type": "integer"},
+                    "minItems": 2,
+                    "maxItems": 2,
+                    "description": "With `view` of a file: the first and last line to show, 1-based; -1 as the last means the end of the file."
+                },
+                "file_text": {"type": "string", "description": "With `create`: the new file's content."},
+                "old_str": {"type": "string", "description": "With `str_replace`: the exact text to replace; it must occur once."},
+                "new_str": {"type": "string", "description": "With `str_replace`: the replacement (default empty); with `insert`: the text to insert."},
+                "insert_line": {"type": "integer", "minimum": 0, "description": "With `insert`: the line after which to insert (0 for the top)."},
+                "insert_text": {"type": "string", "description": "With `insert`: the text to insert."}
+            },
+            "required": ["command", "path"],
+            "additionalProperties": false
+        });
+        let output = json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string"},
+                "tool": {"type": "string", "description": "The governed tool that carried the command out."},
+                "result": {"description": "That tool's structured result."}
+            },
+            "required": ["command", "tool"]
+        });
+        let (compiled, input_schema) = match ArgsSchema::compile(&schema.to_string()) {
+            Ok(compiled) => compiled,
+            Err(reason) => unreachable!("the host's own schema for `{TEXT_EDITOR}` is valid: {reason}"),
+        };
+        let info = ToolInfo {
+            name: ToolName::new(TEXT_EDITOR).unwrap_or_else(|error| unreachable!("`{TEXT_EDITOR}` is a valid tool name: {error}")),
+            title: "Text editor".to_owned(),
+            description: "Anthropic's text editor tool: `view` a file (numbered lines, optionally `view_range`) or a \
+                          directory (two levels deep), `create` a new file with `file_text`, `str_replace` the one \
+                          occurrence of `old_str` with `new_str`, `insert` `insert_text` after line `insert_line`, \
+                          `undo_edit` this session's last change to a file. Paths are relative to the workspace root. \
+                          Each command is carried out by toolcell's governed tools."
+                .to_owned(),
+            input_schema,
+            output_schema: Some(output),
+            annotations: Annotations { read_only: false, destructive: true, idempotent: false },
+        };
+        (info, compiled)
+    }
+
+    /// Carry out one call: each command as calls of the governed tools in the caller's
+    /// session; the outcome is the last of them, its result worded as the provider documents.
+    /// `refuse` makes (and audits) the outcome of a call refused before any tool ran.
+    pub(crate) fn call(
+        self,
+        runtime: &Runtime,
+        request: &CallRequest<'_>,
+        refuse: &dyn Fn(ToolErrorKind, String) -> CallOutcome,
+    ) -> Result<CallOutcome, Error> {
+        match self {
+            Adapter::TextEditor => text_editor(runtime, request, refuse),
+        }
+    }
+}
+
+fn text_editor(
+    runtime: &Runtime,
+    request: &CallRequest<'_>,
+    refused: &dyn Fn(ToolErrorKind, String) -> CallOutcome,
+) -> Result<CallOutcome, Error> {
+    let command: EditorCommand = match serde_json::from_str(request.args) {
+        Ok(command) => command,
+        Err(error) => return Ok(refused(ToolErrorKind::InvalidArgs, format!("invalid arguments to `{TEXT_EDITOR}`: {error}"))),
+    };
+    let call = |tool: &str, args: Value| {
+        let args = args.to_string();
+        runtime.call(&CallRequest { tool, args: &args, ..*request })
+    };
+    let (name, tool, mut outcome) = match command {
+        EditorCommand::View { path, view_range } => {
+            let (offset, limit) = match view_range.as_deref() {
+                None => (None, None),
+                Some(&[first, last]) if first >= 1 && (last == -1 || last >= first) => {
+                    (Some(first), (last != -1).then(|| last - first + 1))
+                }
+                Some(range) => {
+                    return Ok(refused(
+                        ToolErrorKind::InvalidArgs,
+                        format!(
+                            "Invalid `view_range`: {range:?}. It should be [first, last] with 1 <= first <= last, or last = -1 for the end of the file."
+                        ),
+                    ));
+                }
+            };
+            let mut args = json!({ "path": path });
+            if let Some(offset) = offset {
+                args["offset"] = json!(offset);
+                // To the end: as much as one read returns.
+                args["limit"] = json!(limit.unwrap_or(i64::from(u32::MAX)));
+            }
+            let outcome = call("read_file", args)?;
+            match &outcome.result {
+                Err(error) if error.kind == ToolErrorKind::Unsupported && error.message.contains("is a directory") => {
+                    if view_range.is_some() {
+                        return Ok(refused(
+                            ToolErrorKind::InvalidArgs,
+                            "The `view_range` parameter is not allowed when `path` points to a directory.".to_owned(),
+                        ));
+                    }
+                    let mut listed = call("directory_tree", json!({ "path": path, "depth": 2 }))?;
+                    reword(&mut listed, |text| format!("Here's the files and directories up to 2 levels deep in {path}:\n{text}\n"));
+                    ("view", "directory_tree", listed)
+                }
+                _ => {
+                    let mut read = outcome;
+                    reword(&mut read, |text| format!("Here's the result of running `cat -n` on {path}:\n{text}\n"));
+                    ("view", "read_file", read)
+                }
+            }
+        }
+        EditorCommand::Create { path, file_text } => {
+            let mut outcome = call("write_file", json!({ "path": path, "content": file_text, "create_only": true }))?;
+            if let Err(error) = &mut outcome.result
+                && error.kind == ToolErrorKind::Conflict
+            {
+                error.message = format!(
+                    "File already exists at: {path}. Cannot overwrite files using command `create`: use `str_replace` to change it."
+                );
+            }
+            reword(&mut outcome, |_| format!("File created successfully at: {path}"));
+            ("create", "write_file", outcome)
+        }
+        EditorCommand::StrReplace { path, old_str, new_str } => {
+            let args = json!({ "path": path, "old_string": old_str, "new_string": new_str.unwrap_or_default() });
+            let mut outcome = call("edit_file", args)?;
+            reword(&mut outcome, |text| {
+                let snippet = text.split_once("\n\n").map_or("", |(_, snippet)| snippet);
+                format!(
+                    "The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n{snippet}\nReview the changes and make sure they are as expected. Edit the file again if necessary."
+                )
+            });
+            ("str_replace", "edit_file", outcome)
+        }
+        EditorCommand::Insert { path, insert_line, insert_text, new_str } => {
+            let Some(text) = insert_text.or(new_str) else {
+                return Ok(refused(ToolErrorKind::InvalidArgs, "Parameter `insert_text` is required for command: insert".to_owned()));
+            };
+            let mut outcome = call("insert_text", json!({ "path": path, "line": insert_line, "text": text }))?;
+            reword(&mut outcome, |text| {
+                let snippet = text.split_once("\n\n").map_or("", |(_, snippet)| snippet);
+                format!(
+                    "The file {path} has been edited. Here's the result of running `cat -n` on a snippet of the edited file:\n{snippet}\nReview the changes and make sure they are as expected (correct indentation, no duplicate lines, etc). Edit the file again if necessary."
+                )
+            });
+            ("insert", "insert_text", outcome)
+        }
+        EditorCommand::UndoEdit { path } => {
+            let mut outcome = call(crate::native::UNDO_EDIT, json!({ "path": path }))?;
+            if let Err(error) = &mut outcome.result
+                && error.kind == ToolErrorKind::NotFound
+            {
+                error.message = format!("No edit history found for {path}: {}", error.message);
+            }
+            reword(&mut outcome, |text| format!("Last edit to {path} undone successfully. {text}"));
+            ("undo_edit", crate::native::UNDO_EDIT, outcome)
+        }
+    };
+    if let Ok(output) = &mut outcome.result {
+        let result = output.structured.take().unwrap_or(Value::Null);
+        output.structured = Some(json!({ "command": name, "tool": tool, "result": result }));
+    }
+    Ok(outcome)
+}
+
+/// Rewrite a successful outcome's text.
+fn reword(outcome: &mut CallOutcome, wording: impl FnOnce(&str) -> String) {
+    if let Ok(ToolOutput { text, .. }) = &mut outcome.result {
+        *text = wording(text);
+    }
+}
