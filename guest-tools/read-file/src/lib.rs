@@ -2,11 +2,17 @@
 
 use serde::Deserialize;
 use serde_json::json;
+use std::io::Read as _;
+
+use toolcell_sdk::path::quote;
 use toolcell_sdk::read;
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 
 /// The text returned stops growing past this size, whatever `limit` says.
 const MAX_OUTPUT_BYTES: usize = 256 * 1024;
+/// Larger images are refused: what one result may show (the host's limit, and the largest
+/// image the providers' APIs take).
+const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,7 +38,8 @@ impl Tool for ReadFile {
              returns up to 2000 lines from the start; for long files pass `offset` (first line to \
              read, 1-based) and `limit` (how many lines). Lines longer than 2000 characters are cut \
              with a marker. `tail: N` reads the last N lines instead (for logs). The structured \
-             result gives `total_lines` and `truncated`. Refuses \
+             result gives `total_lines` and `truncated`. A PNG, JPEG, GIF or WebP image (up to 5 \
+             MiB) is returned as an image you can see. Refuses other \
              binary files, directories (use list_files) and special files. Paths are relative to \
              the workspace root.",
         )
@@ -63,11 +70,20 @@ impl Tool for ReadFile {
             "additionalProperties": false
         }))
         .read_only()
-        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "start_line": {"type": "integer", "minimum": 0, "description": "First line returned (0 for an empty file)."}, "end_line": {"type": "integer", "minimum": 0, "description": "Last line returned."}, "total_lines": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean", "description": "More lines follow than were returned."}, "clipped_lines": {"type": "integer", "minimum": 0, "description": "Lines cut at 2000 characters."}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` that reads on, when more lines follow."}}, "required": ["path", "start_line", "end_line", "total_lines", "truncated", "clipped_lines"]}))
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "image": {"type": "object", "description": "For an image: what it is (its bytes are shown as an image).", "properties": {"mime_type": {"type": "string"}, "bytes": {"type": "integer", "minimum": 0}, "width": {"type": "integer", "minimum": 0}, "height": {"type": "integer", "minimum": 0}}, "required": ["mime_type", "bytes"]}, "start_line": {"type": "integer", "minimum": 0, "description": "First line returned (0 for an empty file)."}, "end_line": {"type": "integer", "minimum": 0, "description": "Last line returned."}, "total_lines": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean", "description": "More lines follow than were returned."}, "clipped_lines": {"type": "integer", "minimum": 0, "description": "Lines cut at 2000 characters."}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` that reads on, when more lines follow."}}, "required": ["path"], "description": "A text file's window has the line fields (`start_line`, `end_line`, `total_lines`, `truncated`, `clipped_lines`); an image has `image`."}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
         let path = WorkspacePath::parse(&args.path)?;
+        if let Some(mime_type) = image_type_of(&path)? {
+            if args.offset.is_some() || args.limit.is_some() || args.tail.is_some() {
+                return Err(ToolError::InvalidArgs(format!(
+                    "{} is an image ({mime_type}), read whole: leave out `offset`, `limit` and `tail`",
+                    quote(path.as_str())
+                )));
+            }
+            return image(&path, mime_type);
+        }
         let Some(tail) = args.tail else {
             return read::read_lines(&path, args.offset, args.limit, MAX_OUTPUT_BYTES);
         };
@@ -79,6 +95,54 @@ impl Tool for ReadFile {
         let total = read::count_lines(&path)?;
         let offset = total.saturating_sub(tail).saturating_add(1);
         read::read_lines(&path, Some(offset), Some(tail), MAX_OUTPUT_BYTES)
+    }
+}
+
+/// The image type of the regular file at `path`, from its first bytes; `None` for anything else
+/// (which `read_lines` then reads, or explains).
+fn image_type_of(path: &WorkspacePath) -> Result<Option<&'static str>, ToolError> {
+    let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
+    if !metadata.is_file() {
+        return Ok(None);
+    }
+    let mut head = Vec::with_capacity(16);
+    let file = std::fs::File::open(path.as_str()).map_err(|error| path.io_error(error))?;
+    file.take(16).read_to_end(&mut head).map_err(|error| path.io_error(error))?;
+    Ok(toolcell_sdk::image_type(&head))
+}
+
+/// The image at `path`, shown to the agent beside a line saying what it is.
+fn image(path: &WorkspacePath, mime_type: &'static str) -> Result<Output, ToolError> {
+    let size = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?.len();
+    let kind = mime_type.trim_start_matches("image/").to_uppercase();
+    if size > MAX_IMAGE_BYTES {
+        return Err(ToolError::TooLarge(format!(
+            "{} is a {kind} image of {}, over the {} MiB an image result may hold: use a smaller or scaled-down copy, or file_info for its size",
+            quote(path.as_str()),
+            human_size(size),
+            MAX_IMAGE_BYTES >> 20
+        )));
+    }
+    let data = std::fs::read(path.as_str()).map_err(|error| path.io_error(error))?;
+    toolcell_sdk::attach_image(mime_type, &data)?;
+    let mut structured = json!({"path": path.as_str(), "image": {"mime_type": mime_type, "bytes": data.len()}});
+    let dimensions = match imagesize::blob_size(&data) {
+        Ok(size) => {
+            structured["image"]["width"] = json!(size.width);
+            structured["image"]["height"] = json!(size.height);
+            format!(", {}×{} pixels", size.width, size.height)
+        }
+        Err(_) => String::new(),
+    };
+    Ok(Output::text(format!("Image {}: {kind}{dimensions}, {} (shown as an image).", quote(path.as_str()), human_size(data.len() as u64)))
+        .with_structured(structured))
+}
+
+fn human_size(bytes: u64) -> String {
+    match bytes {
+        0..1024 => format!("{bytes} bytes"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
     }
 }
 

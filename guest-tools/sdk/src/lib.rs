@@ -237,6 +237,46 @@ pub fn note(text: &str) {
     context::note(text);
 }
 
+/// Show the agent an image beside the result's text: the whole file's bytes and its type
+/// (`image/png`, `image/jpeg`, `image/gif` or `image/webp`); MCP clients get it as image
+/// content. See [`image_type`] for a file's type.
+///
+/// # Errors
+///
+/// `invalid-args` if the bytes are not of that type, `too-large` past 5 MiB of images in one
+/// call.
+pub fn attach_image(mime_type: &str, data: &[u8]) -> Result<(), ToolError> {
+    context::attach_image(mime_type, data)
+}
+
+/// The image type (`image/png`, `image/jpeg`, `image/gif`, `image/webp`) `bytes` start like,
+/// by their signature, or `None`.
+pub fn image_type(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+/// What this tool kept under `key` with [`remember`] earlier in the session, if the host still
+/// holds it: a hint to check before relying on it, never a fact about the workspace.
+pub fn recall(key: &str) -> Option<Vec<u8>> {
+    context::recall(key)
+}
+
+/// Keep `value` (at most 64 KiB) under `key` for this tool's later calls in the session. The
+/// host keeps it in memory, for this tool and session alone, and may drop it at any time.
+pub fn remember(key: &str, value: &[u8]) {
+    context::remember(key, value);
+}
+
 /// Glue between [`Tool`] and the generated `describe` export. Used by [`export_tool!`].
 #[doc(hidden)]
 pub fn describe<T: Tool>() -> wit::ToolInfo {

@@ -1,6 +1,6 @@
 //! Reading a window of a text file as numbered lines: what `read_file` and `read_many` return.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 
 use serde_json::json;
 
@@ -12,6 +12,16 @@ use crate::{Output, ToolError, WorkspacePath};
 pub const DEFAULT_LIMIT: u64 = 2000;
 /// Longer lines are cut, with a marker.
 pub const MAX_LINE_CHARS: usize = 2000;
+
+/// Files smaller than this are counted from the top on every read (a few milliseconds); a
+/// larger one gets a line index that later reads of the session recall, so that reading it
+/// window by window costs each window, not the whole file.
+const INDEX_MIN_BYTES: u64 = 1024 * 1024;
+/// Lines between two recorded line starts, at first; doubled whenever the index would grow
+/// past [`MAX_INDEX_STARTS`].
+const INDEX_STRIDE: u64 = 1024;
+/// Line starts an index holds at most (it must fit in what the host remembers, 64 KiB).
+const MAX_INDEX_STARTS: usize = 7000;
 
 /// Read lines `offset..offset + limit` (1-based; defaults 1 and [`DEFAULT_LIMIT`]) of the text
 /// file `path`, numbered `cat -n` style, the text stopping once it reaches `max_output_bytes`.
@@ -37,7 +47,7 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
             quote(path.as_str())
         )));
     }
-    let mut file = std::fs::File::open(path.as_str()).map_err(|error| path.io_error(error))?;
+    let mut file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
     let mut head = Vec::with_capacity(BINARY_SNIFF_BYTES);
     (&mut file).take(BINARY_SNIFF_BYTES as u64).read_to_end(&mut head).map_err(|error| path.io_error(error))?;
     if text::is_binary(&head) {
@@ -46,24 +56,48 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
             quote(path.as_str())
         )));
     }
+    // Big enough for a few host calls per MiB, small enough that a small file's call does
+    // not grow the component's memory.
+    let capacity = usize::try_from(metadata.len()).unwrap_or(usize::MAX).clamp(4 * 1024, 64 * 1024);
+    let fingerprint = Fingerprint::of(&metadata);
+    if let Some(index) = fingerprint.as_ref().and_then(|fingerprint| LineIndex::recall(path, fingerprint)) {
+        // Start at the last recorded line start at or before the window.
+        let checkpoint = usize::try_from((start.max(1) - 1) / index.stride).unwrap_or(usize::MAX).min(index.starts.len() - 1);
+        let offset = index.starts[checkpoint];
+        if starts_a_line(&mut file, offset).map_err(|error| path.io_error(error))? {
+            file.seek(SeekFrom::Start(offset)).map_err(|error| path.io_error(error))?;
+            let position = Position { line: checkpoint as u64 * index.stride, offset };
+            let window = read_window(
+                BufReader::with_capacity(capacity, file),
+                position,
+                start,
+                limit,
+                max_output_bytes,
+                Total::Known(index.total_lines),
+            )
+            .map_err(|error| path.io_error(error))?;
+            return render(path, start, window, max_output_bytes);
+        }
+    }
+    let mut builder = fingerprint.map(IndexBuilder::new);
     let window = read_window(
-        // Big enough for a few host calls per MiB, small enough that a small file's call does
-        // not grow the component's memory.
-        BufReader::with_capacity(
-            usize::try_from(metadata.len()).unwrap_or(usize::MAX).clamp(4 * 1024, 64 * 1024),
-            std::io::Cursor::new(head).chain(file),
-        ),
+        BufReader::with_capacity(capacity, std::io::Cursor::new(head).chain(file)),
+        Position::TOP,
         start,
         limit,
         max_output_bytes,
+        Total::Count(builder.as_mut()),
     )
     .map_err(|error| path.io_error(error))?;
+    if let Some(builder) = builder {
+        builder.finish(window.total_lines).remember(path);
+    }
     render(path, start, window, max_output_bytes)
 }
 
-/// The lines of one `read_file` window, rendered, and what was counted around it.
 /// How many lines the regular file at `path` has (a last line without a newline counts), for
-/// reading its tail. Counted in whole buffers; nothing is decoded.
+/// reading its tail. Counted in whole buffers, nothing decoded; taken from the file's line
+/// index when the session has one.
 ///
 /// # Errors
 ///
@@ -74,9 +108,159 @@ pub fn count_lines(path: &WorkspacePath) -> Result<u64, ToolError> {
         // `read_lines` says what it is instead.
         return Ok(0);
     }
-    let file = std::fs::File::open(path.as_str()).map_err(|error| path.io_error(error))?;
+    let fingerprint = Fingerprint::of(&metadata);
+    if let Some(index) = fingerprint.as_ref().and_then(|fingerprint| LineIndex::recall(path, fingerprint)) {
+        return Ok(index.total_lines);
+    }
+    let file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
     let reader = BufReader::with_capacity(64 * 1024, file);
-    read_window(reader, u64::MAX, 0, 0).map(|window| window.total_lines).map_err(|error| path.io_error(error))
+    let mut builder = fingerprint.map(IndexBuilder::new);
+    let total = read_window(reader, Position::TOP, u64::MAX, 0, 0, Total::Count(builder.as_mut()))
+        .map(|window| window.total_lines)
+        .map_err(|error| path.io_error(error))?;
+    if let Some(builder) = builder {
+        builder.finish(total).remember(path);
+    }
+    Ok(total)
+}
+
+/// Whether the byte before `offset` in `file` is a newline (or `offset` is 0): a recalled
+/// line start still is one.
+fn starts_a_line(file: &mut crate::scan::FileReader, offset: u64) -> std::io::Result<bool> {
+    if offset == 0 {
+        return Ok(true);
+    }
+    file.seek(SeekFrom::Start(offset - 1))?;
+    let mut byte = [0u8; 1];
+    Ok(file.read(&mut byte)? == 1 && byte[0] == b'\n')
+}
+
+/// What identifies one version of a file: its size and modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    size: u64,
+    modified_seconds: u64,
+    modified_nanos: u32,
+}
+
+impl Fingerprint {
+    /// The file's fingerprint, if it is large enough to be worth an index and has a time.
+    fn of(metadata: &std::fs::Metadata) -> Option<Fingerprint> {
+        if metadata.len() < INDEX_MIN_BYTES {
+            return None;
+        }
+        let modified = metadata.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+        Some(Fingerprint { size: metadata.len(), modified_seconds: modified.as_secs(), modified_nanos: modified.subsec_nanos() })
+    }
+}
+
+/// Where every `stride`-th line of one version of a file starts, and how many lines it has.
+#[derive(Debug, PartialEq, Eq)]
+struct LineIndex {
+    fingerprint: Fingerprint,
+    total_lines: u64,
+    stride: u64,
+    /// `starts[k]`: the byte offset of line `k * stride + 1`; never empty (`starts[0]` is 0).
+    starts: Vec<u64>,
+}
+
+const INDEX_MAGIC: &[u8; 8] = b"tclines1";
+
+impl LineIndex {
+    fn key(path: &WorkspacePath) -> String {
+        format!("read.line-index:{}", path.as_str())
+    }
+
+    /// The index this tool remembered for `path`, if it describes the file as it is now.
+    fn recall(path: &WorkspacePath, fingerprint: &Fingerprint) -> Option<LineIndex> {
+        LineIndex::decode(&crate::recall(&Self::key(path))?).filter(|index| index.fingerprint == *fingerprint)
+    }
+
+    fn remember(&self, path: &WorkspacePath) {
+        crate::remember(&Self::key(path), &self.encode());
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(INDEX_MAGIC.len() + 36 + self.starts.len() * 8);
+        bytes.extend_from_slice(INDEX_MAGIC);
+        bytes.extend_from_slice(&self.fingerprint.size.to_le_bytes());
+        bytes.extend_from_slice(&self.fingerprint.modified_seconds.to_le_bytes());
+        bytes.extend_from_slice(&self.fingerprint.modified_nanos.to_le_bytes());
+        bytes.extend_from_slice(&self.total_lines.to_le_bytes());
+        bytes.extend_from_slice(&self.stride.to_le_bytes());
+        for start in &self.starts {
+            bytes.extend_from_slice(&start.to_le_bytes());
+        }
+        bytes
+    }
+
+    /// The index in `bytes`, or `None` if they are not one (a value of another version, or
+    /// damaged): then the file is counted from the top again.
+    fn decode(bytes: &[u8]) -> Option<LineIndex> {
+        let rest = bytes.strip_prefix(INDEX_MAGIC.as_slice())?;
+        let u64_at = |at: usize| rest.get(at..at + 8).and_then(|slice| slice.try_into().ok()).map(u64::from_le_bytes);
+        let size = u64_at(0)?;
+        let modified_seconds = u64_at(8)?;
+        let modified_nanos = u32::from_le_bytes(rest.get(16..20)?.try_into().ok()?);
+        let total_lines = u64_at(20)?;
+        let stride = u64_at(28)?;
+        let starts_bytes = rest.get(36..)?;
+        if stride == 0 || starts_bytes.is_empty() || starts_bytes.len() % 8 != 0 {
+            return None;
+        }
+        let starts: Vec<u64> = starts_bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().unwrap_or_default())).collect();
+        let ordered = starts.first() == Some(&0) && starts.windows(2).all(|pair| pair[0] < pair[1]) && starts.last() <= Some(&size);
+        ordered.then_some(LineIndex { fingerprint: Fingerprint { size, modified_seconds, modified_nanos }, total_lines, stride, starts })
+    }
+}
+
+/// Gathers a [`LineIndex`] while a file is read from the top.
+struct IndexBuilder {
+    fingerprint: Fingerprint,
+    stride: u64,
+    starts: Vec<u64>,
+}
+
+impl IndexBuilder {
+    fn new(fingerprint: Fingerprint) -> Self {
+        IndexBuilder { fingerprint, stride: INDEX_STRIDE, starts: vec![0] }
+    }
+
+    /// Line `line` (1-based) starts at byte `offset`; lines come in order.
+    fn line_starts(&mut self, line: u64, offset: u64) {
+        if !(line - 1).is_multiple_of(self.stride) {
+            return;
+        }
+        self.starts.push(offset);
+        if self.starts.len() > MAX_INDEX_STARTS {
+            // Twice the stride: every other start is kept.
+            self.starts = self.starts.iter().copied().step_by(2).collect();
+            self.stride *= 2;
+        }
+    }
+
+    fn finish(self, total_lines: u64) -> LineIndex {
+        LineIndex { fingerprint: self.fingerprint, total_lines, stride: self.stride, starts: self.starts }
+    }
+}
+
+/// Where a reader stands in its file: how many lines lie before it, and at which byte.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    line: u64,
+    offset: u64,
+}
+
+impl Position {
+    const TOP: Position = Position { line: 0, offset: 0 };
+}
+
+/// How a window learns the file's line count.
+enum Total<'a> {
+    /// By reading to the end, noting line starts in the index being built, if any.
+    Count(Option<&'a mut IndexBuilder>),
+    /// From the index: reading stops after the window.
+    Known(u64),
 }
 
 struct Window {
@@ -122,16 +306,31 @@ impl Window {
     }
 }
 
-fn read_window(mut reader: impl BufRead, start: u64, limit: u64, max_output_bytes: usize) -> std::io::Result<Window> {
-    let mut window = Window { text: String::new(), shown: 0, total_lines: 0, clipped_lines: 0, hit_output_cap: false, output_bytes: 0 };
+fn read_window(
+    mut reader: impl BufRead,
+    from: Position,
+    start: u64,
+    limit: u64,
+    max_output_bytes: usize,
+    mut total: Total<'_>,
+) -> std::io::Result<Window> {
+    let mut window =
+        Window { text: String::new(), shown: 0, total_lines: from.line, clipped_lines: 0, hit_output_cap: false, output_bytes: 0 };
     // A line longer than the reader's buffer is gathered here.
     let mut long_line = Vec::new();
     let end = start.saturating_add(limit);
     // Bytes of a line outside the window consumed since the last newline.
     let mut partial = false;
+    // The byte offset of the reader's position.
+    let mut offset = from.offset;
     loop {
         let next = window.total_lines + 1;
-        if next < start || next >= end || window.hit_output_cap {
+        let past_window = next >= end || window.hit_output_cap;
+        if past_window && let Total::Known(known) = total {
+            window.total_lines = known;
+            break;
+        }
+        if next < start || past_window {
             // Outside the window lines are only counted: whole buffers are scanned for
             // newlines, nothing is copied.
             let buffer = reader.fill_buf()?;
@@ -145,6 +344,9 @@ fn read_window(mut reader: impl BufRead, start: u64, limit: u64, max_output_byte
             for newline in memchr::memchr_iter(b'\n', buffer) {
                 window.total_lines += 1;
                 partial = newline + 1 < buffer.len();
+                if let Total::Count(Some(builder)) = &mut total {
+                    builder.line_starts(window.total_lines + 1, offset + newline as u64 + 1);
+                }
                 let next = window.total_lines + 1;
                 if next >= start && next < end && !window.hit_output_cap {
                     consumed = newline + 1;
@@ -153,22 +355,32 @@ fn read_window(mut reader: impl BufRead, start: u64, limit: u64, max_output_byte
                 }
             }
             reader.consume(consumed);
+            offset += consumed as u64;
             continue;
         }
         // A line inside the window: rendered from the reader's buffer when it holds the whole
         // line (nearly always), else gathered first.
         let buffer = reader.fill_buf()?;
         if buffer.is_empty() {
+            if let Total::Known(known) = total {
+                window.total_lines = known;
+            }
             break;
         }
-        if let Some(newline) = memchr::memchr(b'\n', buffer) {
+        let length = if let Some(newline) = memchr::memchr(b'\n', buffer) {
             window.push_line(&buffer[..=newline], max_output_bytes);
             reader.consume(newline + 1);
-            continue;
+            newline + 1
+        } else {
+            long_line.clear();
+            reader.read_until(b'\n', &mut long_line)?;
+            window.push_line(&long_line, max_output_bytes);
+            long_line.len()
+        };
+        offset += length as u64;
+        if let Total::Count(Some(builder)) = &mut total {
+            builder.line_starts(window.total_lines + 1, offset);
         }
-        long_line.clear();
-        reader.read_until(b'\n', &mut long_line)?;
-        window.push_line(&long_line, max_output_bytes);
     }
     Ok(window)
 }
@@ -229,7 +441,8 @@ mod tests {
     use super::*;
 
     fn window(content: &str, start: u64, limit: u64) -> Window {
-        read_window(std::io::Cursor::new(content.as_bytes().to_vec()), start, limit, 1 << 20).expect("in-memory read")
+        read_window(std::io::Cursor::new(content.as_bytes().to_vec()), Position::TOP, start, limit, 1 << 20, Total::Count(None))
+            .expect("in-memory read")
     }
 
     #[test]
@@ -254,7 +467,7 @@ mod tests {
             for capacity in [1, 2, 3, 7, 64] {
                 for (start, limit) in [(1, 1), (2, 1), (1, 100), (3, 2), (40, 5), (100, 1)] {
                     let reader = BufReader::with_capacity(capacity, std::io::Cursor::new(content.as_bytes().to_vec()));
-                    let got = read_window(reader, start, limit, 1 << 20).expect("in-memory read");
+                    let got = read_window(reader, Position::TOP, start, limit, 1 << 20, Total::Count(None)).expect("in-memory read");
                     assert_eq!(got.total_lines, expected, "{content:?} capacity {capacity} window {start}+{limit}");
                     let wanted: Vec<String> = content
                         .lines()
@@ -274,12 +487,76 @@ mod tests {
     fn the_output_budget_stops_the_window_but_not_the_count() {
         // Each rendered line is 6 + 1 + 3 bytes, plus its newline.
         let content = "aaa\nbbb\nccc\nddd\n";
-        let capped = read_window(std::io::Cursor::new(content.as_bytes().to_vec()), 1, 100, 25).expect("in-memory read");
+        let capped = read_window(std::io::Cursor::new(content.as_bytes().to_vec()), Position::TOP, 1, 100, 25, Total::Count(None))
+            .expect("in-memory read");
         assert_eq!(capped.text, "     1\taaa\n     2\tbbb");
         assert_eq!((capped.shown, capped.total_lines, capped.hit_output_cap), (2, 4, true));
         // The first line is always shown, whatever the budget.
-        let tiny = read_window(std::io::Cursor::new(content.as_bytes().to_vec()), 3, 100, 1).expect("in-memory read");
+        let tiny = read_window(std::io::Cursor::new(content.as_bytes().to_vec()), Position::TOP, 3, 100, 1, Total::Count(None))
+            .expect("in-memory read");
         assert_eq!((tiny.text.as_str(), tiny.shown, tiny.total_lines), ("     3\tccc", 1, 4));
+    }
+
+    /// The index of `content` built by reading it from the top, with line starts every
+    /// `stride` lines.
+    fn index_of(content: &str, stride: u64) -> LineIndex {
+        let fingerprint = Fingerprint { size: content.len() as u64, modified_seconds: 1, modified_nanos: 2 };
+        let mut builder = IndexBuilder { fingerprint, stride, starts: vec![0] };
+        let reader = BufReader::with_capacity(7, std::io::Cursor::new(content.as_bytes().to_vec()));
+        let total = read_window(reader, Position::TOP, 3, 4, 1 << 20, Total::Count(Some(&mut builder))).expect("read").total_lines;
+        builder.finish(total)
+    }
+
+    #[test]
+    fn windows_from_a_recorded_line_start_match_reading_from_the_top() {
+        let content: String = (1..=500).map(|n| format!("{n}{}\n", "-".repeat(n % 13))).collect();
+        for content in [content.clone(), format!("{content}no final newline")] {
+            let index = index_of(&content, 16);
+            assert_eq!(index.total_lines, content.lines().count() as u64);
+            for (position, start) in index.starts.iter().enumerate() {
+                // Each recorded start is the start of line `position * stride + 1`.
+                let line = content.lines().nth(position * 16).expect("the line exists");
+                assert!(content[usize::try_from(*start).expect("offset")..].starts_with(line), "start {position}");
+            }
+            for (start, limit) in [(1, 5), (16, 3), (17, 1), (250, 40), (495, 10), (501, 2)] {
+                let from_top = window(&content, start, limit);
+                let checkpoint = usize::try_from((start - 1) / index.stride).expect("index").min(index.starts.len() - 1);
+                let offset = index.starts[checkpoint];
+                let mut cursor = std::io::Cursor::new(content.as_bytes().to_vec());
+                cursor.set_position(offset);
+                let position = Position { line: checkpoint as u64 * index.stride, offset };
+                let indexed =
+                    read_window(BufReader::with_capacity(5, cursor), position, start, limit, 1 << 20, Total::Known(index.total_lines))
+                        .expect("read");
+                assert_eq!(
+                    (indexed.text.as_str(), indexed.shown, indexed.total_lines),
+                    (from_top.text.as_str(), from_top.shown, from_top.total_lines),
+                    "window {start}+{limit}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_index_stays_small_and_survives_encoding_but_not_damage() {
+        let fingerprint = Fingerprint { size: u64::MAX, modified_seconds: 7, modified_nanos: 8 };
+        let mut builder = IndexBuilder::new(fingerprint);
+        let lines = 40_000_000_u64;
+        for line in 2..=lines {
+            builder.line_starts(line, line * 10);
+        }
+        let index = builder.finish(lines);
+        assert!(index.starts.len() <= MAX_INDEX_STARTS, "{}", index.starts.len());
+        assert_eq!(index.starts[1], (index.stride + 1) * 10, "each start is of line k * stride + 1");
+        let encoded = index.encode();
+        assert!(encoded.len() <= 64 * 1024, "{}", encoded.len());
+        assert_eq!(LineIndex::decode(&encoded), Some(index));
+        assert_eq!(LineIndex::decode(&encoded[..encoded.len() - 3]), None);
+        assert_eq!(LineIndex::decode(b"tclines0"), None);
+        let mut unordered = encoded.clone();
+        let last = unordered.len() - 8;
+        unordered[last..].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(LineIndex::decode(&unordered), None);
     }
 
     #[test]

@@ -116,6 +116,49 @@ pub fn read_file(path: &str, limit: u64) -> io::Result<FileContent> {
     })
 }
 
+/// A regular file opened for reading straight through `wasi:filesystem` (one host call per
+/// read, at an offset), where `std::fs` reads through a stream.
+pub struct FileReader {
+    file: Descriptor,
+    position: u64,
+}
+
+/// Open the regular file `path` (workspace-relative; a final symlink is followed, within the
+/// workspace) for reading.
+///
+/// # Errors
+///
+/// The host's refusal or the filesystem's error, as [`std::io::Error`].
+pub fn open_reader(path: &str) -> io::Result<FileReader> {
+    with_root(|root| {
+        let file = root.open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::empty(), DescriptorFlags::READ).map_err(to_io)?;
+        Ok(FileReader { file, position: 0 })
+    })
+}
+
+impl io::Read for FileReader {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        let wanted = (buffer.len() as u64).min(READ_CHUNK);
+        let (chunk, _end) = self.file.read(wanted, self.position).map_err(to_io)?;
+        let read = chunk.len().min(buffer.len());
+        buffer[..read].copy_from_slice(&chunk[..read]);
+        self.position += read as u64;
+        Ok(read)
+    }
+}
+
+impl io::Seek for FileReader {
+    fn seek(&mut self, to: io::SeekFrom) -> io::Result<u64> {
+        let position = match to {
+            io::SeekFrom::Start(offset) => Some(offset),
+            io::SeekFrom::Current(delta) => self.position.checked_add_signed(delta),
+            io::SeekFrom::End(delta) => self.file.stat().map_err(to_io)?.size.checked_add_signed(delta),
+        };
+        self.position = position.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the start of the file"))?;
+        Ok(self.position)
+    }
+}
+
 /// A WASI error code as the [`std::io::Error`] std would have returned.
 fn to_io(code: ErrorCode) -> io::Error {
     let kind = match code {

@@ -45,7 +45,7 @@ pub use toolcell_runtime::{
     Access, Approver, CacheOutcome, Denial, Error, Lock, LockMode, LockRequest, Runtime, RuntimeBuilder, SessionRecord, SessionState,
     Spawner, TaskBinding, Workspace,
 };
-pub use toolcell_types::{ToolError, ToolErrorKind, ToolInfo, ToolOutput};
+pub use toolcell_types::{Image, ToolError, ToolErrorKind, ToolInfo, ToolOutput};
 
 use toolcell_runtime::CallRequest;
 
@@ -330,6 +330,8 @@ pub struct CallResult {
     pub call_id: String,
     /// The filesystem accesses the host refused during the call.
     pub denials: Vec<Denial>,
+    /// Images the tool showed the agent beside a successful result.
+    pub images: Vec<Image>,
 }
 
 impl Session {
@@ -492,6 +494,12 @@ impl Session {
             principal: self.principal.as_deref(),
             cancel,
         })?;
-        Ok(CallResult { output: outcome.result, warnings: outcome.warnings, call_id: outcome.call_id, denials: outcome.denials })
+        Ok(CallResult {
+            output: outcome.result,
+            warnings: outcome.warnings,
+            call_id: outcome.call_id,
+            denials: outcome.denials,
+            images: outcome.images,
+        })
     }
 }

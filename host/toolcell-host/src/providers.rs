@@ -51,7 +51,17 @@ impl Session {
         let input = block.get("input").filter(|input| input.is_object()).ok_or_else(|| malformed("its `input` is not an object"))?;
         let result = self.call(name, &input.to_string())?;
         Ok(match result.output {
-            Ok(output) => json!({ "type": "tool_result", "tool_use_id": id, "content": output.text }),
+            Ok(output) if result.images.is_empty() => json!({ "type": "tool_result", "tool_use_id": id, "content": output.text }),
+            Ok(output) => {
+                // Images go beside the text as image blocks of the same result.
+                let mut content = vec![json!({ "type": "text", "text": output.text })];
+                for image in &result.images {
+                    use base64::Engine as _;
+                    let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
+                    content.push(json!({ "type": "image", "source": { "type": "base64", "media_type": image.mime_type, "data": data } }));
+                }
+                json!({ "type": "tool_result", "tool_use_id": id, "content": content })
+            }
             Err(error) => json!({ "type": "tool_result", "tool_use_id": id, "content": error.message, "is_error": true }),
         })
     }

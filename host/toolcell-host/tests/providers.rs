@@ -130,6 +130,17 @@ fn the_text_editor_tool_answers_each_documented_command() {
     assert!(content(&undone).starts_with("Last edit to primes.py undone successfully."), "{undone}");
     assert!(std::fs::read_to_string(&file).expect("read").starts_with("\"\"\"Module for working with prime numbers.\"\"\"\ndef is_prime"));
 
+    // An image comes back as an image block beside the text.
+    std::fs::write(base.path().join("repo/dot.gif"), b"GIF89a\x01\x00\x01\x00\x80\x00\x00\xff\xff\xff\x00\x00\x00!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;").expect("write");
+    let image = answer("toolu_img", json!({"command": "view", "path": "dot.gif"}));
+    let blocks = image["content"].as_array().unwrap_or_else(|| panic!("content blocks: {image}"));
+    assert_eq!(blocks[0]["type"], "text");
+    assert!(blocks[0]["text"].as_str().expect("text").starts_with("Image `dot.gif`: GIF, 1×1 pixels"), "{image}");
+    assert_eq!(blocks[1]["type"], "image");
+    assert_eq!(blocks[1]["source"]["type"], "base64");
+    assert_eq!(blocks[1]["source"]["media_type"], "image/gif");
+    assert_eq!(blocks[1]["source"]["data"], "R0lGODlhAQABAIAAAP///wAAACH5BAEAAAAALAAAAAABAAEAAAICRAEAOw==");
+
     let listed = answer("toolu_09", json!({"command": "view", "path": "."}));
     assert!(content(&listed).starts_with("Here's the files and directories up to 2 levels deep in .:\n"), "{listed}");
     assert!(content(&listed).contains("test_primes.py"), "{listed}");

@@ -150,7 +150,13 @@ impl McpServer {
                 }
                 match call.output {
                     Ok(output) => {
-                        let mut result = CallToolResult::success(vec![ContentBlock::text(output.text)]);
+                        let mut content = vec![ContentBlock::text(output.text)];
+                        for image in &call.images {
+                            use base64::Engine as _;
+                            let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
+                            content.push(ContentBlock::image(data, image.mime_type.clone()));
+                        }
+                        let mut result = CallToolResult::success(content);
                         result.structured_content = output.structured;
                         result
                     }

@@ -155,6 +155,8 @@ fn text_editor(
                     reword(&mut listed, |text| format!("Here's the files and directories up to 2 levels deep in {path}:\n{text}\n"));
                     ("view", "directory_tree", listed)
                 }
+                // An image is shown as one, with read_file's own line about it.
+                _ if !outcome.images.is_empty() => ("view", "read_file", outcome),
                 _ => {
                     let mut read = outcome;
                     reword(&mut read, |text| format!("Here's the result of running `cat -n` on {path}:\n{text}\n"));

@@ -34,6 +34,7 @@ pub struct RuntimeBuilder {
     limits: Limits,
     plugin_dir: Option<PathBuf>,
     spawner: Option<Arc<dyn Spawner>>,
+    progress: Option<Arc<engine::Progress>>,
 }
 
 /// A component to load: its origin, its bytes, and optionally its compiled form.
@@ -61,6 +62,14 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn spawner(mut self, spawner: Arc<dyn Spawner>) -> Self {
         self.spawner = Some(spawner);
+        self
+    }
+
+    /// Tell `listener` when a component starts and ends compiling (it is called from the
+    /// loading threads). Built-in tools and cached components load without compiling.
+    #[must_use]
+    pub fn on_progress(mut self, listener: impl Fn(LoadProgress<'_>) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(listener));
         self
     }
 
@@ -191,7 +200,9 @@ impl RuntimeBuilder {
         let mut loaded = Vec::new();
         // Components load independently (read or compile, authenticate, check imports, link,
         // describe), so they load on every core; they are then taken in their given order.
-        let prepared = load_all(&self.components, |source| prepare(&engine, &linker, cache.as_ref(), source));
+        let quiet = |_: LoadProgress<'_>| {};
+        let progress: &engine::Progress = self.progress.as_deref().unwrap_or(&quiet);
+        let prepared = load_all(&self.components, |source| prepare(&engine, &linker, cache.as_ref(), source, progress));
         for (ComponentSource { origin, wasm, .. }, prepared) in self.components.iter().zip(prepared) {
             let Prepared { pre, info, schema, cache: cache_outcome, warning } = prepared?;
             warnings.extend(warning);
@@ -333,6 +344,7 @@ impl RuntimeBuilder {
             locks,
             reads: reads::ReadTracker::new(state_dir.as_deref()),
             undo: undo::UndoStore::new(work.path()),
+            memos: Arc::default(),
             workflow,
             bound_roles: std::sync::Mutex::default(),
             recovered,
@@ -358,6 +370,7 @@ fn prepare(
     linker: &wasmtime::component::Linker<CallState>,
     cache: Option<&engine::ComponentCache>,
     source: &ComponentSource,
+    progress: &engine::Progress,
 ) -> Result<Prepared, Error> {
     let (origin, wasm) = (source.origin.as_str(), source.wasm.as_ref());
     let embedded = source.artifact.and_then(|artifact| {
@@ -369,8 +382,8 @@ fn prepare(
     });
     let (component, cache_outcome, warning) = match (embedded, cache) {
         (Some(component), _) => (component, CacheOutcome::Embedded, None),
-        (None, Some(cache)) => cache.load(engine, origin, wasm)?,
-        (None, None) => (engine::compile(engine, origin, wasm)?, CacheOutcome::Compiled, None),
+        (None, Some(cache)) => cache.load(engine, origin, wasm, progress)?,
+        (None, None) => (engine::compile(engine, origin, wasm, progress)?, CacheOutcome::Compiled, None),
     };
     imports::check(engine, origin, &component)?;
     let load_error = |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: describe(&error) };

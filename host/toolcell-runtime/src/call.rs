@@ -180,6 +180,14 @@ impl Runtime {
                     call_id: outcome.call_id.clone(),
                     task: request.task.map(ToString::to_string),
                     workflow: Some(Arc::new(workflow)),
+                    memo: Some((
+                        Arc::clone(&self.memos),
+                        memo::Scope {
+                            workspace: request.workspace.root().display().to_string(),
+                            session: request.session_id.to_owned(),
+                            tool: request.tool.to_owned(),
+                        },
+                    )),
                     ..CallContext::default()
                 };
                 self.run_component(pre, request, context, guard, outcome)
@@ -214,6 +222,7 @@ impl Runtime {
         }
         outcome.events = std::mem::take(&mut guard.events);
         outcome.unrecorded_events = guard.unrecorded_events;
+        outcome.host_calls = guard.host_calls_made();
         outcome.denials = std::mem::take(&mut guard.denials);
         if !outcome.denials.is_empty() {
             if tool.info.annotations.read_only && outcome.result.is_ok() && only_reads_refused(&outcome.denials) {
@@ -329,6 +338,7 @@ impl Runtime {
         };
         let state = store.into_data();
         outcome.notes = state.context.notes;
+        outcome.images = state.context.images;
         outcome.stdout = stdout.take();
         outcome.stderr = stderr.take();
         Ok(state.guard)
@@ -547,6 +557,9 @@ impl Runtime {
     /// does not return its result.
     fn finish(&self, request: &CallRequest<'_>, mut outcome: CallOutcome, started: Instant) -> CallOutcome {
         outcome.duration = started.elapsed();
+        if outcome.result.is_err() {
+            outcome.images.clear();
+        }
         let Some(log) = &self.audit else {
             return outcome;
         };

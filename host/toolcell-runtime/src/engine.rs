@@ -107,7 +107,13 @@ impl ComponentCache {
 
     /// The compiled component for `wasm`, from the cache if it holds an authentic artifact,
     /// else compiled and stored. A rejected artifact's reason is returned as a warning.
-    pub(crate) fn load(&self, engine: &Engine, origin: &str, wasm: &[u8]) -> Result<(Component, CacheOutcome, Option<String>), Error> {
+    pub(crate) fn load(
+        &self,
+        engine: &Engine,
+        origin: &str,
+        wasm: &[u8],
+        progress: &Progress,
+    ) -> Result<(Component, CacheOutcome, Option<String>), Error> {
         let name = format!("{}.cwasm", cache_key(engine, wasm));
         let path = self.directory.join(&name);
         let mut warning = None;
@@ -137,7 +143,7 @@ impl ComponentCache {
             // Unreadable: compiled again and replaced below.
             Err(_) => {}
         }
-        let component = compile(engine, origin, wasm)?;
+        let component = compile(engine, origin, wasm, progress)?;
         let artifact = component.serialize().map_err(|error| Error::Load {
             origin: origin.to_owned(),
             reason: format!("cannot serialise the compiled component: {}", describe(&error)),
@@ -254,11 +260,38 @@ fn load_or_create_key(path: &Path) -> Result<[u8; KEY_BYTES], Error> {
     Ok(key)
 }
 
-pub(crate) fn compile(engine: &Engine, origin: &str, wasm: &[u8]) -> Result<Component, Error> {
+/// What [`RuntimeBuilder::on_progress`](crate::RuntimeBuilder::on_progress) is told while
+/// components load: compiling one for this machine takes seconds where loading one takes
+/// milliseconds, so a person waiting should hear of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LoadProgress<'a> {
+    /// The component `origin` is being compiled (it is neither built in nor in the cache).
+    Compiling {
+        /// The component's origin (`plugin:NAME.wasm`, ...).
+        origin: &'a str,
+    },
+    /// It has been compiled.
+    Compiled {
+        /// The component's origin.
+        origin: &'a str,
+        /// How long compiling took.
+        elapsed: std::time::Duration,
+    },
+}
+
+/// A [`LoadProgress`] listener.
+pub(crate) type Progress = dyn Fn(LoadProgress<'_>) + Send + Sync;
+
+pub(crate) fn compile(engine: &Engine, origin: &str, wasm: &[u8], progress: &Progress) -> Result<Component, Error> {
     if let Some(reason) = not_a_component(wasm) {
         return Err(Error::Load { origin: origin.to_owned(), reason: reason.to_owned() });
     }
-    Component::new(engine, wasm).map_err(|error| Error::Load { origin: origin.to_owned(), reason: describe(&error) })
+    progress(LoadProgress::Compiling { origin });
+    let started = std::time::Instant::now();
+    let component = Component::new(engine, wasm).map_err(|error| Error::Load { origin: origin.to_owned(), reason: describe(&error) })?;
+    progress(LoadProgress::Compiled { origin, elapsed: started.elapsed() });
+    Ok(component)
 }
 
 /// What `bytes` are instead, in one line with the fix, if they are not a WebAssembly component.

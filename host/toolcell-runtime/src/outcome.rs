@@ -59,6 +59,8 @@ pub struct CallOutcome {
     pub result: Result<ToolOutput, ToolError>,
     /// Notes the tool attached for the audit trail.
     pub notes: Vec<String>,
+    /// Images the tool showed the agent beside a successful result (none on an error).
+    pub images: Vec<toolcell_types::Image>,
     /// What the component wrote to stdout.
     pub stdout: Captured,
     /// What the component wrote to stderr.
@@ -71,6 +73,9 @@ pub struct CallOutcome {
     pub events: Vec<FsEvent>,
     /// Allowed accesses beyond those kept in `events`.
     pub unrecorded_events: u64,
+    /// The filesystem calls the component made (reads of 64 KiB, opens, stats...), as its
+    /// budget counts them: what a call cost the host.
+    pub host_calls: u64,
     /// The filesystem accesses the guard refused, with their messages. If there are any,
     /// `result` is a `denied` (or `conflict`) error carrying them, whatever the component
     /// returned.
@@ -91,12 +96,14 @@ impl CallOutcome {
             call_id,
             result: Err(ToolError::new(ToolErrorKind::Failed, "the call did not run")),
             notes: Vec::new(),
+            images: Vec::new(),
             stdout: Captured::default(),
             stderr: Captured::default(),
             trapped: false,
             gated: false,
             events: Vec::new(),
             unrecorded_events: 0,
+            host_calls: 0,
             denials: Vec::new(),
             warnings: Vec::new(),
             rolled_back: 0,

@@ -61,6 +61,8 @@ pub struct Runtime {
     pub(crate) locks: Arc<LockStore>,
     pub(crate) reads: reads::ReadTracker,
     pub(crate) undo: undo::UndoStore,
+    /// What tools remember between their calls in a session.
+    pub(crate) memos: Arc<memo::MemoStore>,
     /// Journals rolled back at start-up.
     pub(crate) recovered: Vec<Recovery>,
     /// This runtime's journal file, where every call journals its changes.

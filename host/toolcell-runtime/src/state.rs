@@ -17,6 +17,8 @@ use crate::guard::{FsGuard, GuardedFilesystem};
 
 /// Notes a call may attach to its audit record, in bytes; the rest is cut with a marker.
 pub(crate) const MAX_NOTE_BYTES: usize = 4 * 1024;
+/// Bytes of images one call may attach.
+pub(crate) const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 
 /// What a component's store holds for one call. Dropped with the store when the call ends.
 pub(crate) struct CallState {
@@ -49,6 +51,12 @@ pub(crate) struct CallContext {
     pub(crate) notes: Vec<String>,
     pub(crate) note_bytes: usize,
     pub(crate) notes_cut: bool,
+    /// Images attached for the agent, and their bytes.
+    pub(crate) images: Vec<toolcell_types::Image>,
+    pub(crate) image_bytes: usize,
+    /// Where this tool's values for this session are kept (`remember`, `recall`); `None`
+    /// where there is no session (`describe`, validators).
+    pub(crate) memo: Option<(Arc<crate::memo::MemoStore>, crate::memo::Scope)>,
 }
 
 /// The host side of `toolcell:tool/context`: the call's identity and notes, and the guard
@@ -99,6 +107,45 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
 
     fn task(&mut self) -> Option<String> {
         self.context.task.clone()
+    }
+
+    fn attach_image(&mut self, mime_type: String, data: Vec<u8>) -> Result<(), WitError> {
+        const TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+        if !TYPES.contains(&mime_type.as_str()) {
+            return Err(WitError::InvalidArgs(format!(
+                "`{}` is not an image type the host attaches: use one of {}",
+                mime_type.escape_default(),
+                TYPES.join(", ")
+            )));
+        }
+        let found = toolcell_types::image_mime_type(&data);
+        if found != Some(mime_type.as_str()) {
+            return Err(WitError::InvalidArgs(format!(
+                "the attached bytes are not {mime_type} ({}): attach the whole image file with its own type",
+                found.map_or_else(|| "they are no image the host knows".to_owned(), |found| format!("they are {found}"))
+            )));
+        }
+        if self.context.image_bytes + data.len() > MAX_IMAGE_BYTES {
+            return Err(WitError::TooLarge(format!(
+                "this call's images would take {} bytes, over the {} MiB one call may attach",
+                self.context.image_bytes + data.len(),
+                MAX_IMAGE_BYTES >> 20
+            )));
+        }
+        self.context.image_bytes += data.len();
+        self.context.images.push(toolcell_types::Image { mime_type, data });
+        Ok(())
+    }
+
+    fn recall(&mut self, key: String) -> Option<Vec<u8>> {
+        let (store, scope) = self.context.memo.as_ref()?;
+        store.recall(scope, &key)
+    }
+
+    fn remember(&mut self, key: String, value: Vec<u8>) {
+        if let Some((store, scope)) = &self.context.memo {
+            store.remember(scope, key, value);
+        }
     }
 }
 

@@ -147,6 +147,37 @@ pub struct ToolOutput {
     pub structured: Option<serde_json::Value>,
 }
 
+/// An image a tool showed the agent beside its result's text (`context.attach-image`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Image {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub mime_type: String,
+    /// The whole image file.
+    pub data: Vec<u8>,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Image").field("mime_type", &self.mime_type).field("bytes", &self.data.len()).finish()
+    }
+}
+
+/// The image type `bytes` start like, by their signature: `image/png`, `image/jpeg`,
+/// `image/gif` or `image/webp`; `None` for anything else.
+pub fn image_mime_type(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
 /// The kinds of [`ToolError`], one per case of the WIT `tool-error` variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -396,8 +396,11 @@ pub enum PolicyCommand {
         #[arg(long, value_parser = ["read", "list", "write", "delete"])]
         access: String,
 
-        /// The workspace-relative path (normalised lexically: `src/../docs/x` is `docs/x`).
-        path: String,
+        /// `[POLICY] PATH`: the workspace-relative path (normalised lexically: `src/../docs/x`
+        /// is `docs/x`), after the policy file to load, as `policy check` takes it [default
+        /// policy: `--policy`, else the built-in default].
+        #[arg(value_name = "[POLICY] PATH", num_args = 1..=2, required = true)]
+        targets: Vec<String>,
 
         /// Decide as for a call of this tool (rules that name it apply and outrank the others).
         #[arg(long)]

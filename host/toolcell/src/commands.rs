@@ -26,7 +26,13 @@ pub const EXIT_TOOL_ERROR: u8 = 1;
 pub const EXIT_HOST_ERROR: u8 = 2;
 
 /// Run the parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
+    // `policy explain POLICY PATH`: the policy named first, as `policy check` takes it.
+    if let Command::Policy(PolicyCommand::Explain { targets, .. }) = &mut cli.command
+        && targets.len() == 2
+    {
+        cli.runtime.policy = Some(PathBuf::from(targets.remove(0)));
+    }
     if let Command::Policy(PolicyCommand::Check { file }) = &cli.command {
         return policy_check(&cli.runtime, file);
     }
@@ -68,9 +74,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Tools { json, command: None } => tools(&runtime, json),
         Command::Call(args) => call(&runtime, &args),
-        Command::Policy(PolicyCommand::Explain { role, access, path, tool, task, json }) => policy_explain(
+        Command::Policy(PolicyCommand::Explain { role, access, targets, tool, task, json }) => policy_explain(
             &runtime,
-            &Explain { role: &role, access: &access, path: &path, tool: tool.as_deref(), task: task.as_deref(), json },
+            &Explain { role: &role, access: &access, path: &targets.concat(), tool: tool.as_deref(), task: task.as_deref(), json },
         ),
         Command::Schema { role, format, strict } => schema(&runtime, &role, &format, strict),
         Command::Lock(command) => lock(&runtime, command),
@@ -130,7 +136,25 @@ fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>) -> a
         None => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),
     };
     builder = builder.spawner(Arc::new(CliSpawner { policy: args.policy.clone(), custom_state_dir: args.state_dir.is_some() }));
-    let runtime = builder.build().context("cannot start the toolcell host")?;
+    // Compiling a plugin takes seconds the first time: a person at a terminal hears of it;
+    // a client reading stderr through a pipe is not bothered.
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        builder = builder.on_progress(|progress| {
+            let line = match progress {
+                toolcell_runtime::LoadProgress::Compiling { origin } => {
+                    format!("compiling `{origin}` for this machine (once: later starts load it from the cache)…")
+                }
+                toolcell_runtime::LoadProgress::Compiled { origin, elapsed } => {
+                    format!("compiled `{origin}` in {:.1} s", elapsed.as_secs_f64())
+                }
+                _ => return,
+            };
+            let _ = writeln!(std::io::stderr().lock(), "{line}");
+        });
+    }
+    // The builder's errors say what failed (the policy, a plugin, the cache); the commands that
+    // go on to serve say that the host did not start.
+    let runtime = builder.build()?;
     for warning in runtime.warnings() {
         writeln!(std::io::stderr().lock(), "warning: {warning}")?;
     }
@@ -541,7 +565,7 @@ fn lock(runtime: &Runtime, command: LockCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
-    let runtime = build_runtime(args)?;
+    let runtime = build_runtime(args).context("cannot start the toolcell host")?;
     let approver: Option<Arc<dyn Approver>> = if mcp.approve { Some(Arc::new(ApproveAll)) } else { None };
     let host = toolcell_host::Host::new(runtime, Workspace::open(&mcp.workspace)?, approver);
     let session_id = mcp.session.clone().unwrap_or_else(|| format!("mcp-{}", std::process::id()));
@@ -589,7 +613,7 @@ fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
 /// `toolcell serve`: one runtime, one host per configured workspace, MCP over HTTP.
 fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<ExitCode> {
     let config = toolcell_mcp::config::ServiceConfig::load(&serve.config)?;
-    let runtime = Arc::new(build_runtime(args)?);
+    let runtime = Arc::new(build_runtime(args).context("cannot start the toolcell host")?);
     let mut hosts = std::collections::BTreeMap::new();
     for (name, directory) in &config.workspaces {
         let workspace = Workspace::open(directory).with_context(|| format!("{}: workspace `{name}`", config.file))?;

@@ -174,6 +174,35 @@ fn built_in_tools_start_precompiled_and_plugins_from_the_cache() {
 }
 
 #[test]
+fn compiling_a_plugin_is_announced_on_a_terminal_only() {
+    let cache = tempfile::tempdir().expect("temporary cache");
+    let plugins = tempfile::tempdir().expect("plugin directory");
+    std::fs::write(plugins.path().join("misbehave.wasm"), toolcell_tests::guest_program("misbehave")).expect("write plugin");
+    let plugin_dir = plugins.path().to_str().expect("UTF-8 path");
+    // Through a pipe: nothing but the output.
+    let piped = toolcell(cache.path(), &["--plugin-dir", plugin_dir, "tools"]);
+    assert_eq!(piped.status, 0, "{}", piped.stderr);
+    assert!(!piped.stderr.contains("compiling"), "{}", piped.stderr);
+    // On a terminal (`script` gives the command one): a line before and after compiling.
+    let fresh = tempfile::tempdir().expect("temporary cache");
+    let command = format!(
+        "{} --cache-dir {} --state-dir {} --plugin-dir {} tools > /dev/null",
+        env!("CARGO_BIN_EXE_toolcell"),
+        fresh.path().display(),
+        fresh.path().join("state").display(),
+        plugin_dir
+    );
+    let terminal = Command::new("script").args(["-qec", &command, "/dev/null"]).output().expect("run script");
+    let screen = String::from_utf8_lossy(&terminal.stdout);
+    assert!(terminal.status.success(), "{screen}");
+    assert!(screen.contains("compiling `plugin:misbehave.wasm` for this machine (once: later starts load it from the cache)…"), "{screen}");
+    assert!(screen.contains("compiled `plugin:misbehave.wasm` in "), "{screen}");
+    // Cached now: nothing to announce.
+    let again = Command::new("script").args(["-qec", &command, "/dev/null"]).output().expect("run script");
+    assert!(!String::from_utf8_lossy(&again.stdout).contains("compiling"), "{}", String::from_utf8_lossy(&again.stdout));
+}
+
+#[test]
 fn demo_runs_a_whole_session() {
     let (workspace, cache) = setup();
     let demo = workspace.path().join("demo");
@@ -212,7 +241,7 @@ fn policy_check_reports_roles_or_the_first_error_with_its_line() {
     assert_eq!(run.status, 1);
     insta::assert_snapshot!(
         filtered(&run.stderr, workspace.path()),
-        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: apply_patch, chain_list, chain_new, chain_status, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, spawn_impl_session, task_add, task_approve, task_block, task_complete, task_list, task_ready, task_rework, task_start, task_status, task_unblock, undo_edit, unlock_files, write_file"
+        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: apply_patch, chain_list, chain_new, chain_status, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, spawn_impl_session, str_replace_based_edit_tool, task_add, task_approve, task_block, task_complete, task_list, task_ready, task_rework, task_start, task_status, task_unblock, undo_edit, unlock_files, write_file"
     );
 }
 
@@ -242,6 +271,26 @@ fn policy_explain_names_the_deciding_rule() {
     deny: `../outside` is outside the workspace (rule `workspace-boundary`)
     "
     );
+}
+
+#[test]
+fn policy_explain_takes_the_policy_file_first_like_policy_check() {
+    let (workspace, cache) = setup();
+    let policy = workspace.path().join("strict.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n\n[roles.impl]\ntools = [\"read_file\"]\n\n[[roles.impl.rules]]\nid = \"no-src\"\naccess = [\"write\"]\npaths = [\"src/**\"]\neffect = \"deny\"\n",
+    )
+    .expect("write the policy");
+    let policy = policy.to_str().expect("UTF-8 path");
+    let run = toolcell(&cache, &["policy", "explain", policy, "--role", "impl", "--access", "write", "src/main.rs"]);
+    assert_eq!(run.status, 1, "{}", run.stderr);
+    assert!(run.stdout.starts_with("deny: write of `src/main.rs` by role `impl` (rule `no-src`"), "{}", run.stdout);
+    // Without it, the default policy decides.
+    let run = toolcell(&cache, &["policy", "explain", "--role", "impl", "--access", "write", "src/main.rs"]);
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    let run = toolcell(&cache, &["policy", "explain", "a", "b", "c", "--role", "impl", "--access", "write"]);
+    assert_eq!(run.status, 2, "three positionals are refused: {}", run.stderr);
 }
 
 #[test]
@@ -921,7 +970,13 @@ fn an_error_and_its_cause_are_each_said_once() {
     let (_, cache) = setup();
     let missing = toolcell(&cache, &["--policy", "/nonexistent/policy.toml", "tools"]);
     assert_eq!(missing.status, 2);
-    insta::assert_snapshot!(missing.stderr, @"error: cannot start the toolcell host: cannot read the policy `/nonexistent/policy.toml`: No such file or directory (os error 2)");
+    insta::assert_snapshot!(missing.stderr, @"error: cannot read the policy `/nonexistent/policy.toml`: No such file or directory (os error 2)");
+    // A command that serves says that the host did not start.
+    let (workspace, _) = setup();
+    let workspace = workspace.path().to_str().expect("UTF-8 path");
+    let serving = toolcell(&cache, &["--policy", "/nonexistent/policy.toml", "mcp", "--workspace", workspace]);
+    assert_eq!(serving.status, 2);
+    insta::assert_snapshot!(serving.stderr, @"error: cannot start the toolcell host: cannot read the policy `/nonexistent/policy.toml`: No such file or directory (os error 2)");
 }
 
 #[test]

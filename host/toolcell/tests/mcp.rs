@@ -121,6 +121,9 @@ fn the_providers_built_in_tools_are_mcp_tools_of_their_names() {
     std::fs::write(workspace.path().join("primes.py"), "def get_primes(limit):\n    for num in range(2, limit + 1)\n        pass\n")
         .expect("write");
     std::fs::write(workspace.path().join("secrets/key.txt"), "hunter2\n").expect("write");
+    // A 1×1 PNG.
+    let png: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\x0dIDATx\xdacd`\xf8_\x0f\x00\x02\x87\x01\x80\xebG\xba\x92\x00\x00\x00\x00IEND\xaeB`\x82";
+    std::fs::write(workspace.path().join("logo.png"), png).expect("write");
     let state = tempfile::tempdir().expect("state");
     let policy = state.path().join("providers.toml");
     std::fs::write(
@@ -168,6 +171,10 @@ effect = "deny"
     assert!(!call("denied")["text"].as_str().expect("text").contains("hunter2"), "{report}");
     assert_eq!(call("patch")["is_error"], false, "{report}");
     assert_eq!(std::fs::read_to_string(workspace.path().join("notes.md")).expect("read"), "hello\n");
+    // An image is MCP image content beside the line that says what it is.
+    assert_eq!(call("image")["is_error"], false, "{report}");
+    assert_eq!(call("image")["images"], serde_json::json!([{"mime_type": "image/png", "bytes": png.len()}]), "{report}");
+    assert!(call("image")["text"].as_str().expect("text").starts_with("Image `logo.png`: PNG, 1×1 pixels"), "{report}");
 }
 
 #[test]

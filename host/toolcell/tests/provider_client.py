@@ -1,10 +1,12 @@
-"""The providers' built-in tools over MCP, as the official Python SDK calls them.
+"""The providers' built-in tools over MCP, as the official Python SDK calls them, and an
+image read as MCP image content.
 
 Usage: provider_client.py TOOLCELL WORKSPACE STATE_DIR POLICY
 Prints one JSON document with the tools listed and what each call returned.
 """
 
 import asyncio
+import base64
 import json
 import sys
 
@@ -26,6 +28,7 @@ async def main():
         }),
         ("denied", "str_replace_based_edit_tool", {"command": "view", "path": "secrets/key.txt"}),
         ("patch", "apply_patch", {"operation": {"type": "create_file", "path": "notes.md", "diff": "+hello\n"}}),
+        ("image", "read_file", {"path": "logo.png"}),
     ]
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
@@ -37,6 +40,11 @@ async def main():
                 report["calls"][label] = {
                     "is_error": bool(call.is_error),
                     "text": "".join(block.text for block in call.content if getattr(block, "type", "") == "text"),
+                    "images": [
+                        {"mime_type": block.mime_type, "bytes": len(base64.b64decode(block.data))}
+                        for block in call.content
+                        if getattr(block, "type", "") == "image"
+                    ],
                 }
     print(json.dumps(report))
 

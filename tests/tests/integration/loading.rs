@@ -23,19 +23,8 @@ fn a_component_importing_sockets_is_refused_naming_the_import() {
 #[test]
 fn a_component_built_against_the_previous_contract_is_refused_saying_to_rebuild() {
     // A component as the 0.1 contract named its imports: the same bytes with every
-    // `toolcell:tool/...@0.2.0` renamed to `@0.1.0` (same length, so the binary stays valid).
-    let mut wasm = guest_program("misbehave").to_vec();
-    let mut renamed = 0;
-    for interface in ["types", "context", "workflow", "tool"] {
-        let (from, to) = (format!("toolcell:tool/{interface}@0.2.0"), format!("toolcell:tool/{interface}@0.1.0"));
-        let mut index = 0;
-        while let Some(found) = wasm[index..].windows(from.len()).position(|window| window == from.as_bytes()) {
-            wasm[index + found..index + found + from.len()].copy_from_slice(to.as_bytes());
-            index += found + from.len();
-            renamed += 1;
-        }
-    }
-    assert!(renamed > 0, "the component names its toolcell imports");
+    // `toolcell:tool/...@0.2.1` renamed to `@0.1.0` (same length, so the binary stays valid).
+    let wasm = with_contract_version(guest_program("misbehave"), "0.1.0");
     match RuntimeBuilder::new().component("test:old_contract", wasm).build() {
         Err(error @ Error::Contract { .. }) => {
             let message = error.to_string();
@@ -45,6 +34,36 @@ fn a_component_built_against_the_previous_contract_is_refused_saying_to_rebuild(
         Err(other) => panic!("expected a contract mismatch, got: {other}"),
         Ok(_) => panic!("a component of the previous contract was loaded"),
     }
+}
+
+/// `wasm` with every `toolcell:tool/...@0.2.1` it names renamed to `@VERSION` (five
+/// characters, so the binary stays valid).
+fn with_contract_version(wasm: &[u8], version: &str) -> Vec<u8> {
+    let mut wasm = wasm.to_vec();
+    let mut renamed = 0;
+    for interface in ["types", "context", "workflow", "tool"] {
+        let (from, to) = (format!("toolcell:tool/{interface}@0.2.1"), format!("toolcell:tool/{interface}@{version}"));
+        assert_eq!(from.len(), to.len());
+        let mut index = 0;
+        while let Some(found) = wasm[index..].windows(from.len()).position(|window| window == from.as_bytes()) {
+            wasm[index + found..index + found + from.len()].copy_from_slice(to.as_bytes());
+            index += found + from.len();
+            renamed += 1;
+        }
+    }
+    assert!(renamed > 0, "the component names its toolcell imports");
+    wasm
+}
+
+#[test]
+fn a_component_built_against_contract_0_2_0_still_loads_and_runs() {
+    // 0.2.1 only added functions to `context`: a component of 0.2.0 links against them.
+    let wasm = with_contract_version(toolcell_tests::examples::COMPONENTS[0].1, "0.2.0");
+    let runtime = RuntimeBuilder::new().component("test:contract_0_2_0", wasm).build().expect("a 0.2.0 component loads");
+    let fixture = Fixture::new();
+    fixture.write("a.txt", "one two two\n");
+    let outcome = fixture.call_as(&runtime, "s-old", None, &[], "word_count", &json!({"path": "a.txt"}));
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
 }
 
 #[test]

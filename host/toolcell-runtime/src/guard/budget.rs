@@ -24,6 +24,11 @@ impl FsGuard {
         self.budget = Some(Budget { tool: tool.to_owned(), calls_left: calls, calls, open_files, exhausted: false, audit_records });
     }
 
+    /// The filesystem calls made so far (counted against the budget; 0 without one).
+    pub(crate) fn host_calls_made(&self) -> u64 {
+        self.budget.as_ref().map_or(0, |budget| budget.calls - budget.calls_left)
+    }
+
     /// Why the call was stopped for making more distinct refusals than its budget of audit
     /// records, if it was.
     pub(crate) fn flooded(&self) -> Option<&str> {

@@ -7,7 +7,9 @@
 //! wherever the directory is by then; `repeat` runs the operation `to` (`stat` or `inspect`)
 //! on `path` `content` times, and `stat_many` stats `path/0` ... `path/N-1`, for the audit
 //! flooding tests. `inspect` asks the host's `context.inspect`, and `stat_at` makes one bare
-//! `stat-at` call (no metadata-hash lookups first, as `std::fs` makes).
+//! `stat-at` call (no metadata-hash lookups first, as `std::fs` makes). `attach_image` shows
+//! `path`'s bytes as an image of type `to`; `remember` keeps `content` under the key `path`
+//! and `recall` returns what is kept under it.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -53,6 +55,17 @@ impl Tool for FsProbe {
                 "spin" => loop {
                     std::hint::black_box(());
                 },
+                // Show `path`'s bytes as an image of type `to`, whatever they are: the host
+                // must check them.
+                "attach_image" => {
+                    let data = std::fs::read(&operation.path).map_err(|error| ToolError::Failed(error.to_string()))?;
+                    toolcell_sdk::attach_image(&operation.to, &data)?;
+                }
+                "remember" => toolcell_sdk::remember(&operation.path, operation.content.as_bytes()),
+                "recall" => {
+                    let recalled = toolcell_sdk::recall(&operation.path).map(|value| String::from_utf8_lossy(&value).into_owned());
+                    results.push(json!({ "op": "recall", "path": operation.path, "value": recalled }));
+                }
                 _ => results.push(run(operation)),
             }
         }
