@@ -149,6 +149,10 @@ impl Report {
 pub struct Options {
     /// The compiled-component cache.
     pub cache_dir: Option<PathBuf>,
+    /// Imports the component may link as stubs that refuse every call
+    /// (`namespace:package/interface` or `namespace:package/*`), as the policy's
+    /// `[plugins.NAME] stub_imports` would let it.
+    pub stub_imports: Vec<String>,
 }
 
 /// Run the suite on the component `wasm` (`origin` names it in the report).
@@ -157,6 +161,9 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
     let mut builder = RuntimeBuilder::new().component(origin, wasm.to_vec()).policy("conformance-policy.toml", POLICY).limits(LIMITS);
     if let Some(cache) = &options.cache_dir {
         builder = builder.cache_dir(cache);
+    }
+    if !options.stub_imports.is_empty() {
+        builder = builder.stub_imports("*", options.stub_imports.iter().cloned());
     }
     let runtime = match builder.build() {
         Ok(runtime) => runtime,
@@ -176,7 +183,14 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
         "load",
         "loads: imports, description and schema",
         &[],
-        format!("`{tool}`: imports within `tool-component`, a valid name, description and input schema"),
+        if options.stub_imports.is_empty() {
+            format!("`{tool}`: imports within `tool-component`, a valid name, description and input schema")
+        } else {
+            format!(
+                "`{tool}`: imports within `tool-component` (beside the stubs allowed for {}), a valid name, description and input schema",
+                options.stub_imports.join(", ")
+            )
+        },
     );
 
     let scratch = match Scratch::new() {

@@ -168,6 +168,8 @@ pub struct Policy {
     limits: Limits,
     tool_limits: BTreeMap<String, Limits>,
     pins: BTreeMap<String, Pin>,
+    /// `[plugins.NAME] stub_imports`, by tool name.
+    stubs: BTreeMap<String, Vec<String>>,
 }
 
 /// The SHA-256 a tool's component must have (`[plugins.NAME] sha256 = "..."`).
@@ -334,6 +336,12 @@ impl Policy {
         self.pins.get(tool)
     }
 
+    /// The imports `tool` may link as stubs (`[plugins.NAME] stub_imports`): patterns
+    /// `namespace:package/interface` or `namespace:package/*`.
+    pub fn stub_imports(&self, tool: &str) -> &[String] {
+        self.stubs.get(tool).map_or(&[], Vec::as_slice)
+    }
+
     /// The validators, in policy order.
     pub fn validators(&self) -> &[Validator] {
         &self.validators
@@ -421,6 +429,8 @@ mod bind;
 mod decide;
 mod index;
 mod parse;
+
+pub use parse::stub_imports;
 
 pub use bind::{TaskBinding, canonical_tool_name};
 pub use decide::Verdict;

@@ -25,7 +25,16 @@ pub(crate) struct RawPolicy {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPlugin {
-    sha256: Spanned<String>,
+    sha256: Option<Spanned<String>>,
+    #[serde(default)]
+    stub_imports: Vec<Spanned<String>>,
+}
+
+/// Only the `[plugins]` tables of a policy, read before the tools are loaded.
+#[derive(Deserialize)]
+struct RawPluginsOnly {
+    #[serde(default)]
+    plugins: BTreeMap<Spanned<String>, RawPlugin>,
 }
 
 #[derive(Deserialize, Default)]
@@ -289,6 +298,7 @@ impl Policy {
             tool_limits.insert(tool.get_ref().clone(), compile_limits(raw_tool, &table).map_err(|(span, reason)| error(span, reason))?);
         }
         let mut pins = BTreeMap::new();
+        let mut stubs = BTreeMap::new();
         for (tool, raw_plugin) in &raw.plugins {
             if !known_tools.contains(&tool.get_ref().as_str()) {
                 return Err(error(
@@ -300,16 +310,23 @@ impl Policy {
                     ),
                 ));
             }
-            let sha256 = raw_plugin.sha256.get_ref().to_ascii_lowercase();
+            let patterns = stub_patterns(tool.get_ref(), raw_plugin).map_err(|(span, reason)| error(Some(span), reason))?;
+            if !patterns.is_empty() {
+                stubs.insert(tool.get_ref().clone(), patterns);
+            }
+            let Some(raw_sha256) = &raw_plugin.sha256 else {
+                continue;
+            };
+            let sha256 = raw_sha256.get_ref().to_ascii_lowercase();
             if sha256.len() != 64 || !sha256.bytes().all(|byte| byte.is_ascii_hexdigit()) {
                 return Err(error(
-                    Some(raw_plugin.sha256.span()),
+                    Some(raw_sha256.span()),
                     format!("`sha256` of `[plugins.{}]` must be 64 hex digits (`toolcell tools add` prints it)", tool.get_ref()),
                 ));
             }
-            pins.insert(tool.get_ref().clone(), Pin { sha256, line: line_of(text, raw_plugin.sha256.span().start) });
+            pins.insert(tool.get_ref().clone(), Pin { sha256, line: line_of(text, raw_sha256.span().start) });
         }
-        Ok(Policy { file: file.to_owned(), roles, protected, read_before_write, durability, validators, limits, tool_limits, pins })
+        Ok(Policy { file: file.to_owned(), roles, protected, read_before_write, durability, validators, limits, tool_limits, pins, stubs })
     }
 }
 
@@ -416,6 +433,63 @@ pub(crate) fn compile_limits(raw: &RawLimits, table: &str) -> Result<Limits, Spa
         open_files: positive(&raw.open_files, "open_files", 65_536)?.and_then(|files| usize::try_from(files).ok()),
         audit_records: positive(&raw.audit_records, "audit_records", 1_000_000)?,
     })
+}
+
+/// The `stub_imports` of every `[plugins.NAME]` table of the policy `text`, by tool name, read
+/// before the tools are loaded (linking needs them; the rest of the policy needs the tools'
+/// names). [`Policy::parse`] checks them again, with the rest.
+///
+/// # Errors
+///
+/// [`PolicyError`] with the line, for TOML that does not parse or a malformed pattern; the
+/// rest of the policy is not checked here.
+pub fn stub_imports(file: &str, text: &str) -> Result<BTreeMap<String, Vec<String>>, PolicyError> {
+    let error = |span: Option<std::ops::Range<usize>>, reason: String| PolicyError {
+        file: file.to_owned(),
+        line: span.map(|span| line_of(text, span.start)),
+        reason,
+    };
+    // Everything but `[plugins]` is ignored here.
+    let raw: RawPluginsOnly =
+        toml::from_str(text).map_err(|parse_error| error(parse_error.span(), parse_error.message().trim().to_owned()))?;
+    let mut stubs = BTreeMap::new();
+    for (tool, raw_plugin) in &raw.plugins {
+        let patterns = stub_patterns(tool.get_ref(), raw_plugin).map_err(|(span, reason)| error(Some(span), reason))?;
+        if !patterns.is_empty() {
+            stubs.insert(tool.get_ref().clone(), patterns);
+        }
+    }
+    Ok(stubs)
+}
+
+/// The checked `stub_imports` patterns of `[plugins.TOOL]`: `namespace:package/interface` or
+/// `namespace:package/*`, without a version, never toolcell's own interfaces.
+fn stub_patterns(tool: &str, raw_plugin: &RawPlugin) -> Result<Vec<String>, (std::ops::Range<usize>, String)> {
+    let mut patterns = Vec::new();
+    for pattern in &raw_plugin.stub_imports {
+        let text = pattern.get_ref();
+        let well_formed = text.split_once('/').is_some_and(|(package, interface)| {
+            let name_ok = |part: &str| {
+                !part.is_empty() && part.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+            };
+            package.split_once(':').is_some_and(|(namespace, name)| name_ok(namespace) && name_ok(name))
+                && (interface == "*" || name_ok(interface))
+        });
+        if !well_formed {
+            return Err((
+                pattern.span(),
+                format!(
+                    "`stub_imports` of `[plugins.{tool}]` lists `{}`, which is not an interface: write `namespace:package/interface` or `namespace:package/*`, without a version (for example `wasi:sockets/*`)",
+                    text.escape_default()
+                ),
+            ));
+        }
+        if text.starts_with("toolcell:") {
+            return Err((pattern.span(), format!("`stub_imports` of `[plugins.{tool}]` cannot stub toolcell's own interfaces (`{text}`)")));
+        }
+        patterns.push(text.clone());
+    }
+    Ok(patterns)
 }
 
 pub(crate) fn line_of(text: &str, offset: usize) -> usize {

@@ -35,6 +35,8 @@ pub struct RuntimeBuilder {
     plugin_dir: Option<PathBuf>,
     spawner: Option<Arc<dyn Spawner>>,
     progress: Option<Arc<engine::Progress>>,
+    /// Stub imports granted here rather than by the policy, by tool (`*`: any tool).
+    stub_imports: BTreeMap<String, Vec<String>>,
 }
 
 /// A component to load: its origin, its bytes, and optionally its compiled form.
@@ -62,6 +64,16 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn spawner(mut self, spawner: Arc<dyn Spawner>) -> Self {
         self.spawner = Some(spawner);
+        self
+    }
+
+    /// Let the component of `tool` (`*`: of any tool) link the imports `patterns` cover
+    /// (`namespace:package/interface` or `namespace:package/*`) as stubs that refuse every
+    /// call, as the policy's `[plugins.NAME] stub_imports` does. For checking a component
+    /// before the policy names it (`toolcell conformance`).
+    #[must_use]
+    pub fn stub_imports(mut self, tool: impl Into<String>, patterns: impl IntoIterator<Item = String>) -> Self {
+        self.stub_imports.entry(tool.into()).or_default().extend(patterns);
         self
     }
 
@@ -182,6 +194,26 @@ impl RuntimeBuilder {
                 ),
             });
         }
+        // The policy's text now: its `stub_imports` decide how components link.
+        let policy_text = match self.policy.take() {
+            Some(PolicySource::Text { file, text }) => Some((file, text)),
+            Some(PolicySource::File(path)) => {
+                host_owned.push(HostOwned { path: canonical_lenient(&path), is_directory: false, hidden: false });
+                let text = std::fs::read_to_string(&path).map_err(|source| Error::PolicyFile { path: path.clone(), source })?;
+                // Named by its file name alone: the name reaches agents in refusals, and a
+                // host path must not.
+                let name = path.file_name().map_or_else(|| "policy.toml".to_owned(), |name| name.to_string_lossy().into_owned());
+                Some((name, text))
+            }
+            None => None,
+        };
+        let mut stub_rules = match &policy_text {
+            Some((file, text)) => toolcell_policy::stub_imports(file, text)?,
+            None => BTreeMap::new(),
+        };
+        for (tool, patterns) in std::mem::take(&mut self.stub_imports) {
+            stub_rules.entry(tool).or_default().extend(patterns);
+        }
         let engine = engine::new_engine()?;
         let ticker = limits::EpochTicker::start(&engine)
             .map_err(|error| Error::Engine { reason: format!("cannot start the deadline ticker thread: {error}") })?;
@@ -202,7 +234,8 @@ impl RuntimeBuilder {
         // describe), so they load on every core; they are then taken in their given order.
         let quiet = |_: LoadProgress<'_>| {};
         let progress: &engine::Progress = self.progress.as_deref().unwrap_or(&quiet);
-        let prepared = load_all(&self.components, |source| prepare(&engine, &linker, cache.as_ref(), source, progress));
+        let linking = Linking { linker: &linker, guarded: !self.unguarded, stub_rules: &stub_rules };
+        let prepared = load_all(&self.components, |source| prepare(&engine, &linking, cache.as_ref(), source, progress));
         for (ComponentSource { origin, wasm, .. }, prepared) in self.components.iter().zip(prepared) {
             let Prepared { pre, info, schema, cache: cache_outcome, warning } = prepared?;
             warnings.extend(warning);
@@ -246,16 +279,8 @@ impl RuntimeBuilder {
             );
         }
         let names: Vec<&str> = tools.keys().map(String::as_str).collect();
-        let policy = match self.policy {
-            Some(PolicySource::Text { file, text }) => Some(Arc::new(Policy::parse(&file, &text, &names)?)),
-            Some(PolicySource::File(path)) => {
-                host_owned.push(HostOwned { path: canonical_lenient(&path), is_directory: false, hidden: false });
-                let text = std::fs::read_to_string(&path).map_err(|source| Error::PolicyFile { path: path.clone(), source })?;
-                // Named by its file name alone: the name reaches agents in refusals, and a
-                // host path must not.
-                let name = path.file_name().map_or_else(|| "policy.toml".to_owned(), |name| name.to_string_lossy().into_owned());
-                Some(Arc::new(Policy::parse(&name, &text, &names)?))
-            }
+        let policy = match policy_text {
+            Some((file, text)) => Some(Arc::new(Policy::parse(&file, &text, &names)?)),
             None => None,
         };
         if let Some(policy) = &policy {
@@ -365,9 +390,16 @@ struct Prepared {
 }
 
 /// Load one component: from the cache or compiled, its imports checked, linked and described.
+/// How components are linked: the shared linker, and the policy's `stub_imports` by tool.
+struct Linking<'a> {
+    linker: &'a wasmtime::component::Linker<CallState>,
+    guarded: bool,
+    stub_rules: &'a BTreeMap<String, Vec<String>>,
+}
+
 fn prepare(
     engine: &Engine,
-    linker: &wasmtime::component::Linker<CallState>,
+    linking: &Linking<'_>,
     cache: Option<&engine::ComponentCache>,
     source: &ComponentSource,
     progress: &engine::Progress,
@@ -385,11 +417,23 @@ fn prepare(
         (None, Some(cache)) => cache.load(engine, origin, wasm, progress)?,
         (None, None) => (engine::compile(engine, origin, wasm, progress)?, CacheOutcome::Compiled, None),
     };
-    imports::check(engine, origin, &component)?;
+    let stubbed = imports::check(engine, origin, &component, linking.stub_rules)?;
     let load_error = |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: describe(&error) };
-    let instance_pre = linker.instantiate_pre(&component).map_err(load_error)?;
+    let instance_pre = if stubbed.is_empty() {
+        linking.linker.instantiate_pre(&component).map_err(load_error)?
+    } else {
+        // A linker of its own: no other component sees the stubs.
+        let mut linker = state::linker(engine, linking.guarded)?;
+        stubs::define(&mut linker, engine, &component, &stubbed)?;
+        linker.instantiate_pre(&component).map_err(load_error)?
+    };
     let pre = bindings::PluginPre::new(instance_pre).map_err(load_error)?;
     let (info, schema) = describe_tool(engine, &pre, origin)?;
+    // Stubbed only if the tool the component turned out to be asked for it.
+    let own_rules: Vec<&String> = [info.name.as_str(), "*"].iter().filter_map(|tool| linking.stub_rules.get(*tool)).flatten().collect();
+    if let Some(import) = stubbed.iter().find(|import| !own_rules.iter().any(|pattern| stubs::covers(pattern, import))) {
+        return Err(Error::ForbiddenImport { origin: origin.to_owned(), import: import.escape_default().to_string() });
+    }
     Ok(Prepared { pre, info, schema, cache: cache_outcome, warning })
 }
 

@@ -4,6 +4,8 @@
 //! and refuses at load a component importing anything else, naming the import, before any
 //! instance exists.
 
+use std::collections::BTreeMap;
+
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -36,17 +38,30 @@ pub(crate) const ALLOWED_WASI: &[(&str, &str)] = &[
 /// `toolcell:tool` interfaces a tool may import, in any `0.2.x` version.
 pub(crate) const ALLOWED_TOOLCELL: &[&str] = &["types", "context", "workflow"];
 
-/// Refuse `component` if it imports anything outside the `tool-component` world.
-pub(crate) fn check(engine: &Engine, origin: &str, component: &Component) -> Result<(), Error> {
+/// Refuse `component` if it imports anything outside the `tool-component` world, except what
+/// some tool's `stub_imports` (`stub_rules`, by tool) cover: those imports are returned, to be
+/// linked as stubs (and checked against the tool's own rules once it names itself).
+pub(crate) fn check(
+    engine: &Engine,
+    origin: &str,
+    component: &Component,
+    stub_rules: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<String>, Error> {
+    let mut stubbed = Vec::new();
     for (name, _) in component.component_type().imports(engine) {
         if name.starts_with("toolcell:tool/") && !name.contains("@0.2.") {
             return Err(Error::Contract { origin: origin.to_owned(), import: name.escape_default().to_string() });
         }
-        if !is_allowed(name) {
-            return Err(Error::ForbiddenImport { origin: origin.to_owned(), import: name.escape_default().to_string() });
+        if is_allowed(name) {
+            continue;
         }
+        if !name.starts_with("toolcell:") && crate::stubs::any_covers(stub_rules, name) {
+            stubbed.push(name.to_owned());
+            continue;
+        }
+        return Err(Error::ForbiddenImport { origin: origin.to_owned(), import: name.escape_default().to_string() });
     }
-    Ok(())
+    Ok(stubbed)
 }
 
 fn is_allowed(import: &str) -> bool {

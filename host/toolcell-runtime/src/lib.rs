@@ -72,6 +72,7 @@ mod locks;
 mod memo;
 mod reads;
 mod storage;
+mod stubs;
 mod undo;
 mod work;
 

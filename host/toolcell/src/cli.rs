@@ -127,6 +127,11 @@ pub enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+
+        /// Let the component link these imports as stubs that refuse every call
+        /// (`wasi:sockets/*`), as `[plugins.NAME] stub_imports` in a policy does.
+        #[arg(long, value_name = "INTERFACE")]
+        stub_imports: Vec<String>,
     },
 
     /// List the sessions the host knows of: spawned for tasks, with parent, role, task and

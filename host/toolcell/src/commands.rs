@@ -61,8 +61,8 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Demo { workspace } = &cli.command {
         return crate::demo::run(&cli.runtime, workspace.clone());
     }
-    if let Command::Conformance { component, json } = &cli.command {
-        return conformance(&cli.runtime, component, *json);
+    if let Command::Conformance { component, json, stub_imports } = &cli.command {
+        return conformance(&cli.runtime, component, *json, stub_imports);
     }
     if let Command::Tools { command: Some(ToolsCommand::Add { component, force }), .. } = &cli.command {
         return tools_add(&cli.runtime, component, *force);
@@ -308,10 +308,12 @@ fn readable(text: &str, session: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-fn conformance(args: &RuntimeArgs, component: &std::path::Path, as_json: bool) -> anyhow::Result<ExitCode> {
+fn conformance(args: &RuntimeArgs, component: &std::path::Path, as_json: bool, stub_imports: &[String]) -> anyhow::Result<ExitCode> {
     let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
-    let options =
-        toolcell_conformance::Options { cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) } };
+    let options = toolcell_conformance::Options {
+        cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) },
+        stub_imports: stub_imports.to_vec(),
+    };
     let report = toolcell_conformance::check(&component.display().to_string(), &wasm, &options);
     let mut stdout = std::io::stdout().lock();
     if as_json {
@@ -342,9 +344,12 @@ fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: bool) -> an
     // name collision or a pin mismatch is refused before anything is installed.
     let runtime = build_runtime_with(args, Some((origin.clone(), wasm.clone())))?;
     let added = runtime.loaded().iter().find(|loaded| loaded.origin == origin).context("the component was loaded")?;
-    // Then what it does: the conformance suite.
-    let options =
-        toolcell_conformance::Options { cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) } };
+    // Then what it does: the conformance suite, with the stubs the policy grants the tool.
+    let stub_imports = runtime.policy().map(|policy| policy.stub_imports(added.tool.as_str()).to_vec()).unwrap_or_default();
+    let options = toolcell_conformance::Options {
+        cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) },
+        stub_imports,
+    };
     let report = toolcell_conformance::check(&component.display().to_string(), &wasm, &options);
     if !report.passed() {
         let mut stderr = std::io::stderr().lock();

@@ -5,7 +5,7 @@ use toolcell_conformance::{Options, Report, check};
 use toolcell_tests::{guest_program, shared_cache_dir};
 
 fn run(origin: &str, wasm: &[u8]) -> Report {
-    check(origin, wasm, &Options { cache_dir: Some(shared_cache_dir()) })
+    check(origin, wasm, &Options { cache_dir: Some(shared_cache_dir()), ..Options::default() })
 }
 
 fn failed(report: &Report) -> Vec<(&str, &str)> {

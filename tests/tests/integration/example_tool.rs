@@ -14,7 +14,7 @@ fn the_example_tool_passes_conformance() {
     let report = toolcell_conformance::check(
         "examples/word-count",
         word_count(),
-        &toolcell_conformance::Options { cache_dir: Some(shared_cache_dir()) },
+        &toolcell_conformance::Options { cache_dir: Some(shared_cache_dir()), ..toolcell_conformance::Options::default() },
     );
     assert!(report.passed(), "{}", report.render());
     assert_eq!(report.tool.as_deref(), Some("word_count"));
