@@ -1,9 +1,8 @@
 """A toolcell tool in Python: the TODO-style markers under a directory, with their lines."""
 
+import os
 from dataclasses import dataclass, field
 from typing import Annotated
-
-import os
 
 import toolcell
 

@@ -9,6 +9,8 @@ use serde_json::Value;
 use toolcell_runtime::{CallOutcome, CallRequest, Runtime, RuntimeBuilder, Workspace};
 use toolcell_types::{ToolError, ToolErrorKind, ToolOutput};
 
+pub mod languages;
+
 /// The guest test programs, `(name, component bytes)`.
 pub mod guest_programs {
     include!(concat!(env!("OUT_DIR"), "/guest_programs.rs"));

@@ -8,6 +8,7 @@ mod escapes;
 mod example_tool;
 mod governance;
 mod inspect;
+mod languages;
 mod limits;
 mod list_files;
 mod loading;
