@@ -132,6 +132,21 @@ impl ToolInfo {
         self
     }
 
+    /// The arguments' schema, derived from their type (`#[derive(Deserialize, JsonSchema)]`,
+    /// with `#[serde(deny_unknown_fields)]` for `additionalProperties: false`): the schema
+    /// agents see and the type the tool decodes cannot disagree. Doc comments become
+    /// descriptions; `Option` fields are optional.
+    #[must_use]
+    pub fn args<T: schemars::JsonSchema>(self) -> Self {
+        self.schema(schema_of::<T>())
+    }
+
+    /// The structured results' schema, derived from their type, as [`args`](Self::args).
+    #[must_use]
+    pub fn output_of<T: schemars::JsonSchema>(self) -> Self {
+        self.output(schema_of::<T>())
+    }
+
     /// The JSON Schema of the structured value of the tool's successful results (an object
     /// schema): MCP clients get it as the tool's `outputSchema`, and `toolcell conformance`
     /// checks every structured result against it.
@@ -169,6 +184,18 @@ impl ToolInfo {
     }
 }
 
+/// The JSON Schema (draft 2020-12) of `T`, without the `$schema` and `title` keys the host
+/// has no use for.
+fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$schema");
+        object.remove("title");
+    }
+    schema
+}
+
 /// A successful result: the text the agent reads and, optionally, a structured JSON value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Output {
@@ -187,10 +214,11 @@ impl Output {
         (self.text, self.structured)
     }
 
-    /// Attach the structured form of the result.
+    /// Attach the structured form of the result: a JSON value, or any serialisable value (of
+    /// the type whose schema [`ToolInfo::output_of`] declared).
     #[must_use]
-    pub fn with_structured(mut self, value: serde_json::Value) -> Self {
-        self.structured = Some(value);
+    pub fn with_structured(mut self, value: impl serde::Serialize) -> Self {
+        self.structured = Some(serde_json::to_value(value).unwrap_or(serde_json::Value::Null));
         self
     }
 }

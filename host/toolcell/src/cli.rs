@@ -80,6 +80,18 @@ pub enum Command {
         hash: bool,
     },
 
+    /// Write the SDK of a language and the contract (`wit/`) into a directory, to write a tool
+    /// in Python or JavaScript (guest-tools/README.md has the steps).
+    Sdk {
+        /// `python` or `javascript`.
+        #[arg(value_parser = ["python", "javascript"])]
+        language: String,
+
+        /// The directory to write into (created if missing).
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+    },
+
     /// Print a shell completion script (`toolcell completions bash > /etc/bash_completion.d/toolcell`).
     Completions {
         /// The shell.

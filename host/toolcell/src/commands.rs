@@ -46,6 +46,9 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
         std::io::stdout().lock().write_all(&script)?;
         return Ok(ExitCode::SUCCESS);
     }
+    if let Command::Sdk { language, out } = &cli.command {
+        return crate::sdk::write(language, out);
+    }
     if let Command::Audit(command) = &cli.command {
         return audit(&cli.runtime, command);
     }
@@ -84,6 +87,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => report(&runtime, &args),
         Command::Policy(PolicyCommand::Check { .. } | PolicyCommand::Show)
         | Command::Completions { .. }
+        | Command::Sdk { .. }
         | Command::Audit(_)
         | Command::Mcp(_)
         | Command::Serve(_)

@@ -4,6 +4,7 @@ mod cli;
 mod commands;
 mod demo;
 mod report;
+mod sdk;
 
 fn main() -> std::process::ExitCode {
     let cli = <cli::Cli as clap::Parser>::parse();

@@ -1038,3 +1038,37 @@ fn a_conforming_plugin_is_added_without_force_and_removed_by_name() {
     let escape = dir(&["tools", "remove", "../plugins/word_count"]);
     assert_eq!(escape.status, 2);
 }
+
+#[test]
+fn sdk_writes_a_languages_sdk_and_the_contract() {
+    let (_, cache) = setup();
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (language, files) in [("python", &["toolcell.py"][..]), ("javascript", &["toolcell.js", "build.mjs"][..])] {
+        let out = tempfile::tempdir().expect("output directory");
+        let run = toolcell(&cache, &["sdk", language, "--out", out.path().to_str().expect("UTF-8 path")]);
+        assert_eq!(run.status, 0, "{}", run.stderr);
+        assert!(run.stdout.contains("next: "), "{}", run.stdout);
+        for file in files {
+            let source = if language == "python" { "guest-tools/sdk-python" } else { "guest-tools/sdk-js" };
+            assert_eq!(
+                std::fs::read(out.path().join(file)).expect("written"),
+                std::fs::read(repository.join(source).join(file)).expect("the SDK's source")
+            );
+        }
+        // The whole contract, as wit/ holds it: nothing missing, nothing changed.
+        let mut pending = vec![repository.join("wit")];
+        while let Some(directory) = pending.pop() {
+            for entry in std::fs::read_dir(&directory).expect("read wit/").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                    continue;
+                }
+                let relative = path.strip_prefix(&repository).expect("inside the repository");
+                assert_eq!(std::fs::read(out.path().join(relative)).ok(), std::fs::read(&path).ok(), "{}", relative.display());
+            }
+        }
+    }
+    let run = toolcell(&cache, &["sdk", "cobol"]);
+    assert_eq!(run.status, 2, "{}", run.stderr);
+}
