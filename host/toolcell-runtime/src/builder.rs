@@ -549,7 +549,7 @@ fn describe_tool(engine: &Engine, pre: &bindings::PluginPre<CallState>, origin: 
         table: ResourceTable::new(),
         context: CallContext::default(),
         guard: FsGuard::new(None, "", None, None),
-        limiter: limits::MemoryLimiter { max_bytes: engine::MAX_MEMORY_BYTES, refused: false },
+        limiter: limits::MemoryLimiter::new(engine::MAX_MEMORY_BYTES),
         deadline: Instant::now() + DESCRIBE_DEADLINE,
     };
     let mut store = Store::new(engine, state);

@@ -272,7 +272,7 @@ impl Runtime {
             table: ResourceTable::new(),
             context,
             guard,
-            limiter: limits::MemoryLimiter { max_bytes: limits.memory_bytes, refused: false },
+            limiter: limits::MemoryLimiter::new(limits.memory_bytes),
             deadline: Instant::now() + limits.deadline,
         };
         let mut store = Store::new(&self.engine, state);
@@ -293,6 +293,7 @@ impl Runtime {
         let plugin = pre.instantiate(&mut store).map_err(host_error)?;
         let returned = plugin.toolcell_tool_tool().call_call(&mut store, args);
         let memory_refused = store.data().limiter.refused;
+        outcome.memory_bytes = store.data().limiter.granted_bytes as u64;
         // Waits in the host end at the deadline (plus a tick) and return to the component; one
         // that then returns before the next epoch check still ran past its deadline.
         let overran = Instant::now() >= store.data().deadline + EPOCH_TICK;

@@ -81,14 +81,24 @@ impl Drop for EpochTicker {
 pub(crate) struct MemoryLimiter {
     pub(crate) max_bytes: usize,
     pub(crate) refused: bool,
+    /// The linear memory of all the instance's memories, as granted so far (instantiation
+    /// asks for each memory's initial size too).
+    pub(crate) granted_bytes: usize,
+}
+
+impl MemoryLimiter {
+    pub(crate) fn new(max_bytes: usize) -> Self {
+        MemoryLimiter { max_bytes, refused: false, granted_bytes: 0 }
+    }
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.max_bytes {
             self.refused = true;
             return Ok(false);
         }
+        self.granted_bytes += desired.saturating_sub(current);
         Ok(true)
     }
 

@@ -76,6 +76,9 @@ pub struct CallOutcome {
     /// The filesystem calls the component made (reads of 64 KiB, opens, stats...), as its
     /// budget counts them: what a call cost the host.
     pub host_calls: u64,
+    /// The linear memory the component's instance held at the end (all its memories): what
+    /// one call of it costs in memory.
+    pub memory_bytes: u64,
     /// The filesystem accesses the guard refused, with their messages. If there are any,
     /// `result` is a `denied` (or `conflict`) error carrying them, whatever the component
     /// returned.
@@ -104,6 +107,7 @@ impl CallOutcome {
             events: Vec::new(),
             unrecorded_events: 0,
             host_calls: 0,
+            memory_bytes: 0,
             denials: Vec::new(),
             warnings: Vec::new(),
             rolled_back: 0,
