@@ -159,3 +159,9 @@ pub fn hostile_python() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
     BYTES.get_or_init(|| python_tool(&repository().join("tests/guest-programs-py/hostile")))
 }
+
+/// The hostile JavaScript tool (`tests/guest-programs-js/hostile`).
+pub fn hostile_javascript() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| javascript_tool(&repository().join("tests/guest-programs-js/hostile")))
+}

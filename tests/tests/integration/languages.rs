@@ -215,3 +215,44 @@ fn a_stubbed_import_refuses_every_call_and_the_refusal_is_audited() {
     let trail = std::fs::read_to_string(state.path().join("audit.jsonl")).expect("the audit trail");
     assert!(trail.lines().any(|line| line.contains("stub-import") && line.contains("wasi:sockets/")), "{trail}");
 }
+
+#[test]
+fn a_hostile_javascript_tool_is_contained_and_its_exceptions_are_reported_in_its_terms() {
+    let state = tempfile::tempdir().expect("state");
+    let policy = POLICY
+        .replace(r#"tools = ["todo_finder", "word_freq", "py_hostile", "read_file"]"#, r#"tools = ["js_hostile"]"#)
+        .split("\n[limits.tools.py_hostile]")
+        .next()
+        .expect("the policy's roles")
+        .to_owned();
+    let runtime = RuntimeBuilder::new()
+        .cache_dir(shared_cache_dir())
+        .component("plugin:js_hostile.wasm", toolcell_tests::languages::hostile_javascript().to_vec())
+        .policy("languages.toml", policy)
+        .audit_dir(state.path())
+        .build()
+        .unwrap_or_else(|error| panic!("the hostile JavaScript tool does not load: {error}"));
+    let fixture = project();
+    let hostile = |op: &str, path: &str| fixture.call_on(&runtime, "impl", "js_hostile", &json!({"op": op, "path": path}), None);
+    for path in ["../outside/secret.txt", "/etc/passwd", "secrets/key.txt"] {
+        let outcome = hostile("read", path);
+        let error = outcome.result.as_ref().expect_err("refused");
+        assert!(matches!(error.kind, ToolErrorKind::Denied | ToolErrorKind::NotFound), "{path}: {error:?}");
+        assert!(
+            !error.message.contains(CANARY) && !error.message.contains("hunter2") && !error.message.contains("root:"),
+            "{}",
+            error.message
+        );
+    }
+    let outcome = hostile("write", "docs/guide.md");
+    assert_eq!(outcome.result.as_ref().expect_err("refused").kind, ToolErrorKind::Denied);
+    assert_eq!(fixture.read_text("docs/guide.md"), "# Guide\n");
+    let outcome = hostile("throw", "");
+    let error = outcome.result.as_ref().expect_err("thrown");
+    assert_eq!(error.kind, ToolErrorKind::Failed);
+    assert!(error.message.starts_with("the tool threw TypeError:"), "{}", error.message);
+    assert!(error.message.contains("tool.js"), "the frame is named: {}", error.message);
+    let trail = std::fs::read_to_string(state.path().join("audit.jsonl")).expect("the audit trail");
+    assert!(trail.lines().any(|line| line.contains("docs-read-only") && line.contains("docs/guide.md")), "{trail}");
+    fixture.assert_outside_untouched();
+}
