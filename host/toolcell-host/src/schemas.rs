@@ -56,32 +56,19 @@ pub fn render<'a>(format: Format, tools: impl IntoIterator<Item = &'a ToolInfo>)
                 })
                 .collect(),
         ),
-        Format::OpenAi => Value::Array(
+        Format::OpenAi | Format::OpenAiStrict => Value::Array(
             tools
                 .map(|tool| {
-                    json!({
-                        "type": "function",
-                        "function": {
-                            "name": tool.name.as_str(),
-                            "description": tool.description,
-                            "parameters": tool.input_schema,
-                        }
-                    })
-                })
-                .collect(),
-        ),
-        Format::OpenAiStrict => Value::Array(
-            tools
-                .map(|tool| {
-                    json!({
-                        "type": "function",
-                        "function": {
-                            "name": tool.name.as_str(),
-                            "description": tool.description,
-                            "parameters": openai_strict(&tool.input_schema),
-                            "strict": true,
-                        }
-                    })
+                    let mut function = json!({
+                        "name": tool.name.as_str(),
+                        "description": tool.description,
+                        "parameters": tool.input_schema,
+                    });
+                    if format == Format::OpenAiStrict {
+                        function["parameters"] = openai_strict(&tool.input_schema);
+                        function["strict"] = json!(true);
+                    }
+                    json!({ "type": "function", "function": function })
                 })
                 .collect(),
         ),

@@ -100,11 +100,7 @@ impl Policy {
     /// version, an unknown tool, access or effect, a bad or unmatchable glob, a duplicate rule id,
     /// or a role without tools.
     pub fn parse(file: &str, text: &str, known_tools: &[&str]) -> Result<Policy, PolicyError> {
-        let error = |span: Option<std::ops::Range<usize>>, reason: String| PolicyError {
-            file: file.to_owned(),
-            line: span.map(|span| line_of(text, span.start)),
-            reason,
-        };
+        let error = located(file, text);
         let raw: RawPolicy =
             toml::from_str(text).map_err(|parse_error| error(parse_error.span(), parse_error.message().trim().to_owned()))?;
         if *raw.version.get_ref() != 1 {
@@ -444,11 +440,7 @@ pub(crate) fn compile_limits(raw: &RawLimits, table: &str) -> Result<Limits, Spa
 /// [`PolicyError`] with the line, for TOML that does not parse or a malformed pattern; the
 /// rest of the policy is not checked here.
 pub fn stub_imports(file: &str, text: &str) -> Result<BTreeMap<String, Vec<String>>, PolicyError> {
-    let error = |span: Option<std::ops::Range<usize>>, reason: String| PolicyError {
-        file: file.to_owned(),
-        line: span.map(|span| line_of(text, span.start)),
-        reason,
-    };
+    let error = located(file, text);
     // Everything but `[plugins]` is ignored here.
     let raw: RawPluginsOnly =
         toml::from_str(text).map_err(|parse_error| error(parse_error.span(), parse_error.message().trim().to_owned()))?;
@@ -490,6 +482,11 @@ fn stub_patterns(tool: &str, raw_plugin: &RawPlugin) -> Result<Vec<String>, (std
         patterns.push(text.clone());
     }
     Ok(patterns)
+}
+
+/// Errors of the policy `text` (named `file`), at the line of a span.
+fn located<'a>(file: &'a str, text: &'a str) -> impl Fn(Option<std::ops::Range<usize>>, String) -> PolicyError + 'a {
+    move |span, reason| PolicyError { file: file.to_owned(), line: span.map(|span| line_of(text, span.start)), reason }
 }
 
 pub(crate) fn line_of(text: &str, offset: usize) -> usize {

@@ -314,6 +314,33 @@ fn plugin_pins_are_checked_for_shape_and_tool() {
 }
 
 #[test]
+fn stub_imports_are_read_before_the_tools_load_and_checked_with_the_policy() {
+    let text =
+        format!("version = 1\n[plugins.read_file]\nstub_imports = [\"wasi:sockets/*\", \"wasi:http/outgoing-handler\"]\n{MINIMAL_ROLE}");
+    let early = crate::stub_imports("p.toml", &text).expect("read early");
+    assert_eq!(
+        early.get("read_file").map(Vec::as_slice),
+        Some(&["wasi:sockets/*".to_owned(), "wasi:http/outgoing-handler".to_owned()][..])
+    );
+    let policy = Policy::parse("p.toml", &text, TOOLS).expect("parses");
+    assert_eq!(policy.stub_imports("read_file"), ["wasi:sockets/*", "wasi:http/outgoing-handler"]);
+    assert!(policy.stub_imports("write_file").is_empty());
+    assert_eq!(policy.pin("read_file"), None, "a plugin table without sha256 pins nothing");
+    for (pattern, reason) in [
+        ("wasi:sockets/tcp@0.2.9", "not an interface"),
+        ("sockets", "not an interface"),
+        ("wasi:sockets/", "not an interface"),
+        ("toolcell:tool/context", "cannot stub toolcell's own interfaces"),
+    ] {
+        let text = format!("version = 1\n[plugins.read_file]\nstub_imports = [\"{pattern}\"]\n{MINIMAL_ROLE}");
+        let early = crate::stub_imports("p.toml", &text).expect_err(pattern);
+        assert!(early.reason.contains(reason) && early.line == Some(3), "{pattern}: {early}");
+        let error = Policy::parse("p.toml", &text, TOOLS).expect_err(pattern);
+        assert!(error.reason.contains(reason) && error.line == Some(3), "{pattern}: {error}");
+    }
+}
+
+#[test]
 fn a_trailing_double_star_covers_the_directory_itself_however_repeated() {
     // Found by the `path_policy` fuzz target: `a*/**/**/**` did not cover `a`.
     for pattern in ["docs/**", "docs/**/**", "d*/**/**/**"] {

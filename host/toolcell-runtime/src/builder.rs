@@ -250,8 +250,12 @@ impl RuntimeBuilder {
             });
             tools.insert(info.name.to_string(), LoadedTool { info, schema, kind: ToolKind::Component(pre), origin: origin.clone() });
         }
-        for native in native::Native::ALL {
-            let (info, schema) = native.describe();
+        // The tools the host implements, and the providers' built-in tools it adapts.
+        let host_tools = native::Native::ALL
+            .into_iter()
+            .map(|native| (native.describe(), ToolKind::Native(native)))
+            .chain(adapters::Adapter::ALL.into_iter().map(|adapter| (adapter.describe(), ToolKind::Adapter(adapter))));
+        for ((info, schema), kind) in host_tools {
             if let Some(existing) = tools.get(info.name.as_str()) {
                 return Err(Error::DuplicateTool {
                     name: info.name.to_string(),
@@ -259,24 +263,7 @@ impl RuntimeBuilder {
                     second: existing.origin.clone(),
                 });
             }
-            tools.insert(
-                info.name.to_string(),
-                LoadedTool { info, schema, kind: ToolKind::Native(native), origin: "builtin:host".to_owned() },
-            );
-        }
-        for adapter in adapters::Adapter::ALL {
-            let (info, schema) = adapter.describe();
-            if let Some(existing) = tools.get(info.name.as_str()) {
-                return Err(Error::DuplicateTool {
-                    name: info.name.to_string(),
-                    first: "builtin:host".to_owned(),
-                    second: existing.origin.clone(),
-                });
-            }
-            tools.insert(
-                info.name.to_string(),
-                LoadedTool { info, schema, kind: ToolKind::Adapter(adapter), origin: "builtin:host".to_owned() },
-            );
+            tools.insert(info.name.to_string(), LoadedTool { info, schema, kind, origin: "builtin:host".to_owned() });
         }
         let names: Vec<&str> = tools.keys().map(String::as_str).collect();
         let policy = match policy_text {
