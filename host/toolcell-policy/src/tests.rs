@@ -317,7 +317,7 @@ fn plugin_pins_are_checked_for_shape_and_tool() {
 fn stub_imports_are_read_before_the_tools_load_and_checked_with_the_policy() {
     let text =
         format!("version = 1\n[plugins.read_file]\nstub_imports = [\"wasi:sockets/*\", \"wasi:http/outgoing-handler\"]\n{MINIMAL_ROLE}");
-    let early = crate::stub_imports("p.toml", &text).expect("read early");
+    let early = stub_imports("p.toml", &text).expect("read early");
     assert_eq!(
         early.get("read_file").map(Vec::as_slice),
         Some(&["wasi:sockets/*".to_owned(), "wasi:http/outgoing-handler".to_owned()][..])
@@ -333,7 +333,7 @@ fn stub_imports_are_read_before_the_tools_load_and_checked_with_the_policy() {
         ("toolcell:tool/context", "cannot stub toolcell's own interfaces"),
     ] {
         let text = format!("version = 1\n[plugins.read_file]\nstub_imports = [\"{pattern}\"]\n{MINIMAL_ROLE}");
-        let early = crate::stub_imports("p.toml", &text).expect_err(pattern);
+        let early = stub_imports("p.toml", &text).expect_err(pattern);
         assert!(early.reason.contains(reason) && early.line == Some(3), "{pattern}: {early}");
         let error = Policy::parse("p.toml", &text, TOOLS).expect_err(pattern);
         assert!(error.reason.contains(reason) && error.line == Some(3), "{pattern}: {error}");
