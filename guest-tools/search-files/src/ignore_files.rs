@@ -28,7 +28,13 @@ impl IgnoreFiles {
     /// walk from `root` adds the rest as it enters directories.
     pub(crate) fn above(root: &WorkspacePath) -> IgnoreFiles {
         let mut ignore_files = IgnoreFiles { by_directory: HashMap::new(), exclude: None };
-        ignore_files.exclude = read_rules(&WorkspacePath::root(), &[".git/info/exclude"]);
+        // Only where the role sees a `.git` directory: a policy that hides `.git` would
+        // otherwise refuse (and record) this read in every search.
+        let has_git = toolcell_sdk::scan::read_dir(".")
+            .is_ok_and(|children| children.iter().any(|(name, kind)| name == ".git" && *kind == EntryKind::Directory));
+        if has_git {
+            ignore_files.exclude = read_rules(&WorkspacePath::root(), &[".git/info/exclude"]);
+        }
         let mut directory = root.parent();
         while let Some(parent) = directory {
             ignore_files.load(&parent);

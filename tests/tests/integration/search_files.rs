@@ -229,3 +229,21 @@ fn gitignored_files_are_skipped_unless_asked() {
         "keep.log\nlogs/today.log\nlogs/today.txt\nrun.log\nsrc/gen/kept.rs\nsrc/gen/made.rs\nsrc/lib.rs\ntarget/debug/out.rs\nvendor/dep.rs"
     );
 }
+
+#[test]
+fn a_role_that_may_not_see_git_searches_without_refusals() {
+    // `.git/info/exclude` is read only where the role sees `.git`: a policy hiding it must not
+    // turn every search into a refused, audited read.
+    let policy = format!(
+        "{}\n[[roles.impl.rules]]\nid = \"no-git\"\naccess = [\"read\", \"list\"]\npaths = [\".git\", \".git/**\"]\neffect = \"deny\"\n",
+        toolcell_tests::TEST_POLICY
+    );
+    let runtime = toolcell_tests::runtime_with_policy(&policy, None);
+    let fixture = Fixture::new();
+    fixture.write(".git/info/exclude", "vendor\n");
+    fixture.write("src/a.txt", "needle\n");
+    let outcome = fixture.call_as(&runtime, "s-no-git", None, &[], "search_files", &json!({"query": "needle"}));
+    assert_eq!(outcome.result.expect("searched").text, "src/a.txt");
+    assert!(outcome.denials.is_empty(), "{:?}", outcome.denials);
+    assert!(outcome.warnings.is_empty(), "{:?}", outcome.warnings);
+}
