@@ -165,3 +165,10 @@ pub fn hostile_javascript() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
     BYTES.get_or_init(|| javascript_tool(&repository().join("tests/guest-programs-js/hostile")))
 }
+
+/// A Python tool written against the raw bindings, whose exception traps
+/// (`tests/guest-programs-py/raw`).
+pub fn raw_python() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| python_tool(&repository().join("tests/guest-programs-py/raw")))
+}

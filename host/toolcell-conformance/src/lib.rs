@@ -238,17 +238,21 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
             // The guest's own panic message, if it printed one, says where to look.
             let stderr = String::from_utf8_lossy(&outcome.stderr.bytes);
             let lines: Vec<&str> = stderr.lines().collect();
-            let said = match lines.iter().position(|line| line.contains("panicked at ")) {
-                Some(index) => {
-                    let at = lines[index].split_once("panicked at ").map_or("", |(_, at)| at).trim_end_matches(':');
-                    let what = lines.get(index + 1).map(|line| shorten(line.trim())).unwrap_or_default();
-                    format!("; it panicked at {at}: {what}")
-                }
-                None => lines
-                    .iter()
-                    .rfind(|line| !line.trim().is_empty())
-                    .map(|line| format!("; it said: {}", shorten(line.trim())))
-                    .unwrap_or_default(),
+            let said = match python_exception(&lines) {
+                // An exception of an interpreted tool, in its own terms.
+                Some(raised) => format!("; it raised {raised}"),
+                None => match lines.iter().position(|line| line.contains("panicked at ")) {
+                    Some(index) => {
+                        let at = lines[index].split_once("panicked at ").map_or("", |(_, at)| at).trim_end_matches(':');
+                        let what = lines.get(index + 1).map(|line| shorten(line.trim())).unwrap_or_default();
+                        format!("; it panicked at {at}: {what}")
+                    }
+                    None => lines
+                        .iter()
+                        .rfind(|line| !line.trim().is_empty())
+                        .map(|line| format!("; it said: {}", shorten(line.trim())))
+                        .unwrap_or_default(),
+                },
             };
             traps.push(format!("trapped with {shown}: {}{said}", first_line(&message)));
         }
@@ -646,6 +650,18 @@ fn summary(result: &Result<ToolOutput, toolcell_types::ToolError>) -> String {
         Ok(output) => format!("success: {}", shorten(&output.text)),
         Err(error) => format!("`{}`: {}", error.kind, first_line(&error.message)),
     }
+}
+
+/// A Python traceback's exception and innermost frame, from what a component printed:
+/// `ZeroDivisionError: division by zero (app.py, line 18, in helper)`.
+fn python_exception(lines: &[&str]) -> Option<String> {
+    let start = lines.iter().rposition(|line| line.starts_with("Traceback (most recent call last):"))?;
+    let frames: Vec<&str> = lines[start + 1..].iter().take_while(|line| line.starts_with(' ')).copied().collect();
+    let exception = lines.get(start + 1 + frames.len())?.trim();
+    let frame = frames.iter().rev().find_map(|line| line.trim().strip_prefix("File \""))?;
+    let (file, rest) = frame.split_once('"')?;
+    let name = file.rsplit('/').next().unwrap_or(file);
+    Some(shorten(&format!("{exception} ({name}{rest})")))
 }
 
 fn first_line(text: &str) -> String {

@@ -256,3 +256,16 @@ fn a_hostile_javascript_tool_is_contained_and_its_exceptions_are_reported_in_its
     assert!(trail.lines().any(|line| line.contains("docs-read-only") && line.contains("docs/guide.md")), "{trail}");
     fixture.assert_outside_untouched();
 }
+
+#[test]
+fn a_python_trap_is_reported_with_the_exception_and_the_line() {
+    let report = toolcell_conformance::check(
+        "tests/guest-programs-py/raw",
+        toolcell_tests::languages::raw_python(),
+        &toolcell_conformance::Options { cache_dir: Some(shared_cache_dir()), stub_imports: vec!["wasi:sockets/*".to_owned()] },
+    );
+    let traps = report.checks.iter().find(|check| check.name == "never traps on schema-generated arguments").expect("the check ran");
+    assert!(!traps.passed);
+    assert!(traps.detail.contains("ZeroDivisionError: division by zero"), "{}", traps.detail);
+    assert!(traps.detail.contains("it raised ZeroDivisionError: division by zero (app.py, line 18, in helper)"), "{}", traps.detail);
+}
