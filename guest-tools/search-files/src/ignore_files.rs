@@ -49,6 +49,10 @@ impl IgnoreFiles {
         if children.iter().any(|(name, kind)| *kind == EntryKind::File && IGNORE_FILES.contains(&name.as_str())) {
             self.load(directory);
         }
+        // No rules met yet (most trees outside a repository): nothing to match.
+        if self.by_directory.is_empty() && self.exclude.is_none() {
+            return;
+        }
         children.retain(|(name, kind)| !self.is_ignored(&directory.join(name), *kind == EntryKind::Directory));
     }
 
