@@ -5,7 +5,8 @@
 //!   inputSchema, annotations: {title, readOnlyHint, destructiveHint, idempotentHint,
 //!   openWorldHint}}]}`. The MCP server serves exactly this.
 //! - [`Format::Anthropic`]: the Messages API `tools` array: `[{name, description,
-//!   input_schema}]`.
+//!   input_schema}]`, and Anthropic's own text editor tool, when the role may call it, as
+//!   `{type: "text_editor_20250728", name: "str_replace_based_edit_tool"}`.
 //! - [`Format::OpenAi`]: the Chat Completions `tools` array: `[{type: "function", function:
 //!   {name, description, parameters}}]`. Not `strict`: optional arguments stay optional.
 //! - [`Format::OpenAiStrict`]: the same with `strict: true` and each schema rewritten by
@@ -48,6 +49,11 @@ pub fn render<'a>(format: Format, tools: impl IntoIterator<Item = &'a ToolInfo>)
         Format::Anthropic => Value::Array(
             tools
                 .map(|tool| {
+                    // The text editor is Anthropic's own tool: declared by its type, the model
+                    // knows its schema.
+                    if tool.name.as_str() == toolcell_runtime::TEXT_EDITOR {
+                        return json!({ "type": ANTHROPIC_TEXT_EDITOR_TYPE, "name": toolcell_runtime::TEXT_EDITOR });
+                    }
                     json!({
                         "name": tool.name.as_str(),
                         "description": tool.description,
@@ -74,6 +80,11 @@ pub fn render<'a>(format: Format, tools: impl IntoIterator<Item = &'a ToolInfo>)
         ),
     }
 }
+
+/// The version of Anthropic's text editor tool type that `str_replace_based_edit_tool` answers
+/// (Claude 4 models; its commands are `view`, `create`, `str_replace` and `insert`, and the
+/// adapter also answers the older versions' `undo_edit`).
+pub const ANTHROPIC_TEXT_EDITOR_TYPE: &str = "text_editor_20250728";
 
 /// The keywords OpenAI's strict mode accepts (its Structured Outputs guide); every other one is
 /// left out of [`openai_strict`]'s result, its constraint said in the description instead.

@@ -250,3 +250,15 @@ fn openai_strict_schemas_keep_strict_modes_rules() {
     assert_eq!(properties["include"]["anyOf"].as_array().map(Vec::len), Some(3));
     assert!(properties["query"]["description"].as_str().expect("description").contains("minLength: 1"), "{}", properties["query"]);
 }
+
+#[test]
+fn anthropic_declares_its_own_text_editor_by_type() {
+    let policy = "version = 1\n[roles.editor]\ntools = [\"str_replace_based_edit_tool\", \"read_file\"]\n";
+    let runtime = builtin_runtime().policy("editor.toml", policy).build().expect("runtime builds");
+    let tools = render(Format::Anthropic, tools_for_role(&runtime, "editor"));
+    let tools = tools.as_array().expect("tools");
+    assert_eq!(tools.len(), 2);
+    let editor = tools.iter().find(|tool| tool["name"] == "str_replace_based_edit_tool").expect("the text editor");
+    assert_eq!(editor, &serde_json::json!({"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}));
+    assert!(tools.iter().any(|tool| tool["name"] == "read_file" && tool["input_schema"].is_object()));
+}
