@@ -1,0 +1,184 @@
+//! toolcell's content index: which files may match a regular expression, from trigram posting
+//! lists, so that a search reads those files instead of every file.
+//!
+//! A pure crate: it indexes bytes it is given and answers with file ids; where the index lives,
+//! how it is kept fresh and who may see which file are the host's business. Its one promise:
+//! **a file that matches is always a candidate** ([`Index::candidates`] may answer more files,
+//! never fewer), for case-sensitive and case-insensitive, line and multiline searches alike,
+//! because trigrams are indexed case-folded (ASCII) and a query asks only for substrings every
+//! match must contain. The component still matches every candidate itself.
+//!
+//! ```
+//! use toolcell_index::{IndexBuilder, plan};
+//!
+//! let mut builder = IndexBuilder::new();
+//! builder.add("src/main.rs", b"fn main() { println!(\"hello\"); }");
+//! builder.add("src/lib.rs", b"pub fn add(a: u32) -> u32 { a }");
+//! let index = builder.build();
+//! let query = plan(r"println!\(.*hello", false).expect("a valid pattern");
+//! let candidates = index.candidates(&query);
+//! let paths: Vec<&str> = candidates.iter().map(|id| index.path(*id)).collect();
+//! assert_eq!(paths, ["src/main.rs"]);
+//! ```
+
+mod plan;
+
+pub use plan::{Query, plan};
+
+use std::collections::HashMap;
+
+/// A trigram: three bytes, ASCII-lowercased, packed big-endian into the low 24 bits.
+pub type Trigram = u32;
+
+/// The trigram of `bytes[0..3]`, folded.
+fn trigram(bytes: &[u8]) -> Trigram {
+    let fold = |byte: u8| u32::from(byte.to_ascii_lowercase());
+    (fold(bytes[0]) << 16) | (fold(bytes[1]) << 8) | fold(bytes[2])
+}
+
+/// Every distinct trigram of `bytes`, sorted.
+pub fn trigrams_of(bytes: &[u8]) -> Vec<Trigram> {
+    let mut trigrams: Vec<Trigram> = bytes.windows(3).map(trigram).collect();
+    trigrams.sort_unstable();
+    trigrams.dedup();
+    trigrams
+}
+
+/// Gathers files into an [`Index`].
+#[derive(Debug, Default)]
+pub struct IndexBuilder {
+    paths: Vec<String>,
+    postings: HashMap<Trigram, Vec<u32>>,
+}
+
+impl IndexBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Index `content` as the file `path`; returns its id (ids count from 0 in the order added).
+    pub fn add(&mut self, path: &str, content: &[u8]) -> u32 {
+        let id = u32::try_from(self.paths.len()).unwrap_or(u32::MAX);
+        self.paths.push(path.to_owned());
+        for trigram in trigrams_of(content) {
+            self.postings.entry(trigram).or_default().push(id);
+        }
+        id
+    }
+
+    /// The finished index: trigrams sorted, each with its files' ids in order.
+    pub fn build(self) -> Index {
+        let mut trigrams: Vec<(Trigram, Vec<u32>)> = self.postings.into_iter().collect();
+        trigrams.sort_unstable_by_key(|(trigram, _)| *trigram);
+        let mut keys = Vec::with_capacity(trigrams.len());
+        let mut starts = Vec::with_capacity(trigrams.len() + 1);
+        let mut postings = Vec::new();
+        for (trigram, ids) in trigrams {
+            keys.push(trigram);
+            starts.push(u32::try_from(postings.len()).unwrap_or(u32::MAX));
+            postings.extend(ids);
+        }
+        starts.push(u32::try_from(postings.len()).unwrap_or(u32::MAX));
+        Index { paths: self.paths, keys, starts, postings }
+    }
+}
+
+/// Trigram posting lists over a set of files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Index {
+    paths: Vec<String>,
+    /// The trigrams present, sorted.
+    keys: Vec<Trigram>,
+    /// `postings[starts[k]..starts[k + 1]]`: the ids of the files holding `keys[k]`, sorted.
+    starts: Vec<u32>,
+    postings: Vec<u32>,
+}
+
+impl Index {
+    /// How many files the index holds.
+    pub fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Whether it holds no file.
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    /// The path of file `id`.
+    ///
+    /// # Panics
+    ///
+    /// If `id` is not one of this index's ids.
+    pub fn path(&self, id: u32) -> &str {
+        &self.paths[id as usize]
+    }
+
+    /// The ids of the files holding `trigram`, sorted.
+    fn posting(&self, trigram: Trigram) -> &[u32] {
+        match self.keys.binary_search(&trigram) {
+            Ok(at) => &self.postings[self.starts[at] as usize..self.starts[at + 1] as usize],
+            Err(_) => &[],
+        }
+    }
+
+    /// The ids (sorted) of the files that may match `query`: every file that matches is among
+    /// them.
+    pub fn candidates(&self, query: &Query) -> Vec<u32> {
+        match query {
+            Query::All => (0..u32::try_from(self.paths.len()).unwrap_or(u32::MAX)).collect(),
+            Query::Trigram(trigram) => self.posting(*trigram).to_vec(),
+            Query::And(parts) => {
+                // The rarest first: the intersection only shrinks.
+                let mut parts: Vec<&Query> = parts.iter().collect();
+                parts.sort_by_key(|part| match part {
+                    Query::Trigram(trigram) => self.posting(*trigram).len(),
+                    Query::All => usize::MAX,
+                    _ => self.paths.len(),
+                });
+                let mut result: Option<Vec<u32>> = None;
+                for part in parts {
+                    if matches!(part, Query::All) {
+                        continue;
+                    }
+                    let ids = self.candidates(part);
+                    result = Some(match result {
+                        None => ids,
+                        Some(so_far) => intersect(&so_far, &ids),
+                    });
+                    if result.as_ref().is_some_and(Vec::is_empty) {
+                        break;
+                    }
+                }
+                result.unwrap_or_else(|| self.candidates(&Query::All))
+            }
+            Query::Or(parts) => {
+                let mut ids: Vec<u32> = parts.iter().flat_map(|part| self.candidates(part)).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                ids
+            }
+        }
+    }
+}
+
+fn intersect(left: &[u32], right: &[u32]) -> Vec<u32> {
+    let (mut i, mut j) = (0, 0);
+    let mut both = Vec::with_capacity(left.len().min(right.len()));
+    while i < left.len() && j < right.len() {
+        match left[i].cmp(&right[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                both.push(left[i]);
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    both
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,114 @@
+use super::*;
+
+fn index_of(files: &[(&str, &str)]) -> Index {
+    let mut builder = IndexBuilder::new();
+    for (path, content) in files {
+        builder.add(path, content.as_bytes());
+    }
+    builder.build()
+}
+
+fn candidates(index: &Index, pattern: &str, case_insensitive: bool) -> Vec<String> {
+    let query = plan(pattern, case_insensitive).expect("a valid pattern");
+    index.candidates(&query).into_iter().map(|id| index.path(id).to_owned()).collect()
+}
+
+#[test]
+fn queries_ask_for_what_every_match_contains() {
+    let table: [(&str, bool, Query); 8] = [
+        ("abc", false, Query::Trigram(trigram(b"abc"))),
+        ("ab", false, Query::All),
+        (".*", false, Query::All),
+        ("ABC", true, Query::Trigram(trigram(b"abc"))),
+        ("abcd", false, Query::And(vec![Query::Trigram(trigram(b"abc")), Query::Trigram(trigram(b"bcd"))])),
+        ("abc|xyz", false, Query::Or(vec![Query::Trigram(trigram(b"abc")), Query::Trigram(trigram(b"xyz"))])),
+        ("abc|x", false, Query::All),
+        (r"\w+abc", false, Query::Trigram(trigram(b"abc"))),
+    ];
+    for (pattern, case_insensitive, expected) in table {
+        assert_eq!(plan(pattern, case_insensitive), Ok(expected), "{pattern}");
+    }
+    // An optional part multiplies out: colou?r is `color` or `colour`, each all its trigrams.
+    let all_of = |word: &[u8]| Query::And(trigrams_of(word).into_iter().map(Query::Trigram).collect());
+    assert_eq!(plan("colou?r", false), Ok(Query::Or(vec![all_of(b"color"), all_of(b"colour")])));
+    assert!(plan("(", false).is_err());
+}
+
+#[test]
+fn candidates_are_the_files_holding_the_substrings() {
+    let index = index_of(&[("a.rs", "fn main() { hello(); }"), ("b.rs", "fn other() {}"), ("c.md", "HELLO world")]);
+    assert_eq!(candidates(&index, "hello", false), ["a.rs", "c.md"], "trigrams are case-folded: a superset");
+    assert_eq!(candidates(&index, "fn (main|other)", false), ["a.rs", "b.rs"]);
+    assert_eq!(candidates(&index, "world|other", false), ["b.rs", "c.md"]);
+    assert_eq!(candidates(&index, "zebra", false), Vec::<String>::new());
+    assert_eq!(candidates(&index, "x?", false), ["a.rs", "b.rs", "c.md"]);
+}
+
+/// A small deterministic random source (xorshift).
+struct Random(u64);
+
+impl Random {
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % bound as u64) as usize
+    }
+
+    fn pick<'a>(&mut self, choices: &[&'a str]) -> &'a str {
+        choices[self.below(choices.len())]
+    }
+}
+
+/// A random regular expression over a small alphabet.
+fn pattern(random: &mut Random, depth: usize) -> String {
+    let atoms = ["a", "b", "c", "ab", "abc", "bca", "A", "Bc", "x", "é", "É", ".", r"\n", "[ab]", "[a-c]", r"\w", " ", r"\s"];
+    if depth == 0 {
+        return random.pick(&atoms).to_owned();
+    }
+    match random.below(6) {
+        0 => format!("{}{}", pattern(random, depth - 1), pattern(random, depth - 1)),
+        1 => format!("(?:{}|{})", pattern(random, depth - 1), pattern(random, depth - 1)),
+        2 => format!("(?:{}){}", pattern(random, depth - 1), random.pick(&["?", "*", "+", "{2}", "{1,3}"])),
+        3 => format!("{}{}{}", pattern(random, depth - 1), random.pick(&atoms), pattern(random, depth - 1)),
+        _ => random.pick(&atoms).to_owned(),
+    }
+}
+
+#[test]
+fn a_file_that_matches_is_always_a_candidate() {
+    let mut random = Random(0x9E37_79B9_7F4A_7C15);
+    let alphabet = ["a", "b", "c", "A", "B", "C", "x", " ", "\n", "é", "É", "\r\n"];
+    for round in 0..300 {
+        let files: Vec<String> = (0..12).map(|_| (0..random.below(40)).map(|_| random.pick(&alphabet)).collect::<String>()).collect();
+        let mut builder = IndexBuilder::new();
+        for (number, content) in files.iter().enumerate() {
+            builder.add(&number.to_string(), content.as_bytes());
+        }
+        let index = builder.build();
+        for _ in 0..20 {
+            let depth = random.below(4);
+            let text = pattern(&mut random, depth);
+            for case_insensitive in [false, true] {
+                for multiline in [false, true] {
+                    let regex = regex::bytes::RegexBuilder::new(&text)
+                        .case_insensitive(case_insensitive)
+                        .multi_line(multiline)
+                        .dot_matches_new_line(multiline)
+                        .build()
+                        .expect("a valid pattern");
+                    let query = plan(&text, case_insensitive).expect("a valid pattern");
+                    let found = index.candidates(&query);
+                    for (number, content) in files.iter().enumerate() {
+                        if regex.is_match(content.as_bytes()) {
+                            assert!(
+                                found.contains(&(number as u32)),
+                                "round {round}: {text:?} (case-insensitive {case_insensitive}) matches {content:?} but the query {query:?} left it out"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
