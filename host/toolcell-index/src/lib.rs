@@ -21,8 +21,10 @@
 //! assert_eq!(paths, ["src/main.rs"]);
 //! ```
 
+mod encode;
 mod plan;
 
+pub use encode::DecodeError;
 pub use plan::{Query, plan};
 
 use std::collections::HashMap;
@@ -44,10 +46,24 @@ pub fn trigrams_of(bytes: &[u8]) -> Vec<Trigram> {
     trigrams
 }
 
+/// What identifies the version of a file that was indexed: its size, modification time
+/// (nanoseconds since the epoch) and inode. A file whose stamp differs was changed since.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Stamp {
+    /// The size in bytes.
+    pub size: u64,
+    /// The modification time, nanoseconds since the Unix epoch.
+    pub modified_ns: u64,
+    /// The inode number.
+    pub inode: u64,
+}
+
 /// Gathers files into an [`Index`].
 #[derive(Debug, Default)]
 pub struct IndexBuilder {
     paths: Vec<String>,
+    stamps: Vec<Stamp>,
+    text_bytes: u64,
     postings: HashMap<Trigram, Vec<u32>>,
 }
 
@@ -59,8 +75,15 @@ impl IndexBuilder {
 
     /// Index `content` as the file `path`; returns its id (ids count from 0 in the order added).
     pub fn add(&mut self, path: &str, content: &[u8]) -> u32 {
+        self.add_stamped(path, content, Stamp::default())
+    }
+
+    /// [`add`](Self::add), recording the version of the file that was read.
+    pub fn add_stamped(&mut self, path: &str, content: &[u8], stamp: Stamp) -> u32 {
         let id = u32::try_from(self.paths.len()).unwrap_or(u32::MAX);
         self.paths.push(path.to_owned());
+        self.stamps.push(stamp);
+        self.text_bytes += content.len() as u64;
         for trigram in trigrams_of(content) {
             self.postings.entry(trigram).or_default().push(id);
         }
@@ -80,7 +103,7 @@ impl IndexBuilder {
             postings.extend(ids);
         }
         starts.push(u32::try_from(postings.len()).unwrap_or(u32::MAX));
-        Index { paths: self.paths, keys, starts, postings }
+        Index { paths: self.paths, stamps: self.stamps, text_bytes: self.text_bytes, keys, starts, postings }
     }
 }
 
@@ -88,6 +111,9 @@ impl IndexBuilder {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Index {
     paths: Vec<String>,
+    stamps: Vec<Stamp>,
+    /// The bytes of text indexed.
+    text_bytes: u64,
     /// The trigrams present, sorted.
     keys: Vec<Trigram>,
     /// `postings[starts[k]..starts[k + 1]]`: the ids of the files holding `keys[k]`, sorted.
@@ -104,6 +130,21 @@ impl Index {
     /// Whether it holds no file.
     pub fn is_empty(&self) -> bool {
         self.paths.is_empty()
+    }
+
+    /// How many distinct trigrams it holds.
+    pub fn trigrams(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// The bytes of text it indexed.
+    pub fn text_bytes(&self) -> u64 {
+        self.text_bytes
+    }
+
+    /// Every file's path and stamp, by id.
+    pub fn files(&self) -> impl Iterator<Item = (&str, Stamp)> {
+        self.paths.iter().map(String::as_str).zip(self.stamps.iter().copied())
     }
 
     /// The path of file `id`.

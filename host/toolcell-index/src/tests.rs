@@ -112,3 +112,38 @@ fn a_file_that_matches_is_always_a_candidate() {
         }
     }
 }
+
+#[test]
+fn an_index_survives_its_bytes_and_damage_is_refused() {
+    let mut builder = IndexBuilder::new();
+    for number in 0..50 {
+        let content = format!("file {number}: fn item_{number}() {{ shared_text(); }}\n");
+        builder.add_stamped(
+            &format!("src/m{number}.rs"),
+            content.as_bytes(),
+            Stamp { size: content.len() as u64, modified_ns: number, inode: 1000 + number },
+        );
+    }
+    let index = builder.build();
+    let bytes = index.to_bytes();
+    assert_eq!(Index::from_bytes(&bytes), Ok(index.clone()));
+    // Cut anywhere, or any byte changed: refused, never half-read.
+    for cut in 0..bytes.len() {
+        assert!(Index::from_bytes(&bytes[..cut]).is_err(), "cut at {cut}");
+    }
+    for at in (0..bytes.len()).step_by(7) {
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 0x41;
+        assert!(Index::from_bytes(&damaged).is_err(), "byte {at} changed");
+    }
+    // Content that is inconsistent, with a checksum made to match: still refused.
+    use sha2::Digest as _;
+    let forge = |body: &[u8]| [body, sha2::Sha256::digest(body).as_slice()].concat();
+    let body = &bytes[..bytes.len() - 32];
+    let mut extra = body.to_vec();
+    extra.push(0);
+    assert!(matches!(Index::from_bytes(&forge(&extra)), Err(DecodeError::Inconsistent(_))));
+    let huge_count = [&body[..16], &[0xFF, 0xFF, 0xFF, 0xFF, 0x0F][..]].concat();
+    assert!(matches!(Index::from_bytes(&forge(&huge_count)), Err(DecodeError::Inconsistent(_))));
+    assert_eq!(Index::from_bytes(b"not an index at all, not at all, not at all"), Err(DecodeError::Format));
+}
