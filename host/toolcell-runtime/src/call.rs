@@ -535,7 +535,7 @@ impl Runtime {
     ///
     /// [`Error::Insecure`] if the workspace lies inside a host-owned directory: every write a
     /// tool made would then be a write to the host's own state.
-    fn host_paths_inside(&self, workspace: &Workspace) -> Result<Vec<(String, bool)>, Error> {
+    pub(crate) fn host_paths_inside(&self, workspace: &Workspace) -> Result<Vec<(String, bool)>, Error> {
         let mut inside = Vec::new();
         for owned in &self.host_owned {
             if owned.is_directory && workspace.root().starts_with(&owned.path) {

@@ -67,6 +67,7 @@ mod guard;
 // Host state: the audit trail, the journal, locks, read versions, undo records, and where they
 // live.
 mod audit;
+mod content_index;
 mod journal;
 mod locks;
 mod memo;
@@ -85,6 +86,7 @@ pub use adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
 pub use audit::{AUDIT_FILE, AUDIT_HEAD_FILE, AuditLog};
 pub use builder::RuntimeBuilder;
 pub use call::STDIO_CAPACITY;
+pub use content_index::{IndexReport, IndexStatus};
 pub use engine::{CacheOutcome, LoadProgress};
 pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};

@@ -135,6 +135,23 @@ fn main() {
             format!("{:.2}x", search.as_secs_f64() / rg_search.as_secs_f64()),
         );
     }
+    // The content index of the same tree (not yet used by searches): build time against one
+    // scan, and its size against the text it indexes.
+    let mut report = None;
+    let build_index = time(1, || report = Some(host.runtime().build_index(host.workspace()).expect("the index builds")));
+    let report = report.expect("built");
+    row(
+        &format!("content index of {} files: build vs one search scan", report.files),
+        format!("{:.0} ms", build_index.as_secs_f64() * 1e3),
+        format!("{:.0} ms", search.as_secs_f64() * 1e3),
+        format!("{:.2}x", build_index.as_secs_f64() / search.as_secs_f64()),
+    );
+    row(
+        "content index size vs the text indexed",
+        format!("{:.1} MiB", report.index_bytes as f64 / 1_048_576.0),
+        format!("{:.1} MiB", report.text_bytes as f64 / 1_048_576.0),
+        format!("{:.0}%", 100.0 * report.index_bytes as f64 / report.text_bytes.max(1) as f64),
+    );
 
     // The read path: one read_file call that scans the whole file (a session that has not
     // read it yet, so without its line index), vs a native read.

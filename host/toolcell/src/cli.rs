@@ -151,6 +151,10 @@ pub enum Command {
     #[command(subcommand)]
     Sessions(SessionsCommand),
 
+    /// Build, check or drop a workspace's content index (kept in the state directory).
+    #[command(subcommand)]
+    Index(IndexCommand),
+
     /// Write a self-contained HTML report of a session (or a chain) for its reviewer: the
     /// timeline of its calls, the diff of every change, refusals with their rules, locks and
     /// child sessions.
@@ -330,6 +334,28 @@ pub struct ServeArgs {
     /// picks a free port; the address is printed on stderr.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IndexCommand {
+    /// Build the index of a workspace's text files, replacing any earlier one.
+    Build(IndexArgs),
+    /// Say whether a workspace has an index, whether it is intact, and how many files changed
+    /// since it was built. Exit status 1 if it is absent or damaged.
+    Status(IndexArgs),
+    /// Remove a workspace's index.
+    Drop(IndexArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct IndexArgs {
+    /// The workspace [default: the current directory].
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub workspace: PathBuf,
+
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -14,8 +14,8 @@ use toolcell_runtime::{
 };
 
 use crate::cli::{
-    AuditCommand, CallArgs, Cli, Command, LockCommand, McpArgs, PolicyCommand, ReportArgs, RuntimeArgs, ServeArgs, SessionsCommand,
-    ToolsCommand,
+    AuditCommand, CallArgs, Cli, Command, IndexCommand, LockCommand, McpArgs, PolicyCommand, ReportArgs, RuntimeArgs, ServeArgs,
+    SessionsCommand, ToolsCommand,
 };
 
 use toolcell_host::{DEFAULT_POLICY, DEFAULT_POLICY_NAME};
@@ -85,6 +85,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Lock(command) => lock(&runtime, command),
         Command::Sessions(SessionsCommand::List { workspace, json }) => sessions_list(&runtime, workspace.as_deref(), json),
         Command::Report(args) => report(&runtime, &args),
+        Command::Index(command) => index(&runtime, &command),
         Command::Policy(PolicyCommand::Check { .. } | PolicyCommand::Show)
         | Command::Completions { .. }
         | Command::Sdk { .. }
@@ -736,6 +737,80 @@ fn schema(runtime: &Runtime, role: &str, format: &str, strict: bool) -> anyhow::
     let rendered = toolcell_host::schemas::render(format, toolcell_host::tools_for_role(runtime, role));
     writeln!(std::io::stdout(), "{}", serde_json::to_string_pretty(&rendered)?)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `toolcell index build|status|drop`.
+fn index(runtime: &Runtime, command: &IndexCommand) -> anyhow::Result<ExitCode> {
+    let (IndexCommand::Build(args) | IndexCommand::Status(args) | IndexCommand::Drop(args)) = command;
+    let workspace = Workspace::open(&args.workspace)?;
+    let described = |report: &toolcell_runtime::IndexReport| {
+        json!({
+            "files": report.files,
+            "trigrams": report.trigrams,
+            "text_bytes": report.text_bytes,
+            "index_bytes": report.index_bytes,
+        })
+    };
+    let size = |bytes: u64| match bytes {
+        0..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+    };
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        IndexCommand::Build(_) => {
+            let report = runtime.build_index(&workspace)?;
+            if args.json {
+                let mut value = described(&report);
+                value["took_ms"] = json!(report.took.as_millis());
+                writeln!(stdout, "{value}")?;
+            } else {
+                writeln!(
+                    stdout,
+                    "indexed {} files ({} of text) in {:.2} s: {} trigrams, {} of index ({:.0}% of the text)",
+                    report.files,
+                    size(report.text_bytes),
+                    report.took.as_secs_f64(),
+                    report.trigrams,
+                    size(report.index_bytes),
+                    100.0 * report.index_bytes as f64 / report.text_bytes.max(1) as f64
+                )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        IndexCommand::Status(_) => {
+            let status = runtime.index_status(&workspace)?;
+            let (value, text, healthy) = match &status {
+                toolcell_runtime::IndexStatus::Absent => {
+                    (json!({"state": "absent"}), "no index: `toolcell index build` makes one".to_owned(), false)
+                }
+                toolcell_runtime::IndexStatus::Damaged(reason) => (
+                    json!({"state": "damaged", "reason": reason}),
+                    format!("the index cannot be used ({reason}): `toolcell index build` replaces it"),
+                    false,
+                ),
+                toolcell_runtime::IndexStatus::Present { report, changed } => {
+                    let mut value = described(report);
+                    value["state"] = json!("present");
+                    value["changed"] = json!(changed);
+                    let text = format!(
+                        "{} files indexed ({} of text, {} trigrams, {} of index); {changed} changed since",
+                        report.files,
+                        size(report.text_bytes),
+                        report.trigrams,
+                        size(report.index_bytes)
+                    );
+                    (value, text, true)
+                }
+            };
+            writeln!(stdout, "{}", if args.json { value.to_string() } else { text })?;
+            Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TOOL_ERROR) })
+        }
+        IndexCommand::Drop(_) => {
+            let dropped = runtime.drop_index(&workspace)?;
+            writeln!(stdout, "{}", if dropped { "the index was removed" } else { "there was no index" })?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 /// `toolcell policy show`: the effective policy's text, once it has loaded as `policy check`

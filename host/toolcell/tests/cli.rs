@@ -1072,3 +1072,56 @@ fn sdk_writes_a_languages_sdk_and_the_contract() {
     let run = toolcell(&cache, &["sdk", "cobol"]);
     assert_eq!(run.status, 2, "{}", run.stderr);
 }
+
+#[test]
+fn index_build_status_and_drop_and_a_damaged_index_is_never_used() {
+    let (workspace, cache) = setup();
+    let root = workspace.path();
+    std::fs::create_dir_all(root.join("src")).expect("mkdir");
+    for number in 0..40 {
+        std::fs::write(root.join(format!("src/m{number}.rs")), format!("fn item_{number}() {{}}\n")).expect("write");
+    }
+    std::fs::write(root.join("blob.bin"), b"a\x00b").expect("write");
+    // The state directory inside the workspace: the host's own files are never indexed.
+    let state = root.join(".toolcell-state");
+    let (dir, state) = (root.to_str().expect("UTF-8"), state.to_str().expect("UTF-8"));
+    let index = |command: &str, json: bool| {
+        let mut args = vec!["--state-dir", state, "index", command, "--workspace", dir];
+        if json {
+            args.push("--json");
+        }
+        toolcell(&cache, &args)
+    };
+    let absent = index("status", true);
+    assert_eq!((absent.status, absent.stdout.trim()), (1, r#"{"state":"absent"}"#));
+    let built = index("build", true);
+    assert_eq!(built.status, 0, "{}", built.stderr);
+    let built: serde_json::Value = serde_json::from_str(&built.stdout).expect("JSON");
+    // notes.txt from the fixture, the 40 sources; not the binary file, not the state.
+    assert_eq!(built["files"], 41, "{built}");
+    let status: serde_json::Value = serde_json::from_str(&index("status", true).stdout).expect("JSON");
+    assert_eq!((status["state"].as_str(), status["changed"].as_u64()), (Some("present"), Some(0)), "{status}");
+    std::fs::write(root.join("src/m1.rs"), "fn changed() {}\n").expect("write");
+    std::fs::write(root.join("src/new.rs"), "fn new() {}\n").expect("write");
+    std::fs::remove_file(root.join("src/m2.rs")).expect("remove");
+    let status: serde_json::Value = serde_json::from_str(&index("status", true).stdout).expect("JSON");
+    assert_eq!(status["changed"], 3, "{status}");
+    // Damaged or cut short: refused, never used, and rebuilt by `build`.
+    let file =
+        std::fs::read_dir(Path::new(state).join("index")).expect("the index directory").flatten().next().expect("an index file").path();
+    let mut bytes = std::fs::read(&file).expect("read");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xFF;
+    std::fs::write(&file, &bytes).expect("damage");
+    let damaged = index("status", false);
+    assert_eq!(damaged.status, 1);
+    assert!(damaged.stdout.contains("cannot be used") && damaged.stdout.contains("checksum"), "{}", damaged.stdout);
+    bytes.truncate(10);
+    std::fs::write(&file, &bytes).expect("cut");
+    assert_eq!(index("status", false).status, 1);
+    assert_eq!(index("build", false).status, 0);
+    assert_eq!(index("status", false).status, 0);
+    let dropped = index("drop", false);
+    assert_eq!(dropped.stdout.trim(), "the index was removed");
+    assert_eq!(index("status", false).status, 1);
+}
