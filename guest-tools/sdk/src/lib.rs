@@ -293,6 +293,13 @@ pub fn image_type(bytes: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// The files under `under` that may hold a match of `pattern`, from the workspace's content
+/// index, in walk order, among the files the caller may read; every file that matches is
+/// among them. `None` when there is no usable index: search every file then.
+pub fn search_candidates(pattern: &str, case_insensitive: bool, under: &WorkspacePath) -> Option<Vec<String>> {
+    context::search_candidates(pattern, case_insensitive, under.as_str())
+}
+
 /// What this tool kept under `key` with [`remember`] earlier in the session, if the host still
 /// holds it: a hint to check before relying on it, never a fact about the workspace.
 pub fn recall(key: &str) -> Option<Vec<u8>> {

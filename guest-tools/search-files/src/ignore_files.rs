@@ -19,6 +19,8 @@ const IGNORE_FILES: [&str; 2] = [".gitignore", ".ignore"];
 pub(crate) struct IgnoreFiles {
     /// Each directory's rules, by its workspace-relative path (`.` for the root).
     by_directory: HashMap<String, Gitignore>,
+    /// Directories whose ignore files were looked for.
+    looked_in: std::collections::HashSet<String>,
     /// `.git/info/exclude`: below every `.gitignore`.
     exclude: Option<Gitignore>,
 }
@@ -27,7 +29,7 @@ impl IgnoreFiles {
     /// The rules of `root`'s ancestors (the workspace root included), which apply below it; a
     /// walk from `root` adds the rest as it enters directories.
     pub(crate) fn above(root: &WorkspacePath) -> IgnoreFiles {
-        let mut ignore_files = IgnoreFiles { by_directory: HashMap::new(), exclude: None };
+        let mut ignore_files = IgnoreFiles { by_directory: HashMap::new(), looked_in: std::collections::HashSet::new(), exclude: None };
         // Only where the role sees a `.git` directory: a policy that hides `.git` would
         // otherwise refuse (and record) this read in every search.
         let has_git = toolcell_sdk::scan::read_dir(".")
@@ -38,6 +40,7 @@ impl IgnoreFiles {
         let mut directory = root.parent();
         while let Some(parent) = directory {
             ignore_files.load(&parent);
+            ignore_files.looked_in.insert(parent.as_str().to_owned());
             directory = parent.parent();
         }
         ignore_files
@@ -54,6 +57,27 @@ impl IgnoreFiles {
             return;
         }
         children.retain(|(name, kind)| !self.is_ignored(&directory.join(name), *kind == EntryKind::Directory));
+    }
+
+    /// Whether the file `path`, below the search's `root`, is ignored, or lies in a directory
+    /// that is (which a walk would not have entered): for a file met without a walk.
+    pub(crate) fn ignores(&mut self, root: &WorkspacePath, path: &WorkspacePath) -> bool {
+        let Some(relative) = path.strip_prefix(root) else {
+            return false;
+        };
+        let components: Vec<&str> = relative.split('/').collect();
+        let mut directory = root.clone();
+        for (index, name) in components.iter().enumerate() {
+            if self.looked_in.insert(directory.as_str().to_owned()) {
+                self.load(&directory);
+            }
+            let child = directory.join(name);
+            if !(self.by_directory.is_empty() && self.exclude.is_none()) && self.is_ignored(&child, index + 1 < components.len()) {
+                return true;
+            }
+            directory = child;
+        }
+        false
     }
 
     fn load(&mut self, directory: &WorkspacePath) {

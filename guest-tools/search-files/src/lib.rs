@@ -208,32 +208,46 @@ impl Tool for SearchFiles {
             let _stopped = search.file(&root);
         } else {
             let mut ignore_files = args.respect_gitignore.unwrap_or(true).then(|| IgnoreFiles::above(&root));
-            let summary = walk::walk_filtered(
-                &root,
-                true,
-                |directory, children| {
-                    if let Some(ignore_files) = ignore_files.as_mut() {
-                        ignore_files.enter(directory, children);
+            let wanted = |path: &WorkspacePath| {
+                if !include.is_empty() && !include.matches(path) || !exclude.is_empty() && exclude.matches(path) {
+                    return false;
+                }
+                let name = path.as_str().rsplit('/').next().unwrap_or(path.as_str());
+                types.as_ref().is_none_or(|types| types.matched(name, false).is_whitelist())
+            };
+            // With the workspace's content index, only the files that may match are read; the
+            // answer is the same as the walk's.
+            if let Some(candidates) = toolcell_sdk::search_candidates(&args.query, args.case_insensitive, &root) {
+                for candidate in candidates {
+                    let Ok(path) = WorkspacePath::parse(&candidate) else {
+                        continue;
+                    };
+                    if ignore_files.as_mut().is_some_and(|ignore_files| ignore_files.ignores(&root, &path)) || !wanted(&path) {
+                        continue;
                     }
-                },
-                |entry| {
-                    if entry.kind != EntryKind::File {
-                        return ControlFlow::Continue(());
+                    if search.file(&path).is_break() {
+                        break;
                     }
-                    if !include.is_empty() && !include.matches(&entry.path) || !exclude.is_empty() && exclude.matches(&entry.path) {
-                        return ControlFlow::Continue(());
-                    }
-                    if let Some(types) = &types {
-                        let name = entry.path.as_str().rsplit('/').next().unwrap_or(entry.path.as_str());
-                        if !types.matched(name, false).is_whitelist() {
+                }
+            } else {
+                let summary = walk::walk_filtered(
+                    &root,
+                    true,
+                    |directory, children| {
+                        if let Some(ignore_files) = ignore_files.as_mut() {
+                            ignore_files.enter(directory, children);
+                        }
+                    },
+                    |entry| {
+                        if entry.kind != EntryKind::File || !wanted(&entry.path) {
                             return ControlFlow::Continue(());
                         }
-                    }
-                    search.file(&entry.path)
-                },
-            )
-            .map_err(|error| root.io_error(error))?;
-            unreadable_directories = summary.unreadable_directories;
+                        search.file(&entry.path)
+                    },
+                )
+                .map_err(|error| root.io_error(error))?;
+                unreadable_directories = summary.unreadable_directories;
+            }
         }
         Ok(search.finish(&args.query, &root, unreadable_directories))
     }

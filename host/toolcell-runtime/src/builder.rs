@@ -357,6 +357,7 @@ impl RuntimeBuilder {
             reads: reads::ReadTracker::new(state_dir.as_deref()),
             undo: undo::UndoStore::new(work.path()),
             memos: Arc::default(),
+            indexes: Arc::new(content_index::IndexStore::new(work.path())),
             workflow,
             bound_roles: std::sync::Mutex::default(),
             recovered,

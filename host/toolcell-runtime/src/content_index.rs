@@ -55,8 +55,7 @@ pub enum IndexStatus {
 impl Runtime {
     /// Where the index of `workspace` is kept.
     fn index_path(&self, workspace: &Workspace) -> PathBuf {
-        let key = crate::hex(&sha2::Sha256::digest(workspace.root().as_os_str().as_encoded_bytes()));
-        self._work.path().join("index").join(format!("{}.idx", &key[..32]))
+        self.indexes.path_for(workspace.root())
     }
 
     /// Build the content index of `workspace` from its text files and keep it in the state
@@ -69,7 +68,7 @@ impl Runtime {
         let started = Instant::now();
         let skip = self.host_paths_inside(workspace)?.into_iter().map(|(path, _)| path).collect::<Vec<_>>();
         let mut builder = IndexBuilder::new();
-        for (path, stamp) in regular_files(workspace, &skip) {
+        for (path, stamp) in regular_files(&workspace.directory, &skip) {
             if let Ok(content) = workspace.directory.read(&path)
                 && !content[..content.len().min(BINARY_SNIFF_BYTES)].contains(&0)
             {
@@ -109,11 +108,11 @@ impl Runtime {
             Err(reason) => return Ok(IndexStatus::Damaged(reason.to_string())),
         };
         let skip = self.host_paths_inside(workspace)?.into_iter().map(|(path, _)| path).collect::<Vec<_>>();
-        let now: std::collections::HashMap<String, Stamp> = regular_files(workspace, &skip).into_iter().collect();
+        let now: std::collections::HashMap<String, Stamp> = regular_files(&workspace.directory, &skip).into_iter().collect();
         let indexed: std::collections::HashSet<&str> = index.files().map(|(file, _)| file).collect();
         // Changed or gone since; then text files that are new.
         let mut changed = index.files().filter(|(file, stamp)| now.get(*file) != Some(stamp)).count();
-        changed += now.keys().filter(|file| !indexed.contains(file.as_str()) && !is_binary(workspace, file)).count();
+        changed += now.keys().filter(|file| !indexed.contains(file.as_str()) && !is_binary(&workspace.directory, file)).count();
         let report = IndexReport {
             files: index.len(),
             trigrams: index.trigrams(),
@@ -142,11 +141,11 @@ impl Runtime {
 /// The workspace's regular files that `search_files` would consider (under 16 MiB, outside
 /// `.git`, not through symlinks), with their stamps, sorted; the paths in `skip` (the host's
 /// own, and what lies below them) are left out. Binary files are told apart by their content.
-fn regular_files(workspace: &Workspace, skip: &[String]) -> Vec<(String, Stamp)> {
+fn regular_files(root: &cap_std::fs::Dir, skip: &[String]) -> Vec<(String, Stamp)> {
     let mut files = Vec::new();
     let mut pending = vec![String::new()];
     while let Some(directory) = pending.pop() {
-        let listing = if directory.is_empty() { workspace.directory.entries() } else { workspace.directory.read_dir(&directory) };
+        let listing = if directory.is_empty() { root.entries() } else { root.read_dir(&directory) };
         let Ok(listing) = listing else {
             continue;
         };
@@ -188,9 +187,9 @@ fn regular_files(workspace: &Workspace, skip: &[String]) -> Vec<(String, Stamp)>
     files
 }
 
-fn is_binary(workspace: &Workspace, path: &str) -> bool {
+fn is_binary(root: &cap_std::fs::Dir, path: &str) -> bool {
     use std::io::Read as _;
-    let Ok(file) = workspace.directory.open(path) else {
+    let Ok(file) = root.open(path) else {
         return true;
     };
     let mut head = Vec::with_capacity(BINARY_SNIFF_BYTES);
@@ -198,4 +197,81 @@ fn is_binary(workspace: &Workspace, path: &str) -> bool {
         return true;
     }
     head.contains(&0)
+}
+
+/// The indexes in the state directory, read back and kept while their file is unchanged;
+/// shared with the calls, whose tools ask it for search candidates.
+#[derive(Debug)]
+pub(crate) struct IndexStore {
+    directory: PathBuf,
+    loaded: std::sync::Mutex<std::collections::HashMap<PathBuf, Loaded>>,
+}
+
+/// An index read back, with its file's modification time and size when it was read.
+type Loaded = (std::time::SystemTime, u64, std::sync::Arc<Index>);
+
+/// What a call needs to ask for search candidates: the store, the workspace, and the host's
+/// own paths inside it.
+#[derive(Debug, Clone)]
+pub(crate) struct IndexScope {
+    pub(crate) store: std::sync::Arc<IndexStore>,
+    pub(crate) workspace: PathBuf,
+    pub(crate) skip: Vec<String>,
+}
+
+impl IndexStore {
+    pub(crate) fn new(state_dir: &std::path::Path) -> Self {
+        IndexStore { directory: state_dir.join("index"), loaded: std::sync::Mutex::default() }
+    }
+
+    /// Where the index of the workspace at `root` is kept.
+    fn path_for(&self, root: &std::path::Path) -> PathBuf {
+        let key = crate::hex(&sha2::Sha256::digest(root.as_os_str().as_encoded_bytes()));
+        self.directory.join(format!("{}.idx", &key[..32]))
+    }
+
+    /// The index of the workspace at `root` if it is there and intact.
+    fn load(&self, root: &std::path::Path) -> Option<std::sync::Arc<Index>> {
+        let path = self.path_for(root);
+        let metadata = std::fs::metadata(&path).ok()?;
+        let (modified, size) = (metadata.modified().ok()?, metadata.len());
+        let mut loaded = self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, bytes, index)) = loaded.get(&path)
+            && *at == modified
+            && *bytes == size
+        {
+            return Some(std::sync::Arc::clone(index));
+        }
+        let index = std::sync::Arc::new(Index::from_bytes(&std::fs::read(&path).ok()?).ok()?);
+        loaded.insert(path, (modified, size, std::sync::Arc::clone(&index)));
+        Some(index)
+    }
+}
+
+impl IndexScope {
+    /// The files under `under` that may hold a match of `pattern`, in walk order: the index's
+    /// candidates among the files unchanged since it was built, and every file added or
+    /// changed since (their content is unknown to it). `None` without a usable index or for a
+    /// pattern the index cannot read. Who may see which file is the caller's to filter.
+    pub(crate) fn candidates(&self, root: &cap_std::fs::Dir, pattern: &str, case_insensitive: bool, under: &str) -> Option<Vec<String>> {
+        let index = self.store.load(&self.workspace)?;
+        let query = toolcell_index::plan(pattern, case_insensitive).ok()?;
+        let now: std::collections::HashMap<String, Stamp> = regular_files(root, &self.skip).into_iter().collect();
+        let unchanged: std::collections::HashSet<&str> =
+            index.files().filter(|(path, stamp)| now.get(*path) == Some(stamp)).map(|(path, _)| path).collect();
+        let is_under = |path: &str| under == "." || path == under || path.strip_prefix(under).is_some_and(|rest| rest.starts_with('/'));
+        let mut candidates: Vec<String> = index
+            .candidates(&query)
+            .into_iter()
+            .map(|id| index.path(id))
+            .filter(|path| unchanged.contains(path))
+            .map(str::to_owned)
+            .chain(now.keys().filter(|path| !unchanged.contains(path.as_str())).cloned())
+            .filter(|path| is_under(path))
+            .collect();
+        // Walk order: component by component.
+        candidates.sort_by(|left, right| left.split('/').cmp(right.split('/')));
+        candidates.dedup();
+        Some(candidates)
+    }
 }

@@ -63,6 +63,8 @@ pub struct Runtime {
     pub(crate) undo: undo::UndoStore,
     /// What tools remember between their calls in a session.
     pub(crate) memos: Arc<memo::MemoStore>,
+    /// Content indexes in the state directory.
+    pub(crate) indexes: Arc<content_index::IndexStore>,
     /// Journals rolled back at start-up.
     pub(crate) recovered: Vec<Recovery>,
     /// This runtime's journal file, where every call journals its changes.

@@ -57,6 +57,8 @@ pub(crate) struct CallContext {
     /// Where this tool's values for this session are kept (`remember`, `recall`); `None`
     /// where there is no session (`describe`, validators).
     pub(crate) memo: Option<(Arc<crate::memo::MemoStore>, crate::memo::Scope)>,
+    /// The workspace's content index, for `search-candidates`; `None` where there is no call.
+    pub(crate) index: Option<crate::content_index::IndexScope>,
 }
 
 /// The host side of `toolcell:tool/context`: the call's identity and notes, and the guard
@@ -135,6 +137,30 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
         self.context.image_bytes += data.len();
         self.context.images.push(toolcell_types::Image { mime_type, data });
         Ok(())
+    }
+
+    fn search_candidates(&mut self, pattern: String, case_insensitive: bool, under: String) -> Option<Vec<String>> {
+        let scope = self.context.index.as_ref()?;
+        // Counted against the call's budget of host calls, like a listing.
+        self.guard.spend_capability("search-candidates").ok()?;
+        let candidates = scope.candidates(self.guard.root()?, &pattern, case_insensitive, &under)?;
+        // Only files the caller may read, in directories it may list, as a walk would reach
+        // them: the index says nothing of the others.
+        use toolcell_policy::{Access, Effect};
+        let mut listable: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+        let guard = &*self.guard;
+        let mut reachable = |path: &str| {
+            let mut directory = path;
+            while let Some((parent, _)) = directory.rsplit_once('/') {
+                let allowed = *listable.entry(parent.to_owned()).or_insert_with(|| guard.effect(Access::List, parent) != Effect::Deny);
+                if !allowed {
+                    return false;
+                }
+                directory = parent;
+            }
+            guard.effect(Access::Read, path) != Effect::Deny
+        };
+        Some(candidates.into_iter().filter(|path| reachable(path)).collect())
     }
 
     fn recall(&mut self, key: String) -> Option<Vec<u8>> {

@@ -50,7 +50,7 @@ impl FsGuard {
 
     /// The effect [`decide`](Self::decide) would give, without allocating: visibility checks
     /// run for every entry a scan lists.
-    pub(super) fn effect(&self, access: Access, path: &str) -> Effect {
+    pub(crate) fn effect(&self, access: Access, path: &str) -> Effect {
         self.judgment(access, path).effect()
     }
 

@@ -9,7 +9,8 @@
 //! flooding tests. `inspect` asks the host's `context.inspect`, and `stat_at` makes one bare
 //! `stat-at` call (no metadata-hash lookups first, as `std::fs` makes). `attach_image` shows
 //! `path`'s bytes as an image of type `to`; `remember` keeps `content` under the key `path`
-//! and `recall` returns what is kept under it.
+//! and `recall` returns what is kept under it; `candidates` asks the content index for the
+//! files under `path` that may match the pattern `content`.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -62,6 +63,12 @@ impl Tool for FsProbe {
                     toolcell_sdk::attach_image(&operation.to, &data)?;
                 }
                 "remember" => toolcell_sdk::remember(&operation.path, operation.content.as_bytes()),
+                // The content index's candidates for the pattern `content` under `path`.
+                "candidates" => {
+                    let under = toolcell_sdk::WorkspacePath::parse(if operation.path.is_empty() { "." } else { &operation.path })?;
+                    let candidates = toolcell_sdk::search_candidates(&operation.content, false, &under);
+                    results.push(json!({ "op": "candidates", "value": candidates }));
+                }
                 "recall" => {
                     let recalled = toolcell_sdk::recall(&operation.path).map(|value| String::from_utf8_lossy(&value).into_owned());
                     results.push(json!({ "op": "recall", "path": operation.path, "value": recalled }));
