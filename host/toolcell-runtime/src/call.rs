@@ -180,10 +180,9 @@ impl Runtime {
                     call_id: outcome.call_id.clone(),
                     task: request.task.map(ToString::to_string),
                     workflow: Some(Arc::new(workflow)),
-                    index: self.host_paths_inside(request.workspace).ok().map(|skip| content_index::IndexScope {
+                    index: Some(content_index::IndexScope {
                         store: Arc::clone(&self.indexes),
                         workspace: request.workspace.root().to_path_buf(),
-                        skip: skip.into_iter().map(|(path, _)| path).collect(),
                     }),
                     memo: Some((
                         Arc::clone(&self.memos),

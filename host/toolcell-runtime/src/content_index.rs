@@ -36,6 +36,18 @@ pub struct IndexReport {
     pub took: Duration,
 }
 
+impl IndexReport {
+    fn of(index: &Index, index_bytes: usize, took: Duration) -> Self {
+        IndexReport {
+            files: index.len(),
+            trigrams: index.trigrams(),
+            text_bytes: index.text_bytes(),
+            index_bytes: index_bytes as u64,
+            took,
+        }
+    }
+}
+
 /// What the state directory holds for a workspace's index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IndexStatus {
@@ -58,6 +70,11 @@ impl Runtime {
         self.indexes.path_for(workspace.root())
     }
 
+    /// The host's own paths inside `workspace`, which are never indexed.
+    fn never_indexed(&self, workspace: &Workspace) -> Result<Vec<String>, Error> {
+        Ok(self.host_paths_inside(workspace)?.into_iter().map(|(path, _)| path).collect())
+    }
+
     /// Build the content index of `workspace` from its text files and keep it in the state
     /// directory, replacing any earlier one.
     ///
@@ -66,9 +83,8 @@ impl Runtime {
     /// [`Error::State`] if the index cannot be written.
     pub fn build_index(&self, workspace: &Workspace) -> Result<IndexReport, Error> {
         let started = Instant::now();
-        let skip = self.host_paths_inside(workspace)?.into_iter().map(|(path, _)| path).collect::<Vec<_>>();
         let mut builder = IndexBuilder::new();
-        for (path, stamp) in regular_files(&workspace.directory, &skip) {
+        for (path, stamp) in regular_files(&workspace.directory, &self.never_indexed(workspace)?) {
             if let Ok(content) = workspace.directory.read(&path)
                 && !content[..content.len().min(BINARY_SNIFF_BYTES)].contains(&0)
             {
@@ -81,13 +97,7 @@ impl Runtime {
         let state = |source: std::io::Error| Error::State { path: path.clone(), source };
         std::fs::create_dir_all(path.parent().unwrap_or(self._work.path())).map_err(state)?;
         crate::storage::replace_bytes(&path, &bytes, false).map_err(state)?;
-        Ok(IndexReport {
-            files: index.len(),
-            trigrams: index.trigrams(),
-            text_bytes: index.text_bytes(),
-            index_bytes: bytes.len() as u64,
-            took: started.elapsed(),
-        })
+        Ok(IndexReport::of(&index, bytes.len(), started.elapsed()))
     }
 
     /// The index of `workspace` as the state directory holds it, checked whole, and how many
@@ -107,20 +117,13 @@ impl Runtime {
             Ok(index) => index,
             Err(reason) => return Ok(IndexStatus::Damaged(reason.to_string())),
         };
-        let skip = self.host_paths_inside(workspace)?.into_iter().map(|(path, _)| path).collect::<Vec<_>>();
-        let now: std::collections::HashMap<String, Stamp> = regular_files(&workspace.directory, &skip).into_iter().collect();
+        let now: std::collections::HashMap<String, Stamp> =
+            regular_files(&workspace.directory, &self.never_indexed(workspace)?).into_iter().collect();
         let indexed: std::collections::HashSet<&str> = index.files().map(|(file, _)| file).collect();
         // Changed or gone since; then text files that are new.
         let mut changed = index.files().filter(|(file, stamp)| now.get(*file) != Some(stamp)).count();
         changed += now.keys().filter(|file| !indexed.contains(file.as_str()) && !is_binary(&workspace.directory, file)).count();
-        let report = IndexReport {
-            files: index.len(),
-            trigrams: index.trigrams(),
-            text_bytes: index.text_bytes(),
-            index_bytes: bytes.len() as u64,
-            took: Duration::ZERO,
-        };
-        Ok(IndexStatus::Present { report, changed })
+        Ok(IndexStatus::Present { report: IndexReport::of(&index, bytes.len(), Duration::ZERO), changed })
     }
 
     /// Remove the index of `workspace`; whether there was one.
@@ -210,13 +213,11 @@ pub(crate) struct IndexStore {
 /// An index read back, with its file's modification time and size when it was read.
 type Loaded = (std::time::SystemTime, u64, std::sync::Arc<Index>);
 
-/// What a call needs to ask for search candidates: the store, the workspace, and the host's
-/// own paths inside it.
+/// What a call needs to ask for search candidates: the store and the workspace.
 #[derive(Debug, Clone)]
 pub(crate) struct IndexScope {
     pub(crate) store: std::sync::Arc<IndexStore>,
     pub(crate) workspace: PathBuf,
-    pub(crate) skip: Vec<String>,
 }
 
 impl IndexStore {
@@ -253,10 +254,17 @@ impl IndexScope {
     /// candidates among the files unchanged since it was built, and every file added or
     /// changed since (their content is unknown to it). `None` without a usable index or for a
     /// pattern the index cannot read. Who may see which file is the caller's to filter.
-    pub(crate) fn candidates(&self, root: &cap_std::fs::Dir, pattern: &str, case_insensitive: bool, under: &str) -> Option<Vec<String>> {
+    pub(crate) fn candidates(
+        &self,
+        root: &cap_std::fs::Dir,
+        host_paths: &[String],
+        pattern: &str,
+        case_insensitive: bool,
+        under: &str,
+    ) -> Option<Vec<String>> {
         let index = self.store.load(&self.workspace)?;
         let query = toolcell_index::plan(pattern, case_insensitive).ok()?;
-        let now: std::collections::HashMap<String, Stamp> = regular_files(root, &self.skip).into_iter().collect();
+        let now: std::collections::HashMap<String, Stamp> = regular_files(root, host_paths).into_iter().collect();
         let unchanged: std::collections::HashSet<&str> =
             index.files().filter(|(path, stamp)| now.get(*path) == Some(stamp)).map(|(path, _)| path).collect();
         let is_under = |path: &str| under == "." || path == under || path.strip_prefix(under).is_some_and(|rest| rest.starts_with('/'));

@@ -143,7 +143,8 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
         let scope = self.context.index.as_ref()?;
         // Counted against the call's budget of host calls, like a listing.
         self.guard.spend_capability("search-candidates").ok()?;
-        let candidates = scope.candidates(self.guard.root()?, &pattern, case_insensitive, &under)?;
+        // The host's own paths are never candidates: the guard has them for this call.
+        let candidates = scope.candidates(self.guard.root()?, &self.guard.state_paths(), &pattern, case_insensitive, &under)?;
         // Only files the caller may read, in directories it may list, as a walk would reach
         // them: the index says nothing of the others.
         use toolcell_policy::{Access, Effect};

@@ -205,6 +205,12 @@ impl FsGuard {
         self
     }
 
+    /// The host's own paths inside the workspace (workspace-relative), as the call was given
+    /// them.
+    pub(crate) fn state_paths(&self) -> Vec<String> {
+        self.state_paths.iter().map(|(path, _)| path.clone()).collect()
+    }
+
     fn base(&self, descriptor: &Resource<Descriptor>) -> FsResult<String> {
         self.descriptors.get(&descriptor.rep()).cloned().ok_or_else(|| FsError::from(ErrorCode::BadDescriptor))
     }
