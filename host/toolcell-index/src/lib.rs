@@ -156,6 +156,15 @@ impl Index {
         &self.paths[id as usize]
     }
 
+    /// The stamp of file `id`, as it was indexed.
+    ///
+    /// # Panics
+    ///
+    /// If `id` is not one of this index's ids.
+    pub fn stamp(&self, id: u32) -> Stamp {
+        self.stamps[id as usize]
+    }
+
     /// The ids of the files holding `trigram`, sorted.
     fn posting(&self, trigram: Trigram) -> &[u32] {
         match self.keys.binary_search(&trigram) {
@@ -200,6 +209,19 @@ impl Index {
                 ids.dedup();
                 ids
             }
+        }
+    }
+}
+
+impl Query {
+    /// Whether a file holding exactly the (sorted) `trigrams` may match: the test
+    /// [`Index::candidates`] makes of an indexed file, for one that is not in the index.
+    pub fn may_match(&self, trigrams: &[Trigram]) -> bool {
+        match self {
+            Query::All => true,
+            Query::Trigram(trigram) => trigrams.binary_search(trigram).is_ok(),
+            Query::And(parts) => parts.iter().all(|part| part.may_match(trigrams)),
+            Query::Or(parts) => parts.iter().any(|part| part.may_match(trigrams)),
         }
     }
 }

@@ -99,6 +99,15 @@ fn a_file_that_matches_is_always_a_candidate() {
                         .expect("a valid pattern");
                     let query = plan(&text, case_insensitive).expect("a valid pattern");
                     let found = index.candidates(&query);
+                    // A file outside the index is judged by its own trigrams exactly as the
+                    // index judges the files it holds.
+                    for (number, content) in files.iter().enumerate() {
+                        assert_eq!(
+                            query.may_match(&crate::trigrams_of(content.as_bytes())),
+                            found.contains(&(number as u32)),
+                            "round {round}: {text:?} on {content:?}: may_match and candidates disagree"
+                        );
+                    }
                     for (number, content) in files.iter().enumerate() {
                         if regex.is_match(content.as_bytes()) {
                             assert!(

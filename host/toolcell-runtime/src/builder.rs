@@ -37,6 +37,8 @@ pub struct RuntimeBuilder {
     progress: Option<Arc<engine::Progress>>,
     /// Stub imports granted here rather than by the policy, by tool (`*`: any tool).
     stub_imports: BTreeMap<String, Vec<String>>,
+    index_freshness: IndexFreshness,
+    build_index_on_first_search: bool,
 }
 
 /// A component to load: its origin, its bytes, and optionally its compiled form.
@@ -74,6 +76,23 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn stub_imports(mut self, tool: impl Into<String>, patterns: impl IntoIterator<Item = String>) -> Self {
         self.stub_imports.entry(tool.into()).or_default().extend(patterns);
+        self
+    }
+
+    /// How searches learn what changed in a workspace since its content index was built
+    /// (default: [`IndexFreshness::Watch`]).
+    #[must_use]
+    pub fn index_freshness(mut self, freshness: IndexFreshness) -> Self {
+        self.index_freshness = freshness;
+        self
+    }
+
+    /// When a search finds no content index for its workspace, build one in the background
+    /// (the search itself scans), for the searches after it. For hosts that outlive a call
+    /// (the MCP server, `toolcell serve`); off by default.
+    #[must_use]
+    pub fn build_index_on_first_search(mut self, build: bool) -> Self {
+        self.build_index_on_first_search = build;
         self
     }
 
@@ -357,7 +376,7 @@ impl RuntimeBuilder {
             reads: reads::ReadTracker::new(state_dir.as_deref()),
             undo: undo::UndoStore::new(work.path()),
             memos: Arc::default(),
-            indexes: Arc::new(content_index::IndexStore::new(work.path())),
+            indexes: Arc::new(content_index::IndexStore::new(work.path(), self.index_freshness, self.build_index_on_first_search)),
             workflow,
             bound_roles: std::sync::Mutex::default(),
             recovered,

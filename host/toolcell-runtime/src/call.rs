@@ -429,6 +429,7 @@ impl Runtime {
                     let _ = std::fs::remove_dir_all(blob_dir);
                 }
                 modified = &transaction.modified;
+                self.indexes.note_written(request.workspace.root(), modified);
             }
             (false, Some(journal)) => match journal.rollback(root) {
                 Ok(steps) => {

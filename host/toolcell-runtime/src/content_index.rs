@@ -8,12 +8,15 @@
 //! learn what from it is decided when it is asked, not here.
 
 use cap_std::fs::MetadataExt as _;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
 use toolcell_index::{Index, IndexBuilder, Stamp};
 
+use crate::index_watch::{Drained, Watcher};
 use crate::{Error, Runtime, Workspace};
 
 /// Files larger than this are not indexed (nor searched).
@@ -83,21 +86,10 @@ impl Runtime {
     /// [`Error::State`] if the index cannot be written.
     pub fn build_index(&self, workspace: &Workspace) -> Result<IndexReport, Error> {
         let started = Instant::now();
-        let mut builder = IndexBuilder::new();
-        for (path, stamp) in regular_files(&workspace.directory, &self.never_indexed(workspace)?) {
-            if let Ok(content) = workspace.directory.read(&path)
-                && !content[..content.len().min(BINARY_SNIFF_BYTES)].contains(&0)
-            {
-                builder.add_stamped(&path, &content, stamp);
-            }
-        }
-        let index = builder.build();
-        let bytes = index.to_bytes();
         let path = self.index_path(workspace);
-        let state = |source: std::io::Error| Error::State { path: path.clone(), source };
-        std::fs::create_dir_all(path.parent().unwrap_or(self._work.path())).map_err(state)?;
-        crate::storage::replace_bytes(&path, &bytes, false).map_err(state)?;
-        Ok(IndexReport::of(&index, bytes.len(), started.elapsed()))
+        let (index, bytes) = build_into(&workspace.directory, &self.never_indexed(workspace)?, &path)
+            .map_err(|source| Error::State { path: path.clone(), source })?;
+        Ok(IndexReport::of(&index, bytes, started.elapsed()))
     }
 
     /// The index of `workspace` as the state directory holds it, checked whole, and how many
@@ -117,9 +109,9 @@ impl Runtime {
             Ok(index) => index,
             Err(reason) => return Ok(IndexStatus::Damaged(reason.to_string())),
         };
-        let now: std::collections::HashMap<String, Stamp> =
-            regular_files(&workspace.directory, &self.never_indexed(workspace)?).into_iter().collect();
-        let indexed: std::collections::HashSet<&str> = index.files().map(|(file, _)| file).collect();
+        let now: HashMap<String, Stamp> =
+            walk(&workspace.directory, "", &self.never_indexed(workspace)?, None).into_iter().map(|file| (file.path, file.stamp)).collect();
+        let indexed: HashSet<&str> = index.files().map(|(file, _)| file).collect();
         // Changed or gone since; then text files that are new.
         let mut changed = index.files().filter(|(file, stamp)| now.get(*file) != Some(stamp)).count();
         changed += now.keys().filter(|file| !indexed.contains(file.as_str()) && !is_binary(&workspace.directory, file)).count();
@@ -141,13 +133,56 @@ impl Runtime {
     }
 }
 
-/// The workspace's regular files that `search_files` would consider (under 16 MiB, outside
-/// `.git`, not through symlinks), with their stamps, sorted; the paths in `skip` (the host's
-/// own, and what lies below them) are left out. Binary files are told apart by their content.
-fn regular_files(root: &cap_std::fs::Dir, skip: &[String]) -> Vec<(String, Stamp)> {
+/// A file `search_files` would consider, as a walk found it.
+#[derive(Debug)]
+struct Found {
+    path: String,
+    stamp: Stamp,
+    /// Its hard links: a file with more than one may change through a path the host does not see.
+    links: u64,
+}
+
+/// How long after its last change a file's stamp is not trusted: a change within the same tick
+/// of the file system's clock may leave size and time as they were ("racy" entries, as git
+/// calls them). Such a file is read again until it is older than this.
+const RACY_NS: u64 = 1_000_000_000;
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl Found {
+    /// Whether the stamp identifies the content: changed long enough ago, and one link only.
+    fn is_stable(&self, now_ns: u64) -> bool {
+        self.links <= 1 && self.stamp.modified_ns.saturating_add(RACY_NS) < now_ns
+    }
+}
+
+/// Whether `path` is never searched: inside a `.git` directory, or one of the host's own paths
+/// (or below one).
+fn is_excluded(path: &str, skip: &[String]) -> bool {
+    path.split('/').any(|part| part == ".git") || skip.iter().any(|owned| path == *owned || path.starts_with(&format!("{owned}/")))
+}
+
+/// The regular files under `start` (`""` for the whole workspace) that `search_files` would
+/// consider (under 16 MiB, outside `.git`, not through symlinks, none of the paths in `skip`),
+/// with their stamps, sorted. Binary files are told apart by their content, later. With a
+/// watcher, each directory is watched before it is listed, so that nothing created in it after
+/// the listing is missed; a watch that cannot be added drops the watcher.
+fn walk(root: &cap_std::fs::Dir, start: &str, skip: &[String], mut watcher: Option<&mut Option<Watcher>>) -> Vec<Found> {
     let mut files = Vec::new();
-    let mut pending = vec![String::new()];
+    let mut pending = vec![start.to_owned()];
     while let Some(directory) = pending.pop() {
+        if let Some(slot) = watcher.as_deref_mut()
+            && let Some(active) = slot.as_mut()
+            && !directory.is_empty()
+            && !active.watches(&directory)
+            && active.watch(directory.clone()).is_err()
+        {
+            *slot = None;
+        }
         let listing = if directory.is_empty() { root.entries() } else { root.read_dir(&directory) };
         let Ok(listing) = listing else {
             continue;
@@ -157,16 +192,14 @@ fn regular_files(root: &cap_std::fs::Dir, skip: &[String]) -> Vec<(String, Stamp
                 continue;
             };
             let path = if directory.is_empty() { name.clone() } else { format!("{directory}/{name}") };
-            if skip.iter().any(|owned| path == *owned || path.starts_with(&format!("{owned}/"))) {
+            if is_excluded(&path, skip) {
                 continue;
             }
             let Ok(file_type) = entry.file_type() else {
                 continue;
             };
             if file_type.is_dir() {
-                if name != ".git" {
-                    pending.push(path);
-                }
+                pending.push(path);
                 continue;
             }
             if !file_type.is_file() {
@@ -175,19 +208,51 @@ fn regular_files(root: &cap_std::fs::Dir, skip: &[String]) -> Vec<(String, Stamp
             let Ok(metadata) = entry.metadata() else {
                 continue;
             };
-            if metadata.len() > MAX_FILE_BYTES {
-                continue;
+            if let Some(found) = found(path, &metadata) {
+                files.push(found);
             }
-            let modified_ns = metadata
-                .modified()
-                .ok()
-                .and_then(|time| time.into_std().duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |since| u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
-            files.push((path, Stamp { size: metadata.len(), modified_ns, inode: metadata.ino() }));
         }
     }
-    files.sort_by(|left, right| left.0.cmp(&right.0));
+    files.sort_by(|left, right| left.path.cmp(&right.path));
     files
+}
+
+/// `path` as a [`Found`] from its metadata, unless it is too large to be searched.
+fn found(path: String, metadata: &cap_std::fs::Metadata) -> Option<Found> {
+    if metadata.len() > MAX_FILE_BYTES {
+        return None;
+    }
+    let modified_ns = metadata
+        .modified()
+        .ok()
+        .and_then(|time| time.into_std().duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |since| u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
+    Some(Found { path, stamp: Stamp { size: metadata.len(), modified_ns, inode: metadata.ino() }, links: metadata.nlink() })
+}
+
+/// A stamp no file has: what the index records for a file whose stamp it could not trust when
+/// it read it, so that the file always counts as changed.
+const UNTRUSTED: Stamp = Stamp { size: u64::MAX, modified_ns: 0, inode: 0 };
+
+/// Build the index of the workspace at `root` and write it to `path`; the index and its size.
+fn build_into(root: &cap_std::fs::Dir, skip: &[String], path: &std::path::Path) -> std::io::Result<(Index, usize)> {
+    let mut builder = IndexBuilder::new();
+    let now = now_ns();
+    for file in walk(root, "", skip, None) {
+        if let Ok(content) = root.read(&file.path)
+            && !content[..content.len().min(BINARY_SNIFF_BYTES)].contains(&0)
+        {
+            let stamp = if file.is_stable(now) { file.stamp } else { UNTRUSTED };
+            builder.add_stamped(&file.path, &content, stamp);
+        }
+    }
+    let index = builder.build();
+    let bytes = index.to_bytes();
+    if let Some(directory) = path.parent() {
+        std::fs::create_dir_all(directory)?;
+    }
+    crate::storage::replace_bytes(path, &bytes, false)?;
+    Ok((index, bytes.len()))
 }
 
 fn is_binary(root: &cap_std::fs::Dir, path: &str) -> bool {
@@ -202,27 +267,256 @@ fn is_binary(root: &cap_std::fs::Dir, path: &str) -> bool {
     head.contains(&0)
 }
 
-/// The indexes in the state directory, read back and kept while their file is unchanged;
-/// shared with the calls, whose tools ask it for search candidates.
+/// How a long-running host learns what changed in a workspace since its index was built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IndexFreshness {
+    /// The kernel's change notifications (inotify), drained before each search; every file is
+    /// compared only when the index is loaded or the notifications were lost. The default.
+    #[default]
+    Watch,
+    /// Every file's size, modification time and inode compared before each search: slower on
+    /// large trees, and it also sees what notifications cannot (see the README).
+    Walk,
+}
+
+/// The indexes in the state directory, each kept loaded while its file is unchanged together
+/// with what changed in its workspace since it was built; shared with the calls, whose tools
+/// ask it for search candidates.
 #[derive(Debug)]
 pub(crate) struct IndexStore {
     directory: PathBuf,
-    loaded: std::sync::Mutex<std::collections::HashMap<PathBuf, Loaded>>,
+    freshness: IndexFreshness,
+    build_on_first_search: bool,
+    live: Mutex<HashMap<PathBuf, Arc<Mutex<Option<Live>>>>>,
+    /// Workspaces whose index is being built in the background.
+    building: Arc<Mutex<HashSet<PathBuf>>>,
 }
-
-/// An index read back, with its file's modification time and size when it was read.
-type Loaded = (std::time::SystemTime, u64, std::sync::Arc<Index>);
 
 /// What a call needs to ask for search candidates: the store and the workspace.
 #[derive(Debug, Clone)]
 pub(crate) struct IndexScope {
-    pub(crate) store: std::sync::Arc<IndexStore>,
+    pub(crate) store: Arc<IndexStore>,
     pub(crate) workspace: PathBuf,
 }
 
+/// A file that differs from what the index holds.
+#[derive(Debug)]
+enum Change {
+    /// Removed (or no longer searched) since the index was built.
+    Gone,
+    /// Added or changed: its stamp now, and what is known of its content.
+    File { stamp: Stamp, content: Content },
+}
+
+#[derive(Debug)]
+enum Content {
+    /// Not read yet: read (once) when a search needs it.
+    Unread,
+    /// Always a candidate: binary, unreadable, or with a stamp that cannot be trusted.
+    Unknown,
+    /// Its trigrams, as of its stamp.
+    Trigrams(Vec<toolcell_index::Trigram>),
+}
+
+/// An index in use: what it holds, and how the workspace differs from it.
+#[derive(Debug)]
+struct Live {
+    /// The index file's modification time and size when it was read.
+    file: (std::time::SystemTime, u64),
+    index: Arc<Index>,
+    /// The index's file ids, sorted by path.
+    by_path: Vec<u32>,
+    /// Every file that differs from the index, by path.
+    changed: HashMap<String, Change>,
+    /// The kernel's notifications, while they can be trusted.
+    watcher: Option<Watcher>,
+    /// Paths the host itself changed (committed calls), looked at before the next search.
+    written: Vec<String>,
+}
+
+impl Live {
+    fn new(file: (std::time::SystemTime, u64), index: Arc<Index>) -> Live {
+        let mut by_path: Vec<u32> = (0..u32::try_from(index.len()).unwrap_or(u32::MAX)).collect();
+        by_path.sort_by(|left, right| index.path(*left).cmp(index.path(*right)));
+        Live { file, index, by_path, changed: HashMap::new(), watcher: None, written: Vec::new() }
+    }
+
+    /// The stamp the index holds for `path`.
+    fn indexed(&self, path: &str) -> Option<Stamp> {
+        let at = self.by_path.binary_search_by(|id| self.index.path(*id).cmp(path)).ok()?;
+        Some(self.index.stamp(self.by_path[at]))
+    }
+
+    /// The index's paths below the directory `directory`.
+    fn indexed_below<'a>(&'a self, directory: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        let prefix = format!("{directory}/");
+        let start = self.by_path.partition_point(|id| self.index.path(*id) < prefix.as_str());
+        self.by_path[start..].iter().map(|id| self.index.path(*id)).take_while(move |path| path.starts_with(&prefix))
+    }
+
+    /// Bring `changed` up to date with the workspace: from the notifications queued since the
+    /// last search (and the host's own writes), or by comparing every file when there are no
+    /// notifications to trust.
+    fn refresh(&mut self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String], freshness: IndexFreshness) {
+        let drained = self.watcher.as_mut().map_or(Drained::Lost, Watcher::drain);
+        match drained {
+            Drained::Changed(mut paths) => {
+                paths.append(&mut self.written);
+                for path in paths {
+                    self.recheck(&path, root, skip);
+                }
+                // A directory that could not be watched dropped the watcher: this answer is
+                // exact (the directory was walked), the next one compares every file.
+            }
+            Drained::Lost => self.compare_all(root_path, root, skip, freshness),
+        }
+    }
+
+    /// Compare every file with the index (the notifications, when wanted, start first, so that
+    /// nothing changed during the walk is missed).
+    fn compare_all(&mut self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String], freshness: IndexFreshness) {
+        self.written.clear();
+        let mut watcher = match freshness {
+            IndexFreshness::Watch => Watcher::start(root_path, []).ok(),
+            IndexFreshness::Walk => None,
+        };
+        let files = walk(root, "", skip, Some(&mut watcher));
+        let mut previous = std::mem::take(&mut self.changed);
+        let now = now_ns();
+        let present: HashSet<&str> = files.iter().map(|file| file.path.as_str()).collect();
+        let mut changed: HashMap<String, Change> =
+            self.index.files().filter(|(path, _)| !present.contains(path)).map(|(path, _)| (path.to_owned(), Change::Gone)).collect();
+        for file in &files {
+            if let Some(change) = self.change_of(file, now, previous.remove(&file.path)) {
+                changed.insert(file.path.clone(), change);
+            }
+        }
+        self.changed = changed;
+        self.watcher = watcher;
+    }
+
+    /// What `file` is relative to the index (`None`: as indexed), keeping what `before` knew of
+    /// its content if its stamp is the same.
+    fn change_of(&self, file: &Found, now: u64, before: Option<Change>) -> Option<Change> {
+        let stable = file.is_stable(now);
+        if stable && self.indexed(&file.path) == Some(file.stamp) {
+            return None;
+        }
+        let content = match before {
+            Some(Change::File { stamp, content }) if stamp == file.stamp && stable => content,
+            _ if file.links > 1 => Content::Unknown,
+            _ => Content::Unread,
+        };
+        Some(Change::File { stamp: file.stamp, content })
+    }
+
+    /// Look again at `path`, which a notification named: a file, a directory (walked, and
+    /// watched), or gone.
+    fn recheck(&mut self, path: &str, root: &cap_std::fs::Dir, skip: &[String]) {
+        if is_excluded(path, skip) {
+            return;
+        }
+        let now = now_ns();
+        let metadata = root.symlink_metadata(path);
+        let mut present: Vec<Found> = Vec::new();
+        match metadata {
+            Ok(metadata) if metadata.is_dir() => present = walk(root, path, skip, Some(&mut self.watcher)),
+            Ok(metadata) if metadata.is_file() => present.extend(found(path.to_owned(), &metadata)),
+            _ => {}
+        }
+        // Whatever was at `path` or below it and is not there now is gone.
+        let here: HashSet<&str> = present.iter().map(|file| file.path.as_str()).collect();
+        let prefix = format!("{path}/");
+        let mut gone: Vec<String> =
+            self.indexed_below(path).chain(self.indexed(path).map(|_| path)).filter(|old| !here.contains(old)).map(str::to_owned).collect();
+        gone.extend(self.changed.keys().filter(|old| (*old == path || old.starts_with(&prefix)) && !here.contains(old.as_str())).cloned());
+        for old in gone {
+            if self.indexed(&old).is_some() {
+                self.changed.insert(old, Change::Gone);
+            } else {
+                self.changed.remove(&old);
+            }
+        }
+        for file in present {
+            let before = self.changed.remove(&file.path);
+            if let Some(change) = self.change_of(&file, now, before) {
+                self.changed.insert(file.path, change);
+            }
+        }
+    }
+
+    /// The files that may match `query`, in walk order, below `under`.
+    fn candidates(&mut self, root: &cap_std::fs::Dir, query: &toolcell_index::Query, under: &str) -> Vec<String> {
+        let is_under = |path: &str| {
+            under == "." || under.is_empty() || path == under || path.strip_prefix(under).is_some_and(|rest| rest.starts_with('/'))
+        };
+        let mut candidates: Vec<String> = self
+            .index
+            .candidates(query)
+            .into_iter()
+            .map(|id| self.index.path(id))
+            .filter(|path| is_under(path) && !self.changed.contains_key(*path))
+            .map(str::to_owned)
+            .collect();
+        let now = now_ns();
+        for (path, change) in &mut self.changed {
+            let Change::File { stamp, content } = change else {
+                continue;
+            };
+            if !is_under(path) {
+                continue;
+            }
+            if matches!(content, Content::Unread) {
+                *content = read_trigrams(root, path, *stamp, now);
+            }
+            let may_match = match content {
+                Content::Trigrams(trigrams) => query.may_match(trigrams),
+                Content::Unread | Content::Unknown => true,
+            };
+            if may_match {
+                candidates.push(path.clone());
+            }
+        }
+        // Walk order: component by component.
+        candidates.sort_by(|left, right| left.split('/').cmp(right.split('/')));
+        candidates.dedup();
+        candidates
+    }
+}
+
+/// The trigrams of `path` if it is still the version `stamp` names and that stamp can be
+/// trusted; else [`Content::Unread`] (look again next time) or [`Content::Unknown`] (binary).
+fn read_trigrams(root: &cap_std::fs::Dir, path: &str, stamp: Stamp, now: u64) -> Content {
+    use std::io::Read as _;
+    let Ok(mut file) = root.open(path) else {
+        return Content::Unread;
+    };
+    let Some(opened) = file.metadata().ok().and_then(|metadata| found(path.to_owned(), &metadata)) else {
+        return Content::Unread;
+    };
+    if opened.stamp != stamp || !opened.is_stable(now) {
+        // Changed since it was looked at, or too recently to tell: a candidate this time.
+        return Content::Unread;
+    }
+    let mut content = Vec::with_capacity(usize::try_from(stamp.size).unwrap_or(0));
+    if file.read_to_end(&mut content).is_err() {
+        return Content::Unread;
+    }
+    if content[..content.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
+        return Content::Unknown;
+    }
+    Content::Trigrams(toolcell_index::trigrams_of(&content))
+}
+
 impl IndexStore {
-    pub(crate) fn new(state_dir: &std::path::Path) -> Self {
-        IndexStore { directory: state_dir.join("index"), loaded: std::sync::Mutex::default() }
+    pub(crate) fn new(state_dir: &std::path::Path, freshness: IndexFreshness, build_on_first_search: bool) -> Self {
+        IndexStore {
+            directory: state_dir.join("index"),
+            freshness,
+            build_on_first_search,
+            live: Mutex::default(),
+            building: Arc::default(),
+        }
     }
 
     /// Where the index of the workspace at `root` is kept.
@@ -231,29 +525,52 @@ impl IndexStore {
         self.directory.join(format!("{}.idx", &key[..32]))
     }
 
-    /// The index of the workspace at `root` if it is there and intact.
-    fn load(&self, root: &std::path::Path) -> Option<std::sync::Arc<Index>> {
-        let path = self.path_for(root);
-        let metadata = std::fs::metadata(&path).ok()?;
-        let (modified, size) = (metadata.modified().ok()?, metadata.len());
-        let mut loaded = self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((at, bytes, index)) = loaded.get(&path)
-            && *at == modified
-            && *bytes == size
-        {
-            return Some(std::sync::Arc::clone(index));
+    /// The slot of the workspace at `root`.
+    fn slot(&self, root: &std::path::Path) -> Arc<Mutex<Option<Live>>> {
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(live.entry(root.to_path_buf()).or_default())
+    }
+
+    /// The host changed `paths` in the workspace at `root` (a committed call): they are looked
+    /// at before the next search, whatever the notifications say.
+    pub(crate) fn note_written(&self, root: &std::path::Path, paths: &[String]) {
+        if paths.is_empty() {
+            return;
         }
-        let index = std::sync::Arc::new(Index::from_bytes(&std::fs::read(&path).ok()?).ok()?);
-        loaded.insert(path, (modified, size, std::sync::Arc::clone(&index)));
-        Some(index)
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner).get(root).cloned();
+        if let Some(slot) = live
+            && let Some(live) = slot.lock().unwrap_or_else(PoisonError::into_inner).as_mut()
+        {
+            live.written.extend(paths.iter().cloned());
+        }
+    }
+
+    /// Build the index of the workspace at `root` in the background, unless one is being built.
+    fn build_in_background(&self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String]) {
+        let Ok(root) = root.try_clone() else {
+            return;
+        };
+        if !self.building.lock().unwrap_or_else(PoisonError::into_inner).insert(root_path.to_path_buf()) {
+            return;
+        }
+        let (building, workspace, skip, path) =
+            (Arc::clone(&self.building), root_path.to_path_buf(), skip.to_vec(), self.path_for(root_path));
+        let spawned = std::thread::Builder::new().name("toolcell-index".into()).spawn(move || {
+            // A failed build leaves no index: searches scan, and the next one tries again.
+            let _ = build_into(&root, &skip, &path);
+            building.lock().unwrap_or_else(PoisonError::into_inner).remove(&workspace);
+        });
+        if spawned.is_err() {
+            self.building.lock().unwrap_or_else(PoisonError::into_inner).remove(root_path);
+        }
     }
 }
 
 impl IndexScope {
     /// The files under `under` that may hold a match of `pattern`, in walk order: the index's
-    /// candidates among the files unchanged since it was built, and every file added or
-    /// changed since (their content is unknown to it). `None` without a usable index or for a
-    /// pattern the index cannot read. Who may see which file is the caller's to filter.
+    /// candidates among the files as they were indexed, and the files added or changed since
+    /// that may match (read by the host once per version). `None` without a usable index or
+    /// for a pattern the index cannot read. Who may see which file is the caller's to filter.
     pub(crate) fn candidates(
         &self,
         root: &cap_std::fs::Dir,
@@ -262,24 +579,32 @@ impl IndexScope {
         case_insensitive: bool,
         under: &str,
     ) -> Option<Vec<String>> {
-        let index = self.store.load(&self.workspace)?;
+        let store = &self.store;
         let query = toolcell_index::plan(pattern, case_insensitive).ok()?;
-        let now: std::collections::HashMap<String, Stamp> = regular_files(root, host_paths).into_iter().collect();
-        let unchanged: std::collections::HashSet<&str> =
-            index.files().filter(|(path, stamp)| now.get(*path) == Some(stamp)).map(|(path, _)| path).collect();
-        let is_under = |path: &str| under == "." || path == under || path.strip_prefix(under).is_some_and(|rest| rest.starts_with('/'));
-        let mut candidates: Vec<String> = index
-            .candidates(&query)
-            .into_iter()
-            .map(|id| index.path(id))
-            .filter(|path| unchanged.contains(path))
-            .map(str::to_owned)
-            .chain(now.keys().filter(|path| !unchanged.contains(path.as_str())).cloned())
-            .filter(|path| is_under(path))
-            .collect();
-        // Walk order: component by component.
-        candidates.sort_by(|left, right| left.split('/').cmp(right.split('/')));
-        candidates.dedup();
-        Some(candidates)
+        let slot = store.slot(&self.workspace);
+        let mut live = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        let path = store.path_for(&self.workspace);
+        let Some((modified, size)) = std::fs::metadata(&path).ok().and_then(|metadata| Some((metadata.modified().ok()?, metadata.len())))
+        else {
+            *live = None;
+            if store.build_on_first_search {
+                store.build_in_background(&self.workspace, root, host_paths);
+            }
+            return None;
+        };
+        if live.as_ref().is_none_or(|current| current.file != (modified, size)) {
+            // A damaged index is never used: a host that builds on first search replaces it.
+            let Some(index) = std::fs::read(&path).ok().and_then(|bytes| Index::from_bytes(&bytes).ok()) else {
+                *live = None;
+                if store.build_on_first_search {
+                    store.build_in_background(&self.workspace, root, host_paths);
+                }
+                return None;
+            };
+            *live = Some(Live::new((modified, size), Arc::new(index)));
+        }
+        let current = live.as_mut()?;
+        current.refresh(&self.workspace, root, host_paths, store.freshness);
+        Some(current.candidates(root, &query, under))
     }
 }

@@ -68,6 +68,7 @@ mod guard;
 // live.
 mod audit;
 mod content_index;
+mod index_watch;
 mod journal;
 mod locks;
 mod memo;
@@ -86,7 +87,7 @@ pub use adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
 pub use audit::{AUDIT_FILE, AUDIT_HEAD_FILE, AuditLog};
 pub use builder::RuntimeBuilder;
 pub use call::STDIO_CAPACITY;
-pub use content_index::{IndexReport, IndexStatus};
+pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
 pub use engine::{CacheOutcome, LoadProgress};
 pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};

@@ -103,7 +103,13 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// The runtime with the built-in tools and the plugins.
 pub fn build_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
-    build_runtime_with(args, None)
+    build_runtime_with(args, None, false)
+}
+
+/// The runtime of a host that serves many calls (`mcp`, `serve`): as [`build_runtime`], and a
+/// workspace's first search builds its content index in the background for the searches after.
+fn build_serving_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
+    build_runtime_with(args, None, true)
 }
 
 /// The plugin directory: `--plugin-dir`, else `plugins` in the state directory.
@@ -112,8 +118,8 @@ fn plugin_dir(args: &RuntimeArgs) -> Option<PathBuf> {
 }
 
 /// The runtime with the built-in tools, the plugins, and `extra` (a component being added).
-fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>) -> anyhow::Result<Runtime> {
-    let mut builder = toolcell_host::builtin_runtime();
+fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>, serving: bool) -> anyhow::Result<Runtime> {
+    let mut builder = toolcell_host::builtin_runtime().build_index_on_first_search(serving);
     if let Some(directory) = plugin_dir(args) {
         builder = builder.plugin_dir(directory);
     }
@@ -347,7 +353,7 @@ fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: bool) -> an
     let origin = format!("plugin:{}", component.display());
     // Loaded beside everything else: its imports, description and schema are checked, and a
     // name collision or a pin mismatch is refused before anything is installed.
-    let runtime = build_runtime_with(args, Some((origin.clone(), wasm.clone())))?;
+    let runtime = build_runtime_with(args, Some((origin.clone(), wasm.clone())), false)?;
     let added = runtime.loaded().iter().find(|loaded| loaded.origin == origin).context("the component was loaded")?;
     // Then what it does: the conformance suite, with the stubs the policy grants the tool.
     let stub_imports = runtime.policy().map(|policy| policy.stub_imports(added.tool.as_str()).to_vec()).unwrap_or_default();
@@ -575,7 +581,7 @@ fn lock(runtime: &Runtime, command: LockCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
-    let runtime = build_runtime(args).context("cannot start the toolcell host")?;
+    let runtime = build_serving_runtime(args).context("cannot start the toolcell host")?;
     let approver: Option<Arc<dyn Approver>> = if mcp.approve { Some(Arc::new(ApproveAll)) } else { None };
     let host = toolcell_host::Host::new(runtime, Workspace::open(&mcp.workspace)?, approver);
     let session_id = mcp.session.clone().unwrap_or_else(|| format!("mcp-{}", std::process::id()));
@@ -623,7 +629,7 @@ fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
 /// `toolcell serve`: one runtime, one host per configured workspace, MCP over HTTP.
 fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<ExitCode> {
     let config = toolcell_mcp::config::ServiceConfig::load(&serve.config)?;
-    let runtime = Arc::new(build_runtime(args).context("cannot start the toolcell host")?);
+    let runtime = Arc::new(build_serving_runtime(args).context("cannot start the toolcell host")?);
     let mut hosts = std::collections::BTreeMap::new();
     for (name, directory) in &config.workspaces {
         let workspace = Workspace::open(directory).with_context(|| format!("{}: workspace `{name}`", config.file))?;
