@@ -103,7 +103,7 @@ fn a_file_that_matches_is_always_a_candidate() {
                     // index judges the files it holds.
                     for (number, content) in files.iter().enumerate() {
                         assert_eq!(
-                            query.may_match(&crate::trigrams_of(content.as_bytes())),
+                            query.may_match(&trigrams_of(content.as_bytes())),
                             found.contains(&(number as u32)),
                             "round {round}: {text:?} on {content:?}: may_match and candidates disagree"
                         );
