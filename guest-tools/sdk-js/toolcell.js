@@ -20,7 +20,7 @@
 // `tool-component`); see guest-tools/README.md.
 
 import { getDirectories } from 'wasi:filesystem/preopens@0.2.12';
-import * as context from 'toolcell:tool/context@0.2.1';
+import * as context from 'toolcell:tool/context@0.2.2';
 
 const KINDS = ['invalid-args', 'not-found', 'denied', 'conflict', 'too-large', 'unsupported', 'failed'];
 

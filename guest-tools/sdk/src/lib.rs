@@ -300,6 +300,34 @@ pub fn search_candidates(pattern: &str, case_insensitive: bool, under: &Workspac
     context::search_candidates(pattern, case_insensitive, under.as_str())
 }
 
+/// Ask the host to run this call in up to `parts` parts side by side (see `context.split` in
+/// `wit/tool.wit`): how many will run, `0` for none. After a non-zero answer, return at once
+/// (what is returned is discarded); the parts then run with [`shard`] set, and the assembly
+/// with [`shard_results`].
+pub fn split(parts: u32) -> u32 {
+    context::split(parts)
+}
+
+/// In a part of a split call: `(index, count)`.
+pub fn shard() -> Option<(u32, u32)> {
+    context::shard().map(|shard| (shard.index, shard.count))
+}
+
+/// In the assembly of a split call: each part's result, in part order.
+pub fn shard_results() -> Option<Vec<Result<Output, ToolError>>> {
+    context::shard_results().map(|results| {
+        results
+            .into_iter()
+            .map(|result| {
+                result.map(|output| Output {
+                    text: output.text,
+                    structured: output.structured.and_then(|json| serde_json::from_str(&json).ok()),
+                })
+            })
+            .collect()
+    })
+}
+
 /// What this tool kept under `key` with [`remember`] earlier in the session, if the host still
 /// holds it: a hint to check before relying on it, never a fact about the workspace.
 pub fn recall(key: &str) -> Option<Vec<u8>> {

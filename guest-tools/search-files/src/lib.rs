@@ -25,6 +25,11 @@ const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// The compiled regex may not grow past this (the regex crate guarantees linear-time matching;
 /// this bounds its memory).
 const REGEX_SIZE_LIMIT: usize = 8 * 1024 * 1024;
+/// A scan that has searched this many files without filling its page asks the host to run it
+/// in parts side by side (`context.split`), one per core.
+const SPLIT_AFTER_FILES: u64 = 1_000;
+/// Parts asked for; the host runs as many as it has cores for.
+const SPLIT_PARTS: u32 = 8;
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
@@ -229,7 +234,24 @@ impl Tool for SearchFiles {
                         break;
                     }
                 }
+            } else if let Some(parts) = toolcell_sdk::shard_results() {
+                // The parts of a split scan ran: their matching files, in walk order, are
+                // searched again here to build the page exactly as one scan would.
+                let merged = Merged::of(parts)?;
+                for path in &merged.files {
+                    if search.file(path).is_break() {
+                        break;
+                    }
+                }
+                search.files_searched = merged.files_searched;
+                search.skipped_binary = merged.skipped_binary;
+                search.skipped_large = merged.skipped_large;
+                unreadable_directories = merged.unreadable_directories;
             } else {
+                let shard = toolcell_sdk::shard();
+                let mut part = Part::default();
+                let mut position: u64 = 0;
+                let mut split = false;
                 let summary = walk::walk_filtered(
                     &root,
                     true,
@@ -242,14 +264,124 @@ impl Tool for SearchFiles {
                         if entry.kind != EntryKind::File || !wanted(&entry.path) {
                             return ControlFlow::Continue(());
                         }
-                        search.file(&entry.path)
+                        position += 1;
+                        match shard {
+                            Some((index, count)) => {
+                                if (position - 1) % u64::from(count) != u64::from(index) {
+                                    return ControlFlow::Continue(());
+                                }
+                                part.file(&mut search, position, &entry.path)
+                            }
+                            None => {
+                                if search.files_searched == SPLIT_AFTER_FILES && toolcell_sdk::split(SPLIT_PARTS) > 0 {
+                                    split = true;
+                                    return ControlFlow::Break(());
+                                }
+                                search.file(&entry.path)
+                            }
+                        }
                     },
                 )
                 .map_err(|error| root.io_error(error))?;
+                if split {
+                    // The host runs the parts, then this call again to assemble them.
+                    return Ok(Output::text("split"));
+                }
+                if shard.is_some() {
+                    part.unreadable_directories = summary.unreadable_directories as u64;
+                    return Ok(part.output());
+                }
                 unreadable_directories = summary.unreadable_directories;
             }
         }
         Ok(search.finish(&args.query, &root, unreadable_directories))
+    }
+}
+
+/// What one part of a split scan found: the files with a match among its share, by their
+/// position in the walk, and what it searched and skipped. A part stops once it holds more
+/// matching files than the page can show: everything up to the position where the first part
+/// stopped is then known.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Part {
+    files: Vec<(u64, String)>,
+    /// The position of the last file searched, when the part stopped early.
+    stopped_at: Option<u64>,
+    files_searched: u64,
+    skipped_binary: u64,
+    skipped_large: u64,
+    unreadable_directories: u64,
+}
+
+impl Part {
+    /// Search one file of the share: only whether it has a match.
+    fn file(&mut self, search: &mut Search, position: u64, path: &WorkspacePath) -> ControlFlow<()> {
+        let bytes = match scan::read_file(path.as_str(), MAX_FILE_BYTES) {
+            Ok(scan::FileContent::Bytes(bytes)) => bytes,
+            Ok(scan::FileContent::TooLarge(_)) => {
+                self.skipped_large += 1;
+                return ControlFlow::Continue(());
+            }
+            Err(_) => return ControlFlow::Continue(()),
+        };
+        if text::is_binary(&bytes) {
+            self.skipped_binary += 1;
+            return ControlFlow::Continue(());
+        }
+        self.files_searched += 1;
+        if search.matcher.has_match(&bytes) {
+            self.files.push((position, path.as_str().to_owned()));
+            // Each file shows at least one result: this many fill the page and tell whether
+            // more follow.
+            if self.files.len() as u64 > search.offset.saturating_add(search.max_results) {
+                self.stopped_at = Some(position);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn output(&self) -> Output {
+        Output::text(format!("part: {} files with a match", self.files.len())).with_structured(self)
+    }
+}
+
+/// The parts of a split scan, put together.
+struct Merged {
+    /// The files with a match, in walk order, up to where every part is known.
+    files: Vec<WorkspacePath>,
+    files_searched: u64,
+    skipped_binary: u64,
+    skipped_large: u64,
+    unreadable_directories: usize,
+}
+
+impl Merged {
+    fn of(parts: Vec<Result<Output, ToolError>>) -> Result<Merged, ToolError> {
+        let mut found: Vec<(u64, String)> = Vec::new();
+        let mut known_until = u64::MAX;
+        let mut merged = Merged { files: Vec::new(), files_searched: 0, skipped_binary: 0, skipped_large: 0, unreadable_directories: 0 };
+        for part in parts {
+            let (_, structured) = part?.into_parts();
+            let part: Part = structured
+                .and_then(|value| serde_json::from_value(value).ok())
+                .ok_or_else(|| ToolError::Failed("a part of the split search returned no result it could read".to_owned()))?;
+            if let Some(stopped_at) = part.stopped_at {
+                known_until = known_until.min(stopped_at);
+            }
+            found.extend(part.files);
+            merged.files_searched += part.files_searched;
+            merged.skipped_binary += part.skipped_binary;
+            merged.skipped_large += part.skipped_large;
+            merged.unreadable_directories = merged.unreadable_directories.max(usize::try_from(part.unreadable_directories).unwrap_or(0));
+        }
+        found.sort_unstable();
+        merged.files = found
+            .into_iter()
+            .take_while(|(position, _)| *position <= known_until)
+            .filter_map(|(_, path)| WorkspacePath::parse(&path).ok())
+            .collect();
+        Ok(merged)
     }
 }
 

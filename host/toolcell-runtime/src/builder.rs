@@ -39,6 +39,7 @@ pub struct RuntimeBuilder {
     stub_imports: BTreeMap<String, Vec<String>>,
     index_freshness: IndexFreshness,
     build_index_on_first_search: bool,
+    parts: Option<u32>,
 }
 
 /// A component to load: its origin, its bytes, and optionally its compiled form.
@@ -93,6 +94,14 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn build_index_on_first_search(mut self, build: bool) -> Self {
         self.build_index_on_first_search = build;
+        self
+    }
+
+    /// How many parts a call that splits itself (`context.split`: a search over a large tree)
+    /// may run side by side; 0 or 1 runs none. Default: the machine's cores, at most 8.
+    #[must_use]
+    pub fn parallel_parts(mut self, parts: u32) -> Self {
+        self.parts = Some(parts);
         self
     }
 
@@ -377,6 +386,9 @@ impl RuntimeBuilder {
             undo: undo::UndoStore::new(work.path()),
             memos: Arc::default(),
             indexes: Arc::new(content_index::IndexStore::new(work.path(), self.index_freshness, self.build_index_on_first_search)),
+            parts: self
+                .parts
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |cores| u32::try_from(cores.get()).unwrap_or(1)).min(8)),
             workflow,
             bound_roles: std::sync::Mutex::default(),
             recovered,

@@ -127,7 +127,6 @@ impl Runtime {
     /// paths inside the workspace, and the transaction (locks, what the session read, the
     /// journal's place).
     fn guard_for(&self, request: &CallRequest<'_>, call_id: &str) -> Result<FsGuard, Error> {
-        let directory = request.workspace.reopen(request.tool)?;
         let read_before_write = self.policy.as_ref().map_or(ReadBeforeWrite::Off, |policy| policy.read_before_write());
         let seen = if read_before_write == ReadBeforeWrite::Off {
             Arc::default()
@@ -146,6 +145,14 @@ impl Runtime {
             request.session_id.to_owned(),
             call_id.to_owned(),
         );
+        Ok(self.read_only_guard(request, call_id)?.with_transaction(transaction))
+    }
+
+    /// The guard of a call that may only read (a part of a split call): the policy for the
+    /// caller's role, the audit sink and the host-owned paths, and no transaction, so every
+    /// write and delete is refused.
+    fn read_only_guard(&self, request: &CallRequest<'_>, call_id: &str) -> Result<FsGuard, Error> {
+        let directory = request.workspace.reopen(request.tool)?;
         let bound = match &self.policy {
             None => None,
             // Closed: a role whose scoped rules could not be bound must not run as the role
@@ -157,8 +164,7 @@ impl Runtime {
         };
         Ok(FsGuard::new(self.policy.clone(), request.role, request.approver.cloned(), Some(directory))
             .with_role(bound)
-            .with_audit(self.audit_sink(request, call_id), self.host_paths_inside(request.workspace)?)
-            .with_transaction(transaction))
+            .with_audit(self.audit_sink(request, call_id), self.host_paths_inside(request.workspace)?))
     }
 
     /// Run the tool: a component in a fresh instance, or a host-implemented tool. Fills the
@@ -194,7 +200,14 @@ impl Runtime {
                     )),
                     ..CallContext::default()
                 };
-                self.run_component(pre, request, context, guard, outcome)
+                let deadline = Instant::now() + self.limits_for(request.tool).deadline;
+                let parts = self.parts;
+                let (guard, split) =
+                    self.run_component(pre, request, CallContext { parts, ..context.clone() }, guard, outcome, deadline)?;
+                match split {
+                    Some(parts) if outcome.result.is_ok() => self.run_split(pre, request, &context, guard, outcome, parts, deadline),
+                    _ => Ok(guard),
+                }
             }
             ToolKind::Native(native) => {
                 outcome.result = native.run(&mut native::NativeCall {
@@ -249,8 +262,76 @@ impl Runtime {
         guard
     }
 
-    /// Instantiate `pre` in a fresh store with `guard` on its filesystem and run one call.
-    /// Fills the result, the trap flag, notes and stdio of `outcome`; returns the guard.
+    /// Run a call the component split (`context.split`): `parts` instances side by side, each
+    /// told its part, under guards that may only read; then one more that assembles their
+    /// results into the call's. Every part's decisions and refusals are the call's. A part
+    /// that traps or overruns the deadline fails the call.
+    #[expect(clippy::too_many_arguments, reason = "the pieces of one call, as `run` has them")]
+    fn run_split(
+        &self,
+        pre: &bindings::PluginPre<CallState>,
+        request: &CallRequest<'_>,
+        context: &CallContext,
+        mut guard: FsGuard,
+        outcome: &mut CallOutcome,
+        parts: u32,
+        deadline: Instant,
+    ) -> Result<FsGuard, Error> {
+        let call_id = outcome.call_id.clone();
+        let part = |shard: Option<(u32, u32)>, shard_results| -> Result<(CallOutcome, FsGuard), Error> {
+            let mut part = CallOutcome::new(call_id.clone());
+            let context = CallContext { parts: 0, shard, shard_results, ..context.clone() };
+            let (guard, _) = self.run_component(pre, request, context, self.read_only_guard(request, &call_id)?, &mut part, deadline)?;
+            Ok((part, guard))
+        };
+        let ran: Vec<Result<(CallOutcome, FsGuard), Error>> = std::thread::scope(|scope| {
+            let running: Vec<_> = (0..parts).map(|index| scope.spawn(move || part(Some((index, parts)), None))).collect();
+            running
+                .into_iter()
+                .map(|running| {
+                    running.join().unwrap_or_else(|_| {
+                        Err(Error::Call {
+                            tool: request.tool.to_owned(),
+                            reason: "a part of the split call stopped unexpectedly".to_owned(),
+                        })
+                    })
+                })
+                .collect()
+        });
+        let mut results = Vec::with_capacity(ran.len());
+        let mut failed = None;
+        for ran in ran {
+            let (ran, part_guard) = ran?;
+            guard.absorb(part_guard);
+            outcome.memory_bytes = outcome.memory_bytes.max(ran.memory_bytes);
+            outcome.notes.extend(ran.notes);
+            if ran.trapped && failed.is_none() {
+                outcome.stderr = ran.stderr;
+                failed = Some(ran.result);
+                continue;
+            }
+            results.push(ran.result.map(|output| outcome::to_wit_output(&output)).map_err(|error| to_wit_error(error.kind, error.message)));
+        }
+        if let Some(failure) = failed {
+            outcome.trapped = true;
+            outcome.result = failure;
+            return Ok(guard);
+        }
+        let (assembled, part_guard) = part(None, Some(results))?;
+        guard.absorb(part_guard);
+        outcome.result = assembled.result;
+        outcome.trapped = assembled.trapped;
+        outcome.memory_bytes = outcome.memory_bytes.max(assembled.memory_bytes);
+        outcome.notes.extend(assembled.notes);
+        outcome.images = assembled.images;
+        outcome.stdout = assembled.stdout;
+        outcome.stderr = assembled.stderr;
+        Ok(guard)
+    }
+
+    /// Instantiate `pre` in a fresh store with `guard` on its filesystem and run one call,
+    /// stopped at `deadline`. Fills the result, the trap flag, notes and stdio of `outcome`;
+    /// returns the guard, and how many parts the component asked to be split into.
     fn run_component(
         &self,
         pre: &bindings::PluginPre<CallState>,
@@ -258,7 +339,8 @@ impl Runtime {
         context: CallContext,
         guard: FsGuard,
         outcome: &mut CallOutcome,
-    ) -> Result<FsGuard, Error> {
+        deadline: Instant,
+    ) -> Result<(FsGuard, Option<u32>), Error> {
         let (tool, args, workspace) = (request.tool, request.args, request.workspace);
         let host_error = |error: wasmtime::Error| Error::Call { tool: tool.to_owned(), reason: describe(&error) };
         let stdout = CapturePipe::new(STDIO_CAPACITY);
@@ -277,14 +359,14 @@ impl Runtime {
             context,
             guard,
             limiter: limits::MemoryLimiter::new(limits.memory_bytes),
-            deadline: Instant::now() + limits.deadline,
+            deadline,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         // The ticker's phase is arbitrary, so the first tick may come at once: one tick more
         // gives the call at least its deadline, and stops it within one tick after.
         // Each tick also checks whether the caller cancelled the call.
-        let mut ticks_left = limits.deadline_ticks() + 1;
+        let mut ticks_left = Limits { deadline: deadline.saturating_duration_since(Instant::now()), ..limits }.deadline_ticks() + 1;
         let cancel = request.cancel.cloned();
         store.epoch_deadline_callback(move |_| {
             ticks_left = ticks_left.saturating_sub(1);
@@ -346,7 +428,7 @@ impl Runtime {
         outcome.images = state.context.images;
         outcome.stdout = stdout.take();
         outcome.stderr = stderr.take();
-        Ok(state.guard)
+        Ok((state.guard, state.context.split))
     }
 
     fn deadline_error(&self, tool: &str, limits: &Limits) -> ToolError {
@@ -526,7 +608,8 @@ impl Runtime {
         let args = serde_json::json!({ "path": path }).to_string();
         let mut outcome = CallOutcome::new(context.call_id.clone());
         let validation = CallRequest { tool, args: &args, ..*request };
-        let guard = self.run_component(pre, &validation, context, guard, &mut outcome).map_err(|error| error.to_string())?;
+        let deadline = Instant::now() + self.limits_for(validation.tool).deadline;
+        let (guard, _) = self.run_component(pre, &validation, context, guard, &mut outcome, deadline).map_err(|error| error.to_string())?;
         if let Some(denial) = guard.denials.first() {
             return Err(format!("the validator `{tool}` was refused: {}", denial.message));
         }

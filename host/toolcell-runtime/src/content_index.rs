@@ -459,15 +459,39 @@ impl Live {
             .map(str::to_owned)
             .collect();
         let now = now_ns();
-        for (path, change) in &mut self.changed {
-            let Change::File { stamp, content } = change else {
+        // The files changed since the index that were never read: read (on every core, as a
+        // burst of edits leaves many), once per version.
+        let mut unread: Vec<(&String, &mut Content, Stamp)> = self
+            .changed
+            .iter_mut()
+            .filter_map(|(path, change)| match change {
+                Change::File { stamp, content: content @ Content::Unread } if is_under(path) => Some((path, content, *stamp)),
+                _ => None,
+            })
+            .collect();
+        let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(4);
+        if unread.len() >= 16 && workers > 1 {
+            let chunk = unread.len().div_ceil(workers);
+            std::thread::scope(|scope| {
+                for share in unread.chunks_mut(chunk) {
+                    scope.spawn(move || {
+                        for (path, content, stamp) in share {
+                            **content = read_trigrams(root, path, *stamp, now);
+                        }
+                    });
+                }
+            });
+        } else {
+            for (path, content, stamp) in unread {
+                *content = read_trigrams(root, path, stamp, now);
+            }
+        }
+        for (path, change) in &self.changed {
+            let Change::File { content, .. } = change else {
                 continue;
             };
             if !is_under(path) {
                 continue;
-            }
-            if matches!(content, Content::Unread) {
-                *content = read_trigrams(root, path, *stamp, now);
             }
             let may_match = match content {
                 Content::Trigrams(trigrams) => query.may_match(trigrams),

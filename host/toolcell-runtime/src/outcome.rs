@@ -197,6 +197,14 @@ pub(crate) fn convert_error(error: bindings::toolcell::tool::types::ToolError) -
 }
 
 /// A host error as the WIT `tool-error` a component receives.
+/// A result as the contract carries it (for the assembly of a split call).
+pub(crate) fn to_wit_output(output: &ToolOutput) -> bindings::toolcell::tool::types::ToolOutput {
+    bindings::toolcell::tool::types::ToolOutput {
+        text: output.text.clone(),
+        structured: output.structured.as_ref().map(ToString::to_string),
+    }
+}
+
 pub(crate) fn to_wit_error(kind: ToolErrorKind, message: String) -> bindings::toolcell::tool::types::ToolError {
     use bindings::toolcell::tool::types::ToolError as Wit;
     match kind {

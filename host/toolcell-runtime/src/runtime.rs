@@ -65,6 +65,8 @@ pub struct Runtime {
     pub(crate) memos: Arc<memo::MemoStore>,
     /// Content indexes in the state directory.
     pub(crate) indexes: Arc<content_index::IndexStore>,
+    /// How many parts a call that splits itself (`context.split`) may run side by side.
+    pub(crate) parts: u32,
     /// Journals rolled back at start-up.
     pub(crate) recovered: Vec<Recovery>,
     /// This runtime's journal file, where every call journals its changes.

@@ -59,7 +59,18 @@ pub(crate) struct CallContext {
     pub(crate) memo: Option<(Arc<crate::memo::MemoStore>, crate::memo::Scope)>,
     /// The workspace's content index, for `search-candidates`; `None` where there is no call.
     pub(crate) index: Option<crate::content_index::IndexScope>,
+    /// How many parts the host would run this call in (`split`); 0 where it runs none (a
+    /// part, an assembly, `describe`).
+    pub(crate) parts: u32,
+    /// How many parts the component asked for, and was promised.
+    pub(crate) split: Option<u32>,
+    /// In a part of a split call: which one, and of how many.
+    pub(crate) shard: Option<(u32, u32)>,
+    /// In the assembly of a split call: the parts' results.
+    pub(crate) shard_results: Option<Vec<Result<WitOutput, WitError>>>,
 }
+
+type WitOutput = bindings::toolcell::tool::types::ToolOutput;
 
 /// The host side of `toolcell:tool/context`: the call's identity and notes, and the guard
 /// that judges `inspect`.
@@ -162,6 +173,26 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
             guard.effect(Access::Read, path) != Effect::Deny
         };
         Some(candidates.into_iter().filter(|path| reachable(path)).collect())
+    }
+
+    fn split(&mut self, parts: u32) -> u32 {
+        if self.context.split.is_some() || self.context.parts < 2 || parts < 2 {
+            return 0;
+        }
+        if self.guard.spend_capability("split").is_err() {
+            return 0;
+        }
+        let promised = parts.min(self.context.parts);
+        self.context.split = Some(promised);
+        promised
+    }
+
+    fn shard(&mut self) -> Option<bindings::toolcell::tool::context::ShardInfo> {
+        self.context.shard.map(|(index, count)| bindings::toolcell::tool::context::ShardInfo { index, count })
+    }
+
+    fn shard_results(&mut self) -> Option<Vec<Result<WitOutput, WitError>>> {
+        self.context.shard_results.clone()
     }
 
     fn recall(&mut self, key: String) -> Option<Vec<u8>> {

@@ -313,8 +313,12 @@ fn denied_files_timing(temp: &Path, cache: &Path, files: usize, runs: usize, tab
     assert_eq!(search(&sessions[0].1, &args), search(&sessions[1].1, &args), "the answers differ");
     // Interleaved, so that drift in the machine falls on both.
     let (mut with, mut without) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        for (samples, (_, session)) in [(&mut with, &sessions[0]), (&mut without, &sessions[1])] {
+    for run in 0..runs {
+        let mut order = [(&mut with, &sessions[0]), (&mut without, &sessions[1])];
+        if run % 2 == 1 {
+            order.reverse();
+        }
+        for (samples, (_, session)) in order {
             let started = Instant::now();
             std::hint::black_box(search(session, &args));
             samples.push(started.elapsed());

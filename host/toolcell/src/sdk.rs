@@ -52,7 +52,7 @@ pub fn write(language: &str, out: &Path) -> anyhow::Result<ExitCode> {
         std::fs::write(&path, content).with_context(|| format!("cannot write `{}`", path.display()))?;
     }
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "wrote the {language} SDK and the contract (wit/, toolcell:tool@0.2.1) into {}", out.display())?;
+    writeln!(stdout, "wrote the {language} SDK and the contract (wit/, toolcell:tool@0.2.2) into {}", out.display())?;
     writeln!(stdout, "{next}")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -23,7 +23,7 @@ fn a_component_importing_sockets_is_refused_naming_the_import() {
 #[test]
 fn a_component_built_against_the_previous_contract_is_refused_saying_to_rebuild() {
     // A component as the 0.1 contract named its imports: the same bytes with every
-    // `toolcell:tool/...@0.2.1` renamed to `@0.1.0` (same length, so the binary stays valid).
+    // `toolcell:tool/...@0.2.2` renamed to `@0.1.0` (same length, so the binary stays valid).
     let wasm = with_contract_version(guest_program("misbehave"), "0.1.0");
     match RuntimeBuilder::new().component("test:old_contract", wasm).build() {
         Err(error @ Error::Contract { .. }) => {
@@ -36,13 +36,13 @@ fn a_component_built_against_the_previous_contract_is_refused_saying_to_rebuild(
     }
 }
 
-/// `wasm` with every `toolcell:tool/...@0.2.1` it names renamed to `@VERSION` (five
+/// `wasm` with every `toolcell:tool/...@0.2.2` it names renamed to `@VERSION` (five
 /// characters, so the binary stays valid).
 fn with_contract_version(wasm: &[u8], version: &str) -> Vec<u8> {
     let mut wasm = wasm.to_vec();
     let mut renamed = 0;
     for interface in ["types", "context", "workflow", "tool"] {
-        let (from, to) = (format!("toolcell:tool/{interface}@0.2.1"), format!("toolcell:tool/{interface}@{version}"));
+        let (from, to) = (format!("toolcell:tool/{interface}@0.2.2"), format!("toolcell:tool/{interface}@{version}"));
         assert_eq!(from.len(), to.len());
         let mut index = 0;
         while let Some(found) = wasm[index..].windows(from.len()).position(|window| window == from.as_bytes()) {
@@ -56,14 +56,16 @@ fn with_contract_version(wasm: &[u8], version: &str) -> Vec<u8> {
 }
 
 #[test]
-fn a_component_built_against_contract_0_2_0_still_loads_and_runs() {
-    // 0.2.1 only added functions to `context`: a component of 0.2.0 links against them.
-    let wasm = with_contract_version(toolcell_tests::examples::COMPONENTS[0].1, "0.2.0");
-    let runtime = RuntimeBuilder::new().component("test:contract_0_2_0", wasm).build().expect("a 0.2.0 component loads");
-    let fixture = Fixture::new();
-    fixture.write("a.txt", "one two two\n");
-    let outcome = fixture.call_as(&runtime, "s-old", None, &[], "word_count", &json!({"path": "a.txt"}));
-    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+fn components_built_against_contracts_0_2_0_and_0_2_1_still_load_and_run() {
+    // 0.2.1 and 0.2.2 only added functions to `context`: earlier components link against them.
+    for version in ["0.2.0", "0.2.1"] {
+        let wasm = with_contract_version(toolcell_tests::examples::COMPONENTS[0].1, version);
+        let runtime = RuntimeBuilder::new().component(format!("test:contract_{version}"), wasm).build().expect("an older component loads");
+        let fixture = Fixture::new();
+        fixture.write("a.txt", "one two two\n");
+        let outcome = fixture.call_as(&runtime, "s-old", None, &[], "word_count", &json!({"path": "a.txt"}));
+        assert!(outcome.result.is_ok(), "{version}: {:?}", outcome.result);
+    }
 }
 
 #[test]

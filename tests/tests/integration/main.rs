@@ -19,5 +19,6 @@ mod patches;
 mod races;
 mod read_file;
 mod search_files;
+mod split;
 mod transactions;
 mod write_file;

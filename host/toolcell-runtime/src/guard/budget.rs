@@ -25,6 +25,24 @@ impl FsGuard {
     }
 
     /// The filesystem calls made so far (counted against the budget; 0 without one).
+    /// Take in what a part of this call (`context.split`) did under its own guard: its
+    /// decisions, refusals, warnings and host calls count as this call's.
+    pub(crate) fn absorb(&mut self, mut part: FsGuard) {
+        part.record_repeats();
+        self.events.append(&mut part.events);
+        self.unrecorded_events += part.unrecorded_events;
+        self.denials.append(&mut part.denials);
+        self.warnings.append(&mut part.warnings);
+        self.audit_failures += part.audit_failures;
+        if self.flood.is_none() {
+            self.flood = part.flood.take();
+        }
+        let used = part.host_calls_made();
+        if let Some(budget) = &mut self.budget {
+            budget.calls = budget.calls.saturating_add(used);
+        }
+    }
+
     pub(crate) fn host_calls_made(&self) -> u64 {
         self.budget.as_ref().map_or(0, |budget| budget.calls - budget.calls_left)
     }

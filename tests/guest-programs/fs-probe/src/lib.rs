@@ -62,6 +62,27 @@ impl Tool for FsProbe {
                     let data = std::fs::read(&operation.path).map_err(|error| ToolError::Failed(error.to_string()))?;
                     toolcell_sdk::attach_image(&operation.to, &data)?;
                 }
+                // Ask to run in `content` parts; once split, this instance stops.
+                "split" => {
+                    let parts = toolcell_sdk::split(operation.content.parse().unwrap_or(2));
+                    if parts > 0 {
+                        return Ok(Output::text(format!("split into {parts}")));
+                    }
+                    results.push(json!({ "op": "split", "value": parts }));
+                }
+                "shard" => results.push(json!({ "op": "shard", "value": toolcell_sdk::shard() })),
+                "shard_results" => {
+                    let parts = toolcell_sdk::shard_results().map(|parts| {
+                        parts
+                            .into_iter()
+                            .map(|part| match part {
+                                Ok(output) => json!({ "ok": output.into_parts().1 }),
+                                Err(error) => json!({ "error": toolcell_sdk::error_parts(&error).1 }),
+                            })
+                            .collect::<Vec<_>>()
+                    });
+                    results.push(json!({ "op": "shard_results", "value": parts }));
+                }
                 "remember" => toolcell_sdk::remember(&operation.path, operation.content.as_bytes()),
                 // The content index's candidates for the pattern `content` under `path`.
                 "candidates" => {
