@@ -605,6 +605,10 @@ impl IndexScope {
     ) -> Option<Vec<String>> {
         let store = &self.store;
         let query = toolcell_index::plan(pattern, case_insensitive).ok()?;
+        if query == toolcell_index::Query::All {
+            // Nothing to look up: every file is a candidate, and the tool scans (on every core).
+            return None;
+        }
         let slot = store.slot(&self.workspace);
         let mut live = slot.lock().unwrap_or_else(PoisonError::into_inner);
         let path = store.path_for(&self.workspace);

@@ -301,7 +301,9 @@ fn denied_files_timing(temp: &Path, cache: &Path, files: usize, runs: usize, tab
             std::fs::create_dir_all(workspace.join("secrets")).expect("secrets");
             for number in 0..200 {
                 let secret = if case == "with" { LITERAL } else { "nothing to see" };
-                std::fs::write(workspace.join(format!("secrets/s{number}.txt")), format!("{secret} {number}\n")).expect("secret");
+                let mut file = std::fs::File::create(workspace.join(format!("secrets/s{number}.txt"))).expect("secret");
+                file.write_all(format!("{secret} {number}\n").as_bytes()).expect("secret");
+                file.set_modified(std::time::SystemTime::now() - Duration::from_secs(86_400)).expect("set mtime");
             }
             let host = host(&workspace, &temp.join(format!("denied-{case}/state")), cache, Some(&policy));
             host.runtime().build_index(host.workspace()).expect("the index builds");
