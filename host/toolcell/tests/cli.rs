@@ -1082,6 +1082,12 @@ fn index_build_status_and_drop_and_a_damaged_index_is_never_used() {
         std::fs::write(root.join(format!("src/m{number}.rs")), format!("fn item_{number}() {{}}\n")).expect("write");
     }
     std::fs::write(root.join("blob.bin"), b"a\x00b").expect("write");
+    // Last changed a minute ago: the index does not trust a stamp from the last second (it
+    // counts such a file as changed until it is older).
+    let past = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    for file in ["notes.txt", "blob.bin"].into_iter().map(String::from).chain((0..40).map(|number| format!("src/m{number}.rs"))) {
+        std::fs::File::options().write(true).open(root.join(&file)).and_then(|file| file.set_modified(past)).expect("set mtime");
+    }
     // The state directory inside the workspace: the host's own files are never indexed.
     let state = root.join(".toolcell-state");
     let (dir, state) = (root.to_str().expect("UTF-8"), state.to_str().expect("UTF-8"));
