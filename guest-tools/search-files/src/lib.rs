@@ -26,8 +26,9 @@ const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// this bounds its memory).
 const REGEX_SIZE_LIMIT: usize = 8 * 1024 * 1024;
 /// A scan that has searched this many files without filling its page asks the host to run it
-/// in parts side by side (`context.split`), one per core.
-const SPLIT_AFTER_FILES: u64 = 1_000;
+/// in parts side by side (`context.split`), one per core: smaller trees are not worth the
+/// instances, and what larger ones searched before the split is little.
+const SPLIT_AFTER_FILES: u64 = 100;
 /// Parts asked for; the host runs as many as it has cores for.
 const SPLIT_PARTS: u32 = 8;
 

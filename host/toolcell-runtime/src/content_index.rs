@@ -314,8 +314,11 @@ enum Content {
     Unread,
     /// Always a candidate: binary, unreadable, or with a stamp that cannot be trusted.
     Unknown,
-    /// Its trigrams, as of its stamp.
-    Trigrams(Vec<toolcell_index::Trigram>),
+    /// Its trigrams, as of its stamp, and whether that stamp could be trusted when it was read
+    /// (older than the file system's clock can blur): content read while notifications are
+    /// watched needs no such trust, since any later change is notified, but once they are lost
+    /// only a trusted stamp vouches for it.
+    Trigrams(Vec<toolcell_index::Trigram>, bool),
 }
 
 /// An index in use: what it holds, and how the workspace differs from it.
@@ -387,7 +390,7 @@ impl Live {
         let mut changed: HashMap<String, Change> =
             self.index.files().filter(|(path, _)| !present.contains(path)).map(|(path, _)| (path.to_owned(), Change::Gone)).collect();
         for file in &files {
-            if let Some(change) = self.change_of(file, now, previous.remove(&file.path)) {
+            if let Some(change) = self.change_of(file, now, previous.remove(&file.path), false) {
                 changed.insert(file.path.clone(), change);
             }
         }
@@ -396,15 +399,17 @@ impl Live {
     }
 
     /// What `file` is relative to the index (`None`: as indexed), keeping what `before` knew of
-    /// its content if its stamp is the same.
-    fn change_of(&self, file: &Found, now: u64, before: Option<Change>) -> Option<Change> {
+    /// its content if its stamp is the same and was trusted when it was read. A file a
+    /// notification `named` changed whatever its stamp says (a write that puts the old
+    /// modification time back is still a write): it is read again.
+    fn change_of(&self, file: &Found, now: u64, before: Option<Change>, named: bool) -> Option<Change> {
         let stable = file.is_stable(now);
-        if stable && self.indexed(&file.path) == Some(file.stamp) {
+        if !named && stable && self.indexed(&file.path) == Some(file.stamp) {
             return None;
         }
         let content = match before {
-            Some(Change::File { stamp, content }) if stamp == file.stamp && stable => content,
             _ if file.links > 1 => Content::Unknown,
+            Some(Change::File { stamp, content: content @ Content::Trigrams(_, true) }) if !named && stamp == file.stamp && stable => content,
             _ => Content::Unread,
         };
         Some(Change::File { stamp: file.stamp, content })
@@ -439,7 +444,7 @@ impl Live {
         }
         for file in present {
             let before = self.changed.remove(&file.path);
-            if let Some(change) = self.change_of(&file, now, before) {
+            if let Some(change) = self.change_of(&file, now, before, true) {
                 self.changed.insert(file.path, change);
             }
         }
@@ -459,6 +464,7 @@ impl Live {
             .map(str::to_owned)
             .collect();
         let now = now_ns();
+        let watching = self.watcher.is_some();
         // The files changed since the index that were never read: read (on every core, as a
         // burst of edits leaves many), once per version.
         let mut unread: Vec<(&String, &mut Content, Stamp)> = self
@@ -476,14 +482,14 @@ impl Live {
                 for share in unread.chunks_mut(chunk) {
                     scope.spawn(move || {
                         for (path, content, stamp) in share {
-                            **content = read_trigrams(root, path, *stamp, now);
+                            **content = read_trigrams(root, path, *stamp, now, watching);
                         }
                     });
                 }
             });
         } else {
             for (path, content, stamp) in unread {
-                *content = read_trigrams(root, path, stamp, now);
+                *content = read_trigrams(root, path, stamp, now, watching);
             }
         }
         for (path, change) in &self.changed {
@@ -494,7 +500,7 @@ impl Live {
                 continue;
             }
             let may_match = match content {
-                Content::Trigrams(trigrams) => query.may_match(trigrams),
+                Content::Trigrams(trigrams, _) => query.may_match(trigrams),
                 Content::Unread | Content::Unknown => true,
             };
             if may_match {
@@ -508,9 +514,11 @@ impl Live {
     }
 }
 
-/// The trigrams of `path` if it is still the version `stamp` names and that stamp can be
-/// trusted; else [`Content::Unread`] (look again next time) or [`Content::Unknown`] (binary).
-fn read_trigrams(root: &cap_std::fs::Dir, path: &str, stamp: Stamp, now: u64) -> Content {
+/// The trigrams of `path` if it is still the version `stamp` names; else [`Content::Unread`]
+/// (look again next time) or [`Content::Unknown`] (binary). Without notifications (`watching`
+/// false) a stamp from the last second cannot vouch for what was read: such a file is left
+/// unread, a candidate, until it is older.
+fn read_trigrams(root: &cap_std::fs::Dir, path: &str, stamp: Stamp, now: u64, watching: bool) -> Content {
     use std::io::Read as _;
     let Ok(mut file) = root.open(path) else {
         return Content::Unread;
@@ -518,7 +526,8 @@ fn read_trigrams(root: &cap_std::fs::Dir, path: &str, stamp: Stamp, now: u64) ->
     let Some(opened) = file.metadata().ok().and_then(|metadata| found(path.to_owned(), &metadata)) else {
         return Content::Unread;
     };
-    if opened.stamp != stamp || !opened.is_stable(now) {
+    let stable = opened.is_stable(now);
+    if opened.stamp != stamp || !(stable || watching) {
         // Changed since it was looked at, or too recently to tell: a candidate this time.
         return Content::Unread;
     }
@@ -529,7 +538,7 @@ fn read_trigrams(root: &cap_std::fs::Dir, path: &str, stamp: Stamp, now: u64) ->
     if content[..content.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
         return Content::Unknown;
     }
-    Content::Trigrams(toolcell_index::trigrams_of(&content))
+    Content::Trigrams(toolcell_index::trigrams_of(&content), stable)
 }
 
 impl IndexStore {
