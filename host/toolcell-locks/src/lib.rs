@@ -259,6 +259,27 @@ pub struct LockTable {
 }
 
 impl LockTable {
+    /// A table from its parts, for a store that keeps them as rows: the token the next
+    /// acquisition gets, the held locks in acquisition order, the lapsed ones oldest first.
+    pub fn from_parts(next_fence: u64, locks: Vec<Lock>, lapsed: Vec<Lapsed>) -> LockTable {
+        let mut table = LockTable { next_fence, locks, lapsed: lapsed.into() };
+        while table.lapsed.len() > MAX_LAPSED {
+            table.lapsed.pop_front();
+        }
+        table
+    }
+
+    /// The token the next acquisition gets.
+    pub fn next_fence(&self) -> u64 {
+        self.next_fence
+    }
+
+    /// The locks that lapsed recently (released, reclaimed), oldest first: their tokens are
+    /// refused with the reason.
+    pub fn lapsed(&self) -> impl Iterator<Item = &Lapsed> {
+        self.lapsed.iter()
+    }
+
     /// Acquire (or, for the same owner, session, pattern and mode, renew) a lease at `now_ms`.
     /// A renewal keeps the token.
     ///

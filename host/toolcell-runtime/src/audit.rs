@@ -1,5 +1,6 @@
 //! The audit trail on disk: `audit.jsonl` in the state directory, appended under an exclusive
-//! file lock so that several toolcell processes can share one chain.
+//! file lock so that several toolcell processes can share one chain; or in a shared store
+//! ([`AuditBackend`], PostgreSQL in `toolcell-store-postgres`) that several hosts append to.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -16,10 +17,42 @@ pub const AUDIT_FILE: &str = "audit.jsonl";
 /// rewritten with every append under the log's lock: a log whose last records were cut off no
 /// longer reaches it ([`toolcell_audit::verify_with_head`]).
 pub const AUDIT_HEAD_FILE: &str = "audit.head";
+/// Where records wait, beside the log, for a shared store that could not take them.
+pub const AUDIT_SPOOL_FILE: &str = "audit.spool.jsonl";
 /// Width of the `seq` in the head file, so that every rewrite is the same length.
 const HEAD_SEQ_WIDTH: usize = 20;
 /// How much of the log's end is read to find the last record (grown if a record is longer).
 const TAIL_CHUNK: u64 = 16 * 1024;
+
+/// An audit trail kept outside the state directory and shared by several hosts: one chain,
+/// appended to alone among all of them.
+pub trait AuditBackend: Send + Sync + std::fmt::Debug {
+    /// Seal `records` after the chain's last record and keep them, as one, alone among every
+    /// host sharing the store: all of them or none.
+    ///
+    /// # Errors
+    ///
+    /// Why they could not be kept (nothing was).
+    fn append(&self, records: &[Record]) -> std::io::Result<()>;
+
+    /// The sealed records after the first `position` (0: all), one line each, in order, and
+    /// the position after them.
+    ///
+    /// # Errors
+    ///
+    /// Why they could not be read.
+    fn read_from(&self, position: u64) -> std::io::Result<(String, u64)>;
+
+    /// The chain's head: the last record's `seq` and hash.
+    ///
+    /// # Errors
+    ///
+    /// Why it could not be read.
+    fn head(&self) -> std::io::Result<Option<Link>>;
+
+    /// What the store is, for messages (no password).
+    fn name(&self) -> String;
+}
 
 /// An append-only, hash-chained audit log.
 #[derive(Debug)]
@@ -28,6 +61,8 @@ pub struct AuditLog {
     path: PathBuf,
     /// The open log and the chain's end as this process last wrote it.
     appender: Mutex<Option<Appender>>,
+    /// Where the records go instead of `path`, if a shared store keeps them.
+    shared: Option<std::sync::Arc<dyn AuditBackend>>,
 }
 
 #[derive(Debug)]
@@ -50,7 +85,20 @@ impl AuditLog {
         std::fs::create_dir_all(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
         let directory = std::fs::canonicalize(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
         let path = directory.join(AUDIT_FILE);
-        Ok(AuditLog { directory, path, appender: Mutex::new(None) })
+        Ok(AuditLog { directory, path, appender: Mutex::new(None), shared: None })
+    }
+
+    /// A log kept by `backend`; `state_dir` (created if needed) is the host's state directory
+    /// all the same, for what is not shared.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Audit`] if the directory cannot be created.
+    pub fn shared(backend: std::sync::Arc<dyn AuditBackend>, state_dir: &Path) -> Result<Self, Error> {
+        let mut log = AuditLog::open(state_dir)?;
+        log.path = PathBuf::from(backend.name());
+        log.shared = Some(backend);
+        Ok(log)
     }
 
     /// The log of an existing state directory, for reading and verifying: nothing is created.
@@ -63,7 +111,12 @@ impl AuditLog {
         let directory = std::fs::canonicalize(state_dir).map_err(audit_error)?;
         let path = directory.join(AUDIT_FILE);
         std::fs::symlink_metadata(&path).map_err(|source| Error::Audit { path: path.clone(), source })?;
-        Ok(AuditLog { directory, path, appender: Mutex::new(None) })
+        Ok(AuditLog { directory, path, appender: Mutex::new(None), shared: None })
+    }
+
+    /// What the log is, for messages: its file, or the shared store's name.
+    pub fn name(&self) -> String {
+        self.path.display().to_string()
     }
 
     /// The chain's head as last written beside the log, if there is a head file.
@@ -72,6 +125,9 @@ impl AuditLog {
     ///
     /// The I/O error, or `InvalidData` if the head file is damaged.
     pub fn head(&self) -> std::io::Result<Option<Link>> {
+        if let Some(shared) = &self.shared {
+            return shared.head();
+        }
         let text = match std::fs::read_to_string(self.directory.join(AUDIT_HEAD_FILE)) {
             Ok(text) => text,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -103,6 +159,9 @@ impl AuditLog {
     /// The I/O error, or `InvalidData` if the log's last line is not a sealed record (run
     /// `toolcell audit verify`). Nothing is appended then.
     pub fn append(&self, records: &[Record]) -> std::io::Result<()> {
+        if let Some(shared) = &self.shared {
+            return self.append_shared(shared.as_ref(), records);
+        }
         let mut appender = self.appender.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let result = self.append_locked(&mut appender, records);
         if result.is_err() {
@@ -110,6 +169,63 @@ impl AuditLog {
             *appender = None;
         }
         result
+    }
+
+    /// [`append`](Self::append), except that with a shared store that cannot take them now the
+    /// records wait in the state directory (`audit.spool.jsonl`) and go first, in order, into
+    /// the shared chain with the next append that succeeds. For what may be recorded late: the
+    /// refusals and the reads of calls that change nothing (an allowed modification is never
+    /// deferred: it is recorded before it happens, or refused).
+    ///
+    /// # Errors
+    ///
+    /// As [`append`](Self::append); with a shared store, only if the spool cannot be written.
+    pub fn append_deferrable(&self, records: &[Record]) -> std::io::Result<()> {
+        match (&self.shared, self.append(records)) {
+            (Some(_), Err(_)) => {
+                let mut lines = String::new();
+                for record in records {
+                    lines.push_str(&serde_json::to_string(record).map_err(std::io::Error::other)?);
+                    lines.push('\n');
+                }
+                let spool = OpenOptions::new().create(true).append(true).open(self.directory.join(AUDIT_SPOOL_FILE))?;
+                spool.lock()?;
+                let written = (&spool).write_all(lines.as_bytes()).and_then(|()| spool.sync_data());
+                let unlocked = spool.unlock();
+                written.and(unlocked)
+            }
+            (_, result) => result,
+        }
+    }
+
+    /// Append to the shared store: first what waits in the spool, then `records`, as one.
+    fn append_shared(&self, shared: &dyn AuditBackend, records: &[Record]) -> std::io::Result<()> {
+        let path = self.directory.join(AUDIT_SPOOL_FILE);
+        let spool = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(spool) => spool,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return if records.is_empty() { Ok(()) } else { shared.append(records) };
+            }
+            Err(error) => return Err(error),
+        };
+        spool.lock()?;
+        let forwarded = (|| {
+            let mut text = String::new();
+            (&spool).read_to_string(&mut text)?;
+            let mut all = Vec::new();
+            for line in text.lines().filter(|line| !line.trim().is_empty()) {
+                all.push(serde_json::from_str::<Record>(line).map_err(|error| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("`{AUDIT_SPOOL_FILE}` holds a damaged record ({error})"))
+                })?);
+            }
+            all.extend_from_slice(records);
+            if !all.is_empty() {
+                shared.append(&all)?;
+            }
+            spool.set_len(0)
+        })();
+        let unlocked = spool.unlock();
+        forwarded.and(unlocked)
     }
 
     fn append_locked(&self, appender: &mut Option<Appender>, records: &[Record]) -> std::io::Result<()> {
@@ -156,18 +272,25 @@ impl AuditLog {
     ///
     /// The I/O error.
     pub fn read(&self) -> std::io::Result<String> {
+        if let Some(shared) = &self.shared {
+            return shared.read_from(0).map(|(text, _)| text);
+        }
         match std::fs::read_to_string(&self.path) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
             other => other,
         }
     }
 
-    /// The log from byte `offset` on, and the offset of its end: for following it.
+    /// The log from `offset` on (a byte offset in the file; a position in a shared store), and
+    /// the offset of its end: for following it (0: from the start).
     ///
     /// # Errors
     ///
     /// The I/O error.
     pub fn read_from(&self, offset: u64) -> std::io::Result<(String, u64)> {
+        if let Some(shared) = &self.shared {
+            return shared.read_from(offset);
+        }
         let mut file = match File::open(&self.path) {
             Ok(file) => file,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), 0)),

@@ -40,6 +40,8 @@ pub struct RuntimeBuilder {
     index_freshness: IndexFreshness,
     build_index_on_first_search: bool,
     parts: Option<u32>,
+    /// Lock tables and the audit trail in a store several hosts share.
+    shared_store: Option<(Arc<dyn LockBackend>, Arc<dyn AuditBackend>)>,
 }
 
 /// A component to load: its origin, its bytes, and optionally its compiled form.
@@ -94,6 +96,16 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn build_index_on_first_search(mut self, build: bool) -> Self {
         self.build_index_on_first_search = build;
+        self
+    }
+
+    /// Keep the lock tables and the audit trail in a store several hosts share (PostgreSQL:
+    /// `toolcell-store-postgres`) instead of the state directory, which still holds what each
+    /// host keeps for itself (journals, undo records, read versions, indexes): needs
+    /// [`audit_dir`](Self::audit_dir).
+    #[must_use]
+    pub fn shared_store(mut self, locks: Arc<dyn LockBackend>, audit: Arc<dyn AuditBackend>) -> Self {
+        self.shared_store = Some((locks, audit));
         self
     }
 
@@ -329,7 +341,19 @@ impl RuntimeBuilder {
                 }
             }
         }
-        let audit = self.audit_dir.as_deref().map(AuditLog::open).transpose()?.map(Arc::new);
+        let audit = match (&self.shared_store, self.audit_dir.as_deref()) {
+            (Some((_, backend)), Some(directory)) => Some(Arc::new(AuditLog::shared(Arc::clone(backend), directory)?)),
+            (Some(_), None) => {
+                return Err(Error::Audit {
+                    path: PathBuf::new(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        "a shared store needs a state directory too: journals, undo records and indexes stay on each host",
+                    ),
+                });
+            }
+            (None, directory) => directory.map(AuditLog::open).transpose()?.map(Arc::new),
+        };
         let state_dir = audit.as_ref().map(|log| log.directory().to_path_buf());
         if let Some(directory) = &state_dir {
             host_owned.push(HostOwned::directory(directory));
@@ -362,9 +386,10 @@ impl RuntimeBuilder {
                 log.append(&records).map_err(|source| Error::Audit { path: log.path().to_path_buf(), source })?;
             }
         }
-        let locks = Arc::new(match &state_dir {
-            Some(directory) => LockStore::in_directory(directory),
-            None => LockStore::in_memory(),
+        let locks = Arc::new(match (&self.shared_store, &state_dir) {
+            (Some((backend, _)), _) => LockStore::shared(Arc::clone(backend)),
+            (None, Some(directory)) => LockStore::in_directory(directory),
+            (None, None) => LockStore::in_memory(),
         });
         let workflow = Arc::new(workflow::WorkflowShared {
             locks: Arc::clone(&locks),

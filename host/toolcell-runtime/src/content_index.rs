@@ -409,7 +409,9 @@ impl Live {
         }
         let content = match before {
             _ if file.links > 1 => Content::Unknown,
-            Some(Change::File { stamp, content: content @ Content::Trigrams(_, true) }) if !named && stamp == file.stamp && stable => content,
+            Some(Change::File { stamp, content: content @ Content::Trigrams(_, true) }) if !named && stamp == file.stamp && stable => {
+                content
+            }
             _ => Content::Unread,
         };
         Some(Change::File { stamp: file.stamp, content })

@@ -84,7 +84,7 @@ mod workflow;
 mod error;
 
 pub use adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
-pub use audit::{AUDIT_FILE, AUDIT_HEAD_FILE, AuditLog};
+pub use audit::{AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, AuditBackend, AuditLog};
 pub use builder::RuntimeBuilder;
 pub use call::STDIO_CAPACITY;
 pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
@@ -93,7 +93,7 @@ pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};
 pub use journal::Recovery;
 pub use limits::{EPOCH_TICK, Limits};
-pub use locks::{LOCKS_DIR, LockStore, LockStoreError};
+pub use locks::{LOCKS_DIR, LockBackend, LockStore, LockStoreError};
 pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
 pub use runtime::{LoadedComponent, Runtime};

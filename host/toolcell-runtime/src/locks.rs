@@ -2,6 +2,8 @@
 //! the state directory, read and replaced under an exclusive lock on its `.lock` sibling, so
 //! that every toolcell process sharing the state directory sees one table per workspace.
 //! Without a state directory the tables live in memory, shared by the calls of one runtime.
+//! With a shared store ([`LockBackend`], PostgreSQL in `toolcell-store-postgres`) they live
+//! there, and its clock says when leases end.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -27,6 +29,41 @@ pub enum LockStoreError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The shared store could not be used (unreachable, refused, damaged).
+    #[error("cannot use the lock table in {store}: {reason}")]
+    Store {
+        /// The store, as it names itself (no password).
+        store: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl LockStoreError {
+    /// Whether the table could not be used at all (as opposed to a refused request).
+    pub fn is_unavailable(&self) -> bool {
+        !matches!(self, LockStoreError::Lock(_))
+    }
+}
+
+/// Lock tables kept outside the state directory, shared by several hosts: each change is made
+/// alone among all of them, at the store's own time.
+pub trait LockBackend: Send + Sync + std::fmt::Debug {
+    /// `workspace`'s table as it is now, and the store's clock (milliseconds since the epoch).
+    ///
+    /// # Errors
+    ///
+    /// [`LockStoreError::Store`] if the store cannot be used.
+    fn read(&self, workspace: &Path) -> Result<(LockTable, u64), LockStoreError>;
+
+    /// Apply `change` to `workspace`'s table at the store's time, alone among every host
+    /// sharing the store, and keep the result; nothing is kept if `change` fails. Tokens come
+    /// from a counter that never goes back, whatever the table says.
+    ///
+    /// # Errors
+    ///
+    /// `change`'s refusal, or [`LockStoreError::Store`].
+    fn update(&self, workspace: &Path, change: &mut dyn FnMut(&mut LockTable, u64) -> Result<(), LockError>) -> Result<(), LockStoreError>;
 }
 
 /// The lock table, shared by every call of a runtime (and, with a state directory, by every
@@ -40,6 +77,7 @@ pub struct LockStore {
 enum Backing {
     Memory(Mutex<std::collections::HashMap<PathBuf, LockTable>>),
     Directory(PathBuf),
+    Shared(std::sync::Arc<dyn LockBackend>),
 }
 
 impl LockStore {
@@ -51,6 +89,11 @@ impl LockStore {
     /// Tables in `state_dir/locks`.
     pub fn in_directory(state_dir: &Path) -> Self {
         LockStore { backing: Backing::Directory(state_dir.join(LOCKS_DIR)) }
+    }
+
+    /// Tables in a shared store.
+    pub fn shared(backend: std::sync::Arc<dyn LockBackend>) -> Self {
+        LockStore { backing: Backing::Shared(backend) }
     }
 
     /// The table file and its lock file for `workspace`.
@@ -67,7 +110,7 @@ impl LockStore {
     /// [`LockStoreError::Lock`] with the conflicting lock or what is wrong with the request;
     /// [`LockStoreError::Io`].
     pub fn acquire(&self, workspace: &Path, request: &LockRequest) -> Result<Lock, LockStoreError> {
-        self.update(workspace, |table| table.acquire(request, now_ms()))
+        self.update(workspace, |table, now| table.acquire(request, now))
     }
 
     /// Release the lock with token `fence` held by `owner`.
@@ -76,7 +119,7 @@ impl LockStore {
     ///
     /// [`LockStoreError::Lock`] if `owner` holds no such lock; [`LockStoreError::Io`].
     pub fn release(&self, workspace: &Path, fence: u64, owner: &str) -> Result<Lock, LockStoreError> {
-        self.update(workspace, |table| table.release(fence, owner))
+        self.update(workspace, |table, _| table.release(fence, owner))
     }
 
     /// Release every lock `owner` holds.
@@ -85,7 +128,7 @@ impl LockStore {
     ///
     /// [`LockStoreError::Io`].
     pub fn release_all(&self, workspace: &Path, owner: &str) -> Result<Vec<Lock>, LockStoreError> {
-        self.update(workspace, |table| Ok(table.release_all(owner)))
+        self.update(workspace, |table, _| Ok(table.release_all(owner)))
     }
 
     /// Release every lock taken in `session`.
@@ -94,7 +137,7 @@ impl LockStore {
     ///
     /// [`LockStoreError::Io`].
     pub fn release_session(&self, workspace: &Path, session: &str) -> Result<Vec<Lock>, LockStoreError> {
-        self.update(workspace, |table| Ok(table.release_session(session)))
+        self.update(workspace, |table, _| Ok(table.release_session(session)))
     }
 
     /// The live locks now.
@@ -103,8 +146,7 @@ impl LockStore {
     ///
     /// [`LockStoreError::Io`].
     pub fn live(&self, workspace: &Path) -> Result<Vec<Lock>, LockStoreError> {
-        let now = now_ms();
-        self.read(workspace, |table| table.live(now).cloned().collect())
+        self.read(workspace, |table, now| table.live(now).cloned().collect())
     }
 
     /// Whether `owner`, presenting `fences`, may modify `path` now; `Ok(Err(_))` is a refusal.
@@ -113,37 +155,53 @@ impl LockStore {
     ///
     /// [`LockStoreError::Io`] if the table cannot be read.
     pub fn check_write(&self, workspace: &Path, path: &str, owner: &str, fences: &[u64]) -> Result<Result<(), Refusal>, LockStoreError> {
-        let now = now_ms();
-        self.read(workspace, |table| table.check_write(path, owner, fences, now))
+        self.read(workspace, |table, now| table.check_write(path, owner, fences, now))
     }
 
-    fn read<T>(&self, workspace: &Path, read: impl FnOnce(&LockTable) -> T) -> Result<T, LockStoreError> {
+    fn read<T>(&self, workspace: &Path, read: impl FnOnce(&LockTable, u64) -> T) -> Result<T, LockStoreError> {
         match &self.backing {
             Backing::Memory(tables) => {
                 let tables = tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                Ok(read(tables.get(workspace).unwrap_or(&LockTable::default())))
+                Ok(read(tables.get(workspace).unwrap_or(&LockTable::default()), now_ms()))
+            }
+            Backing::Shared(backend) => {
+                let (table, now) = backend.read(workspace)?;
+                Ok(read(&table, now))
             }
             Backing::Directory(directory) => {
                 let (table, lock) = Self::files(directory, workspace);
                 let io = |source| LockStoreError::Io { path: table.clone(), source };
                 if !table.exists() {
                     // Nothing was ever locked in this workspace.
-                    return Ok(read(&LockTable::default()));
+                    return Ok(read(&LockTable::default(), now_ms()));
                 }
                 let guard = open_lock(&lock).map_err(io)?;
                 guard.lock_shared().map_err(io)?;
                 let loaded = load(&table).map_err(io);
                 drop(guard);
-                Ok(read(&loaded?))
+                Ok(read(&loaded?, now_ms()))
             }
         }
     }
 
-    fn update<T>(&self, workspace: &Path, change: impl FnOnce(&mut LockTable) -> Result<T, LockError>) -> Result<T, LockStoreError> {
+    fn update<T>(&self, workspace: &Path, change: impl FnOnce(&mut LockTable, u64) -> Result<T, LockError>) -> Result<T, LockStoreError> {
         match &self.backing {
             Backing::Memory(tables) => {
                 let mut tables = tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                Ok(change(tables.entry(workspace.to_path_buf()).or_default())?)
+                Ok(change(tables.entry(workspace.to_path_buf()).or_default(), now_ms())?)
+            }
+            Backing::Shared(backend) => {
+                let mut change = Some(change);
+                let mut result = None;
+                backend.update(workspace, &mut |table, now| {
+                    // Called once; a backend that called again would find nothing to do.
+                    if let Some(change) = change.take() {
+                        result = Some(change(table, now)?);
+                    }
+                    Ok(())
+                })?;
+                result
+                    .ok_or_else(|| LockStoreError::Store { store: format!("{backend:?}"), reason: "the change was not applied".to_owned() })
             }
             Backing::Directory(directory) => {
                 let (table, lock) = Self::files(directory, workspace);
@@ -152,7 +210,7 @@ impl LockStore {
                 let guard = open_lock(&lock).map_err(io)?;
                 guard.lock().map_err(io)?;
                 let mut loaded = load(&table).map_err(io)?;
-                let result = change(&mut loaded)?;
+                let result = change(&mut loaded, now_ms())?;
                 crate::replace_json(&table, &loaded, true).map_err(io)?;
                 drop(guard);
                 Ok(result)

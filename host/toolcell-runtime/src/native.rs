@@ -300,10 +300,12 @@ fn lock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
                 let kind = match error {
                     LockStoreError::Lock(toolcell_locks::LockError::Conflict(_)) => ToolErrorKind::Conflict,
                     LockStoreError::Lock(_) => ToolErrorKind::InvalidArgs,
-                    LockStoreError::Io { .. } => ToolErrorKind::Failed,
+                    LockStoreError::Io { .. } | LockStoreError::Store { .. } => ToolErrorKind::Failed,
                 };
                 let message = match error {
-                    LockStoreError::Io { .. } => "the lock table cannot be used; tell the operator".to_owned(),
+                    LockStoreError::Io { .. } | LockStoreError::Store { .. } => {
+                        "the lock table cannot be used; tell the operator".to_owned()
+                    }
                     error => error.to_string(),
                 };
                 return Err(ToolError::new(kind, format!("{message}. No lock was taken.")));

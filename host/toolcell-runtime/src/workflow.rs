@@ -274,7 +274,7 @@ impl WorkflowCall {
                     };
                     self.shared.locks.acquire(&self.workspace, &request).map_err(|error| match error {
                         crate::LockStoreError::Lock(conflict) => ToolError::new(ToolErrorKind::Conflict, conflict.to_string()),
-                        crate::LockStoreError::Io { .. } => {
+                        crate::LockStoreError::Io { .. } | crate::LockStoreError::Store { .. } => {
                             ToolError::new(ToolErrorKind::Failed, "the lock table cannot be written; tell the operator")
                         }
                     })

@@ -19,6 +19,7 @@ mod patches;
 mod races;
 mod read_file;
 mod search_files;
+mod shared_store;
 mod split;
 mod transactions;
 mod write_file;

@@ -34,7 +34,13 @@ impl FsGuard {
             &event.rule,
         )
         .at(&sink.workspace, sink.principal.as_deref());
-        sink.log.append(&[record])
+        // An allowed modification is in the trail before it happens, or it does not happen;
+        // anything else may wait for a shared store that cannot be reached now.
+        if event.effect == Effect::Allow && matches!(event.access, Access::Write | Access::Delete) {
+            sink.log.append(&[record])
+        } else {
+            sink.log.append_deferrable(&[record])
+        }
     }
 
     /// Record the refusal of a host capability other than the filesystem (a `workflow`

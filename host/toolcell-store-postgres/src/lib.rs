@@ -1,0 +1,521 @@
+//! toolcell's shared store on PostgreSQL: the lock leases and the audit trail of hosts on
+//! several machines working on one repository.
+//!
+//! - **Leases** (`toolcell_leases`): one row per lock (owner, session, mode, pattern, when it
+//!   was acquired and when it ends) and per recently lapsed lock. Every change runs in one
+//!   transaction holding a transaction-scoped advisory lock on the workspace: the rows are read
+//!   into toolcell's own [`LockTable`] (so overlaps are judged exactly as by the file backend),
+//!   changed at the database's clock (`clock_timestamp()`, never a host's), expired leases
+//!   reclaimed by the acquisition that needs them, and written back. Fencing tokens come from
+//!   the sequence `toolcell_fence`, which never goes back.
+//! - **Audit** (`toolcell_audit`): one table and one hash chain per deployment (every workspace,
+//!   every host), each record sealed by [`toolcell_audit::seal`] after the table's last one while
+//!   an advisory lock orders appends, so concurrent hosts cannot fork the chain. A trigger
+//!   refuses updates and deletes; what a superuser changes anyway, `toolcell audit verify`
+//!   finds.
+//! - **Migrations** are versioned ([`MIGRATIONS`]) and applied only by [`PostgresStore::migrate`]
+//!   (`toolcell store migrate`); [`PostgresStore::connect`] refuses a database at another
+//!   version.
+//!
+//! One connection per store, opened again after a failure. When the database cannot be
+//! reached, lock checks fail and the host refuses every modification (reads go on), and audit
+//! appends fail and withhold the call's result; both work again once it is back.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use postgres::{Client, Config, NoTls};
+use toolcell_audit::{Link, Record, seal};
+use toolcell_locks::{Lapse, Lapsed, Lock, LockError, LockTable, Mode};
+use toolcell_runtime::{AuditBackend, LockBackend, LockStoreError};
+
+/// The schema version this build needs.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Each version's statements, applied in order by [`PostgresStore::migrate`].
+pub const MIGRATIONS: &[(i32, &str)] = &[(
+    1,
+    r"
+CREATE SEQUENCE toolcell_fence;
+CREATE SEQUENCE toolcell_lapse_order;
+CREATE TABLE toolcell_leases (
+    workspace text NOT NULL,
+    fence bigint NOT NULL CHECK (fence > 0),
+    pattern text NOT NULL,
+    owner text NOT NULL,
+    session text NOT NULL,
+    mode text NOT NULL CHECK (mode IN ('shared', 'exclusive')),
+    acquired_at_ms bigint NOT NULL,
+    expires_at_ms bigint NOT NULL,
+    -- NULL while held; else why it lapsed, and when among the workspace's lapsed locks.
+    lapse text CHECK (lapse IN ('released', 'reclaimed', 'expired')),
+    lapse_order bigint
+);
+CREATE INDEX toolcell_leases_workspace ON toolcell_leases (workspace, fence);
+CREATE TABLE toolcell_audit (
+    seq bigint PRIMARY KEY CHECK (seq > 0),
+    hash text NOT NULL,
+    line text NOT NULL,
+    appended_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION toolcell_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'toolcell_audit is append-only';
+END
+$$;
+CREATE TRIGGER toolcell_audit_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON toolcell_audit
+    FOR EACH STATEMENT EXECUTE FUNCTION toolcell_audit_append_only();
+",
+)];
+
+/// The advisory lock that orders audit appends across hosts.
+const AUDIT_LOCK: i64 = 0x7463_6175_6469_7401;
+/// The advisory lock that orders migrations.
+const MIGRATE_LOCK: i64 = 0x7463_6d69_6772_6101;
+/// How long connecting may take before the store counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The database's clock, in milliseconds since the Unix epoch.
+const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+/// Why the store cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The connection string does not parse.
+    #[error(
+        "`--store {url}` is not a PostgreSQL connection string ({reason}); use postgres://USER@HOST/DB or `host=/socket/dir dbname=DB`"
+    )]
+    Url {
+        /// The string as given (any password replaced).
+        url: String,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// The database cannot be reached or refused a statement.
+    #[error("PostgreSQL at {store}: {reason}")]
+    Database {
+        /// The store's name.
+        store: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The database's schema is not the one this toolcell needs.
+    #[error(
+        "PostgreSQL at {store} has toolcell schema version {found}, this toolcell needs {SCHEMA_VERSION}: run `toolcell store migrate --store URL` (once, as the database's owner)"
+    )]
+    Schema {
+        /// The store's name.
+        store: String,
+        /// The version found (0: never migrated).
+        found: i32,
+    },
+}
+
+/// A connection to toolcell's tables in one PostgreSQL database.
+pub struct PostgresStore {
+    config: Config,
+    name: String,
+    client: Mutex<Option<Client>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.name)
+    }
+}
+
+impl PostgresStore {
+    /// The store at `url`, its schema checked.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Url`], [`StoreError::Database`] if it cannot be reached,
+    /// [`StoreError::Schema`] if it needs `toolcell store migrate`.
+    pub fn connect(url: &str) -> Result<Arc<PostgresStore>, StoreError> {
+        let store = PostgresStore::open(url)?;
+        let found = store.schema_version()?;
+        if found != SCHEMA_VERSION {
+            return Err(StoreError::Schema { store: store.name.clone(), found });
+        }
+        Ok(Arc::new(store))
+    }
+
+    /// The store at `url`, not yet connected, its schema unchecked (for [`migrate`](Self::migrate)).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Url`].
+    pub fn open(url: &str) -> Result<PostgresStore, StoreError> {
+        let mut config: Config =
+            url.parse().map_err(|error: postgres::Error| StoreError::Url { url: without_password(url), reason: error.to_string() })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let name = name_of(&config);
+        Ok(PostgresStore { config, name, client: Mutex::new(None) })
+    }
+
+    /// What the store is: `postgres://USER@HOST/DB`, without a password.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Run `work` on the connection, connecting first if needed; a connection that failed is
+    /// dropped, to be opened again by the next use.
+    fn with_client<T>(&self, work: impl FnOnce(&mut Client) -> Result<T, postgres::Error>) -> Result<T, String> {
+        let mut slot = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_ref().is_none_or(Client::is_closed) {
+            *slot = Some(self.config.connect(NoTls).map_err(|error| describe(&error))?);
+        }
+        let Some(client) = slot.as_mut() else {
+            return Err("no connection".to_owned());
+        };
+        let result = work(client);
+        if result.is_err() && client.is_closed() {
+            *slot = None;
+        }
+        result.map_err(|error| describe(&error))
+    }
+
+    fn database_error(&self, reason: String) -> StoreError {
+        StoreError::Database { store: self.name.clone(), reason }
+    }
+
+    /// The toolcell schema version of the database (0 if it was never migrated).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`].
+    pub fn schema_version(&self) -> Result<i32, StoreError> {
+        self.with_client(|client| {
+            let exists: bool = client.query_one("SELECT to_regclass('toolcell_schema') IS NOT NULL", &[])?.get(0);
+            if !exists {
+                return Ok(0);
+            }
+            client.query_one("SELECT coalesce(max(version), 0) FROM toolcell_schema", &[]).map(|row| row.get(0))
+        })
+        .map_err(|reason| self.database_error(reason))
+    }
+
+    /// Bring the database to [`SCHEMA_VERSION`], in one transaction; the versions applied.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Database`] (nothing is applied then); [`StoreError::Schema`] if the
+    /// database is at a later version than this toolcell knows.
+    pub fn migrate(&self) -> Result<Vec<i32>, StoreError> {
+        let outcome = self
+            .with_client(|client| {
+                let mut transaction = client.transaction()?;
+                transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+                transaction.batch_execute(
+                    "CREATE TABLE IF NOT EXISTS toolcell_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+                )?;
+                let current: i32 = transaction.query_one("SELECT coalesce(max(version), 0) FROM toolcell_schema", &[])?.get(0);
+                if current > SCHEMA_VERSION {
+                    return Ok(Err(current));
+                }
+                let mut applied = Vec::new();
+                for (version, statements) in MIGRATIONS.iter().filter(|(version, _)| *version > current) {
+                    transaction.batch_execute(statements)?;
+                    transaction.execute("INSERT INTO toolcell_schema (version) VALUES ($1)", &[version])?;
+                    applied.push(*version);
+                }
+                transaction.commit()?;
+                Ok(Ok(applied))
+            })
+            .map_err(|reason| self.database_error(reason))?;
+        outcome.map_err(|found| StoreError::Schema { store: self.name.clone(), found })
+    }
+
+    fn lock_error(&self, reason: String) -> LockStoreError {
+        LockStoreError::Store { store: self.name.clone(), reason }
+    }
+}
+
+/// A lease row: the lock, and why it lapsed if it did.
+fn lease(row: &postgres::Row, offset: usize) -> Result<(Lock, Option<Lapse>), String> {
+    let fence: i64 = row.get(offset);
+    let mode: String = row.get(offset + 4);
+    let lock = Lock {
+        fence: u64::try_from(fence).map_err(|_| format!("a lease has the token {fence}"))?,
+        pattern: row.get(offset + 1),
+        owner: row.get(offset + 2),
+        session: row.get(offset + 3),
+        mode: Mode::from_name(&mode).ok_or_else(|| format!("a lease has the mode `{mode}`"))?,
+        acquired_at_ms: u64::try_from(row.get::<_, i64>(offset + 5)).unwrap_or(0),
+        expires_at_ms: u64::try_from(row.get::<_, i64>(offset + 6)).unwrap_or(0),
+    };
+    let lapse = match row.get::<_, Option<String>>(offset + 7).as_deref() {
+        None => None,
+        Some("released") => Some(Lapse::Released),
+        Some("reclaimed") => Some(Lapse::Reclaimed),
+        Some("expired") => Some(Lapse::Expired),
+        Some(other) => return Err(format!("a lease lapsed for the reason `{other}`")),
+    };
+    Ok((lock, lapse))
+}
+
+fn lapse_name(lapse: Lapse) -> &'static str {
+    match lapse {
+        Lapse::Released => "released",
+        Lapse::Reclaimed => "reclaimed",
+        Lapse::Expired => "expired",
+    }
+}
+
+const LEASE_COLUMNS: &str = "fence, pattern, owner, session, mode, acquired_at_ms, expires_at_ms, lapse";
+
+/// The table the rows make: held locks by token (acquisition order), lapsed ones in the order
+/// they lapsed.
+fn table_of(rows: &[postgres::Row], offset: usize, next_fence: u64) -> Result<LockTable, String> {
+    let mut held = Vec::new();
+    let mut lapsed = Vec::new();
+    for row in rows {
+        if row.get::<_, Option<i64>>(offset).is_none() {
+            // The clock's row when the workspace has no lease.
+            continue;
+        }
+        match lease(row, offset)? {
+            (lock, None) => held.push(lock),
+            (lock, Some(lapse)) => lapsed.push(Lapsed { lock, lapse }),
+        }
+    }
+    held.sort_by_key(|lock| lock.fence);
+    Ok(LockTable::from_parts(next_fence, held, lapsed))
+}
+
+impl LockBackend for PostgresStore {
+    fn read(&self, workspace: &Path) -> Result<(LockTable, u64), LockStoreError> {
+        let key = workspace.to_string_lossy();
+        let rows = self
+            .with_client(|client| {
+                client.query(
+                    &format!(
+                        "SELECT {NOW_MS}, l.fence, l.pattern, l.owner, l.session, l.mode, l.acquired_at_ms, l.expires_at_ms, l.lapse \
+                         FROM (SELECT 1) AS clock LEFT JOIN toolcell_leases AS l ON l.workspace = $1 \
+                         ORDER BY l.lapse_order NULLS FIRST, l.fence"
+                    ),
+                    &[&key],
+                )
+            })
+            .map_err(|reason| self.lock_error(reason))?;
+        let now = rows.first().map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0));
+        let table = table_of(&rows, 1, 0).map_err(|reason| self.lock_error(reason))?;
+        Ok((table, now))
+    }
+
+    fn update(&self, workspace: &Path, change: &mut dyn FnMut(&mut LockTable, u64) -> Result<(), LockError>) -> Result<(), LockStoreError> {
+        let key = workspace.to_string_lossy();
+        let outcome = self
+            .with_client(|client| {
+                let mut transaction = client.transaction()?;
+                // Alone among every host changing this workspace's leases.
+                transaction.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&key])?;
+                let clock = transaction.query_one(&format!("SELECT {NOW_MS}, nextval('toolcell_fence')"), &[])?;
+                let (now, fence): (i64, i64) = (clock.get(0), clock.get(1));
+                let rows = transaction.query(
+                    &format!("SELECT {LEASE_COLUMNS} FROM toolcell_leases WHERE workspace = $1 ORDER BY lapse_order NULLS FIRST, fence"),
+                    &[&key],
+                )?;
+                let mut table = match table_of(&rows, 0, u64::try_from(fence).unwrap_or(1)) {
+                    Ok(table) => table,
+                    Err(reason) => return Ok(Err(Err(reason))),
+                };
+                let before = table.clone();
+                if let Err(refused) = change(&mut table, u64::try_from(now).unwrap_or(0)) {
+                    // Nothing is kept: the transaction rolls back as it is dropped.
+                    return Ok(Err(Ok(refused)));
+                }
+                write_back(&mut transaction, &key, &before, &table)?;
+                transaction.commit()?;
+                Ok(Ok(()))
+            })
+            .map_err(|reason| self.lock_error(reason))?;
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(Ok(refused)) => Err(LockStoreError::Lock(refused)),
+            Err(Err(damaged)) => Err(self.lock_error(damaged)),
+        }
+    }
+}
+
+/// Write what changed between `before` and `after` to the workspace's rows.
+fn write_back(
+    transaction: &mut postgres::Transaction<'_>,
+    key: &str,
+    before: &LockTable,
+    after: &LockTable,
+) -> Result<(), postgres::Error> {
+    let fence_of = |fence: u64| i64::try_from(fence).unwrap_or(i64::MAX);
+    let ms = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX);
+    let held_before: std::collections::HashMap<u64, &Lock> = before.locks().iter().map(|lock| (lock.fence, lock)).collect();
+    let held_after: std::collections::HashSet<u64> = after.locks().iter().map(|lock| lock.fence).collect();
+    let lapsed_before: std::collections::HashSet<u64> = before.lapsed().map(|lapsed| lapsed.lock.fence).collect();
+    let lapsed_after: std::collections::HashMap<u64, &Lapsed> = after.lapsed().map(|lapsed| (lapsed.lock.fence, lapsed)).collect();
+    for lock in after.locks() {
+        match held_before.get(&lock.fence) {
+            Some(old) if *old == lock => {}
+            Some(_) => {
+                transaction.execute(
+                    "UPDATE toolcell_leases SET acquired_at_ms = $3, expires_at_ms = $4 WHERE workspace = $1 AND fence = $2 AND lapse IS NULL",
+                    &[&key, &fence_of(lock.fence), &ms(lock.acquired_at_ms), &ms(lock.expires_at_ms)],
+                )?;
+            }
+            None => {
+                transaction.execute(
+                    "INSERT INTO toolcell_leases (workspace, fence, pattern, owner, session, mode, acquired_at_ms, expires_at_ms) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    &[
+                        &key,
+                        &fence_of(lock.fence),
+                        &lock.pattern,
+                        &lock.owner,
+                        &lock.session,
+                        &lock.mode.as_str(),
+                        &ms(lock.acquired_at_ms),
+                        &ms(lock.expires_at_ms),
+                    ],
+                )?;
+            }
+        }
+    }
+    for fence in held_before.keys().filter(|fence| !held_after.contains(fence)) {
+        match lapsed_after.get(fence) {
+            Some(lapsed) => {
+                transaction.execute(
+                    "UPDATE toolcell_leases SET lapse = $3, lapse_order = nextval('toolcell_lapse_order') \
+                     WHERE workspace = $1 AND fence = $2 AND lapse IS NULL",
+                    &[&key, &fence_of(*fence), &lapse_name(lapsed.lapse)],
+                )?;
+            }
+            None => {
+                transaction.execute(
+                    "DELETE FROM toolcell_leases WHERE workspace = $1 AND fence = $2 AND lapse IS NULL",
+                    &[&key, &fence_of(*fence)],
+                )?;
+            }
+        }
+    }
+    for fence in lapsed_before.iter().filter(|fence| !lapsed_after.contains_key(fence)) {
+        // Forgotten: older than the most lapsed locks a table remembers.
+        transaction
+            .execute("DELETE FROM toolcell_leases WHERE workspace = $1 AND fence = $2 AND lapse IS NOT NULL", &[&key, &fence_of(*fence)])?;
+    }
+    Ok(())
+}
+
+impl AuditBackend for PostgresStore {
+    fn append(&self, records: &[Record]) -> std::io::Result<()> {
+        self.with_client(|client| {
+            let mut transaction = client.transaction()?;
+            // One appender at a time across every host: the chain cannot fork.
+            transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])?;
+            let last = transaction.query_opt("SELECT seq, hash FROM toolcell_audit ORDER BY seq DESC LIMIT 1", &[])?;
+            let mut link =
+                last.map_or(Link::GENESIS, |row| Link { seq: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0), hash: row.get(1) });
+            let statement = transaction.prepare("INSERT INTO toolcell_audit (seq, hash, line) VALUES ($1, $2, $3)")?;
+            for record in records {
+                let (line, next) = seal(record, &link);
+                transaction.execute(&statement, &[&i64::try_from(next.seq).unwrap_or(i64::MAX), &next.hash, &line])?;
+                link = next;
+            }
+            transaction.commit()
+        })
+        .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be written: {reason}", self.name)))
+    }
+
+    fn read_from(&self, position: u64) -> std::io::Result<(String, u64)> {
+        let after = i64::try_from(position).unwrap_or(i64::MAX);
+        let rows = self
+            .with_client(|client| client.query("SELECT seq, line FROM toolcell_audit WHERE seq > $1 ORDER BY seq", &[&after]))
+            .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be read: {reason}", self.name)))?;
+        let mut text = String::new();
+        let mut end = position;
+        for row in &rows {
+            text.push_str(row.get::<_, &str>(1));
+            text.push('\n');
+            end = u64::try_from(row.get::<_, i64>(0)).unwrap_or(end);
+        }
+        Ok((text, end))
+    }
+
+    fn head(&self) -> std::io::Result<Option<Link>> {
+        let row = self
+            .with_client(|client| client.query_opt("SELECT seq, hash FROM toolcell_audit ORDER BY seq DESC LIMIT 1", &[]))
+            .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be read: {reason}", self.name)))?;
+        Ok(row.map(|row| Link { seq: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0), hash: row.get(1) }))
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+/// `postgres://USER@HOST/DB` for messages: never the password.
+fn name_of(config: &Config) -> String {
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|host| match host {
+            postgres::config::Host::Tcp(name) => name.clone(),
+            postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".to_owned());
+    let user = config.get_user().unwrap_or("");
+    let database = config.get_dbname().unwrap_or(user);
+    format!("postgres://{user}@{host}/{database}")
+}
+
+/// `url` with any password replaced by `***`.
+fn without_password(url: &str) -> String {
+    let hidden = |text: &str| {
+        text.split_whitespace()
+            .map(|part| if part.starts_with("password=") { "password=***".to_owned() } else { part.to_owned() })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((credentials, host)) => {
+                let user = credentials.split_once(':').map_or(credentials, |(user, _)| user);
+                format!("{scheme}://{user}@{host}")
+            }
+            None => url.to_owned(),
+        },
+        None => hidden(url),
+    }
+}
+
+/// A driver error in one line: the server's message when there is one.
+fn describe(error: &postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(database) => format!("{} ({})", database.message(), database.code().code()),
+        None => {
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                text.push_str(": ");
+                text.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            text
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_a_message() {
+        assert_eq!(without_password("postgres://ops:s3cret@db.internal/toolcell"), "postgres://ops@db.internal/toolcell");
+        assert_eq!(without_password("host=/run/pg user=ops password=s3cret"), "host=/run/pg user=ops password=***");
+        let store = PostgresStore::open("postgres://ops:s3cret@db.internal:5433/toolcell").expect("parses");
+        assert_eq!(store.name(), "postgres://ops@db.internal/toolcell");
+        assert!(!format!("{store:?}").contains("s3cret"));
+        let error = PostgresStore::open("postgres://ops:s3cret@db.internal:notaport/x").expect_err("bad port");
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+    }
+}

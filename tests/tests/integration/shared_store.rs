@@ -1,0 +1,382 @@
+//! Locks and the audit trail on PostgreSQL (`toolcell-store-postgres`), through the real host:
+//! hosts are processes (this test binary run again as a worker), each with its own state
+//! directory, sharing one workspace and one private PostgreSQL cluster on a Unix socket.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use toolcell_runtime::{CallRequest, LockMode, LockRequest, Runtime, Workspace};
+use toolcell_store_postgres::{PostgresStore, SCHEMA_VERSION, StoreError};
+use toolcell_tests::postgres::Cluster;
+use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, guest_program};
+
+const WORKER_ROLE: &str = "TOOLCELL_TEST_PG_WORKER";
+const WORKER_STORE: &str = "TOOLCELL_TEST_PG_STORE";
+const WORKER_WORKSPACE: &str = "TOOLCELL_TEST_PG_WORKSPACE";
+const WORKER_NAME: &str = "TOOLCELL_TEST_PG_NAME";
+
+/// A cluster migrated to the current schema.
+fn store() -> Option<(Cluster, Arc<PostgresStore>)> {
+    let cluster = Cluster::start()?;
+    PostgresStore::open(&cluster.url).expect("parses").migrate().expect("migrates");
+    let store = PostgresStore::connect(&cluster.url).expect("connects");
+    Some((cluster, store))
+}
+
+/// A host on the shared store, with a state directory of its own.
+fn host(store: &Arc<PostgresStore>, state: &std::path::Path) -> Runtime {
+    builtin_runtime_builder()
+        .component("test:fs_probe", guest_program("fs_probe"))
+        .policy("policy.toml", TEST_POLICY)
+        .audit_dir(state)
+        .shared_store(
+            Arc::clone(store) as Arc<dyn toolcell_runtime::LockBackend>,
+            Arc::clone(store) as Arc<dyn toolcell_runtime::AuditBackend>,
+        )
+        .build()
+        .expect("the host builds")
+}
+
+fn request(pattern: &str, owner: &str, ttl: Duration) -> LockRequest {
+    LockRequest { pattern: pattern.to_owned(), owner: owner.to_owned(), session: format!("s-{owner}"), mode: LockMode::Exclusive, ttl }
+}
+
+fn call(
+    runtime: &Runtime,
+    workspace: &Workspace,
+    owner: &str,
+    fences: &[u64],
+    tool: &str,
+    args: serde_json::Value,
+) -> toolcell_runtime::CallOutcome {
+    let session = format!("s-{owner}");
+    runtime
+        .call(&CallRequest {
+            workspace,
+            role: "impl",
+            session_id: &session,
+            tool,
+            args: &args.to_string(),
+            approver: None,
+            owner: Some(owner),
+            fences,
+            task: None,
+            principal: None,
+            cancel: None,
+        })
+        .expect("the call runs")
+}
+
+/// Start this test binary as a worker host running `role`.
+fn worker(role: &str, cluster: &Cluster, workspace: &std::path::Path, name: &str) -> Child {
+    worker_at(role, cluster, workspace, name, 0)
+}
+
+/// [`worker`], told to act at `at` (milliseconds since the epoch).
+fn worker_at(role: &str, cluster: &Cluster, workspace: &std::path::Path, name: &str, at: u128) -> Child {
+    Command::new(std::env::current_exe().expect("test executable"))
+        .env("TOOLCELL_TEST_PG_AT", at.to_string())
+        .args(["--exact", "shared_store::worker_host", "--ignored", "--test-threads=1", "--nocapture"])
+        .env(WORKER_ROLE, role)
+        .env(WORKER_STORE, &cluster.url)
+        .env(WORKER_WORKSPACE, workspace)
+        .env(WORKER_NAME, name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn a worker host")
+}
+
+/// The lines a worker printed that start with `@`, once it exits.
+fn reports(child: Child) -> Vec<String> {
+    let output = child.wait_with_output().expect("the worker ends");
+    assert!(output.status.success(), "a worker host failed");
+    // The harness prints the test's name before its output, on the same line.
+    String::from_utf8_lossy(&output.stdout).lines().filter_map(|line| line.split_once('@')).map(|(_, report)| report.to_owned()).collect()
+}
+
+/// Not a test on its own: a host process of the tests below.
+#[test]
+#[ignore = "run as a child process by the shared-store tests"]
+fn worker_host() {
+    let (Ok(role), Ok(url), Ok(workspace), Ok(name)) =
+        (std::env::var(WORKER_ROLE), std::env::var(WORKER_STORE), std::env::var(WORKER_WORKSPACE), std::env::var(WORKER_NAME))
+    else {
+        return;
+    };
+    let store = PostgresStore::connect(&url).expect("connects");
+    let state = tempfile::tempdir().expect("state");
+    let runtime = host(&store, state.path());
+    let workspace = Workspace::open(workspace.as_ref()).expect("workspace");
+    match role.as_str() {
+        // Try once for `src/a.rs` at the moment the parent names; say whether it was won.
+        "contend" => {
+            let at: u128 = std::env::var("TOOLCELL_TEST_PG_AT").ok().and_then(|at| at.parse().ok()).unwrap_or(0);
+            while std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |now| now.as_millis()) < at {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            match runtime.acquire_lock(&workspace, &request("src/**", &name, Duration::from_secs(60))) {
+                Ok(lock) => report(&format!("won {}", lock.fence)),
+                Err(error) => report(&format!("lost {error}")),
+            }
+        }
+        // Take a lease of two seconds, say its token, and wait to be killed.
+        "hold" => {
+            let lock = runtime.acquire_lock(&workspace, &request("notes.txt", &name, Duration::from_secs(2))).expect("acquired");
+            report(&format!("held {}", lock.fence));
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        // Three threads, thirty increments each, of the counters.
+        "increment" => {
+            std::thread::scope(|scope| {
+                for thread in 0..3 {
+                    let (runtime, workspace, owner) = (&runtime, &workspace, format!("{name}-{thread}"));
+                    scope.spawn(move || increment(runtime, workspace, &owner));
+                }
+            });
+            report("done");
+        }
+        // Many calls, each leaving records in the shared chain.
+        "audit" => {
+            for number in 0..40 {
+                let outcome = call(&runtime, &workspace, &name, &[], "read_file", json!({"path": "notes.txt"}));
+                assert!(outcome.result.is_ok(), "{number}: {:?}", outcome.result);
+                let refused = call(&runtime, &workspace, &name, &[], "read_file", json!({"path": "secrets/key.txt"}));
+                assert!(refused.result.is_err());
+            }
+            report("done");
+        }
+        other => panic!("unknown worker role {other}"),
+    }
+}
+
+/// Tell the parent something, on a line of its own (read by [`reports`]).
+fn report(line: &str) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "\n@{line}");
+    let _ = stdout.flush();
+}
+
+const COUNTERS: [&str; 2] = ["counters/a.txt", "counters/b.txt"];
+
+/// Thirty times: lock a counter on the shared store, read it, write it plus one, unlock.
+fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
+    for iteration in 0..30 {
+        let counter = COUNTERS[iteration % COUNTERS.len()];
+        let started = Instant::now();
+        let lock = loop {
+            match runtime.acquire_lock(workspace, &request(counter, owner, Duration::from_secs(30))) {
+                Ok(lock) => break lock,
+                Err(_) if started.elapsed() < Duration::from_secs(120) => std::thread::sleep(Duration::from_millis(3)),
+                Err(error) => panic!("{owner} never got {counter}: {error}"),
+            }
+        };
+        let read = call(runtime, workspace, owner, &[lock.fence], "read_file", json!({"path": counter}));
+        let text = read.result.unwrap_or_else(|error| panic!("{owner} read {counter}: {error}")).text;
+        let value: u64 =
+            text.lines().next().unwrap_or_default().split('\t').next_back().unwrap_or_default().trim().parse().expect("a whole counter");
+        let written =
+            call(runtime, workspace, owner, &[lock.fence], "write_file", json!({"path": counter, "content": format!("{}\n", value + 1)}));
+        assert!(written.result.is_ok(), "{owner} wrote {counter}: {:?}", written.result);
+        runtime.release_lock(workspace, lock.fence, owner).expect("release");
+    }
+}
+
+#[test]
+fn migrations_are_applied_explicitly_and_checked_at_connect() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    match PostgresStore::connect(&cluster.url) {
+        Err(StoreError::Schema { found: 0, .. }) => {}
+        other => panic!("a database never migrated must be refused: {other:?}"),
+    }
+    let message = PostgresStore::connect(&cluster.url).expect_err("not migrated").to_string();
+    assert!(message.contains("toolcell store migrate"), "{message}");
+    let store = PostgresStore::open(&cluster.url).expect("parses");
+    assert_eq!(store.migrate().expect("migrates"), [SCHEMA_VERSION]);
+    assert_eq!(store.migrate().expect("nothing to do"), Vec::<i32>::new());
+    assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+    PostgresStore::connect(&cluster.url).expect("a migrated database connects");
+    // A database from a later toolcell is refused, not downgraded.
+    cluster.psql("INSERT INTO toolcell_schema (version) VALUES (99)");
+    assert!(matches!(store.migrate(), Err(StoreError::Schema { found: 99, .. })));
+}
+
+#[test]
+fn two_hosts_contend_for_one_path_and_exactly_one_wins() {
+    let Some((cluster, _store)) = store() else {
+        return;
+    };
+    for round in 0..4 {
+        let fixture = Fixture::new();
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").as_millis() + 1_500;
+        // Both try at the same moment, after starting up.
+        let children: Vec<Child> = ["A", "B"].iter().map(|name| worker_at("contend", &cluster, fixture.root(), name, at)).collect();
+        let results: Vec<String> = children.into_iter().flat_map(reports).collect();
+        let won = results.iter().filter(|line| line.starts_with("won")).count();
+        assert_eq!(won, 1, "round {round}: {results:?}");
+        assert!(results.iter().any(|line| line.starts_with("lost") && line.contains("src/**")), "round {round}: {results:?}");
+    }
+}
+
+#[test]
+fn a_killed_holders_lease_expires_by_the_database_clock_and_its_stale_token_is_refused() {
+    let Some((cluster, store)) = store() else {
+        return;
+    };
+    let fixture = Fixture::new();
+    fixture.write("notes.txt", "original\n");
+    let mut holder = worker("hold", &cluster, fixture.root(), "A");
+    let mut lines = BufReader::new(holder.stdout.take().expect("stdout")).lines();
+    let fence: u64 = loop {
+        let line = lines.next().expect("the holder reports").expect("a line");
+        if let Some((_, fence)) = line.split_once("@held ") {
+            break fence.parse().expect("a token");
+        }
+    };
+    // The holder dies without releasing.
+    holder.kill().expect("SIGKILL the holder");
+    let _ = holder.wait();
+    let state = tempfile::tempdir().expect("state");
+    let other = host(&store, state.path());
+    let taken = other.acquire_lock(&fixture.workspace, &request("notes.txt", "B", Duration::from_secs(30)));
+    assert!(taken.is_err(), "the dead holder's lease still runs: {taken:?}");
+    // The lease ends by the database's clock: the row says so.
+    let ends: i64 = cluster
+        .psql(&format!("SELECT expires_at_ms FROM toolcell_leases WHERE fence = {fence} AND lapse IS NULL"))
+        .trim()
+        .parse()
+        .expect("expiry");
+    let now: i64 = cluster.psql("SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint").trim().parse().expect("now");
+    assert!(ends > now - 5_000 && ends <= now + 2_000, "expiry {ends} against the database's {now}");
+    let started = Instant::now();
+    let lock = loop {
+        match other.acquire_lock(&fixture.workspace, &request("notes.txt", "B", Duration::from_secs(30))) {
+            Ok(lock) => break lock,
+            Err(_) if started.elapsed() < Duration::from_secs(20) => std::thread::sleep(Duration::from_millis(100)),
+            Err(error) => panic!("the lease never ended: {error}"),
+        }
+    };
+    assert!(lock.fence > fence, "tokens never go back: {} after {fence}", lock.fence);
+    // The dead holder's token, presented by a new host acting for it, is refused.
+    let state = tempfile::tempdir().expect("state");
+    let revived = host(&store, state.path());
+    call(&revived, &fixture.workspace, "A", &[fence], "read_file", json!({"path": "notes.txt"}));
+    let stale = call(&revived, &fixture.workspace, "A", &[fence], "write_file", json!({"path": "notes.txt", "content": "stale\n"}));
+    let error = stale.result.expect_err("a stale token writes nothing");
+    assert_eq!(error.kind.as_str(), "conflict", "{}", error.message);
+    assert_eq!(fixture.read_text("notes.txt"), "original\n");
+    // B, the holder now, writes.
+    call(&other, &fixture.workspace, "B", &[lock.fence], "read_file", json!({"path": "notes.txt"}));
+    let written = call(&other, &fixture.workspace, "B", &[lock.fence], "write_file", json!({"path": "notes.txt", "content": "B's\n"}));
+    assert!(written.result.is_ok(), "{:?}", written.result);
+}
+
+#[test]
+fn two_hosts_incrementing_under_shared_locks_lose_no_update() {
+    let Some((cluster, _store)) = store() else {
+        return;
+    };
+    let fixture = Fixture::new();
+    for counter in COUNTERS {
+        fixture.write(counter, "0\n");
+    }
+    let children: Vec<Child> = ["host-1", "host-2"].iter().map(|name| worker("increment", &cluster, fixture.root(), name)).collect();
+    for child in children {
+        assert_eq!(reports(child), ["done"]);
+    }
+    let total: u64 = COUNTERS.iter().map(|counter| fixture.read_text(counter).trim().parse::<u64>().expect("a counter")).sum();
+    assert_eq!(total, 2 * 3 * 30, "updates were lost");
+}
+
+#[test]
+fn two_hosts_append_to_one_chain_and_tampering_in_the_table_is_found() {
+    let Some((cluster, store)) = store() else {
+        return;
+    };
+    let fixture = Fixture::new();
+    fixture.write("notes.txt", "hello\n");
+    fixture.write("secrets/key.txt", "hunter2\n");
+    let children: Vec<Child> = ["A", "B"].iter().map(|name| worker("audit", &cluster, fixture.root(), name)).collect();
+    for child in children {
+        assert_eq!(reports(child), ["done"]);
+    }
+    let chain = || toolcell_runtime::AuditBackend::read_from(store.as_ref(), 0).expect("the chain reads").0;
+    let text = chain();
+    let verified = toolcell_audit::verify(text.lines()).expect("one unbroken chain");
+    // Per host: 80 call records and 40 refusals.
+    assert!(verified.records >= 240, "{} records", verified.records);
+    let head = toolcell_runtime::AuditBackend::head(store.as_ref()).expect("head").expect("a head");
+    assert_eq!(head.seq, verified.records as u64);
+    for name in ["A", "B"] {
+        assert!(text.contains(&format!("\"session\":\"s-{name}\"")), "no record of host {name}");
+    }
+    // The table refuses changes...
+    let update = std::panic::catch_unwind(|| cluster.psql("UPDATE toolcell_audit SET line = line WHERE seq = 1"));
+    assert!(update.is_err(), "the audit table took an update");
+    // ...and what a superuser changes anyway is found.
+    cluster.psql(
+        "ALTER TABLE toolcell_audit DISABLE TRIGGER toolcell_audit_append_only; \
+         UPDATE toolcell_audit SET line = replace(line, '\"decision\":\"deny\"', '\"decision\":\"allow\"') WHERE seq = (SELECT min(seq) FROM toolcell_audit WHERE line LIKE '%\"decision\":\"deny\"%')",
+    );
+    let tampered = toolcell_audit::verify(chain().lines()).expect_err("the edited record is found");
+    assert!(tampered.line >= 1, "{tampered}");
+    // A record removed from the middle breaks the chain too.
+    cluster.psql("UPDATE toolcell_audit SET line = line; DELETE FROM toolcell_audit WHERE seq = 10");
+    assert!(toolcell_audit::verify(chain().lines()).is_err());
+}
+
+#[test]
+fn while_the_database_is_down_writes_fail_closed_reads_go_on_and_work_resumes() {
+    let Some((cluster, store)) = store() else {
+        return;
+    };
+    let fixture = Fixture::new();
+    fixture.write("notes.txt", "before\n");
+    let state = tempfile::tempdir().expect("state");
+    let runtime = host(&store, state.path());
+    let workspace = &fixture.workspace;
+    call(&runtime, workspace, "A", &[], "read_file", json!({"path": "notes.txt"}));
+    let written = call(&runtime, workspace, "A", &[], "write_file", json!({"path": "notes.txt", "content": "first\n"}));
+    assert!(written.result.is_ok(), "{:?}", written.result);
+    cluster.stop();
+    // Writes are refused, clearly, and nothing is half-written.
+    for (tool, args) in [
+        ("write_file", json!({"path": "notes.txt", "content": "while down\n"})),
+        ("write_file", json!({"path": "new.txt", "content": "while down\n"})),
+        ("edit_file", json!({"path": "notes.txt", "old_string": "first", "new_string": "edited"})),
+        ("delete_file", json!({"path": "notes.txt"})),
+    ] {
+        let outcome = call(&runtime, workspace, "A", &[], tool, args);
+        let error = outcome.result.expect_err("refused while the store is down");
+        assert!(
+            error.message.contains("lock table cannot be read") || error.message.contains("audit trail cannot be written"),
+            "{tool}: {}",
+            error.message
+        );
+        assert!(!error.message.contains(&cluster.socket_dir().display().to_string()), "a host path reached the agent: {}", error.message);
+    }
+    assert_eq!(fixture.read_text("notes.txt"), "first\n");
+    assert!(!fixture.root().join("new.txt").exists());
+    let locked = runtime.acquire_lock(workspace, &request("src/**", "A", Duration::from_secs(30)));
+    assert!(locked.is_err(), "a lock was taken without the store");
+    // Reads go on; their records wait in the state directory.
+    let read = call(&runtime, workspace, "A", &[], "read_file", json!({"path": "notes.txt"}));
+    assert!(read.result.as_ref().is_ok_and(|output| output.text.contains("first")), "{:?}", read.result);
+    let spool = state.path().join(toolcell_runtime::AUDIT_SPOOL_FILE);
+    assert!(std::fs::read_to_string(&spool).is_ok_and(|text| text.contains(&read.call_id)), "the read's record is not kept for later");
+    // Back: work resumes, and the waiting records join the chain in order.
+    cluster.resume();
+    let written = call(&runtime, workspace, "A", &[], "write_file", json!({"path": "notes.txt", "content": "after\n"}));
+    assert!(written.result.is_ok(), "{:?}", written.result);
+    assert_eq!(fixture.read_text("notes.txt"), "after\n");
+    let chain = toolcell_runtime::AuditBackend::read_from(store.as_ref(), 0).expect("reads").0;
+    toolcell_audit::verify(chain.lines()).expect("one chain");
+    assert!(chain.contains(&read.call_id), "the read made while the store was down is in the chain");
+    assert_eq!(std::fs::read_to_string(&spool).unwrap_or_default(), "");
+}
