@@ -50,6 +50,9 @@ pub struct ServiceConfig {
     /// The principal a request without an `Authorization` header acts as; `None` (the
     /// default) answers such requests 401.
     pub anonymous: Option<String>,
+    /// `[store] url`: the PostgreSQL store of locks and the audit trail shared with other
+    /// hosts, unless `--store` says otherwise.
+    pub store: Option<String>,
 }
 
 /// Who a bearer token stands for.
@@ -97,6 +100,13 @@ struct RawConfig {
     workspaces: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     principals: Vec<Spanned<RawPrincipal>>,
+    store: Option<RawStore>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    url: String,
 }
 
 #[derive(Deserialize)]
@@ -282,6 +292,7 @@ impl ServiceConfig {
             workspaces,
             principals,
             anonymous,
+            store: raw.store.map(|store| store.url),
         })
     }
 
@@ -350,6 +361,15 @@ mod tests {
         format!(
             "listen = \"127.0.0.1:8750\"\nsession_idle = \"5m\"\n\n[workspaces]\napp = \"repos/app\"\n\n[[principals]]\nname = \"alice\"\ntoken_sha256 = \"{HASH}\"\nworkspace = \"app\"\nrole = \"impl\"\n"
         )
+    }
+
+    #[test]
+    fn a_store_section_names_the_shared_store() {
+        assert_eq!(parse(&valid()).expect("valid").store, None);
+        let config = parse(&format!("{}\n[store]\nurl = \"postgres://toolcell@db/toolcell\"\n", valid())).expect("valid");
+        assert_eq!(config.store.as_deref(), Some("postgres://toolcell@db/toolcell"));
+        let error = parse(&format!("{}\n[store]\nuri = \"postgres://db\"\n", valid())).expect_err("unknown key");
+        assert!(error.to_string().contains("uri"), "{error}");
     }
 
     #[test]

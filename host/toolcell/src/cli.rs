@@ -16,7 +16,7 @@ pub struct Cli {
 }
 
 /// How the host loads its components.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RuntimeArgs {
     /// Where compiled components are cached [default: $TOOLCELL_CACHE_DIR, else
     /// $XDG_CACHE_HOME/toolcell, else ~/.cache/toolcell].
@@ -45,6 +45,12 @@ pub struct RuntimeArgs {
     /// [default: `plugins` in the state directory].
     #[arg(long, global = true, value_name = "DIR")]
     pub plugin_dir: Option<PathBuf>,
+
+    /// Keep locks and the audit trail in PostgreSQL, shared with other hosts
+    /// (`postgres://USER@HOST/DB`, or `host=/socket/dir dbname=DB`) [default: the state
+    /// directory].
+    #[arg(long, global = true, value_name = "URL")]
+    pub store: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -154,6 +160,10 @@ pub enum Command {
     /// Build, check or drop a workspace's content index (kept in the state directory).
     #[command(subcommand)]
     Index(IndexCommand),
+
+    /// The shared store (`--store`): bring its schema up to date, or say where it stands.
+    #[command(subcommand)]
+    Store(StoreCommand),
 
     /// Write a self-contained HTML report of a session (or a chain) for its reviewer: the
     /// timeline of its calls, the diff of every change, refusals with their rules, locks and
@@ -334,6 +344,15 @@ pub struct ServeArgs {
     /// picks a free port; the address is printed on stderr.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Apply the migrations the database lacks (once per deployment and upgrade, as the
+    /// database's owner); hosts refuse to start on a database at another version.
+    Migrate,
+    /// The database's schema version, and this toolcell's.
+    Status,
 }
 
 #[derive(Debug, Subcommand)]

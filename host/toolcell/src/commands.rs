@@ -15,7 +15,7 @@ use toolcell_runtime::{
 
 use crate::cli::{
     AuditCommand, CallArgs, Cli, Command, IndexCommand, LockCommand, McpArgs, PolicyCommand, ReportArgs, RuntimeArgs, ServeArgs,
-    SessionsCommand, ToolsCommand,
+    SessionsCommand, StoreCommand, ToolsCommand,
 };
 
 use toolcell_host::{DEFAULT_POLICY, DEFAULT_POLICY_NAME};
@@ -51,6 +51,9 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
     }
     if let Command::Audit(command) = &cli.command {
         return audit(&cli.runtime, command);
+    }
+    if let Command::Store(command) = &cli.command {
+        return store(&cli.runtime, command);
     }
     if let Command::Mcp(args) = &cli.command {
         return mcp(&cli.runtime, args);
@@ -90,6 +93,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Completions { .. }
         | Command::Sdk { .. }
         | Command::Audit(_)
+        | Command::Store(_)
         | Command::Mcp(_)
         | Command::Serve(_)
         | Command::Token { .. }
@@ -120,6 +124,10 @@ fn plugin_dir(args: &RuntimeArgs) -> Option<PathBuf> {
 /// The runtime with the built-in tools, the plugins, and `extra` (a component being added).
 fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>, serving: bool) -> anyhow::Result<Runtime> {
     let mut builder = toolcell_host::builtin_runtime().build_index_on_first_search(serving);
+    if let Some(url) = store_url(args) {
+        let store = toolcell_store_postgres::PostgresStore::connect(&url)?;
+        builder = builder.shared_store(Arc::clone(&store) as Arc<dyn toolcell_runtime::LockBackend>, store);
+    }
     if let Some(directory) = plugin_dir(args) {
         builder = builder.plugin_dir(directory);
     }
@@ -238,12 +246,43 @@ fn state_dir(args: &RuntimeArgs) -> Option<PathBuf> {
         .or_else(|| from_env("HOME").map(|home| home.join(".local").join("state").join("toolcell")))
 }
 
+/// The shared store's connection string (`--store`).
+fn store_url(args: &RuntimeArgs) -> Option<String> {
+    args.store.clone().filter(|url| !url.is_empty())
+}
+
+/// `toolcell store migrate|status`.
+fn store(args: &RuntimeArgs, command: &StoreCommand) -> anyhow::Result<ExitCode> {
+    use toolcell_store_postgres::{PostgresStore, SCHEMA_VERSION};
+    let url = store_url(args).context("no store: pass --store URL")?;
+    let store = PostgresStore::open(&url)?;
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        StoreCommand::Migrate => {
+            let applied = store.migrate()?;
+            if applied.is_empty() {
+                writeln!(stdout, "{}: already at schema version {SCHEMA_VERSION}", store.name())?;
+            } else {
+                let applied: Vec<String> = applied.iter().map(ToString::to_string).collect();
+                writeln!(stdout, "{}: migrated to schema version {SCHEMA_VERSION} (applied {})", store.name(), applied.join(", "))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        StoreCommand::Status => {
+            let found = store.schema_version()?;
+            writeln!(stdout, "{}: schema version {found}; this toolcell needs {SCHEMA_VERSION}", store.name())?;
+            Ok(if found == SCHEMA_VERSION { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TOOL_ERROR) })
+        }
+    }
+}
+
 fn audit(args: &RuntimeArgs, command: &AuditCommand) -> anyhow::Result<ExitCode> {
     let directory = state_dir(args).context("no state directory: pass --state-dir or set TOOLCELL_STATE_DIR")?;
     // `verify` checks what is there and creates nothing; `tail` may wait for a log to come.
-    let opened = match command {
-        AuditCommand::Verify => AuditLog::existing(&directory),
-        AuditCommand::Tail { .. } => AuditLog::open(&directory),
+    let opened = match (store_url(args), command) {
+        (Some(url), _) => AuditLog::shared(toolcell_store_postgres::PostgresStore::connect(&url)?, &directory),
+        (None, AuditCommand::Verify) => AuditLog::existing(&directory),
+        (None, AuditCommand::Tail { .. }) => AuditLog::open(&directory),
     };
     let log = match opened {
         Ok(log) => log,
@@ -257,7 +296,7 @@ fn audit(args: &RuntimeArgs, command: &AuditCommand) -> anyhow::Result<ExitCode>
         }
         Err(error) => return Err(error.into()),
     };
-    let text = log.read().with_context(|| format!("cannot read `{}`", log.path().display()))?;
+    let (text, end) = log.read_from(0).with_context(|| format!("cannot read `{}`", log.name()))?;
     match command {
         AuditCommand::Verify => {
             match log.head().map_err(|error| toolcell_audit::Tamper { line: 0, reason: format!("{error}") }).and_then(|head| match head {
@@ -269,17 +308,11 @@ fn audit(args: &RuntimeArgs, command: &AuditCommand) -> anyhow::Result<ExitCode>
                 None => toolcell_audit::verify(text.lines()),
             }) {
                 Ok(verified) => {
-                    writeln!(
-                        std::io::stdout(),
-                        "{}: ok, {} records, last hash {}",
-                        log.path().display(),
-                        verified.records,
-                        verified.last_hash
-                    )?;
+                    writeln!(std::io::stdout(), "{}: ok, {} records, last hash {}", log.name(), verified.records, verified.last_hash)?;
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(tamper) => {
-                    writeln!(std::io::stderr(), "{}: {tamper}", log.path().display())?;
+                    writeln!(std::io::stderr(), "{}: {tamper}", log.name())?;
                     Ok(ExitCode::from(EXIT_TOOL_ERROR))
                 }
             }
@@ -294,7 +327,7 @@ fn audit(args: &RuntimeArgs, command: &AuditCommand) -> anyhow::Result<ExitCode>
             if !follow {
                 return Ok(ExitCode::SUCCESS);
             }
-            let mut offset = text.len() as u64;
+            let mut offset = end;
             loop {
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 let (more, end) = log.read_from(offset)?;
@@ -629,6 +662,15 @@ fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
 /// `toolcell serve`: one runtime, one host per configured workspace, MCP over HTTP.
 fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<ExitCode> {
     let config = toolcell_mcp::config::ServiceConfig::load(&serve.config)?;
+    // `[store] url` in the service's configuration, unless `--store` names another.
+    let with_store;
+    let args = match (&config.store, store_url(args)) {
+        (Some(url), None) => {
+            with_store = RuntimeArgs { store: Some(url.clone()), ..args.clone() };
+            &with_store
+        }
+        _ => args,
+    };
     let runtime = Arc::new(build_serving_runtime(args).context("cannot start the toolcell host")?);
     let mut hosts = std::collections::BTreeMap::new();
     for (name, directory) in &config.workspaces {
@@ -852,6 +894,7 @@ fn policy_check(args: &RuntimeArgs, file: &std::path::Path) -> anyhow::Result<Ex
         cache_dir: args.cache_dir.clone(),
         no_cache: args.no_cache,
         verbose: args.verbose,
+        store: None,
     };
     let runtime = match build_runtime(&checked) {
         Ok(runtime) => runtime,

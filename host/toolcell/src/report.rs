@@ -35,7 +35,7 @@ pub struct Gathered {
 /// A message if the audit trail cannot be read, or the subject has left no trace in it.
 pub fn gather(runtime: &Runtime, workspace: &Workspace, subject: &Subject<'_>) -> Result<Gathered, String> {
     let audit = runtime.audit().ok_or("the report needs the audit trail: give --state-dir (or keep the default)")?;
-    let text = std::fs::read_to_string(audit.path()).map_err(|error| format!("cannot read the audit trail: {error}"))?;
+    let text = audit.read().map_err(|error| format!("cannot read the audit trail: {error}"))?;
     let records: Vec<Record> = text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
     let known: BTreeMap<String, SessionRecord> = runtime
         .sessions()

@@ -1131,3 +1131,53 @@ fn index_build_status_and_drop_and_a_damaged_index_is_never_used() {
     assert_eq!(dropped.stdout.trim(), "the index was removed");
     assert_eq!(index("status", false).status, 1);
 }
+
+#[test]
+fn hosts_on_a_postgres_store_share_locks_and_one_audit_chain() {
+    let Some(cluster) = toolcell_tests::postgres::Cluster::start() else {
+        return;
+    };
+    let (workspace, cache) = setup();
+    let dir = workspace.path().to_str().expect("UTF-8");
+    let states = [tempfile::tempdir().expect("state"), tempfile::tempdir().expect("state")];
+    // Host `index` (0 or 1), each with a state directory of its own.
+    let on = |index: usize, args: &[&str]| {
+        let mut all = vec!["--store", cluster.url.as_str(), "--state-dir", states[index].path().to_str().expect("UTF-8")];
+        all.extend_from_slice(args);
+        toolcell(&cache, &all)
+    };
+    // Not migrated: hosts refuse to start and say what to run; `status` says where it stands.
+    let status = on(0, &["store", "status"]);
+    assert_eq!(status.status, 1, "{}", status.stderr);
+    assert!(status.stdout.contains("schema version 0; this toolcell needs 1"), "{}", status.stdout);
+    let refused = on(0, &["call", "read_file", r#"{"path": "notes.txt"}"#, "--workspace", dir]);
+    assert_eq!(refused.status, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("toolcell store migrate"), "{}", refused.stderr);
+    let migrated = on(0, &["store", "migrate"]);
+    assert_eq!(migrated.status, 0, "{}", migrated.stderr);
+    assert!(migrated.stdout.contains("migrated to schema version 1 (applied 1)"), "{}", migrated.stdout);
+    assert!(on(1, &["store", "migrate"]).stdout.contains("already at schema version 1"));
+    // Host 0 locks; host 1 sees the lock, cannot take it, and may not write what it covers.
+    let locked = on(0, &["lock", "acquire", "src/**", "--workspace", dir, "--owner", "A", "--json"]);
+    assert_eq!(locked.status, 0, "{}", locked.stderr);
+    let listed = on(1, &["lock", "list", "--workspace", dir]);
+    assert!(listed.stdout.contains("src/**") && listed.stdout.contains('A'), "{}", listed.stdout);
+    let taken = on(1, &["lock", "acquire", "src/a.rs", "--workspace", dir, "--owner", "B"]);
+    assert_eq!(taken.status, 1, "{}", taken.stderr);
+    let write = on(1, &["call", "write_file", r#"{"path": "src/a.rs", "content": "B\n"}"#, "--workspace", dir, "--owner", "B"]);
+    assert_eq!(write.status, 1, "{}", write.stderr);
+    assert!(write.stderr.starts_with("conflict:"), "{}", write.stderr);
+    assert!(!workspace.path().join("src/a.rs").exists());
+    // Both hosts' records are one chain, verified from either.
+    let verified = on(1, &["audit", "verify"]);
+    assert_eq!(verified.status, 0, "{}", verified.stderr);
+    assert!(verified.stdout.starts_with("postgres://toolcell@") && verified.stdout.contains(": ok, "), "{}", verified.stdout);
+    let tail = on(0, &["audit", "tail", "-n", "50"]);
+    assert!(tail.stdout.contains("LOCK acquired exclusive `src/**`") && tail.stdout.contains("DENY write `src`"), "{}", tail.stdout);
+    // An edit in the table is found.
+    cluster.psql(
+        "ALTER TABLE toolcell_audit DISABLE TRIGGER toolcell_audit_append_only; UPDATE toolcell_audit SET line = replace(line, '\"decision\":\"deny\"', '\"decision\":\"allow\"')",
+    );
+    let tampered = on(0, &["audit", "verify"]);
+    assert_eq!(tampered.status, 1, "{}", tampered.stdout);
+}
