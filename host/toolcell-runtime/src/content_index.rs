@@ -290,6 +290,8 @@ pub(crate) struct IndexStore {
     live: Mutex<HashMap<PathBuf, Arc<Mutex<Option<Live>>>>>,
     /// Workspaces whose index is being built in the background.
     building: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Workspaces whose notifications a thread takes in between searches.
+    absorbing: Arc<Mutex<HashSet<PathBuf>>>,
 }
 
 /// What a call needs to ask for search candidates: the store and the workspace.
@@ -452,28 +454,16 @@ impl Live {
         }
     }
 
-    /// The files that may match `query`, in walk order, below `under`.
-    fn candidates(&mut self, root: &cap_std::fs::Dir, query: &toolcell_index::Query, under: &str) -> Vec<String> {
-        let is_under = |path: &str| {
-            under == "." || under.is_empty() || path == under || path.strip_prefix(under).is_some_and(|rest| rest.starts_with('/'))
-        };
-        let mut candidates: Vec<String> = self
-            .index
-            .candidates(query)
-            .into_iter()
-            .map(|id| self.index.path(id))
-            .filter(|path| is_under(path) && !self.changed.contains_key(*path))
-            .map(str::to_owned)
-            .collect();
+    /// Read the files changed since the index that were never read (those `wanted` picks), on
+    /// every core, as a burst of edits leaves many: once per version.
+    fn read_changed(&mut self, root: &cap_std::fs::Dir, wanted: &dyn Fn(&str) -> bool) {
         let now = now_ns();
         let watching = self.watcher.is_some();
-        // The files changed since the index that were never read: read (on every core, as a
-        // burst of edits leaves many), once per version.
         let mut unread: Vec<(&String, &mut Content, Stamp)> = self
             .changed
             .iter_mut()
             .filter_map(|(path, change)| match change {
-                Change::File { stamp, content: content @ Content::Unread } if is_under(path) => Some((path, content, *stamp)),
+                Change::File { stamp, content: content @ Content::Unread } if wanted(path) => Some((path, content, *stamp)),
                 _ => None,
             })
             .collect();
@@ -494,6 +484,22 @@ impl Live {
                 *content = read_trigrams(root, path, stamp, now, watching);
             }
         }
+    }
+
+    /// The files that may match `query`, in walk order, below `under`.
+    fn candidates(&mut self, root: &cap_std::fs::Dir, query: &toolcell_index::Query, under: &str) -> Vec<String> {
+        let is_under = |path: &str| {
+            under == "." || under.is_empty() || path == under || path.strip_prefix(under).is_some_and(|rest| rest.starts_with('/'))
+        };
+        let mut candidates: Vec<String> = self
+            .index
+            .candidates(query)
+            .into_iter()
+            .map(|id| self.index.path(id))
+            .filter(|path| is_under(path) && !self.changed.contains_key(*path))
+            .map(str::to_owned)
+            .collect();
+        self.read_changed(root, &is_under);
         for (path, change) in &self.changed {
             let Change::File { content, .. } = change else {
                 continue;
@@ -551,6 +557,7 @@ impl IndexStore {
             build_on_first_search,
             live: Mutex::default(),
             building: Arc::default(),
+            absorbing: Arc::default(),
         }
     }
 
@@ -601,6 +608,44 @@ impl IndexStore {
     }
 }
 
+/// How often a watching index takes in what the kernel reported, between searches.
+const ABSORB_EVERY: Duration = Duration::from_millis(25);
+
+impl IndexStore {
+    /// Take in the notifications of the workspace at `root_path` as they come, between
+    /// searches (a thread per watched workspace, ending with the store or when the index stops
+    /// watching): a search after a burst of edits then finds them mostly read already. Searches
+    /// still drain the queue themselves before answering; this only moves work ahead of them.
+    fn absorb_in_background(&self, slot: &Arc<Mutex<Option<Live>>>, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String]) {
+        let Ok(root) = root.try_clone() else {
+            return;
+        };
+        if !self.absorbing.lock().unwrap_or_else(PoisonError::into_inner).insert(root_path.to_path_buf()) {
+            return;
+        }
+        let (slot, absorbing, workspace, skip, freshness) =
+            (Arc::downgrade(slot), Arc::clone(&self.absorbing), root_path.to_path_buf(), skip.to_vec(), self.freshness);
+        let spawned = std::thread::Builder::new().name("toolcell-index-watch".into()).spawn(move || {
+            loop {
+                std::thread::sleep(ABSORB_EVERY);
+                let Some(slot) = slot.upgrade() else {
+                    break;
+                };
+                let mut live = slot.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(current) = live.as_mut().filter(|current| current.watcher.is_some()) else {
+                    break;
+                };
+                current.refresh(&workspace, &root, &skip, freshness);
+                current.read_changed(&root, &|_| true);
+            }
+            absorbing.lock().unwrap_or_else(PoisonError::into_inner).remove(&workspace);
+        });
+        if spawned.is_err() {
+            self.absorbing.lock().unwrap_or_else(PoisonError::into_inner).remove(root_path);
+        }
+    }
+}
+
 impl IndexScope {
     /// The files under `under` that may hold a match of `pattern`, in walk order: the index's
     /// candidates among the files as they were indexed, and the files added or changed since
@@ -644,6 +689,9 @@ impl IndexScope {
         }
         let current = live.as_mut()?;
         current.refresh(&self.workspace, root, host_paths, store.freshness);
+        if current.watcher.is_some() {
+            store.absorb_in_background(&slot, &self.workspace, root, host_paths);
+        }
         Some(current.candidates(root, &query, under))
     }
 }
