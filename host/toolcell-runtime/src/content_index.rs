@@ -217,6 +217,41 @@ fn walk(root: &cap_std::fs::Dir, start: &str, skip: &[String], mut watcher: Opti
     files
 }
 
+/// Every regular file below the directory `start` (`""` for the workspace), whatever its
+/// size, outside `.git` and the paths in `skip`, symlinks not followed, in walk order (a
+/// directory's entries by name, each directory's contents after it): what a tool walking the
+/// tree would meet, listed natively. Types come from the directory entries (no `stat`).
+pub(crate) fn files_in_walk_order(root: &cap_std::fs::Dir, start: &str, skip: &[String]) -> Vec<String> {
+    let mut files = Vec::new();
+    // Entries still to visit, the next on top: a directory is listed when it is visited, and
+    // its entries visited before its later siblings.
+    let mut pending: Vec<(String, bool)> = vec![(start.to_owned(), true)];
+    while let Some((path, is_directory)) = pending.pop() {
+        if !is_directory {
+            files.push(path);
+            continue;
+        }
+        let listing = if path.is_empty() { root.entries() } else { root.read_dir(&path) };
+        let Ok(listing) = listing else {
+            continue;
+        };
+        let mut children: Vec<(String, bool)> = Vec::new();
+        for entry in listing.flatten() {
+            let (Ok(name), Ok(file_type)) = (entry.file_name().into_string(), entry.file_type()) else {
+                continue;
+            };
+            let child = if path.is_empty() { name } else { format!("{path}/{name}") };
+            if is_excluded(&child, skip) || !(file_type.is_dir() || file_type.is_file()) {
+                continue;
+            }
+            children.push((child, file_type.is_dir()));
+        }
+        children.sort_by(|left, right| right.0.cmp(&left.0));
+        pending.extend(children);
+    }
+    files
+}
+
 /// `path` as a [`Found`] from its metadata, unless it is too large to be searched.
 fn found(path: String, metadata: &cap_std::fs::Metadata) -> Option<Found> {
     if metadata.len() > MAX_FILE_BYTES {
@@ -608,14 +643,18 @@ impl IndexStore {
     }
 }
 
-/// How often a watching index takes in what the kernel reported, between searches.
-const ABSORB_EVERY: Duration = Duration::from_millis(25);
+/// How long the thread taking in a workspace's notifications waits for one before it checks
+/// that its index is still wanted.
+const ABSORB_IDLE: Duration = Duration::from_secs(1);
+/// How long it lets a burst of notifications gather before taking them in.
+const ABSORB_GATHER: Duration = Duration::from_millis(2);
 
 impl IndexStore {
     /// Take in the notifications of the workspace at `root_path` as they come, between
-    /// searches (a thread per watched workspace, ending with the store or when the index stops
-    /// watching): a search after a burst of edits then finds them mostly read already. Searches
-    /// still drain the queue themselves before answering; this only moves work ahead of them.
+    /// searches (a thread per watched workspace, waiting on the queue, ending with the store or
+    /// when the index stops watching): a search after a burst of edits then finds them read
+    /// already. Searches still drain the queue themselves before answering; this only moves
+    /// work ahead of them.
     fn absorb_in_background(&self, slot: &Arc<Mutex<Option<Live>>>, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String]) {
         let Ok(root) = root.try_clone() else {
             return;
@@ -627,7 +666,28 @@ impl IndexStore {
             (Arc::downgrade(slot), Arc::clone(&self.absorbing), root_path.to_path_buf(), skip.to_vec(), self.freshness);
         let spawned = std::thread::Builder::new().name("toolcell-index-watch".into()).spawn(move || {
             loop {
-                std::thread::sleep(ABSORB_EVERY);
+                // The queue as it is now (a rebuilt index watches with a new one).
+                let queue = {
+                    let Some(slot) = slot.upgrade() else {
+                        break;
+                    };
+                    let live = slot.lock().unwrap_or_else(PoisonError::into_inner);
+                    match live.as_ref().and_then(|current| current.watcher.as_ref()).map(Watcher::queue) {
+                        Some(Ok(queue)) => queue,
+                        _ => break,
+                    }
+                };
+                let mut waiting = [rustix::event::PollFd::new(&queue, rustix::event::PollFlags::IN)];
+                let timeout = rustix::event::Timespec::try_from(ABSORB_IDLE).ok();
+                match rustix::event::poll(&mut waiting, timeout.as_ref()) {
+                    Ok(0) => continue,
+                    Ok(_) => {}
+                    Err(_) => {
+                        std::thread::sleep(ABSORB_GATHER * 50);
+                        continue;
+                    }
+                }
+                std::thread::sleep(ABSORB_GATHER);
                 let Some(slot) = slot.upgrade() else {
                     break;
                 };

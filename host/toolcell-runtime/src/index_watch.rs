@@ -151,6 +151,12 @@ impl Watcher {
         Drained::Changed(changed)
     }
 
+    /// A second descriptor of the notification queue, to wait on for events without holding
+    /// the watcher (it reads nothing).
+    pub(crate) fn queue(&self) -> std::io::Result<OwnedFd> {
+        self.fd.try_clone()
+    }
+
     /// Whether `relative` is watched.
     pub(crate) fn watches(&self, relative: &str) -> bool {
         self.watches.contains_key(relative)
