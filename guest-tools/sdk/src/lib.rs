@@ -313,12 +313,6 @@ pub fn shard() -> Option<(u32, u32)> {
     context::shard().map(|shard| (shard.index, shard.count))
 }
 
-/// In a part of a split call: the files under `under` that fall to this part, each with its
-/// position in the walk of all of them, listed by the host (see `context.shard-files`).
-pub fn shard_files(under: &WorkspacePath) -> Option<Vec<(u64, String)>> {
-    context::shard_files(under.as_str())
-}
-
 /// In the assembly of a split call: each part's result, in part order.
 pub fn shard_results() -> Option<Vec<Result<Output, ToolError>>> {
     context::shard_results().map(|results| {

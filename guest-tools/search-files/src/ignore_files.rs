@@ -23,13 +23,21 @@ pub(crate) struct IgnoreFiles {
     looked_in: std::collections::HashSet<String>,
     /// `.git/info/exclude`: below every `.gitignore`.
     exclude: Option<Gitignore>,
+    /// Directories judged by [`ignores`](Self::ignores): whether they, or one above them, are
+    /// ignored.
+    directories: HashMap<String, bool>,
 }
 
 impl IgnoreFiles {
     /// The rules of `root`'s ancestors (the workspace root included), which apply below it; a
     /// walk from `root` adds the rest as it enters directories.
     pub(crate) fn above(root: &WorkspacePath) -> IgnoreFiles {
-        let mut ignore_files = IgnoreFiles { by_directory: HashMap::new(), looked_in: std::collections::HashSet::new(), exclude: None };
+        let mut ignore_files = IgnoreFiles {
+            by_directory: HashMap::new(),
+            looked_in: std::collections::HashSet::new(),
+            exclude: None,
+            directories: HashMap::new(),
+        };
         // Only where the role sees a `.git` directory: a policy that hides `.git` would
         // otherwise refuse (and record) this read in every search.
         let has_git = toolcell_sdk::scan::read_dir(".")
@@ -60,22 +68,41 @@ impl IgnoreFiles {
     }
 
     /// Whether the file `path`, below the search's `root`, is ignored, or lies in a directory
-    /// that is (which a walk would not have entered): for a file met without a walk.
+    /// that is (which a walk would not have entered): for a file met without a walk. Each
+    /// directory is judged once.
     pub(crate) fn ignores(&mut self, root: &WorkspacePath, path: &WorkspacePath) -> bool {
-        let Some(relative) = path.strip_prefix(root) else {
+        if path.strip_prefix(root).is_none() {
             return false;
-        };
-        let components: Vec<&str> = relative.split('/').collect();
-        let mut directory = root.clone();
-        for (index, name) in components.iter().enumerate() {
-            if self.looked_in.insert(directory.as_str().to_owned()) {
-                self.load(&directory);
+        }
+        let directory = path.parent().unwrap_or_else(WorkspacePath::root);
+        let ignored = match self.directories.get(directory.as_str()) {
+            Some(ignored) => *ignored,
+            None => {
+                let ignored = self.directory_ignored(root, &directory);
+                self.directories.insert(directory.as_str().to_owned(), ignored);
+                ignored
             }
-            let child = directory.join(name);
-            if !(self.by_directory.is_empty() && self.exclude.is_none()) && self.is_ignored(&child, index + 1 < components.len()) {
+        };
+        ignored || (!(self.by_directory.is_empty() && self.exclude.is_none()) && self.is_ignored(path, false))
+    }
+
+    /// Whether `directory` (at or below `root`) or one between it and `root` is ignored; reads
+    /// the ignore files of each on the way, `directory`'s own included.
+    fn directory_ignored(&mut self, root: &WorkspacePath, directory: &WorkspacePath) -> bool {
+        let relative = directory.strip_prefix(root).unwrap_or_default();
+        let mut current = root.clone();
+        for name in relative.split('/').filter(|name| !name.is_empty() && *name != ".") {
+            if self.looked_in.insert(current.as_str().to_owned()) {
+                self.load(&current);
+            }
+            let child = current.join(name);
+            if !(self.by_directory.is_empty() && self.exclude.is_none()) && self.is_ignored(&child, true) {
                 return true;
             }
-            directory = child;
+            current = child;
+        }
+        if self.looked_in.insert(current.as_str().to_owned()) {
+            self.load(&current);
         }
         false
     }

@@ -248,21 +248,6 @@ impl Tool for SearchFiles {
                 search.skipped_binary = merged.skipped_binary;
                 search.skipped_large = merged.skipped_large;
                 unreadable_directories = merged.unreadable_directories;
-            } else if let Some(share) = toolcell_sdk::shard().and_then(|_| toolcell_sdk::shard_files(&root)) {
-                // A part of a split scan: the host listed this part's share of the tree.
-                let mut part = Part::default();
-                for (position, path) in share {
-                    let Ok(path) = WorkspacePath::parse(&path) else {
-                        continue;
-                    };
-                    if ignore_files.as_mut().is_some_and(|ignore_files| ignore_files.ignores(&root, &path)) || !wanted(&path) {
-                        continue;
-                    }
-                    if part.file(&mut search, position + 1, &path).is_break() {
-                        break;
-                    }
-                }
-                return Ok(part.output());
             } else {
                 let shard = toolcell_sdk::shard();
                 let mut part = Part::default();

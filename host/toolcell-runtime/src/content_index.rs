@@ -217,41 +217,6 @@ fn walk(root: &cap_std::fs::Dir, start: &str, skip: &[String], mut watcher: Opti
     files
 }
 
-/// Every regular file below the directory `start` (`""` for the workspace), whatever its
-/// size, outside `.git` and the paths in `skip`, symlinks not followed, in walk order (a
-/// directory's entries by name, each directory's contents after it): what a tool walking the
-/// tree would meet, listed natively. Types come from the directory entries (no `stat`).
-pub(crate) fn files_in_walk_order(root: &cap_std::fs::Dir, start: &str, skip: &[String]) -> Vec<String> {
-    let mut files = Vec::new();
-    // Entries still to visit, the next on top: a directory is listed when it is visited, and
-    // its entries visited before its later siblings.
-    let mut pending: Vec<(String, bool)> = vec![(start.to_owned(), true)];
-    while let Some((path, is_directory)) = pending.pop() {
-        if !is_directory {
-            files.push(path);
-            continue;
-        }
-        let listing = if path.is_empty() { root.entries() } else { root.read_dir(&path) };
-        let Ok(listing) = listing else {
-            continue;
-        };
-        let mut children: Vec<(String, bool)> = Vec::new();
-        for entry in listing.flatten() {
-            let (Ok(name), Ok(file_type)) = (entry.file_name().into_string(), entry.file_type()) else {
-                continue;
-            };
-            let child = if path.is_empty() { name } else { format!("{path}/{name}") };
-            if is_excluded(&child, skip) || !(file_type.is_dir() || file_type.is_file()) {
-                continue;
-            }
-            children.push((child, file_type.is_dir()));
-        }
-        children.sort_by(|left, right| right.0.cmp(&left.0));
-        pending.extend(children);
-    }
-    files
-}
-
 /// `path` as a [`Found`] from its metadata, unless it is too large to be searched.
 fn found(path: String, metadata: &cap_std::fs::Metadata) -> Option<Found> {
     if metadata.len() > MAX_FILE_BYTES {

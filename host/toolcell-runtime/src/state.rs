@@ -158,32 +158,21 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
         let candidates = scope.candidates(self.guard.root()?, &self.guard.state_paths(), &pattern, case_insensitive, &under)?;
         // Only files the caller may read, in directories it may list, as a walk would reach
         // them: the index says nothing of the others.
-        let mut reachable = Reachable::new(self.guard);
-        Some(candidates.into_iter().filter(|path| reachable.file(path)).collect())
-    }
-
-    fn shard_files(&mut self, under: String) -> Option<Vec<(u64, String)>> {
-        let (index, count) = self.context.shard?;
-        self.guard.spend_capability("shard-files").ok()?;
-        let start = match under.trim_end_matches('/') {
-            "." | "" => String::new(),
-            path => path.strip_prefix("./").unwrap_or(path).to_owned(),
+        use toolcell_policy::{Access, Effect};
+        let mut listable: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+        let guard = &*self.guard;
+        let mut reachable = |path: &str| {
+            let mut directory = path;
+            while let Some((parent, _)) = directory.rsplit_once('/') {
+                let allowed = *listable.entry(parent.to_owned()).or_insert_with(|| guard.effect(Access::List, parent) != Effect::Deny);
+                if !allowed {
+                    return false;
+                }
+                directory = parent;
+            }
+            guard.effect(Access::Read, path) != Effect::Deny
         };
-        let root = self.guard.root()?;
-        if !start.is_empty() && !root.symlink_metadata(&start).is_ok_and(|metadata| metadata.is_dir()) {
-            return None;
-        }
-        let files = crate::content_index::files_in_walk_order(root, &start, &self.guard.state_paths());
-        let mut reachable = Reachable::new(self.guard);
-        Some(
-            files
-                .into_iter()
-                .enumerate()
-                .filter(|(position, _)| *position as u64 % u64::from(count.max(1)) == u64::from(index))
-                .filter(|(_, path)| reachable.file(path))
-                .map(|(position, path)| (position as u64, path))
-                .collect(),
-        )
+        Some(candidates.into_iter().filter(|path| reachable(path)).collect())
     }
 
     fn split(&mut self, parts: u32) -> u32 {
@@ -219,33 +208,6 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
 }
 
 type WitError = bindings::toolcell::tool::types::ToolError;
-
-/// Whether the caller may reach a file as a walk would: every directory above it listable,
-/// the file readable (directories' answers kept).
-struct Reachable<'a> {
-    guard: &'a FsGuard,
-    listable: std::collections::HashMap<String, bool>,
-}
-
-impl<'a> Reachable<'a> {
-    fn new(guard: &'a FsGuard) -> Self {
-        Reachable { guard, listable: std::collections::HashMap::new() }
-    }
-
-    fn file(&mut self, path: &str) -> bool {
-        use toolcell_policy::{Access, Effect};
-        let mut directory = path;
-        while let Some((parent, _)) = directory.rsplit_once('/') {
-            let guard = self.guard;
-            let allowed = *self.listable.entry(parent.to_owned()).or_insert_with(|| guard.effect(Access::List, parent) != Effect::Deny);
-            if !allowed {
-                return false;
-            }
-            directory = parent;
-        }
-        self.guard.effect(Access::Read, path) != Effect::Deny
-    }
-}
 
 impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
     fn locks(&mut self) -> Vec<bindings::toolcell::tool::workflow::LockInfo> {

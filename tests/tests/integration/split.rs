@@ -78,18 +78,12 @@ fn a_split_scan_answers_exactly_as_one_instance() {
         assert_eq!(strip(one), strip(parts), "{args}");
         assert_eq!(warnings_one, warnings_parts, "{args}");
     }
-    // The split ran: the parts searched every file.
+    // The split ran: the parts' reads are the call's, and the parts searched every file.
     let outcome = fixture.call_as(&split, "s-split", None, &[], "search_files", &json!({"query": "zzz_nowhere"}));
     let structured = outcome.result.expect("searched").structured.expect("structured");
     assert_eq!(structured["files_searched"], json!(3_000), "{structured}");
     let alone_calls = fixture.call_as(&alone, "s-split", None, &[], "search_files", &json!({"query": "zzz_nowhere"})).host_calls;
-    // The parts read the host's listing of their share instead of walking: fewer host calls,
-    // counted as the call's.
-    assert!(
-        outcome.host_calls < alone_calls && outcome.host_calls > 3_000,
-        "the parts' host calls: {} vs {alone_calls}",
-        outcome.host_calls
-    );
+    assert!(outcome.host_calls > alone_calls, "the parts' host calls count: {} vs {alone_calls}", outcome.host_calls);
 }
 
 #[test]
@@ -126,33 +120,18 @@ fn the_parts_see_their_shard_and_the_assembly_their_results() {
     let state = tempfile::tempdir().expect("state");
     let runtime = runtime(3, TEST_POLICY, state.path());
     let fixture = Fixture::new();
-    for name in ["a.txt", "b.txt", "c/d.txt", "c/e.txt", "f.txt", "secrets/key.txt"] {
-        fixture.write(name, "x\n");
-    }
-    let ops = json!({"ops": [{"op": "split", "content": "8"}, {"op": "shard"}, {"op": "shard_results"}, {"op": "shard_files"}]});
+    let ops = json!({"ops": [{"op": "split", "content": "8"}, {"op": "shard"}, {"op": "shard_results"}]});
     let outcome = fixture.call_as(&runtime, "s-parts", None, &[], "fs_probe", &ops);
     let structured = outcome.result.expect("assembled").structured.expect("structured");
-    // Outside a part there is no share.
-    assert_eq!(structured[3], json!({"op": "shard_files", "value": null}));
     // The assembly: no shard of its own, three parts' results in order.
     assert_eq!(structured[0], json!({"op": "split", "value": 0}));
     assert_eq!(structured[1], json!({"op": "shard", "value": null}));
     let parts = structured[2]["value"].as_array().expect("the parts' results").clone();
     assert_eq!(parts.len(), 3);
-    // Walk order: a.txt, b.txt, c/d.txt, c/e.txt, f.txt, secrets/key.txt. Positions are
-    // counted before the role's filter (so the shares stay aligned), and the file the role may
-    // not read is in no share.
-    let mut shares: Vec<(u64, String)> = Vec::new();
     for (index, part) in parts.iter().enumerate() {
         assert_eq!(part["ok"][1], json!({"op": "shard", "value": [index, 3]}), "{part}");
         assert_eq!(part["ok"][0], json!({"op": "split", "value": 0}), "a part cannot split again: {part}");
-        let share: Vec<(u64, String)> = serde_json::from_value(part["ok"][3]["value"].clone()).expect("a share");
-        assert!(share.iter().all(|(position, _)| *position % 3 == index as u64), "{share:?}");
-        shares.extend(share);
     }
-    shares.sort();
-    let paths: Vec<&str> = shares.iter().map(|(_, path)| path.as_str()).collect();
-    assert_eq!(paths, ["a.txt", "b.txt", "c/d.txt", "c/e.txt", "f.txt"]);
     // A host with one part to give runs none: the call carries on alone.
     let alone = toolcell_tests::runtime_with_policy(TEST_POLICY, None);
     let outcome = fixture.call_as(&alone, "s-parts", None, &[], "fs_probe", &ops);

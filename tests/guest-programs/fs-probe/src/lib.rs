@@ -71,10 +71,6 @@ impl Tool for FsProbe {
                     results.push(json!({ "op": "split", "value": parts }));
                 }
                 "shard" => results.push(json!({ "op": "shard", "value": toolcell_sdk::shard() })),
-                "shard_files" => {
-                    let under = toolcell_sdk::WorkspacePath::parse(if operation.path.is_empty() { "." } else { &operation.path })?;
-                    results.push(json!({ "op": "shard_files", "value": toolcell_sdk::shard_files(&under) }));
-                }
                 "shard_results" => {
                     let parts = toolcell_sdk::shard_results().map(|parts| {
                         parts
