@@ -317,19 +317,9 @@ struct Part {
 impl Part {
     /// Search one file of the share: only whether it has a match.
     fn file(&mut self, search: &mut Search, position: u64, path: &WorkspacePath) -> ControlFlow<()> {
-        let bytes = match scan::read_file(path.as_str(), MAX_FILE_BYTES) {
-            Ok(scan::FileContent::Bytes(bytes)) => bytes,
-            Ok(scan::FileContent::TooLarge(_)) => {
-                self.skipped_large += 1;
-                return ControlFlow::Continue(());
-            }
-            Err(_) => return ControlFlow::Continue(()),
-        };
-        if text::is_binary(&bytes) {
-            self.skipped_binary += 1;
+        let Some(bytes) = searchable(path, &mut self.files_searched, &mut self.skipped_binary, &mut self.skipped_large) else {
             return ControlFlow::Continue(());
-        }
-        self.files_searched += 1;
+        };
         if search.matcher.has_match(&bytes) {
             self.files.push((position, path.as_str().to_owned()));
             // Each file shows at least one result: this many fill the page and tell whether
@@ -384,6 +374,25 @@ impl Merged {
             .collect();
         Ok(merged)
     }
+}
+
+/// The bytes of `path` if it is searched, counted in `searched`: not over 16 MiB (else
+/// counted in `skipped_large`), not binary (`skipped_binary`), readable (else passed over).
+fn searchable(path: &WorkspacePath, searched: &mut u64, skipped_binary: &mut u64, skipped_large: &mut u64) -> Option<Vec<u8>> {
+    let bytes = match scan::read_file(path.as_str(), MAX_FILE_BYTES) {
+        Ok(scan::FileContent::Bytes(bytes)) => bytes,
+        Ok(scan::FileContent::TooLarge(_)) => {
+            *skipped_large += 1;
+            return None;
+        }
+        Err(_) => return None,
+    };
+    if text::is_binary(&bytes) {
+        *skipped_binary += 1;
+        return None;
+    }
+    *searched += 1;
+    Some(bytes)
 }
 
 /// Compiled `include` or `exclude` globs.
@@ -597,19 +606,9 @@ impl Search {
 
     /// Search one regular file (a file that cannot be read is passed over).
     fn file(&mut self, path: &WorkspacePath) -> ControlFlow<()> {
-        let bytes = match scan::read_file(path.as_str(), MAX_FILE_BYTES) {
-            Ok(scan::FileContent::Bytes(bytes)) => bytes,
-            Ok(scan::FileContent::TooLarge(_)) => {
-                self.skipped_large += 1;
-                return ControlFlow::Continue(());
-            }
-            Err(_) => return ControlFlow::Continue(()),
-        };
-        if text::is_binary(&bytes) {
-            self.skipped_binary += 1;
+        let Some(bytes) = searchable(path, &mut self.files_searched, &mut self.skipped_binary, &mut self.skipped_large) else {
             return ControlFlow::Continue(());
-        }
-        self.files_searched += 1;
+        };
         match self.mode {
             Mode::Files => {
                 if self.matcher.has_match(&bytes) {
