@@ -582,6 +582,8 @@ impl IndexStore {
         let live = self.live.lock().unwrap_or_else(PoisonError::into_inner).get(root).cloned();
         if let Some(slot) = live
             && let Some(live) = slot.lock().unwrap_or_else(PoisonError::into_inner).as_mut()
+            // Without notifications the next search compares every file anyway.
+            && live.watcher.is_some()
         {
             live.written.extend(paths.iter().cloned());
         }
