@@ -600,6 +600,9 @@ impl IndexStore {
         let (building, workspace, skip, path) =
             (Arc::clone(&self.building), root_path.to_path_buf(), skip.to_vec(), self.path_for(root_path));
         let spawned = std::thread::Builder::new().name("toolcell-index".into()).spawn(move || {
+            // Behind the calls it serves: on Linux a thread's nice value is its own (who = 0
+            // names the calling thread), so only this build yields.
+            let _ = rustix::process::setpriority_process(None, BUILD_NICENESS);
             // A failed build leaves no index: searches scan, and the next one tries again.
             let _ = build_into(&root, &skip, &path);
             building.lock().unwrap_or_else(PoisonError::into_inner).remove(&workspace);
@@ -609,6 +612,9 @@ impl IndexStore {
         }
     }
 }
+
+/// The nice value of a background index build.
+const BUILD_NICENESS: i32 = 10;
 
 /// How long the thread taking in a workspace's notifications waits for one before it checks
 /// that its index is still wanted.

@@ -246,8 +246,11 @@ fn a_serving_host_builds_the_index_on_first_search_and_replaces_a_damaged_one() 
     };
     // The first search scans (there is no index) and starts building one.
     assert_eq!(runtime.index_status(&fixture.workspace).expect("status"), IndexStatus::Absent);
+    let niceness = rustix::process::getpriority_process(None).expect("this thread's nice value");
     assert_eq!(search(), 50);
     eventually("the index is built", || matches!(runtime.index_status(&fixture.workspace), Ok(IndexStatus::Present { .. })));
+    // The build yielded to the calls in its own thread only.
+    assert_eq!(rustix::process::getpriority_process(None).expect("nice value"), niceness);
     assert_eq!(search(), 1, "the search after reads only the candidate");
     // A damaged index is never trusted: the search scans, and a new index replaces it.
     let index_dir = state.path().join("index");
