@@ -13,17 +13,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use toolcell_runtime::{CallRequest, Runtime, RuntimeBuilder, Workspace};
+use toolcell_tests::measure::percentile;
 
 struct Language {
     name: &'static str,
     tool: &'static str,
     wasm: Vec<u8>,
     args: serde_json::Value,
-}
-
-fn percentile(samples: &mut [Duration], percent: usize) -> Duration {
-    samples.sort_unstable();
-    samples[(samples.len() * percent / 100).min(samples.len() - 1)]
 }
 
 fn build(language: &Language, cache: &std::path::Path) -> Runtime {

@@ -12,15 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use toolcell_runtime::{AuditBackend, AuditLog, CallRequest, LockBackend, LockMode, LockRequest, LockStore, Runtime, Workspace};
+use toolcell_runtime::{AuditBackend, AuditLog, LockBackend, LockMode, LockRequest, LockStore, Runtime, Workspace};
 use toolcell_store_postgres::PostgresStore;
+use toolcell_tests::measure::percentile;
 use toolcell_tests::postgres::Cluster;
-use toolcell_tests::{TEST_POLICY, builtin_runtime_builder};
+use toolcell_tests::{TEST_POLICY, builtin_runtime_builder, call_in};
 
 fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
-    samples.sort_unstable();
-    let at = |percent: usize| samples[(samples.len() * percent / 100).min(samples.len() - 1)];
-    (at(50), at(99))
+    (percentile(&mut samples, 50), percentile(&mut samples, 99))
 }
 
 fn measure(iterations: usize, mut run: impl FnMut(usize)) -> (Duration, Duration) {
@@ -120,22 +119,8 @@ fn main() {
         .map(|(index, store)| {
             let runtime = runtime(&temp.path().join(format!("host-{index}")), store);
             measure(iterations / 4, |iteration| {
-                let args = json!({"path": format!("src/out-{index}-{iteration}.txt"), "content": "written\n"}).to_string();
-                let outcome = runtime
-                    .call(&CallRequest {
-                        workspace: &workspace,
-                        role: "impl",
-                        session_id: "s-bench",
-                        tool: "write_file",
-                        args: &args,
-                        approver: None,
-                        owner: None,
-                        fences: &[],
-                        task: None,
-                        principal: None,
-                        cancel: None,
-                    })
-                    .expect("the call runs");
+                let args = json!({"path": format!("src/out-{index}-{iteration}.txt"), "content": "written\n"});
+                let outcome = call_in(&runtime, &workspace, "s-bench", None, &[], "write_file", &args);
                 assert!(outcome.result.is_ok(), "{:?}", outcome.result);
             })
         })

@@ -10,6 +10,7 @@ use toolcell_runtime::{CallOutcome, CallRequest, Runtime, RuntimeBuilder, Worksp
 use toolcell_types::{ToolError, ToolErrorKind, ToolOutput};
 
 pub mod languages;
+pub mod measure;
 pub mod postgres;
 
 /// The guest test programs, `(name, component bytes)`.

@@ -20,6 +20,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use toolcell_tests::measure::time;
 
 /// A word that appears in one file of every 1,000.
 const NEEDLE: &str = "zebra_quartz_needle";
@@ -29,24 +30,6 @@ struct Sizes {
     big_file_bytes: usize,
     runs: usize,
     calls: usize,
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort_unstable();
-    samples[samples.len() / 2]
-}
-
-fn time<T>(runs: usize, mut run: impl FnMut() -> T) -> Duration {
-    run();
-    median(
-        (0..runs)
-            .map(|_| {
-                let started = Instant::now();
-                std::hint::black_box(run());
-                started.elapsed()
-            })
-            .collect(),
-    )
 }
 
 /// `files` source-like files in directories of 100, a few of them holding [`NEEDLE`].

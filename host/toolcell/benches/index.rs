@@ -24,41 +24,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use toolcell_host::{Host, HostBuilder, Session};
+use toolcell_tests::measure::{Random, median, time};
 
 /// A word in one file of every 1,000.
 const LITERAL: &str = "zebra_quartz_needle";
 /// Spelled `QuartzHeron` in one file of every 2,000 and `quartzheron` in another.
 const MIXED_CASE: &str = "quartzheron";
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort_unstable();
-    samples[samples.len() / 2]
-}
-
-fn time<T>(runs: usize, mut run: impl FnMut() -> T) -> Duration {
-    run();
-    median(
-        (0..runs)
-            .map(|_| {
-                let started = Instant::now();
-                std::hint::black_box(run());
-                started.elapsed()
-            })
-            .collect(),
-    )
-}
-
-/// A small deterministic random source (xorshift).
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, bound: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % bound as u64) as usize
-    }
-}
 
 const WORDS: [&str; 24] = [
     "let", "value", "compute", "result", "match", "return", "self", "config", "buffer", "index", "parse", "token", "error", "string",

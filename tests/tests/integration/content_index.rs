@@ -7,23 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 use toolcell_runtime::{IndexFreshness, IndexStatus, Runtime};
+use toolcell_tests::measure::Random;
 use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, guest_program, runtime_with_policy};
-
-/// A small deterministic random source (xorshift).
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, bound: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % bound as u64) as usize
-    }
-
-    fn pick<'a>(&mut self, choices: &[&'a str]) -> &'a str {
-        choices[self.below(choices.len())]
-    }
-}
 
 const WORDS: [&str; 12] = ["alpha", "beta", "gamma", "Delta", "needle", "haystack", "fn", "main", "TODO", "x", "é", "42"];
 

@@ -6,11 +6,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use toolcell_runtime::{CallRequest, LockMode, LockRequest, Runtime, Workspace};
-use toolcell_tests::{Fixture, TEST_POLICY, runtime_with_policy};
+use toolcell_runtime::{LockMode, LockRequest, Runtime, Workspace};
+use toolcell_tests::{Fixture, TEST_POLICY, call_in, runtime_with_policy};
 use toolcell_types::ToolErrorKind;
 
-fn request(pattern: &str, owner: &str, ttl: Duration) -> LockRequest {
+pub(super) fn request(pattern: &str, owner: &str, ttl: Duration) -> LockRequest {
     LockRequest { pattern: pattern.to_owned(), owner: owner.to_owned(), session: format!("s-{owner}"), mode: LockMode::Exclusive, ttl }
 }
 
@@ -102,13 +102,14 @@ fn agents_lock_and_unlock_through_tools() {
 const STRESS_WORKSPACE: &str = "TOOLCELL_TEST_STRESS_WORKSPACE";
 const STRESS_STATE: &str = "TOOLCELL_TEST_STRESS_STATE";
 const STRESS_OWNER: &str = "TOOLCELL_TEST_STRESS_OWNER";
-const COUNTERS: [&str; 2] = ["counters/a.txt", "counters/b.txt"];
+pub(super) const COUNTERS: [&str; 2] = ["counters/a.txt", "counters/b.txt"];
 const THREADS: usize = 4;
 const PROCESSES: usize = 2;
-const ITERATIONS: usize = 30;
+pub(super) const ITERATIONS: usize = 30;
 
-/// One worker: `ITERATIONS` times, lock a counter, read it, write it plus one, unlock.
-fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
+/// One worker: `ITERATIONS` times, lock a counter, read it, write it plus one, unlock (also a
+/// worker of the shared store's stress test, on other hosts).
+pub(super) fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
     let session = format!("s-{owner}");
     for iteration in 0..ITERATIONS {
         let counter = COUNTERS[iteration % COUNTERS.len()];
@@ -120,26 +121,12 @@ fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
                 Err(error) => panic!("{owner} never got {counter}: {error}"),
             }
         };
-        let call = |tool: &str, args: String| {
-            runtime
-                .call(&CallRequest {
-                    workspace,
-                    role: "impl",
-                    session_id: &session,
-                    tool,
-                    args: &args,
-                    approver: None,
-                    owner: Some(owner),
-                    fences: &[lock.fence],
-                    task: None,
-                    principal: None,
-                    cancel: None,
-                })
-                .expect("call")
+        let call = |tool: &str, args: serde_json::Value| {
+            call_in(runtime, workspace, &session, Some(owner), &[lock.fence], tool, &args)
                 .result
                 .unwrap_or_else(|error| panic!("{owner} {tool} {counter}: {error}"))
         };
-        let read = call("read_file", json!({"path": counter}).to_string());
+        let read = call("read_file", json!({"path": counter}));
         // `read_file` numbers lines: `     1\t<count>`.
         let value: u64 = read
             .text
@@ -152,7 +139,7 @@ fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
             .trim()
             .parse()
             .unwrap_or_else(|error| panic!("{owner} read a partial counter: {error}"));
-        call("write_file", json!({"path": counter, "content": format!("{}\n", value + 1)}).to_string());
+        call("write_file", json!({"path": counter, "content": format!("{}\n", value + 1)}));
         runtime.release_lock(workspace, lock.fence, owner).expect("release");
     }
 }

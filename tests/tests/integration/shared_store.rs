@@ -7,11 +7,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::locks::{COUNTERS, ITERATIONS, increment, request};
 use serde_json::json;
-use toolcell_runtime::{CallRequest, LockMode, LockRequest, Runtime, Workspace};
+use toolcell_runtime::{CallOutcome, Runtime, Workspace};
 use toolcell_store_postgres::{PostgresStore, SCHEMA_VERSION, StoreError};
 use toolcell_tests::postgres::Cluster;
-use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, guest_program};
+use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, call_in, guest_program};
 
 const WORKER_ROLE: &str = "TOOLCELL_TEST_PG_WORKER";
 const WORKER_STORE: &str = "TOOLCELL_TEST_PG_STORE";
@@ -40,34 +41,9 @@ fn host(store: &Arc<PostgresStore>, state: &std::path::Path) -> Runtime {
         .expect("the host builds")
 }
 
-fn request(pattern: &str, owner: &str, ttl: Duration) -> LockRequest {
-    LockRequest { pattern: pattern.to_owned(), owner: owner.to_owned(), session: format!("s-{owner}"), mode: LockMode::Exclusive, ttl }
-}
-
-fn call(
-    runtime: &Runtime,
-    workspace: &Workspace,
-    owner: &str,
-    fences: &[u64],
-    tool: &str,
-    args: serde_json::Value,
-) -> toolcell_runtime::CallOutcome {
-    let session = format!("s-{owner}");
-    runtime
-        .call(&CallRequest {
-            workspace,
-            role: "impl",
-            session_id: &session,
-            tool,
-            args: &args.to_string(),
-            approver: None,
-            owner: Some(owner),
-            fences,
-            task: None,
-            principal: None,
-            cancel: None,
-        })
-        .expect("the call runs")
+/// A call as `impl` for lock owner `owner`, in its session `s-OWNER`.
+fn call(runtime: &Runtime, workspace: &Workspace, owner: &str, fences: &[u64], tool: &str, args: serde_json::Value) -> CallOutcome {
+    call_in(runtime, workspace, &format!("s-{owner}"), Some(owner), fences, tool, &args)
 }
 
 /// Start this test binary as a worker host running `role`.
@@ -159,31 +135,6 @@ fn report(line: &str) {
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "\n@{line}");
     let _ = stdout.flush();
-}
-
-const COUNTERS: [&str; 2] = ["counters/a.txt", "counters/b.txt"];
-
-/// Thirty times: lock a counter on the shared store, read it, write it plus one, unlock.
-fn increment(runtime: &Runtime, workspace: &Workspace, owner: &str) {
-    for iteration in 0..30 {
-        let counter = COUNTERS[iteration % COUNTERS.len()];
-        let started = Instant::now();
-        let lock = loop {
-            match runtime.acquire_lock(workspace, &request(counter, owner, Duration::from_secs(30))) {
-                Ok(lock) => break lock,
-                Err(_) if started.elapsed() < Duration::from_secs(120) => std::thread::sleep(Duration::from_millis(3)),
-                Err(error) => panic!("{owner} never got {counter}: {error}"),
-            }
-        };
-        let read = call(runtime, workspace, owner, &[lock.fence], "read_file", json!({"path": counter}));
-        let text = read.result.unwrap_or_else(|error| panic!("{owner} read {counter}: {error}")).text;
-        let value: u64 =
-            text.lines().next().unwrap_or_default().split('\t').next_back().unwrap_or_default().trim().parse().expect("a whole counter");
-        let written =
-            call(runtime, workspace, owner, &[lock.fence], "write_file", json!({"path": counter, "content": format!("{}\n", value + 1)}));
-        assert!(written.result.is_ok(), "{owner} wrote {counter}: {:?}", written.result);
-        runtime.release_lock(workspace, lock.fence, owner).expect("release");
-    }
 }
 
 #[test]
@@ -291,7 +242,7 @@ fn two_hosts_incrementing_under_shared_locks_lose_no_update() {
         assert_eq!(reports(child), ["done"]);
     }
     let total: u64 = COUNTERS.iter().map(|counter| fixture.read_text(counter).trim().parse::<u64>().expect("a counter")).sum();
-    assert_eq!(total, 2 * 3 * 30, "updates were lost");
+    assert_eq!(total, (2 * 3 * ITERATIONS) as u64, "updates were lost");
 }
 
 #[test]
