@@ -599,7 +599,7 @@ fn describe_tool(engine: &Engine, pre: &bindings::PluginPre<CallState>, origin: 
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
     // `describe` gets a fixed deadline: it must answer at once.
-    store.set_epoch_deadline(Limits { deadline: DESCRIBE_DEADLINE, ..Limits::default() }.deadline_ticks());
+    store.set_epoch_deadline(limits::ticks_in(DESCRIBE_DEADLINE));
     store.epoch_deadline_trap();
     let load_error =
         |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: format!("`describe()` failed: {}", describe(&error)) };

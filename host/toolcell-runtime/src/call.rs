@@ -366,7 +366,7 @@ impl Runtime {
         // The ticker's phase is arbitrary, so the first tick may come at once: one tick more
         // gives the call at least its deadline, and stops it within one tick after.
         // Each tick also checks whether the caller cancelled the call.
-        let mut ticks_left = Limits { deadline: deadline.saturating_duration_since(Instant::now()), ..limits }.deadline_ticks() + 1;
+        let mut ticks_left = limits::ticks_in(deadline.saturating_duration_since(Instant::now())) + 1;
         let cancel = request.cancel.cloned();
         store.epoch_deadline_callback(move |_| {
             ticks_left = ticks_left.saturating_sub(1);

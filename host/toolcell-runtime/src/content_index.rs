@@ -163,7 +163,8 @@ impl Found {
 /// Whether `path` is never searched: inside a `.git` directory, or one of the host's own paths
 /// (or below one).
 fn is_excluded(path: &str, skip: &[String]) -> bool {
-    path.split('/').any(|part| part == ".git") || skip.iter().any(|owned| path == *owned || path.starts_with(&format!("{owned}/")))
+    path.split('/').any(|part| part == ".git")
+        || skip.iter().any(|owned| path.strip_prefix(owned.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
 }
 
 /// The regular files under `start` (`""` for the whole workspace) that `search_files` would
@@ -230,6 +231,11 @@ fn found(path: String, metadata: &cap_std::fs::Metadata) -> Option<Found> {
     Some(Found { path, stamp: Stamp { size: metadata.len(), modified_ns, inode: metadata.ino() }, links: metadata.nlink() })
 }
 
+/// Whether `content` is binary to a search: a NUL byte among its first 8 KiB.
+fn looks_binary(content: &[u8]) -> bool {
+    content[..content.len().min(BINARY_SNIFF_BYTES)].contains(&0)
+}
+
 /// A stamp no file has: what the index records for a file whose stamp it could not trust when
 /// it read it, so that the file always counts as changed.
 const UNTRUSTED: Stamp = Stamp { size: u64::MAX, modified_ns: 0, inode: 0 };
@@ -240,7 +246,7 @@ fn build_into(root: &cap_std::fs::Dir, skip: &[String], path: &std::path::Path) 
     let now = now_ns();
     for file in walk(root, "", skip, None) {
         if let Ok(content) = root.read(&file.path)
-            && !content[..content.len().min(BINARY_SNIFF_BYTES)].contains(&0)
+            && !looks_binary(&content)
         {
             let stamp = if file.is_stable(now) { file.stamp } else { UNTRUSTED };
             builder.add_stamped(&file.path, &content, stamp);
@@ -264,7 +270,7 @@ fn is_binary(root: &cap_std::fs::Dir, path: &str) -> bool {
     if file.take(BINARY_SNIFF_BYTES as u64).read_to_end(&mut head).is_err() {
         return true;
     }
-    head.contains(&0)
+    looks_binary(&head)
 }
 
 /// How a long-running host learns what changed in a workspace since its index was built.
@@ -308,6 +314,13 @@ enum Change {
     Gone,
     /// Added or changed: its stamp now, and what is known of its content.
     File { stamp: Stamp, content: Content },
+}
+
+impl Change {
+    /// `file` changed, its content not read yet (never to be trusted if it has other links).
+    fn unread(file: &Found) -> Change {
+        Change::File { stamp: file.stamp, content: if file.links > 1 { Content::Unknown } else { Content::Unread } }
+    }
 }
 
 #[derive(Debug)]
@@ -392,7 +405,7 @@ impl Live {
         let mut changed: HashMap<String, Change> =
             self.index.files().filter(|(path, _)| !present.contains(path)).map(|(path, _)| (path.to_owned(), Change::Gone)).collect();
         for file in &files {
-            if let Some(change) = self.change_of(file, now, previous.remove(&file.path), false) {
+            if let Some(change) = self.change_of(file, now, previous.remove(&file.path)) {
                 changed.insert(file.path.clone(), change);
             }
         }
@@ -401,22 +414,20 @@ impl Live {
     }
 
     /// What `file` is relative to the index (`None`: as indexed), keeping what `before` knew of
-    /// its content if its stamp is the same and was trusted when it was read. A file a
-    /// notification `named` changed whatever its stamp says (a write that puts the old
-    /// modification time back is still a write): it is read again.
-    fn change_of(&self, file: &Found, now: u64, before: Option<Change>, named: bool) -> Option<Change> {
+    /// its content if its stamp is the same and was trusted when it was read.
+    fn change_of(&self, file: &Found, now: u64, before: Option<Change>) -> Option<Change> {
         let stable = file.is_stable(now);
-        if !named && stable && self.indexed(&file.path) == Some(file.stamp) {
+        if stable && self.indexed(&file.path) == Some(file.stamp) {
             return None;
         }
-        let content = match before {
-            _ if file.links > 1 => Content::Unknown,
-            Some(Change::File { stamp, content: content @ Content::Trigrams(_, true) }) if !named && stamp == file.stamp && stable => {
-                content
+        Some(match before {
+            Some(Change::File { stamp, content: content @ Content::Trigrams(_, true) })
+                if file.links <= 1 && stamp == file.stamp && stable =>
+            {
+                Change::File { stamp, content }
             }
-            _ => Content::Unread,
-        };
-        Some(Change::File { stamp: file.stamp, content })
+            _ => Change::unread(file),
+        })
     }
 
     /// Look again at `path`, which a notification named: a file, a directory (walked, and
@@ -425,7 +436,6 @@ impl Live {
         if is_excluded(path, skip) {
             return;
         }
-        let now = now_ns();
         let metadata = root.symlink_metadata(path);
         let mut present: Vec<Found> = Vec::new();
         match metadata {
@@ -446,11 +456,11 @@ impl Live {
                 self.changed.remove(&old);
             }
         }
+        // Changed whatever its stamp says (a write that puts the old modification time back is
+        // still a write): read again.
         for file in present {
-            let before = self.changed.remove(&file.path);
-            if let Some(change) = self.change_of(&file, now, before, true) {
-                self.changed.insert(file.path, change);
-            }
+            let change = Change::unread(&file);
+            self.changed.insert(file.path, change);
         }
     }
 
@@ -543,7 +553,7 @@ fn read_trigrams(root: &cap_std::fs::Dir, path: &str, stamp: Stamp, now: u64, wa
     if file.read_to_end(&mut content).is_err() {
         return Content::Unread;
     }
-    if content[..content.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
+    if looks_binary(&content) {
         return Content::Unknown;
     }
     Content::Trigrams(toolcell_index::trigrams_of(&content), stable)
@@ -594,22 +604,29 @@ impl IndexStore {
         let Ok(root) = root.try_clone() else {
             return;
         };
-        if !self.building.lock().unwrap_or_else(PoisonError::into_inner).insert(root_path.to_path_buf()) {
-            return;
-        }
-        let (building, workspace, skip, path) =
-            (Arc::clone(&self.building), root_path.to_path_buf(), skip.to_vec(), self.path_for(root_path));
-        let spawned = std::thread::Builder::new().name("toolcell-index".into()).spawn(move || {
+        let (skip, path) = (skip.to_vec(), self.path_for(root_path));
+        spawn_once(&self.building, root_path, "toolcell-index", move || {
             // Behind the calls it serves: on Linux a thread's nice value is its own (who = 0
             // names the calling thread), so only this build yields.
             let _ = rustix::process::setpriority_process(None, BUILD_NICENESS);
             // A failed build leaves no index: searches scan, and the next one tries again.
             let _ = build_into(&root, &skip, &path);
-            building.lock().unwrap_or_else(PoisonError::into_inner).remove(&workspace);
         });
-        if spawned.is_err() {
-            self.building.lock().unwrap_or_else(PoisonError::into_inner).remove(root_path);
-        }
+    }
+}
+
+/// Run `work` on a thread named `name`, unless one runs for `workspace` in `running` already.
+fn spawn_once(running: &Arc<Mutex<HashSet<PathBuf>>>, workspace: &std::path::Path, name: &str, work: impl FnOnce() + Send + 'static) {
+    if !running.lock().unwrap_or_else(PoisonError::into_inner).insert(workspace.to_path_buf()) {
+        return;
+    }
+    let (done, key) = (Arc::clone(running), workspace.to_path_buf());
+    let spawned = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+        work();
+        done.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+    });
+    if spawned.is_err() {
+        running.lock().unwrap_or_else(PoisonError::into_inner).remove(workspace);
     }
 }
 
@@ -632,12 +649,8 @@ impl IndexStore {
         let Ok(root) = root.try_clone() else {
             return;
         };
-        if !self.absorbing.lock().unwrap_or_else(PoisonError::into_inner).insert(root_path.to_path_buf()) {
-            return;
-        }
-        let (slot, absorbing, workspace, skip, freshness) =
-            (Arc::downgrade(slot), Arc::clone(&self.absorbing), root_path.to_path_buf(), skip.to_vec(), self.freshness);
-        let spawned = std::thread::Builder::new().name("toolcell-index-watch".into()).spawn(move || {
+        let (slot, workspace, skip, freshness) = (Arc::downgrade(slot), root_path.to_path_buf(), skip.to_vec(), self.freshness);
+        spawn_once(&self.absorbing, root_path, "toolcell-index-watch", move || {
             loop {
                 // The queue as it is now (a rebuilt index watches with a new one).
                 let queue = {
@@ -671,11 +684,7 @@ impl IndexStore {
                 current.refresh(&workspace, &root, &skip, freshness);
                 current.read_changed(&root, &|_| true);
             }
-            absorbing.lock().unwrap_or_else(PoisonError::into_inner).remove(&workspace);
         });
-        if spawned.is_err() {
-            self.absorbing.lock().unwrap_or_else(PoisonError::into_inner).remove(root_path);
-        }
     }
 }
 
@@ -701,24 +710,26 @@ impl IndexScope {
         let slot = store.slot(&self.workspace);
         let mut live = slot.lock().unwrap_or_else(PoisonError::into_inner);
         let path = store.path_for(&self.workspace);
-        let Some((modified, size)) = std::fs::metadata(&path).ok().and_then(|metadata| Some((metadata.modified().ok()?, metadata.len())))
-        else {
+        let file = std::fs::metadata(&path).ok().and_then(|metadata| Some((metadata.modified().ok()?, metadata.len())));
+        let usable = match (file, live.as_ref()) {
+            (Some(file), Some(current)) if current.file == file => true,
+            (Some(file), _) => match std::fs::read(&path).ok().and_then(|bytes| Index::from_bytes(&bytes).ok()) {
+                Some(index) => {
+                    *live = Some(Live::new(file, Arc::new(index)));
+                    true
+                }
+                None => false,
+            },
+            (None, _) => false,
+        };
+        if !usable {
+            // No index, or a damaged one (never used): a host that builds on first search
+            // (re)builds it for the searches after this one.
             *live = None;
             if store.build_on_first_search {
                 store.build_in_background(&self.workspace, root, host_paths);
             }
             return None;
-        };
-        if live.as_ref().is_none_or(|current| current.file != (modified, size)) {
-            // A damaged index is never used: a host that builds on first search replaces it.
-            let Some(index) = std::fs::read(&path).ok().and_then(|bytes| Index::from_bytes(&bytes).ok()) else {
-                *live = None;
-                if store.build_on_first_search {
-                    store.build_in_background(&self.workspace, root, host_paths);
-                }
-                return None;
-            };
-            *live = Some(Live::new((modified, size), Arc::new(index)));
         }
         let current = live.as_mut()?;
         current.refresh(&self.workspace, root, host_paths, store.freshness);

@@ -41,12 +41,10 @@ impl Default for Limits {
     }
 }
 
-impl Limits {
-    /// Epoch ticks until the deadline, rounded up.
-    pub(crate) fn deadline_ticks(&self) -> u64 {
-        let ticks = self.deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
-        u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
-    }
+/// Epoch ticks in `time`, rounded up (at least one).
+pub(crate) fn ticks_in(time: Duration) -> u64 {
+    let ticks = time.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
+    u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.
@@ -141,10 +139,10 @@ mod tests {
 
     #[test]
     fn deadlines_round_up_to_ticks() {
-        let limits = |millis| Limits { deadline: Duration::from_millis(millis), ..Limits::default() };
-        assert_eq!(limits(1).deadline_ticks(), 1);
-        assert_eq!(limits(10).deadline_ticks(), 1);
-        assert_eq!(limits(11).deadline_ticks(), 2);
-        assert_eq!(limits(30_000).deadline_ticks(), 3000);
+        let ticks = |millis| ticks_in(Duration::from_millis(millis));
+        assert_eq!(ticks(1), 1);
+        assert_eq!(ticks(10), 1);
+        assert_eq!(ticks(11), 2);
+        assert_eq!(ticks(30_000), 3000);
     }
 }
