@@ -92,16 +92,6 @@ fn built(kind: &str, sources: &[PathBuf], sdk: &[PathBuf], build: impl FnOnce(&P
     bytes
 }
 
-fn run(command: &mut Command, what: &str) {
-    let output = command.output().unwrap_or_else(|error| panic!("cannot run {what}: {error}"));
-    assert!(
-        output.status.success(),
-        "{what} failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 /// A Python tool: `app.py` in `directory` (with any other `.py` files there) and the Python
 /// SDK, built with componentize-py against world `plugin`.
 pub fn python_tool(directory: &Path) -> Vec<u8> {
@@ -114,14 +104,13 @@ pub fn python_tool(directory: &Path) -> Vec<u8> {
     sources.sort();
     let sdk = [repository().join("guest-tools/sdk-python/toolcell.py")];
     built("python", &sources, &sdk, |work, out| {
-        run(
+        crate::run_ok(
             Command::new(&toolchains().0)
                 .current_dir(work)
                 .args(["-q", "-d"])
                 .arg(repository().join("wit"))
                 .args(["-w", "plugin", "componentize", "app", "-o"])
                 .arg(out),
-            "componentize-py",
         );
     })
 }
@@ -135,10 +124,7 @@ pub fn javascript_tool(directory: &Path) -> Vec<u8> {
         // Run from where componentize-js is installed, so that `build.mjs` finds it.
         let builder = toolchains().1.join("build.mjs");
         std::fs::copy(work.join("build.mjs"), &builder).expect("place build.mjs");
-        run(
-            Command::new(node()).arg(&builder).arg(work.join("tool.js")).arg(out).arg("--wit").arg(repository().join("wit")),
-            "componentize-js (node build.mjs)",
-        );
+        crate::run_ok(Command::new(node()).arg(&builder).arg(work.join("tool.js")).arg(out).arg("--wit").arg(repository().join("wit")));
     })
 }
 

@@ -52,6 +52,19 @@ pub fn call_in(
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }
 
+/// Run `command` and return its output; the test fails, showing the command and what it
+/// printed, unless it succeeds.
+pub(crate) fn run_ok(command: &mut std::process::Command) -> std::process::Output {
+    let output = command.output().unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
 /// The bytes of a guest test program.
 ///
 /// # Panics

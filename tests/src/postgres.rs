@@ -6,7 +6,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// A running cluster, stopped when dropped.
 pub struct Cluster {
@@ -67,12 +67,14 @@ impl Cluster {
         let as_postgres = rustix::process::geteuid().is_root();
         let directory = tempfile::Builder::new().prefix("tc-pg").tempdir_in("/tmp").expect("a directory for the cluster");
         if as_postgres {
-            run(Command::new("chown").arg("postgres:").arg(directory.path()));
+            crate::run_ok(Command::new("chown").arg("postgres:").arg(directory.path()));
         }
         let cluster =
             Cluster { url: format!("host={} user=toolcell dbname=postgres", directory.path().display()), directory, bin, as_postgres };
         let data = cluster.data();
-        run(&mut cluster.command("initdb", &["-D", &data, "-U", "toolcell", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"]));
+        crate::run_ok(
+            &mut cluster.command("initdb", &["-D", &data, "-U", "toolcell", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"]),
+        );
         cluster.resume();
         Some(cluster)
     }
@@ -103,14 +105,14 @@ impl Cluster {
     /// Stop the server at once (as if the database went away); [`resume`](Self::resume)
     /// starts it again with everything committed before.
     pub fn stop(&self) {
-        run(&mut self.command("pg_ctl", &["-D", &self.data(), "-m", "immediate", "-w", "stop"]));
+        crate::run_ok(&mut self.command("pg_ctl", &["-D", &self.data(), "-m", "immediate", "-w", "stop"]));
     }
 
     /// Start the server (again), waiting until it accepts connections.
     pub fn resume(&self) {
         let options = format!("-k {} -c listen_addresses='' -c fsync=off -c full_page_writes=off", self.directory.path().display());
         let log = self.directory.path().join("server.log").display().to_string();
-        run(&mut self.command("pg_ctl", &["-D", &self.data(), "-l", &log, "-o", &options, "-w", "-t", "60", "start"]));
+        crate::run_ok(&mut self.command("pg_ctl", &["-D", &self.data(), "-l", &log, "-o", &options, "-w", "-t", "60", "start"]));
     }
 
     /// Run `sql` as the cluster's superuser with `psql`, returning its output.
@@ -119,7 +121,7 @@ impl Cluster {
     ///
     /// If `psql` fails.
     pub fn psql(&self, sql: &str) -> String {
-        let output = run(&mut self.command(
+        let output = crate::run_ok(&mut self.command(
             "psql",
             &[
                 "-h",
@@ -143,15 +145,4 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self.command("pg_ctl", &["-D", &self.data(), "-m", "immediate", "stop"]).output();
     }
-}
-
-fn run(command: &mut Command) -> Output {
-    let output = command.output().unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
-    assert!(
-        output.status.success(),
-        "{command:?} failed: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
 }
