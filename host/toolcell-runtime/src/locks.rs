@@ -39,13 +39,6 @@ pub enum LockStoreError {
     },
 }
 
-impl LockStoreError {
-    /// Whether the table could not be used at all (as opposed to a refused request).
-    pub fn is_unavailable(&self) -> bool {
-        !matches!(self, LockStoreError::Lock(_))
-    }
-}
-
 /// Lock tables kept outside the state directory, shared by several hosts: each change is made
 /// alone among all of them, at the store's own time.
 pub trait LockBackend: Send + Sync + std::fmt::Debug {
