@@ -292,9 +292,8 @@ impl LockBackend for PostgresStore {
             .with_client(|client| {
                 client.query(
                     &format!(
-                        "SELECT {NOW_MS}, l.fence, l.pattern, l.owner, l.session, l.mode, l.acquired_at_ms, l.expires_at_ms, l.lapse \
-                         FROM (SELECT 1) AS clock LEFT JOIN toolcell_leases AS l ON l.workspace = $1 \
-                         ORDER BY l.lapse_order NULLS FIRST, l.fence"
+                        "SELECT {NOW_MS}, {LEASE_COLUMNS} FROM (SELECT 1) AS clock LEFT JOIN toolcell_leases ON workspace = $1 \
+                         ORDER BY lapse_order NULLS FIRST, fence"
                     ),
                     &[&key],
                 )
