@@ -1,6 +1,7 @@
 //! `search_files`: regular-expression search over the workspace's text files.
 
 mod ignore_files;
+mod split;
 
 use std::ops::ControlFlow;
 
@@ -12,6 +13,7 @@ use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 use toolcell_sdk::{scan, text};
 
 use ignore_files::IgnoreFiles;
+use split::{Merged, Part, Share};
 
 const DEFAULT_MAX_RESULTS: u64 = 200;
 const MAX_MAX_RESULTS: u64 = 10_000;
@@ -235,144 +237,67 @@ impl Tool for SearchFiles {
                         break;
                     }
                 }
-            } else if let Some(parts) = toolcell_sdk::shard_results() {
+            } else {
                 // The parts of a split scan ran: their matching files, in walk order, are
                 // searched again here to build the page exactly as one scan would.
-                let merged = Merged::of(parts)?;
-                for path in &merged.files {
-                    if search.file(path).is_break() {
-                        break;
+                let merged = match toolcell_sdk::shard_results() {
+                    Some(parts) => Merged::of(parts)?,
+                    None => None,
+                };
+                if let Some(merged) = merged {
+                    for path in &merged.files {
+                        if search.file(path).is_break() {
+                            break;
+                        }
                     }
-                }
-                search.files_searched = merged.files_searched;
-                search.skipped_binary = merged.skipped_binary;
-                search.skipped_large = merged.skipped_large;
-                unreadable_directories = merged.unreadable_directories;
-            } else {
-                let shard = toolcell_sdk::shard();
-                let mut part = Part::default();
-                let mut position: u64 = 0;
-                let mut split = false;
-                let summary = walk::walk_filtered(
-                    &root,
-                    true,
-                    |directory, children| {
-                        if let Some(ignore_files) = ignore_files.as_mut() {
-                            ignore_files.enter(directory, children);
-                        }
-                    },
-                    |entry| {
-                        if entry.kind != EntryKind::File || !wanted(&entry.path) {
-                            return ControlFlow::Continue(());
-                        }
-                        position += 1;
-                        match shard {
-                            Some((index, count)) => {
-                                if (position - 1) % u64::from(count) != u64::from(index) {
-                                    return ControlFlow::Continue(());
-                                }
-                                part.file(&mut search, position, &entry.path)
+                    search.files_searched = merged.files_searched;
+                    search.skipped_binary = merged.skipped_binary;
+                    search.skipped_large = merged.skipped_large;
+                    unreadable_directories = merged.unreadable_directories;
+                } else {
+                    let shard = toolcell_sdk::shard();
+                    let mut share = shard.map(Share::new);
+                    let is_part = share.is_some();
+                    let mut part = Part::default();
+                    let mut split = false;
+                    let summary = walk::walk_filtered(
+                        &root,
+                        true,
+                        |directory, children| {
+                            if let Some(ignore_files) = ignore_files.as_mut() {
+                                ignore_files.enter(directory, children);
                             }
-                            None => {
-                                if search.files_searched == SPLIT_AFTER_FILES && toolcell_sdk::split(SPLIT_PARTS) > 0 {
-                                    split = true;
-                                    return ControlFlow::Break(());
-                                }
-                                search.file(&entry.path)
+                            if let Some(share) = share.as_mut() {
+                                share.enter(directory, children);
                             }
-                        }
-                    },
-                )
-                .map_err(|error| root.io_error(error))?;
-                if split {
-                    // The host runs the parts, then this call again to assemble them.
-                    return Ok(Output::text("split"));
+                        },
+                        |entry| {
+                            if entry.kind != EntryKind::File || !wanted(&entry.path) {
+                                return ControlFlow::Continue(());
+                            }
+                            if is_part {
+                                return part.file(&mut search, &entry.path);
+                            }
+                            if search.files_searched == SPLIT_AFTER_FILES && toolcell_sdk::split(SPLIT_PARTS) > 0 {
+                                split = true;
+                                return ControlFlow::Break(());
+                            }
+                            search.file(&entry.path)
+                        },
+                    )
+                    .map_err(|error| root.io_error(error))?;
+                    if split {
+                        // The host runs the parts, then this call again to assemble them.
+                        return Ok(Output::text("split"));
+                    }
+                    if let Some(share) = share {
+                        return Ok(part.output(share, summary.unreadable_directories));
+                    }
+                    unreadable_directories = summary.unreadable_directories;
                 }
-                if shard.is_some() {
-                    part.unreadable_directories = summary.unreadable_directories as u64;
-                    return Ok(part.output());
-                }
-                unreadable_directories = summary.unreadable_directories;
             }
         }
         Ok(search.finish(&args.query, &root, unreadable_directories))
-    }
-}
-
-/// What one part of a split scan found: the files with a match among its share, by their
-/// position in the walk, and what it searched and skipped. A part stops once it holds more
-/// matching files than the page can show: everything up to the position where the first part
-/// stopped is then known.
-#[derive(Default, serde::Serialize, serde::Deserialize)]
-struct Part {
-    files: Vec<(u64, String)>,
-    /// The position of the last file searched, when the part stopped early.
-    stopped_at: Option<u64>,
-    files_searched: u64,
-    skipped_binary: u64,
-    skipped_large: u64,
-    unreadable_directories: u64,
-}
-
-impl Part {
-    /// Search one file of the share: only whether it has a match.
-    fn file(&mut self, search: &mut Search, position: u64, path: &WorkspacePath) -> ControlFlow<()> {
-        let Some(bytes) = searchable(path, &mut self.files_searched, &mut self.skipped_binary, &mut self.skipped_large) else {
-            return ControlFlow::Continue(());
-        };
-        if search.matcher.has_match(&bytes) {
-            self.files.push((position, path.as_str().to_owned()));
-            // Each file shows at least one result: this many fill the page and tell whether
-            // more follow.
-            if self.files.len() as u64 > search.offset.saturating_add(search.max_results) {
-                self.stopped_at = Some(position);
-                return ControlFlow::Break(());
-            }
-        }
-        ControlFlow::Continue(())
-    }
-
-    fn output(&self) -> Output {
-        Output::text(format!("part: {} files with a match", self.files.len())).with_structured(self)
-    }
-}
-
-/// The parts of a split scan, put together.
-struct Merged {
-    /// The files with a match, in walk order, up to where every part is known.
-    files: Vec<WorkspacePath>,
-    files_searched: u64,
-    skipped_binary: u64,
-    skipped_large: u64,
-    unreadable_directories: usize,
-}
-
-impl Merged {
-    fn of(parts: Vec<Result<Output, ToolError>>) -> Result<Merged, ToolError> {
-        let mut found: Vec<(u64, String)> = Vec::new();
-        let mut known_until = u64::MAX;
-        let mut merged = Merged { files: Vec::new(), files_searched: 0, skipped_binary: 0, skipped_large: 0, unreadable_directories: 0 };
-        for part in parts {
-            let (_, structured) = part?.into_parts();
-            let part: Part = structured
-                .and_then(|value| serde_json::from_value(value).ok())
-                .ok_or_else(|| ToolError::Failed("a part of the split search returned no result it could read".to_owned()))?;
-            if let Some(stopped_at) = part.stopped_at {
-                known_until = known_until.min(stopped_at);
-            }
-            found.extend(part.files);
-            merged.files_searched += part.files_searched;
-            merged.skipped_binary += part.skipped_binary;
-            merged.skipped_large += part.skipped_large;
-            merged.unreadable_directories = merged.unreadable_directories.max(usize::try_from(part.unreadable_directories).unwrap_or(0));
-        }
-        found.sort_unstable();
-        merged.files = found
-            .into_iter()
-            .take_while(|(position, _)| *position <= known_until)
-            .filter_map(|(_, path)| WorkspacePath::parse(&path).ok())
-            .collect();
-        Ok(merged)
     }
 }
 

@@ -20,7 +20,9 @@ fn runtime(parts: u32, policy: &str, state: &std::path::Path) -> Runtime {
 }
 
 /// A tree of 3,000 files in which some hold the words searched for, and a secret directory the
-/// role may not read.
+/// role may not read. `src` has enough directories to be dealt out among the parts; the root,
+/// `docs` and its chain of single directories are listed by every part, their files dealt in
+/// turn; ignore files sit both in a dealt directory and in one every part lists.
 fn tree() -> Fixture {
     let fixture = Fixture::new();
     for number in 0..3_000 {
@@ -35,6 +37,14 @@ fn tree() -> Fixture {
         fixture.write(&format!("secrets/s{number}.txt"), "needle in a secret\n");
     }
     fixture.write("src/m00/blob.bin", b"needle\x00binary");
+    for (number, name) in ["README.md", "a.txt", "b.txt", "needle.log", "z.txt"].into_iter().enumerate() {
+        fixture.write(name, format!("root file {number}: needle\n"));
+    }
+    fixture.write(".gitignore", "*.log\n");
+    fixture.write("src/m07/.gitignore", "f07[0-4]*.rs\n");
+    fixture.write("docs/guide/deep/deeper/x.md", "a needle, deep down\n");
+    fixture.write("docs/guide/y.md", "needle\n");
+    fixture.write("docs/z.md", "no match\n");
     fixture
 }
 
@@ -50,7 +60,9 @@ fn answer(runtime: &Runtime, fixture: &Fixture, args: &Value) -> (Value, Vec<Str
 #[test]
 fn a_split_scan_answers_exactly_as_one_instance() {
     let state = tempfile::tempdir().expect("state");
-    let (alone, split) = (runtime(1, TEST_POLICY, &state.path().join("alone")), runtime(4, TEST_POLICY, &state.path().join("split")));
+    let alone = runtime(1, TEST_POLICY, &state.path().join("alone"));
+    let splits: Vec<Runtime> =
+        [2, 3, 4].into_iter().map(|parts| runtime(parts, TEST_POLICY, &state.path().join(format!("split{parts}")))).collect();
     let fixture = tree();
     let queries = [
         json!({"query": "needle"}),
@@ -64,26 +76,38 @@ fn a_split_scan_answers_exactly_as_one_instance() {
         json!({"query": "fn f2999", "path": "src"}),
         json!({"query": "needle", "include": "*.bin"}),
     ];
+    // What was searched is counted in full by the parts even where one instance stopped at
+    // the end of its page.
+    let strip = |mut value: Value| {
+        if let Some(structured) = value.get_mut("structured").and_then(Value::as_object_mut) {
+            structured.remove("files_searched");
+        }
+        value
+    };
     for args in &queries {
         let (one, warnings_one) = answer(&alone, &fixture, args);
-        let (parts, warnings_parts) = answer(&split, &fixture, args);
-        // What was searched is counted in full by the parts even where one instance stopped
-        // at the end of its page.
-        let strip = |mut value: Value| {
-            if let Some(structured) = value.get_mut("structured").and_then(Value::as_object_mut) {
-                structured.remove("files_searched");
-            }
-            value
-        };
-        assert_eq!(strip(one), strip(parts), "{args}");
-        assert_eq!(warnings_one, warnings_parts, "{args}");
+        for split in &splits {
+            let (parts, warnings_parts) = answer(split, &fixture, args);
+            assert_eq!(strip(one.clone()), strip(parts), "{args}");
+            assert_eq!(warnings_one, warnings_parts, "{args}");
+        }
     }
+    let split = &splits[2];
     // The split ran: the parts' reads are the call's, and the parts searched every file.
-    let outcome = fixture.call_as(&split, "s-split", None, &[], "search_files", &json!({"query": "zzz_nowhere"}));
+    let outcome = fixture.call_as(split, "s-split", None, &[], "search_files", &json!({"query": "zzz_nowhere"}));
     let structured = outcome.result.expect("searched").structured.expect("structured");
-    assert_eq!(structured["files_searched"], json!(3_000), "{structured}");
+    // The 3,000 under `src` less the 50 ignored in `src/m07`; four text files at the root (the
+    // `.log` ignored), the two ignore files and three under `docs`.
+    assert_eq!(structured["files_searched"], json!(3_000 - 50 + 4 + 2 + 3), "{structured}");
     let alone_calls = fixture.call_as(&alone, "s-split", None, &[], "search_files", &json!({"query": "zzz_nowhere"})).host_calls;
     assert!(outcome.host_calls > alone_calls, "the parts' host calls count: {} vs {alone_calls}", outcome.host_calls);
+    // Each part walks only its share: below the deal, no directory is listed twice, so four
+    // parts make about the host calls of one instance, not four listings of the tree.
+    assert!(
+        outcome.host_calls < alone_calls + alone_calls / 4,
+        "the parts made {} host calls, one instance {alone_calls}",
+        outcome.host_calls
+    );
 }
 
 #[test]

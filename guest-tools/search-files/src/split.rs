@@ -1,0 +1,294 @@
+//! A scan split into parts that run side by side (`context.split`), and the assembly of their
+//! results.
+//!
+//! Each part walks only its share of the tree. Directories are listed by every part until one
+//! has at least [`DEAL_FROM`] times as many subdirectories as there are parts; those
+//! subdirectories are then dealt out in turn, and each is walked whole by the part it falls
+//! to, so no directory below them is listed twice and no two parts work in one directory. The
+//! files of the directories every part lists are dealt out in turn too.
+//!
+//! The deal depends only on what the commonly listed directories hold. Each part reports a
+//! fingerprint of every listing it dealt from; if the tree changed under the parts so that
+//! they dealt from different listings (a file could then fall to no part), the assembly does
+//! not trust the parts and scans alone.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+
+use toolcell_sdk::walk::EntryKind;
+use toolcell_sdk::{Output, ToolError, WorkspacePath};
+
+use crate::{Search, searchable};
+
+/// A directory with at least this many subdirectories per part deals them out.
+const DEAL_FROM: usize = 4;
+
+/// How one part takes its share of the tree, as the walk lists directories.
+pub(crate) struct Share {
+    index: usize,
+    count: usize,
+    /// Directories dealt to this part, walked whole.
+    dealt: HashSet<String>,
+    /// The dealt directory whose subtree the walk is in, if any.
+    inside: Option<String>,
+    /// A fingerprint of each listing dealt from, in walk order.
+    listings: Vec<u64>,
+    /// Directories every part tries to list, and those listed: the difference is those that
+    /// could not be listed, which every part counts.
+    common_met: u64,
+    common_listed: u64,
+}
+
+fn is_within(path: &str, directory: &str) -> bool {
+    path.strip_prefix(directory).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+impl Share {
+    pub(crate) fn new((index, count): (u32, u32)) -> Share {
+        Share {
+            index: index as usize,
+            count: count.max(1) as usize,
+            dealt: HashSet::new(),
+            inside: None,
+            listings: Vec::new(),
+            // The root is listed by every part (or the walk fails), and never met as an entry.
+            common_met: 1,
+            common_listed: 0,
+        }
+    }
+
+    /// Whether `directory` is walked whole by this part (dealt to it, or below one that was).
+    fn walks_whole(&self, directory: &str) -> bool {
+        self.dealt.contains(directory) || self.inside.as_deref().is_some_and(|inside| is_within(directory, inside))
+    }
+
+    /// The walk listed `directory`: keep only this part's share of `children`.
+    pub(crate) fn enter(&mut self, directory: &WorkspacePath, children: &mut Vec<(String, EntryKind)>) {
+        let path = directory.as_str();
+        if self.walks_whole(path) {
+            if self.dealt.contains(path) {
+                self.inside = Some(path.to_owned());
+            }
+            return;
+        }
+        self.inside = None;
+        self.common_listed += 1;
+        self.listings.push(fingerprint(path, children));
+        let directories = children.iter().filter(|(_, kind)| *kind == EntryKind::Directory).count();
+        let deal_directories = directories >= DEAL_FROM * self.count;
+        let (mut directory_turn, mut file_turn) = (0, 0);
+        children.retain(|(name, kind)| {
+            let turn = if *kind == EntryKind::Directory {
+                if !deal_directories {
+                    return true;
+                }
+                &mut directory_turn
+            } else {
+                &mut file_turn
+            };
+            let mine = *turn % self.count == self.index;
+            *turn += 1;
+            if mine && *kind == EntryKind::Directory {
+                self.dealt.insert(directory.join(name).as_str().to_owned());
+            }
+            mine
+        });
+        if !deal_directories {
+            // Every part tries to list these (the walk never enters `.git`).
+            self.common_met += children.iter().filter(|(name, kind)| *kind == EntryKind::Directory && name != ".git").count() as u64;
+        }
+    }
+}
+
+/// FNV-1a over a directory's path and its children's names and kinds.
+fn fingerprint(directory: &str, children: &[(String, EntryKind)]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for byte in bytes {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    feed(directory.as_bytes());
+    for (name, kind) in children {
+        feed(&[0]);
+        feed(name.as_bytes());
+        feed(&[*kind as u8]);
+    }
+    hash
+}
+
+/// Walk order: component by component.
+fn walk_order(left: &str, right: &str) -> std::cmp::Ordering {
+    left.split('/').cmp(right.split('/'))
+}
+
+/// What one part of a split scan found: the files with a match among its share, and what it
+/// searched and skipped. A part stops once it holds more matching files than the page can
+/// show: every file up to the one where the first part stopped is then known.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Part {
+    files: Vec<String>,
+    /// The last file searched, when the part stopped early.
+    stopped_at: Option<String>,
+    files_searched: u64,
+    skipped_binary: u64,
+    skipped_large: u64,
+    /// Directories that could not be listed: among those every part lists, and in its share.
+    unreadable_common: u64,
+    unreadable_own: u64,
+    /// The fingerprints of the listings it dealt from.
+    listings: Vec<u64>,
+}
+
+impl Part {
+    /// Search one file of the share: only whether it has a match.
+    pub(crate) fn file(&mut self, search: &mut Search, path: &WorkspacePath) -> ControlFlow<()> {
+        let Some(bytes) = searchable(path, &mut self.files_searched, &mut self.skipped_binary, &mut self.skipped_large) else {
+            return ControlFlow::Continue(());
+        };
+        if search.matcher.has_match(&bytes) {
+            self.files.push(path.as_str().to_owned());
+            // Each file shows at least one result: this many fill the page and tell whether
+            // more follow.
+            if self.files.len() as u64 > search.offset.saturating_add(search.max_results) {
+                self.stopped_at = Some(path.as_str().to_owned());
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    pub(crate) fn output(mut self, share: Share, unreadable_directories: usize) -> Output {
+        self.unreadable_common = share.common_met.saturating_sub(share.common_listed);
+        self.unreadable_own = (unreadable_directories as u64).saturating_sub(self.unreadable_common);
+        self.listings = share.listings;
+        Output::text(format!("part: {} files with a match", self.files.len())).with_structured(&self)
+    }
+}
+
+/// The parts of a split scan, put together.
+pub(crate) struct Merged {
+    /// The files with a match, in walk order, up to where every part is known.
+    pub(crate) files: Vec<WorkspacePath>,
+    pub(crate) files_searched: u64,
+    pub(crate) skipped_binary: u64,
+    pub(crate) skipped_large: u64,
+    pub(crate) unreadable_directories: usize,
+}
+
+impl Merged {
+    /// The parts' results put together; `None` if they dealt the tree from different listings
+    /// (it changed while they ran), when only a scan of its own answers exactly.
+    pub(crate) fn of(parts: Vec<Result<Output, ToolError>>) -> Result<Option<Merged>, ToolError> {
+        let parts = parts
+            .into_iter()
+            .map(|part| {
+                part?
+                    .into_parts()
+                    .1
+                    .and_then(|value| serde_json::from_value::<Part>(value).ok())
+                    .ok_or_else(|| ToolError::Failed("a part of the split search returned no result it could read".to_owned()))
+            })
+            .collect::<Result<Vec<Part>, ToolError>>()?;
+        // A part that stopped early dealt from fewer listings: each must be where the longest
+        // one starts.
+        let longest = parts.iter().map(|part| part.listings.as_slice()).max_by_key(|listings| listings.len()).unwrap_or_default();
+        if parts.iter().any(|part| !longest.starts_with(&part.listings)) {
+            return Ok(None);
+        }
+        let known_until = parts.iter().filter_map(|part| part.stopped_at.as_deref()).min_by(|left, right| walk_order(left, right));
+        let mut merged = Merged { files: Vec::new(), files_searched: 0, skipped_binary: 0, skipped_large: 0, unreadable_directories: 0 };
+        let mut found: Vec<&str> = Vec::new();
+        let mut unreadable_common = 0;
+        for part in &parts {
+            found.extend(part.files.iter().map(String::as_str));
+            merged.files_searched += part.files_searched;
+            merged.skipped_binary += part.skipped_binary;
+            merged.skipped_large += part.skipped_large;
+            merged.unreadable_directories += usize::try_from(part.unreadable_own).unwrap_or(0);
+            unreadable_common = unreadable_common.max(usize::try_from(part.unreadable_common).unwrap_or(0));
+        }
+        merged.unreadable_directories += unreadable_common;
+        found.sort_unstable_by(|left, right| walk_order(left, right));
+        merged.files = found
+            .into_iter()
+            .take_while(|path| known_until.is_none_or(|until| walk_order(path, until).is_le()))
+            .filter_map(|path| WorkspacePath::parse(path).ok())
+            .collect();
+        Ok(Some(merged))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn children(names: &[(&str, EntryKind)]) -> Vec<(String, EntryKind)> {
+        names.iter().map(|(name, kind)| ((*name).to_owned(), *kind)).collect()
+    }
+
+    /// Every part's share of one directory listing, after `enter`.
+    fn shares(count: u32, directory: &str, listing: &[(String, EntryKind)]) -> Vec<Vec<String>> {
+        (0..count)
+            .map(|index| {
+                let mut share = Share::new((index, count));
+                let mut kept = listing.to_vec();
+                share.enter(&WorkspacePath::parse(directory).unwrap(), &mut kept);
+                kept.into_iter().map(|(name, _)| name).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn files_are_dealt_in_turn_and_few_directories_are_listed_by_every_part() {
+        let listing =
+            children(&[("a.rs", EntryKind::File), ("b", EntryKind::Directory), ("c.rs", EntryKind::File), ("d.rs", EntryKind::File)]);
+        assert_eq!(shares(2, ".", &listing), [vec!["a.rs", "b", "d.rs"], vec!["b", "c.rs"]]);
+    }
+
+    #[test]
+    fn many_directories_are_dealt_out_and_walked_whole() {
+        let names: Vec<String> = (0..8).map(|number| format!("d{number}")).collect();
+        let listing: Vec<(String, EntryKind)> = names.iter().map(|name| (name.clone(), EntryKind::Directory)).collect();
+        assert_eq!(shares(2, "src", &listing), [vec!["d0", "d2", "d4", "d6"], vec!["d1", "d3", "d5", "d7"]]);
+        // Below a dealt directory, nothing is dealt again.
+        let mut share = Share::new((1, 2));
+        share.enter(&WorkspacePath::parse("src").unwrap(), &mut listing.clone());
+        let mut below = children(&[("x.rs", EntryKind::File), ("y.rs", EntryKind::File)]);
+        share.enter(&WorkspacePath::parse("src/d3").unwrap(), &mut below);
+        assert_eq!(below.len(), 2);
+        let mut deeper = below.clone();
+        share.enter(&WorkspacePath::parse("src/d3/x").unwrap(), &mut deeper);
+        assert_eq!(deeper.len(), 2);
+        assert_eq!(share.listings.len(), 1, "only the common listing is fingerprinted");
+    }
+
+    fn part(files: &[&str], stopped_at: Option<&str>, listings: &[u64]) -> Result<Output, ToolError> {
+        let part = Part {
+            files: files.iter().map(|file| (*file).to_owned()).collect(),
+            stopped_at: stopped_at.map(str::to_owned),
+            files_searched: 10,
+            listings: listings.to_vec(),
+            ..Part::default()
+        };
+        Ok(Output::text("part").with_structured(&part))
+    }
+
+    #[test]
+    fn parts_merge_in_walk_order_up_to_where_every_part_is_known() {
+        let merged =
+            Merged::of(vec![part(&["a/b.rs", "a/z.rs", "c.rs"], Some("c.rs"), &[1]), part(&["a-b.rs", "a/c/d.rs", "d.rs"], None, &[1, 2])])
+                .unwrap()
+                .expect("the listings agree");
+        let files: Vec<&str> = merged.files.iter().map(WorkspacePath::as_str).collect();
+        assert_eq!(files, ["a/b.rs", "a/c/d.rs", "a/z.rs", "a-b.rs", "c.rs"]);
+        assert_eq!(merged.files_searched, 20);
+    }
+
+    #[test]
+    fn parts_that_dealt_from_different_listings_are_not_merged() {
+        assert!(Merged::of(vec![part(&[], None, &[1, 2]), part(&[], None, &[1, 3])]).unwrap().is_none());
+        assert!(Merged::of(vec![part(&[], Some("x"), &[2]), part(&[], None, &[1, 2])]).unwrap().is_none());
+    }
+}
