@@ -50,12 +50,11 @@ impl Version {
     }
 
     /// The metadata part of the version of an open regular file, or `None` if it is not one.
-    pub(crate) fn of(metadata: &std::fs::Metadata) -> Option<Version> {
-        use std::os::unix::fs::MetadataExt as _;
-        metadata.is_file().then(|| Version {
-            len: metadata.len(),
-            mtime_ns: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
-            ino: metadata.ino(),
+    pub(crate) fn of(stat: &rustix::fs::Stat) -> Option<Version> {
+        (rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile).then(|| Version {
+            len: u64::try_from(stat.st_size).unwrap_or(0),
+            mtime_ns: i128::from(stat.st_mtime) * 1_000_000_000 + i128::from(stat.st_mtime_nsec),
+            ino: stat.st_ino,
             sha256: None,
         })
     }
@@ -63,10 +62,14 @@ impl Version {
     /// Add the content hash, if the file still has this metadata.
     fn with_hash(mut self, root: &Dir, path: &str) -> Version {
         if self.len <= MAX_HASHED_BYTES
-            && let Some(hash) = hash_of(root, path)
-            && Version::stat(root, path).is_some_and(|now| now.same_metadata(&self))
+            && let Ok(file) = root.open(path)
+            && let mut file = file.into_std()
+            && let Some(hash) = hash_file(&mut file)
         {
-            self.sha256 = Some(hash);
+            self.sha256 = Some(hash).filter(|_| {
+                // The file hashed is the version recorded: the same inode, unchanged by the end.
+                rustix::fs::fstat(&file).ok().and_then(|stat| Version::of(&stat)).is_some_and(|now| now.same_metadata(&self))
+            });
         }
         self
     }
@@ -87,10 +90,14 @@ impl Version {
 }
 
 pub(crate) fn hash_of(root: &Dir, path: &str) -> Option<String> {
+    hash_file(&mut root.open(path).ok()?.into_std())
+}
+
+/// The SHA-256 of what remains to be read of `file`, in hex.
+fn hash_file(file: &mut std::fs::File) -> Option<String> {
     use std::io::Read;
-    let mut file = root.open(path).ok()?.into_std();
     let mut hasher = Sha256::new();
-    let mut buffer = vec![0; 64 * 1024];
+    let mut buffer = [0; 16 * 1024];
     loop {
         match file.read(&mut buffer) {
             Ok(0) => break,

@@ -51,17 +51,18 @@ impl GuardedFilesystem<'_> {
         flags: DescriptorFlags,
         perms: FsPerms,
     ) -> FsResult<Resource<Descriptor>> {
-        let metadata = file.metadata()?;
-        if let Some(kind) = special_kind(std::os::unix::fs::MetadataExt::mode(&metadata)) {
+        // `fstat`, not `statx`: only the type and the version are wanted, on every open.
+        let stat = rustix::fs::fstat(&file).map_err(std::io::Error::from)?;
+        if let Some(kind) = special_kind(stat.st_mode) {
             drop(file);
             return Err(self.guard.refuse_special("open-at", &path, access, kind));
         }
         let (_, mode) = os_open_flags(open_flags, flags);
-        let descriptor = if metadata.is_dir() {
+        let descriptor = if rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory {
             Descriptor::Dir(wasmtime_wasi::filesystem::Dir::new(file, perms, mode, BLOCKING_IN_PLACE))
         } else {
             if access == Access::Read {
-                self.guard.track_read(&path, &metadata);
+                self.guard.track_read(&path, &stat);
             }
             Descriptor::File(wasmtime_wasi::filesystem::File::new(file, perms, mode, BLOCKING_IN_PLACE))
         };

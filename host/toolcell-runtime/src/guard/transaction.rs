@@ -193,9 +193,8 @@ impl FsGuard {
         }
     }
 
-    /// Note that the file `path`, whose descriptor's metadata is `metadata`, was opened for
-    /// reading.
-    pub(super) fn track_read(&mut self, path: &str, metadata: &std::fs::Metadata) {
+    /// Note that the file `path`, whose descriptor's status is `stat`, was opened for reading.
+    pub(super) fn track_read(&mut self, path: &str, stat: &rustix::fs::Stat) {
         let Some(transaction) = self.transaction.as_mut() else {
             return;
         };
@@ -206,7 +205,7 @@ impl FsGuard {
             transaction.reads_overflowed = true;
             return;
         }
-        if let Some(version) = Version::of(metadata) {
+        if let Some(version) = Version::of(stat) {
             transaction.reads.push((path.to_owned(), version));
         }
     }
