@@ -511,7 +511,10 @@ impl Runtime {
                     let _ = std::fs::remove_dir_all(blob_dir);
                 }
                 modified = &transaction.modified;
-                self.indexes.note_written(request.workspace.root(), modified);
+                if let Ok(host_paths) = self.host_paths_inside(request.workspace) {
+                    let skip: Vec<String> = host_paths.into_iter().map(|(path, _)| path).collect();
+                    self.indexes.note_written(request.workspace.root(), root, &skip, modified);
+                }
             }
             (false, Some(journal)) => match journal.rollback(root) {
                 Ok(steps) => {

@@ -348,15 +348,13 @@ struct Live {
     changed: HashMap<String, Change>,
     /// The kernel's notifications, while they can be trusted.
     watcher: Option<Watcher>,
-    /// Paths the host itself changed (committed calls), looked at before the next search.
-    written: Vec<String>,
 }
 
 impl Live {
     fn new(file: (std::time::SystemTime, u64), index: Arc<Index>) -> Live {
         let mut by_path: Vec<u32> = (0..u32::try_from(index.len()).unwrap_or(u32::MAX)).collect();
         by_path.sort_by(|left, right| index.path(*left).cmp(index.path(*right)));
-        Live { file, index, by_path, changed: HashMap::new(), watcher: None, written: Vec::new() }
+        Live { file, index, by_path, changed: HashMap::new(), watcher: None }
     }
 
     /// The stamp the index holds for `path`.
@@ -373,27 +371,35 @@ impl Live {
     }
 
     /// Bring `changed` up to date with the workspace: from the notifications queued since the
-    /// last search (and the host's own writes), or by comparing every file when there are no
-    /// notifications to trust.
+    /// last look, or by comparing every file when there are no notifications to trust.
     fn refresh(&mut self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String], freshness: IndexFreshness) {
-        let drained = self.watcher.as_mut().map_or(Drained::Lost, Watcher::drain);
-        match drained {
-            Drained::Changed(mut paths) => {
-                paths.append(&mut self.written);
-                for path in paths {
-                    self.recheck(&path, root, skip);
-                }
-                // A directory that could not be watched dropped the watcher: this answer is
-                // exact (the directory was walked), the next one compares every file.
-            }
-            Drained::Lost => self.compare_all(root_path, root, skip, freshness),
+        if !self.take_notified(root, skip, &[]) {
+            self.compare_all(root_path, root, skip, freshness);
         }
+    }
+
+    /// Look again at what the queued notifications name, and at `written` (paths the host
+    /// itself just changed); `false` if the notifications were lost (or never watched), when
+    /// only comparing every file tells what changed.
+    fn take_notified(&mut self, root: &cap_std::fs::Dir, skip: &[String], written: &[String]) -> bool {
+        let Drained::Changed(mut paths) = self.watcher.as_mut().map_or(Drained::Lost, Watcher::drain) else {
+            return false;
+        };
+        // A host commit is notified too: each path once.
+        paths.extend(written.iter().cloned());
+        paths.sort_unstable();
+        paths.dedup();
+        for path in paths {
+            self.recheck(&path, root, skip);
+        }
+        // A directory that could not be watched dropped the watcher: this answer is exact (the
+        // directory was walked), the next one compares every file.
+        true
     }
 
     /// Compare every file with the index (the notifications, when wanted, start first, so that
     /// nothing changed during the walk is missed).
     fn compare_all(&mut self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String], freshness: IndexFreshness) {
-        self.written.clear();
         let mut watcher = match freshness {
             IndexFreshness::Watch => Watcher::start(root_path, []).ok(),
             IndexFreshness::Walk => None,
@@ -496,6 +502,23 @@ impl Live {
         }
     }
 
+    /// The changed files not read yet.
+    fn unread(&self) -> Vec<String> {
+        self.changed
+            .iter()
+            .filter(|(_, change)| matches!(change, Change::File { content: Content::Unread, .. }))
+            .map(|(path, _)| path.clone())
+            .collect()
+    }
+
+    /// Read `path` if it changed and was not read yet.
+    fn read_one(&mut self, root: &cap_std::fs::Dir, path: &str) {
+        let watching = self.watcher.is_some();
+        if let Some(Change::File { stamp, content: content @ Content::Unread }) = self.changed.get_mut(path) {
+            *content = read_trigrams(root, path, *stamp, now_ns(), watching);
+        }
+    }
+
     /// The files that may match `query`, in walk order, below `under`.
     fn candidates(&mut self, root: &cap_std::fs::Dir, query: &toolcell_index::Query, under: &str) -> Vec<String> {
         let is_under = |path: &str| {
@@ -583,19 +606,28 @@ impl IndexStore {
         Arc::clone(live.entry(root.to_path_buf()).or_default())
     }
 
-    /// The host changed `paths` in the workspace at `root` (a committed call): they are looked
-    /// at before the next search, whatever the notifications say.
-    pub(crate) fn note_written(&self, root: &std::path::Path, paths: &[String]) {
+    /// The host changed `paths` in the workspace at `root_path` (a committed call): taken in
+    /// now, with the notifications queued so far, and the files read again, so that the next
+    /// search finds the host's own writes indexed whatever the notifications say (a write that
+    /// puts back the old modification time included).
+    pub(crate) fn note_written(&self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String], paths: &[String]) {
         if paths.is_empty() {
             return;
         }
-        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner).get(root).cloned();
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner).get(root_path).cloned();
         if let Some(slot) = live
             && let Some(live) = slot.lock().unwrap_or_else(PoisonError::into_inner).as_mut()
             // Without notifications the next search compares every file anyway.
             && live.watcher.is_some()
         {
-            live.written.extend(paths.iter().cloned());
+            if !live.take_notified(root, skip, paths) {
+                // Lost: the next search compares every file.
+                live.watcher = None;
+                return;
+            }
+            for path in paths {
+                live.read_one(root, path);
+            }
         }
     }
 
@@ -677,12 +709,22 @@ impl IndexStore {
                 let Some(slot) = slot.upgrade() else {
                     break;
                 };
-                let mut live = slot.lock().unwrap_or_else(PoisonError::into_inner);
-                let Some(current) = live.as_mut().filter(|current| current.watcher.is_some()) else {
-                    break;
+                let unread = {
+                    let mut live = slot.lock().unwrap_or_else(PoisonError::into_inner);
+                    let Some(current) = live.as_mut().filter(|current| current.watcher.is_some()) else {
+                        break;
+                    };
+                    current.refresh(&workspace, &root, &skip, freshness);
+                    current.unread()
                 };
-                current.refresh(&workspace, &root, &skip, freshness);
-                current.read_changed(&root, &|_| true);
+                // One file at a time, so that a search waits for one read at most.
+                for path in unread {
+                    let mut live = slot.lock().unwrap_or_else(PoisonError::into_inner);
+                    match live.as_mut() {
+                        Some(current) => current.read_one(&root, &path),
+                        None => break,
+                    }
+                }
             }
         });
     }

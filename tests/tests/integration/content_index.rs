@@ -169,6 +169,53 @@ fn an_indexed_search_answers_as_a_full_scan_whatever_changed_since_walking() {
     indexed_answers_as_a_full_scan(IndexFreshness::Walk, 0x9E37_79B9_7F4A_7C15);
 }
 
+/// Changes that leave a file's size and modification time as they were, which comparing
+/// stamps cannot see: while watching, the notification names the file, and the host's own
+/// commits are taken in as they commit, so every search after them finds the new content.
+#[test]
+fn a_change_that_keeps_size_and_time_is_found_while_watching() {
+    let state = tempfile::tempdir().expect("state");
+    let runtime = builtin_runtime_builder()
+        .policy("policy.toml", TEST_POLICY)
+        .audit_dir(state.path())
+        .index_freshness(IndexFreshness::Watch)
+        .build()
+        .expect("the runtime builds");
+    let fixture = Fixture::new();
+    for number in 0..30 {
+        fixture.write(&format!("src/f{number:02}.rs"), format!("fn f{number}() {{}} // plain\n"));
+    }
+    age(fixture.root());
+    runtime.build_index(&fixture.workspace).expect("the index builds");
+    let files = |query: &str| answer(&runtime, &fixture, &json!({"query": query}))[0].clone();
+    assert_eq!(files("zebra"), json!([]));
+    let stamp = |path: &str| std::fs::metadata(fixture.root().join(path)).and_then(|metadata| metadata.modified()).expect("mtime");
+    // Outside: same length, the old modification time put back.
+    let before = stamp("src/f03.rs");
+    std::fs::write(fixture.root().join("src/f03.rs"), "fn f3() {} // zebra\n").expect("write");
+    std::fs::File::options().write(true).open(fixture.root().join("src/f03.rs")).and_then(|file| file.set_modified(before)).expect("mtime");
+    assert_eq!(files("zebra"), json!(["src/f03.rs"]));
+    // Through the host, then again outside with the host's stamp put back.
+    let _ = fixture.call_as(&runtime, "s-index", None, &[], "read_file", &json!({"path": "src/f04.rs"}));
+    let outcome =
+        fixture.call_as(&runtime, "s-index", None, &[], "write_file", &json!({"path": "src/f04.rs", "content": "fn f4() {} // zebra\n"}));
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    assert_eq!(files("zebra"), json!(["src/f03.rs", "src/f04.rs"]));
+    let written = stamp("src/f04.rs");
+    std::fs::write(fixture.root().join("src/f04.rs"), "fn f4() {} // plain\n").expect("write");
+    std::fs::File::options()
+        .write(true)
+        .open(fixture.root().join("src/f04.rs"))
+        .and_then(|file| file.set_modified(written))
+        .expect("mtime");
+    assert_eq!(files("zebra"), json!(["src/f03.rs"]));
+    assert_eq!(files("plain").as_array().map(Vec::len), Some(29));
+    // Answered from the index: of the 30 files, only the one holding the word was read (what
+    // changed was read once by the host, and kept).
+    let outcome = fixture.call_as(&runtime, "s-index", None, &[], "search_files", &json!({"query": "zebra"}));
+    assert_eq!(outcome.result.expect("searched").structured.expect("structured")["files_searched"], json!(1));
+}
+
 #[test]
 fn a_role_learns_nothing_from_the_index_about_files_it_may_not_read() {
     let state = tempfile::tempdir().expect("state");
