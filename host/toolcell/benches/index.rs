@@ -9,7 +9,7 @@
 //!   all three answers checked equal (toolcell indexed, toolcell scanning, ripgrep);
 //! - a regex with no literal (the index cannot help: a scan) against `rg -j1` and `rg -j2`;
 //! - the first search after 100 random edits (half through toolcell, half outside it),
-//!   against a warm search;
+//!   against a warm search (the medians of five rounds);
 //! - at the smallest size, a search when 200 files the role may not read hold the word,
 //!   against one when they do not (what the role could learn from timing).
 //!
@@ -124,6 +124,22 @@ impl Row<'_> {
     }
 }
 
+/// The median times of `runs` runs of each of `runs_of`, run in turn (after one run each to
+/// warm up).
+fn interleaved<const N: usize>(runs: usize, runs_of: &mut [&mut dyn FnMut(); N]) -> [Duration; N] {
+    let mut samples: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
+    for run in 0..=runs {
+        for (which, run_of) in runs_of.iter_mut().enumerate() {
+            let started = Instant::now();
+            run_of();
+            if run > 0 {
+                samples[which].push(started.elapsed());
+            }
+        }
+    }
+    samples.map(median)
+}
+
 fn host(workspace: &Path, state: &Path, cache: &Path, policy: Option<&str>) -> Host {
     let mut builder = HostBuilder::new(workspace).state_dir(state).cache_dir(cache);
     if let Some(policy) = policy {
@@ -140,7 +156,15 @@ fn main() {
         return;
     }
     let benchmarking = std::env::args().any(|arg| arg == "--bench");
-    let (sizes, runs): (&[usize], usize) = if benchmarking { (&[10_000, 50_000, 200_000], 5) } else { (&[1_000], 1) };
+    // `TOOLCELL_INDEX_BENCH_SIZES=50000` (comma-separated) runs only those sizes.
+    let chosen: Option<Vec<usize>> = std::env::var("TOOLCELL_INDEX_BENCH_SIZES")
+        .ok()
+        .map(|sizes| sizes.split(',').map(|size| size.trim().parse().expect("TOOLCELL_INDEX_BENCH_SIZES: file counts")).collect());
+    let (sizes, runs): (&[usize], usize) = match &chosen {
+        Some(chosen) => (chosen, if benchmarking { 5 } else { 1 }),
+        None if benchmarking => (&[10_000, 50_000, 200_000], 5),
+        None => (&[1_000], 1),
+    };
     let rg = ripgrep();
     assert!(rg.is_some() || !benchmarking, "ripgrep (`rg`) is not installed: run `.ci/bench`, which installs it");
     let temp = tempfile::tempdir().expect("temporary directory");
@@ -200,13 +224,11 @@ fn main() {
             report.index_bytes as f64 / report.text_bytes as f64
         );
         // Warm: the same host, the index loaded, the notifications drained before each search.
-        let mut warm = Duration::ZERO;
         for (((what, args, pattern), (scan_found, scan_time)), rg_time) in indexed_queries.iter().zip(&scanned).zip(&rg_j1) {
             let (found, read) = search(&session, &with_max(args));
             assert_eq!(&found, scan_found, "{what}: indexed and scanned answers differ");
             assert!((read as usize) < files / 20, "{what}: the indexed search read {read} files");
             let indexed = time(runs, || search(&session, &with_max(args)));
-            warm = warm.max(indexed);
             table.print(&format!("{files} files, indexed warm, {what}"), indexed, *scan_time, "toolcell scan");
             if let (Some(rg), Some(rg_time)) = (rg.as_deref(), rg_time) {
                 table.print(&format!("{files} files, indexed warm, {what}"), indexed, *rg_time, "rg -j1");
@@ -214,42 +236,52 @@ fn main() {
                 table.print(&format!("{files} files, indexed warm, {what}"), indexed, rg_j2, "rg -j2");
             }
         }
-        // No literal: a scan, index or not.
+        // No literal: a scan, index or not; the three timed in turn, so that drift in the
+        // machine falls on all of them.
         let args = with_max(&json!({"query": no_literal}));
         let (found, read) = search(&session, &args);
         assert_eq!(read as usize, files, "a pattern without a literal is a scan");
-        let scan = time(runs, || search(&session, &args));
         if let Some(rg) = rg.as_deref() {
             assert_eq!(rg_files(rg, "1", no_literal, &workspace), found, "no literal: toolcell and rg disagree");
-            let rg_j1 = time(runs, || rg_files(rg, "1", no_literal, &workspace));
-            let rg_j2 = time(runs, || rg_files(rg, "2", no_literal, &workspace));
+            let [scan, rg_j1, rg_j2] = interleaved(
+                runs,
+                &mut [&mut || drop(search(&session, &args)), &mut || drop(rg_files(rg, "1", no_literal, &workspace)), &mut || {
+                    drop(rg_files(rg, "2", no_literal, &workspace))
+                }],
+            );
             table.print(&format!("{files} files, no literal (scan)"), scan, rg_j1, "rg -j1");
             table.print(&format!("{files} files, no literal (scan)"), scan, rg_j2, "rg -j2");
+        } else {
+            time(runs, || search(&session, &args));
         }
-        // 100 random edits, half through toolcell and half outside it; then the first search.
+        // Rounds of 100 random edits, half through toolcell and half outside it, each followed
+        // by one search (checked against rg) and then by warm ones.
         let mut random = Random(files as u64 | 1);
-        for edit in 0..100 {
-            let index = random.below(files);
-            let relative = format!("pkg{:03}/mod{:02}/file{index:06}.rs", index / 1000, index / 100 % 10);
-            let content = format!("// edited {edit}\nfn edited_{edit}() {{ {} }}\n", if edit % 10 == 0 { LITERAL } else { "plain" });
-            if edit % 2 == 0 {
-                std::fs::write(workspace.join(&relative), &content).expect("edit outside");
-            } else {
-                session.call("read_file", &json!({"path": relative}).to_string()).expect("read");
-                let outcome = session.call("write_file", &json!({"path": relative, "content": content}).to_string()).expect("write");
-                assert!(outcome.output.is_ok(), "{:?}", outcome.output);
-            }
-        }
         let args = with_max(&indexed_queries[0].1);
-        let started = Instant::now();
-        let (found, _) = search(&session, &args);
-        let after_edits = started.elapsed();
-        if let Some(rg) = rg.as_deref() {
-            assert_eq!(rg_files(rg, "1", LITERAL, &workspace), found, "after the edits: toolcell and rg disagree");
+        let (mut after_edits, mut warm_again) = (Vec::new(), Vec::new());
+        for round in 0..runs {
+            for edit in 0..100 {
+                let index = random.below(files);
+                let relative = format!("pkg{:03}/mod{:02}/file{index:06}.rs", index / 1000, index / 100 % 10);
+                let content =
+                    format!("// edited {round} {edit}\nfn edited_{edit}() {{ {} }}\n", if edit % 10 == 0 { LITERAL } else { "plain" });
+                if edit % 2 == 0 {
+                    std::fs::write(workspace.join(&relative), &content).expect("edit outside");
+                } else {
+                    session.call("read_file", &json!({"path": relative}).to_string()).expect("read");
+                    let outcome = session.call("write_file", &json!({"path": relative, "content": content}).to_string()).expect("write");
+                    assert!(outcome.output.is_ok(), "{:?}", outcome.output);
+                }
+            }
+            let started = Instant::now();
+            let (found, _) = search(&session, &args);
+            after_edits.push(started.elapsed());
+            if let Some(rg) = rg.as_deref() {
+                assert_eq!(rg_files(rg, "1", LITERAL, &workspace), found, "after the edits: toolcell and rg disagree");
+            }
+            warm_again.push(time(runs, || search(&session, &args)));
         }
-        let warm_again = time(runs, || search(&session, &args));
-        table.print(&format!("{files} files: first search after 100 edits vs warm"), after_edits, warm_again, "warm");
-        let _ = warm;
+        table.print(&format!("{files} files: first search after 100 edits vs warm"), median(after_edits), median(warm_again), "warm");
         drop(session);
         drop(host);
         std::fs::remove_dir_all(&case).expect("remove the tree");
