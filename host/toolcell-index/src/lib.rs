@@ -58,13 +58,63 @@ pub struct Stamp {
     pub inode: u64,
 }
 
+/// Bytes that make up the trigrams of most text (tab, line feed, carriage return and printable
+/// ASCII), each numbered in byte order, so that the trigrams of three such bytes have dense
+/// numbers in trigram order; [`NOT_DENSE`] for any other byte.
+const DENSE_CODES: [u8; 256] = {
+    let mut codes = [NOT_DENSE; 256];
+    let mut next = 0;
+    let mut byte = 0;
+    while byte < 256 {
+        if byte == b'\t' as usize || byte == b'\n' as usize || byte == b'\r' as usize || (byte >= 0x20 && byte < 0x7f) {
+            codes[byte] = next;
+            next += 1;
+        }
+        byte += 1;
+    }
+    codes
+};
+const NOT_DENSE: u8 = u8::MAX;
+/// How many bytes have a dense code.
+const DENSE_BYTES: usize = 3 + (0x7f - 0x20);
+/// The byte with each dense code.
+const DENSE_BYTE_OF: [u8; DENSE_BYTES] = {
+    let mut bytes = [0; DENSE_BYTES];
+    let mut byte = 0;
+    while byte < 256 {
+        if DENSE_CODES[byte] != NOT_DENSE {
+            bytes[DENSE_CODES[byte] as usize] = byte as u8;
+        }
+        byte += 1;
+    }
+    bytes
+};
+
+/// Files after which the builder keeps common trigrams in its table (a million list heads,
+/// 22 MiB), not worth it for fewer.
+const DENSE_FROM_FILES: usize = 256;
+
+/// The dense number of `trigram` (folded), if its three bytes have dense codes.
+fn dense_number(trigram: Trigram) -> Option<usize> {
+    let code = |shift: u32| DENSE_CODES[((trigram >> shift) & 0xff) as usize];
+    let (first, second, third) = (code(16), code(8), code(0));
+    (first != NOT_DENSE && second != NOT_DENSE && third != NOT_DENSE)
+        .then(|| (usize::from(first) * DENSE_BYTES + usize::from(second)) * DENSE_BYTES + usize::from(third))
+}
+
 /// Gathers files into an [`Index`].
+///
+/// Postings are appended as each file's text is scanned once, with no per-file sorting: a
+/// file's id is added to a trigram's list unless it is that list's last id already. Once the
+/// builder holds [`DENSE_FROM_FILES`] files, trigrams of common text bytes live in a table
+/// indexed by their dense number; the rest, and all of them before that, in a map.
 #[derive(Debug, Default)]
 pub struct IndexBuilder {
     paths: Vec<String>,
     stamps: Vec<Stamp>,
     text_bytes: u64,
-    postings: HashMap<Trigram, Vec<u32>>,
+    dense: Vec<Vec<u32>>,
+    sparse: HashMap<Trigram, Vec<u32>>,
 }
 
 impl IndexBuilder {
@@ -80,19 +130,47 @@ impl IndexBuilder {
 
     /// [`add`](Self::add), recording the version of the file that was read.
     pub fn add_stamped(&mut self, path: &str, content: &[u8], stamp: Stamp) -> u32 {
+        if self.paths.len() == DENSE_FROM_FILES {
+            self.dense = vec![Vec::new(); DENSE_BYTES * DENSE_BYTES * DENSE_BYTES];
+            let sparse = std::mem::take(&mut self.sparse);
+            for (trigram, ids) in sparse {
+                match dense_number(trigram) {
+                    Some(at) => self.dense[at] = ids,
+                    None => {
+                        self.sparse.insert(trigram, ids);
+                    }
+                }
+            }
+        }
         let id = u32::try_from(self.paths.len()).unwrap_or(u32::MAX);
         self.paths.push(path.to_owned());
         self.stamps.push(stamp);
         self.text_bytes += content.len() as u64;
-        for trigram in trigrams_of(content) {
-            self.postings.entry(trigram).or_default().push(id);
+        let code = |byte: u8| DENSE_CODES[usize::from(byte.to_ascii_lowercase())];
+        let dense = !self.dense.is_empty();
+        for window in content.windows(3) {
+            let (first, second, third) = (code(window[0]), code(window[1]), code(window[2]));
+            let list = if !dense || first == NOT_DENSE || second == NOT_DENSE || third == NOT_DENSE {
+                self.sparse.entry(trigram(window)).or_default()
+            } else {
+                let at = (usize::from(first) * DENSE_BYTES + usize::from(second)) * DENSE_BYTES + usize::from(third);
+                &mut self.dense[at]
+            };
+            if list.last() != Some(&id) {
+                list.push(id);
+            }
         }
         id
     }
 
     /// The finished index: trigrams sorted, each with its files' ids in order.
     pub fn build(self) -> Index {
-        let mut trigrams: Vec<(Trigram, Vec<u32>)> = self.postings.into_iter().collect();
+        let dense_trigram = |at: usize| {
+            let byte = |code: usize| u32::from(DENSE_BYTE_OF[code]);
+            (byte(at / (DENSE_BYTES * DENSE_BYTES)) << 16) | (byte(at / DENSE_BYTES % DENSE_BYTES) << 8) | byte(at % DENSE_BYTES)
+        };
+        let mut trigrams: Vec<(Trigram, Vec<u32>)> = self.sparse.into_iter().collect();
+        trigrams.extend(self.dense.into_iter().enumerate().filter(|(_, ids)| !ids.is_empty()).map(|(at, ids)| (dense_trigram(at), ids)));
         trigrams.sort_unstable_by_key(|(trigram, _)| *trigram);
         let mut keys = Vec::with_capacity(trigrams.len());
         let mut starts = Vec::with_capacity(trigrams.len() + 1);

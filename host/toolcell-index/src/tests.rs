@@ -156,3 +156,30 @@ fn an_index_survives_its_bytes_and_damage_is_refused() {
     assert!(matches!(Index::from_bytes(&forge(&huge_count)), Err(DecodeError::Inconsistent(_))));
     assert_eq!(Index::from_bytes(b"not an index at all, not at all, not at all"), Err(DecodeError::Format));
 }
+
+/// The postings of each file's distinct trigrams, as the definition says: every id in order
+/// under every trigram its text holds (past the point where the builder moves common trigrams
+/// to its table, with bytes in and out of it).
+#[test]
+fn the_builder_indexes_every_trigram_of_every_file() {
+    let mut random = Random(0x0DDB_1A5E_5BAD_5EED);
+    let alphabet: [&[u8]; 10] = [b"a", b"B", b"\n", b"\t", b" ", b"~", b"\x00", b"\xc3\xa9", b"\xff", b"Z"];
+    let mut builder = IndexBuilder::new();
+    let mut expected: std::collections::BTreeMap<Trigram, Vec<u32>> = std::collections::BTreeMap::new();
+    for id in 0..(DENSE_FROM_FILES as u32 * 2) {
+        let content: Vec<u8> = (0..random.below(40)).flat_map(|_| alphabet[random.below(alphabet.len())].iter().copied()).collect();
+        for trigram in trigrams_of(&content) {
+            expected.entry(trigram).or_default().push(id);
+        }
+        builder.add(&format!("f{id}"), &content);
+    }
+    let index = builder.build();
+    let built: std::collections::BTreeMap<Trigram, Vec<u32>> = index
+        .keys
+        .iter()
+        .enumerate()
+        .map(|(at, trigram)| (*trigram, index.postings[index.starts[at] as usize..index.starts[at + 1] as usize].to_vec()))
+        .collect();
+    assert_eq!(built, expected);
+    assert!(index.keys.windows(2).all(|pair| pair[0] < pair[1]), "keys sorted");
+}
