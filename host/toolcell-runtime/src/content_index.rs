@@ -607,16 +607,23 @@ impl IndexStore {
     }
 
     /// The host changed `paths` in the workspace at `root_path` (a committed call): taken in
-    /// now, with the notifications queued so far, and the files read again, so that the next
-    /// search finds the host's own writes indexed whatever the notifications say (a write that
-    /// puts back the old modification time included).
+    /// now, with the notifications queued so far, and the files read, so that the next search
+    /// finds the host's own writes indexed. Work moved ahead of the search only: the commit's
+    /// own notifications name the same paths, so when a search holds the index (the commit
+    /// does not wait for it) they are left to the next one.
     pub(crate) fn note_written(&self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String], paths: &[String]) {
         if paths.is_empty() {
             return;
         }
-        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner).get(root_path).cloned();
-        if let Some(slot) = live
-            && let Some(live) = slot.lock().unwrap_or_else(PoisonError::into_inner).as_mut()
+        let Some(slot) = self.live.lock().unwrap_or_else(PoisonError::into_inner).get(root_path).cloned() else {
+            return;
+        };
+        let mut live = match slot.try_lock() {
+            Ok(live) => live,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        if let Some(live) = live.as_mut()
             // Without notifications the next search compares every file anyway.
             && live.watcher.is_some()
         {
