@@ -68,8 +68,8 @@ pub enum IndexStatus {
 }
 
 impl Runtime {
-    /// Where the index of `workspace` is kept.
-    fn index_path(&self, workspace: &Workspace) -> PathBuf {
+    /// Where the index of `workspace` is kept: a file in the state directory.
+    pub fn index_path(&self, workspace: &Workspace) -> PathBuf {
         self.indexes.path_for(workspace.root())
     }
 

@@ -7,6 +7,8 @@
 //! - repeated searches with the index warm in a long-running host, for a literal, a regex with a
 //!   literal and a case-insensitive literal, against `rg -j1` and `rg -j2` over the same tree,
 //!   all three answers checked equal (toolcell indexed, toolcell scanning, ripgrep);
+//! - a warm literal search kept fresh by comparing every file's stamp (`Walk`), against one
+//!   kept fresh by notifications (`Watch`, the default);
 //! - a regex with no literal (the index cannot help: a scan) against `rg -j1` and `rg -j2`;
 //! - the first search after 100 random edits (half through toolcell, half outside it),
 //!   against a warm search (the medians of five rounds);
@@ -23,7 +25,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use toolcell_host::{Host, HostBuilder, Session};
+use toolcell_host::{Host, HostBuilder, Session, Workspace};
+use toolcell_runtime::IndexFreshness;
 use toolcell_tests::measure::{Random, median, time};
 
 /// A word in one file of every 1,000.
@@ -235,6 +238,34 @@ fn main() {
                 let rg_j2 = time(runs, || rg_files(rg, "2", pattern, &workspace));
                 table.print(&format!("{files} files, indexed warm, {what}"), indexed, rg_j2, "rg -j2");
             }
+        }
+        // Freshness by comparing every file's stamp before each search (`Walk`), instead of
+        // draining the notifications: another host on the same index.
+        {
+            let walk_state = case.join("state-walk");
+            let index = host.runtime().index_path(host.workspace());
+            let copied = walk_state.join(index.strip_prefix(&state).expect("the index is in the state directory"));
+            std::fs::create_dir_all(copied.parent().expect("a directory")).expect("index directory");
+            std::fs::copy(&index, &copied).expect("copy the index");
+            let runtime = toolcell_host::builtin_runtime()
+                .cache_dir(&cache)
+                .audit_dir(&walk_state)
+                .policy("default.toml", toolcell_host::DEFAULT_POLICY)
+                .index_freshness(IndexFreshness::Walk)
+                .build()
+                .expect("the runtime builds");
+            let walking = Host::new(runtime, Workspace::open(&workspace).expect("workspace"), None);
+            let walking = walking.session("impl", "bench").expect("session");
+            let args = with_max(&indexed_queries[0].1);
+            assert_eq!(search(&walking, &args).0, scanned[0].0, "Walk: indexed and scanned answers differ");
+            let [watching, comparing] =
+                interleaved(runs, &mut [&mut || drop(search(&session, &args)), &mut || drop(search(&walking, &args))]);
+            table.print(
+                &format!("{files} files, indexed warm, a literal, every file compared (Walk)"),
+                comparing,
+                watching,
+                "notified (Watch)",
+            );
         }
         // No literal: a scan, index or not; the three timed in turn, so that drift in the
         // machine falls on all of them.
