@@ -88,12 +88,13 @@ async def raw_checks(url, token):
         big = {**initialize, "params": {**initialize["params"], "padding": "x" * (5 * 1024 * 1024)}}
         response = await client.post(url, headers=bearer, json=big)
         seen["too_large"] = {"status": response.status_code}
-    # A long call (a search through thousands of files) with a progress token: the response
-    # stream carries progress notifications before the result.
+    # A long call (a scan of thousands of files: the pattern has nothing the index could look
+    # up) with a progress token: the response stream carries progress notifications before the
+    # result.
     client, headers, _ = await raw_session(url, token)
     response = await client.post(url, headers=headers, json={
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {"name": "search_files", "arguments": {"query": "needle", "path": "tree"}, "_meta": {"progressToken": "p-7"}}})
+        "params": {"name": "search_files", "arguments": {"query": "\\w+_\\d+", "path": "tree"}, "_meta": {"progressToken": "p-7"}}})
     messages = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ") and line[6:].strip()]
     seen["progress_stream"] = [message.get("method", "result" if "result" in message else "other") for message in messages]
     seen["progress_tokens"] = [message["params"]["progressToken"] for message in messages if message.get("method") == "notifications/progress"]

@@ -360,12 +360,12 @@ fn the_http_service_takes_the_role_from_the_token_and_refuses_everyone_else() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let (config, impl_token, review_token) = service_fixture(temp.path());
     let state = temp.path().join("state");
-    // A tree to search long enough to report progress.
-    for directory in 0..50 {
+    // A tree to scan long enough to report progress (more than 50 ms on any machine).
+    for directory in 0..100 {
         let directory = temp.path().join(format!("workspace/tree/d{directory}"));
         std::fs::create_dir_all(&directory).expect("mkdir");
-        for file in 0..100 {
-            std::fs::write(directory.join(format!("f{file}.txt")), "hay\n".repeat(40)).expect("write");
+        for file in 0..200 {
+            std::fs::write(directory.join(format!("f{file}.txt")), "hay\n".repeat(100)).expect("write");
         }
     }
     let served = serve(&config, &state);
