@@ -182,3 +182,56 @@ fn the_parts_share_the_calls_deadline() {
     // second, not a second each.
     assert!(took < Duration::from_millis(1_900), "the call took {took:?}");
 }
+
+/// While directories come and go beside them, a split scan still finds every file that is
+/// there throughout: parts that dealt the tree from different listings are not trusted (the
+/// assembly then scans alone), so no file falls between them.
+#[test]
+fn a_split_scan_misses_no_file_while_the_tree_changes_under_it() {
+    let state = tempfile::tempdir().expect("state");
+    let split = runtime(3, TEST_POLICY, state.path());
+    let fixture = Fixture::new();
+    let mut stable = Vec::new();
+    for directory in 0..24 {
+        for file in 0..40 {
+            let path = format!("src/d{directory:02}/f{file:02}.rs");
+            if file % 5 == 0 {
+                fixture.write(&path, "fn f() {} // needle\n");
+                stable.push(path);
+            } else {
+                fixture.write(&path, "fn f() {}\n");
+            }
+        }
+    }
+    stable.sort_by(|left, right| left.split('/').cmp(right.split('/')));
+    let root = fixture.root().to_path_buf();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut round = 0_u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Directories among the dealt ones, and files at the root: both shift the deal.
+                let directory = root.join(format!("src/c{:02}", round % 7));
+                if std::fs::create_dir(&directory).is_err() {
+                    let _ = std::fs::remove_dir(&directory);
+                }
+                let file = root.join(format!("a{}.txt", round % 3));
+                if std::fs::write(&file, "churn\n").is_ok() && round.is_multiple_of(2) {
+                    let _ = std::fs::remove_file(&file);
+                }
+                round = round.wrapping_add(1);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    for attempt in 0..25 {
+        let outcome = fixture.call_as(&split, "s-churn", None, &[], "search_files", &json!({"query": "needle", "max_results": 1000}));
+        let structured = outcome.result.expect("searched").structured.expect("structured");
+        let found: Vec<String> =
+            structured["files"].as_array().expect("files").iter().map(|file| file.as_str().expect("a path").to_owned()).collect();
+        assert_eq!(found, stable, "attempt {attempt}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().expect("the churn thread");
+}
