@@ -511,8 +511,7 @@ impl Runtime {
                     let _ = std::fs::remove_dir_all(blob_dir);
                 }
                 modified = &transaction.modified;
-                if let Ok(host_paths) = self.host_paths_inside(request.workspace) {
-                    let skip: Vec<String> = host_paths.into_iter().map(|(path, _)| path).collect();
+                if let Ok(skip) = self.never_indexed(request.workspace) {
                     self.indexes.note_written(request.workspace.root(), root, &skip, modified);
                 }
             }

@@ -74,7 +74,7 @@ impl Runtime {
     }
 
     /// The host's own paths inside `workspace`, which are never indexed.
-    fn never_indexed(&self, workspace: &Workspace) -> Result<Vec<String>, Error> {
+    pub(crate) fn never_indexed(&self, workspace: &Workspace) -> Result<Vec<String>, Error> {
         Ok(self.host_paths_inside(workspace)?.into_iter().map(|(path, _)| path).collect())
     }
 
