@@ -30,17 +30,13 @@ pub(crate) struct Share {
     /// Directories dealt to this part, walked whole.
     dealt: HashSet<String>,
     /// The dealt directory whose subtree the walk is in, if any.
-    inside: Option<String>,
+    inside: Option<WorkspacePath>,
     /// A fingerprint of each listing dealt from, in walk order.
     listings: Vec<u64>,
     /// Directories every part tries to list, and those listed: the difference is those that
     /// could not be listed, which every part counts.
     common_met: u64,
     common_listed: u64,
-}
-
-fn is_within(path: &str, directory: &str) -> bool {
-    path.strip_prefix(directory).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 impl Share {
@@ -57,18 +53,15 @@ impl Share {
         }
     }
 
-    /// Whether `directory` is walked whole by this part (dealt to it, or below one that was).
-    fn walks_whole(&self, directory: &str) -> bool {
-        self.dealt.contains(directory) || self.inside.as_deref().is_some_and(|inside| is_within(directory, inside))
-    }
-
     /// The walk listed `directory`: keep only this part's share of `children`.
     pub(crate) fn enter(&mut self, directory: &WorkspacePath, children: &mut Vec<(String, EntryKind)>) {
         let path = directory.as_str();
-        if self.walks_whole(path) {
-            if self.dealt.contains(path) {
-                self.inside = Some(path.to_owned());
-            }
+        // Walked whole: dealt to this part, or below one that was.
+        if self.dealt.contains(path) {
+            self.inside = Some(directory.clone());
+            return;
+        }
+        if self.inside.as_ref().is_some_and(|inside| directory.strip_prefix(inside).is_some()) {
             return;
         }
         self.inside = None;
