@@ -94,10 +94,11 @@ const DENSE_BYTE_OF: [u8; DENSE_BYTES] = {
 /// 22 MiB), not worth it for fewer.
 const DENSE_FROM_FILES: usize = 256;
 
-/// The dense number of `trigram` (folded), if its three bytes have dense codes.
-fn dense_number(trigram: Trigram) -> Option<usize> {
-    let code = |shift: u32| DENSE_CODES[((trigram >> shift) & 0xff) as usize];
-    let (first, second, third) = (code(16), code(8), code(0));
+/// The dense number of the trigram of the folded bytes `first`, `second`, `third`, if all
+/// three have dense codes.
+#[inline]
+fn dense_number(first: u8, second: u8, third: u8) -> Option<usize> {
+    let (first, second, third) = (DENSE_CODES[usize::from(first)], DENSE_CODES[usize::from(second)], DENSE_CODES[usize::from(third)]);
     (first != NOT_DENSE && second != NOT_DENSE && third != NOT_DENSE)
         .then(|| (usize::from(first) * DENSE_BYTES + usize::from(second)) * DENSE_BYTES + usize::from(third))
 }
@@ -134,7 +135,8 @@ impl IndexBuilder {
             self.dense = vec![Vec::new(); DENSE_BYTES * DENSE_BYTES * DENSE_BYTES];
             let sparse = std::mem::take(&mut self.sparse);
             for (trigram, ids) in sparse {
-                match dense_number(trigram) {
+                let [_, first, second, third] = trigram.to_be_bytes();
+                match dense_number(first, second, third) {
                     Some(at) => self.dense[at] = ids,
                     None => {
                         self.sparse.insert(trigram, ids);
@@ -146,15 +148,16 @@ impl IndexBuilder {
         self.paths.push(path.to_owned());
         self.stamps.push(stamp);
         self.text_bytes += content.len() as u64;
-        let code = |byte: u8| DENSE_CODES[usize::from(byte.to_ascii_lowercase())];
         let dense = !self.dense.is_empty();
         for window in content.windows(3) {
-            let (first, second, third) = (code(window[0]), code(window[1]), code(window[2]));
-            let list = if !dense || first == NOT_DENSE || second == NOT_DENSE || third == NOT_DENSE {
-                self.sparse.entry(trigram(window)).or_default()
+            let at = if dense {
+                dense_number(window[0].to_ascii_lowercase(), window[1].to_ascii_lowercase(), window[2].to_ascii_lowercase())
             } else {
-                let at = (usize::from(first) * DENSE_BYTES + usize::from(second)) * DENSE_BYTES + usize::from(third);
-                &mut self.dense[at]
+                None
+            };
+            let list = match at {
+                Some(at) => &mut self.dense[at],
+                None => self.sparse.entry(trigram(window)).or_default(),
             };
             if list.last() != Some(&id) {
                 list.push(id);
