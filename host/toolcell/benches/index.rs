@@ -132,9 +132,11 @@ impl Row<'_> {
 fn interleaved<const N: usize>(runs: usize, runs_of: &mut [&mut dyn FnMut(); N]) -> [Duration; N] {
     let mut samples: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
     for run in 0..=runs {
-        for (which, run_of) in runs_of.iter_mut().enumerate() {
+        // Each run starts with the next one, so that none always follows the same.
+        for step in 0..N {
+            let which = (run + step) % N;
             let started = Instant::now();
-            run_of();
+            runs_of[which]();
             if run > 0 {
                 samples[which].push(started.elapsed());
             }
@@ -348,17 +350,7 @@ fn denied_files_timing(temp: &Path, cache: &Path, files: usize, runs: usize, tab
     let args = json!({"query": LITERAL});
     assert_eq!(search(&sessions[0].1, &args), search(&sessions[1].1, &args), "the answers differ");
     // Interleaved, so that drift in the machine falls on both.
-    let (mut with, mut without) = (Vec::new(), Vec::new());
-    for run in 0..runs {
-        let mut order = [(&mut with, &sessions[0]), (&mut without, &sessions[1])];
-        if run % 2 == 1 {
-            order.reverse();
-        }
-        for (samples, (_, session)) in order {
-            let started = Instant::now();
-            std::hint::black_box(search(session, &args));
-            samples.push(started.elapsed());
-        }
-    }
-    table.print(&format!("{files} files: 200 denied files hold the word vs not"), median(with), median(without), "not");
+    let [with, without] =
+        interleaved(runs, &mut [&mut || drop(search(&sessions[0].1, &args)), &mut || drop(search(&sessions[1].1, &args))]);
+    table.print(&format!("{files} files: 200 denied files hold the word vs not"), with, without, "not");
 }
