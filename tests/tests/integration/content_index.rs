@@ -47,10 +47,15 @@ fn age(root: &Path) {
             if file_type.is_dir() {
                 pending.push(entry.path());
             } else if file_type.is_file() {
-                std::fs::File::options().write(true).open(entry.path()).and_then(|file| file.set_modified(past)).expect("set mtime");
+                set_modified(&entry.path(), past);
             }
         }
     }
+}
+
+/// Set the modification time of the file at `path`.
+fn set_modified(path: &Path, time: SystemTime) {
+    std::fs::File::options().write(true).open(path).and_then(|file| file.set_modified(time)).expect("set mtime");
 }
 
 const QUERIES: [&str; 12] =
@@ -189,11 +194,15 @@ fn a_change_that_keeps_size_and_time_is_found_while_watching() {
     runtime.build_index(&fixture.workspace).expect("the index builds");
     let files = |query: &str| answer(&runtime, &fixture, &json!({"query": query}))[0].clone();
     assert_eq!(files("zebra"), json!([]));
-    let stamp = |path: &str| std::fs::metadata(fixture.root().join(path)).and_then(|metadata| metadata.modified()).expect("mtime");
-    // Outside: same length, the old modification time put back.
-    let before = stamp("src/f03.rs");
-    std::fs::write(fixture.root().join("src/f03.rs"), "fn f3() {} // zebra\n").expect("write");
-    std::fs::File::options().write(true).open(fixture.root().join("src/f03.rs")).and_then(|file| file.set_modified(before)).expect("mtime");
+    // Outside the host: new content of the same length, the file's earlier modification time
+    // put back.
+    let rewrite_keeping_stamp = |path: &str, content: &str| {
+        let path = fixture.root().join(path);
+        let before = std::fs::metadata(&path).and_then(|metadata| metadata.modified()).expect("mtime");
+        std::fs::write(&path, content).expect("write");
+        set_modified(&path, before);
+    };
+    rewrite_keeping_stamp("src/f03.rs", "fn f3() {} // zebra\n");
     assert_eq!(files("zebra"), json!(["src/f03.rs"]));
     // Through the host, then again outside with the host's stamp put back.
     let _ = fixture.call_as(&runtime, "s-index", None, &[], "read_file", &json!({"path": "src/f04.rs"}));
@@ -201,13 +210,7 @@ fn a_change_that_keeps_size_and_time_is_found_while_watching() {
         fixture.call_as(&runtime, "s-index", None, &[], "write_file", &json!({"path": "src/f04.rs", "content": "fn f4() {} // zebra\n"}));
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
     assert_eq!(files("zebra"), json!(["src/f03.rs", "src/f04.rs"]));
-    let written = stamp("src/f04.rs");
-    std::fs::write(fixture.root().join("src/f04.rs"), "fn f4() {} // plain\n").expect("write");
-    std::fs::File::options()
-        .write(true)
-        .open(fixture.root().join("src/f04.rs"))
-        .and_then(|file| file.set_modified(written))
-        .expect("mtime");
+    rewrite_keeping_stamp("src/f04.rs", "fn f4() {} // plain\n");
     assert_eq!(files("zebra"), json!(["src/f03.rs"]));
     assert_eq!(files("plain").as_array().map(Vec::len), Some(29));
     // Answered from the index: of the 30 files, only the one holding the word was read (what
