@@ -4,46 +4,48 @@
 //! `box` on the way to a file with a symlink to a directory the role may not read or write —;
 //! no call may ever read the secret or change the protected file.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use serde_json::json;
 use toolcell_tests::{Fixture, governed_runtime};
 use toolcell_types::ToolErrorKind;
 
+/// Calls made at least; more are made until the path has flipped [`FLIPS`] times, since on a
+/// loaded machine the flipping thread may get little time while the calls run.
 const ITERATIONS: usize = 10_000;
+/// Flips to see during the calls before a race counts as exercised.
+const FLIPS: usize = 1_000;
+/// Calls made at most while waiting for [`FLIPS`].
+const MOST_ITERATIONS: usize = 20 * ITERATIONS;
 const SECRET: &str = "RACE-CANARY-secret";
 const PUBLIC: &str = "public content\n";
 const GUIDE: &str = "# Guide (read-only for impl)\n";
 
 /// Flip `flip.txt` between a regular file and a symlink to `target` (by atomic renames of
 /// prepared entries) until `stop`.
-fn flipper(fixture: &Fixture, target: &str, stop: &AtomicBool) -> usize {
+fn flipper(fixture: &Fixture, target: &str, stop: &AtomicBool, flips: &AtomicUsize) {
     let root = fixture.root();
-    let mut flips = 0;
     while !stop.load(Ordering::Relaxed) {
         let _ = std::fs::write(root.join(".flip-file"), PUBLIC);
         let _ = std::fs::rename(root.join(".flip-file"), root.join("flip.txt"));
         let _ = std::os::unix::fs::symlink(target, root.join(".flip-link"));
         let _ = std::fs::rename(root.join(".flip-link"), root.join("flip.txt"));
-        flips += 2;
+        flips.fetch_add(2, Ordering::Relaxed);
     }
-    flips
 }
 
 /// Swap the directory `box` with a symlink to the directory `target`, atomically
 /// (`RENAME_EXCHANGE`), until `stop`: a directory on the way to `box/...` becomes a symlink and
 /// back.
-fn directory_flipper(fixture: &Fixture, target: &str, stop: &AtomicBool) -> usize {
+fn directory_flipper(fixture: &Fixture, target: &str, stop: &AtomicBool, flips: &AtomicUsize) {
     use rustix::fs::{CWD, RenameFlags, renameat_with};
     let root = fixture.root();
     std::os::unix::fs::symlink(target, root.join(".box-link")).expect("plant the symlink");
-    let mut flips = 0;
     while !stop.load(Ordering::Relaxed) {
         if renameat_with(CWD, root.join("box"), CWD, root.join(".box-link"), RenameFlags::EXCHANGE).is_ok() {
-            flips += 1;
+            flips.fetch_add(1, Ordering::Relaxed);
         }
     }
-    flips
 }
 
 /// What flips during a race.
@@ -63,6 +65,7 @@ fn race(flip: Flip, mut call: impl FnMut(&Fixture) -> (bool, String)) -> (Fixtur
     fixture.write("box/key.txt", PUBLIC);
     fixture.write("box/guide.md", PUBLIC);
     let stop = AtomicBool::new(false);
+    let flips = AtomicUsize::new(0);
     let mut succeeded = 0;
     /// Stops the flipper however the loop ends (a failed assertion included).
     struct StopOnDrop<'a>(&'a AtomicBool);
@@ -71,22 +74,24 @@ fn race(flip: Flip, mut call: impl FnMut(&Fixture) -> (bool, String)) -> (Fixtur
             self.0.store(true, Ordering::Relaxed);
         }
     }
-    let flips = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let flipping = scope.spawn(|| match flip {
-            Flip::File(target) => flipper(&fixture, target, &stop),
-            Flip::Directory(target) => directory_flipper(&fixture, target, &stop),
+            Flip::File(target) => flipper(&fixture, target, &stop, &flips),
+            Flip::Directory(target) => directory_flipper(&fixture, target, &stop, &flips),
         });
         let _stop = StopOnDrop(&stop);
-        for _ in 0..ITERATIONS {
+        let mut calls = 0;
+        while calls < ITERATIONS || (flips.load(Ordering::Relaxed) <= FLIPS && calls < MOST_ITERATIONS) {
             let (ok, text) = call(&fixture);
             assert!(!text.contains(SECRET), "the secret leaked: {text}");
             fixture.assert_no_host_path(&text);
             succeeded += usize::from(ok);
+            calls += 1;
         }
         drop(_stop);
-        flipping.join().expect("the flipper")
+        flipping.join().expect("the flipper");
     });
-    (fixture, succeeded, flips)
+    (fixture, succeeded, flips.into_inner())
 }
 
 /// Read `path` while `flip` flips; it holds [`PUBLIC`] unless flipped.
@@ -111,7 +116,7 @@ fn reads_race(flip: Flip, path: &str) {
             }
         }
     });
-    assert!(flips > 1000, "the path was hardly flipped ({flips})");
+    assert!(flips > FLIPS, "the path was hardly flipped ({flips})");
     eprintln!("{succeeded} reads succeeded and {refused} were refused while the path flipped {flips} times");
     assert!(succeeded > 0 && refused > 0, "{succeeded} reads, {refused} refusals: the race was not exercised");
     assert_eq!(fixture.read_text("secrets/key.txt"), SECRET);
@@ -150,8 +155,8 @@ fn writes_race(flip: Flip, path: &str) {
             Err(error) => (false, error.message),
         }
     });
-    assert!(flips > 1000, "the path was hardly flipped ({flips})");
-    eprintln!("{succeeded} of {ITERATIONS} writes succeeded while the path flipped {flips} times");
+    assert!(flips > FLIPS, "the path was hardly flipped ({flips})");
+    eprintln!("{succeeded} writes succeeded while the path flipped {flips} times");
     assert!(succeeded > 0, "no write ever succeeded: the race was not exercised");
     assert_eq!(fixture.read_text("docs/guide.md"), GUIDE, "the read-only file was modified");
     assert_eq!(fixture.read_text("secrets/key.txt"), SECRET);
