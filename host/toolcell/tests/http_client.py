@@ -183,7 +183,8 @@ async def cancel(url, impl_token, review_token):
             "params": {"name": "misbehave", "arguments": {"action": "write_then_spin", "path": "spun.txt", "text": "half done"}}})
 
     running = asyncio.ensure_future(long_call())
-    await asyncio.sleep(1.0)
+    # Time for the call to reach the component and write, on a loaded machine too.
+    await asyncio.sleep(3.0)
     cancelled = await client.post(url, headers=headers, json={
         "jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "the user pressed stop"}})
     try:

@@ -534,7 +534,17 @@ fn a_call_the_client_cancels_is_stopped_and_rolled_back() {
     assert!(report["seconds"].as_f64().expect("seconds") < 20.0, "{report}");
     assert!(!temp.path().join("workspace/spun.txt").exists(), "the cancelled call's write was rolled back: {report}");
     assert_eq!(report["after"]["message"]["result"]["isError"], false, "the session still works: {report}");
-    let records = audit_records(&temp.path().join("state"));
+    // The host writes the call's record once the stopped call is rolled back.
+    let started = std::time::Instant::now();
+    let records = loop {
+        let records = audit_records(&temp.path().join("state"));
+        if records.iter().any(|record| record["kind"] == "call" && record["tool"] == "misbehave")
+            || started.elapsed() > std::time::Duration::from_secs(30)
+        {
+            break records;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let cancelled = records.iter().find(|record| record["kind"] == "call" && record["tool"] == "misbehave").expect("the call's record");
     assert!(cancelled["message"].as_str().expect("message").contains("cancelled by the client"), "{cancelled}");
     assert_eq!(cancelled["outcome"], "trapped", "{cancelled}");
@@ -590,8 +600,15 @@ fn a_service_killed_under_load_restarts_with_whole_files_and_a_verified_trail() 
                 }
             });
         }
-        // Kill the service mid-load (SIGKILL: no chance to clean up).
-        std::thread::sleep(std::time::Duration::from_millis(1500));
+        // Kill the service mid-load (SIGKILL: no chance to clean up), once the load is under
+        // way however slowly the machine started it.
+        let started = std::time::Instant::now();
+        while acknowledged.load(std::sync::atomic::Ordering::Relaxed) < 2 * CLIENTS
+            && started.elapsed() < std::time::Duration::from_secs(60)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
         served.child.kill().expect("kill the service");
     });
     assert!(acknowledged.load(std::sync::atomic::Ordering::Relaxed) > 0, "the load ran before the kill");
