@@ -295,9 +295,9 @@ pub(crate) struct IndexStore {
     build_on_first_search: bool,
     live: Mutex<HashMap<PathBuf, Arc<Mutex<Option<Live>>>>>,
     /// Workspaces whose index is being built in the background.
-    building: Arc<Mutex<HashSet<PathBuf>>>,
+    building: Running,
     /// Workspaces whose notifications a thread takes in between searches.
-    absorbing: Arc<Mutex<HashSet<PathBuf>>>,
+    absorbing: Running,
 }
 
 /// What a call needs to ask for search candidates: the store and the workspace.
@@ -638,13 +638,17 @@ impl IndexStore {
         }
     }
 
-    /// Build the index of the workspace at `root` in the background, unless one is being built.
+    /// Build the index of the workspace at `root` in the background, unless one is being built;
+    /// a build asked for while one finishes runs after it, unless that one left a usable index.
     fn build_in_background(&self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String]) {
         let Ok(root) = root.try_clone() else {
             return;
         };
         let (skip, path) = (skip.to_vec(), self.path_for(root_path));
         spawn_once(&self.building, root_path, "toolcell-index", move || {
+            if std::fs::read(&path).is_ok_and(|bytes| Index::from_bytes(&bytes).is_ok()) {
+                return;
+            }
             // Behind the calls it serves: on Linux a thread's nice value is its own (who = 0
             // names the calling thread), so only this build yields.
             let _ = rustix::process::setpriority_process(None, BUILD_NICENESS);
@@ -654,15 +658,36 @@ impl IndexStore {
     }
 }
 
-/// Run `work` on a thread named `name`, unless one runs for `workspace` in `running` already.
-fn spawn_once(running: &Arc<Mutex<HashSet<PathBuf>>>, workspace: &std::path::Path, name: &str, work: impl FnOnce() + Send + 'static) {
-    if !running.lock().unwrap_or_else(PoisonError::into_inner).insert(workspace.to_path_buf()) {
-        return;
+/// Workspaces with a background thread at work, each with whether it was asked for again
+/// while it ran.
+type Running = Arc<Mutex<HashMap<PathBuf, bool>>>;
+
+/// Run `work` on a thread named `name`, unless one runs for `workspace` in `running` already;
+/// then that thread runs `work` once more when it is done, since what it did may already be
+/// out of date for whoever asked (an index damaged after it was written, a watcher replaced
+/// after the thread saw it go).
+fn spawn_once(running: &Running, workspace: &std::path::Path, name: &str, mut work: impl FnMut() + Send + 'static) {
+    {
+        let mut running = running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(again) = running.get_mut(workspace) {
+            *again = true;
+            return;
+        }
+        running.insert(workspace.to_path_buf(), false);
     }
     let (done, key) = (Arc::clone(running), workspace.to_path_buf());
     let spawned = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
-        work();
-        done.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+        loop {
+            work();
+            let mut running = done.lock().unwrap_or_else(PoisonError::into_inner);
+            match running.get_mut(&key) {
+                Some(again) if *again => *again = false,
+                _ => {
+                    running.remove(&key);
+                    break;
+                }
+            }
+        }
     });
     if spawned.is_err() {
         running.lock().unwrap_or_else(PoisonError::into_inner).remove(workspace);
@@ -786,5 +811,41 @@ impl IndexScope {
             store.absorb_in_background(&slot, &self.workspace, root, host_paths);
         }
         Some(current.candidates(root, &query, under))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// A build asked for while one is finishing (the index it wrote was damaged before the
+    /// thread ended) is not lost: the running thread works once more. Asked for any number of
+    /// times meanwhile, it runs once more.
+    #[test]
+    fn asking_while_the_work_runs_runs_it_once_more() {
+        let running = Running::default();
+        let workspace = std::path::Path::new("/w");
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (started_sender, started_receiver) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let counted = Arc::clone(&runs);
+        spawn_once(&running, workspace, "test-work", move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            started_sender.send(()).expect("tell");
+            released.recv().expect("released");
+        });
+        started_receiver.recv().expect("the first run started");
+        for _ in 0..3 {
+            spawn_once(&running, workspace, "test-work", || panic!("a second thread ran"));
+        }
+        release.send(()).expect("release the first run");
+        started_receiver.recv().expect("the second run started");
+        release.send(()).expect("release the second run");
+        while running.lock().expect("lock").contains_key(workspace) {
+            std::thread::yield_now();
+        }
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }
