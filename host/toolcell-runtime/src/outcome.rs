@@ -130,10 +130,14 @@ pub(crate) fn distinct_messages(denials: &[Denial]) -> Vec<&str> {
     messages
 }
 
-/// Whether every refusal was of a read or a listing by the policy or the sandbox (not a
-/// budget, a lock or a stale read).
+/// Whether every refusal was of a read or a listing by the policy or the sandbox, or of one
+/// through a handle whose file or directory was moved or removed since it was opened (a walk
+/// that met a tree changing under it); not a budget, a lock or a stale read.
 pub(crate) fn only_reads_refused(denials: &[Denial]) -> bool {
-    denials.iter().all(|denial| matches!(denial.event.access, Access::Read | Access::List) && denial.kind == ToolErrorKind::Denied)
+    denials.iter().all(|denial| {
+        matches!(denial.event.access, Access::Read | Access::List)
+            && (denial.kind == ToolErrorKind::Denied || denial.event.rule == crate::guard::DESCRIPTOR_MOVED)
+    })
 }
 
 /// The result of a call in which the guard refused something: the refusals, whatever the

@@ -78,6 +78,10 @@ pub struct FsEvent {
     pub asked: bool,
 }
 
+/// The rule of a refusal to act through a handle whose object was moved or replaced since it
+/// was opened.
+pub(crate) const DESCRIPTOR_MOVED: &str = "descriptor-moved";
+
 /// A refusal, with the message the agent sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Denial {
