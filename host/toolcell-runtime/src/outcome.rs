@@ -136,7 +136,7 @@ pub(crate) fn distinct_messages(denials: &[Denial]) -> Vec<&str> {
 pub(crate) fn only_reads_refused(denials: &[Denial]) -> bool {
     denials.iter().all(|denial| {
         matches!(denial.event.access, Access::Read | Access::List)
-            && (denial.kind == ToolErrorKind::Denied || denial.event.rule == crate::guard::DESCRIPTOR_MOVED)
+            && (denial.kind == ToolErrorKind::Denied || denial.event.rule == guard::DESCRIPTOR_MOVED)
     })
 }
 

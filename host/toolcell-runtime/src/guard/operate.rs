@@ -104,7 +104,7 @@ impl GuardedFilesystem<'_> {
             "`{}` was moved or replaced since it was opened, so nothing was done through the old handle; open it again where it is now",
             escape_control(&path)
         );
-        Err(self.guard.refuse_rule(operation, &path, access, super::DESCRIPTOR_MOVED, message, ToolErrorKind::Conflict))
+        Err(self.guard.refuse_rule(operation, &path, access, DESCRIPTOR_MOVED, message, ToolErrorKind::Conflict))
     }
 
     /// Refuse a write to the existing file `path` that the filesystem would refuse (its mode,
