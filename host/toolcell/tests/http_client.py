@@ -88,9 +88,9 @@ async def raw_checks(url, token):
         big = {**initialize, "params": {**initialize["params"], "padding": "x" * (5 * 1024 * 1024)}}
         response = await client.post(url, headers=bearer, json=big)
         seen["too_large"] = {"status": response.status_code}
-    # A long call (a scan of thousands of files: the pattern has nothing the index could look
-    # up) with a progress token: the response stream carries progress notifications before the
-    # result.
+    # A call with a progress token: whatever progress it reports comes on its own stream, before
+    # the result. (Whether a scan lasts long enough to report any depends on the machine; the
+    # cancel scenario's call, which runs for seconds, must.)
     client, headers, _ = await raw_session(url, token)
     response = await client.post(url, headers=headers, json={
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
@@ -177,10 +177,18 @@ async def cancel(url, impl_token, review_token):
     client, headers, session_id = await raw_session(url, impl_token)
     started = time.monotonic()
 
+    # What the call's own stream carries (it asked for progress), kept line by line so that
+    # what came before the stream ended is there however it ends.
+    streamed = []
+
     async def long_call():
-        return await client.post(url, headers=headers, json={
-            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "misbehave", "arguments": {"action": "write_then_spin", "path": "spun.txt", "text": "half done"}}})
+        async with client.stream("POST", url, headers=headers, json={
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "misbehave", "arguments": {"action": "write_then_spin", "path": "spun.txt", "text": "half done"},
+                           "_meta": {"progressToken": "p-spin"}}}) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: ") and line[6:].strip():
+                    streamed.append(json.loads(line[6:]))
 
     running = asyncio.ensure_future(long_call())
     # Time for the call to reach the component and write, on a loaded machine too.
@@ -198,7 +206,9 @@ async def cancel(url, impl_token, review_token):
     seconds = time.monotonic() - started
     after = await call(client, headers, url, "read_file", {"path": "notes.txt"}, id=2)
     await client.aclose()
-    return {"cancel_status": cancelled.status_code, "seconds": seconds, "running_error": running_error, "after": after}
+    progress = [message["params"]["progressToken"] for message in streamed if message.get("method") == "notifications/progress"]
+    return {"cancel_status": cancelled.status_code, "seconds": seconds, "running_error": running_error, "after": after,
+            "progress_tokens": progress}
 
 
 def main():
