@@ -28,7 +28,7 @@ use crate::state::{CallContext, CallState, CapturePipe};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::outcome::{convert_error, convert_output, denied_result, distinct_messages, new_call_id, only_reads_refused};
+use crate::outcome::{convert_error, convert_output, denied_result, new_call_id, only_reads_refused, refusal_warnings};
 use crate::*;
 
 /// Bytes of stdout and of stderr kept per call; the rest is counted and dropped.
@@ -246,9 +246,7 @@ impl Runtime {
                 // A read-only tool that handled the refusal of some reads (a multi-file read, a
                 // search) keeps its result; the host states the refusals itself, so the agent
                 // learns of them whatever the component made of them.
-                for message in distinct_messages(&outcome.denials) {
-                    guard.warnings.push(format!("Refused by the host: {message}"));
-                }
+                guard.warnings.extend(refusal_warnings(&outcome.denials));
             } else if guard.flooded().is_none() {
                 outcome.result = Err(denied_result(&outcome.denials, &outcome.result));
             }

@@ -130,6 +130,18 @@ pub(crate) fn distinct_messages(denials: &[Denial]) -> Vec<&str> {
     messages
 }
 
+/// The warnings a read-only tool's kept result carries for the reads the host refused: each
+/// refusal once, the first [`MAX_LISTED_DENIALS`] of them, then how many more there were.
+pub(crate) fn refusal_warnings(denials: &[Denial]) -> Vec<String> {
+    let messages = distinct_messages(denials);
+    let mut warnings: Vec<String> =
+        messages.iter().take(MAX_LISTED_DENIALS).map(|message| format!("Refused by the host: {message}")).collect();
+    if messages.len() > MAX_LISTED_DENIALS {
+        warnings.push(format!("Refused by the host: {} more (each is on the audit trail)", messages.len() - MAX_LISTED_DENIALS));
+    }
+    warnings
+}
+
 /// Whether every refusal was of a read or a listing by the policy or the sandbox, or of one
 /// through a handle whose file or directory was moved or removed since it was opened (a walk
 /// that met a tree changing under it); not a budget, a lock or a stale read.

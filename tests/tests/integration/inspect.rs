@@ -169,4 +169,18 @@ fn read_many_keeps_the_readable_files_and_the_host_names_each_refusal() {
     assert!(output.text.contains("Refused by the host:"), "{}", output.text);
     assert!(outcome.denials.iter().any(|denial| denial.event.rule == "secrets-hidden"));
     fixture.assert_no_host_path(&output.text);
+
+    // Many refusals: the first five are named, then how many more (all are audited).
+    let mut paths = vec!["src/lib.rs".to_owned()];
+    for number in 0..8 {
+        fixture.write(&format!("secrets/k{number}.pem"), "PRIVATE KEY\n");
+        paths.push(format!("secrets/k{number}.pem"));
+    }
+    let outcome = fixture.call_on(governed_runtime(), "impl", "read_many", &json!({"paths": paths}), None);
+    let output = outcome.result.expect("kept");
+    assert_eq!(outcome.denials.len(), 8, "{:?}", outcome.denials);
+    assert_eq!(outcome.warnings.len(), 6, "{:?}", outcome.warnings);
+    assert!(outcome.warnings[..5].iter().all(|warning| warning.contains("secrets-hidden")), "{:?}", outcome.warnings);
+    assert_eq!(outcome.warnings[5], "Refused by the host: 3 more (each is on the audit trail)");
+    assert!(output.text.contains("3 more (each is on the audit trail)"), "{}", output.text);
 }
