@@ -234,7 +234,11 @@ fn a_split_scan_misses_no_file_while_the_tree_changes_under_it() {
     while attempt < 25 || (met_removals == 0 && attempt < 300) {
         attempt += 1;
         let outcome = fixture.call_as(&split, "s-churn", None, &[], "search_files", &json!({"query": "needle", "max_results": 1000}));
-        met_removals += outcome.warnings.iter().filter(|warning| warning.contains("was moved or replaced since it was opened")).count();
+        met_removals += outcome
+            .warnings
+            .iter()
+            .filter(|warning| warning.contains("was moved, replaced or removed since it was opened, so it was not listed"))
+            .count();
         let structured = outcome.result.expect("searched").structured.expect("structured");
         let found: Vec<String> =
             structured["files"].as_array().expect("files").iter().map(|file| file.as_str().expect("a path").to_owned()).collect();
