@@ -646,7 +646,7 @@ impl IndexStore {
         };
         let (skip, path) = (skip.to_vec(), self.path_for(root_path));
         spawn_once(&self.building, root_path, "toolcell-index", move || {
-            if std::fs::read(&path).is_ok_and(|bytes| Index::from_bytes(&bytes).is_ok()) {
+            if read_index(&path).is_some() {
                 return;
             }
             // Behind the calls it serves: on Linux a thread's nice value is its own (who = 0
@@ -656,6 +656,11 @@ impl IndexStore {
             let _ = build_into(&root, &skip, &path);
         });
     }
+}
+
+/// The index file at `path`, if it is there and passes its checks.
+fn read_index(path: &std::path::Path) -> Option<Index> {
+    Index::from_bytes(&std::fs::read(path).ok()?).ok()
 }
 
 /// Workspaces with a background thread at work, each with whether it was asked for again
@@ -787,7 +792,7 @@ impl IndexScope {
         let file = std::fs::metadata(&path).ok().and_then(|metadata| Some((metadata.modified().ok()?, metadata.len())));
         let usable = match (file, live.as_ref()) {
             (Some(file), Some(current)) if current.file == file => true,
-            (Some(file), _) => match std::fs::read(&path).ok().and_then(|bytes| Index::from_bytes(&bytes).ok()) {
+            (Some(file), _) => match read_index(&path) {
                 Some(index) => {
                     *live = Some(Live::new(file, Arc::new(index)));
                     true
