@@ -100,17 +100,12 @@ impl GuardedFilesystem<'_> {
         if same {
             return Ok(path);
         }
-        let message = if access == Access::List {
-            format!(
-                "`{}` was moved, replaced or removed since it was opened, so it was not listed; list it again where it is now, if it still exists",
-                escape_control(&path)
-            )
+        let (change, consequence) = if access == Access::List {
+            ("moved, replaced or removed", "so it was not listed; list it again where it is now, if it still exists")
         } else {
-            format!(
-                "`{}` was moved or replaced since it was opened, so nothing was done through the old handle; open it again where it is now",
-                escape_control(&path)
-            )
+            ("moved or replaced", "so nothing was done through the old handle; open it again where it is now")
         };
+        let message = format!("`{}` was {change} since it was opened, {consequence}", escape_control(&path));
         Err(self.guard.refuse_rule(operation, &path, access, DESCRIPTOR_MOVED, message, ToolErrorKind::Conflict))
     }
 
