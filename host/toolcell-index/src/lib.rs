@@ -169,8 +169,11 @@ impl IndexBuilder {
     /// The finished index: trigrams sorted, each with its files' ids in order.
     pub fn build(self) -> Index {
         let dense_trigram = |at: usize| {
-            let byte = |code: usize| u32::from(DENSE_BYTE_OF[code]);
-            (byte(at / (DENSE_BYTES * DENSE_BYTES)) << 16) | (byte(at / DENSE_BYTES % DENSE_BYTES) << 8) | byte(at % DENSE_BYTES)
+            trigram(&[
+                DENSE_BYTE_OF[at / (DENSE_BYTES * DENSE_BYTES)],
+                DENSE_BYTE_OF[at / DENSE_BYTES % DENSE_BYTES],
+                DENSE_BYTE_OF[at % DENSE_BYTES],
+            ])
         };
         let mut trigrams: Vec<(Trigram, Vec<u32>)> = self.sparse.into_iter().collect();
         trigrams.extend(self.dense.into_iter().enumerate().filter(|(_, ids)| !ids.is_empty()).map(|(at, ids)| (dense_trigram(at), ids)));
