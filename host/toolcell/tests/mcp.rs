@@ -350,6 +350,14 @@ fn run_http_client(args: &[&str]) -> serde_json::Value {
 }
 
 /// The audit records of the trail in `state`.
+/// Wait until `done` holds, or `limit` has passed (what the caller checks next then fails).
+fn wait_until(limit: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() && started.elapsed() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn audit_records(state: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(state.join("audit.jsonl")).expect("audit trail");
     text.lines().map(|line| serde_json::from_str(line).expect("record")).collect()
@@ -540,17 +548,10 @@ fn a_call_the_client_cancels_is_stopped_and_rolled_back() {
     let progress = report["progress_tokens"].as_array().expect("progress tokens");
     assert!(!progress.is_empty() && progress.iter().all(|token| token == "p-spin"), "{report}");
     // The host writes the call's record once the stopped call is rolled back.
-    let started = std::time::Instant::now();
-    let records = loop {
-        let records = audit_records(&temp.path().join("state"));
-        if records.iter().any(|record| record["kind"] == "call" && record["tool"] == "misbehave")
-            || started.elapsed() > std::time::Duration::from_secs(30)
-        {
-            break records;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    let cancelled = records.iter().find(|record| record["kind"] == "call" && record["tool"] == "misbehave").expect("the call's record");
+    let is_the_call = |record: &serde_json::Value| record["kind"] == "call" && record["tool"] == "misbehave";
+    wait_until(std::time::Duration::from_secs(30), || audit_records(&temp.path().join("state")).iter().any(is_the_call));
+    let records = audit_records(&temp.path().join("state"));
+    let cancelled = records.iter().find(|record| is_the_call(record)).expect("the call's record");
     assert!(cancelled["message"].as_str().expect("message").contains("cancelled by the client"), "{cancelled}");
     assert_eq!(cancelled["outcome"], "trapped", "{cancelled}");
     // The write did happen before the cancellation (and was then undone).
@@ -607,12 +608,7 @@ fn a_service_killed_under_load_restarts_with_whole_files_and_a_verified_trail() 
         }
         // Kill the service mid-load (SIGKILL: no chance to clean up), once the load is under
         // way however slowly the machine started it.
-        let started = std::time::Instant::now();
-        while acknowledged.load(std::sync::atomic::Ordering::Relaxed) < 2 * CLIENTS
-            && started.elapsed() < std::time::Duration::from_secs(60)
-        {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        wait_until(std::time::Duration::from_secs(60), || acknowledged.load(std::sync::atomic::Ordering::Relaxed) >= 2 * CLIENTS);
         std::thread::sleep(std::time::Duration::from_millis(500));
         served.child.kill().expect("kill the service");
     });
