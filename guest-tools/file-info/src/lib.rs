@@ -66,8 +66,7 @@ impl Tool for FileInfo {
             let target = std::fs::read_link(path.as_str()).map_err(|error| path.io_error(error))?;
             let target = target.to_string_lossy().into_owned();
             let directory = path.parent().unwrap_or_else(WorkspacePath::root);
-            let joined =
-                if target.starts_with('/') { None } else { WorkspacePath::parse(&format!("{}/{target}", directory.as_str())).ok() };
+            let joined = resolve_link(directory.as_str(), &target).and_then(|resolved| WorkspacePath::parse(&resolved).ok());
             info["target"] = json!(target);
             match joined {
                 // Only a target that stays inside is looked at (the host judges it again).
@@ -85,6 +84,50 @@ impl Tool for FileInfo {
         let text = render(&info);
         Ok(Output::text(text).with_structured(info))
     }
+}
+
+/// Symlinks followed while resolving a link's target before it counts as a loop.
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// Where `target`, the target of a symlink in the workspace directory `directory`, leads, as
+/// the kernel resolves it: component by component from the link's directory, through every
+/// symlink on the way (so `..` after a link to a directory goes up from where the link leads,
+/// not from the link). `None` if it leaves the workspace or loops.
+fn resolve_link(directory: &str, target: &str) -> Option<String> {
+    if target.starts_with('/') {
+        return None;
+    }
+    let mut resolved: Vec<String> = directory.split('/').filter(|part| !part.is_empty() && *part != ".").map(str::to_owned).collect();
+    let mut pending: std::collections::VecDeque<String> = target.split('/').map(str::to_owned).collect();
+    let mut hops = 0;
+    while let Some(component) = pending.pop_front() {
+        match component.as_str() {
+            "" | "." => continue,
+            ".." => {
+                resolved.pop()?;
+                continue;
+            }
+            _ => resolved.push(component),
+        }
+        let joined = resolved.join("/");
+        let is_link = std::fs::symlink_metadata(&joined).is_ok_and(|metadata| metadata.file_type().is_symlink());
+        if !is_link {
+            continue;
+        }
+        hops += 1;
+        if hops > MAX_SYMLINK_HOPS {
+            return None;
+        }
+        let next = std::fs::read_link(&joined).ok()?.to_string_lossy().into_owned();
+        if next.starts_with('/') {
+            return None;
+        }
+        resolved.pop();
+        for (index, part) in next.split('/').enumerate() {
+            pending.insert(index, part.to_owned());
+        }
+    }
+    Some(if resolved.is_empty() { ".".to_owned() } else { resolved.join("/") })
 }
 
 /// The JSON description of `path` from its (not followed) metadata.

@@ -42,6 +42,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use toolcell_policy::PathGlob;
+use toolcell_types::escape_control;
 
 /// Lapsed locks remembered, so that a stale token is refused with what it covered.
 const MAX_LAPSED: usize = 1024;
@@ -119,9 +120,9 @@ impl fmt::Display for Lock {
         write!(
             formatter,
             "`{}` is locked by `{}` (session {}, {}) until {}",
-            self.pattern,
-            self.owner,
-            self.session,
+            escape_control(&self.pattern),
+            escape_control(&self.owner),
+            escape_control(&self.session),
             self.mode.as_str(),
             self.expires_at()
         )
@@ -215,19 +216,19 @@ impl Refusal {
         match self {
             Refusal::Locked(lock) => format!(
                 "`{path}` is locked by `{}` (session {}) until {}: wait for the lock to be released or to expire, or work on another file",
-                lock.owner,
-                lock.session,
+                escape_control(&lock.owner),
+                escape_control(&lock.session),
                 lock.expires_at()
             ),
             Refusal::Fenced { fence, lapsed: Some(lapsed) } => format!(
-                "`{path}` is covered by your lock `{}` (token {fence}), which {} at {}: acquire the lock again before writing",
-                lapsed.lock.pattern,
+                "`{path}` is covered by your lock `{}` (token {fence}), which {}: acquire the lock again before writing",
+                escape_control(&lapsed.lock.pattern),
+                // The table keeps when a lease was to end, not when it was released.
                 match lapsed.lapse {
-                    Lapse::Released => "was released",
-                    Lapse::Reclaimed => "expired and was reclaimed by another holder",
-                    Lapse::Expired => "expired",
-                },
-                lapsed.lock.expires_at()
+                    Lapse::Released => "was released".to_owned(),
+                    Lapse::Reclaimed => format!("expired at {} and was reclaimed by another holder", lapsed.lock.expires_at()),
+                    Lapse::Expired => format!("expired at {}", lapsed.lock.expires_at()),
+                }
             ),
             Refusal::Fenced { fence, lapsed: None } => format!(
                 "lock token {fence} is not live (it lapsed long ago or never existed), so this call may not write `{path}`: acquire the lock again"
@@ -293,6 +294,12 @@ impl LockTable {
         }
         if request.ttl.is_zero() || request.ttl > MAX_TTL {
             return Err(LockError::Ttl(request.ttl));
+        }
+        if request.pattern.chars().chain(request.session.chars()).any(char::is_control) {
+            return Err(LockError::Pattern {
+                pattern: request.pattern.escape_default().to_string(),
+                reason: "a pattern or session with a control character (newline, escape) would forge lines wherever the lock is shown; name one without".to_owned(),
+            });
         }
         if request.pattern != "." {
             PathGlob::new(&request.pattern)

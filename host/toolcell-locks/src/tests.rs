@@ -148,10 +148,12 @@ fn ending_a_session_releases_its_locks_and_only_its_locks() {
     let released = table.release_session("s-A");
     assert_eq!(released.iter().map(|lock| lock.fence).collect::<Vec<_>>(), [ended.fence, chain.fence]);
     assert!(table.check_write("src/a.rs", "B", &[], 1).is_ok(), "the session's lock no longer blocks others");
-    assert!(matches!(
-        table.check_write("src/a.rs", "A", &[ended.fence], 1),
-        Err(Refusal::Fenced { lapsed: Some(Lapsed { lapse: Lapse::Released, .. }), .. })
-    ));
+    let refusal = table.check_write("src/a.rs", "A", &[ended.fence], 1);
+    assert!(matches!(refusal, Err(Refusal::Fenced { lapsed: Some(Lapsed { lapse: Lapse::Released, .. }), .. })));
+    // A release is not dated by the lease's end, which had not come.
+    let message = refusal.expect_err("fenced").message("src/a.rs");
+    assert!(message.contains("which was released: acquire"), "{message}");
+    assert!(!message.contains(&ended.expires_at()), "{message}");
     assert!(matches!(table.check_write("docs/x.md", "A", &[], 1), Err(Refusal::Locked(lock)) if lock.fence == other.fence));
     assert!(table.release_session("s-A").is_empty());
 }

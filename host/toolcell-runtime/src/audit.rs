@@ -82,8 +82,11 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] if the directory cannot be created.
     pub fn open(state_dir: &Path) -> Result<Self, Error> {
-        std::fs::create_dir_all(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
+        crate::storage::create_private_dirs(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
         let directory = std::fs::canonicalize(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
+        // Whoever else can write here could plant journals the next start replays, or forge
+        // the trail.
+        crate::storage::check_private(&directory, 0o022, "the state directory")?;
         let path = directory.join(AUDIT_FILE);
         Ok(AuditLog { directory, path, appender: Mutex::new(None), shared: None })
     }
@@ -188,7 +191,7 @@ impl AuditLog {
                     lines.push_str(&serde_json::to_string(record).map_err(std::io::Error::other)?);
                     lines.push('\n');
                 }
-                let spool = OpenOptions::new().create(true).append(true).open(self.directory.join(AUDIT_SPOOL_FILE))?;
+                let spool = crate::storage::private_file().create(true).append(true).open(self.directory.join(AUDIT_SPOOL_FILE))?;
                 spool.lock()?;
                 let written = (&spool).write_all(lines.as_bytes()).and_then(|()| spool.sync_data());
                 let unlocked = spool.unlock();
@@ -230,8 +233,9 @@ impl AuditLog {
 
     fn append_locked(&self, appender: &mut Option<Appender>, records: &[Record]) -> std::io::Result<()> {
         if appender.is_none() {
-            let file = OpenOptions::new().read(true).append(true).create(true).open(&self.path)?;
-            let head = OpenOptions::new().write(true).create(true).truncate(false).open(self.directory.join(AUDIT_HEAD_FILE))?;
+            let file = crate::storage::private_file().read(true).append(true).create(true).open(&self.path)?;
+            let head =
+                crate::storage::private_file().write(true).create(true).truncate(false).open(self.directory.join(AUDIT_HEAD_FILE))?;
             *appender = Some(Appender { file, head, link: Link::GENESIS, length: u64::MAX });
         }
         let Some(appender) = appender.as_mut() else {

@@ -238,7 +238,7 @@ impl RuntimeBuilder {
         let policy_text = match self.policy.take() {
             Some(PolicySource::Text { file, text }) => Some((file, text)),
             Some(PolicySource::File(path)) => {
-                host_owned.push(HostOwned { path: canonical_lenient(&path), is_directory: false, hidden: false });
+                host_owned.push(HostOwned { path: canonical_lenient(&path), is_directory: false });
                 let text = std::fs::read_to_string(&path).map_err(|source| Error::PolicyFile { path: path.clone(), source })?;
                 // Named by its file name alone: the name reaches agents in refusals, and a
                 // host path must not.
@@ -261,11 +261,6 @@ impl RuntimeBuilder {
         let cache = self.cache_dir.as_deref().map(engine::ComponentCache::open).transpose()?;
         if let Some(directory) = &self.cache_dir {
             host_owned.push(HostOwned::directory(directory));
-            host_owned.push(HostOwned {
-                path: canonical_lenient(&directory.join(engine::CACHE_KEY_FILE)),
-                is_directory: false,
-                hidden: true,
-            });
         }
         let mut warnings = Vec::new();
         let mut tools: BTreeMap<String, LoadedTool> = BTreeMap::new();
@@ -365,27 +360,13 @@ impl RuntimeBuilder {
             // the temporary directory, which a workspace may contain).
             host_owned.push(HostOwned::directory(work.path()));
         }
-        // Calls a crash interrupted are undone before anything else runs.
-        let recovered = journal::recover(&work.journals());
-        let journal = journal::JournalFile::create(&work.journals()).map_err(|source| Error::State { path: work.journals(), source })?;
-        if let Some(log) = &audit {
-            let records: Vec<_> = recovered
-                .iter()
-                .map(|recovery| {
-                    toolcell_audit::Record::recovery(
-                        &guard::now(),
-                        &recovery.session,
-                        &recovery.call_id,
-                        recovery.steps as u64,
-                        recovery.error.as_deref(),
-                    )
-                    .at(&recovery.workspace.display().to_string(), None)
-                })
-                .collect();
-            if !records.is_empty() {
-                log.append(&records).map_err(|source| Error::Audit { path: log.path().to_path_buf(), source })?;
-            }
-        }
+        // Journals are authenticated with the state directory's key; calls a crash interrupted
+        // are undone workspace by workspace, when a call first opens each
+        // (`Runtime::recover`).
+        let key_path = work.path().join(storage::STATE_KEY_FILE);
+        let journal_key = engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?;
+        let journal =
+            journal::JournalFile::create(&work.journals(), journal_key).map_err(|source| Error::State { path: work.journals(), source })?;
         let locks = Arc::new(match (&self.shared_store, &state_dir) {
             (Some((backend, _)), _) => LockStore::shared(Arc::clone(backend)),
             (None, Some(directory)) => LockStore::in_directory(directory),
@@ -416,7 +397,8 @@ impl RuntimeBuilder {
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |cores| u32::try_from(cores.get()).unwrap_or(1)).min(8)),
             workflow,
             bound_roles: std::sync::Mutex::default(),
-            recovered,
+            journal_key,
+            recovered: std::sync::Mutex::default(),
             journal,
             _work: work,
             _ticker: ticker,
@@ -519,19 +501,18 @@ fn load_all<T: Send>(components: &[ComponentSource], load: impl Fn(&ComponentSou
     ordered
 }
 
-/// A location the host reads and trusts.
+/// A location the host reads and trusts: hidden from every tool (not readable, listable,
+/// searchable or statable, let alone writable), whatever the policy says.
 #[derive(Debug)]
 pub(crate) struct HostOwned {
     /// Canonical (as far as it exists).
     pub(crate) path: PathBuf,
     pub(crate) is_directory: bool,
-    /// Hidden from tools altogether, reads included (a secret), not only kept unchanged.
-    pub(crate) hidden: bool,
 }
 
 impl HostOwned {
     pub(crate) fn directory(path: &Path) -> Self {
-        HostOwned { path: canonical_lenient(path), is_directory: true, hidden: false }
+        HostOwned { path: canonical_lenient(path), is_directory: true }
     }
 }
 
@@ -571,7 +552,7 @@ fn read_plugins(directory: &Path) -> Result<Vec<(String, Vec<u8>)>, Error> {
         Err(source) => return Err(Error::Plugins { path: directory.to_path_buf(), source }),
     };
     // Whoever can write the directory chooses the code toolcell runs.
-    engine::check_private(directory, 0o022, "the plugin directory")?;
+    storage::check_private(directory, 0o022, "the plugin directory")?;
     let mut paths: Vec<PathBuf> =
         entries.map(|entry| entry.map(|entry| entry.path())).collect::<Result<_, _>>().map_err(error(directory))?;
     paths.retain(|path| path.extension().is_some_and(|extension| extension == "wasm"));

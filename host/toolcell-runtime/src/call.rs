@@ -44,6 +44,8 @@ impl Runtime {
     /// in [`CallOutcome::result`].
     pub fn call(&self, request: &CallRequest<'_>) -> Result<CallOutcome, Error> {
         let started = Instant::now();
+        // Calls a crash left open in this workspace are rolled back before any other runs.
+        self.recover(request.workspace);
         // `chain:status` is `chain_status`: the call runs, and is audited, under the tool's name.
         let aliased;
         let request = match self.canonical_tool(request.tool) {
@@ -616,14 +618,15 @@ impl Runtime {
         outcome.result.map(drop).map_err(|error| error.message)
     }
 
-    /// The host-owned locations inside `workspace`, workspace-relative, each with whether the
-    /// guard hides it altogether (the cache key) or only refuses to change it.
+    /// The host-owned locations inside `workspace`, workspace-relative: the guard hides them
+    /// from every tool (what toolcell keeps there copies guarded data: undo records, indexes,
+    /// the audit trail).
     ///
     /// # Errors
     ///
     /// [`Error::Insecure`] if the workspace lies inside a host-owned directory: every write a
     /// tool made would then be a write to the host's own state.
-    pub(crate) fn host_paths_inside(&self, workspace: &Workspace) -> Result<Vec<(String, bool)>, Error> {
+    pub(crate) fn host_paths_inside(&self, workspace: &Workspace) -> Result<Vec<String>, Error> {
         let mut inside = Vec::new();
         for owned in &self.host_owned {
             if owned.is_directory && workspace.root().starts_with(&owned.path) {
@@ -636,7 +639,7 @@ impl Runtime {
                 });
             }
             if let Ok(relative) = owned.path.strip_prefix(workspace.root()) {
-                inside.push((relative.to_string_lossy().into_owned(), owned.hidden));
+                inside.push(relative.to_string_lossy().into_owned());
             }
         }
         Ok(inside)

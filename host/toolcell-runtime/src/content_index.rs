@@ -75,7 +75,7 @@ impl Runtime {
 
     /// The host's own paths inside `workspace`, which are never indexed.
     pub(crate) fn never_indexed(&self, workspace: &Workspace) -> Result<Vec<String>, Error> {
-        Ok(self.host_paths_inside(workspace)?.into_iter().map(|(path, _)| path).collect())
+        self.host_paths_inside(workspace)
     }
 
     /// Build the content index of `workspace` from its text files and keep it in the state
@@ -100,7 +100,7 @@ impl Runtime {
     /// [`Error::State`] if the index file exists but cannot be read.
     pub fn index_status(&self, workspace: &Workspace) -> Result<IndexStatus, Error> {
         let path = self.index_path(workspace);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match crate::storage::read_host_file(&path) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(IndexStatus::Absent),
             Err(source) => return Err(Error::State { path, source }),
@@ -255,7 +255,7 @@ fn build_into(root: &cap_std::fs::Dir, skip: &[String], path: &std::path::Path) 
     let index = builder.build();
     let bytes = index.to_bytes();
     if let Some(directory) = path.parent() {
-        std::fs::create_dir_all(directory)?;
+        crate::storage::create_private_dirs(directory)?;
     }
     crate::storage::replace_bytes(path, &bytes, false)?;
     Ok((index, bytes.len()))
@@ -660,7 +660,7 @@ impl IndexStore {
 
 /// The index file at `path`, if it is there and passes its checks.
 fn read_index(path: &std::path::Path) -> Option<Index> {
-    Index::from_bytes(&std::fs::read(path).ok()?).ok()
+    Index::from_bytes(&crate::storage::read_host_file(path).ok()?).ok()
 }
 
 /// Workspaces with a background thread at work, each with whether it was asked for again
@@ -789,7 +789,7 @@ impl IndexScope {
         let slot = store.slot(&self.workspace);
         let mut live = slot.lock().unwrap_or_else(PoisonError::into_inner);
         let path = store.path_for(&self.workspace);
-        let file = std::fs::metadata(&path).ok().and_then(|metadata| Some((metadata.modified().ok()?, metadata.len())));
+        let file = std::fs::symlink_metadata(&path).ok().and_then(|metadata| Some((metadata.modified().ok()?, metadata.len())));
         let usable = match (file, live.as_ref()) {
             (Some(file), Some(current)) if current.file == file => true,
             (Some(file), _) => match read_index(&path) {

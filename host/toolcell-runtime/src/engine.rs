@@ -83,7 +83,7 @@ pub(crate) struct ComponentCache {
 
 /// The cache key's file name in the cache directory.
 pub(crate) const CACHE_KEY_FILE: &str = "cache.key";
-const KEY_BYTES: usize = 32;
+pub(crate) const KEY_BYTES: usize = 32;
 /// What every artifact file starts with; the tag follows, then the serialized component.
 const ARTIFACT_MAGIC: &[u8; 8] = b"TCCWASM1";
 const TAG_BYTES: usize = 32;
@@ -100,8 +100,9 @@ impl ComponentCache {
     pub(crate) fn open(directory: &Path) -> Result<Self, Error> {
         let cache_error = |source| Error::Cache { path: directory.to_path_buf(), source };
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(directory).map_err(cache_error)?;
-        check_private(directory, 0o022, "the compiled-component cache")?;
-        let key = load_or_create_key(&directory.join(CACHE_KEY_FILE))?;
+        crate::storage::check_private(directory, 0o022, "the compiled-component cache")?;
+        let key_path = directory.join(CACHE_KEY_FILE);
+        let key = load_or_create_key(&key_path, "the cache key", |source| Error::Cache { path: key_path.clone(), source })?;
         Ok(ComponentCache { directory: directory.to_path_buf(), key })
     }
 
@@ -196,36 +197,15 @@ impl ComponentCache {
     }
 }
 
-/// Refuse `path` if it belongs to another user or if any permission bit in `forbidden` is set
-/// (`0o022`: writable by group or others; `0o077`: any access by them).
-pub(crate) fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(), Error> {
-    use std::os::unix::fs::MetadataExt as _;
-    let insecure = |reason: String| Error::Insecure { path: path.to_path_buf(), reason };
-    let metadata = std::fs::metadata(path).map_err(|source| insecure(format!("{what} cannot be examined ({source})")))?;
-    let user = rustix::process::geteuid().as_raw();
-    if metadata.uid() != user {
-        return Err(insecure(format!(
-            "{what} belongs to user {}, not to the user running toolcell ({user}); use a directory of your own",
-            metadata.uid()
-        )));
-    }
-    let mode = metadata.mode() & 0o777;
-    if mode & forbidden != 0 {
-        return Err(insecure(format!(
-            "{what} has mode {mode:03o}, so other users could change what toolcell loads; run `chmod go-rwx` on it"
-        )));
-    }
-    Ok(())
-}
-
-/// The installation's cache key: read (it must be 32 bytes, this user's, mode 0600 or
-/// stricter), or made from the OS's random source if it does not exist yet. A new key is
-/// written whole to a file of its own and then linked into place, so that another process
-/// starting at the same moment never reads a key half written: exactly one key wins.
-fn load_or_create_key(path: &Path) -> Result<[u8; KEY_BYTES], Error> {
+/// A host key (the cache's, the state directory's): read (it must be 32 bytes, this user's,
+/// mode 0600 or stricter), or made from the OS's random source if it does not exist yet. A new
+/// key is written whole to a file of its own and then linked into place, so that another
+/// process starting at the same moment never reads a key half written: exactly one key wins.
+/// `what` names it in messages; `io_error` says which part failed.
+pub(crate) fn load_or_create_key(path: &Path, what: &str, io_error: impl Fn(std::io::Error) -> Error) -> Result<[u8; KEY_BYTES], Error> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let cache_error = |source| Error::Cache { path: path.to_path_buf(), source };
+    let cache_error = io_error;
     let mut key = [0u8; KEY_BYTES];
     if std::fs::symlink_metadata(path).is_err() {
         let mut filled = 0;
@@ -248,12 +228,12 @@ fn load_or_create_key(path: &Path) -> Result<[u8; KEY_BYTES], Error> {
             Err(error) => return Err(cache_error(error)),
         }
     }
-    check_private(path, 0o077, "the cache key")?;
+    crate::storage::check_private(path, 0o077, what)?;
     let bytes = std::fs::read(path).map_err(cache_error)?;
     key = bytes.as_slice().try_into().map_err(|_| Error::Insecure {
         path: path.to_path_buf(),
         reason: format!(
-            "the cache key holds {} bytes instead of {KEY_BYTES}; remove it (and the cached components) to make a new one",
+            "{what} holds {} bytes instead of {KEY_BYTES}; remove it to make a new one (what it signed is then no longer trusted)",
             bytes.len()
         ),
     })?;
@@ -355,7 +335,14 @@ mod tests {
             let cache = tempfile::tempdir().expect("cache");
             let path = cache.path().join(CACHE_KEY_FILE);
             let keys: Vec<[u8; KEY_BYTES]> = std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..8).map(|_| scope.spawn(|| load_or_create_key(&path).expect("a whole key"))).collect();
+                let handles: Vec<_> = (0..8)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            load_or_create_key(&path, "the cache key", |source| Error::Cache { path: path.clone(), source })
+                                .expect("a whole key")
+                        })
+                    })
+                    .collect();
                 handles.into_iter().map(|handle| handle.join().expect("thread")).collect()
             });
             assert!(keys.windows(2).all(|pair| pair[0] == pair[1]), "every starter reads the key that won");

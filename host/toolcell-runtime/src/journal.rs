@@ -12,38 +12,35 @@
 //! renamed over the file, so a call whose only change is one such rewrite never waits for its
 //! journal to reach the disk.
 //!
-//! A journal file that nobody holds locked belongs to a runtime that died; the next runtime
-//! that starts on the state directory rolls back every call in it that has no last line
-//! ([`recover`]), then removes it. Rolling back replays a call's steps in reverse, each
+//! Every line carries an HMAC under the state directory's key (`state.key`, mode 0600), so a
+//! journal that this installation did not write is never replayed.
+//!
+//! A journal file that nobody holds locked belongs to a runtime that died; a runtime that
+//! opens a workspace rolls back every call of that workspace in it that has no last line
+//! ([`recovery`](crate::recovery)), then removes what it replayed. Rolling back replays a call's steps in reverse, each
 //! restoring its path to the state it had just before its mutation: a removed file is rewritten
 //! (temporary file, sync, rename, mode kept), a created file or directory is removed, a moved
 //! directory is moved back. Replaying is idempotent, so a rollback interrupted by a crash is
 //! simply replayed again.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cap_std::fs::{Dir, PermissionsExt};
+use hmac::Mac as _;
 use serde::{Deserialize, Serialize};
 
-/// The manifest's file name in a journal directory of the earlier layout (one directory per
-/// call), still recovered after an upgrade.
-const MANIFEST: &str = "manifest.jsonl";
 /// A journal file's extension, and its blob directory's.
-const JOURNAL_EXTENSION: &str = "jsonl";
-const BLOBS_EXTENSION: &str = "blobs";
+pub(crate) const JOURNAL_EXTENSION: &str = "jsonl";
+pub(crate) const BLOBS_EXTENSION: &str = "blobs";
 /// A journal file with no call open is emptied once it is this big.
 const COMPACT_BYTES: u64 = 1 << 20;
 /// Files up to this size are saved inside their step.
 const INLINE_BYTES: u64 = 16 * 1024;
-/// Prefix of a journal directory being set up, in the earlier layout.
-const BUILDING_PREFIX: &str = ".building-";
-/// A journal directory left half set up is removed after this long.
-const BUILDING_STALE: std::time::Duration = std::time::Duration::from_secs(600);
 /// Prefix of the temporary siblings whole-file rewrites go to (the guard makes them; a
 /// rollback removes the ones its call left).
 pub(crate) const SHADOW_PREFIX: &str = ".toolcell-";
@@ -103,18 +100,23 @@ pub(crate) struct Step {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct Header {
-    version: u32,
+pub(crate) struct Header {
+    pub(crate) version: u32,
     /// The workspace's canonical host path (the state directory is the operator's).
-    workspace: PathBuf,
-    call_id: String,
-    session: String,
+    pub(crate) workspace: PathBuf,
+    pub(crate) call_id: String,
+    pub(crate) session: String,
 }
+
+/// The key journal lines are authenticated with.
+pub(crate) type JournalKey = [u8; crate::engine::KEY_BYTES];
+
+type LineMac = hmac::Hmac<sha2::Sha256>;
 
 /// One line of a journal file.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-enum Line {
+pub(crate) enum Line {
     /// A call's first line.
     Begin(Header),
     /// The prior state of one path the call is about to mutate.
@@ -124,12 +126,42 @@ enum Line {
 }
 
 impl Line {
-    /// The line as written: JSON, then a newline.
-    fn encode(&self) -> std::io::Result<Vec<u8>> {
+    /// The line as written: JSON, a tab, the HMAC of the JSON under `key` (hex), a newline.
+    /// (Compact JSON never holds a raw tab.)
+    pub(crate) fn encode(&self, key: &JournalKey) -> std::io::Result<Vec<u8>> {
         let mut bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        let tag = line_mac(key, &bytes).finalize().into_bytes();
+        bytes.push(b'\t');
+        bytes.extend_from_slice(crate::hex(&tag).as_bytes());
         bytes.push(b'\n');
         Ok(bytes)
     }
+
+    /// A line as [`encode`](Self::encode) wrote it (without its newline). `Ok(None)` for a
+    /// line cut short (a crash while it was written: its mutation never started); an error
+    /// for a line whose tag does not match: the file was not written by this installation, or
+    /// was changed since.
+    pub(crate) fn decode(key: &JournalKey, text: &str) -> Result<Option<Line>, ()> {
+        let Some((json, tag)) = text.rsplit_once('\t') else {
+            return Ok(None);
+        };
+        let Ok(tag) = unhex(tag) else {
+            return Ok(None);
+        };
+        if tag.len() != 32 {
+            return Ok(None);
+        }
+        line_mac(key, json.as_bytes()).verify_slice(&tag).map_err(|_| ())?;
+        serde_json::from_str(json).map(Some).map_err(|_| ())
+    }
+}
+
+fn line_mac(key: &JournalKey, json: &[u8]) -> LineMac {
+    use hmac::KeyInit as _;
+    let mut mac = LineMac::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+    mac.update(b"toolcell journal line\0");
+    mac.update(json);
+    mac
 }
 
 /// The journal file of one runtime, shared by its calls.
@@ -142,17 +174,20 @@ pub(crate) struct JournalFile {
     file: Mutex<(File, usize)>,
     /// Whether the file's directory entry has been synced.
     listed: AtomicBool,
+    /// What its lines are authenticated with.
+    key: JournalKey,
 }
 
 impl JournalFile {
-    /// Create this runtime's journal file in `journals`, locked.
-    pub(crate) fn create(journals: &Path) -> std::io::Result<Arc<JournalFile>> {
-        std::fs::create_dir_all(journals)?;
+    /// Create this runtime's journal file in `journals`, locked, its lines authenticated with
+    /// `key`.
+    pub(crate) fn create(journals: &Path, key: JournalKey) -> std::io::Result<Arc<JournalFile>> {
+        crate::storage::create_private_dirs(journals)?;
         let mut nonce = [0u8; 8];
         rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty())?;
         let stem = format!("{}-{}", std::process::id(), crate::hex(&nonce));
         let path = journals.join(format!("{stem}.{JOURNAL_EXTENSION}"));
-        let file = OpenOptions::new().create_new(true).read(true).append(true).open(&path)?;
+        let file = crate::storage::private_file().create_new(true).read(true).append(true).open(&path)?;
         // Recovery in another process takes an unlocked journal file for a dead runtime's;
         // this one is empty until locked, so that recovery would find nothing to undo in it.
         file.lock()?;
@@ -161,11 +196,12 @@ impl JournalFile {
             blobs: journals.join(format!("{stem}.{BLOBS_EXTENSION}")),
             file: Mutex::new((file, 0)),
             listed: AtomicBool::new(false),
+            key,
         }))
     }
 
     fn append(&self, line: &Line, opens: bool) -> std::io::Result<()> {
-        let bytes = line.encode()?;
+        let bytes = line.encode(&self.key)?;
         let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         file.0.write_all(&bytes)?;
         if opens {
@@ -176,7 +212,7 @@ impl JournalFile {
 
     /// Append a call's last line; once no call is open, a big file is emptied.
     fn end(&self, call: &str) {
-        let Ok(bytes) = (Line::End { call: call.to_owned() }).encode() else {
+        let Ok(bytes) = (Line::End { call: call.to_owned() }).encode(&self.key) else {
             return;
         };
         let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -306,11 +342,11 @@ impl Journal {
                     Prior::Inline { hex: crate::hex(&content), mode }
                 } else {
                     if self.blobs == 0 {
-                        std::fs::create_dir_all(&self.blob_dir)?;
+                        crate::storage::create_private_dirs(&self.blob_dir)?;
                     }
                     self.blobs += 1;
                     let blob = self.blobs.to_string();
-                    let mut copy = File::create_new(self.blob_dir.join(&blob))?;
+                    let mut copy = crate::storage::private_file().write(true).create_new(true).open(self.blob_dir.join(&blob))?;
                     std::io::copy(&mut source, &mut copy)?;
                     self.unsynced_blobs.push(copy);
                     Prior::File { blob, mode }
@@ -365,7 +401,7 @@ impl Journal {
 
 /// Remove the temporary files the call's whole-file rewrites left beside its paths (they may
 /// stand in a directory the replay must remove), then restore each step's path, newest first.
-fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]) -> Result<(), String> {
+pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]) -> Result<(), String> {
     use rustix::fs::{Mode, OFlags};
     let prefix = format!("{}{call_id}-", SHADOW_PREFIX);
     let mut parents: Vec<&str> = steps.iter().map(|step| step.path.rsplit_once('/').map_or(".", |(parent, _)| parent)).collect();
@@ -527,183 +563,12 @@ fn remove(directory: &Dir, name: &str) -> std::io::Result<()> {
     }
 }
 
-/// What the recovery of one journal found and did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recovery {
-    /// The interrupted call.
-    pub call_id: String,
-    /// Its session.
-    pub session: String,
-    /// The workspace's canonical directory (empty when the journal did not say).
-    pub workspace: PathBuf,
-    /// Steps undone.
-    pub steps: usize,
-    /// Why it could not be rolled back (the journal is kept to try again), or `None`.
-    pub error: Option<String>,
-}
-
-/// Roll back every call that a runtime which died left open: in each journal file nobody holds
-/// locked, and in the per-call journal directories of earlier versions. Journals of runtimes
-/// still running, here or in other processes, are left alone.
-pub(crate) fn recover(journals: &Path) -> Vec<Recovery> {
-    let Ok(entries) = std::fs::read_dir(journals) else {
-        return Vec::new();
-    };
-    let mut recovered = Vec::new();
-    let mut blob_dirs = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.ends_with(&format!(".{BLOBS_EXTENSION}")) {
-            blob_dirs.push(path);
-            continue;
-        }
-        if name.ends_with(&format!(".{JOURNAL_EXTENSION}")) {
-            let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
-                continue;
-            };
-            if file.try_lock().is_err() {
-                continue;
-            }
-            recovered.extend(recover_file(&path, &file));
-            continue;
-        }
-        recovered.extend(recover_directory(&entry, &path));
-    }
-    // Blobs whose journal file is gone belong to ended calls.
-    for blob_dir in blob_dirs {
-        if !blob_dir.with_extension(JOURNAL_EXTENSION).exists() {
-            let _ = std::fs::remove_dir_all(&blob_dir);
-        }
-    }
-    recovered
-}
-
-/// Roll back the calls left open in the journal file `path` (locked by this process through
-/// `file`). The file is removed when all of them are rolled back; else it is rewritten to hold
-/// only the calls still to be rolled back, so that none is ever replayed twice.
-fn recover_file(path: &Path, file: &File) -> Vec<Recovery> {
-    let blobs = path.with_extension(BLOBS_EXTENSION);
-    let mut open: Vec<(Header, Vec<Step>)> = Vec::new();
-    // A torn last line is a step whose mutation never started (each line is written first).
-    for line in BufReader::new(file).lines().map_while(Result::ok) {
-        let Ok(line) = serde_json::from_str::<Line>(&line) else {
-            break;
-        };
-        match line {
-            Line::Begin(header) => open.push((header, Vec::new())),
-            Line::Step { call, step } => {
-                if let Some((_, steps)) = open.iter_mut().rev().find(|(header, _)| header.call_id == call) {
-                    steps.push(step);
-                }
-            }
-            Line::End { call } => open.retain(|(header, _)| header.call_id != call),
-        }
-    }
-    let mut recovered = Vec::new();
-    let mut failed = Vec::new();
-    for (header, steps) in open {
-        let blob_dir = blobs.join(&header.call_id);
-        let recovery = roll_back(&header, &steps, &blob_dir);
-        if recovery.error.is_some() {
-            failed.push((header, steps));
-        } else {
-            let _ = std::fs::remove_dir_all(&blob_dir);
-        }
-        recovered.push(recovery);
-    }
-    if failed.is_empty() {
-        let _ = std::fs::remove_file(path);
-        let _ = std::fs::remove_dir_all(&blobs);
-    } else {
-        let mut kept = Vec::new();
-        for (header, steps) in failed {
-            let call = header.call_id.clone();
-            let lines = std::iter::once(Line::Begin(header)).chain(steps.into_iter().map(|step| Line::Step { call: call.clone(), step }));
-            for line in lines {
-                if let Ok(bytes) = line.encode() {
-                    kept.extend_from_slice(&bytes);
-                }
-            }
-        }
-        let temporary = path.with_extension("rewrite");
-        let rewritten = std::fs::write(&temporary, &kept)
-            .and_then(|()| File::open(&temporary)?.sync_all())
-            .and_then(|()| std::fs::rename(&temporary, path));
-        if rewritten.is_err() {
-            let _ = std::fs::remove_file(&temporary);
-        }
-    }
-    recovered
-}
-
-/// Replay one open call's steps in its workspace.
-fn roll_back(header: &Header, steps: &[Step], blob_dir: &Path) -> Recovery {
-    let mut recovery = Recovery {
-        call_id: header.call_id.clone(),
-        session: header.session.clone(),
-        workspace: header.workspace.clone(),
-        steps: steps.len(),
-        error: None,
-    };
-    match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
-        Ok(root) => {
-            if let Err(error) = replay(&root, blob_dir, &recovery.call_id, steps) {
-                recovery.error = Some(error);
-            }
-        }
-        Err(error) => recovery.error = Some(format!("the workspace `{}` cannot be opened: {error}", header.workspace.display())),
-    }
-    recovery
-}
-
-/// A journal directory of the layout before journal files (one directory per call, its
-/// manifest and blobs in it), left by an earlier version that crashed.
-fn recover_directory(entry: &std::fs::DirEntry, path: &Path) -> Option<Recovery> {
-    if entry.file_name().to_string_lossy().starts_with(BUILDING_PREFIX) {
-        // A process died while setting it up, before any mutation.
-        let stale = entry
-            .metadata()
-            .and_then(|metadata| metadata.modified())
-            .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age > BUILDING_STALE));
-        if stale {
-            let _ = std::fs::remove_dir_all(path);
-        }
-        return None;
-    }
-    let manifest = match OpenOptions::new().read(true).write(true).open(path.join(MANIFEST)) {
-        Ok(manifest) => manifest,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            // Committed (or never started): nothing to undo.
-            let _ = std::fs::remove_dir_all(path);
-            return None;
-        }
-        Err(_) => return None,
-    };
-    manifest.try_lock().ok()?;
-    let mut lines = BufReader::new(&manifest).lines();
-    let header: Option<Header> = lines.next().and_then(Result::ok).and_then(|line| serde_json::from_str(&line).ok());
-    let Some(header) = header else {
-        let _ = std::fs::remove_dir_all(path);
-        return Some(Recovery {
-            call_id: entry.file_name().to_string_lossy().into_owned(),
-            session: String::new(),
-            workspace: PathBuf::new(),
-            steps: 0,
-            error: None,
-        });
-    };
-    let steps: Vec<Step> = lines.map_while(Result::ok).map_while(|line| serde_json::from_str(&line).ok()).collect();
-    let recovery = roll_back(&header, &steps, path);
-    if recovery.error.is_none() {
-        let _ = std::fs::remove_dir_all(path);
-    }
-    Some(recovery)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recovery::recover;
+
+    const KEY: JournalKey = [7; crate::engine::KEY_BYTES];
 
     use std::os::unix::fs::PermissionsExt as _;
 
@@ -743,7 +608,7 @@ mod tests {
         let before = tree(&workspace);
         let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
 
-        let file = JournalFile::create(&temp.path().join("journal")).expect("journal file");
+        let file = JournalFile::create(&temp.path().join("journal"), KEY).expect("journal file");
         let mut journal = Journal::begin(&file, "c-1", "s-1", &workspace, true).expect("begin");
         journal.preserve(&root, "src/a.rs").expect("preserve");
         std::fs::write(workspace.join("src/a.rs"), "changed").expect("write");
@@ -779,14 +644,14 @@ mod tests {
         let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
         let journals = temp.path().join("journal");
 
-        let live_file = JournalFile::create(&journals).expect("journal file");
+        let live_file = JournalFile::create(&journals, KEY).expect("journal file");
         let mut live = Journal::begin(&live_file, "c-live", "s-1", &workspace, true).expect("begin");
         live.preserve(&root, "b.txt").expect("preserve");
         std::fs::write(workspace.join("b.txt"), "in progress").expect("write");
 
         // A runtime that died: one call committed (not to be replayed), one open, whose last
         // line is torn; its file is unlocked once the runtime is gone.
-        let dead_file = JournalFile::create(&journals).expect("journal file");
+        let dead_file = JournalFile::create(&journals, KEY).expect("journal file");
         let mut committed = Journal::begin(&dead_file, "c-done", "s-2", &workspace, true).expect("begin");
         committed.preserve(&root, "c.txt").expect("preserve");
         std::fs::write(workspace.join("c.txt"), "kept").expect("write");
@@ -798,9 +663,14 @@ mod tests {
         drop(crashed);
         drop(dead_file);
         assert!(path.exists(), "a journal file with an open call outlives its runtime");
-        OpenOptions::new().append(true).open(&path).expect("open").write_all(b"{\"step\":{\"call\":\"c-dead\",\"st").expect("tear");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open")
+            .write_all(b"{\"step\":{\"call\":\"c-dead\",\"st")
+            .expect("tear");
 
-        let recovered = recover(&journals);
+        let recovered = recover(&journals, &KEY, &workspace);
         assert_eq!(recovered.len(), 1, "{recovered:?}");
         assert_eq!(recovered[0].call_id, "c-dead");
         assert_eq!((recovered[0].steps, recovered[0].error.as_deref()), (1, None));
@@ -810,6 +680,73 @@ mod tests {
         assert!(!path.exists());
         assert_eq!(live.rollback(&root), Ok(1));
         assert!(!workspace.join("b.txt").exists());
-        assert!(recover(&journals).is_empty(), "the live runtime's journal is not touched");
+        assert!(recover(&journals, &KEY, &workspace).is_empty(), "the live runtime's journal is not touched");
+    }
+
+    /// A dead runtime's journal with one open call that wrote `a.txt` in `workspace`.
+    fn dead_journal(journals: &Path, workspace: &Path, key: JournalKey) -> PathBuf {
+        let root = Dir::open_ambient_dir(workspace, cap_std::ambient_authority()).expect("open");
+        let file = JournalFile::create(journals, key).expect("journal file");
+        let mut crashed = Journal::begin(&file, "c-dead", "s", workspace, true).expect("begin");
+        crashed.preserve(&root, "a.txt").expect("preserve");
+        std::fs::write(workspace.join("a.txt"), "half-writ").expect("write");
+        let path = file.path.clone();
+        drop(crashed);
+        drop(file);
+        path
+    }
+
+    #[test]
+    fn recovery_replays_only_the_opened_workspace_and_only_what_verifies() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let journals = temp.path().join("journal");
+        let [one, two] = ["one", "two"].map(|name| {
+            let workspace = temp.path().join(name);
+            std::fs::create_dir_all(&workspace).expect("mkdir");
+            std::fs::write(workspace.join("a.txt"), "original").expect("write");
+            workspace
+        });
+        let path = dead_journal(&journals, &one, KEY);
+        // Opening another workspace replays nothing and keeps the call for its own.
+        assert!(recover(&journals, &KEY, &two).is_empty());
+        assert_eq!(std::fs::read_to_string(one.join("a.txt")).expect("read"), "half-writ");
+        assert!(path.exists(), "the other workspace's call is kept");
+        let recovered = recover(&journals, &KEY, &one);
+        assert_eq!((recovered.len(), recovered[0].error.as_deref()), (1, None), "{recovered:?}");
+        assert_eq!(std::fs::read_to_string(one.join("a.txt")).expect("read"), "original");
+
+        // A journal written under another key (planted, or forged by editing a line) is never
+        // replayed, and says why.
+        let planted = dead_journal(&journals, &two, [9; crate::engine::KEY_BYTES]);
+        let refused = recover(&journals, &KEY, &two);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(refused[0].error.as_deref().is_some_and(|error| error.contains("does not verify")), "{refused:?}");
+        assert_eq!(std::fs::read_to_string(two.join("a.txt")).expect("read"), "half-writ");
+        std::fs::remove_file(&planted).expect("remove");
+        let genuine = dead_journal(&journals, &two, KEY);
+        let text = std::fs::read_to_string(&genuine).expect("read");
+        std::fs::write(&genuine, text.replace("a.txt", "b.txt")).expect("forge");
+        let refused = recover(&journals, &KEY, &two);
+        assert!(refused[0].error.as_deref().is_some_and(|error| error.contains("does not verify")), "{refused:?}");
+        assert!(!two.join("b.txt").exists());
+    }
+
+    #[test]
+    fn journal_and_blob_files_are_private() {
+        use std::os::unix::fs::MetadataExt as _;
+        let temp = tempfile::tempdir().expect("tempdir");
+        let workspace = temp.path().join("ws");
+        std::fs::create_dir_all(&workspace).expect("mkdir");
+        std::fs::write(workspace.join("big.txt"), "x".repeat(INLINE_BYTES as usize + 1)).expect("write");
+        let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
+        let journals = temp.path().join("journal");
+        let file = JournalFile::create(&journals, KEY).expect("journal file");
+        let mut journal = Journal::begin(&file, "c-1", "s", &workspace, true).expect("begin");
+        journal.preserve(&root, "big.txt").expect("preserve");
+        let blob = std::fs::read_dir(file.blobs.join("c-1")).expect("blobs").next().expect("a blob").expect("entry").path();
+        for (path, mode) in [(&journals, 0o700), (&file.path, 0o600), (&file.blobs.join("c-1"), 0o700), (&blob, 0o600)] {
+            assert_eq!(std::fs::metadata(path).expect("stat").mode() & 0o777, mode, "{}", path.display());
+        }
+        drop(journal);
     }
 }

@@ -5,7 +5,7 @@
 //! With a shared store ([`LockBackend`], PostgreSQL in `toolcell-store-postgres`) they live
 //! there, and its clock says when leases end.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -199,7 +199,7 @@ impl LockStore {
             Backing::Directory(directory) => {
                 let (table, lock) = Self::files(directory, workspace);
                 let io = |source| LockStoreError::Io { path: table.clone(), source };
-                std::fs::create_dir_all(directory).map_err(io)?;
+                crate::storage::create_private_dirs(directory).map_err(io)?;
                 let guard = open_lock(&lock).map_err(io)?;
                 guard.lock().map_err(io)?;
                 let mut loaded = load(&table).map_err(io)?;
@@ -213,11 +213,11 @@ impl LockStore {
 }
 
 fn open_lock(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)
+    crate::storage::private_file().read(true).write(true).create(true).truncate(false).open(path)
 }
 
 fn load(path: &Path) -> std::io::Result<LockTable> {
-    match std::fs::read(path) {
+    match crate::storage::read_host_file(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,

@@ -67,8 +67,11 @@ pub struct Runtime {
     pub(crate) indexes: Arc<content_index::IndexStore>,
     /// How many parts a call that splits itself (`context.split`) may run side by side.
     pub(crate) parts: u32,
-    /// Journals rolled back at start-up.
-    pub(crate) recovered: Vec<Recovery>,
+    /// What authenticates the journal lines this runtime writes and replays.
+    pub(crate) journal_key: journal::JournalKey,
+    /// Each workspace whose interrupted calls this runtime has rolled back (see
+    /// [`Runtime::recover`]), with what it found.
+    pub(crate) recovered: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Vec<Recovery>>>,
     /// This runtime's journal file, where every call journals its changes.
     pub(crate) journal: Arc<journal::JournalFile>,
     /// The state directory, or a private temporary directory for journals and undo, removed
@@ -207,9 +210,44 @@ impl Runtime {
         }
     }
 
-    /// Calls interrupted by a crash that this runtime rolled back when it started.
-    pub fn recovered(&self) -> &[Recovery] {
-        &self.recovered
+    /// Calls interrupted by a crash that this runtime rolled back in the workspaces it opened.
+    pub fn recovered(&self) -> Vec<Recovery> {
+        let recovered = self.recovered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        recovered.values().flatten().cloned().collect()
+    }
+
+    /// Roll back the calls in `workspace` that a runtime which died (here or in another
+    /// process on the same state directory) left open, once per workspace and runtime: every
+    /// call does this first. Only journals this installation wrote (their lines verify under
+    /// the state key) and only calls in this very workspace are replayed; each recovery is
+    /// audited. Returns what this workspace's recovery found (the first time; later calls
+    /// return the same).
+    pub fn recover(&self, workspace: &Workspace) -> Vec<Recovery> {
+        let mut recovered = self.recovered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = recovered.get(workspace.root()) {
+            return found.clone();
+        }
+        let found = recovery::recover(&self._work.journals(), &self.journal_key, workspace.root());
+        if let Some(log) = &self.audit {
+            let records: Vec<_> = found
+                .iter()
+                .map(|recovery| {
+                    toolcell_audit::Record::recovery(
+                        &guard::now(),
+                        &recovery.session,
+                        &recovery.call_id,
+                        recovery.steps as u64,
+                        recovery.error.as_deref(),
+                    )
+                    .at(&workspace.root().display().to_string(), None)
+                })
+                .collect();
+            if !records.is_empty() {
+                let _ = log.append(&records);
+            }
+        }
+        recovered.insert(workspace.root().to_path_buf(), found.clone());
+        found
     }
 
     /// What the operator should know about the load: each cached artifact that failed

@@ -155,22 +155,24 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
         // Counted against the call's budget of host calls, like a listing.
         self.guard.spend_capability("search-candidates").ok()?;
         // The host's own paths are never candidates: the guard has them for this call.
-        let candidates = scope.candidates(self.guard.root()?, &self.guard.state_paths(), &pattern, case_insensitive, &under)?;
+        let candidates = scope.candidates(self.guard.root()?, self.guard.state_paths(), &pattern, case_insensitive, &under)?;
         // Only files the caller may read, in directories it may list, as a walk would reach
-        // them: the index says nothing of the others.
+        // them: the index says nothing of the others. What needs approval (`ask`) counts as
+        // denied here: the answer would tell what an unapproved file holds, and asking the
+        // approver about every file that only may match would ask twice for each it reads.
         use toolcell_policy::{Access, Effect};
         let mut listable: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
         let guard = &*self.guard;
         let mut reachable = |path: &str| {
             let mut directory = path;
             while let Some((parent, _)) = directory.rsplit_once('/') {
-                let allowed = *listable.entry(parent.to_owned()).or_insert_with(|| guard.effect(Access::List, parent) != Effect::Deny);
+                let allowed = *listable.entry(parent.to_owned()).or_insert_with(|| guard.effect(Access::List, parent) == Effect::Allow);
                 if !allowed {
                     return false;
                 }
                 directory = parent;
             }
-            guard.effect(Access::Read, path) != Effect::Deny
+            guard.effect(Access::Read, path) == Effect::Allow
         };
         Some(candidates.into_iter().filter(|path| reachable(path)).collect())
     }

@@ -111,7 +111,7 @@ impl UndoStore {
                         continue;
                     };
                     let kept = format!("{call_id}-{blob}");
-                    std::fs::create_dir_all(&directory)?;
+                    crate::storage::create_private_dirs(&directory)?;
                     std::fs::rename(blob_dir.join(&blob), directory.join(&kept))?;
                     Prior::File { blob: kept, mode }
                 }
@@ -187,7 +187,7 @@ fn append(directory: &Path, lines: &[Line], counts: &mut HashMap<PathBuf, usize>
 
 /// The lines in the log `path` (0 if there is none).
 fn count_lines(path: &Path) -> usize {
-    std::fs::read(path).map_or(0, |bytes| bytes.iter().filter(|&&byte| byte == b'\n').count())
+    crate::storage::read_host_file(path).map_or(0, |bytes| bytes.iter().filter(|&&byte| byte == b'\n').count())
 }
 
 /// Rewrite the log with only the entries it keeps, and remove the blobs nothing refers to.
@@ -215,7 +215,7 @@ fn compact(directory: &Path) -> std::io::Result<()> {
 /// The undoable changes in the log in `directory`, oldest first: of the last [`MAX_ENTRIES`]
 /// recorded, those not forgotten. A torn line (a crash mid-append) is skipped.
 fn load(directory: &Path) -> Vec<UndoEntry> {
-    let Ok(bytes) = std::fs::read(directory.join(LOG)) else {
+    let Ok(bytes) = crate::storage::read_host_file(&directory.join(LOG)) else {
         return Vec::new();
     };
     let lines: Vec<Line> = bytes.split(|&byte| byte == b'\n').filter_map(|line| serde_json::from_slice(line).ok()).collect();
@@ -261,7 +261,7 @@ impl UndoStore {
         let directory = self.session_dir(session, workspace);
         let entries = load(&directory);
         let content = |prior: &Prior| match prior {
-            Prior::File { blob, .. } => std::fs::read(directory.join(blob)).ok(),
+            Prior::File { blob, .. } => crate::storage::read_host_file(&directory.join(blob)).ok(),
             Prior::Inline { hex, .. } => crate::journal::unhex(hex).ok(),
             _ => None,
         };

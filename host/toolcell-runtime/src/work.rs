@@ -56,12 +56,8 @@ impl WorkDir {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_nanos()).unwrap_or(0);
         remove_orphans(&std::env::temp_dir());
         let path = std::env::temp_dir().join(format!("{PREFIX}{}-{nanos:x}", std::process::id()));
-        std::fs::create_dir_all(&path)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))?;
-        }
+        // Created new, never taken over: a directory someone else made there first fails.
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&path)?;
         Ok(WorkDir { path, temporary: true })
     }
 

@@ -571,10 +571,10 @@ fn lock(runtime: &Runtime, command: LockCommand) -> anyhow::Result<ExitCode> {
                 Ok(lock) => writeln!(
                     stdout,
                     "locked `{}` ({}) for `{}` (session {}) until {}: token {}",
-                    lock.pattern,
+                    toolcell_types::escape_control(&lock.pattern),
                     lock.mode.as_str(),
-                    lock.owner,
-                    lock.session,
+                    toolcell_types::escape_control(&lock.owner),
+                    toolcell_types::escape_control(&lock.session),
                     lock.expires_at(),
                     lock.fence
                 )?,
@@ -588,7 +588,7 @@ fn lock(runtime: &Runtime, command: LockCommand) -> anyhow::Result<ExitCode> {
         LockCommand::Release { token, workspace, owner } => {
             let workspace = Workspace::open(&workspace)?;
             match runtime.release_lock(&workspace, token, &owner) {
-                Ok(lock) => writeln!(stdout, "released `{}` (token {})", lock.pattern, lock.fence)?,
+                Ok(lock) => writeln!(stdout, "released `{}` (token {})", toolcell_types::escape_control(&lock.pattern), lock.fence)?,
                 Err(Error::Lock(LockStoreError::Lock(error))) => {
                     writeln!(std::io::stderr(), "{error}")?;
                     return Ok(ExitCode::from(EXIT_TOOL_ERROR));

@@ -76,7 +76,7 @@ fn modifications_and_calls_are_recorded() {
 }
 
 #[test]
-fn the_state_directory_inside_the_workspace_is_protected() {
+fn the_state_directory_inside_the_workspace_is_hidden() {
     let fixture = project();
     let runtime = audited_runtime(&fixture.root().join(".toolcell"));
     fixture.call_on(&runtime, "impl", "read_file", &json!({"path": "src/main.rs"}), None);
@@ -89,9 +89,11 @@ fn the_state_directory_inside_the_workspace_is_protected() {
         assert_eq!(outcome.result.expect_err("refused").kind, ToolErrorKind::Denied, "{args}");
         assert_eq!(outcome.denials[0].event.rule, "protected:.toolcell", "{args}");
     }
-    // Reading it is up to the policy (impl may read everything).
+    // Nor may it be read, whatever the policy says (impl may read everything): the trail
+    // names host paths, and undo records hold what some roles may not read.
     let read = fixture.call_on(&runtime, "impl", "read_file", &json!({"path": ".toolcell/audit.jsonl"}), None);
-    assert!(read.result.is_ok(), "{:?}", read.result);
+    assert_eq!(read.result.expect_err("hidden").kind, ToolErrorKind::Denied);
+    assert_eq!(read.denials[0].event.rule, "protected:.toolcell");
     audit_records(&runtime);
 }
 

@@ -412,20 +412,23 @@ fn a_host_killed_mid_call_is_rolled_back_at_restart() {
             let after_kill = fixture.snapshot();
 
             let restarted: Runtime = runtime_with_policy(TEST_POLICY, Some(state.path()));
+            // Nothing is rolled back until the workspace is opened.
+            assert_eq!(fixture.snapshot(), after_kill, "{durability}, round {round}: recovered before the workspace was opened");
+            let recovered = restarted.recover(&fixture.workspace);
             let now = fixture.snapshot();
-            if restarted.recovered().is_empty() {
+            if recovered.is_empty() {
                 // Killed before the first change, or after the commit.
                 assert!(now == before || now == after_kill, "{durability}, round {round}: not rolled back and not committed");
             } else {
                 interrupted += 1;
-                assert_eq!(restarted.recovered()[0].error, None, "{durability}, round {round}");
+                assert_eq!(recovered[0].error, None, "{durability}, round {round}");
                 assert_eq!(now, before, "{durability}, round {round}: the restart did not restore the workspace");
                 let records = toolcell_tests::audit_records(&restarted);
                 assert!(records.iter().any(|record| record.kind == toolcell_audit::Kind::Recovery), "{durability}, round {round}");
             }
             // Nothing is left to recover.
             drop(restarted);
-            assert!(runtime_with_policy(TEST_POLICY, Some(state.path())).recovered().is_empty());
+            assert!(runtime_with_policy(TEST_POLICY, Some(state.path())).recover(&fixture.workspace).is_empty());
         }
         assert!(interrupted >= 6, "{durability}: only {interrupted} of 12 kills landed mid-call");
     }
@@ -485,10 +488,11 @@ fn a_host_killed_between_and_during_writes_leaves_whole_files() {
             child.wait().expect("reaped");
 
             let restarted: Runtime = runtime_with_policy(TEST_POLICY, Some(state.path()));
-            for recovery in restarted.recovered() {
+            let found = restarted.recover(&fixture.workspace);
+            for recovery in &found {
                 assert_eq!(recovery.error, None, "{durability}, round {round}");
             }
-            recovered += restarted.recovered().len();
+            recovered += found.len();
             // Every file is one whole version; the two files a patch writes together agree.
             let big = fixture.read_text("big.txt");
             let n: usize = big[..8].parse().expect("a version number");
@@ -502,7 +506,7 @@ fn a_host_killed_between_and_during_writes_leaves_whole_files() {
             let names: Vec<String> = fixture.snapshot().into_iter().map(|(name, _)| name).collect();
             assert!(!names.iter().any(|name| name.contains(".toolcell-")), "{durability}, round {round}: {names:?}");
             drop(restarted);
-            assert!(runtime_with_policy(TEST_POLICY, Some(state.path())).recovered().is_empty());
+            assert!(runtime_with_policy(TEST_POLICY, Some(state.path())).recover(&fixture.workspace).is_empty());
         }
         eprintln!("{durability}: {progressed} of 10 kills after the first write, {recovered} calls rolled back at restart");
         assert!(progressed >= 5, "{durability}: the child wrote in only {progressed} of 10 rounds");

@@ -12,7 +12,7 @@ use toolcell_types::ToolErrorKind;
 
 /// `impl` reads, lists and writes everything except `secrets/**`, which it may neither read nor
 /// list (but may write: a drop box).
-const DROPBOX_POLICY: &str = r#"
+pub(crate) const DROPBOX_POLICY: &str = r#"
 version = 1
 
 [roles.impl]
@@ -31,7 +31,7 @@ paths = ["secrets/**"]
 effect = "deny"
 "#;
 
-fn call(runtime: &Runtime, workspace: &Workspace, tool: &str, args: &Value) -> CallOutcome {
+pub(crate) fn call(runtime: &Runtime, workspace: &Workspace, tool: &str, args: &Value) -> CallOutcome {
     let args = args.to_string();
     runtime
         .call(&CallRequest {
@@ -50,17 +50,17 @@ fn call(runtime: &Runtime, workspace: &Workspace, tool: &str, args: &Value) -> C
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }
 
-fn probe(runtime: &Runtime, workspace: &Workspace, ops: Value) -> CallOutcome {
+pub(crate) fn probe(runtime: &Runtime, workspace: &Workspace, ops: Value) -> CallOutcome {
     call(runtime, workspace, "fs_probe", &json!({ "ops": ops }))
 }
 
-fn records(state: &Path) -> Vec<toolcell_audit::Record> {
+pub(crate) fn records(state: &Path) -> Vec<toolcell_audit::Record> {
     let text = std::fs::read_to_string(state.join("audit.jsonl")).expect("read the audit log");
     toolcell_audit::verify(text.lines()).expect("the audit chain is intact");
     text.lines().map(|line| serde_json::from_str(line).expect("a record")).collect()
 }
 
-fn write(root: &Path, relative: &str, content: &str) {
+pub(crate) fn write(root: &Path, relative: &str, content: &str) {
     let path = root.join(relative);
     std::fs::create_dir_all(path.parent().expect("parent")).expect("create parents");
     std::fs::write(path, content).expect("write file");
@@ -68,15 +68,15 @@ fn write(root: &Path, relative: &str, content: &str) {
 
 /// A workspace with `files`, governed by `policy`, with `fs_probe` and the built-in tools, and
 /// an audit trail in `state` (beside the workspace).
-struct Governed {
-    _temp: tempfile::TempDir,
-    root: PathBuf,
-    state: PathBuf,
-    runtime: Runtime,
-    workspace: Workspace,
+pub(crate) struct Governed {
+    pub(crate) _temp: tempfile::TempDir,
+    pub(crate) root: PathBuf,
+    pub(crate) state: PathBuf,
+    pub(crate) runtime: Runtime,
+    pub(crate) workspace: Workspace,
 }
 
-fn governed(policy: &str, files: &[(&str, &str)]) -> Governed {
+pub(crate) fn governed(policy: &str, files: &[(&str, &str)]) -> Governed {
     let temp = tempfile::tempdir().expect("temporary directory");
     let root = temp.path().join("workspace");
     let state = temp.path().join("state");
@@ -248,10 +248,11 @@ fn host_owned_locations_inside_the_workspace_cannot_be_changed_by_a_tool() {
         assert!(!outcome.denials.is_empty(), "{ops}: the guard refused it, not luck: {:?}", outcome.result);
         assert!(outcome.denials.iter().any(|denial| denial.event.rule.starts_with("protected:")), "{ops}: {:?}", outcome.denials);
     }
-    // A listing of the cache does not show the key.
+    // The cache is not even listed, nor shown where it lies.
     let listed = probe(&runtime, &workspace, json!([{"op": "list", "path": ".cache/toolcell"}]));
-    let text = listed.result.expect("the cache may be listed").text;
-    assert!(!text.contains("cache.key"), "{text}");
+    assert!(listed.result.is_err(), "the cache is hidden: {:?}", listed.result);
+    let listed = probe(&runtime, &workspace, json!([{"op": "list", "path": ".cache"}]));
+    assert_eq!(listed.result.expect("`.cache` may be listed").structured.expect("structured")[0]["value"], json!([]));
     let _ = std::fs::remove_file(root.join("moved"));
     assert_eq!(std::fs::read(&artifact).expect("the artifact is still there"), before);
     assert!(!plugins.exists(), "no plugin directory was made");

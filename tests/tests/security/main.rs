@@ -17,6 +17,7 @@
 //!
 //! `at_least_150_attack_inputs` counts the tables' cases.
 
+mod boundary;
 mod cases;
 mod hardening;
 

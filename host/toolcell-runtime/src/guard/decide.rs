@@ -4,15 +4,14 @@
 use toolcell_policy::{Access, Decision, Effect, Verdict};
 use toolcell_types::escape_control;
 
-use wasmtime_wasi::p2::FsResult;
-
 use super::*;
 
 /// What decides an access ([`FsGuard::judgment`]), borrowed from the guard and its policy.
 pub(super) enum Judgment<'a> {
     /// A modification in a call that may not modify anything.
     ReadOnlyCall,
-    /// A modification of the state directory or policy file under this workspace path.
+    /// Any access to a host-owned location (state directory, cache, plugins, policy) under
+    /// this workspace path.
     StatePath(&'a str),
     /// No policy: the workspace boundary is the only rule.
     NoPolicy,
@@ -59,7 +58,7 @@ impl FsGuard {
         if self.is_read_only_refusal(access) {
             return Judgment::ReadOnlyCall;
         }
-        if let Some(state) = self.state_path_of(access, path) {
+        if let Some(state) = self.state_path_of(path) {
             return Judgment::StatePath(state);
         }
         let Some(policy) = &self.policy else {
@@ -77,17 +76,12 @@ impl FsGuard {
         matches!(access, Access::Write | Access::Delete) && self.transaction.is_none() && self.root.is_some()
     }
 
-    /// The host-owned path that `path` is or lies under, if `access` modifies it (or, for a
-    /// hidden one, touches it at all).
-    pub(super) fn state_path_of(&self, access: Access, path: &str) -> Option<&str> {
-        let modifies = matches!(access, Access::Write | Access::Delete);
+    /// The host-owned path that `path` is or lies under: every access to it is refused.
+    pub(super) fn state_path_of(&self, path: &str) -> Option<&str> {
         self.state_paths
             .iter()
-            .find(|(state, hidden)| {
-                (modifies || *hidden)
-                    && (path == state.as_str() || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
-            })
-            .map(|(state, _)| state.as_str())
+            .find(|state| path == state.as_str() || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
+            .map(String::as_str)
     }
 
     /// Judge `access` to `path`: its effect, and the whole decision while the call still
@@ -108,15 +102,6 @@ impl FsGuard {
         self.effect(access, path) != Effect::Deny
     }
 
-    /// Allow a metadata-only access (`metadata-hash-at`, which wasi-libc makes for every
-    /// directory entry it lists) if the role may read or list the path.
-    pub(super) fn check_visible(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
-        if self.effect(Access::List, path) == Effect::Allow {
-            return Ok(());
-        }
-        self.check(operation, path, Access::Read)
-    }
-
     pub(super) fn rule_location(&self, decision: &Decision) -> String {
         match (&self.policy, decision.line) {
             (Some(policy), Some(line)) => format!(", {} line {line}", policy.file()),
@@ -134,12 +119,9 @@ impl FsGuard {
             "read-only-call" => {
                 format!("{access} of `{path}` is refused: this call may only read (validators and descriptions cannot change files).")
             }
-            rule if rule
-                .strip_prefix("protected:")
-                .is_some_and(|protected| self.state_paths.iter().any(|(state, _)| state == protected)) =>
-            {
+            rule if rule.strip_prefix("protected:").is_some_and(|protected| self.state_paths.iter().any(|state| state == protected)) => {
                 format!(
-                    "{access} of `{path}` is refused: it is toolcell's own state (`{}`: its audit trail, cache, plugins or policy), which no tool may change. Leave it alone.",
+                    "{access} of `{path}` is refused: it is toolcell's own state (`{}`: its audit trail, undo records, indexes, cache, plugins or policy), which no tool may read or change. Leave it alone.",
                     &rule["protected:".len()..]
                 )
             }

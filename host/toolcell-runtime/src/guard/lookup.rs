@@ -88,10 +88,10 @@ impl FsGuard {
     /// Where the role may neither read nor list, every lookup is refused the same way, as a
     /// read, whatever is there: the answer tells nothing about what exists.
     pub(super) fn check_lookup(&mut self, operation: &'static str, path: &str, is_directory: Option<bool>) -> FsResult<()> {
-        let hidden = self.effect(Access::Read, path) == Effect::Deny;
-        if hidden && self.effect(Access::List, path) == Effect::Deny {
+        if self.is_hidden(path) {
             return self.check(operation, path, Access::Read);
         }
+        let hidden = self.effect(Access::Read, path) == Effect::Deny;
         match is_directory {
             Some(true) => self.check(operation, path, Access::List),
             Some(false) => self.check(operation, path, Access::Read),
@@ -99,6 +99,12 @@ impl FsGuard {
             None if self.effect(Access::List, path) == Effect::Deny => self.check(operation, path, Access::List),
             None => Ok(()),
         }
+    }
+
+    /// Whether the role may neither read nor list `path` (toolcell's own state among them):
+    /// every lookup of it is refused alike, whatever is there.
+    pub(super) fn is_hidden(&self, path: &str) -> bool {
+        self.effect(Access::Read, path) == Effect::Deny && self.effect(Access::List, path) == Effect::Deny
     }
 
     /// The entries of `directory` (the workspace path `path`) the role may see, read at once:

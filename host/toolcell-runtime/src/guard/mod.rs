@@ -110,9 +110,9 @@ pub(crate) struct AuditSink {
 pub(crate) struct FsGuard {
     audit: Option<AuditSink>,
     /// Workspace-relative host-owned paths (state directory, policy file, compiled-component
-    /// cache, plugin directory, when they sit inside the workspace) that no call may modify,
-    /// each with whether no call may even read it (the cache key).
-    state_paths: Vec<(String, bool)>,
+    /// cache, plugin directory, when they sit inside the workspace), which no call may touch:
+    /// they hold copies of guarded data (undo records, indexes) and the host's secrets.
+    state_paths: Vec<String>,
     /// Records the guard could not write (the refusals stand regardless).
     pub(crate) audit_failures: u64,
     /// Allowed modifications already recorded in this call: a write through a stream of a
@@ -202,8 +202,8 @@ impl FsGuard {
         self
     }
 
-    /// Write decisions to `sink`, and refuse modifications of `state_paths`.
-    pub(crate) fn with_audit(mut self, sink: Option<AuditSink>, state_paths: Vec<(String, bool)>) -> Self {
+    /// Write decisions to `sink`, and hide `state_paths`.
+    pub(crate) fn with_audit(mut self, sink: Option<AuditSink>, state_paths: Vec<String>) -> Self {
         self.audit = sink;
         self.state_paths = state_paths;
         self
@@ -211,8 +211,8 @@ impl FsGuard {
 
     /// The host's own paths inside the workspace (workspace-relative), as the call was given
     /// them.
-    pub(crate) fn state_paths(&self) -> Vec<String> {
-        self.state_paths.iter().map(|(path, _)| path.clone()).collect()
+    pub(crate) fn state_paths(&self) -> &[String] {
+        &self.state_paths
     }
 
     fn base(&self, descriptor: &Resource<Descriptor>) -> FsResult<String> {

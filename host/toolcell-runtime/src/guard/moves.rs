@@ -54,6 +54,10 @@ impl FsGuard {
             if is_symlink {
                 self.check_link_stays_inside(operation, (from, to), &path, &landing)?;
             }
+            if self.state_path_of(&path).is_some() {
+                // toolcell's own state is refused as such, whatever the policy says of it.
+                self.check(operation, &path, Access::Delete)?;
+            }
             if !self.is_visible(&path, is_directory) {
                 // An entry the role may not see moves only if it may be deleted where it is,
                 // written where it lands, and stays hidden there (what `check_hidden_stays_hidden`
@@ -99,7 +103,7 @@ impl FsGuard {
             return Ok(());
         }
         let landing_directory = landing.rsplit_once('/').map_or(".", |(parent, _)| parent);
-        if toolcell_policy::join_lexically(landing_directory, &target).is_some() {
+        if self.link_target_escape(landing_directory, &target).is_none() {
             return Ok(());
         }
         let message = if moved == link {
@@ -119,6 +123,35 @@ impl FsGuard {
             )
         };
         Err(self.refuse_rule(operation, link, Access::Write, "symlink-target", message, ToolErrorKind::Denied))
+    }
+
+    /// Why a symlink in the workspace directory `directory` whose target is `target` leads, or
+    /// may come to lead, outside the workspace; `None` if it stays inside. The target is
+    /// resolved as the kernel resolves it, from the link's directory through every existing
+    /// symlink (`dot -> .` makes `dot/..` the workspace's parent). A `..` after a name is
+    /// refused even when it resolves inside now: the name could later become a symlink (to `.`,
+    /// or to a directory elsewhere in the tree) that sends the `..` out, without this link
+    /// changing.
+    pub(super) fn link_target_escape(&self, directory: &str, target: &str) -> Option<&'static str> {
+        if target.starts_with('/') {
+            return Some("an absolute target may name anything on the host");
+        }
+        let mut named = false;
+        for component in target.split('/') {
+            match component {
+                "" | "." => {}
+                ".." if named => {
+                    return Some("a `..` after a name can be sent outside by a symlink made later; write the target without it");
+                }
+                ".." => {}
+                _ => named = true,
+            }
+        }
+        match resolve(self.root.as_ref(), directory, target, true) {
+            Resolved::Inside(_) => None,
+            Resolved::Outside => Some("resolved through the symlinks on its way, it leads outside the workspace"),
+            Resolved::Loop => Some("it goes through too many symlinks"),
+        }
     }
 
     /// Refuse to move or link `from`, which the role may not read, to `to`, where it could:
@@ -166,9 +199,29 @@ impl FsGuard {
         }
     }
 
+    /// Refuse to create an entry whose name (the last component of the canonical `path`) holds
+    /// a control character: a newline or an escape in a name forges lines and terminal output
+    /// wherever it is shown later (listings, `lock list`, reports, the audit trail).
+    pub(super) fn check_new_name(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        let name = path.rsplit_once('/').map_or(path, |(_, name)| name);
+        if !name.chars().any(char::is_control) {
+            return Ok(());
+        }
+        let message = format!(
+            "creating `{}` is refused: its name holds a control character (a newline, tab or escape), which would forge lines or terminal output wherever it is shown. Choose a name without one.",
+            escape_control(path)
+        );
+        Err(self.refuse_rule(operation, path, Access::Write, "control-character", message, ToolErrorKind::InvalidArgs))
+    }
+
     /// Whether `path` is a symlink (not followed).
     pub(super) fn is_symlink(&self, path: &str) -> bool {
         self.root.as_ref().and_then(|root| root.symlink_metadata(path).ok()).is_some_and(|metadata| metadata.is_symlink())
+    }
+
+    /// Whether anything (a symlink included) is at `path`.
+    pub(super) fn exists(&self, path: &str) -> bool {
+        self.root.as_ref().is_some_and(|root| root.symlink_metadata(path).is_ok())
     }
 
     /// Whether `path` is a directory (not a symlink to one).

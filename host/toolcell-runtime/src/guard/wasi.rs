@@ -133,6 +133,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             return Err(FsError::from(ErrorCode::Exist));
         }
         self.guard.check("create-directory-at", &canonical, Access::Write)?;
+        self.guard.check_new_name("create-directory-at", &canonical)?;
         self.guard.before_mutation("create-directory-at", &canonical, false)?;
         self.in_parent(&fd, &canonical, ("create-directory-at", Access::Write), |this, parent, name| {
             fs::HostDescriptor::create_directory_at(&mut this.inner, parent, name)
@@ -199,6 +200,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.land(&source)?;
         let link = self.guard.check_at("link-at", &new_descriptor, &new_path, false, Access::Write)?;
         self.guard.land(&link)?;
+        self.guard.check_new_name("link-at", &link)?;
         self.guard.check_hidden_stays_hidden("link-at", &source, &link, false)?;
         if self.guard.is_symlink(&source) {
             // A hard link to a symlink is the same relative target read from another place.
@@ -253,7 +255,11 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             // Judged as written (a directory is not judged until it is listed); a refusal is
             // left to the full resolution below, which judges where a symlink leads instead.
             let judged = (!directory).then(|| self.guard.judge(Access::Read, &plain));
-            if judged.as_ref().is_none_or(|(effect, _)| *effect == Effect::Allow) {
+            let allowed = match &judged {
+                Some((effect, _)) => *effect == Effect::Allow,
+                None => !self.guard.is_hidden(&plain),
+            };
+            if allowed {
                 self.guard.land(&plain)?;
                 self.guard.check_open_files("open-at", &plain)?;
                 match self.open_beneath(&plain, open_flags, flags) {
@@ -273,17 +279,30 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             }
         }
 
-        let canonical = if directory {
-            self.guard.resolve_at("open-at", &fd, &path, follows(path_flags), access)?
-        } else {
-            self.guard.check_at("open-at", &fd, &path, follows(path_flags), access)?
-        };
+        let canonical = self.guard.resolve_at("open-at", &fd, &path, follows(path_flags), access)?;
+        // An open for writing that also grants reading (`read` with `write` or
+        // `mutate-directory`) is judged for the read too, first: reads through the descriptor
+        // are not judged again, so a role that may write a file but not read it must not get
+        // it open for reading. A directory's reading is its listing, judged when it is listed.
+        let grants_read = os_open_flags(open_flags, flags).1.contains(wasmtime_wasi::OpenMode::READ);
+        if access == Access::Write && grants_read && !open_flags.contains(OpenFlags::DIRECTORY) && !self.guard.is_directory(&canonical) {
+            self.guard.check("open-at", &canonical, Access::Read)?;
+        }
+        if !directory {
+            self.guard.check("open-at", &canonical, access)?;
+        } else if self.guard.is_hidden(&canonical) {
+            // What the open would answer (not a directory, not found) tells what is there.
+            self.guard.check("open-at", &canonical, Access::Read)?;
+        }
         self.guard.land(&canonical)?;
         self.guard.check_openable("open-at", &canonical, access)?;
         self.guard.check_open_files("open-at", &canonical)?;
         let mut target = canonical.clone();
         let mut target_flags = open_flags;
         if access == Access::Write {
+            if open_flags.contains(OpenFlags::CREATE) && !self.guard.exists(&canonical) {
+                self.guard.check_new_name("open-at", &canonical)?;
+            }
             self.guard.check_single_link("open-at", &canonical)?;
             self.check_writable("open-at", &canonical)?;
             let whole = self.guard.rewrites_whole(&canonical, open_flags);
@@ -364,6 +383,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.land(&source)?;
         self.guard.land(&destination)?;
         self.guard.check_single_link("rename-at", &destination)?;
+        self.guard.check_new_name("rename-at", &destination)?;
         let source_is_directory = self.guard.is_directory(&source);
         self.guard.check_hidden_stays_hidden("rename-at", &source, &destination, source_is_directory)?;
         if self.guard.is_symlink(&source) {
@@ -393,12 +413,15 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("symlink-at")?;
         let link = self.guard.check_at("symlink-at", &fd, &link_path, false, Access::Write)?;
         self.guard.land(&link)?;
+        self.guard.check_new_name("symlink-at", &link)?;
         // The target is resolved from the link's directory; it must stay inside the workspace.
         let directory = link.rsplit_once('/').map_or(".", |(parent, _)| parent).to_owned();
-        if toolcell_policy::join_lexically(&directory, &target).is_none() {
+        if let Some(reason) = self.guard.link_target_escape(&directory, &target) {
             // An absolute target may name something on the host: it is not repeated.
             let shown = if target.starts_with('/') { "an absolute path".to_owned() } else { format!("`{}`", escape_control(&target)) };
-            let message = format!("a symlink to {shown} is refused: its target leaves the workspace. Link only to paths inside it.");
+            let message = format!(
+                "a symlink to {shown} is refused: its target leaves, or may come to leave, the workspace ({reason}). Link only to paths inside it."
+            );
             return Err(self.guard.refuse_rule("symlink-at", &link, Access::Write, "symlink-target", message, ToolErrorKind::Denied));
         }
         self.guard.before_mutation("symlink-at", &link, false)?;
@@ -449,11 +472,20 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("metadata-hash-at")?;
         let canonical = self.guard.resolve_at("metadata-hash-at", &fd, &path, follows(path_flags), Access::Read)?;
         self.guard.land(&canonical)?;
-        self.guard.check_visible("metadata-hash-at", &canonical)?;
         // The canonical path is resolved already (its last component too, if asked).
-        self.in_parent(&fd, &canonical, ("metadata-hash-at", Access::Read), |this, parent, name| {
+        let hash = self.in_parent(&fd, &canonical, ("metadata-hash-at", Access::Read), |this, parent, name| {
             fs::HostDescriptor::metadata_hash_at(&mut this.inner, parent, PathFlags::empty(), name)
-        })
+        });
+        // Judged as a `stat` is, once it is known what is there: a file the role may not read
+        // and a missing path are refused alike, so the answer tells nothing about which
+        // hidden paths exist.
+        let is_directory = match &hash {
+            Ok(_) => Some(self.guard.is_directory(&canonical)),
+            Err(error) if matches!(error.downcast_ref(), Some(ErrorCode::NoEntry | ErrorCode::NotDirectory)) => None,
+            Err(_) => return hash,
+        };
+        self.guard.check_lookup("metadata-hash-at", &canonical, is_directory)?;
+        hash
     }
 }
 

@@ -149,6 +149,8 @@ fn run(operation: &Operation) -> Value {
             .map(|facts| json!(facts.mode))
             .map_err(|error| std::io::Error::other(format!("{error:?}"))),
         "stat_at" => stat_at(path),
+        "open_read" => open_read(path, &operation.to),
+        "metadata_hash" => metadata_hash(path),
         "list_held" => list_held(&operation.content),
         "repeat" => {
             let count: usize = operation.content.parse().unwrap_or(0);
@@ -205,6 +207,42 @@ fn stat_at(path: &str) -> std::io::Result<Value> {
         .ok_or_else(|| std::io::Error::other("no workspace"))?;
     let stat = root.stat_at(PathFlags::empty(), path).map_err(wasi_error)?;
     Ok(json!(stat.size))
+}
+
+/// The workspace root's preopened descriptor.
+fn workspace_root() -> std::io::Result<wasip2::filesystem::types::Descriptor> {
+    wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .find_map(|(descriptor, name)| (name == ".").then_some(descriptor))
+        .ok_or_else(|| std::io::Error::other("no workspace"))
+}
+
+/// Open `path` through `wasi:filesystem` with the descriptor flags `flags` names (`read`,
+/// `write`, `mutate` joined by `+`), then read it through that descriptor, both with `read`
+/// and through a stream: every access the open grants must have been judged.
+fn open_read(path: &str, flags: &str) -> std::io::Result<Value> {
+    use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
+    let mut descriptor_flags = DescriptorFlags::empty();
+    for flag in flags.split('+') {
+        descriptor_flags |= match flag {
+            "read" => DescriptorFlags::READ,
+            "write" => DescriptorFlags::WRITE,
+            "mutate" => DescriptorFlags::MUTATE_DIRECTORY,
+            other => return Err(std::io::Error::other(format!("unknown flag {other}"))),
+        };
+    }
+    let file = workspace_root()?.open_at(PathFlags::empty(), path, OpenFlags::empty(), descriptor_flags).map_err(wasi_error)?;
+    let (bytes, _) = file.read(4096, 0).map_err(wasi_error)?;
+    let stream = file.read_via_stream(0).map_err(wasi_error)?;
+    let streamed = stream.blocking_read(4096).map_err(|error| std::io::Error::other(format!("{error:?}")))?;
+    Ok(json!([String::from_utf8_lossy(&bytes), String::from_utf8_lossy(&streamed)]))
+}
+
+/// One bare `metadata-hash-at` on `path`, as `std::fs` makes before a `stat`.
+fn metadata_hash(path: &str) -> std::io::Result<Value> {
+    use wasip2::filesystem::types::PathFlags;
+    let hash = workspace_root()?.metadata_hash_at(PathFlags::empty(), path).map_err(wasi_error)?;
+    Ok(json!(hash.lower ^ hash.upper))
 }
 
 /// List the directory behind handle `index`.
