@@ -95,6 +95,25 @@ impl OpenAiOperation {
     }
 }
 
+/// An OpenAI operation changes only the file its `path` names: a `diff` (or a `path`) that
+/// carries file headers of its own (`*** Add File`, `*** Delete File`) would change others.
+fn check_one_file(operations: &[Operation], path: &str, kind: OperationKind) -> Result<(), ToolError> {
+    let named = match (operations, kind) {
+        ([Operation::Add { path: added, .. }], OperationKind::Create) => Some(added),
+        ([Operation::Update { path: updated, .. }], OperationKind::Update) => Some(updated),
+        ([Operation::Delete { path: deleted }], OperationKind::Delete) => Some(deleted),
+        _ => None,
+    };
+    if named.is_some_and(|named| WorkspacePath::parse(path).is_ok_and(|given| given == *named)) {
+        return Ok(());
+    }
+    Err(ToolError::InvalidArgs(format!(
+        "this operation would change {}, but an operation changes only the file its `path` names (`{}`): its `diff` holds only that file's hunks (or, for `create_file`, its lines), with no file headers of its own. Send one operation per file.",
+        if operations.len() == 1 { "another file".to_owned() } else { format!("{} files", operations.len()) },
+        path.escape_default()
+    )))
+}
+
 const BEGIN_PATCH: &str = "*** Begin Patch";
 const END_PATCH: &str = "*** End Patch";
 
@@ -162,9 +181,13 @@ impl Tool for ApplyPatch {
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
+        let mut one_file = None;
         let patch = match (args.patch, args.operation) {
             (Some(patch), None) => patch,
-            (None, Some(operation)) => operation.into_patch()?,
+            (None, Some(operation)) => {
+                one_file = Some((operation.path.clone(), operation.kind));
+                operation.into_patch()?
+            }
             _ => {
                 return Err(ToolError::InvalidArgs(
                     "give `patch` (the patch text) or `operation` (one operation of OpenAI's apply_patch tool), exactly one of them"
@@ -173,6 +196,9 @@ impl Tool for ApplyPatch {
             }
         };
         let operations = parse::parse(&patch)?;
+        if let Some((path, kind)) = one_file {
+            check_one_file(&operations, &path, kind)?;
+        }
         let planned = plan(&operations, args.overwrite)?;
         let mut diff = String::new();
         let mut files = Vec::with_capacity(planned.len());

@@ -226,7 +226,8 @@ impl Refusal {
                 // The table keeps when a lease was to end, not when it was released.
                 match lapsed.lapse {
                     Lapse::Released => "was released".to_owned(),
-                    Lapse::Reclaimed => format!("expired at {} and was reclaimed by another holder", lapsed.lock.expires_at()),
+                    Lapse::Reclaimed =>
+                        format!("expired and was reclaimed by another holder (its lease ended at {})", lapsed.lock.expires_at()),
                     Lapse::Expired => format!("expired at {}", lapsed.lock.expires_at()),
                 }
             ),

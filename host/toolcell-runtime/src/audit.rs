@@ -13,14 +13,14 @@ use crate::error::Error;
 
 /// The audit log's file name in the state directory.
 pub const AUDIT_FILE: &str = "audit.jsonl";
-/// The file beside the log that holds the chain's head (the last record's `seq` and hash),
-/// rewritten with every append under the log's lock: a log whose last records were cut off no
-/// longer reaches it ([`toolcell_audit::verify_with_head`]).
+/// The file beside the log that holds the chain's head (the last record's `seq` and hash) as
+/// a checkpoint tagged under the state key ([`toolcell_audit::checkpoint`]), rewritten with
+/// every append (under the log's lock; after each append to a shared store): a log whose last
+/// records were cut off, or that was rewritten and re-sealed, no longer matches it, and nobody
+/// without the key can make one that does ([`toolcell_audit::verify_checkpoint`]).
 pub const AUDIT_HEAD_FILE: &str = "audit.head";
 /// Where records wait, beside the log, for a shared store that could not take them.
 pub const AUDIT_SPOOL_FILE: &str = "audit.spool.jsonl";
-/// Width of the `seq` in the head file, so that every rewrite is the same length.
-const HEAD_SEQ_WIDTH: usize = 20;
 /// How much of the log's end is read to find the last record (grown if a record is longer).
 const TAIL_CHUNK: u64 = 16 * 1024;
 
@@ -28,12 +28,12 @@ const TAIL_CHUNK: u64 = 16 * 1024;
 /// appended to alone among all of them.
 pub trait AuditBackend: Send + Sync + std::fmt::Debug {
     /// Seal `records` after the chain's last record and keep them, as one, alone among every
-    /// host sharing the store: all of them or none.
+    /// host sharing the store: all of them or none. Returns the chain's link after them.
     ///
     /// # Errors
     ///
     /// Why they could not be kept (nothing was).
-    fn append(&self, records: &[Record]) -> std::io::Result<()>;
+    fn append(&self, records: &[Record]) -> std::io::Result<Link>;
 
     /// The sealed records after the first `position` (0: all), one line each, in order, and
     /// the position after them.
@@ -63,6 +63,11 @@ pub struct AuditLog {
     appender: Mutex<Option<Appender>>,
     /// Where the records go instead of `path`, if a shared store keeps them.
     shared: Option<std::sync::Arc<dyn AuditBackend>>,
+    /// The state key, which tags the checkpoint (`None`: an existing log without one).
+    key: Option<crate::journal::JournalKey>,
+    /// The checkpoint file, open for rewriting in place, and the `seq` it names, for appends
+    /// to a shared store (a local log keeps its own in its appender).
+    checkpoint: Mutex<Option<(File, u64)>>,
 }
 
 #[derive(Debug)]
@@ -87,8 +92,10 @@ impl AuditLog {
         // Whoever else can write here could plant journals the next start replays, or forge
         // the trail.
         crate::storage::check_private(&directory, 0o022, "the state directory")?;
+        let key_path = directory.join(crate::storage::STATE_KEY_FILE);
+        let key = crate::engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?;
         let path = directory.join(AUDIT_FILE);
-        Ok(AuditLog { directory, path, appender: Mutex::new(None), shared: None })
+        Ok(AuditLog { directory, path, appender: Mutex::new(None), shared: None, key: Some(key), checkpoint: Mutex::new(None) })
     }
 
     /// A log kept by `backend`; `state_dir` (created if needed) is the host's state directory
@@ -114,7 +121,15 @@ impl AuditLog {
         let directory = std::fs::canonicalize(state_dir).map_err(audit_error)?;
         let path = directory.join(AUDIT_FILE);
         std::fs::symlink_metadata(&path).map_err(|source| Error::Audit { path: path.clone(), source })?;
-        Ok(AuditLog { directory, path, appender: Mutex::new(None), shared: None })
+        let key_path = directory.join(crate::storage::STATE_KEY_FILE);
+        let key = match std::fs::symlink_metadata(&key_path) {
+            Ok(_) => Some(crate::engine::load_or_create_key(&key_path, "the state key", |source| Error::State {
+                path: key_path.clone(),
+                source,
+            })?),
+            Err(_) => None,
+        };
+        Ok(AuditLog { directory, path, appender: Mutex::new(None), shared: None, key, checkpoint: Mutex::new(None) })
     }
 
     /// What the log is, for messages: its file, or the shared store's name.
@@ -122,27 +137,54 @@ impl AuditLog {
         self.path.display().to_string()
     }
 
-    /// The chain's head as last written beside the log, if there is a head file.
+    /// Verify `text`, the whole log as [`read`](Self::read) gives it: the chain, the shared
+    /// store's own head, and the checkpoint tagged under the state key beside it.
     ///
     /// # Errors
     ///
-    /// The I/O error, or `InvalidData` if the head file is damaged.
-    pub fn head(&self) -> std::io::Result<Option<Link>> {
+    /// The first [`Tamper`](toolcell_audit::Tamper): a broken chain, a log that no longer
+    /// reaches a head, a checkpoint that does not verify (forged, or its tag removed), or a
+    /// non-empty log without a checkpoint or a state key to check it with.
+    pub fn verify(&self, text: &str) -> Result<toolcell_audit::Verified, toolcell_audit::Tamper> {
+        let tamper = |reason: String| toolcell_audit::Tamper { line: 0, reason };
         if let Some(shared) = &self.shared {
-            return shared.head();
+            let head = shared.head().map_err(|error| tamper(error.to_string()))?;
+            if let Some(head) = head {
+                toolcell_audit::verify_with_head(text.lines(), &head)?;
+            }
         }
-        let text = match std::fs::read_to_string(self.directory.join(AUDIT_HEAD_FILE)) {
-            Ok(text) => text,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(error),
+        let checkpoint = match std::fs::read_to_string(self.directory.join(AUDIT_HEAD_FILE)) {
+            Ok(checkpoint) => checkpoint,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound && text.is_empty() => {
+                return Err(tamper("the log is empty and has no head file: nothing was ever recorded here".to_owned()));
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Err(tamper(format!(
+                    "`{AUDIT_HEAD_FILE}`, the checkpoint of the chain, is missing: it was removed, or this log was written elsewhere"
+                )));
+            }
+            Err(error) => return Err(tamper(format!("`{AUDIT_HEAD_FILE}` cannot be read: {error}"))),
         };
-        let damaged = || std::io::Error::new(std::io::ErrorKind::InvalidData, format!("`{AUDIT_HEAD_FILE}` is damaged"));
-        let (seq, hash) = text.trim_end().split_once(' ').ok_or_else(damaged)?;
-        let seq = seq.parse().map_err(|_| damaged())?;
-        if hash.len() != 64 || !hash.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-            return Err(damaged());
-        }
-        Ok(Some(Link { seq, hash: hash.to_owned() }))
+        let Some(key) = &self.key else {
+            return Err(tamper(format!(
+                "the state key (`{}`) is missing, so the checkpoint cannot be checked",
+                crate::storage::STATE_KEY_FILE
+            )));
+        };
+        toolcell_audit::verify_checkpoint(text.lines(), &checkpoint, key)
+    }
+
+    /// Rewrite the checkpoint (the head file) to name `link`, in place.
+    fn write_checkpoint(&self, file: &File, link: &Link) -> std::io::Result<()> {
+        let Some(key) = &self.key else {
+            return Ok(());
+        };
+        std::os::unix::fs::FileExt::write_all_at(file, toolcell_audit::checkpoint(link, key).as_bytes(), 0)
+    }
+
+    /// The checkpoint file, opened for rewriting in place.
+    fn open_checkpoint(&self) -> std::io::Result<File> {
+        crate::storage::private_file().write(true).create(true).truncate(false).open(self.directory.join(AUDIT_HEAD_FILE))
     }
 
     /// The log file.
@@ -207,7 +249,7 @@ impl AuditLog {
         let spool = match OpenOptions::new().read(true).write(true).open(&path) {
             Ok(spool) => spool,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return if records.is_empty() { Ok(()) } else { shared.append(records) };
+                return if records.is_empty() { Ok(()) } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) };
             }
             Err(error) => return Err(error),
         };
@@ -223,7 +265,8 @@ impl AuditLog {
             }
             all.extend_from_slice(records);
             if !all.is_empty() {
-                shared.append(&all)?;
+                let link = shared.append(&all)?;
+                self.checkpoint_shared(&link)?;
             }
             spool.set_len(0)
         })();
@@ -231,11 +274,28 @@ impl AuditLog {
         forwarded.and(unlocked)
     }
 
+    /// After an append to the shared store that ended at `link`: this host's checkpoint of the
+    /// shared chain, kept in its own state directory where the store's owner cannot reach it.
+    /// Appends race between threads here, so an older link never replaces a newer one.
+    fn checkpoint_shared(&self, link: &Link) -> std::io::Result<()> {
+        let mut checkpoint = self.checkpoint.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if checkpoint.is_none() {
+            *checkpoint = Some((self.open_checkpoint()?, 0));
+        }
+        let Some((file, written)) = checkpoint.as_mut() else {
+            return Ok(());
+        };
+        if link.seq > *written {
+            self.write_checkpoint(file, link)?;
+            *written = link.seq;
+        }
+        Ok(())
+    }
+
     fn append_locked(&self, appender: &mut Option<Appender>, records: &[Record]) -> std::io::Result<()> {
         if appender.is_none() {
             let file = crate::storage::private_file().read(true).append(true).create(true).open(&self.path)?;
-            let head =
-                crate::storage::private_file().write(true).create(true).truncate(false).open(self.directory.join(AUDIT_HEAD_FILE))?;
+            let head = self.open_checkpoint()?;
             *appender = Some(Appender { file, head, link: Link::GENESIS, length: u64::MAX });
         }
         let Some(appender) = appender.as_mut() else {
@@ -260,8 +320,7 @@ impl AuditLog {
             appender.file.write_all(buffer.as_bytes())?;
             // The head follows the log; both under the lock, so they agree but for a crash
             // between the two writes (the head then lags, which verification accepts).
-            let head = format!("{:0width$} {}\n", link.seq, link.hash, width = HEAD_SEQ_WIDTH);
-            std::os::unix::fs::FileExt::write_all_at(&appender.head, head.as_bytes(), 0)?;
+            self.write_checkpoint(&appender.head, &link)?;
             appender.link = link;
             appender.length = length + buffer.len() as u64;
             Ok(())

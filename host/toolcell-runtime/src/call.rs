@@ -278,9 +278,11 @@ impl Runtime {
         deadline: Instant,
     ) -> Result<FsGuard, Error> {
         let call_id = outcome.call_id.clone();
+        // The parts share the call's memory limit: a split does not multiply it.
+        let memory_pool = Some(Arc::default());
         let part = |shard: Option<(u32, u32)>, shard_results| -> Result<(CallOutcome, FsGuard), Error> {
             let mut part = CallOutcome::new(call_id.clone());
-            let context = CallContext { parts: 0, shard, shard_results, ..context.clone() };
+            let context = CallContext { parts: 0, shard, shard_results, memory_pool: memory_pool.clone(), ..context.clone() };
             let (guard, _) = self.run_component(pre, request, context, self.read_only_guard(request, &call_id)?, &mut part, deadline)?;
             Ok((part, guard))
         };
@@ -353,14 +355,8 @@ impl Runtime {
         let limits = self.limits_for(tool);
         let mut guard = guard;
         guard.set_budget(tool, limits.host_calls, limits.open_files, limits.audit_records);
-        let state = CallState {
-            wasi: wasi.build(),
-            table: ResourceTable::new(),
-            context,
-            guard,
-            limiter: limits::MemoryLimiter::new(limits.memory_bytes),
-            deadline,
-        };
+        let limiter = limits::MemoryLimiter::pooled(limits.memory_bytes, context.memory_pool.clone());
+        let state = CallState { wasi: wasi.build(), table: ResourceTable::new(), context, guard, limiter, deadline };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         // The ticker's phase is arbitrary, so the first tick may come at once: one tick more

@@ -1,7 +1,7 @@
 //! Per-call limits: a wall-clock deadline (epoch interruption), a memory cap, an output cap.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use wasmtime::{Engine, ResourceLimiter};
@@ -82,21 +82,42 @@ pub(crate) struct MemoryLimiter {
     /// The linear memory of all the instance's memories, as granted so far (instantiation
     /// asks for each memory's initial size too).
     pub(crate) granted_bytes: usize,
+    /// What all the instances of one split call hold together, which `max_bytes` caps too;
+    /// this instance's share is given back when it is dropped.
+    pool: Option<Arc<AtomicUsize>>,
 }
 
 impl MemoryLimiter {
     pub(crate) fn new(max_bytes: usize) -> Self {
-        MemoryLimiter { max_bytes, refused: false, granted_bytes: 0 }
+        MemoryLimiter { max_bytes, refused: false, granted_bytes: 0, pool: None }
+    }
+
+    /// A limiter whose grants also count against `pool`, shared by the parts of one call.
+    pub(crate) fn pooled(max_bytes: usize, pool: Option<Arc<AtomicUsize>>) -> Self {
+        MemoryLimiter { pool, ..MemoryLimiter::new(max_bytes) }
+    }
+}
+
+impl Drop for MemoryLimiter {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.fetch_sub(self.granted_bytes, Ordering::AcqRel);
+        }
     }
 }
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
+        let growth = desired.saturating_sub(current);
+        let pooled = self.pool.as_ref().is_none_or(|pool| {
+            pool.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| held.checked_add(growth).filter(|after| *after <= self.max_bytes))
+                .is_ok()
+        });
+        if desired > self.max_bytes || !pooled {
             self.refused = true;
             return Ok(false);
         }
-        self.granted_bytes += desired.saturating_sub(current);
+        self.granted_bytes += growth;
         Ok(true)
     }
 

@@ -68,6 +68,9 @@ pub(crate) struct CallContext {
     pub(crate) shard: Option<(u32, u32)>,
     /// In the assembly of a split call: the parts' results.
     pub(crate) shard_results: Option<Vec<Result<WitOutput, WitError>>>,
+    /// The linear memory granted to all the instances of a split call at once: its memory
+    /// limit is the call's, not each part's.
+    pub(crate) memory_pool: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 type WitOutput = bindings::toolcell::tool::types::ToolOutput;

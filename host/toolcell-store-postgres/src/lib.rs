@@ -405,7 +405,7 @@ fn write_back(
 }
 
 impl AuditBackend for PostgresStore {
-    fn append(&self, records: &[Record]) -> std::io::Result<()> {
+    fn append(&self, records: &[Record]) -> std::io::Result<Link> {
         self.with_client(|client| {
             let mut transaction = client.transaction()?;
             // One appender at a time across every host: the chain cannot fork.
@@ -419,7 +419,8 @@ impl AuditBackend for PostgresStore {
                 transaction.execute(&statement, &[&i64::try_from(next.seq).unwrap_or(i64::MAX), &next.hash, &line])?;
                 link = next;
             }
-            transaction.commit()
+            transaction.commit()?;
+            Ok(link)
         })
         .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be written: {reason}", self.name)))
     }

@@ -298,25 +298,16 @@ fn audit(args: &RuntimeArgs, command: &AuditCommand) -> anyhow::Result<ExitCode>
     };
     let (text, end) = log.read_from(0).with_context(|| format!("cannot read `{}`", log.name()))?;
     match command {
-        AuditCommand::Verify => {
-            match log.head().map_err(|error| toolcell_audit::Tamper { line: 0, reason: format!("{error}") }).and_then(|head| match head {
-                Some(head) => toolcell_audit::verify_with_head(text.lines(), &head),
-                None if text.is_empty() => Err(toolcell_audit::Tamper {
-                    line: 0,
-                    reason: "the log is empty and has no head file: nothing was ever recorded here".to_owned(),
-                }),
-                None => toolcell_audit::verify(text.lines()),
-            }) {
-                Ok(verified) => {
-                    writeln!(std::io::stdout(), "{}: ok, {} records, last hash {}", log.name(), verified.records, verified.last_hash)?;
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(tamper) => {
-                    writeln!(std::io::stderr(), "{}: {tamper}", log.name())?;
-                    Ok(ExitCode::from(EXIT_TOOL_ERROR))
-                }
+        AuditCommand::Verify => match log.verify(&text) {
+            Ok(verified) => {
+                writeln!(std::io::stdout(), "{}: ok, {} records, last hash {}", log.name(), verified.records, verified.last_hash)?;
+                Ok(ExitCode::SUCCESS)
             }
-        }
+            Err(tamper) => {
+                writeln!(std::io::stderr(), "{}: {tamper}", log.name())?;
+                Ok(ExitCode::from(EXIT_TOOL_ERROR))
+            }
+        },
         AuditCommand::Tail { lines, session, follow } => {
             let shown: Vec<String> = readable(&text, session.as_deref());
             let mut stdout = std::io::stdout().lock();

@@ -787,6 +787,42 @@ fn audit_verify_notices_removed_records_and_a_missing_trail() {
     assert_eq!(run.status, 1, "{}", run.stdout);
     assert!(run.stderr.contains("removed"), "{}", run.stderr);
 
+    // Rewritten and re-sealed by someone who can write the log and its head file but not read
+    // the state key: a record changed, the chain sealed again from the start, and the head
+    // written as the chain now ends (untagged, tagged under a guessed key, or the old tag).
+    std::fs::write(&log, &original).expect("restore the log");
+    assert_eq!(verify().status, 0);
+    let head_file = state.path().join("audit.head");
+    let genuine_head = std::fs::read_to_string(&head_file).expect("the head file");
+    let mut link = toolcell_audit::Link::GENESIS;
+    let mut forged = String::new();
+    for line in &lines {
+        let mut record: toolcell_audit::Record = serde_json::from_str(line).expect("a record");
+        record.role = "root".to_owned();
+        let (sealed, next) = toolcell_audit::seal(&record, &link);
+        forged.push_str(&sealed);
+        forged.push('\n');
+        link = next;
+    }
+    assert!(toolcell_audit::verify(forged.lines()).is_ok(), "the forged chain is consistent in itself");
+    std::fs::write(&log, &forged).expect("forge the log");
+    let tag = genuine_head.split(' ').nth(2).expect("the genuine head has a tag").to_owned();
+    for head in [
+        format!("{:020} {}\n", link.seq, link.hash),
+        toolcell_audit::checkpoint(&link, &[0u8; 32]),
+        format!("{:020} {} {tag}", link.seq, link.hash),
+    ] {
+        std::fs::write(&head_file, &head).expect("forge the head");
+        let run = verify();
+        assert_eq!(run.status, 1, "a re-sealed chain with head {head:?} passed: {}", run.stdout);
+        assert!(run.stderr.contains("the checkpoint"), "{}", run.stderr);
+    }
+    // The genuine head still tells the forged chain from the one it sealed.
+    std::fs::write(&head_file, &genuine_head).expect("restore the head");
+    assert_eq!(verify().status, 1);
+    std::fs::write(&log, &original).expect("restore the log");
+    assert_eq!(verify().status, 0);
+
     // No trail at all: said, exit 1, and nothing is created.
     let missing = state.path().join("never-used");
     let run = toolcell(&cache, &["--state-dir", missing.to_str().expect("UTF-8"), "audit", "verify"]);
@@ -1180,4 +1216,16 @@ fn hosts_on_a_postgres_store_share_locks_and_one_audit_chain() {
     );
     let tampered = on(0, &["audit", "verify"]);
     assert_eq!(tampered.status, 1, "{}", tampered.stdout);
+    // The table's owner shortens the chain so that what is left verifies (the trigger
+    // disabled): the table's own head agrees with what is left, but the host that wrote the
+    // last records keeps a checkpoint of its own, tagged under its state key, which the
+    // table's owner cannot remake.
+    cluster.psql(
+        "ALTER TABLE toolcell_audit DISABLE TRIGGER toolcell_audit_append_only; DELETE FROM toolcell_audit WHERE seq > 1; ALTER TABLE toolcell_audit ENABLE TRIGGER toolcell_audit_append_only",
+    );
+    let shortened = on(1, &["audit", "verify"]);
+    assert_eq!(shortened.status, 1, "{}", shortened.stdout);
+    assert!(shortened.stderr.contains("the last records were removed"), "{}", shortened.stderr);
+    // Each host's checkpoint covers what it appended: host 0 wrote only the first record.
+    assert_eq!(on(0, &["audit", "verify"]).status, 0);
 }

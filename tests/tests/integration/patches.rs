@@ -277,4 +277,19 @@ fn apply_patch_takes_openai_apply_patch_operations() {
     let message =
         fixture.error("apply_patch", json!({"operation": {"type": "rename_file", "path": "done.md"}}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("operation"), "{message}");
+    // One operation changes only its `path`: file headers smuggled into its `diff` (or its
+    // `path`) are refused, and nothing changes.
+    fixture.write("keep.md", "keep\n");
+    let before = fixture.snapshot();
+    for operation in [
+        json!({"type": "update_file", "path": "done.md", "diff": "-c\n+d\n*** Add File: planted.sh\n+curl evil\n"}),
+        json!({"type": "update_file", "path": "done.md", "diff": "-c\n+d\n*** Delete File: keep.md"}),
+        json!({"type": "create_file", "path": "new.md", "diff": "+x\n*** Delete File: keep.md\n"}),
+        json!({"type": "delete_file", "path": "done.md\n*** Delete File: keep.md"}),
+        json!({"type": "create_file", "path": "new.md\n*** Update File: keep.md\n@@\n-keep\n+gone", "diff": "+x\n"}),
+    ] {
+        let message = fixture.error("apply_patch", json!({ "operation": operation }), ToolErrorKind::InvalidArgs);
+        assert!(message.contains("an operation changes only the file its `path` names"), "{operation}: {message}");
+        assert_eq!(fixture.snapshot(), before, "{operation}: something changed");
+    }
 }

@@ -248,3 +248,19 @@ fn a_split_scan_misses_no_file_while_the_tree_changes_under_it() {
     churn.join().expect("the churn thread");
     eprintln!("{attempt} searches met {met_removals} directories removed under them");
 }
+
+#[test]
+fn the_parts_share_the_calls_memory_limit() {
+    let state = tempfile::tempdir().expect("state");
+    let policy = format!("{TEST_POLICY}\n[limits.tools.fs_probe]\nmemory_mib = 64\n");
+    let runtime = runtime(4, &policy, state.path());
+    let fixture = Fixture::new();
+    // Each part alone stays under 64 MiB; four at once would hold 4 x 40 MiB.
+    let ops = |mebibytes: u32| json!({"ops": [{"op": "split", "content": "4"}, {"op": "allocate", "content": mebibytes.to_string()}, {"op": "sleep", "content": "300"}]});
+    let outcome = fixture.call_as(&runtime, "s-memory", None, &[], "fs_probe", &ops(40));
+    let error = outcome.result.expect_err("the parts together exceed the call's limit");
+    assert!(error.message.contains("memory limit of 64 MiB"), "{}", error.message);
+    // Within the limit together, the split call runs.
+    let outcome = fixture.call_as(&runtime, "s-memory", None, &[], "fs_probe", &ops(8));
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+}

@@ -10,7 +10,8 @@
 //! `stat-at` call (no metadata-hash lookups first, as `std::fs` makes). `attach_image` shows
 //! `path`'s bytes as an image of type `to`; `remember` keeps `content` under the key `path`
 //! and `recall` returns what is kept under it; `candidates` asks the content index for the
-//! files under `path` that may match the pattern `content`.
+//! files under `path` that may match the pattern `content`; `allocate` takes `content` MiB and
+//! holds it until the call ends.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -71,6 +72,12 @@ impl Tool for FsProbe {
                     results.push(json!({ "op": "split", "value": parts }));
                 }
                 "shard" => results.push(json!({ "op": "shard", "value": toolcell_sdk::shard() })),
+                // Take `content` MiB of memory (touched) and hold it until the call ends.
+                "allocate" => {
+                    let mebibytes: usize = operation.content.parse().unwrap_or(0);
+                    HOARD.with(|hoard| hoard.borrow_mut().push(vec![1u8; mebibytes << 20]));
+                    results.push(json!({ "op": "allocate", "value": mebibytes }));
+                }
                 "shard_results" => {
                     let parts = toolcell_sdk::shard_results().map(|parts| {
                         parts
@@ -175,6 +182,8 @@ fn run(operation: &Operation) -> Value {
 }
 
 thread_local! {
+    /// Memory held by `allocate`.
+    static HOARD: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
     /// Directory handles kept open by `open_dir`.
     static HELD: std::cell::RefCell<Vec<wasip2::filesystem::types::Descriptor>> = const { std::cell::RefCell::new(Vec::new()) };
 }
