@@ -181,6 +181,7 @@ impl Runtime {
                     role: guard.bound_role(),
                     tool: request.tool.to_owned(),
                     principal: request.principal.map(str::to_owned),
+                    spawned: std::sync::atomic::AtomicU32::new(0),
                 };
                 let context = CallContext {
                     role: request.role.to_owned(),

@@ -103,7 +103,7 @@ pub use state::Captured;
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
 pub use undo::SessionChange;
-pub use workflow::{SessionRecord, SessionState, SessionStore, Spawner, default_connect};
+pub use workflow::{MAX_SESSIONS_PER_TASK, MAX_SPAWNS_PER_CALL, SessionRecord, SessionState, SessionStore, Spawner, default_connect};
 pub use workspace::Workspace;
 
 use outcome::to_wit_error;

@@ -157,7 +157,16 @@ pub(crate) struct WorkflowCall {
     pub(crate) tool: String,
     /// Who the caller authenticated as.
     pub(crate) principal: Option<String>,
+    /// Sessions this call spawned so far.
+    pub(crate) spawned: std::sync::atomic::AtomicU32,
 }
+
+/// Sessions one call may spawn.
+pub const MAX_SPAWNS_PER_CALL: u32 = 4;
+/// Sessions (pending or active) one task may have at once.
+pub const MAX_SESSIONS_PER_TASK: usize = 4;
+/// Where a task in progress has its file (`docs/tasks/in-progress/CHAIN/TASK.md`).
+const IN_PROGRESS_DIR: &str = "docs/tasks/in-progress";
 
 /// Who calls a capability: the call's identity, as its context holds it.
 pub(crate) struct Caller<'a> {
@@ -328,6 +337,9 @@ impl WorkflowCall {
             Ok(binding) => binding,
             Err(error) => return Ok(Err(error)),
         };
+        if let Err(error) = self.check_spawnable(&binding) {
+            return Ok(Err(error));
+        }
         let number = |id: &str| id.split('-').find(|part| part.bytes().all(|byte| byte.is_ascii_digit())).unwrap_or("0").to_owned();
         // Unguessable, so that knowing a task does not let anyone name its session.
         let mut random = [0u8; 8];
@@ -384,6 +396,50 @@ impl WorkflowCall {
             None => default_connect(&record),
         };
         Ok(Ok((id, connect)))
+    }
+
+    /// A session may be spawned for a task that is in progress (its file is in
+    /// `docs/tasks/in-progress/`), up to [`MAX_SPAWNS_PER_CALL`] in one call and
+    /// [`MAX_SESSIONS_PER_TASK`] live at once for one task: a component granted `may_spawn`
+    /// cannot fill the session store, nor start sessions for tasks nobody started.
+    fn check_spawnable(&self, binding: &TaskBinding) -> Result<(), ToolError> {
+        use std::sync::atomic::Ordering;
+        let file = format!("{IN_PROGRESS_DIR}/{}/{}.md", binding.chain(), binding.task());
+        let in_progress = crate::Workspace::open(&self.workspace)
+            .ok()
+            .and_then(|workspace| workspace.directory.symlink_metadata(&file).ok())
+            .is_some_and(|metadata| metadata.is_file());
+        if !in_progress {
+            return Err(ToolError::new(
+                ToolErrorKind::Conflict,
+                format!(
+                    "the task `{binding}` is not in progress (there is no `{file}`): start it with `task_start` first, then spawn its session"
+                ),
+            ));
+        }
+        if self.spawned.fetch_add(1, Ordering::AcqRel) >= MAX_SPAWNS_PER_CALL {
+            return Err(ToolError::new(
+                ToolErrorKind::TooLarge,
+                format!("one call may spawn at most {MAX_SPAWNS_PER_CALL} sessions; this one asked for more"),
+            ));
+        }
+        let task = binding.to_string();
+        let live = self
+            .shared
+            .sessions
+            .list()
+            .into_iter()
+            .filter(|session| session.task.as_deref() == Some(task.as_str()) && session.state != SessionState::Ended)
+            .count();
+        if live >= MAX_SESSIONS_PER_TASK {
+            return Err(ToolError::new(
+                ToolErrorKind::Conflict,
+                format!(
+                    "the task `{binding}` has {live} sessions that have not ended, the most one task may have; end one (or let it end) before spawning another"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn audit_lock(&self, event: &str, lock: &Lock) {

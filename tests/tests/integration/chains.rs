@@ -479,3 +479,33 @@ fn a_component_flooding_the_workflow_with_refusals_is_stopped() {
     assert!(records <= 25, "the refusals were bounded by the budget, not one record each: {records}");
     assert!(project.host.runtime().sessions().list().is_empty());
 }
+
+#[test]
+fn spawns_need_a_task_in_progress_and_are_bounded() {
+    // A control-role component that loops on `spawn-session`.
+    let policy = WORKFLOW.replace("\"spawn_impl_session\",", "\"spawn_impl_session\", \"misbehave\",");
+    let project = Project::with_policy(&policy);
+    let control = project.planned();
+    let spawn_loop = |task: &str, times: u32| {
+        let output = ok(&control, "misbehave", json!({"action": "spawn_loop", "text": "impl", "path": task, "bytes": times}));
+        output.text
+    };
+    // Tasks that do not exist, and one that exists but was not started: nothing is spawned.
+    assert_eq!(spawn_loop("", 2_000), "spawned 0");
+    assert_eq!(spawn_loop(FIRST, 10), "spawned 0");
+    let single = call(&control, "misbehave", json!({"action": "spawn", "text": "impl", "path": FIRST})).output.expect_err("refused");
+    assert_eq!(single.kind, ToolErrorKind::Conflict, "{single}");
+    assert!(single.message.contains("is not in progress") && single.message.contains("task_start"), "{single}");
+    assert!(project.host.runtime().sessions().list().is_empty());
+    // Started: at most 4 in one call, and at most 4 that have not ended for one task.
+    ok(&control, "task_start", json!({"task": FIRST}));
+    assert_eq!(spawn_loop(FIRST, 2_000), format!("spawned {}", toolcell_runtime::MAX_SPAWNS_PER_CALL));
+    assert_eq!(spawn_loop(FIRST, 10), "spawned 0");
+    let (message, _) = refused(&control, "spawn_impl_session", json!({"task": FIRST}), ToolErrorKind::Conflict);
+    assert!(message.contains("sessions that have not ended"), "{message}");
+    let sessions = project.host.runtime().sessions().list();
+    assert_eq!(sessions.len(), toolcell_runtime::MAX_SESSIONS_PER_TASK);
+    // One ends: one more may start.
+    project.host.runtime().sessions().set_state(&sessions[0].id, toolcell_host::SessionState::Ended).expect("end one");
+    assert_eq!(spawn_loop(FIRST, 10), "spawned 1");
+}

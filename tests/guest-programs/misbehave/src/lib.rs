@@ -101,11 +101,16 @@ impl Tool for Misbehave {
             "lock_for_task" => toolcell_sdk::workflow::lock_for_task(&args.path, &[args.text], 60)
                 .map(|locks| Output::text(format!("{} locked", locks.len()))),
             // `bytes` refused spawns, each for another task: the host must stop it, not record them all.
+            // `bytes` spawns of sessions of role `text`, for the task `path` (or, without one, for
+            // as many tasks that do not exist); the result counts those spawned.
             "spawn_loop" => {
-                for index in 0..args.bytes {
-                    let _ = toolcell_sdk::workflow::spawn_session(&args.text, &format!("CHAIN-1-x/{index:03}-a"));
-                }
-                Ok(Output::text("looped"))
+                let spawned = (0..args.bytes)
+                    .filter(|index| {
+                        let task = if args.path.is_empty() { format!("CHAIN-1-x/{index:03}-a") } else { args.path.clone() };
+                        toolcell_sdk::workflow::spawn_session(&args.text, &task).is_ok()
+                    })
+                    .count();
+                Ok(Output::text(format!("spawned {spawned}")))
             }
             "release_task" => toolcell_sdk::workflow::release_task(&args.path).map(|released| Output::text(format!("{released} released"))),
             "" => {
