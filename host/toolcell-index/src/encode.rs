@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{Index, Stamp, Trigram};
 
-const MAGIC: &[u8; 8] = b"tcidx\0\0\x01";
+const MAGIC: &[u8; 8] = b"tcidx\0\0\x02";
 
 /// Why bytes are not an index this version can use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,7 +38,7 @@ impl Index {
         for (path, stamp) in self.paths.iter().zip(&self.stamps) {
             put_varint(&mut out, path.len() as u64);
             out.extend_from_slice(path.as_bytes());
-            for value in [stamp.size, stamp.modified_ns, stamp.inode] {
+            for value in [stamp.size, stamp.changed_ns, stamp.inode] {
                 out.extend_from_slice(&value.to_le_bytes());
             }
         }
@@ -82,7 +82,7 @@ impl Index {
             let length = reader.count(body.len())?;
             let path = std::str::from_utf8(reader.take(length)?).map_err(|_| DecodeError::Inconsistent("a path is not UTF-8"))?;
             paths.push(path.to_owned());
-            stamps.push(Stamp { size: reader.u64()?, modified_ns: reader.u64()?, inode: reader.u64()? });
+            stamps.push(Stamp { size: reader.u64()?, changed_ns: reader.u64()?, inode: reader.u64()? });
         }
         let trigrams = reader.count(body.len())?;
         let mut keys: Vec<Trigram> = Vec::with_capacity(trigrams);

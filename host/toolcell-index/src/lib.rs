@@ -52,8 +52,11 @@ pub fn trigrams_of(bytes: &[u8]) -> Vec<Trigram> {
 pub struct Stamp {
     /// The size in bytes.
     pub size: u64,
-    /// The modification time, nanoseconds since the Unix epoch.
-    pub modified_ns: u64,
+    /// The status-change time (`ctime`), nanoseconds since the Unix epoch: it moves with every
+    /// write, and also when the modification time is set back (which anyone who can write the
+    /// file can do, while `ctime` nobody can set), so a same-size edit with its modification
+    /// time restored still changes the stamp.
+    pub changed_ns: u64,
     /// The inode number.
     pub inode: u64,
 }

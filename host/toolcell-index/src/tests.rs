@@ -130,7 +130,7 @@ fn an_index_survives_its_bytes_and_damage_is_refused() {
         builder.add_stamped(
             &format!("src/m{number}.rs"),
             content.as_bytes(),
-            Stamp { size: content.len() as u64, modified_ns: number, inode: 1000 + number },
+            Stamp { size: content.len() as u64, changed_ns: number, inode: 1000 + number },
         );
     }
     let index = builder.build();

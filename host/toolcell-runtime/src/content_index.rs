@@ -156,7 +156,7 @@ fn now_ns() -> u64 {
 impl Found {
     /// Whether the stamp identifies the content: changed long enough ago, and one link only.
     fn is_stable(&self, now_ns: u64) -> bool {
-        self.links <= 1 && self.stamp.modified_ns.saturating_add(RACY_NS) < now_ns
+        self.links <= 1 && self.stamp.changed_ns.saturating_add(RACY_NS) < now_ns
     }
 }
 
@@ -223,12 +223,10 @@ fn found(path: String, metadata: &cap_std::fs::Metadata) -> Option<Found> {
     if metadata.len() > MAX_FILE_BYTES {
         return None;
     }
-    let modified_ns = metadata
-        .modified()
-        .ok()
-        .and_then(|time| time.into_std().duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |since| u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
-    Some(Found { path, stamp: Stamp { size: metadata.len(), modified_ns, inode: metadata.ino() }, links: metadata.nlink() })
+    // The status-change time, not the modification time, which a writer can set back.
+    let changed_ns =
+        u64::try_from(metadata.ctime()).unwrap_or(0).saturating_mul(1_000_000_000) + u64::try_from(metadata.ctime_nsec()).unwrap_or(0);
+    Some(Found { path, stamp: Stamp { size: metadata.len(), changed_ns, inode: metadata.ino() }, links: metadata.nlink() })
 }
 
 /// Whether `content` is binary to a search: a NUL byte among its first 8 KiB.
@@ -238,7 +236,7 @@ fn looks_binary(content: &[u8]) -> bool {
 
 /// A stamp no file has: what the index records for a file whose stamp it could not trust when
 /// it read it, so that the file always counts as changed.
-const UNTRUSTED: Stamp = Stamp { size: u64::MAX, modified_ns: 0, inode: 0 };
+const UNTRUSTED: Stamp = Stamp { size: u64::MAX, changed_ns: 0, inode: 0 };
 
 /// Build the index of the workspace at `root` and write it to `path`; the index and its size.
 fn build_into(root: &cap_std::fs::Dir, skip: &[String], path: &std::path::Path) -> std::io::Result<(Index, usize)> {

@@ -74,10 +74,10 @@ fn generate_tree(root: &Path, files: usize) {
         text.push_str("}\n");
         let mut file = std::fs::File::create(directory.join(format!("file{index:06}.rs"))).expect("create file");
         file.write_all(text.as_bytes()).expect("write file");
-        // Last changed a day ago, as a checked-out tree is (the index does not trust a stamp
-        // from the last second).
-        file.set_modified(std::time::SystemTime::now() - Duration::from_secs(86_400)).expect("set mtime");
     }
+    // Older than a second, as a checked-out tree is: the index does not trust a stamp from the
+    // last second.
+    std::thread::sleep(Duration::from_millis(1_100));
 }
 
 fn ripgrep() -> Option<PathBuf> {
@@ -339,8 +339,8 @@ fn denied_files_timing(temp: &Path, cache: &Path, files: usize, runs: usize, tab
                 let secret = if case == "with" { LITERAL } else { "nothing to see" };
                 let mut file = std::fs::File::create(workspace.join(format!("secrets/s{number}.txt"))).expect("secret");
                 file.write_all(format!("{secret} {number}\n").as_bytes()).expect("secret");
-                file.set_modified(std::time::SystemTime::now() - Duration::from_secs(86_400)).expect("set mtime");
             }
+            std::thread::sleep(Duration::from_millis(1_100));
             let host = host(&workspace, &temp.join(format!("denied-{case}/state")), cache, Some(&policy));
             host.runtime().build_index(host.workspace()).expect("the index builds");
             let session = host.session("impl", "bench").expect("session");

@@ -1110,6 +1110,32 @@ fn sdk_writes_a_languages_sdk_and_the_contract() {
 }
 
 #[test]
+fn a_one_shot_search_sees_an_edit_that_kept_the_size_and_the_modification_time() {
+    let (workspace, cache) = setup();
+    let root = workspace.path();
+    std::fs::write(root.join("config.rs"), "let mode = \"alpha\";\n").expect("write");
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let state = tempfile::tempdir().expect("state directory");
+    let (dir, state) = (root.to_str().expect("UTF-8"), state.path().to_str().expect("UTF-8"));
+    let built = toolcell(&cache, &["--state-dir", state, "index", "build", "--workspace", dir]);
+    assert_eq!(built.status, 0, "{}", built.stderr);
+    // Edited in place, same size, its modification time put back (by another program, or a
+    // tool that wants its change unseen).
+    let path = root.join("config.rs");
+    let modified = std::fs::metadata(&path).and_then(|metadata| metadata.modified()).expect("mtime");
+    std::fs::write(&path, "let mode = \"omega\";\n").expect("edit");
+    std::fs::File::options().write(true).open(&path).and_then(|file| file.set_modified(modified)).expect("restore mtime");
+    let search = |query: &str| {
+        let args = format!(r#"{{"query": "{query}"}}"#);
+        toolcell(&cache, &["--state-dir", state, "call", "search_files", &args, "--workspace", dir])
+    };
+    let found = search("omega");
+    assert_eq!((found.status, found.stdout.trim()), (0, "config.rs"), "{}", found.stderr);
+    let stale = search("alpha");
+    assert!(!stale.stdout.contains("config.rs"), "the index answered from the old content: {}", stale.stdout);
+}
+
+#[test]
 fn index_build_status_and_drop_and_a_damaged_index_is_never_used() {
     let (workspace, cache) = setup();
     let root = workspace.path();
@@ -1118,12 +1144,9 @@ fn index_build_status_and_drop_and_a_damaged_index_is_never_used() {
         std::fs::write(root.join(format!("src/m{number}.rs")), format!("fn item_{number}() {{}}\n")).expect("write");
     }
     std::fs::write(root.join("blob.bin"), b"a\x00b").expect("write");
-    // Last changed a minute ago: the index does not trust a stamp from the last second (it
-    // counts such a file as changed until it is older).
-    let past = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
-    for file in ["notes.txt", "blob.bin"].into_iter().map(String::from).chain((0..40).map(|number| format!("src/m{number}.rs"))) {
-        std::fs::File::options().write(true).open(root.join(&file)).and_then(|file| file.set_modified(past)).expect("set mtime");
-    }
+    // Older than a second: the index does not trust a stamp from the last second (it counts
+    // such a file as changed until it is older).
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
     // The state directory inside the workspace: the host's own files are never indexed.
     let state = root.join(".toolcell-state");
     let (dir, state) = (root.to_str().expect("UTF-8"), state.to_str().expect("UTF-8"));
