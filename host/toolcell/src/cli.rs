@@ -409,6 +409,12 @@ pub struct ReportArgs {
     /// Where to write the HTML file.
     #[arg(long, short, value_name = "FILE")]
     pub output: PathBuf,
+
+    /// The role of whoever reads the report: a change's content is shown only where this role
+    /// may read the file. Without it, each change is shown as the role of the session that
+    /// made it may read it.
+    #[arg(long, value_name = "ROLE")]
+    pub role: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

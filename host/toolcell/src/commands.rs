@@ -748,7 +748,7 @@ fn report(runtime: &Runtime, args: &ReportArgs) -> anyhow::Result<ExitCode> {
         (None, Some(chain)) => crate::report::Subject::Chain(chain),
         (None, None) => anyhow::bail!("give --session ID or --chain CHAIN-ID"),
     };
-    let gathered = match crate::report::gather(runtime, &workspace, &subject) {
+    let gathered = match crate::report::gather(runtime, &workspace, &subject, args.role.as_deref()) {
         Ok(gathered) => gathered,
         Err(reason) => {
             writeln!(std::io::stderr(), "{reason}")?;

@@ -2,6 +2,11 @@
 //! chain's sessions): the timeline of its calls, the diff of every change it made (from the
 //! prior states its undo records kept), refusals with the rule that made them, the locks held
 //! for it, and the sessions it spawned, linked. No script, no network, no external asset.
+//!
+//! The report is a copy of guarded data, and is guarded like it: a change's content is shown
+//! only where the reader's role (`--role`, else the role of the session that made it) may read
+//! the file, and every bidirectional-text control is shown escaped, so that a file cannot make
+//! its diff read differently from what it holds (Trojan source).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -17,13 +22,38 @@ pub enum Subject<'a> {
     Chain(&'a str),
 }
 
+/// A change as the report shows it.
+enum Shown {
+    /// Its diff.
+    Change(SessionChange),
+    /// Its path only: the reader's `role` may not read the file.
+    Hidden { path: String, call_id: String, role: String },
+}
+
+impl Shown {
+    fn path_and_call(&self) -> (&str, &str) {
+        match self {
+            Shown::Change(change) => (&change.path, &change.call_id),
+            Shown::Hidden { path, call_id, .. } => (path, call_id),
+        }
+    }
+}
+
+/// Whether the policy lets `role` read `path`; without a policy, every path.
+fn may_read(runtime: &Runtime, role: &str, path: &str) -> bool {
+    let Some(policy) = runtime.policy() else {
+        return true;
+    };
+    policy.role(role).is_some_and(|role| policy.decide(role, toolcell_policy::Access::Read, path).effect == toolcell_policy::Effect::Allow)
+}
+
 /// What the report shows, gathered from the host's state.
 pub struct Gathered {
     /// The sessions, in the order shown.
     pub sessions: Vec<String>,
     records: Vec<Record>,
     known: BTreeMap<String, SessionRecord>,
-    changes: BTreeMap<String, Vec<SessionChange>>,
+    changes: BTreeMap<String, Vec<Shown>>,
     locks: Vec<Lock>,
     title: String,
 }
@@ -33,7 +63,13 @@ pub struct Gathered {
 /// # Errors
 ///
 /// A message if the audit trail cannot be read, or the subject has left no trace in it.
-pub fn gather(runtime: &Runtime, workspace: &Workspace, subject: &Subject<'_>) -> Result<Gathered, String> {
+pub fn gather(runtime: &Runtime, workspace: &Workspace, subject: &Subject<'_>, reader: Option<&str>) -> Result<Gathered, String> {
+    if let (Some(policy), Some(reader)) = (runtime.policy(), reader)
+        && policy.role(reader).is_none()
+    {
+        let roles: Vec<&str> = policy.roles().map(|role| role.name()).collect();
+        return Err(format!("the policy `{}` has no role `{reader}`; its roles are: {}", policy.file(), roles.join(", ")));
+    }
     let audit = runtime.audit().ok_or("the report needs the audit trail: give --state-dir (or keep the default)")?;
     let text = audit.read().map_err(|error| format!("cannot read the audit trail: {error}"))?;
     let records: Vec<Record> = text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
@@ -85,7 +121,28 @@ pub fn gather(runtime: &Runtime, workspace: &Workspace, subject: &Subject<'_>) -
             Subject::Chain(chain) => format!("no session worked on chain `{chain}`; `toolcell sessions list` lists the sessions"),
         });
     }
-    let changes = sessions.iter().map(|session| (session.clone(), runtime.session_changes(workspace, session))).collect();
+    let changes = sessions
+        .iter()
+        .map(|session| {
+            let role = reader.map(str::to_owned).or_else(|| known.get(session).map(|record| record.role.clone())).or_else(|| {
+                records.iter().find(|record| record.session == *session && record.kind == Kind::Call).map(|record| record.role.clone())
+            });
+            let changes = runtime
+                .session_changes(workspace, session)
+                .into_iter()
+                .map(|change| {
+                    let readable = role.as_deref().is_some_and(|role| may_read(runtime, role, &change.path));
+                    // What the reader may not read is dropped here, not only left unrendered.
+                    if readable {
+                        Shown::Change(change)
+                    } else {
+                        Shown::Hidden { path: change.path, call_id: change.call_id, role: role.clone().unwrap_or_default() }
+                    }
+                })
+                .collect();
+            (session.clone(), changes)
+        })
+        .collect();
     let owners: BTreeSet<String> = sessions
         .iter()
         .cloned()
@@ -104,13 +161,19 @@ fn escape(text: &str) -> String {
             '>' => escaped.push_str("&gt;"),
             '"' => escaped.push_str("&quot;"),
             '\'' => escaped.push_str("&#39;"),
-            character if character.is_control() && character != '\n' && character != '\t' => {
+            character if (character.is_control() && character != '\n' && character != '\t') || is_bidi_control(character) => {
                 let _ = write!(escaped, "\\u{{{:x}}}", u32::from(character));
             }
             character => escaped.push(character),
         }
     }
     escaped
+}
+
+/// The characters that reorder how text is shown (embeddings, overrides, isolates, marks):
+/// shown escaped, so that a line reads as it is stored.
+fn is_bidi_control(character: char) -> bool {
+    matches!(character, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 fn anchor(session: &str) -> String {
@@ -287,10 +350,17 @@ fn render_session(html: &mut String, gathered: &Gathered, session: &str) {
     html.push_str("</table>");
     let changes = gathered.changes.get(session).map(Vec::as_slice).unwrap_or_default();
     let _ = write!(html, "<h3>Changes ({})</h3>", changes.len());
-    for change in changes {
-        let _ = write!(html, "<p><code>{}</code> <span class=\"meta\">call {}</span></p>", escape(&change.path), escape(&change.call_id));
+    for shown in changes {
+        let (path, call_id) = shown.path_and_call();
+        let _ = write!(html, "<p><code>{}</code> <span class=\"meta\">call {}</span></p>", escape(path), escape(call_id));
         html.push_str("<pre class=\"diff\">");
-        html.push_str(&diff(change));
+        match shown {
+            Shown::Change(change) => html.push_str(&diff(change)),
+            Shown::Hidden { role, .. } => {
+                let _ =
+                    write!(html, "(content not shown: role `{}` may not read this file; give `--role` for a reader who may)", escape(role));
+            }
+        }
         html.push_str("</pre>");
     }
 }

@@ -163,3 +163,89 @@ fn the_session_report_renders_in_chromium_with_diffs_refusals_and_children() {
         std::fs::copy(&screenshot, Path::new(env!("CARGO_MANIFEST_DIR")).join("doc/report.png")).expect("update the README's screenshot");
     }
 }
+
+/// `impl` may change `secrets/**` but not read it; `ops` reads everything.
+const DROPBOX: &str = r#"
+version = 1
+
+[roles.impl]
+tools = ["*"]
+
+[[roles.impl.rules]]
+id = "impl-all"
+access = ["read", "list", "write", "delete"]
+paths = ["**"]
+effect = "allow"
+
+[[roles.impl.rules]]
+id = "secrets-hidden"
+access = ["read"]
+paths = ["secrets/**"]
+effect = "deny"
+
+[roles.ops]
+tools = ["read_file"]
+
+[[roles.ops.rules]]
+id = "ops-read"
+access = ["read", "list"]
+paths = ["**"]
+effect = "allow"
+"#;
+
+#[test]
+fn a_report_shows_only_what_its_reader_may_read_and_escapes_bidi_controls() {
+    let temp = tempfile::tempdir().expect("temp");
+    let workspace = temp.path().join("workspace");
+    std::fs::create_dir_all(workspace.join("secrets")).expect("mkdir");
+    std::fs::write(workspace.join("secrets/server.pem"), "PEM-LINE-SECRET\n").expect("write");
+    let plugins = temp.path().join("plugins");
+    std::fs::create_dir(&plugins).expect("mkdir");
+    std::fs::write(plugins.join("fs_probe.wasm"), toolcell_tests::guest_program("fs_probe")).expect("plugin");
+    let policy = temp.path().join("policy.toml");
+    std::fs::write(&policy, DROPBOX).expect("policy");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-test-cache");
+    let toolcell = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_toolcell"))
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg("--state-dir")
+            .arg(temp.path().join("state"))
+            .arg("--policy")
+            .arg(&policy)
+            .arg("--plugin-dir")
+            .arg(&plugins)
+            .args(args)
+            .output()
+            .expect("run toolcell")
+    };
+    let root = workspace.to_str().expect("UTF-8");
+    // A component removes the key it may not read (its undo record keeps the lines), and
+    // writes a line whose right-to-left override would make the diff read otherwise.
+    let ops = r#"{"ops": [{"op": "remove", "path": "secrets/server.pem"}, {"op": "write", "path": "src.rs", "content": "let admin = false; /*\u202e } \u2066if (admin)\u2069 \u2066 begin admins only */\n"}]}"#;
+    let ran = toolcell(&["call", "fs_probe", ops, "--workspace", root, "--role", "impl", "--session", "s-drop"]);
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+    let report = |extra: &[&str]| {
+        let output = temp.path().join("report.html");
+        let mut args = vec!["report", "--workspace", root, "--session", "s-drop", "-o", output.to_str().expect("UTF-8")];
+        args.extend_from_slice(extra);
+        let written = toolcell(&args);
+        (written.status.code(), std::fs::read_to_string(&output).unwrap_or_default(), String::from_utf8_lossy(&written.stderr).into_owned())
+    };
+    // Read as the session's own role: the key's lines are not there, its path is.
+    let (status, html, stderr) = report(&[]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(!html.contains("PEM-LINE-SECRET"), "the report shows what its reader may not read");
+    assert!(html.contains("secrets/server.pem") && html.contains("content not shown: role `impl` may not read"), "{html}");
+    for control in ['\u{202e}', '\u{2066}', '\u{2069}'] {
+        assert!(!html.contains(control), "a bidi control reached the page raw: {control:?}");
+    }
+    assert!(html.contains("\\u{202e}") && html.contains("\\u{2066}"), "shown escaped");
+    // A reader who may read the key sees its lines; an unknown reader is refused.
+    let (status, html, stderr) = report(&["--role", "ops"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(html.contains("PEM-LINE-SECRET"), "{html}");
+    let (status, _, stderr) = report(&["--role", "nobody"]);
+    assert_eq!(status, Some(1), "{stderr}");
+    assert!(stderr.contains("has no role `nobody`"), "{stderr}");
+}
