@@ -27,6 +27,10 @@ use toml::Spanned;
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// An MCP session idle this long ends (its locks then expire on their own leases).
 pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
+/// How long a client has to send a request's whole body, unless the configuration says.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Requests one principal may have in flight at once, unless the configuration says.
+pub const DEFAULT_MAX_REQUESTS_PER_PRINCIPAL: usize = 64;
 
 /// A validated service configuration.
 #[derive(Debug, Clone)]
@@ -43,6 +47,12 @@ pub struct ServiceConfig {
     pub max_request_bytes: usize,
     /// How long an MCP session may stay idle before it ends.
     pub session_idle: Duration,
+    /// How long a client has to send a request's whole body (`request_body_timeout`): a body
+    /// trickled in a byte at a time holds a connection no longer than this.
+    pub request_body_timeout: Duration,
+    /// Requests one principal may have in flight at once (`max_requests_per_principal`): one
+    /// token cannot take every connection the service has.
+    pub max_requests_per_principal: usize,
     /// The workspaces served, by name.
     pub workspaces: BTreeMap<String, PathBuf>,
     /// Who may call, by token.
@@ -96,6 +106,8 @@ struct RawConfig {
     allowed_origins: Vec<Spanned<String>>,
     max_request_bytes: Option<Spanned<i64>>,
     session_idle: Option<Spanned<String>>,
+    request_body_timeout: Option<Spanned<String>>,
+    max_requests_per_principal: Option<Spanned<i64>>,
     anonymous: Option<Spanned<String>>,
     workspaces: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
@@ -183,6 +195,30 @@ impl ServiceConfig {
                 }
             },
             None => DEFAULT_SESSION_IDLE,
+        };
+        let request_body_timeout = match &raw.request_body_timeout {
+            Some(timeout) => match humantime::parse_duration(timeout.get_ref()) {
+                Ok(value) if value >= Duration::from_secs(1) && value <= Duration::from_secs(3600) => value,
+                _ => {
+                    return Err(error(
+                        Some(timeout.span()),
+                        format!("`request_body_timeout = {:?}` is not a duration between 1s and 1h: write e.g. \"30s\"", timeout.get_ref()),
+                    ));
+                }
+            },
+            None => DEFAULT_BODY_TIMEOUT,
+        };
+        let max_requests_per_principal = match &raw.max_requests_per_principal {
+            Some(count) => match usize::try_from(*count.get_ref()) {
+                Ok(value) if (1..=1024).contains(&value) => value,
+                _ => {
+                    return Err(error(
+                        Some(count.span()),
+                        format!("`max_requests_per_principal = {}` is out of range: give between 1 and 1024", count.get_ref()),
+                    ));
+                }
+            },
+            None => DEFAULT_MAX_REQUESTS_PER_PRINCIPAL,
         };
         for origin in &raw.allowed_origins {
             let value = origin.get_ref();
@@ -289,6 +325,8 @@ impl ServiceConfig {
             allowed_origins: raw.allowed_origins.iter().map(|origin| origin.get_ref().clone()).collect(),
             max_request_bytes,
             session_idle,
+            request_body_timeout,
+            max_requests_per_principal,
             workspaces,
             principals,
             anonymous,

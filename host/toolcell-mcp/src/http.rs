@@ -61,6 +61,8 @@ pub struct Service {
     owners: Mutex<HashMap<String, String>>,
     /// Where MCP sessions are kept across restarts (`None`: not kept).
     directory: Option<PathBuf>,
+    /// Each principal's requests in flight, by name: at most `max_requests_per_principal`.
+    in_flight: HashMap<String, Arc<tokio::sync::Semaphore>>,
 }
 
 /// A session and the tools its role may call.
@@ -95,7 +97,20 @@ impl Service {
         let principals: Vec<Arc<Principal>> = config.principals.iter().cloned().map(Arc::new).collect();
         let by_token = principals.iter().filter_map(|principal| Some((principal.token_sha256?, Arc::clone(principal)))).collect();
         let anonymous = config.anonymous.as_ref().and_then(|name| principals.iter().find(|principal| &principal.name == name).cloned());
-        Ok(Service { config, by_token, anonymous, hosts, sessions: Mutex::new(HashMap::new()), owners: Mutex::new(owners), directory })
+        let in_flight = principals
+            .iter()
+            .map(|principal| (principal.name.clone(), Arc::new(tokio::sync::Semaphore::new(config.max_requests_per_principal))))
+            .collect();
+        Ok(Service {
+            config,
+            by_token,
+            anonymous,
+            hosts,
+            sessions: Mutex::new(HashMap::new()),
+            owners: Mutex::new(owners),
+            directory,
+            in_flight,
+        })
     }
 
     /// The toolcell session (and its tools) of a request whose HTTP parts are `parts`.
@@ -185,6 +200,15 @@ impl Service {
             Ok(principal) => principal,
             Err(reason) => return unauthorized(reason),
         };
+        // One principal's requests share a bound, so that one token cannot hold every
+        // connection the service accepts (the permit is held until the answer is made).
+        let Some(_in_flight) = self.in_flight.get(&principal.name).and_then(|requests| Arc::clone(requests).try_acquire_owned().ok())
+        else {
+            return plain(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too Many Requests: this principal has as many requests in flight as it may (`max_requests_per_principal`); wait for them to finish",
+            );
+        };
         let session_id = mcp_session_id(request.headers().get(MCP_SESSION_ID)).map(str::to_owned);
         // A session this service never created for this principal does not exist for it
         // (nothing is recorded for an id a client makes up).
@@ -195,6 +219,8 @@ impl Service {
         }
         let ending = request.method() == Method::DELETE;
         request.extensions_mut().insert(Authenticated(Arc::clone(&principal)));
+        // The whole body must arrive in time: a body trickled a byte at a time fails then.
+        let request = request.map(|body| Deadline::new(body, self.config.request_body_timeout));
         let mut response = mcp.handle(request).await;
         if response.status().is_client_error() {
             // rmcp refuses some requests (Host, Origin, size) without reading their body: close
@@ -216,6 +242,58 @@ impl Service {
 }
 
 const MCP_SESSION_ID: &str = "mcp-session-id";
+
+/// A request body that fails once its deadline passes before it has all arrived.
+struct Deadline<B> {
+    body: B,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    timeout: Duration,
+}
+
+impl<B> Deadline<B> {
+    fn new(body: B, timeout: Duration) -> Self {
+        Deadline { body, deadline: Box::pin(tokio::time::sleep(timeout)), timeout }
+    }
+}
+
+/// The error of a body that took too long.
+#[derive(Debug)]
+struct BodyTimeout(Duration);
+
+impl std::fmt::Display for BodyTimeout {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "the request body did not arrive within {} s (`request_body_timeout`)", self.0.as_secs())
+    }
+}
+
+impl std::error::Error for BodyTimeout {}
+
+impl<B> hyper::body::Body for Deadline<B>
+where
+    B: hyper::body::Body + Unpin,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    type Data = B::Data;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        if self.deadline.as_mut().poll(context).is_ready() && !self.body.is_end_stream() {
+            return std::task::Poll::Ready(Some(Err(Box::new(BodyTimeout(self.timeout)))));
+        }
+        std::pin::Pin::new(&mut self.body).poll_frame(context).map(|frame| frame.map(|result| result.map_err(Into::into)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
 
 /// The toolcell session of `principal`'s MCP session `mcp`.
 fn session_key(principal: &Principal, mcp: &str) -> String {

@@ -728,3 +728,51 @@ fn clients_that_stall_mid_request_hold_up_no_one_else() {
     client.end().expect("end the session");
     drop(stalled);
 }
+
+#[test]
+fn one_token_trickling_bodies_is_bounded_and_starves_no_other_principal() {
+    use std::io::{Read as _, Write as _};
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, impl_token, review_token) = service_fixture(temp.path());
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("request_body_timeout = \"2s\"\nmax_requests_per_principal = 8\n{text}")).expect("config");
+    let served = serve(&config, &temp.path().join("state"));
+    let address = served.url.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    // One principal's token opens 30 requests whose bodies never finish arriving.
+    let started = std::time::Instant::now();
+    let mut trickling: Vec<std::net::TcpStream> = (0..30)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+            let head = format!(
+                "POST / HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {impl_token}\r\nContent-Type: application/json\r\n\
+                 Accept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{{"
+            );
+            stream.write_all(head.as_bytes()).expect("send the head and a byte");
+            stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+            stream
+        })
+        .collect();
+    // Another principal is served meanwhile.
+    let mut client = load::Client::connect(&served.url, &review_token).expect("connect while one token trickles");
+    let read = client.call("read_file", serde_json::json!({"path": "notes.txt"})).expect("read while one token trickles");
+    assert_eq!(read["isError"], false, "{read}");
+    client.end().expect("end the session");
+    // Every trickling request is answered: past the principal's bound at once (429), the rest
+    // when their bodies' time runs out; none is left holding a connection.
+    let mut statuses: Vec<String> = Vec::new();
+    for stream in &mut trickling {
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        statuses.push(answer.lines().next().unwrap_or("closed").to_owned());
+    }
+    let refused = statuses.iter().filter(|status| status.contains(" 429 ")).count();
+    assert!(refused >= 22, "past the bound of 8, requests are refused at once: {statuses:?}");
+    assert!(statuses.iter().all(|status| !status.contains(" 200 ")), "{statuses:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(9), "the bodies' time ran out: {:?}", started.elapsed());
+    // The bound is free again.
+    let mut again = load::Client::connect(&served.url, &impl_token).expect("the principal connects again");
+    let read = again.call("read_file", serde_json::json!({"path": "notes.txt"})).expect("read");
+    assert_eq!(read["isError"], false, "{read}");
+    again.end().expect("end the session");
+}
