@@ -445,11 +445,14 @@ pub fn read_checkpoint(text: &str, key: &[u8]) -> Result<Link, String> {
     Ok(link)
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+/// The bytes of hex `text` (either case); `None` if it is not hex.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    let digit = |byte: u8| char::from(byte).to_digit(16).and_then(|value| u8::try_from(value).ok());
+    let bytes = text.as_bytes();
+    if !bytes.len().is_multiple_of(2) {
         return None;
     }
-    (0..text.len()).step_by(2).map(|index| u8::from_str_radix(text.get(index..index + 2)?, 16).ok()).collect()
+    bytes.chunks_exact(2).map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?)).collect()
 }
 
 /// Check every line of a log, as [`verify`] does, and that it still holds the record a

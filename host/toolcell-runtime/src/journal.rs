@@ -543,13 +543,7 @@ fn fill(reader: &mut impl std::io::Read, buffer: &mut [u8]) -> std::io::Result<u
 
 /// Decode a step's hex content.
 pub(crate) fn unhex(hex: &str) -> std::io::Result<Vec<u8>> {
-    let invalid = || std::io::Error::new(std::io::ErrorKind::InvalidData, "a journal step's content is not hex");
-    let digit = |byte: u8| char::from(byte).to_digit(16).and_then(|value| u8::try_from(value).ok()).ok_or_else(invalid);
-    let bytes = hex.as_bytes();
-    if !bytes.len().is_multiple_of(2) {
-        return Err(invalid());
-    }
-    bytes.chunks_exact(2).map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?)).collect()
+    toolcell_audit::unhex(hex).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "a journal step's content is not hex"))
 }
 
 /// Remove whatever is at `name` in `directory` (a directory only if empty: anything in it the

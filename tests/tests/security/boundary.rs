@@ -293,7 +293,7 @@ fn search_candidates_say_nothing_of_files_that_need_approval() {
     let policy = format!(
         "{DROPBOX_POLICY}\n[[roles.impl.rules]]\nid = \"ask-vault\"\naccess = [\"read\"]\npaths = [\"vault/**\"]\neffect = \"ask\"\n"
     );
-    let Governed { root, runtime, workspace, .. } =
+    let Governed { runtime, workspace, .. } =
         &governed(&policy, &[("vault/token.txt", "needle-in-vault\n"), ("src/main.rs", "fn main() {} // needle\n")]);
     // Older than a second: the index trusts only such stamps.
     std::thread::sleep(std::time::Duration::from_millis(1_100));
