@@ -227,6 +227,12 @@ impl Service {
             // the connection after the answer, as for the front door's own refusals.
             response.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
+        if ending && response.status() == StatusCode::ACCEPTED {
+            // The session is gone once this answer is sent: that is done, not accepted for
+            // later (clients log 202 as a failed termination).
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            *response.body_mut() = Full::new(Bytes::new()).boxed();
+        }
         match &session_id {
             Some(id) if ending && response.status().is_success() => self.end(id, &principal),
             // A new session: it belongs to whoever opened it.

@@ -257,9 +257,48 @@ impl ServerHandler for McpServer {
     }
 
     #[expect(deprecated, reason = "MCP logging is deprecated by SEP-2577, but clients still ask for it")]
-    async fn set_level(&self, request: rmcp::model::SetLevelRequestParams, _context: RequestContext<RoleServer>) -> Result<(), McpError> {
+    async fn set_level(&self, request: rmcp::model::SetLevelRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
+        // Removed from the protocol in 2026-07-28: a client speaking it finds no such method.
+        if context.protocol_version().is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28) {
+            return Err(McpError::method_not_found::<rmcp::model::SetLevelRequestMethod>());
+        }
         self.log_level.set(&request);
         Ok(())
+    }
+
+    // What this server does not declare (prompts, resources, completions) it does not answer
+    // with empty results either: -32601, as for any method it does not serve.
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        Err(McpError::method_not_found::<rmcp::model::ListPromptsRequestMethod>())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        Err(McpError::method_not_found::<rmcp::model::ListResourcesRequestMethod>())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        Err(McpError::method_not_found::<rmcp::model::ListResourceTemplatesRequestMethod>())
+    }
+
+    async fn complete(
+        &self,
+        _request: rmcp::model::CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        Err(McpError::method_not_found::<rmcp::model::CompleteRequestMethod>())
     }
 
     /// rmcp hands over a request whose method it knows but whose parameters it could not

@@ -252,11 +252,34 @@ fn malformed_tool_calls_are_invalid_params_and_unknown_methods_are_not_found() {
         ("tools/call", serde_json::json!({"arguments": {}}), "-32602", "`name` is missing"),
         ("tools/call", serde_json::json!({"name": 7}), "-32602", "`name` is a number"),
         ("resources/subscribe/nothing", serde_json::json!({}), "-32601", "resources/subscribe/nothing"),
+        // Not declared, so not answered: the capabilities are `tools` and `logging` only.
+        ("prompts/list", serde_json::json!({}), "-32601", "prompts/list"),
+        ("resources/list", serde_json::json!({}), "-32601", "resources/list"),
+        ("resources/templates/list", serde_json::json!({}), "-32601", "resources/templates/list"),
+        (
+            "completion/complete",
+            serde_json::json!({"ref": {"type": "ref/prompt", "name": "x"}, "argument": {"name": "a", "value": "b"}}),
+            "-32601",
+            "completion/complete",
+        ),
+        // Removed in 2026-07-28: a request made under it finds no `logging/setLevel`.
+        (
+            "logging/setLevel",
+            serde_json::json!({"level": "info", "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"}
+            }}),
+            "-32601",
+            "logging/setLevel",
+        ),
     ];
     for (method, params, code, message) in cases {
         let error = client.request(method, params.clone()).expect_err(&format!("{method} {params}")).to_string();
         assert!(error.contains(&format!("\"code\":{code}")) && error.contains(message), "{method} {params}: {error}");
     }
+    // Under the version the session negotiated, it is still served.
+    client.request("logging/setLevel", serde_json::json!({"level": "info"})).expect("logging/setLevel under 2025-06-18");
     // The connection is still usable, and a well-formed call works.
     let result = client.call_tool("read_file", &serde_json::json!({"path": "notes.txt"})).expect("tools/call");
     assert_eq!(result["isError"], false, "{result}");
@@ -455,7 +478,7 @@ fn an_http_session_survives_a_restart_and_releases_its_locks_when_it_ends() {
     assert_eq!(after["blocked"]["message"]["result"]["isError"], true, "{after}");
     let blocked = after["blocked"]["message"]["result"]["content"][0]["text"].as_str().expect("text");
     assert!(blocked.contains("locked by"), "{blocked}");
-    assert_eq!(after["ended"], 202, "{after}");
+    assert_eq!(after["ended"], 204, "{after}");
     assert_eq!(after["after_end"]["message"]["result"]["isError"], false, "ending the session released its lock: {after}");
     assert_eq!(after["gone"], 404, "{after}");
     assert_eq!(std::fs::read_to_string(temp.path().join("workspace/notes.txt")).expect("read"), "other session");
