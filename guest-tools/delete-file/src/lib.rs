@@ -75,10 +75,10 @@ impl Tool for DeleteFile {
         };
         let text = if kind == "directory" {
             format!(
-                "Deleted the directory {} ({} file(s) and {} directorie(s) in all).",
+                "Deleted the directory {} ({} and {} in all).",
                 quote(path.as_str()),
-                counts.files,
-                counts.directories
+                toolcell_sdk::text::counted(counts.files, "file", "files"),
+                toolcell_sdk::text::counted(counts.directories, "directory", "directories")
             )
         } else {
             format!("Deleted the {kind} {}.", quote(path.as_str()))

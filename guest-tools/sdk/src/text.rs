@@ -247,3 +247,8 @@ mod tests {
         }
     }
 }
+
+/// `count` and the noun that goes with it: `1 line`, `2 lines`.
+pub fn counted(count: u64, one: &str, many: &str) -> String {
+    format!("{count} {}", if count == 1 { one } else { many })
+}

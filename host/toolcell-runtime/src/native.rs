@@ -244,7 +244,11 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
         }
         _ => {
             let lines = root.read(&path).map(|bytes| bytes.iter().filter(|byte| **byte == b'\n').count()).unwrap_or(0);
-            format!("Restored `{shown}` to its content before this session's call {} ({lines} lines)", entry.call_id)
+            format!(
+                "Restored `{shown}` to its content before this session's call {} ({})",
+                entry.call_id,
+                toolcell_types::counted(u64::try_from(lines).unwrap_or(u64::MAX), "line", "lines")
+            )
         }
     };
     Ok(ToolOutput {
@@ -402,10 +406,10 @@ fn locks_schema(key: &str) -> serde_json::Value {
                         "owner": {"type": "string"},
                         "session": {"type": "string"},
                         "mode": {"enum": ["exclusive", "shared"]},
-                        "fence": {"type": "integer", "description": "The lock's token."},
+                        "token": {"type": "integer", "description": "The lock's fencing token: present it (`--fence`) with the writes it covers."},
                         "expires_at": {"type": "string", "description": "RFC 3339 UTC."}
                     },
-                    "required": ["pattern", "owner", "session", "mode", "fence", "expires_at"]
+                    "required": ["pattern", "owner", "session", "mode", "token", "expires_at"]
                 }
             }
         },
@@ -420,7 +424,7 @@ pub fn lock_json(lock: &Lock) -> serde_json::Value {
         "owner": lock.owner,
         "session": lock.session,
         "mode": lock.mode.as_str(),
-        "fence": lock.fence,
+        "token": lock.fence,
         "expires_at": lock.expires_at(),
     })
 }

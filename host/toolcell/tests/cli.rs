@@ -559,7 +559,7 @@ impl LockSite {
 
 fn fence_of(run: &Run) -> u64 {
     let lock: serde_json::Value = serde_json::from_str(&run.stdout).unwrap_or_else(|_| panic!("JSON lock: {}", run.stderr));
-    lock["fence"].as_u64().expect("fence")
+    lock["token"].as_u64().expect("token")
 }
 
 #[test]

@@ -201,6 +201,9 @@ fn ask_goes_to_the_approver() {
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
     assert_eq!(fixture.read_text("release/notes.md"), "v1\n");
     assert!(outcome.events.iter().any(|event| event.asked && event.rule == "ask-before-release"));
+    // Asked once per access and path in a call (the directory, then the file), not again for
+    // each write through the descriptor it opened.
+    assert_eq!(approving.asked.load(Ordering::SeqCst), 2);
 }
 
 #[test]

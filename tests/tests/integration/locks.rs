@@ -71,7 +71,7 @@ fn agents_lock_and_unlock_through_tools() {
         fixture.call_as(&runtime, "s-a", Some("A"), &[], "lock_files", &json!({"paths": ["src/a.rs", "src/c/**"], "ttl_seconds": 60}));
     let output = locked.result.expect("locked");
     assert!(output.text.starts_with("Locked `src/a.rs` (exclusive, token "), "{}", output.text);
-    let fence = output.structured.expect("structured")["locks"][0]["fence"].as_u64().expect("fence");
+    let fence = output.structured.expect("structured")["locks"][0]["token"].as_u64().expect("token");
 
     // B cannot take an overlapping lock (and takes none of its list), nor write.
     let refused = fixture.call_as(&runtime, "s-b", Some("B"), &[], "lock_files", &json!({"paths": ["src/b.rs", "src/**"]}));

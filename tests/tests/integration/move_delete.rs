@@ -198,6 +198,7 @@ fn deletes_files_links_and_directories_only_with_recursive() {
     assert!(message.contains("`tree` is a directory (2 visible entries): set `recursive: true`"), "{message}");
     assert!(fixture.root().join("tree/sub/two.txt").exists());
     let output = fixture.ok("delete_file", json!({"path": "tree", "recursive": true}));
+    assert_eq!(output.text, "Deleted the directory `tree` (2 files and 2 directories in all).");
     assert_eq!(output.structured.expect("structured"), json!({"path": "tree", "kind": "directory", "files": 2, "directories": 2}));
     assert!(!fixture.root().join("tree").exists());
 

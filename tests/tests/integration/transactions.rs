@@ -267,6 +267,7 @@ fn undo_edit_restores_a_sessions_last_changes_one_by_one() {
 
     let output = session("undo_edit", json!({"path": "src/a.rs"})).result.expect("undo");
     assert!(output.text.starts_with("Restored `src/a.rs` to its content before this session's call"), "{}", output.text);
+    assert!(output.text.ends_with("(1 line)"), "{}", output.text);
     assert_eq!(fixture.read_text("src/a.rs"), "version 2\n");
     session("undo_edit", json!({"path": "src/a.rs"})).result.expect("undo again");
     assert_eq!(fixture.read_text("src/a.rs"), "fn a() {}\n");

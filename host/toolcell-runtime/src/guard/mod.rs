@@ -118,6 +118,9 @@ pub(crate) struct FsGuard {
     /// Allowed modifications already recorded in this call: a write through a stream of a
     /// descriptor opened for writing is the same decision again.
     audited: std::collections::HashSet<(Access, String)>,
+    /// Accesses the approver allowed in this call: asked once, not again for each write
+    /// through the descriptor it opened.
+    approved: std::collections::HashSet<(Access, String)>,
     /// `None`: no policy, only the workspace boundary applies.
     policy: Option<Arc<Policy>>,
     role: String,
@@ -161,6 +164,7 @@ impl FsGuard {
             state_paths: Vec::new(),
             audit_failures: 0,
             audited: std::collections::HashSet::new(),
+            approved: std::collections::HashSet::new(),
             policy,
             role: role.to_owned(),
             bound: None,
@@ -285,8 +289,11 @@ impl FsGuard {
             FsEvent { operation, path: path.to_owned(), access, effect: decision.effect, rule: decision.rule.clone(), asked: false };
         if decision.effect == Effect::Ask {
             event.asked = true;
-            let approved = self.approver.as_ref().is_some_and(|approver| approver.approve(&self.role, access, path, &decision.rule));
+            let key = (access, path.to_owned());
+            let approved = self.approved.contains(&key)
+                || self.approver.as_ref().is_some_and(|approver| approver.approve(&self.role, access, path, &decision.rule));
             if approved {
+                self.approved.insert(key);
                 event.effect = Effect::Allow;
             } else {
                 event.effect = Effect::Deny;
