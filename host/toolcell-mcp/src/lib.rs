@@ -173,15 +173,21 @@ impl McpServer {
                 }
             }
             Ok(Err(host_error)) => {
-                let message = match host_error {
-                    toolcell_host::Error::UnknownTool { .. } => host_error.to_string(),
+                let (kind, message) = match host_error {
+                    toolcell_host::Error::UnknownTool { .. } => ("not-found", host_error.to_string()),
                     other => {
                         // Details (which may name host paths) go to the operator only.
                         let _ = writeln_stderr(&format!("toolcell mcp: `{name}` failed in the host: {other}"));
-                        format!("the host could not run `{name}`; the operator's log has the details")
+                        ("failed", format!("the host could not run `{name}`; the operator's log has the details"))
                     }
                 };
-                CallToolResult::error(vec![ContentBlock::text(message)])
+                // The same `_meta` as a tool's own error, so a client reads every error alike
+                // (no call ran, so there is no call id).
+                let mut result = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
+                let mut meta = serde_json::Map::new();
+                meta.insert("toolcell/error".to_owned(), json!({ "kind": kind, "message": message }));
+                result.meta = Some(rmcp::model::MetaObject(meta));
+                result
             }
             Err(_) => CallToolResult::error(vec![ContentBlock::text(format!(
                 "the host failed while running `{name}`; the operator's log has the details"

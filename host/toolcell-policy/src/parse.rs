@@ -101,8 +101,7 @@ impl Policy {
     /// or a role without tools.
     pub fn parse(file: &str, text: &str, known_tools: &[&str]) -> Result<Policy, PolicyError> {
         let error = located(file, text);
-        let raw: RawPolicy =
-            toml::from_str(text).map_err(|parse_error| error(parse_error.span(), parse_error.message().trim().to_owned()))?;
+        let raw: RawPolicy = toml::from_str(text).map_err(|parse_error| error(parse_error.span(), toml_message(text, &parse_error)))?;
         if *raw.version.get_ref() != 1 {
             return Err(error(
                 Some(raw.version.span()),
@@ -442,8 +441,7 @@ pub(crate) fn compile_limits(raw: &RawLimits, table: &str) -> Result<Limits, Spa
 pub fn stub_imports(file: &str, text: &str) -> Result<BTreeMap<String, Vec<String>>, PolicyError> {
     let error = located(file, text);
     // Everything but `[plugins]` is ignored here.
-    let raw: RawPluginsOnly =
-        toml::from_str(text).map_err(|parse_error| error(parse_error.span(), parse_error.message().trim().to_owned()))?;
+    let raw: RawPluginsOnly = toml::from_str(text).map_err(|parse_error| error(parse_error.span(), toml_message(text, &parse_error)))?;
     let mut stubs = BTreeMap::new();
     for (tool, raw_plugin) in &raw.plugins {
         let patterns = stub_patterns(tool.get_ref(), raw_plugin).map_err(|(span, reason)| error(Some(span), reason))?;
@@ -491,4 +489,15 @@ fn located<'a>(file: &'a str, text: &'a str) -> impl Fn(Option<std::ops::Range<u
 
 pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// What a TOML error says, naming the key where the parser only says "duplicate key".
+fn toml_message(text: &str, parse_error: &toml::de::Error) -> String {
+    let message = parse_error.message().trim();
+    match parse_error.span().and_then(|span| text.get(span)) {
+        Some(key) if message == "duplicate key" => {
+            format!("duplicate key `{}`: a key may appear once in a table; remove or merge the second", key.trim().escape_default())
+        }
+        _ => message.to_owned(),
+    }
 }

@@ -164,6 +164,7 @@ fn bad_policies_fail_with_file_line_and_reason() {
         ("version = 1\n[roles.r]\ntools = []\n".to_owned(), None, "lists no tools"),
         ("version = 1\n[roles.R]\ntools = [\"*\"]\n".to_owned(), Some(2), "role name `R`"),
         ("version = 1\n".to_owned(), Some(1), "missing field `roles`"),
+        ("version = 1\nversion = 1\n[roles.r]\ntools = [\"*\"]\n".to_owned(), Some(2), "duplicate key `version`"),
         (rule("access = [\"read\"]\npaths = [\"src/[\"]\neffect = \"allow\"\n"), Some(6), "is not valid"),
         (rule("access = [\"read\"]\npaths = [\"/etc/**\"]\neffect = \"allow\"\n"), Some(6), "can never match"),
         (rule("access = [\"read\"]\npaths = [\"../x\"]\neffect = \"allow\"\n"), Some(6), "can never match"),

@@ -452,7 +452,8 @@ impl AuditBackend for PostgresStore {
     }
 }
 
-/// `postgres://USER@HOST/DB` for messages: never the password.
+/// `postgres://USER@HOST[:PORT]/DB` for messages (the port when it is not the default):
+/// never the password.
 fn name_of(config: &Config) -> String {
     let host = config
         .get_hosts()
@@ -462,9 +463,13 @@ fn name_of(config: &Config) -> String {
             postgres::config::Host::Unix(path) => path.display().to_string(),
         })
         .unwrap_or_else(|| "localhost".to_owned());
+    let port = match config.get_ports().first() {
+        Some(port) if *port != 5432 => format!(":{port}"),
+        _ => String::new(),
+    };
     let user = config.get_user().unwrap_or("");
     let database = config.get_dbname().unwrap_or(user);
-    format!("postgres://{user}@{host}/{database}")
+    format!("postgres://{user}@{host}{port}/{database}")
 }
 
 /// `url` with any password replaced by `***`.
@@ -513,7 +518,12 @@ mod tests {
         assert_eq!(without_password("postgres://ops:s3cret@db.internal/toolcell"), "postgres://ops@db.internal/toolcell");
         assert_eq!(without_password("host=/run/pg user=ops password=s3cret"), "host=/run/pg user=ops password=***");
         let store = PostgresStore::open("postgres://ops:s3cret@db.internal:5433/toolcell").expect("parses");
-        assert_eq!(store.name(), "postgres://ops@db.internal/toolcell");
+        // The port is part of where the store is: a message names it (not the default one).
+        assert_eq!(store.name(), "postgres://ops@db.internal:5433/toolcell");
+        assert_eq!(
+            PostgresStore::open("postgres://ops@db.internal:5432/toolcell").expect("parses").name(),
+            "postgres://ops@db.internal/toolcell"
+        );
         assert!(!format!("{store:?}").contains("s3cret"));
         let error = PostgresStore::open("postgres://ops:s3cret@db.internal:notaport/x").expect_err("bad port");
         assert!(!error.to_string().contains("s3cret"), "{error}");

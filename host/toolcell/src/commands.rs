@@ -824,7 +824,7 @@ fn index(runtime: &Runtime, command: &IndexCommand) -> anyhow::Result<ExitCode> 
                 }
                 toolcell_runtime::IndexStatus::Damaged(reason) => (
                     json!({"state": "damaged", "reason": reason}),
-                    format!("the index cannot be used ({reason}): `toolcell index build` replaces it"),
+                    format!("the index cannot be used: {reason}. `toolcell index build` replaces it"),
                     false,
                 ),
                 toolcell_runtime::IndexStatus::Present { report, changed } => {

@@ -423,6 +423,8 @@ fn the_http_service_takes_the_role_from_the_token_and_refuses_everyone_else() {
     // An unknown tool's error names only the tools this role may call.
     let unknown = review["unknown"]["text"].as_str().expect("text");
     assert!(unknown.contains("no tool named `rm_rf`") && unknown.contains("read_file") && !unknown.contains("write_file"), "{unknown}");
+    // With the `_meta` kind every tool error carries.
+    assert_eq!(review["unknown"]["meta"]["toolcell/error"]["kind"], "not-found", "{review}");
 
     let raw = &report["raw"];
     for refused in ["no_token", "unknown_token", "basic_auth"] {
