@@ -3,7 +3,7 @@
 //   node build.mjs tool.js tool.wasm [--wit WIT_DIR]
 //
 // `tool.js` exports `tool` (see toolcell.js); WIT_DIR is toolcell's `wit/` (default: `wit`
-// beside this file, as `toolcell sdk js` writes it). Network features are left out: a tool
+// beside this file, as `toolcell sdk javascript` writes it). Network features are left out: a tool
 // needs none, and toolcell refuses components that import them.
 import { componentize } from '@bytecodealliance/componentize-js';
 import { writeFile } from 'node:fs/promises';

@@ -412,14 +412,29 @@ fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: bool) -> an
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "added `{}` as {}", added.tool, target.display())?;
     writeln!(stdout, "sha256 {}", added.sha256)?;
-    writeln!(
-        stdout,
-        "pin it in the policy, and give it to the roles that may call it:
+    // A table the policy has already (its stubs, an older pin) takes the line; a new table
+    // pasted beside it would be a duplicate the policy refuses.
+    let has_table = runtime
+        .policy()
+        .is_some_and(|policy| policy.pin(added.tool.as_str()).is_some() || !policy.stub_imports(added.tool.as_str()).is_empty());
+    if has_table {
+        writeln!(
+            stdout,
+            "pin it in the policy's existing [plugins.{}] table (replacing any `sha256` there), and give it to the roles that may call it:
+
+sha256 = \"{}\"",
+            added.tool, added.sha256
+        )?;
+    } else {
+        writeln!(
+            stdout,
+            "pin it in the policy, and give it to the roles that may call it:
 
 [plugins.{}]
 sha256 = \"{}\"",
-        added.tool, added.sha256
-    )?;
+            added.tool, added.sha256
+        )?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

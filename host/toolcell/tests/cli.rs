@@ -713,6 +713,16 @@ fn a_plugin_is_added_checked_pinned_and_refused_when_it_changes() {
     // Without the pin, the changed component loads (the pin was the only guard).
     let unpinned = plugin_policy(base.path(), None);
     assert_eq!(dir(&["--policy", unpinned.to_str().expect("UTF-8"), "tools"]).status, 0);
+    // Under a policy that has the tool's table already (its stubs), `tools add` prints the line
+    // to put in it, not a second table that would be a duplicate.
+    assert_eq!(dir(&["tools", "remove", "misbehave"]).status, 0);
+    let stubbed = base.path().join("stubbed-policy.toml");
+    std::fs::write(&stubbed, "version = 1\n[plugins.misbehave]\nstub_imports = [\"wasi:sockets/*\"]\n[roles.impl]\ntools = [\"*\"]\n")
+        .expect("policy");
+    let readded = dir(&["--policy", stubbed.to_str().expect("UTF-8"), "tools", "add", "--force", component.to_str().expect("UTF-8")]);
+    assert_eq!(readded.status, 0, "{}", readded.stderr);
+    assert!(readded.stdout.contains("existing [plugins.misbehave] table"), "{}", readded.stdout);
+    assert!(!readded.stdout.contains("\n[plugins.misbehave]\n"), "{}", readded.stdout);
 }
 
 #[test]
