@@ -152,6 +152,13 @@ pub fn hostile_javascript() -> &'static [u8] {
     BYTES.get_or_init(|| javascript_tool(&repository().join("tests/guest-programs-js/hostile")))
 }
 
+/// A Python tool written against the raw bindings whose `describe()` raises
+/// (`tests/guest-programs-py/bad-describe`).
+pub fn bad_describe_python() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| python_tool(&repository().join("tests/guest-programs-py/bad-describe")))
+}
+
 /// A Python tool written against the raw bindings, whose exception traps
 /// (`tests/guest-programs-py/raw`).
 pub fn raw_python() -> &'static [u8] {

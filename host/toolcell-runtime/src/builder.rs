@@ -22,6 +22,8 @@ use crate::*;
 
 /// How long a component's `describe()` may take at load.
 const DESCRIBE_DEADLINE: Duration = Duration::from_secs(10);
+/// What `describe()` may write on stderr that a load error repeats (the rest is cut).
+const DESCRIBE_STDERR_BYTES: usize = 8 * 1024;
 
 /// Configures and builds a [`Runtime`].
 #[derive(Default)]
@@ -569,8 +571,11 @@ fn read_plugins(directory: &Path) -> Result<Vec<(String, Vec<u8>)>, Error> {
 /// Ask a freshly loaded component to describe itself, and check what it says. The instance
 /// gets no preopened directory: `describe` must not touch the filesystem.
 fn describe_tool(engine: &Engine, pre: &bindings::PluginPre<CallState>, origin: &str) -> Result<(ToolInfo, ArgsSchema), Error> {
+    // What the component writes on stderr while it describes itself (a Python traceback, a
+    // Rust panic message) is the reason for a failure, in its own language's terms.
+    let stderr = state::CapturePipe::new(DESCRIBE_STDERR_BYTES);
     let state = CallState {
-        wasi: WasiCtxBuilder::new().build(),
+        wasi: WasiCtxBuilder::new().stderr(stderr.clone()).build(),
         table: ResourceTable::new(),
         context: CallContext::default(),
         guard: FsGuard::new(None, "", None, None),
@@ -582,8 +587,19 @@ fn describe_tool(engine: &Engine, pre: &bindings::PluginPre<CallState>, origin: 
     // `describe` gets a fixed deadline: it must answer at once.
     store.set_epoch_deadline(limits::ticks_in(DESCRIBE_DEADLINE));
     store.epoch_deadline_trap();
-    let load_error =
-        |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: format!("`describe()` failed: {}", describe(&error)) };
+    let load_error = |error: wasmtime::Error| {
+        let written = stderr.take();
+        let written = String::from_utf8_lossy(&written.bytes);
+        let written = written.trim();
+        let reason = if written.is_empty() {
+            format!("`describe()` failed: {}", describe(&error))
+        } else {
+            // The component's own account first; the trap after it.
+            // The trap and its wasm backtrace say less than what was written.
+            format!("`describe()` failed (the component trapped); it wrote:\n{}", toolcell_types::escape_terminal(written))
+        };
+        Error::Load { origin: origin.to_owned(), reason }
+    };
     let plugin = pre.instantiate(&mut store).map_err(load_error)?;
     let info = plugin.toolcell_tool_tool().call_describe(&mut store).map_err(load_error)?;
     let invalid = |reason: String| Error::InvalidDescription { origin: origin.to_owned(), reason };

@@ -238,6 +238,16 @@ impl ToolError {
     }
 }
 
+/// `count` and the noun that goes with it: `1 line`, `2 lines`.
+///
+/// ```
+/// assert_eq!(toolcell_types::counted(1, "line", "lines"), "1 line");
+/// assert_eq!(toolcell_types::counted(2, "directory", "directories"), "2 directories");
+/// ```
+pub fn counted(count: u64, one: &str, many: &str) -> String {
+    format!("{count} {}", if count == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,14 +271,4 @@ mod tests {
         let error = ToolName::new("a\nb").expect_err("newline is invalid");
         assert!(error.to_string().starts_with("`a\\nb` is not a valid tool name"));
     }
-}
-
-/// `count` and the noun that goes with it: `1 line`, `2 lines`.
-///
-/// ```
-/// assert_eq!(toolcell_types::counted(1, "line", "lines"), "1 line");
-/// assert_eq!(toolcell_types::counted(2, "directory", "directories"), "2 directories");
-/// ```
-pub fn counted(count: u64, one: &str, many: &str) -> String {
-    format!("{count} {}", if count == 1 { one } else { many })
 }

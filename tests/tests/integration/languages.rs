@@ -269,3 +269,21 @@ fn a_python_trap_is_reported_with_the_exception_and_the_line() {
     assert!(traps.detail.contains("ZeroDivisionError: division by zero"), "{}", traps.detail);
     assert!(traps.detail.contains("it raised ZeroDivisionError: division by zero (app.py, line 18, in helper)"), "{}", traps.detail);
 }
+
+#[test]
+fn a_python_describe_that_raises_is_reported_with_the_exception_and_the_line() {
+    let loaded = RuntimeBuilder::new()
+        .cache_dir(shared_cache_dir())
+        .component("plugin:bad_describe.wasm", toolcell_tests::languages::bad_describe_python().to_vec())
+        .stub_imports("bad_describe", ["wasi:sockets/*".to_owned()])
+        .build();
+    let message = match loaded {
+        Err(error) => error.to_string(),
+        Ok(_) => panic!("a component whose describe() raises loaded"),
+    };
+    // The Python exception and where it was raised, as for a failing call.
+    assert!(message.contains("`describe()` failed (the component trapped); it wrote:"), "{message}");
+    assert!(message.contains("ValueError: the tool's description file is missing"), "{message}");
+    assert!(message.contains("app.py\", line 15, in load_description"), "{message}");
+    assert!(!message.contains("wasm backtrace"), "the trap's backtrace is left out: {message}");
+}
