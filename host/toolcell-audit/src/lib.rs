@@ -33,6 +33,10 @@
 //! assert_eq!(verify(tampered.lines()).unwrap_err().line, 2);
 //! ```
 
+mod checkpoint;
+
+pub use checkpoint::{CHECKPOINT_SEQ_WIDTH, checkpoint, read_checkpoint, verify_checkpoint};
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -397,54 +401,6 @@ pub fn verify_with_head<'a>(lines: impl IntoIterator<Item = &'a str>, head: &Lin
     }
 }
 
-type CheckpointMac = hmac::Hmac<Sha256>;
-
-fn checkpoint_mac(key: &[u8], link: &Link) -> CheckpointMac {
-    use hmac::{KeyInit as _, Mac as _};
-    let mut mac = CheckpointMac::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
-    mac.update(b"toolcell audit checkpoint\0");
-    mac.update(link.seq.to_string().as_bytes());
-    mac.update(b"\0");
-    mac.update(link.prev_hash().as_bytes());
-    mac
-}
-
-/// Width of the `seq` in a checkpoint line, so that every rewrite is the same length.
-pub const CHECKPOINT_SEQ_WIDTH: usize = 20;
-
-/// The checkpoint line of `link` under `key`: `seq hash tag`, then a newline, always the same
-/// length.
-pub fn checkpoint(link: &Link, key: &[u8]) -> String {
-    use hmac::Mac as _;
-    let tag = hex(&checkpoint_mac(key, link).finalize().into_bytes());
-    format!("{:0width$} {} {tag}\n", link.seq, link.prev_hash(), width = CHECKPOINT_SEQ_WIDTH)
-}
-
-/// The head a checkpoint line names, once its tag verifies under `key`.
-///
-/// # Errors
-///
-/// Why it is not a checkpoint made with `key`: damaged, without a tag (written before
-/// checkpoints were keyed, or stripped), or forged.
-pub fn read_checkpoint(text: &str, key: &[u8]) -> Result<Link, String> {
-    use hmac::Mac as _;
-    let mut fields = text.trim_end().split(' ');
-    let (Some(seq), Some(hash)) = (fields.next(), fields.next()) else {
-        return Err("it is damaged".to_owned());
-    };
-    let seq: u64 = seq.parse().map_err(|_| "it is damaged".to_owned())?;
-    if hash.len() != 64 || !hash.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-        return Err("it is damaged".to_owned());
-    }
-    let link = Link { seq, hash: if seq == 0 { String::new() } else { hash.to_owned() } };
-    let tag = fields.next().ok_or("it carries no authentication tag (it was written by an older version, or the tag was removed)")?;
-    let tag = unhex(tag).ok_or("its tag is damaged")?;
-    checkpoint_mac(key, &link)
-        .verify_slice(&tag)
-        .map_err(|_| "its tag does not verify under the state key: it was forged, or the key was replaced".to_owned())?;
-    Ok(link)
-}
-
 /// The bytes of hex `text` (either case); `None` if it is not hex.
 pub fn unhex(text: &str) -> Option<Vec<u8>> {
     let digit = |byte: u8| char::from(byte).to_digit(16).and_then(|value| u8::try_from(value).ok());
@@ -453,22 +409,6 @@ pub fn unhex(text: &str) -> Option<Vec<u8>> {
         return None;
     }
     bytes.chunks_exact(2).map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?)).collect()
-}
-
-/// Check every line of a log, as [`verify`] does, and that it still holds the record a
-/// checkpoint made with `key` names, with the hash it names ([`checkpoint`]): a log that was
-/// cut short, emptied, or rewritten and re-sealed from any record up to the checkpoint fails,
-/// whoever could write it, unless they also hold the key. Records after the checkpoint (a
-/// crash between the append and the checkpoint's rewrite, or other hosts' appends to a shared
-/// store) are checked by the chain alone.
-///
-/// # Errors
-///
-/// The first [`Tamper`] of [`verify`], or one saying why the checkpoint does not verify or is
-/// no longer reached.
-pub fn verify_checkpoint<'a>(lines: impl IntoIterator<Item = &'a str>, checkpoint: &str, key: &[u8]) -> Result<Verified, Tamper> {
-    let head = read_checkpoint(checkpoint, key).map_err(|reason| Tamper { line: 0, reason: format!("the checkpoint: {reason}") })?;
-    verify_with_head(lines, &head)
 }
 
 /// One record, readably, on one line (control characters escaped, so that a file name cannot
@@ -542,195 +482,4 @@ pub fn display(record: &Record) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hashes_are_lowercase_hex_sha256() {
-        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
-        assert_eq!(hex(&Sha256::digest(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-    }
-
-    fn log(count: usize) -> Vec<String> {
-        let mut link = Link::GENESIS;
-        (0..count)
-            .map(|index| {
-                let record = Record::filesystem(
-                    "2026-11-22T00:00:00.000Z",
-                    "s",
-                    "impl",
-                    "write_file",
-                    &format!("c-{index}"),
-                    "open-at",
-                    &format!("src/{index}.rs"),
-                    "write",
-                    "allow",
-                    "impl-write",
-                );
-                let (line, next) = seal(&record, &link);
-                link = next;
-                line
-            })
-            .collect()
-    }
-
-    fn check(lines: &[String]) -> Result<Verified, Tamper> {
-        verify(lines.iter().map(String::as_str))
-    }
-
-    #[test]
-    fn a_clean_log_verifies() {
-        let lines = log(5);
-        let verified = check(&lines).expect("clean");
-        assert_eq!(verified.records, 5);
-        assert_eq!(verified.last_hash, Link::of_line(&lines[4]).expect("sealed").hash);
-        assert_eq!(check(&[]).expect("empty").records, 0);
-    }
-
-    #[test]
-    fn tampering_is_reported_by_line() {
-        let lines = log(5);
-        let table: Vec<(&str, Vec<String>, u64, &str)> = vec![
-            (
-                "edited",
-                {
-                    let mut l = lines.clone();
-                    l[2] = l[2].replace("src/2.rs", "src/X.rs");
-                    l
-                },
-                3,
-                "edited",
-            ),
-            (
-                "deleted",
-                {
-                    let mut l = lines.clone();
-                    l.remove(1);
-                    l
-                },
-                2,
-                "removed",
-            ),
-            (
-                "swapped",
-                {
-                    let mut l = lines.clone();
-                    l.swap(1, 3);
-                    l
-                },
-                2,
-                "seq is 4",
-            ),
-            (
-                "last edited",
-                {
-                    let mut l = lines.clone();
-                    l[4] = l[4].replace("allow", "deny!");
-                    l
-                },
-                5,
-                "edited",
-            ),
-            (
-                "garbage",
-                {
-                    let mut l = lines.clone();
-                    l.insert(2, "hello".to_owned());
-                    l
-                },
-                3,
-                "not a sealed",
-            ),
-            (
-                "duplicated",
-                {
-                    let mut l = lines.clone();
-                    l.insert(2, l[1].clone());
-                    l
-                },
-                3,
-                "seq is 2",
-            ),
-        ];
-        for (name, tampered, line, reason) in table {
-            let error = check(&tampered).expect_err(name);
-            assert_eq!(error.line, line, "{name}: {error}");
-            assert!(error.reason.contains(reason), "{name}: {error}");
-        }
-    }
-
-    #[test]
-    fn rehashing_an_edit_still_breaks_the_next_link() {
-        let mut lines = log(3);
-        let mut record: Record = serde_json::from_str(&split_hash(&lines[1]).expect("sealed").0).expect("record");
-        record.path = Some("src/forged.rs".to_owned());
-        let previous = Link::of_line(&lines[0]).expect("sealed");
-        lines[1] = seal(&record, &previous).0;
-        let error = check(&lines).expect_err("the forged record changes the chain");
-        assert_eq!(error.line, 3);
-        assert!(error.reason.contains("prev"), "{error}");
-    }
-
-    #[test]
-    fn display_escapes_control_characters() {
-        let record = Record::filesystem("t", "s", "impl", "tool", "c", "open-at", "café\nFAKE LINE", "write", "deny", "r");
-        let shown = display(&record);
-        assert!(!shown.contains('\n'));
-        assert!(shown.contains("café\\nFAKE LINE"), "{shown}");
-    }
-
-    #[test]
-    fn the_head_catches_records_cut_off_the_end() {
-        let lines = log(5);
-        let head = Link::of_line(&lines[4]).expect("a record");
-        let all: Vec<&str> = lines.iter().map(String::as_str).collect();
-        assert_eq!(verify_with_head(all.iter().copied(), &head).map(|verified| verified.records), Ok(5));
-        // A head one behind the log (a crash between the two writes) is accepted.
-        let behind = Link::of_line(&lines[3]).expect("a record");
-        assert!(verify_with_head(all.iter().copied(), &behind).is_ok());
-        // The last records removed: every line that is left verifies, but the head is not reached.
-        let cut = verify_with_head(all[..3].iter().copied(), &head).expect_err("truncated");
-        assert!(cut.reason.contains("last records were removed") && cut.line == 4, "{cut}");
-        assert!(verify_with_head(std::iter::empty(), &head).is_err());
-        // The chain rebuilt from a point on: the head's hash is not there any more.
-        let forged = Link { seq: 5, hash: "0".repeat(64) };
-        assert!(verify_with_head(all.iter().copied(), &forged).is_err());
-    }
-}
-#[cfg(test)]
-mod checkpoint_tests {
-    use super::*;
-
-    #[test]
-    fn a_checkpoint_catches_a_shortened_or_resealed_chain() {
-        let key = [3u8; 32];
-        let mut link = Link::GENESIS;
-        let mut lines = Vec::new();
-        for call in ["c-1", "c-2", "c-3"] {
-            let record = Record::call("2026-11-25T00:00:00.000Z", "s", "impl", "read_file", call, "ok");
-            let (line, next) = seal(&record, &link);
-            lines.push(line);
-            link = next;
-        }
-        let made = checkpoint(&link, &key);
-        assert_eq!(verify_checkpoint(lines.iter().map(String::as_str), &made, &key).map(|verified| verified.records), Ok(3));
-        let shortened = verify_checkpoint(lines[..1].iter().map(String::as_str), &made, &key);
-        assert!(shortened.is_err_and(|tamper| tamper.reason.contains("removed")));
-        // A chain sealed again with a record changed no longer has the checkpointed hash.
-        let mut relink = Link::GENESIS;
-        let mut resealed = Vec::new();
-        for line in &lines {
-            let mut record: Record = serde_json::from_str(line).expect("record");
-            record.role = "root".to_owned();
-            let (line, next) = seal(&record, &relink);
-            resealed.push(line);
-            relink = next;
-        }
-        assert!(verify_checkpoint(resealed.iter().map(String::as_str), &made, &key).is_err());
-        // Nor can a checkpoint be made for it without the key.
-        for forged in [checkpoint(&relink, &[0u8; 32]), format!("{:020} {}\n", relink.seq, relink.hash)] {
-            let tamper = verify_checkpoint(resealed.iter().map(String::as_str), &forged, &key).expect_err("forged");
-            assert!(tamper.reason.starts_with("the checkpoint"), "{tamper}");
-        }
-    }
-}
+mod tests;

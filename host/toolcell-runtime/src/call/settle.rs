@@ -1,0 +1,157 @@
+//! The end of a call's transaction: its writes validated by the policy's validators, then kept
+//! (with what `undo_edit` needs) or rolled back whole, and what the session read and wrote
+//! recorded.
+
+use super::*;
+
+impl Runtime {
+    /// End the call's transaction: validate what it wrote, then keep its changes (and what
+    /// `undo_edit` needs) if it succeeded, or roll them all back if it did not; record what the
+    /// session read and wrote.
+    pub(super) fn settle(&self, request: &CallRequest<'_>, outcome: &mut CallOutcome, mut guard: FsGuard) {
+        let Some(mut transaction) = guard.transaction.take() else {
+            return;
+        };
+        if outcome.result.is_ok() {
+            // Whole-file rewrites go in place before validators read them.
+            guard.transaction = Some(transaction);
+            if let Err(failure) = guard.land_all() {
+                outcome.result =
+                    Err(ToolError::new(ToolErrorKind::Failed, format!("the call's writes could not be put in place ({failure})")));
+            }
+            let Some(taken) = guard.transaction.take() else {
+                return;
+            };
+            transaction = taken;
+        }
+        let Some(root) = guard.root() else {
+            return;
+        };
+        let journal = transaction.journal.take();
+        if outcome.result.is_ok()
+            && journal.is_some()
+            && let Err(error) = self.validate(request, root, &transaction.modified)
+        {
+            outcome.result = Err(error);
+        }
+        let mut modified: &[String] = &[];
+        match (outcome.result.is_ok(), journal) {
+            (true, Some(journal)) => {
+                let (steps, blob_dir) = journal.commit();
+                if request.tool != native::UNDO_EDIT {
+                    // Without the undo record the change still stands; `undo_edit` will say
+                    // there is nothing to undo.
+                    let _ =
+                        self.undo.record(request.session_id, request.workspace.root(), root, &outcome.call_id, steps, blob_dir.as_deref());
+                }
+                if let Some(blob_dir) = blob_dir {
+                    let _ = std::fs::remove_dir_all(blob_dir);
+                }
+                modified = &transaction.modified;
+                if let Ok(skip) = self.never_indexed(request.workspace) {
+                    self.indexes.note_written(request.workspace.root(), root, &skip, modified);
+                }
+            }
+            (false, Some(journal)) => match journal.rollback(root) {
+                Ok(steps) => {
+                    outcome.rolled_back = steps;
+                    if let Err(error) = &mut outcome.result {
+                        error.message.push_str("\n(No file was changed: every change this call made was rolled back.)");
+                    }
+                }
+                Err(failure) => {
+                    outcome.result = Err(ToolError::new(
+                        ToolErrorKind::Failed,
+                        format!(
+                            "the call failed and its changes could not all be rolled back ({failure}); the host will finish the rollback when it next starts. Tell the operator."
+                        ),
+                    ));
+                }
+            },
+            (_, None) => {}
+        }
+        if transaction.read_before_write != ReadBeforeWrite::Off {
+            // Best effort: without the record, the next write only warns or asks to read again.
+            let _ = self.reads.update(
+                request.session_id,
+                request.workspace.root(),
+                root,
+                &transaction.seen,
+                transaction.tracked_reads(),
+                modified,
+            );
+        }
+        outcome.warnings = std::mem::take(&mut guard.warnings);
+        if let Ok(output) = &mut outcome.result
+            && !outcome.warnings.is_empty()
+        {
+            output.text.push_str("\n\n");
+            output.text.push_str(&outcome.warnings.join("\n"));
+        }
+    }
+
+    /// Run the policy's validators on every file the call wrote.
+    pub(super) fn validate(&self, request: &CallRequest<'_>, root: &cap_std::fs::Dir, modified: &[String]) -> Result<(), ToolError> {
+        let Some(policy) = &self.policy else {
+            return Ok(());
+        };
+        for path in modified {
+            let applicable: Vec<_> = policy.validators().iter().filter(|validator| validator.applies_to(path)).collect();
+            if applicable.is_empty() || !root.symlink_metadata(path).is_ok_and(|metadata| metadata.is_file()) {
+                continue;
+            }
+            for validator in applicable {
+                let failure = match validator.check() {
+                    ValidatorCheck::Json => root.read(path).map_err(|error| error.to_string()).and_then(|bytes| {
+                        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+                            .map(drop)
+                            .map_err(|error| format!("it is not valid JSON: {error}"))
+                    }),
+                    ValidatorCheck::Toml => root.read_to_string(path).map_err(|error| error.to_string()).and_then(|text| {
+                        toml::from_str::<serde::de::IgnoredAny>(&text)
+                            .map(drop)
+                            .map_err(|error| format!("it is not valid TOML: {}", error.message().trim()))
+                    }),
+                    ValidatorCheck::Tool(tool) => self.run_validator(tool, path, request),
+                };
+                if let Err(reason) = failure {
+                    return Err(ToolError::new(
+                        ToolErrorKind::InvalidArgs,
+                        format!(
+                            "`{}` failed the validator `{}` ({} line {}): {reason}. Fix the content and write it again.",
+                            escape_control(path),
+                            validator.id(),
+                            policy.file(),
+                            validator.line()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Call the validator component `tool` on `path`, read-only and within the workspace.
+    pub(super) fn run_validator(&self, tool: &str, path: &str, request: &CallRequest<'_>) -> Result<(), String> {
+        let Some(LoadedTool { kind: ToolKind::Component(pre), .. }) = self.tools.get(tool) else {
+            return Err(format!("the validator tool `{tool}` is not a loaded component"));
+        };
+        let directory = request.workspace.reopen(tool).map_err(|error| error.to_string())?;
+        let guard = FsGuard::new(None, request.role, None, Some(directory));
+        let context = CallContext {
+            role: request.role.to_owned(),
+            session_id: request.session_id.to_owned(),
+            call_id: new_call_id(),
+            ..CallContext::default()
+        };
+        let args = serde_json::json!({ "path": path }).to_string();
+        let mut outcome = CallOutcome::new(context.call_id.clone());
+        let validation = CallRequest { tool, args: &args, ..*request };
+        let deadline = Instant::now() + self.limits_for(validation.tool).deadline;
+        let (guard, _) = self.run_component(pre, &validation, context, guard, &mut outcome, deadline).map_err(|error| error.to_string())?;
+        if let Some(denial) = guard.denials.first() {
+            return Err(format!("the validator `{tool}` was refused: {}", denial.message));
+        }
+        outcome.result.map(drop).map_err(|error| error.message)
+    }
+}

@@ -1,0 +1,163 @@
+//! Replaying a call's journal backwards: each step restores its path to the state it had just
+//! before the call's mutation, idempotently, so that a rollback a crash interrupted is simply
+//! replayed again (by the call itself, or by recovery after a restart).
+
+use super::*;
+
+/// Remove the temporary files the call's whole-file rewrites left beside its paths (they may
+/// stand in a directory the replay must remove), then restore each step's path, newest first.
+pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]) -> Result<(), String> {
+    use rustix::fs::{Mode, OFlags};
+    let prefix = format!("{}{call_id}-", SHADOW_PREFIX);
+    let mut parents: Vec<&str> = steps.iter().map(|step| step.path.rsplit_once('/').map_or(".", |(parent, _)| parent)).collect();
+    parents.sort_unstable();
+    parents.dedup();
+    for parent in parents {
+        let Ok(opened) = crate::beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()) else {
+            continue;
+        };
+        let opened = Dir::from_std_file(File::from(opened));
+        let Ok(entries) = opened.entries() else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with(&prefix) {
+                opened.remove_file(&name).map_err(|error| format!("`{parent}/{}`: {error}", name.to_string_lossy()))?;
+            }
+        }
+    }
+    for step in steps.iter().rev() {
+        restore(root, directory, step).map_err(|error| format!("`{}`: {error}", step.path))?;
+    }
+    Ok(())
+}
+
+/// Restore one step's path to its prior state. Every change is made in the path's directory
+/// opened without following a symlink: if a directory on the way was swapped for one, the
+/// restore fails (and the journal stays) rather than write where the symlink leads.
+pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()> {
+    let path = step.path.as_str();
+    let (parent, name) = match crate::beneath::parent(root, path) {
+        // Nothing to remove where there is no directory.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && step.prior == Prior::Absent => return Ok(()),
+        result => result?,
+    };
+    match &step.prior {
+        Prior::Absent => remove(&parent, name),
+        Prior::File { .. } | Prior::Inline { .. } => {
+            if is_untouched(&parent, name, directory, step)? {
+                return Ok(());
+            }
+            let temporary = format!("{RESTORE_PREFIX}{name}");
+            let _ = parent.remove_file(&temporary);
+            let mut file = parent.open_with(&temporary, cap_std::fs::OpenOptions::new().write(true).create_new(true))?;
+            let mode = match &step.prior {
+                Prior::File { blob, mode } => {
+                    std::io::copy(&mut File::open(directory.join(blob))?, &mut file)?;
+                    mode
+                }
+                Prior::Inline { hex, mode } => {
+                    file.write_all(&unhex(hex)?)?;
+                    mode
+                }
+                _ => unreachable!("matched above"),
+            };
+            file.set_permissions(cap_std::fs::Permissions::from_mode(*mode))?;
+            file.sync_data()?;
+            if parent.symlink_metadata(name).is_ok_and(|metadata| metadata.is_dir()) {
+                parent.remove_dir(name)?;
+            }
+            parent.rename(&temporary, &parent, name)
+        }
+        Prior::Directory { mode } => {
+            match parent.symlink_metadata(name) {
+                Ok(metadata) if metadata.is_dir() => {}
+                Ok(_) => {
+                    parent.remove_file(name)?;
+                    parent.create_dir(name)?;
+                }
+                Err(_) => parent.create_dir(name)?,
+            }
+            let restored = crate::beneath::open_in(&parent, name, rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY)?;
+            restored.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(*mode))
+        }
+        Prior::Symlink { target } => {
+            remove(&parent, name)?;
+            parent.symlink_contents(target, name)
+        }
+        Prior::Moved { to } => {
+            if parent.symlink_metadata(name).is_err() {
+                let (to_parent, to_name) = crate::beneath::parent(root, to)?;
+                to_parent.rename(to_name, &parent, name)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Whether `name` in `parent` is still the very file `step` saved, with its mode and its
+/// content: then restoring it would only replace it with a copy (a new inode, perhaps another
+/// group), so it is left alone.
+fn is_untouched(parent: &Dir, name: &str, journal: &Path, step: &Step) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt as _;
+    let (Some((device, inode)), Prior::File { mode, .. } | Prior::Inline { mode, .. }) = (step.identity, &step.prior) else {
+        return Ok(false);
+    };
+    let Ok(mut current) = crate::beneath::open_in(parent, name, rustix::fs::OFlags::RDONLY) else {
+        return Ok(false);
+    };
+    let metadata = current.metadata()?;
+    if !metadata.is_file() || metadata.dev() != device || metadata.ino() != inode || metadata.mode() & 0o7777 != mode & 0o7777 {
+        return Ok(false);
+    }
+    let mut saved: Box<dyn std::io::Read> = match &step.prior {
+        Prior::File { blob, .. } => Box::new(File::open(journal.join(blob))?),
+        Prior::Inline { hex, .. } => Box::new(std::io::Cursor::new(unhex(hex)?)),
+        _ => return Ok(false),
+    };
+    same_content(&mut current, &mut saved)
+}
+
+/// Whether two readers yield the same bytes.
+fn same_content(a: &mut impl std::io::Read, b: &mut impl std::io::Read) -> std::io::Result<bool> {
+    let mut left = vec![0u8; 64 * 1024];
+    let mut right = vec![0u8; 64 * 1024];
+    loop {
+        let read = fill(a, &mut left)?;
+        if fill(b, &mut right[..read.max(1)])? != read || left[..read] != right[..read] {
+            return Ok(false);
+        }
+        if read == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+/// Read until `buffer` is full or the reader ends; the bytes read.
+fn fill(reader: &mut impl std::io::Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match reader.read(&mut buffer[filled..])? {
+            0 => break,
+            read => filled += read,
+        }
+    }
+    Ok(filled)
+}
+
+/// Decode a step's hex content.
+pub(crate) fn unhex(hex: &str) -> std::io::Result<Vec<u8>> {
+    toolcell_audit::unhex(hex).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "a journal step's content is not hex"))
+}
+
+/// Remove whatever is at `name` in `directory` (a directory only if empty: anything in it the
+/// call did not create is not the rollback's to delete).
+fn remove(directory: &Dir, name: &str) -> std::io::Result<()> {
+    match directory.symlink_metadata(name) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+        Ok(metadata) if metadata.is_dir() => directory.remove_dir(name),
+        Ok(_) => directory.remove_file(name),
+    }
+}

@@ -1,0 +1,262 @@
+//! The commands: build the runtime from validated flags, then do one thing: this
+//! module builds the runtime and dispatches; each command group has a module of its own.
+
+mod governance;
+mod plugins;
+mod records;
+mod serving;
+
+use governance::*;
+use plugins::*;
+use records::*;
+use serving::*;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use serde_json::json;
+use std::sync::Arc;
+
+use toolcell_runtime::{
+    Access, Approver, AuditLog, CacheOutcome, CallRequest, Error, LockError, LockMode, LockRequest, LockStoreError, Runtime, SessionState,
+    TaskBinding, Workspace, lock_json,
+};
+
+use crate::cli::{
+    AuditCommand, CallArgs, Cli, Command, IndexCommand, LockCommand, McpArgs, PolicyCommand, ReportArgs, RuntimeArgs, ServeArgs,
+    SessionsCommand, StoreCommand, ToolsCommand,
+};
+
+use toolcell_host::{DEFAULT_POLICY, DEFAULT_POLICY_NAME};
+
+/// Exit status when a tool returned an error.
+pub const EXIT_TOOL_ERROR: u8 = 1;
+/// Exit status when the host itself failed (bad flags, unusable workspace, bad component).
+pub const EXIT_HOST_ERROR: u8 = 2;
+
+/// Run the parsed command line.
+pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
+    // `policy explain POLICY PATH`: the policy named first, as `policy check` takes it.
+    if let Command::Policy(PolicyCommand::Explain { targets, .. }) = &mut cli.command
+        && targets.len() == 2
+    {
+        cli.runtime.policy = Some(PathBuf::from(targets.remove(0)));
+    }
+    if let Command::Policy(PolicyCommand::Check { file }) = &cli.command {
+        return policy_check(&cli.runtime, file);
+    }
+    if let Command::Policy(PolicyCommand::Show) = &cli.command {
+        return policy_show(&cli.runtime);
+    }
+    if let Command::Completions { shell } = &cli.command {
+        // Generated into memory first: clap_complete panics when its writer fails (a closed pipe).
+        let mut script = Vec::new();
+        clap_complete::generate(*shell, &mut <Cli as clap::CommandFactory>::command(), "toolcell", &mut script);
+        std::io::stdout().lock().write_all(&script)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Command::Sdk { language, out } = &cli.command {
+        return crate::sdk::write(language, out);
+    }
+    if let Command::Audit(command) = &cli.command {
+        return audit(&cli.runtime, command);
+    }
+    if let Command::Store(command) = &cli.command {
+        return store(&cli.runtime, command);
+    }
+    if let Command::Mcp(args) = &cli.command {
+        return mcp(&cli.runtime, args);
+    }
+    if let Command::Serve(args) = &cli.command {
+        return serve(&cli.runtime, args);
+    }
+    if let Command::Token { hash } = &cli.command {
+        return token(*hash);
+    }
+    if let Command::Demo { workspace } = &cli.command {
+        return crate::demo::run(&cli.runtime, workspace.clone());
+    }
+    if let Command::Conformance { component, json, stub_imports } = &cli.command {
+        return conformance(&cli.runtime, component, *json, stub_imports);
+    }
+    if let Command::Tools { command: Some(ToolsCommand::Add { component, force }), .. } = &cli.command {
+        return tools_add(&cli.runtime, component, *force);
+    }
+    if let Command::Tools { command: Some(ToolsCommand::Remove { name }), .. } = &cli.command {
+        return tools_remove(&cli.runtime, name);
+    }
+    let runtime = build_runtime(&cli.runtime)?;
+    match cli.command {
+        Command::Tools { json, command: None } => tools(&runtime, json),
+        Command::Call(args) => call(&runtime, &args),
+        Command::Policy(PolicyCommand::Explain { role, access, targets, tool, task, json }) => policy_explain(
+            &runtime,
+            &Explain { role: &role, access: &access, path: &targets.concat(), tool: tool.as_deref(), task: task.as_deref(), json },
+        ),
+        Command::Schema { role, format, strict } => schema(&runtime, &role, &format, strict),
+        Command::Lock(command) => lock(&runtime, command),
+        Command::Sessions(SessionsCommand::List { workspace, json }) => sessions_list(&runtime, workspace.as_deref(), json),
+        Command::Report(args) => report(&runtime, &args),
+        Command::Index(command) => index(&runtime, &command),
+        Command::Policy(PolicyCommand::Check { .. } | PolicyCommand::Show)
+        | Command::Completions { .. }
+        | Command::Sdk { .. }
+        | Command::Audit(_)
+        | Command::Store(_)
+        | Command::Mcp(_)
+        | Command::Serve(_)
+        | Command::Token { .. }
+        | Command::Demo { .. }
+        | Command::Conformance { .. }
+        | Command::Tools { command: Some(_), .. } => {
+            unreachable!("handled above")
+        }
+    }
+}
+
+/// The runtime with the built-in tools and the plugins.
+pub fn build_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
+    build_runtime_with(args, None, false)
+}
+
+/// The runtime of a host that serves many calls (`mcp`, `serve`): as [`build_runtime`], and a
+/// workspace's first search builds its content index in the background for the searches after.
+fn build_serving_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
+    build_runtime_with(args, None, true)
+}
+
+/// The plugin directory: `--plugin-dir`, else `plugins` in the state directory.
+fn plugin_dir(args: &RuntimeArgs) -> Option<PathBuf> {
+    args.plugin_dir.clone().or_else(|| state_dir(args).map(|state| state.join("plugins")))
+}
+
+/// The runtime with the built-in tools, the plugins, and `extra` (a component being added).
+fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>, serving: bool) -> anyhow::Result<Runtime> {
+    let mut builder = toolcell_host::builtin_runtime().build_index_on_first_search(serving);
+    if let Some(url) = store_url(args) {
+        let store = toolcell_store_postgres::PostgresStore::connect(&url)?;
+        builder = builder.shared_store(Arc::clone(&store) as Arc<dyn toolcell_runtime::LockBackend>, store);
+    }
+    if let Some(directory) = plugin_dir(args) {
+        builder = builder.plugin_dir(directory);
+    }
+    if let Some((origin, wasm)) = extra {
+        builder = builder.component(origin, wasm);
+    }
+    if !args.no_cache
+        && let Some(directory) = args.cache_dir.clone().or_else(default_cache_dir)
+    {
+        builder = builder.cache_dir(directory);
+    }
+    if let Some(state_dir) = state_dir(args) {
+        builder = builder.audit_dir(state_dir);
+    }
+    builder = match &args.policy {
+        Some(path) => match builtin_policy_name(path) {
+            Some(name) => {
+                let (shown, text) = toolcell_host::builtin_policy(name).with_context(|| {
+                    format!("there is no shipped policy `{name}`; the shipped ones are `builtin:default` and `builtin:workflow`")
+                })?;
+                builder.policy(shown, text)
+            }
+            None => builder.policy_file(path),
+        },
+        None => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),
+    };
+    builder = builder.spawner(Arc::new(CliSpawner { policy: args.policy.clone(), custom_state_dir: args.state_dir.is_some() }));
+    // Compiling a plugin takes seconds the first time: a person at a terminal hears of it;
+    // a client reading stderr through a pipe is not bothered.
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        builder = builder.on_progress(|progress| {
+            let line = match progress {
+                toolcell_runtime::LoadProgress::Compiling { origin } => {
+                    format!("compiling `{origin}` for this machine (once: later starts load it from the cache)…")
+                }
+                toolcell_runtime::LoadProgress::Compiled { origin, elapsed } => {
+                    format!("compiled `{origin}` in {:.1} s", elapsed.as_secs_f64())
+                }
+                _ => return,
+            };
+            let _ = writeln!(std::io::stderr().lock(), "{line}");
+        });
+    }
+    // The builder's errors say what failed (the policy, a plugin, the cache); the commands that
+    // go on to serve say that the host did not start.
+    let runtime = builder.build()?;
+    for warning in runtime.warnings() {
+        writeln!(std::io::stderr().lock(), "warning: {warning}")?;
+    }
+    if args.verbose {
+        let mut stderr = std::io::stderr().lock();
+        for loaded in runtime.loaded() {
+            let how = match loaded.cache {
+                CacheOutcome::Compiled => "compiled",
+                CacheOutcome::Cached => "loaded from cache",
+                CacheOutcome::Embedded => "loaded precompiled from the binary",
+                CacheOutcome::Rejected => "compiled again: the cached artifact failed authentication",
+            };
+            writeln!(stderr, "{}: {} ({how})", loaded.tool, loaded.origin)?;
+        }
+    }
+    Ok(runtime)
+}
+
+/// `builtin:NAME` names a shipped policy.
+fn builtin_policy_name(path: &std::path::Path) -> Option<&str> {
+    path.to_str().and_then(|text| text.strip_prefix("builtin:"))
+}
+
+/// Without a platform to start agents, a spawned session waits for one: the spawning agent is
+/// told the `toolcell mcp` command that serves it. Host paths stay out of the command (it is
+/// shown to an agent): a policy file is named by its file name, the state directory not at all.
+struct CliSpawner {
+    policy: Option<PathBuf>,
+    custom_state_dir: bool,
+}
+
+impl toolcell_runtime::Spawner for CliSpawner {
+    fn spawn(&self, session: &toolcell_runtime::SessionRecord) -> Result<String, String> {
+        let mut command = "toolcell mcp --workspace .".to_owned();
+        match self.policy.as_deref() {
+            Some(path) if builtin_policy_name(path).is_some() => command.push_str(&format!(" --policy {}", path.display())),
+            Some(path) => {
+                command.push_str(&format!(" --policy {}", path.file_name().map(|name| name.to_string_lossy()).unwrap_or_default()))
+            }
+            None => {}
+        }
+        command.push_str(&format!(" --role {} --session {}", session.role, session.id));
+        if let Some(task) = &session.task {
+            command.push_str(&format!(" --task {task}"));
+        }
+        let mut text = format!("pending: an agent runs it with `{command}` from the workspace root");
+        if self.custom_state_dir {
+            text.push_str(", with the same --state-dir as this host");
+        }
+        Ok(text)
+    }
+}
+
+fn from_env(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from)
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    from_env("TOOLCELL_CACHE_DIR")
+        .or_else(|| from_env("XDG_CACHE_HOME").map(|cache| cache.join("toolcell")))
+        .or_else(|| from_env("HOME").map(|home| home.join(".cache").join("toolcell")))
+}
+
+/// Where the audit trail lives: `--state-dir`, else the environment's state directory.
+fn state_dir(args: &RuntimeArgs) -> Option<PathBuf> {
+    args.state_dir
+        .clone()
+        .or_else(|| from_env("TOOLCELL_STATE_DIR"))
+        .or_else(|| from_env("XDG_STATE_HOME").map(|state| state.join("toolcell")))
+        .or_else(|| from_env("HOME").map(|home| home.join(".local").join("state").join("toolcell")))
+}
+
+/// The shared store's connection string (`--store`).
+fn store_url(args: &RuntimeArgs) -> Option<String> {
+    args.store.clone().filter(|url| !url.is_empty())
+}

@@ -1,0 +1,183 @@
+//! Running tools: one call (`toolcell call`), an MCP server over stdio (`toolcell mcp`) or HTTP
+//! (`toolcell serve`), and the tokens `serve` admits.
+
+use super::*;
+
+/// `--approve`: approves every `ask`, and says so on stderr.
+pub(super) struct ApproveAll;
+
+impl Approver for ApproveAll {
+    fn approve(&self, role: &str, access: Access, path: &str, rule: &str) -> bool {
+        let _ = writeln!(std::io::stderr(), "approved (--approve): {access} of `{path}` for role `{role}` (rule `{rule}`)");
+        true
+    }
+}
+
+/// The arguments of `toolcell call`: as given, from stdin (`-`) or from a file (`@FILE`).
+pub(super) fn call_arguments(given: &str) -> anyhow::Result<String> {
+    if given == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).context("cannot read the arguments from stdin")?;
+        return Ok(text);
+    }
+    match given.strip_prefix('@') {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read the arguments from `{path}` (`@FILE` names a file of JSON)"))
+        }
+        None => Ok(given.to_owned()),
+    }
+}
+
+pub(super) fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCode> {
+    let workspace = Workspace::open(&args.workspace)?;
+    let arguments = call_arguments(&args.args)?;
+    let task = args.task.as_deref().map(TaskBinding::parse).transpose().map_err(anyhow::Error::msg)?;
+    // A task's session writes for the task's chain unless told otherwise.
+    let owner = args.owner.as_deref().or(task.as_ref().map(TaskBinding::chain));
+    let approver: Arc<dyn Approver> = Arc::new(ApproveAll);
+    let outcome = runtime.call(&CallRequest {
+        workspace: &workspace,
+        role: &args.role,
+        session_id: &args.session,
+        tool: &args.tool,
+        args: &arguments,
+        approver: args.approve.then_some(&approver),
+        owner,
+        fences: &args.fences,
+        task: task.as_ref(),
+        principal: None,
+        cancel: None,
+    })?;
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        let result = match &outcome.result {
+            Ok(output) => json!({ "ok": true, "text": output.text, "structured": output.structured }),
+            Err(error) => json!({ "ok": false, "error": { "kind": error.kind, "message": error.message } }),
+        };
+        let mut document = result;
+        document["call_id"] = json!(outcome.call_id);
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&document)?)?;
+        return Ok(if outcome.result.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TOOL_ERROR) });
+    }
+    match &outcome.result {
+        // Text that came from a component is printed with its control characters escaped: it
+        // must not drive the terminal (`--json` output is JSON-escaped already).
+        Ok(output) => {
+            writeln!(stdout, "{}", toolcell_types::escape_terminal(&output.text))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            writeln!(std::io::stderr().lock(), "{}", toolcell_types::escape_terminal(&error.to_string()))?;
+            Ok(ExitCode::from(EXIT_TOOL_ERROR))
+        }
+    }
+}
+
+pub(super) fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
+    let runtime = build_serving_runtime(args).context("cannot start the toolcell host")?;
+    let approver: Option<Arc<dyn Approver>> = if mcp.approve { Some(Arc::new(ApproveAll)) } else { None };
+    let host = toolcell_host::Host::new(runtime, Workspace::open(&mcp.workspace)?, approver);
+    let session_id = mcp.session.clone().unwrap_or_else(|| format!("mcp-{}", std::process::id()));
+    let spawned = host.runtime().sessions().get(&session_id).is_some();
+    let session = if spawned {
+        // A spawned session is what its record says; the flags may only repeat it.
+        let session = host.spawned_session(&session_id)?;
+        if session.role() != mcp.role
+            || mcp.task.as_deref().is_some_and(|task| Some(task) != session.task().map(ToString::to_string).as_deref())
+        {
+            anyhow::bail!(
+                "session `{session_id}` was spawned for role `{}` and task `{}`; start it with `--role {}` (and `--task` left out or the same)",
+                session.role(),
+                session.task().map(ToString::to_string).unwrap_or_default(),
+                session.role()
+            );
+        }
+        session
+    } else {
+        let session = host.session(&mcp.role, &session_id)?;
+        match mcp.task.as_deref() {
+            Some(task) => session.with_task(TaskBinding::parse(task).map_err(anyhow::Error::msg)?),
+            None => session,
+        }
+    };
+    let server = toolcell_mcp::McpServer::new(session);
+    writeln!(
+        std::io::stderr(),
+        "toolcell mcp: serving {} tools for role `{}` on stdio (workspace {}, policy {})",
+        server.tools().len(),
+        mcp.role,
+        mcp.workspace.display(),
+        host.runtime().policy().map_or("(none)", |policy| policy.file())
+    )?;
+    let executor = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+    let served = executor.block_on(toolcell_mcp::serve_stdio(server));
+    if spawned {
+        // The agent disconnected: the session has ended.
+        let _ = host.runtime().sessions().set_state(&session_id, SessionState::Ended);
+    }
+    served?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolcell serve`: one runtime, one host per configured workspace, MCP over HTTP.
+pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = toolcell_mcp::config::ServiceConfig::load(&serve.config)?;
+    // `[store] url` in the service's configuration, unless `--store` names another.
+    let with_store;
+    let args = match (&config.store, store_url(args)) {
+        (Some(url), None) => {
+            with_store = RuntimeArgs { store: Some(url.clone()), ..args.clone() };
+            &with_store
+        }
+        _ => args,
+    };
+    let runtime = Arc::new(build_serving_runtime(args).context("cannot start the toolcell host")?);
+    let mut hosts = std::collections::BTreeMap::new();
+    for (name, directory) in &config.workspaces {
+        let workspace = Workspace::open(directory).with_context(|| format!("{}: workspace `{name}`", config.file))?;
+        hosts.insert(name.clone(), toolcell_host::Host::shared(Arc::clone(&runtime), workspace, None));
+    }
+    let listen = serve.listen.or(config.listen).unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8750)));
+    let sessions = state_dir(args).map(|state| state.join("mcp-sessions"));
+    let principals = config.principals.len();
+    let service = toolcell_mcp::http::Service::new(config, hosts, sessions).map_err(anyhow::Error::msg)?;
+    let executor = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    executor.block_on(async {
+        let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+        let bound = listener.local_addr()?;
+        writeln!(
+            std::io::stderr(),
+            "toolcell serve: listening on http://{bound}/ ({principals} principals, policy {})",
+            runtime.policy().map_or("(none)", |policy| policy.file())
+        )?;
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            stop.cancel();
+        });
+        toolcell_mcp::http::serve_http(service, listener, shutdown).await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolcell token`: a new random token and its hash line, or the hash line of a given token.
+pub(super) fn token(hash_stdin: bool) -> anyhow::Result<ExitCode> {
+    use toolcell_mcp::config::{hex, token_hash};
+    let mut stdout = std::io::stdout().lock();
+    if hash_stdin {
+        let mut token = String::new();
+        std::io::stdin().read_line(&mut token)?;
+        let token = token.trim();
+        anyhow::ensure!(!token.is_empty(), "no token on stdin: pipe one in, e.g. `echo \"$TOKEN\" | toolcell token --hash`");
+        writeln!(stdout, "token_sha256 = \"{}\"", hex(&token_hash(token)))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|error| anyhow::anyhow!("no randomness for a token: {error}"))?;
+    let token = format!("tc_{}", hex(&bytes));
+    writeln!(stdout, "{token}")?;
+    writeln!(stdout, "token_sha256 = \"{}\"", hex(&token_hash(&token)))?;
+    Ok(ExitCode::SUCCESS)
+}
