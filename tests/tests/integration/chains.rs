@@ -229,12 +229,12 @@ fn every_cell_of_the_role_matrix_is_enforced_and_documented() {
         let gated = result.output.as_ref().is_err_and(|error| error.message.contains("may not call"));
         assert_eq!(!gated, *control_may, "control calling {alias}");
     }
-    // The README documents the same matrix, row for row.
-    let readme = include_str!("../../../README.md");
+    // The book documents the same matrix, row for row.
+    let readme = include_str!("../../../docs/src/task-chains.md");
     for (tool, control_may, impl_may) in MATRIX {
         let mark = |may: &bool| if *may { "✓" } else { "–" };
         let row = format!("| `{tool}` | {} | {} |", mark(control_may), mark(impl_may));
-        assert!(readme.contains(&row), "the README's matrix lacks the row {row}");
+        assert!(readme.contains(&row), "the book's matrix lacks the row {row}");
     }
     // And so does the policy: every matrix tool, and nothing else of the chain tools.
     let policy = project.host.runtime().policy().expect("a policy");

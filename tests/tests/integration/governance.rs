@@ -231,14 +231,14 @@ fn unknown_roles_are_a_host_error() {
     }
 }
 
-/// The rows of README's table of what the shipped roles may not do: `(roles, accesses, path,
+/// The rows of the book's table of what the shipped roles may not do: `(roles, accesses, path,
 /// anywhere)`.
 fn readme_promises() -> Vec<(Vec<String>, Vec<String>, String, bool)> {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../docs/src/governance.md");
     let table = readme
         .split_once("| role | may not | path | where |")
         .map(|(_, rest)| rest)
-        .expect("README has the table of what the shipped roles may not do");
+        .expect("the book has the table of what the shipped roles may not do");
     table
         .lines()
         .skip(2)
@@ -272,15 +272,15 @@ fn readme_promises_hold_for_the_shipped_policy() {
             paths.extend([format!("config/{path}"), format!("services/api/deep/{path}")]);
         }
         for role_name in roles {
-            let role = policy.role(role_name).unwrap_or_else(|| panic!("README names the role `{role_name}`"));
+            let role = policy.role(role_name).unwrap_or_else(|| panic!("the book names the role `{role_name}`"));
             for access in accesses {
-                let access = Access::from_name(access).unwrap_or_else(|| panic!("README names the access `{access}`"));
+                let access = Access::from_name(access).unwrap_or_else(|| panic!("the book names the access `{access}`"));
                 for path in &paths {
                     let decision = policy.decide(role, access, path);
                     assert_eq!(
                         decision.effect,
                         toolcell_runtime::Effect::Deny,
-                        "README promises {role_name} may not {access} `{path}`, but rule `{}` allows it",
+                        "the book promises {role_name} may not {access} `{path}`, but rule `{}` allows it",
                         decision.rule
                     );
                     checked += 1;

@@ -3,6 +3,7 @@
 mod audit;
 mod chains;
 mod conformance;
+mod docs;
 mod content_index;
 mod edit_file;
 mod escapes;
