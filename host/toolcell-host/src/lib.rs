@@ -113,6 +113,7 @@ pub struct HostBuilder {
     cache_dir: Option<PathBuf>,
     approver: Option<Arc<dyn Approver>>,
     spawner: Option<Arc<dyn Spawner>>,
+    text_editor_root: Option<String>,
 }
 
 impl HostBuilder {
@@ -126,6 +127,7 @@ impl HostBuilder {
             cache_dir: None,
             approver: None,
             spawner: None,
+            text_editor_root: None,
         }
     }
 
@@ -154,6 +156,15 @@ impl HostBuilder {
     #[must_use]
     pub fn cache_dir(mut self, directory: impl Into<PathBuf>) -> Self {
         self.cache_dir = Some(directory.into());
+        self
+    }
+
+    /// Let the text editor tool take absolute paths under `root` (`/repo`), as the model is
+    /// told the files live there: `/repo/src/x.py` is the workspace's `src/x.py`, and messages
+    /// name the paths as the model wrote them. Relative paths still work.
+    #[must_use]
+    pub fn text_editor_root(mut self, root: impl Into<String>) -> Self {
+        self.text_editor_root = Some(root.into());
         self
     }
 
@@ -190,6 +201,9 @@ impl HostBuilder {
         }
         if let Some(spawner) = self.spawner {
             builder = builder.spawner(spawner);
+        }
+        if let Some(root) = self.text_editor_root {
+            builder = builder.text_editor_root(root);
         }
         builder = match self.policy {
             PolicyChoice::Default => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),

@@ -141,9 +141,16 @@ fn the_text_editor_tool_answers_each_documented_command() {
     assert_eq!(blocks[1]["source"]["media_type"], "image/gif");
     assert_eq!(blocks[1]["source"]["data"], "R0lGODlhAQABAIAAAP///wAAACH5BAEAAAAALAAAAAABAAEAAAICRAEAOw==");
 
-    let listed = answer("toolu_09", json!({"command": "view", "path": "."}));
-    assert!(content(&listed).starts_with("Here's the files and directories up to 2 levels deep in .:\n"), "{listed}");
-    assert!(content(&listed).contains("test_primes.py"), "{listed}");
+    // A directory is listed as the reference lists one: the directory, then each path up to two
+    // levels below it, hidden ones left out.
+    std::fs::create_dir_all(base.path().join("repo/pkg/sub/deep")).expect("mkdir");
+    std::fs::write(base.path().join("repo/pkg/sub/deep/far.py"), "").expect("write");
+    std::fs::write(base.path().join("repo/pkg/.cache"), "").expect("write");
+    let listed = answer("toolu_09", json!({"command": "view", "path": "pkg"}));
+    assert_eq!(
+        content(&listed),
+        "Here's the files and directories up to 2 levels deep in pkg, excluding hidden items:\npkg\npkg/sub\npkg/sub/deep\n"
+    );
     let bad_range = answer("toolu_10", json!({"command": "view", "path": ".", "view_range": [1, 2]}));
     assert_eq!(bad_range["is_error"], true);
     assert!(content(&bad_range).contains("not allowed when `path` points to a directory"), "{bad_range}");
@@ -233,4 +240,69 @@ fn openai_apply_patch_calls_get_their_output_items() {
     assert!(base.path().join("repo/secrets/key.txt").exists());
     let error = session.answer_openai_apply_patch_call(&json!({"type": "apply_patch_call", "call_id": "x"}));
     assert!(matches!(&error, Err(ProviderError::Malformed { reason, .. }) if reason.contains("`operation`")), "{error:?}");
+}
+
+#[test]
+fn the_text_editor_speaks_in_its_own_parameters_and_takes_the_paths_the_model_was_given() {
+    let base = tempfile::tempdir().expect("temporary directory");
+    let repo = base.path().join("checkout");
+    std::fs::create_dir_all(repo.join("src")).expect("mkdir");
+    std::fs::write(repo.join("primes.py"), PRIMES).expect("write");
+    std::fs::write(repo.join("src/twice.py"), "x = 1\nx = 1\n").expect("write");
+    let long: String = (1..=2_500).map(|number| format!("line {number}\n")).collect();
+    std::fs::write(repo.join("long.txt"), long).expect("write");
+    // The model is told the files live under `/repo`, as the reference implementation has it.
+    let host = HostBuilder::new(&repo)
+        .policy_text("providers.toml", POLICY)
+        .state_dir(base.path().join("state"))
+        .cache_dir(base.path().join("cache"))
+        .text_editor_root("/repo")
+        .build()
+        .expect("host builds");
+    let session = host.session("impl", "s-words").expect("session");
+    let answer = |input: Value| session.answer_anthropic_tool_use(&tool_use("toolu_w", input)).expect("answered");
+    let viewed = answer(json!({"command": "view", "path": "/repo/primes.py"}));
+    assert!(content(&viewed).starts_with("Here's the result of running `cat -n` on /repo/primes.py:\n     1\tdef is_prime"), "{viewed}");
+    let listed = answer(json!({"command": "view", "path": "/repo"}));
+    assert!(content(&listed).contains("\n/repo\n/repo/long.txt\n/repo/primes.py\n/repo/src\n/repo/src/twice.py\n"), "{listed}");
+    // Every message in the text editor's words: `old_str`, `view_range`, `insert_line`, and
+    // never the governed tools' parameters (`old_string`, `replace_all`, `offset`).
+    let cases = [
+        (
+            json!({"command": "str_replace", "path": "/repo/primes.py", "old_str": "no such text", "new_str": "x"}),
+            "No replacement was performed, old_str `no such text` did not appear verbatim in /repo/primes.py.",
+        ),
+        (
+            json!({"command": "str_replace", "path": "/repo/src/twice.py", "old_str": "x = 1", "new_str": "x = 2"}),
+            "No replacement was performed. Multiple occurrences of old_str `x = 1` in lines [1, 2]. Please ensure it is unique",
+        ),
+        (
+            json!({"command": "view", "path": "/repo/primes.py", "view_range": [40, 50]}),
+            "Invalid `view_range`: [40, 50]. Its first element `40` should be within the range of lines of the file: [1, 13]",
+        ),
+        (
+            json!({"command": "insert", "path": "/repo/primes.py", "insert_line": 99, "insert_text": "x"}),
+            "Invalid `insert_line` parameter: 99. It should be within the range of lines of the file: [0, 13]",
+        ),
+        (json!({"command": "view", "path": "/repo/nope.py"}), "The path /repo/nope.py does not exist. Please provide a valid path."),
+        (
+            json!({"command": "str_replace", "path": "/repo/src", "old_str": "a", "new_str": "b"}),
+            "The path /repo/src is a directory and only the `view` command can be used on directories",
+        ),
+        (
+            json!({"command": "view", "path": "/etc/passwd"}),
+            "The path /etc/passwd is not under /repo, the root of the files you can edit. Please provide a valid path.",
+        ),
+    ];
+    for (input, expected) in cases {
+        let answered = answer(input.clone());
+        assert_eq!(answered["is_error"], true, "{input}: {answered}");
+        assert!(content(&answered).ends_with(expected), "{input}: {answered}");
+        for word in ["old_string", "replace_all", "offset", "edit_file", "read_file", "insert_text"] {
+            assert!(!content(&answered).contains(word), "{input}: `{word}` in {answered}");
+        }
+    }
+    let long = answer(json!({"command": "view", "path": "/repo/long.txt"}));
+    assert!(content(&long).contains("view with `view_range` [2001, -1]"), "{long}");
+    assert!(!content(&long).contains("offset"), "{long}");
 }

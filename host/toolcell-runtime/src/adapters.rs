@@ -46,7 +46,7 @@ impl Adapter {
             "type": "object",
             "properties": {
                 "command": {"type": "string", "enum": ["view", "create", "str_replace", "insert", "undo_edit"]},
-                "path": {"type": "string", "description": "The file or directory, relative to the workspace root."},
+                "path": {"type": "string", "description": "The file or directory, relative to the workspace root, or absolute under the root the platform gave."},
                 "view_range": {
                     "type": "array",
                     "items": {"type": "integer"},
@@ -82,7 +82,8 @@ impl Adapter {
             description: "Anthropic's text editor tool: `view` a file (numbered lines, optionally `view_range`) or a \
                           directory (two levels deep), `create` a new file with `file_text`, `str_replace` the one \
                           occurrence of `old_str` with `new_str`, `insert` `insert_text` after line `insert_line`, \
-                          `undo_edit` this session's last change to a file. Paths are relative to the workspace root. \
+                          `undo_edit` this session's last change to a file. Paths are relative to the workspace root, \
+                          or absolute under the root the platform gave (such as `/repo`). \
                           Each command is carried out by toolcell's governed tools."
                 .to_owned(),
             input_schema,
@@ -120,8 +121,15 @@ fn text_editor(
         let args = args.to_string();
         runtime.call(&CallRequest { tool, args: &args, ..*request })
     };
+    // The path as the model wrote it is how every message names it; the tools get it
+    // relative to the workspace (under the embedder's root, if it gave one).
+    let shown = command.path().to_owned();
+    let path = match workspace_path(runtime.text_editor_root.as_deref(), &shown) {
+        Ok(path) => path,
+        Err(message) => return Ok(refused(ToolErrorKind::InvalidArgs, message)),
+    };
     let (name, tool, mut outcome) = match command {
-        EditorCommand::View { path, view_range } => {
+        EditorCommand::View { view_range, .. } => {
             let (offset, limit) = match view_range.as_deref() {
                 None => (None, None),
                 Some(&[first, last]) if first >= 1 && (last == -1 || last >= first) => {
@@ -151,71 +159,187 @@ fn text_editor(
                             "The `view_range` parameter is not allowed when `path` points to a directory.".to_owned(),
                         ));
                     }
+                    // As the reference lists one (`find PATH -maxdepth 2 -not -path '*/.*'`): the
+                    // directory, then every path up to two levels below it, hidden ones left out.
                     let mut listed = call("directory_tree", json!({ "path": path, "depth": 2 }))?;
-                    reword(&mut listed, |text| format!("Here's the files and directories up to 2 levels deep in {path}:\n{text}\n"));
+                    if let Ok(output) = &mut listed.result {
+                        let mut lines = vec![shown.clone()];
+                        let tree = output.structured.as_ref().and_then(|tree| tree.get("children")).and_then(Value::as_array);
+                        list_paths(tree.map_or(&[][..], Vec::as_slice), &shown_path(&shown, ""), &mut lines);
+                        output.text = format!(
+                            "Here's the files and directories up to 2 levels deep in {shown}, excluding hidden items:\n{}\n",
+                            lines.join("\n")
+                        );
+                    }
                     ("view", "directory_tree", listed)
                 }
                 // An image is shown as one, with read_file's own line about it.
                 _ if !outcome.images.is_empty() => ("view", "read_file", outcome),
                 _ => {
                     let mut read = outcome;
-                    reword(&mut read, |text| format!("Here's the result of running `cat -n` on {path}:\n{text}\n"));
+                    reword(&mut read, |text| {
+                        // read_file's pointer to the rest, in the text editor's own parameters.
+                        let text = match text.split_once("call read_file with offset ") {
+                            Some((before, after)) => {
+                                let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+                                format!("{before}view with `view_range` [{digits}, -1]{}", &after[digits.len()..])
+                            }
+                            None => text.to_owned(),
+                        };
+                        format!("Here's the result of running `cat -n` on {shown}:\n{text}\n")
+                    });
+                    if let (Err(error), Some(range)) = (&mut read.result, view_range.as_deref())
+                        && let Some(lines) = line_count_of(&error.message)
+                    {
+                        error.message = format!(
+                            "Invalid `view_range`: {range:?}. Its first element `{}` should be within the range of lines of the file: [1, {lines}]",
+                            range[0]
+                        );
+                    }
                     ("view", "read_file", read)
                 }
             }
         }
-        EditorCommand::Create { path, file_text } => {
+        EditorCommand::Create { file_text, .. } => {
             let mut outcome = call("write_file", json!({ "path": path, "content": file_text, "create_only": true }))?;
             if let Err(error) = &mut outcome.result
                 && error.kind == ToolErrorKind::Conflict
             {
                 error.message = format!(
-                    "File already exists at: {path}. Cannot overwrite files using command `create`: use `str_replace` to change it."
+                    "File already exists at: {shown}. Cannot overwrite files using command `create`: use `str_replace` to change it."
                 );
             }
-            reword(&mut outcome, |_| format!("File created successfully at: {path}"));
+            reword(&mut outcome, |_| format!("File created successfully at: {shown}"));
             ("create", "write_file", outcome)
         }
-        EditorCommand::StrReplace { path, old_str, new_str } => {
+        EditorCommand::StrReplace { old_str, new_str, .. } => {
             let args = json!({ "path": path, "old_string": old_str, "new_string": new_str.unwrap_or_default() });
             let mut outcome = call("edit_file", args)?;
+            if let Err(error) = &mut outcome.result
+                && error.kind == ToolErrorKind::Conflict
+            {
+                if error.message.contains("was not found") {
+                    error.message = format!("No replacement was performed, old_str `{old_str}` did not appear verbatim in {shown}.");
+                } else if let Some(lines) =
+                    error.message.split_once("(lines ").and_then(|(_, rest)| rest.split_once(')')).map(|(lines, _)| lines)
+                {
+                    error.message = format!(
+                        "No replacement was performed. Multiple occurrences of old_str `{old_str}` in lines [{lines}]. Please ensure it is unique"
+                    );
+                }
+            }
             reword(&mut outcome, |text| {
                 let snippet = text.split_once("\n\n").map_or("", |(_, snippet)| snippet);
                 format!(
-                    "The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n{snippet}\nReview the changes and make sure they are as expected. Edit the file again if necessary."
+                    "The file {shown} has been edited. Here's the result of running `cat -n` on a snippet of {shown}:\n{snippet}\nReview the changes and make sure they are as expected. Edit the file again if necessary."
                 )
             });
             ("str_replace", "edit_file", outcome)
         }
-        EditorCommand::Insert { path, insert_line, insert_text, new_str } => {
+        EditorCommand::Insert { insert_line, insert_text, new_str, .. } => {
             let Some(text) = insert_text.or(new_str) else {
                 return Ok(refused(ToolErrorKind::InvalidArgs, "Parameter `insert_text` is required for command: insert".to_owned()));
             };
             let mut outcome = call("insert_text", json!({ "path": path, "line": insert_line, "text": text }))?;
+            if let Err(error) = &mut outcome.result
+                && let Some(lines) = line_count_of(&error.message)
+            {
+                error.message = format!(
+                    "Invalid `insert_line` parameter: {insert_line}. It should be within the range of lines of the file: [0, {lines}]"
+                );
+            }
             reword(&mut outcome, |text| {
                 let snippet = text.split_once("\n\n").map_or("", |(_, snippet)| snippet);
                 format!(
-                    "The file {path} has been edited. Here's the result of running `cat -n` on a snippet of the edited file:\n{snippet}\nReview the changes and make sure they are as expected (correct indentation, no duplicate lines, etc). Edit the file again if necessary."
+                    "The file {shown} has been edited. Here's the result of running `cat -n` on a snippet of the edited file:\n{snippet}\nReview the changes and make sure they are as expected (correct indentation, no duplicate lines, etc). Edit the file again if necessary."
                 )
             });
             ("insert", "insert_text", outcome)
         }
-        EditorCommand::UndoEdit { path } => {
+        EditorCommand::UndoEdit { .. } => {
             let mut outcome = call(crate::native::UNDO_EDIT, json!({ "path": path }))?;
             if let Err(error) = &mut outcome.result
                 && error.kind == ToolErrorKind::NotFound
             {
-                error.message = format!("No edit history found for {path}: {}", error.message);
+                error.message = format!("No edit history found for {shown}.");
             }
-            reword(&mut outcome, |text| format!("Last edit to {path} undone successfully. {text}"));
+            reword(&mut outcome, |text| format!("Last edit to {shown} undone successfully. {text}"));
             ("undo_edit", crate::native::UNDO_EDIT, outcome)
         }
     };
+    // What every command may meet, in the reference's words.
+    if let Err(error) = &mut outcome.result {
+        if error.kind == ToolErrorKind::NotFound && error.message.contains("does not exist") {
+            error.message = format!("The path {shown} does not exist. Please provide a valid path.");
+        } else if error.kind == ToolErrorKind::Unsupported
+            && name != "view"
+            && request.workspace.directory.symlink_metadata(&path).is_ok_and(|metadata| metadata.is_dir())
+        {
+            // Seen by the tool already (it would have been refused, not unsupported, if hidden).
+            error.message = format!("The path {shown} is a directory and only the `view` command can be used on directories");
+        }
+    }
     if let Ok(output) = &mut outcome.result {
         let result = output.structured.take().unwrap_or(Value::Null);
         output.structured = Some(json!({ "command": name, "tool": tool, "result": result }));
     }
     Ok(outcome)
+}
+
+impl EditorCommand {
+    fn path(&self) -> &str {
+        match self {
+            EditorCommand::View { path, .. }
+            | EditorCommand::Create { path, .. }
+            | EditorCommand::StrReplace { path, .. }
+            | EditorCommand::Insert { path, .. }
+            | EditorCommand::UndoEdit { path } => path,
+        }
+    }
+}
+
+/// The workspace-relative path of `path` as the model wrote it: relative already, or absolute
+/// under the root the embedder maps the workspace to (`/repo/x.py` with root `/repo`).
+fn workspace_path(root: Option<&str>, path: &str) -> Result<String, String> {
+    let Some(root) = root.map(|root| root.trim_end_matches('/')).filter(|_| path.starts_with('/')) else {
+        return Ok(path.to_owned());
+    };
+    if path == root || path == format!("{root}/") {
+        return Ok(".".to_owned());
+    }
+    match path.strip_prefix(&format!("{root}/")) {
+        Some(relative) => Ok(relative.to_owned()),
+        None => Err(format!("The path {path} is not under {root}, the root of the files you can edit. Please provide a valid path.")),
+    }
+}
+
+/// The prefix of the paths listed under the directory the model named `shown`.
+fn shown_path(shown: &str, below: &str) -> String {
+    match shown.trim_end_matches('/') {
+        "" | "." => below.to_owned(),
+        base => format!("{base}/{below}"),
+    }
+}
+
+/// Each entry of a `directory_tree` result's `children`, as a path under `prefix`, depth
+/// first, hidden entries (and what is under them) left out.
+fn list_paths(children: &[Value], prefix: &str, lines: &mut Vec<String>) {
+    for child in children {
+        let Some(name) = child.get("name").and_then(Value::as_str).filter(|name| !name.starts_with('.')) else {
+            continue;
+        };
+        let path = format!("{prefix}{name}");
+        lines.push(path.clone());
+        if let Some(grandchildren) = child.get("children").and_then(Value::as_array) {
+            list_paths(grandchildren, &format!("{path}/"), lines);
+        }
+    }
+}
+
+/// The number of lines a tool's "past the end ..., which has N lines" message names.
+fn line_count_of(message: &str) -> Option<u64> {
+    let (_, rest) = message.split_once("which has ")?;
+    rest.split(' ').next()?.parse().ok()
 }
 
 /// Rewrite a successful outcome's text.

@@ -58,6 +58,9 @@ pub struct Runtime {
     pub(crate) warnings: Vec<String>,
     pub(crate) audit: Option<Arc<AuditLog>>,
     pub(crate) limits: Limits,
+    /// The absolute path the text editor tool's paths start from (`/repo`), if the embedder
+    /// maps one onto the workspace.
+    pub(crate) text_editor_root: Option<String>,
     pub(crate) locks: Arc<LockStore>,
     pub(crate) reads: reads::ReadTracker,
     pub(crate) undo: undo::UndoStore,

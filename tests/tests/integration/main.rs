@@ -3,8 +3,8 @@
 mod audit;
 mod chains;
 mod conformance;
-mod docs;
 mod content_index;
+mod docs;
 mod edit_file;
 mod escapes;
 mod example_tool;

@@ -42,6 +42,7 @@ pub struct RuntimeBuilder {
     parts: Option<u32>,
     /// Lock tables and the audit trail in a store several hosts share.
     shared_store: Option<(Arc<dyn LockBackend>, Arc<dyn AuditBackend>)>,
+    text_editor_root: Option<String>,
 }
 
 /// A component to load: its origin, its bytes, and optionally its compiled form.
@@ -79,6 +80,15 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn stub_imports(mut self, tool: impl Into<String>, patterns: impl IntoIterator<Item = String>) -> Self {
         self.stub_imports.entry(tool.into()).or_default().extend(patterns);
+        self
+    }
+
+    /// Let the text editor tool (`str_replace_based_edit_tool`) take absolute paths under
+    /// `root` (`/repo/src/x.py` with root `/repo`), as the provider's reference implementation
+    /// expects, mapped onto the workspace; its messages name the paths as the model wrote them.
+    #[must_use]
+    pub fn text_editor_root(mut self, root: impl Into<String>) -> Self {
+        self.text_editor_root = Some(root.into());
         self
     }
 
@@ -387,6 +397,7 @@ impl RuntimeBuilder {
             warnings,
             audit,
             limits: self.limits,
+            text_editor_root: self.text_editor_root,
             locks,
             reads: reads::ReadTracker::new(state_dir.as_deref()),
             undo: undo::UndoStore::new(work.path()),
