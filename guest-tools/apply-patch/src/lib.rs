@@ -196,10 +196,11 @@ impl Tool for ApplyPatch {
             }
         };
         let operations = parse::parse(&patch)?;
+        let wording = if one_file.is_some() { Wording::Operation } else { Wording::Patch };
         if let Some((path, kind)) = one_file {
             check_one_file(&operations, &path, kind)?;
         }
-        let planned = plan(&operations, args.overwrite)?;
+        let planned = plan(&operations, args.overwrite, wording)?;
         let mut diff = String::new();
         let mut files = Vec::with_capacity(planned.len());
         for change in &planned {
@@ -328,8 +329,57 @@ fn write_file(path: &WorkspacePath, bytes: &[u8]) -> Result<(), ToolError> {
     std::fs::write(path.as_str(), bytes).map_err(|error| path.io_error(error))
 }
 
+/// How messages name what was asked: the patch's own sections, or the fields of an OpenAI
+/// operation (which has no `*** Add File` and no `overwrite` to suggest).
+#[derive(Clone, Copy)]
+enum Wording {
+    Patch,
+    Operation,
+}
+
+impl Wording {
+    /// The section (`Add`, `Update`, `Delete`) naming `path`.
+    fn section(self, section: &str, path: &str) -> String {
+        match self {
+            Wording::Patch => format!("`*** {section} File: {path}`"),
+            Wording::Operation => {
+                let kind = match section {
+                    "Add" => "create_file",
+                    "Delete" => "delete_file",
+                    _ => "update_file",
+                };
+                format!("The {kind} operation's path `{path}`")
+            }
+        }
+    }
+
+    /// What to do about a file to add that exists already.
+    fn exists(self) -> &'static str {
+        match self {
+            Wording::Patch => "use `*** Update File` to change it, or pass `overwrite: true` to replace it whole",
+            Wording::Operation => "send an update_file operation to change it",
+        }
+    }
+
+    /// A move's destination `path`, and what to do when it exists.
+    fn move_to(self, path: &str) -> (String, &'static str) {
+        match self {
+            Wording::Patch => (format!("`*** Move to: {path}`"), "choose another destination, or pass `overwrite: true` to replace it"),
+            Wording::Operation => (format!("`move_to` `{path}`"), "choose another destination"),
+        }
+    }
+
+    /// How to create a file.
+    fn create(self) -> &'static str {
+        match self {
+            Wording::Patch => "to create a file, use `*** Add File`",
+            Wording::Operation => "to create a file, send a create_file operation",
+        }
+    }
+}
+
 /// Check every operation against the workspace and compute every new content, writing nothing.
-fn plan(operations: &[Operation], overwrite: bool) -> Result<Vec<Change>, ToolError> {
+fn plan(operations: &[Operation], overwrite: bool, wording: Wording) -> Result<Vec<Change>, ToolError> {
     let mut touched: Vec<WorkspacePath> = Vec::new();
     let mut claim = |path: &WorkspacePath| {
         if touched.contains(path) {
@@ -351,7 +401,7 @@ fn plan(operations: &[Operation], overwrite: bool) -> Result<Vec<Change>, ToolEr
                 match std::fs::symlink_metadata(path.as_str()) {
                     Ok(_) if overwrite => {
                         // Replaced whole: the patch gives every line.
-                        let (document, _) = read_text(path, "Add")?;
+                        let (document, _) = read_text(path, "Add", wording)?;
                         let before = document.body;
                         Change {
                             path: path.clone(),
@@ -363,8 +413,9 @@ fn plan(operations: &[Operation], overwrite: bool) -> Result<Vec<Change>, ToolEr
                     }
                     Ok(_) => {
                         return Err(ToolError::Conflict(format!(
-                            "`*** Add File: {}` names a file that already exists: use `*** Update File` to change it, or pass `overwrite: true` to replace it whole. Nothing was changed.",
-                            path.as_str()
+                            "{} names a file that already exists: {}. Nothing was changed.",
+                            wording.section("Add", path.as_str()),
+                            wording.exists()
                         )));
                     }
                     Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -375,7 +426,7 @@ fn plan(operations: &[Operation], overwrite: bool) -> Result<Vec<Change>, ToolEr
             }
             Operation::Delete { path } => {
                 claim(path)?;
-                let (document, _) = read_text(path, "Delete")?;
+                let (document, _) = read_text(path, "Delete", wording)?;
                 Change { path: path.clone(), kind: ChangeKind::Delete, before: document.body.clone(), after: String::new(), document }
             }
             Operation::Update { path, moved_to, chunks } => {
@@ -391,16 +442,16 @@ fn plan(operations: &[Operation], overwrite: bool) -> Result<Vec<Change>, ToolEr
                             )));
                         }
                         Ok(_) => {
+                            let (named, remedy) = wording.move_to(destination.as_str());
                             return Err(ToolError::Conflict(format!(
-                                "`*** Move to: {}` names a path that already exists: choose another destination, or pass `overwrite: true` to replace it. Nothing was changed.",
-                                destination.as_str()
+                                "{named} names a path that already exists: {remedy}. Nothing was changed."
                             )));
                         }
                         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                         Err(error) => return Err(destination.io_error(error)),
                     }
                 }
-                let (document, _) = read_text(path, "Update")?;
+                let (document, _) = read_text(path, "Update", wording)?;
                 let after = apply_chunks(path, &document.body, chunks)?;
                 Change {
                     path: path.clone(),
@@ -417,18 +468,19 @@ fn plan(operations: &[Operation], overwrite: bool) -> Result<Vec<Change>, ToolEr
 }
 
 /// The text of an existing file a section names.
-fn read_text(path: &WorkspacePath, section: &str) -> Result<(Document, usize), ToolError> {
+fn read_text(path: &WorkspacePath, section: &str, wording: Wording) -> Result<(Document, usize), ToolError> {
     let metadata = std::fs::metadata(path.as_str()).map_err(|error| match error.kind() {
         std::io::ErrorKind::NotFound => ToolError::NotFound(format!(
-            "`*** {section} File: {}` names a file that does not exist: check the path with list_files (to create a file, use `*** Add File`). Nothing was changed.",
-            path.as_str()
+            "{} names a file that does not exist: check the path with list_files ({}). Nothing was changed.",
+            wording.section(section, path.as_str()),
+            wording.create()
         )),
         _ => path.io_error(error),
     })?;
     if !metadata.is_file() {
         return Err(ToolError::Unsupported(format!(
-            "`*** {section} File: {}` is not a regular file: patches change text files only. Nothing was changed.",
-            path.as_str()
+            "{} is not a regular file: patches change text files only. Nothing was changed.",
+            wording.section(section, path.as_str())
         )));
     }
     let bytes = std::fs::read(path.as_str()).map_err(|error| path.io_error(error))?;
@@ -477,7 +529,12 @@ fn apply_chunks(path: &WorkspacePath, body: &str, chunks: &[Chunk]) -> Result<St
             // New lines take the line ending of the line they follow (or precede, at the top).
             let neighbour = at.checked_sub(1).or((!lines.is_empty()).then_some(0)).and_then(|index| lines.get(index));
             let added: Vec<String> = replacement(hunk, &[], neighbour.is_some_and(|line| line.ends_with('\r')));
-            cursor = at + added.len();
+            // Appended at the end, it says nothing of where the next hunk is: that one is
+            // still looked for from here (as Codex does), so a later hunk may change earlier
+            // lines.
+            if at < lines.len() {
+                cursor = at + added.len();
+            }
             lines.splice(at..at, added);
             continue;
         }

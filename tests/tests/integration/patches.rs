@@ -277,6 +277,31 @@ fn apply_patch_takes_openai_apply_patch_operations() {
     let message =
         fixture.error("apply_patch", json!({"operation": {"type": "rename_file", "path": "done.md"}}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("operation"), "{message}");
+    // An operation's refusals speak of operations: it has no `*** Add File` and no `overwrite`.
+    fixture.write("exists.md", "x\n");
+    let refusals = [
+        (
+            json!({"type": "create_file", "path": "exists.md", "diff": "+y\n"}),
+            ToolErrorKind::Conflict,
+            "The create_file operation's path `exists.md` names a file that already exists: send an update_file operation to change it.",
+        ),
+        (
+            json!({"type": "update_file", "path": "missing.md", "diff": "-a\n+b\n"}),
+            ToolErrorKind::NotFound,
+            "to create a file, send a create_file operation",
+        ),
+        (
+            json!({"type": "update_file", "path": "exists.md", "move_to": "keep.md", "diff": "-x\n+y\n"}),
+            ToolErrorKind::Conflict,
+            "`move_to` `keep.md` names a path that already exists: choose another destination.",
+        ),
+    ];
+    fixture.write("keep.md", "keep\n");
+    for (operation, kind, expected) in refusals {
+        let message = fixture.error("apply_patch", json!({ "operation": operation }), kind);
+        assert!(message.contains(expected), "{operation}: {message}");
+        assert!(!message.contains("*** ") && !message.contains("overwrite"), "{operation}: {message}");
+    }
     // One operation changes only its `path`: file headers smuggled into its `diff` (or its
     // `path`) are refused, and nothing changes.
     fixture.write("keep.md", "keep\n");
@@ -292,4 +317,14 @@ fn apply_patch_takes_openai_apply_patch_operations() {
         assert!(message.contains("an operation changes only the file its `path` names"), "{operation}: {message}");
         assert_eq!(fixture.snapshot(), before, "{operation}: something changed");
     }
+}
+
+#[test]
+fn a_pure_addition_at_the_end_leaves_later_hunks_free_to_change_earlier_lines() {
+    let fixture = Fixture::new();
+    fixture.write("list.txt", "alpha\nbeta\ngamma\n");
+    // As Codex accepts it: the first hunk appends, the second changes the first line.
+    fixture
+        .ok("apply_patch", json!({"patch": "*** Begin Patch\n*** Update File: list.txt\n@@\n+delta\n@@\n-alpha\n+ALPHA\n*** End Patch"}));
+    assert_eq!(fixture.read_text("list.txt"), "ALPHA\nbeta\ngamma\ndelta\n");
 }
