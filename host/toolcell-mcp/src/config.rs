@@ -184,30 +184,40 @@ impl ServiceConfig {
             },
             None => DEFAULT_MAX_REQUEST_BYTES,
         };
-        let session_idle = match &raw.session_idle {
-            Some(idle) => match humantime::parse_duration(idle.get_ref()) {
-                Ok(value) if value >= Duration::from_secs(1) && value <= Duration::from_secs(7 * 24 * 3600) => value,
-                _ => {
-                    return Err(error(
-                        Some(idle.span()),
-                        format!("`session_idle = {:?}` is not a duration between 1s and 7d: write e.g. \"30m\"", idle.get_ref()),
-                    ));
-                }
-            },
-            None => DEFAULT_SESSION_IDLE,
+        // A duration setting: `key`'s value within `range` (shown as `bounds`), else `default`.
+        let duration = |key: &str,
+                        value: &Option<Spanned<String>>,
+                        range: std::ops::RangeInclusive<Duration>,
+                        bounds: &str,
+                        example: &str,
+                        default| {
+            let Some(value) = value else {
+                return Ok(default);
+            };
+            match humantime::parse_duration(value.get_ref()) {
+                Ok(parsed) if range.contains(&parsed) => Ok(parsed),
+                _ => Err(error(
+                    Some(value.span()),
+                    format!("`{key} = {:?}` is not a duration between {bounds}: write e.g. \"{example}\"", value.get_ref()),
+                )),
+            }
         };
-        let request_body_timeout = match &raw.request_body_timeout {
-            Some(timeout) => match humantime::parse_duration(timeout.get_ref()) {
-                Ok(value) if value >= Duration::from_secs(1) && value <= Duration::from_secs(3600) => value,
-                _ => {
-                    return Err(error(
-                        Some(timeout.span()),
-                        format!("`request_body_timeout = {:?}` is not a duration between 1s and 1h: write e.g. \"30s\"", timeout.get_ref()),
-                    ));
-                }
-            },
-            None => DEFAULT_BODY_TIMEOUT,
-        };
+        let session_idle = duration(
+            "session_idle",
+            &raw.session_idle,
+            Duration::from_secs(1)..=Duration::from_secs(7 * 24 * 3600),
+            "1s and 7d",
+            "30m",
+            DEFAULT_SESSION_IDLE,
+        )?;
+        let request_body_timeout = duration(
+            "request_body_timeout",
+            &raw.request_body_timeout,
+            Duration::from_secs(1)..=Duration::from_secs(3600),
+            "1s and 1h",
+            "30s",
+            DEFAULT_BODY_TIMEOUT,
+        )?;
         let max_requests_per_principal = match &raw.max_requests_per_principal {
             Some(count) => match usize::try_from(*count.get_ref()) {
                 Ok(value) if (1..=1024).contains(&value) => value,
@@ -420,6 +430,10 @@ mod tests {
         assert_eq!((alice.name.as_str(), alice.role.as_str(), alice.line), ("alice", "impl", 7));
         assert!(config.principal_for(&token_hash("other")).is_none());
         assert_eq!(config.max_request_bytes, DEFAULT_MAX_REQUEST_BYTES);
+        assert_eq!(
+            (config.request_body_timeout, config.max_requests_per_principal),
+            (DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUESTS_PER_PRINCIPAL)
+        );
     }
 
     #[test]
@@ -443,6 +457,12 @@ mod tests {
             ),
             (format!("anonymous = \"nobody\"\n{}", valid()), 1, "names no principal"),
             (format!("allowed_origins = [\"localhost\"]\n{}", valid()), 1, "has no scheme"),
+            (
+                format!("request_body_timeout = \"0s\"\n{}", valid()),
+                1,
+                "`request_body_timeout = \"0s\"` is not a duration between 1s and 1h",
+            ),
+            (format!("max_requests_per_principal = 0\n{}", valid()), 1, "`max_requests_per_principal = 0` is out of range"),
         ];
         for (text, line, reason) in cases {
             let error = parse(&text).expect_err(reason);
