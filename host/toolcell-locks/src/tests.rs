@@ -157,3 +157,28 @@ fn ending_a_session_releases_its_locks_and_only_its_locks() {
     assert!(matches!(table.check_write("docs/x.md", "A", &[], 1), Err(Refusal::Locked(lock)) if lock.fence == other.fence));
     assert!(table.release_session("s-A").is_empty());
 }
+
+#[test]
+fn names_with_control_characters_are_refused_and_locks_are_shown_escaped() {
+    let mut table = LockTable::default();
+    for (pattern, session) in [("src/\u{1b}[31mred", "s"), ("src/a.rs\nforged: lock", "s"), ("src/a.rs", "s-\u{7}bell")] {
+        let forged = LockRequest { session: session.to_owned(), ..request(pattern, "A", Mode::Exclusive) };
+        let error = table.acquire(&forged, 0).expect_err("refused");
+        assert!(error.to_string().contains("control character"), "{error}");
+        assert!(!error.to_string().chars().any(|character| character.is_control()), "the refusal itself is escaped: {error:?}");
+    }
+    assert!(table.locks().is_empty());
+    // A lock kept from before (a table written by an older version) still prints on one line.
+    let lock = Lock {
+        pattern: "café/\u{1b}]0;x\u{7}".to_owned(),
+        owner: "A\nB".to_owned(),
+        session: "s".to_owned(),
+        mode: Mode::Exclusive,
+        acquired_at_ms: 0,
+        expires_at_ms: 1_000,
+        fence: 1,
+    };
+    let shown = lock.to_string();
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
+    assert!(shown.contains("café/\\u{1b}]0;x\\u{7}") && shown.contains("A\\nB"), "{shown}");
+}
