@@ -155,6 +155,11 @@ impl AuditLog {
         }
         let checkpoint = match std::fs::read_to_string(self.directory.join(AUDIT_HEAD_FILE)) {
             Ok(checkpoint) => checkpoint,
+            // A host that never appended to the shared store (an auditor's) has no checkpoint
+            // of its own: the chain and the store's head are all it can check.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound && self.shared.is_some() => {
+                return toolcell_audit::verify(text.lines());
+            }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound && text.is_empty() => {
                 return Err(tamper("the log is empty and has no head file: nothing was ever recorded here".to_owned()));
             }

@@ -1259,6 +1259,11 @@ fn hosts_on_a_postgres_store_share_locks_and_one_audit_chain() {
     let shortened = on(1, &["audit", "verify"]);
     assert_eq!(shortened.status, 1, "{}", shortened.stdout);
     assert!(shortened.stderr.contains("the last records were removed"), "{}", shortened.stderr);
-    // Each host's checkpoint covers what it appended: host 0 wrote only the first record.
+    // Each host's checkpoint covers what it appended: host 0 wrote only the first record, and
+    // a host that never appended (an auditor's) checks the chain and the table's head alone.
     assert_eq!(on(0, &["audit", "verify"]).status, 0);
+    let auditor = tempfile::tempdir().expect("state");
+    let audited =
+        toolcell(&cache, &["--store", cluster.url.as_str(), "--state-dir", auditor.path().to_str().expect("UTF-8"), "audit", "verify"]);
+    assert_eq!(audited.status, 0, "{}", audited.stderr);
 }
