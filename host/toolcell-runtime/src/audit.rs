@@ -179,6 +179,12 @@ impl AuditLog {
         toolcell_audit::verify_checkpoint(text.lines(), &checkpoint, key)
     }
 
+    /// The state directory's key, if the log has it (the journals are authenticated with it
+    /// too).
+    pub(crate) fn key(&self) -> Option<&crate::journal::JournalKey> {
+        self.key.as_ref()
+    }
+
     /// Rewrite the checkpoint (the head file) to name `link`, in place.
     fn write_checkpoint(&self, file: &File, link: &Link) -> std::io::Result<()> {
         let Some(key) = &self.key else {

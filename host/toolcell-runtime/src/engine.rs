@@ -2,7 +2,6 @@
 //! components.
 
 use std::hash::Hasher;
-use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -99,7 +98,7 @@ impl ComponentCache {
     /// key, belongs to another user or can be written (the key: read) by others.
     pub(crate) fn open(directory: &Path) -> Result<Self, Error> {
         let cache_error = |source| Error::Cache { path: directory.to_path_buf(), source };
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(directory).map_err(cache_error)?;
+        crate::storage::create_private_dirs(directory).map_err(cache_error)?;
         crate::storage::check_private(directory, 0o022, "the compiled-component cache")?;
         let key_path = directory.join(CACHE_KEY_FILE);
         let key = load_or_create_key(&key_path, "the cache key", |source| Error::Cache { path: key_path.clone(), source })?;

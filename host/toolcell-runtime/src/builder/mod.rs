@@ -373,8 +373,15 @@ impl RuntimeBuilder {
         // Journals are authenticated with the state directory's key; calls a crash interrupted
         // are undone workspace by workspace, when a call first opens each
         // (`Runtime::recover`).
-        let key_path = work.path().join(storage::STATE_KEY_FILE);
-        let journal_key = engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?;
+        // The audit trail has read the state directory's key already; without a state
+        // directory, the private temporary one gets a key of its own.
+        let journal_key = match audit.as_ref().and_then(|log| log.key()) {
+            Some(key) => *key,
+            None => {
+                let key_path = work.path().join(storage::STATE_KEY_FILE);
+                engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?
+            }
+        };
         let journal =
             journal::JournalFile::create(&work.journals(), journal_key).map_err(|source| Error::State { path: work.journals(), source })?;
         let locks = Arc::new(match (&self.shared_store, &state_dir) {
