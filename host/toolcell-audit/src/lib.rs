@@ -269,19 +269,46 @@ impl Link {
 /// Seal `record` after `link`: set its `seq` and `prev`, append its `hash`. Returns the line
 /// (without a newline) and the new link.
 pub fn seal(record: &Record, link: &Link) -> (String, Link) {
-    let mut record = record.clone();
-    record.seq = link.seq + 1;
-    record.prev = link.prev_hash().to_owned();
-    let body = serde_json::to_string(&record).unwrap_or_else(|_| String::from("{}"));
-    let hash = hex(&Sha256::digest(body.as_bytes()));
-    // The body's closing brace gives way to the hash field.
-    let mut line = body;
-    line.pop();
-    line.reserve(",\"hash\":\"\"}".len() + hash.len());
-    line.push_str(",\"hash\":\"");
-    line.push_str(&hash);
-    line.push_str("\"}");
-    (line, Link { seq: record.seq, hash })
+    Prepared::new(record).seal(link)
+}
+
+/// A record serialized ahead of sealing: all of its line but the `seq` and `prev` that only the
+/// chain's end decides, so that a log can do the costly part before it takes its lock and only
+/// [`seal`](Prepared::seal) (a hash) under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// The record's JSON between its `seq` value and its `prev` field: `,"ts":…,`.
+    middle: String,
+}
+
+impl Prepared {
+    /// Serialize `record` (its own `seq` and `prev` are left out).
+    pub fn new(record: &Record) -> Self {
+        let body = serde_json::to_string(record).unwrap_or_else(|_| String::from("{}"));
+        // `seq` is the first field and `prev` the last: keep what lies between.
+        let start = body.find(',').unwrap_or(body.len());
+        let end = body.rfind(",\"prev\":").map_or(start, |comma| comma + 1);
+        Prepared { middle: body.get(start..end.max(start)).unwrap_or_default().to_owned() }
+    }
+
+    /// The sealed line (without a newline) after `link`, and the new link.
+    pub fn seal(&self, link: &Link) -> (String, Link) {
+        use std::fmt::Write as _;
+        let seq = link.seq + 1;
+        let mut line = String::with_capacity(self.middle.len() + 180);
+        let _ = write!(line, "{{\"seq\":{seq}");
+        line.push_str(&self.middle);
+        line.push_str("\"prev\":\"");
+        line.push_str(link.prev_hash());
+        line.push_str("\"}");
+        let hash = hex(&Sha256::digest(line.as_bytes()));
+        // The body's closing brace gives way to the hash field.
+        line.pop();
+        line.push_str(",\"hash\":\"");
+        line.push_str(&hash);
+        line.push_str("\"}");
+        (line, Link { seq, hash })
+    }
 }
 
 /// `(line without its hash field, hash)`, if the line ends with `,"hash":"<64 hex>"}`.

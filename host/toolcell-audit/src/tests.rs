@@ -7,6 +7,29 @@ fn hashes_are_lowercase_hex_sha256() {
     assert_eq!(hex(&Sha256::digest(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+/// A record sealed from its prepared form is the record as JSON, with its `seq` and `prev`
+/// set, and the hash of that text after it: whatever its fields hold.
+#[test]
+fn a_prepared_record_seals_to_the_record_itself() {
+    let mut full = Record::call("2026-11-22T00:00:00.000Z", "s\"1", "impl", "read_file", "c-1", "ok").at("/w \u{202e}x", Some("p"));
+    full.notes = vec!["a\nb".to_owned(), "prev\":\"x".to_owned()];
+    full.message = Some(",\"prev\":\"fake\"}".to_owned());
+    full.prev = "stale".to_owned();
+    full.seq = 99;
+    let records = [full, Record::recovery("t", "s", "c", 2, None), Record::spawn("t", "p", "r", "tool", "c", "ch", "cr", "task")];
+    let mut link = Link::GENESIS;
+    for record in &records {
+        let (line, next) = Prepared::new(record).seal(&link);
+        let mut expected = record.clone();
+        expected.seq = link.seq + 1;
+        expected.prev = link.prev_hash().to_owned();
+        let body = serde_json::to_string(&expected).expect("json");
+        assert_eq!(line, format!("{},\"hash\":\"{}\"}}", &body[..body.len() - 1], hex(&Sha256::digest(body.as_bytes()))));
+        assert_eq!(Link::of_line(&line), Ok(next.clone()));
+        link = next;
+    }
+}
+
 fn log(count: usize) -> Vec<String> {
     let mut link = Link::GENESIS;
     (0..count)

@@ -5,9 +5,9 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
-use toolcell_audit::{Link, Record, seal};
+use toolcell_audit::{Link, Prepared, Record};
 
 use crate::error::Error;
 
@@ -21,6 +21,8 @@ pub const AUDIT_FILE: &str = "audit.jsonl";
 pub const AUDIT_HEAD_FILE: &str = "audit.head";
 /// Where records wait, beside the log, for a shared store that could not take them.
 pub const AUDIT_SPOOL_FILE: &str = "audit.spool.jsonl";
+/// How long an append waits for another's write by spinning before it sleeps.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// How much of the log's end is read to find the last record (grown if a record is longer).
 const TAIL_CHUNK: u64 = 16 * 1024;
 
@@ -59,8 +61,13 @@ pub trait AuditBackend: Send + Sync + std::fmt::Debug {
 pub struct AuditLog {
     directory: PathBuf,
     path: PathBuf,
-    /// The open log and the chain's end as this process last wrote it.
+    /// The open log and the chain's end as this process last wrote it; only the append that
+    /// leads a group commit takes it.
     appender: Mutex<Option<Appender>>,
+    /// Appends waiting to be written, and whether one is writing (see [`append`](Self::append)).
+    commit: Mutex<Commit>,
+    /// Signalled whenever a group of appends is settled.
+    settled: Condvar,
     /// Where the records go instead of `path`, if a shared store keeps them.
     shared: Option<std::sync::Arc<dyn AuditBackend>>,
     /// The state key, which tags the checkpoint (`None`: an existing log without one).
@@ -68,6 +75,50 @@ pub struct AuditLog {
     /// The checkpoint file, open for rewriting in place, and the `seq` it names, for appends
     /// to a shared store (a local log keeps its own in its appender).
     checkpoint: Mutex<Option<(File, u64)>>,
+}
+
+/// The appends of this process's threads, written in groups: while one append writes (it
+/// leads), those that arrive queue their prepared records, and the next to lead writes all of
+/// them at once, under one lock and in one write.
+#[derive(Debug, Default)]
+struct Commit {
+    /// Each waiting append's ticket and records, in the order they came.
+    queue: Vec<(u64, Vec<Prepared>)>,
+    /// Whether an append is writing now.
+    writing: bool,
+    /// The next append's ticket.
+    next: u64,
+    /// Every ticket below this one is settled: written, or failed.
+    settled: u64,
+    /// Why settled appends failed, until each one's caller takes its own.
+    failed: std::collections::HashMap<u64, (std::io::ErrorKind, String)>,
+}
+
+/// Settles the group an append led, even if writing it panicked: its tickets are marked done
+/// (failed, if it did not finish) and the appends waiting on them are woken.
+struct Settle<'a> {
+    log: &'a AuditLog,
+    /// The tickets of the group, but for the leader's own.
+    others: Vec<u64>,
+    /// The ticket after the group's last.
+    end: u64,
+    /// Why the group's write failed (`None` once it is written).
+    failure: Option<(std::io::ErrorKind, String)>,
+}
+
+impl Drop for Settle<'_> {
+    fn drop(&mut self) {
+        let mut commit = self.log.commit.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(failure) = &self.failure {
+            for ticket in &self.others {
+                commit.failed.insert(*ticket, failure.clone());
+            }
+        }
+        commit.settled = self.end;
+        commit.writing = false;
+        drop(commit);
+        self.log.settled.notify_all();
+    }
 }
 
 #[derive(Debug)]
@@ -95,7 +146,7 @@ impl AuditLog {
         let key_path = directory.join(crate::storage::STATE_KEY_FILE);
         let key = crate::engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?;
         let path = directory.join(AUDIT_FILE);
-        Ok(AuditLog { directory, path, appender: Mutex::new(None), shared: None, key: Some(key), checkpoint: Mutex::new(None) })
+        Ok(AuditLog { directory, path, appender: Mutex::new(None), commit: Mutex::default(), settled: Condvar::new(), shared: None, key: Some(key), checkpoint: Mutex::new(None) })
     }
 
     /// A log kept by `backend`; `state_dir` (created if needed) is the host's state directory
@@ -129,7 +180,7 @@ impl AuditLog {
             })?),
             Err(_) => None,
         };
-        Ok(AuditLog { directory, path, appender: Mutex::new(None), shared: None, key, checkpoint: Mutex::new(None) })
+        Ok(AuditLog { directory, path, appender: Mutex::new(None), commit: Mutex::default(), settled: Condvar::new(), shared: None, key, checkpoint: Mutex::new(None) })
     }
 
     /// What the log is, for messages: its file, or the shared store's name.
@@ -218,12 +269,58 @@ impl AuditLog {
         if let Some(shared) = &self.shared {
             return self.append_shared(shared.as_ref(), records);
         }
+        // Serialize before queueing: under the lock only sealing (a hash each) remains.
+        let prepared: Vec<Prepared> = records.iter().map(Prepared::new).collect();
+        let mut commit = self.commit.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ticket = commit.next;
+        commit.next += 1;
+        commit.queue.push((ticket, prepared));
+        let waited = std::time::Instant::now();
+        loop {
+            if commit.settled > ticket {
+                // Another append led a group with ours in it.
+                return match commit.failed.remove(&ticket) {
+                    Some((kind, message)) => Err(std::io::Error::new(kind, message)),
+                    None => Ok(()),
+                };
+            }
+            if !commit.writing {
+                break;
+            }
+            // A group takes microseconds to write: spin that long before sleeping, as waking
+            // a sleeper costs more than the wait (and two threads that sleep on each other
+            // fall into step, one always behind the other).
+            if waited.elapsed() < SPIN {
+                drop(commit);
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
+                commit = self.commit.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                continue;
+            }
+            commit = self.settled.wait(commit).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        // Lead: write every queued append, ours among them, as one.
+        commit.writing = true;
+        let group = std::mem::take(&mut commit.queue);
+        let end = commit.next;
+        drop(commit);
+        let others = group.iter().map(|(queued, _)| *queued).filter(|queued| *queued != ticket).collect();
+        let mut settle = Settle {
+            log: self,
+            others,
+            end,
+            failure: Some((std::io::ErrorKind::Other, "the audit trail's writer stopped half-way".to_owned())),
+        };
         let mut appender = self.appender.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let result = self.append_locked(&mut appender, records);
+        let result = self.append_locked(&mut appender, group.iter().flat_map(|(_, records)| records));
         if result.is_err() {
             // Start afresh next time: reopen the file and reread its end.
             *appender = None;
         }
+        drop(appender);
+        settle.failure = result.as_ref().err().map(|error| (error.kind(), error.to_string()));
+        drop(settle);
         result
     }
 
@@ -303,7 +400,7 @@ impl AuditLog {
         Ok(())
     }
 
-    fn append_locked(&self, appender: &mut Option<Appender>, records: &[Record]) -> std::io::Result<()> {
+    fn append_locked<'a>(&self, appender: &mut Option<Appender>, records: impl Iterator<Item = &'a Prepared>) -> std::io::Result<()> {
         if appender.is_none() {
             let file = crate::storage::private_file().read(true).append(true).create(true).open(&self.path)?;
             let head = self.open_checkpoint()?;
@@ -323,7 +420,7 @@ impl AuditLog {
             let mut buffer = String::new();
             let mut link = appender.link.clone();
             for record in records {
-                let (line, next) = seal(record, &link);
+                let (line, next) = record.seal(&link);
                 buffer.push_str(&line);
                 buffer.push('\n');
                 link = next;
@@ -411,4 +508,80 @@ fn corrupt(reason: &str) -> std::io::Error {
         std::io::ErrorKind::InvalidData,
         format!("the audit log's last record is damaged ({reason}); run `toolcell audit verify`"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(writer: usize, append: usize, part: usize) -> Record {
+        Record::call("2026-11-25T00:00:00.000Z", &format!("w{writer}"), "impl", "read_file", &format!("c-{append}-{part}"), "ok")
+    }
+
+    /// Threads of two logs on one state directory (two processes, as far as the chain can
+    /// tell) append at once: one intact chain, every record once, each append's records
+    /// together and in order.
+    #[test]
+    fn appends_from_many_threads_and_two_logs_make_one_chain() {
+        let temp = tempfile::tempdir().expect("temp");
+        let logs = [AuditLog::open(temp.path()).expect("log"), AuditLog::open(temp.path()).expect("log")];
+        std::thread::scope(|scope| {
+            for writer in 0..8 {
+                let log = &logs[writer % 2];
+                scope.spawn(move || {
+                    for append in 0..150 {
+                        let records: Vec<Record> = (0..=append % 3).map(|part| record(writer, append, part)).collect();
+                        log.append(&records).expect("append");
+                    }
+                });
+            }
+        });
+        let text = logs[0].read().expect("read");
+        let verified = logs[0].verify(&text).expect("one intact chain, checkpoint included");
+        // 150 appends of one, two and three records in turn.
+        assert_eq!(verified.records, 8 * 300);
+        let mut seen = std::collections::HashSet::new();
+        let mut lines = text.lines().map(|line| serde_json::from_str::<Record>(line).expect("record")).peekable();
+        while let Some(first) = lines.next() {
+            let append: usize = first.call_id.split('-').nth(1).and_then(|n| n.parse().ok()).expect("append");
+            assert!(first.call_id.ends_with("-0"), "an append's first record comes first: {}", first.call_id);
+            for part in 1..=append % 3 {
+                let next = lines.next().expect("the rest of the append");
+                assert_eq!((&next.session, &next.call_id), (&first.session, &format!("c-{append}-{part}")));
+            }
+            assert!(seen.insert((first.session.clone(), append)), "recorded twice: {} {append}", first.session);
+        }
+        assert_eq!(seen.len(), 8 * 150);
+    }
+
+    /// A group that cannot be written fails for every append in it, not only the one that
+    /// wrote it; and the next append starts afresh.
+    #[test]
+    fn a_group_that_fails_fails_for_every_append_in_it() {
+        let temp = tempfile::tempdir().expect("temp");
+        let log = AuditLog::open(temp.path()).expect("log");
+        log.append(&[record(0, 0, 0)]).expect("first append");
+        // The log's last line is cut: no append may continue the chain from it.
+        let path = temp.path().join(AUDIT_FILE);
+        let text = std::fs::read_to_string(&path).expect("read");
+        std::fs::write(&path, &text[..text.len() - 10]).expect("cut");
+        // Another thread's append waits in the queue when this one leads.
+        let waiting = {
+            let mut commit = log.commit.lock().expect("commit");
+            let ticket = commit.next;
+            commit.next += 1;
+            commit.queue.push((ticket, vec![Prepared::new(&record(1, 0, 0))]));
+            ticket
+        };
+        let error = log.append(&[record(0, 1, 0)]).expect_err("the damaged log refuses the append");
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+        let commit = log.commit.lock().expect("commit");
+        assert!(commit.settled > waiting && !commit.writing);
+        let (kind, message) = commit.failed.get(&waiting).expect("the waiting append failed too");
+        assert_eq!((*kind, message.as_str()), (error.kind(), error.to_string().as_str()));
+        drop(commit);
+        std::fs::write(&path, &text).expect("mend");
+        log.append(&[record(0, 2, 0)]).expect("appends again once the log is whole");
+        assert_eq!(log.verify(&log.read().expect("read")).expect("verifies").records, 2);
+    }
 }
