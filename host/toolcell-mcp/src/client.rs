@@ -94,6 +94,11 @@ impl StdioClient {
         stdin.flush()
     }
 
+    /// The server process's id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Close stdin (the server's cue to shut down) and wait for it to exit.
     ///
     /// # Errors

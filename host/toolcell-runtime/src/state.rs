@@ -154,6 +154,11 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
     }
 
     fn search_candidates(&mut self, pattern: String, case_insensitive: bool, under: String) -> Option<Vec<String>> {
+        // A part of a split scan, or its assembly, runs because the index was not used: it
+        // scans as the call began to.
+        if self.context.shard.is_some() || self.context.shard_results.is_some() {
+            return None;
+        }
         let scope = self.context.index.as_ref()?;
         // Counted against the call's budget of host calls, like a listing.
         self.guard.spend_capability("search-candidates").ok()?;

@@ -1,6 +1,6 @@
 //! `search_files` with and without the content index, against ripgrep, as the tree grows.
 //!
-//! For trees of 10,000, 50,000 and 200,000 files (from [`generate_tree`], below), in one run:
+//! For trees of 10,000, 50,000 and 200,000 files (from `toolcell_tests::measure::generate_tree`), in one run:
 //!
 //! - the first search of a fresh workspace (no index: the scan a host does while it builds one);
 //! - the index: build time and size against the text it indexes;
@@ -27,58 +27,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use toolcell_host::{Host, HostBuilder, Session, Workspace};
 use toolcell_runtime::IndexFreshness;
-use toolcell_tests::measure::{Random, median, time};
-
-/// A word in one file of every 1,000.
-const LITERAL: &str = "zebra_quartz_needle";
-/// Spelled `QuartzHeron` in one file of every 2,000 and `quartzheron` in another.
-const MIXED_CASE: &str = "quartzheron";
-
-const WORDS: [&str; 24] = [
-    "let", "value", "compute", "result", "match", "return", "self", "config", "buffer", "index", "parse", "token", "error", "string",
-    "vector", "option", "handle", "stream", "reader", "writer", "thread", "signal", "layout", "render",
-];
-
-/// The tree the benchmark searches: `files` source-like files of 10 to 80 lines, 100 to a
-/// directory two levels deep, from a fixed seed (the same tree every run). Planted: [`LITERAL`]
-/// in one file of every 1,000, `fn needle_handler_N` in one of every 500, [`MIXED_CASE`] in two
-/// spellings, and identifiers of the shape `abc_123456` (no literal) in one of every 700. Run
-/// `cargo bench -p toolcell --bench index -- --generate DIR FILES` to write one and stop.
-fn generate_tree(root: &Path, files: usize) {
-    let mut random = Random(0x5DEE_CE66_D1CE_F00D);
-    for index in 0..files {
-        let directory = root.join(format!("pkg{:03}/mod{:02}", index / 1000, index / 100 % 10));
-        if index % 100 == 0 {
-            std::fs::create_dir_all(&directory).expect("create directory");
-        }
-        let mut text = format!("// file {index}\nfn f{index}() {{\n");
-        for _ in 0..10 + random.below(70) {
-            let words: Vec<&str> = (0..3 + random.below(8)).map(|_| WORDS[random.below(WORDS.len())]).collect();
-            text.push_str(&format!("    {} = {}({});\n", words[0], words[1], words[2..].join(", ")));
-        }
-        if index % 1000 == 7 {
-            text.push_str(&format!("    // {LITERAL}\n"));
-        }
-        if index % 500 == 3 {
-            text.push_str(&format!("fn needle_handler_{index}() {{}}\n"));
-        }
-        if index % 2000 == 11 {
-            text.push_str("    // QuartzHeron\n");
-        }
-        if index % 2000 == 1011 {
-            text.push_str(&format!("    // {MIXED_CASE}\n"));
-        }
-        if index % 700 == 5 {
-            text.push_str(&format!("    let kqz_{:06} = 1;\n", 100_000 + index));
-        }
-        text.push_str("}\n");
-        let mut file = std::fs::File::create(directory.join(format!("file{index:06}.rs"))).expect("create file");
-        file.write_all(text.as_bytes()).expect("write file");
-    }
-    // Older than a second, as a checked-out tree is: the index does not trust a stamp from the
-    // last second.
-    std::thread::sleep(Duration::from_millis(1_100));
-}
+use toolcell_tests::measure::{LITERAL, MIXED_CASE, Random, generate_tree, median, time};
 
 fn ripgrep() -> Option<PathBuf> {
     let output = Command::new("rg").arg("--version").output().ok()?;

@@ -6,7 +6,9 @@
 //!   file, over stdio, p50 and p99, for toolcell with `[writes] durability = "full"` (the
 //!   default) and `"atomic"`, and for the peer (which never syncs);
 //! - first start: a fresh process answering `initialize` and then its first `read_file`, with
-//!   an empty compile cache and with a warm one, against the peer's start.
+//!   an empty compile cache and with a warm one, against the peer's start;
+//! - peak RSS (`VmHWM`) of each server after those calls (6,000 and more), toolcell's against
+//!   the peer's.
 //!
 //! The peer is found through `TOOLCELL_PEER_MCP_SERVER` (its `dist/index.js`); without it the
 //! peer's rows are left out, unless `TOOLCELL_REQUIRE_PEER=1` (set by `.ci/run` and
@@ -214,6 +216,14 @@ fn main() {
         }
     }
     let names: Vec<&str> = servers.iter().map(|server| server.name).collect();
+    // Each server's peak resident memory after all those calls.
+    let peaks: Vec<(&str, u64)> = servers
+        .iter()
+        .filter_map(|server| match &server.via {
+            Via::Mcp(client) => Some((server.name, peak_rss_kib(client.id())?)),
+            Via::InProcess(_) => None,
+        })
+        .collect();
     for server in servers {
         if let Via::Mcp(client) = server.via {
             client.close().expect("the server exits when stdin closes");
@@ -256,6 +266,27 @@ fn main() {
     let _ = out.flush();
     drop(out);
     report_ratios(&names, &p50s, &start_rows);
+    report_peaks(&peaks, 3 * (warmup + iterations) + 2);
+}
+
+/// The peak resident set of process `pid` so far, in KiB (`VmHWM`).
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| line.strip_prefix("VmHWM:")).and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Peak RSS of each server after `calls` calls, and toolcell's against the peer's.
+fn report_peaks(peaks: &[(&str, u64)], calls: usize) {
+    let mut out = std::io::stderr().lock();
+    let _ = writeln!(out, "peak RSS after {calls} calls");
+    let peer = peaks.iter().find(|(name, _)| *name == "MCP filesystem server").map(|(_, kib)| *kib);
+    for (name, kib) in peaks {
+        let ratio = match peer {
+            Some(peer) if !name.starts_with("MCP") => format!(" ({:.2}x the MCP filesystem server's; goal <= 0.50x)", *kib as f64 / peer as f64),
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "{name:<24} {:>8.1} MiB{ratio}", *kib as f64 / 1024.0);
+    }
 }
 
 /// Ratios at p50 against the peer and against the in-process call (the last row of `p50s`).

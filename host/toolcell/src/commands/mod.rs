@@ -134,6 +134,11 @@ fn plugin_dir(args: &RuntimeArgs) -> Option<PathBuf> {
 /// The runtime with the built-in tools, the plugins, and `extra` (a component being added).
 fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>, serving: bool) -> anyhow::Result<Runtime> {
     let mut builder = toolcell_host::builtin_runtime().build_index_on_first_search(serving);
+    if !serving {
+        // One call, then the process ends: watching the workspace for the searches after
+        // would cost a watch per directory and buy nothing.
+        builder = builder.index_freshness(toolcell_runtime::IndexFreshness::Walk);
+    }
     if let Some(url) = store_url(args) {
         let store = toolcell_store_postgres::PostgresStore::connect(&url)?;
         builder = builder.shared_store(Arc::clone(&store) as Arc<dyn toolcell_runtime::LockBackend>, store);
