@@ -146,7 +146,16 @@ impl AuditLog {
         let key_path = directory.join(crate::storage::STATE_KEY_FILE);
         let key = crate::engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?;
         let path = directory.join(AUDIT_FILE);
-        Ok(AuditLog { directory, path, appender: Mutex::new(None), commit: Mutex::default(), settled: Condvar::new(), shared: None, key: Some(key), checkpoint: Mutex::new(None) })
+        Ok(AuditLog {
+            directory,
+            path,
+            appender: Mutex::new(None),
+            commit: Mutex::default(),
+            settled: Condvar::new(),
+            shared: None,
+            key: Some(key),
+            checkpoint: Mutex::new(None),
+        })
     }
 
     /// A log kept by `backend`; `state_dir` (created if needed) is the host's state directory
@@ -180,7 +189,16 @@ impl AuditLog {
             })?),
             Err(_) => None,
         };
-        Ok(AuditLog { directory, path, appender: Mutex::new(None), commit: Mutex::default(), settled: Condvar::new(), shared: None, key, checkpoint: Mutex::new(None) })
+        Ok(AuditLog {
+            directory,
+            path,
+            appender: Mutex::new(None),
+            commit: Mutex::default(),
+            settled: Condvar::new(),
+            shared: None,
+            key,
+            checkpoint: Mutex::new(None),
+        })
     }
 
     /// What the log is, for messages: its file, or the shared store's name.

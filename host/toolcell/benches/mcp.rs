@@ -282,7 +282,9 @@ fn report_peaks(peaks: &[(&str, u64)], calls: usize) {
     let peer = peaks.iter().find(|(name, _)| *name == "MCP filesystem server").map(|(_, kib)| *kib);
     for (name, kib) in peaks {
         let ratio = match peer {
-            Some(peer) if !name.starts_with("MCP") => format!(" ({:.2}x the MCP filesystem server's; goal <= 0.50x)", *kib as f64 / peer as f64),
+            Some(peer) if !name.starts_with("MCP") => {
+                format!(" ({:.2}x the MCP filesystem server's; goal <= 0.50x)", *kib as f64 / peer as f64)
+            }
             _ => String::new(),
         };
         let _ = writeln!(out, "{name:<24} {:>8.1} MiB{ratio}", *kib as f64 / 1024.0);
