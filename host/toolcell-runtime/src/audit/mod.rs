@@ -145,17 +145,7 @@ impl AuditLog {
         crate::storage::check_private(&directory, 0o022, "the state directory")?;
         let key_path = directory.join(crate::storage::STATE_KEY_FILE);
         let key = crate::engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?;
-        let path = directory.join(AUDIT_FILE);
-        Ok(AuditLog {
-            directory,
-            path,
-            appender: Mutex::new(None),
-            commit: Mutex::default(),
-            settled: Condvar::new(),
-            shared: None,
-            key: Some(key),
-            checkpoint: Mutex::new(None),
-        })
+        Ok(AuditLog::new(directory, Some(key)))
     }
 
     /// A log kept by `backend`; `state_dir` (created if needed) is the host's state directory
@@ -189,7 +179,13 @@ impl AuditLog {
             })?),
             Err(_) => None,
         };
-        Ok(AuditLog {
+        Ok(AuditLog::new(directory, key))
+    }
+
+    /// The log in the canonical state directory `directory`, nothing opened yet.
+    fn new(directory: PathBuf, key: Option<crate::journal::JournalKey>) -> Self {
+        let path = directory.join(AUDIT_FILE);
+        AuditLog {
             directory,
             path,
             appender: Mutex::new(None),
@@ -198,7 +194,7 @@ impl AuditLog {
             shared: None,
             key,
             checkpoint: Mutex::new(None),
-        })
+        }
     }
 
     /// What the log is, for messages: its file, or the shared store's name.
