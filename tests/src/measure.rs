@@ -2,7 +2,8 @@
 //! for generated trees and random edits (the tests use it too).
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The `percent`-th percentile of `samples` (sorted in place).
@@ -36,6 +37,31 @@ pub fn time<T>(runs: usize, mut run: impl FnMut() -> T) -> Duration {
             })
             .collect(),
     )
+}
+
+/// `rg` (ripgrep), if it is installed (`.ci/bench` installs it).
+pub fn ripgrep() -> Option<PathBuf> {
+    let output = Command::new("rg").arg("--version").output().ok()?;
+    output.status.success().then(|| PathBuf::from("rg"))
+}
+
+/// The files `rg -l` (with `rg`, on `threads` threads) lists for `pattern` under `workspace`,
+/// workspace-relative and sorted.
+///
+/// # Panics
+///
+/// If `rg` cannot be run.
+pub fn rg_files(rg: &Path, threads: &str, pattern: &str, workspace: &Path) -> Vec<String> {
+    let output = Command::new(rg)
+        .args(["-j", threads, "-l", "--no-messages", "--no-ignore", "--hidden", "-e", pattern])
+        .current_dir(workspace)
+        .arg(".")
+        .output()
+        .expect("run rg");
+    let mut files: Vec<String> =
+        String::from_utf8_lossy(&output.stdout).lines().map(|line| line.trim_start_matches("./").to_owned()).collect();
+    files.sort();
+    files
 }
 
 /// A small deterministic random source (xorshift): the same sequence for the same seed.

@@ -15,12 +15,12 @@
 //! it is missing.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use toolcell_tests::measure::time;
+use toolcell_tests::measure::{ripgrep, time};
 
 /// A word that appears in one file of every 1,000.
 const NEEDLE: &str = "zebra_quartz_needle";
@@ -43,11 +43,6 @@ fn generate_tree(root: &Path, files: usize) {
         let needle = if index % 1000 == 7 { format!("    // {NEEDLE}\n") } else { String::new() };
         std::fs::write(directory.join(format!("file{index:05}.rs")), format!("fn f{index}() {{\n{body}{needle}}}\n")).expect("write file");
     }
-}
-
-fn ripgrep() -> Option<PathBuf> {
-    let output = Command::new("rg").arg("--version").output().ok()?;
-    output.status.success().then(|| PathBuf::from("rg"))
 }
 
 /// Peak RSS in KiB of `command`, from GNU time.

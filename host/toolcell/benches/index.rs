@@ -20,33 +20,13 @@
 //! if it is missing.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use toolcell_host::{Host, HostBuilder, Session, Workspace};
 use toolcell_runtime::IndexFreshness;
-use toolcell_tests::measure::{LITERAL, MIXED_CASE, Random, generate_tree, median, time};
-
-fn ripgrep() -> Option<PathBuf> {
-    let output = Command::new("rg").arg("--version").output().ok()?;
-    output.status.success().then(|| PathBuf::from("rg"))
-}
-
-/// The files `rg -l` lists for `pattern` under `workspace`, workspace-relative and sorted.
-fn rg_files(rg: &Path, threads: &str, pattern: &str, workspace: &Path) -> Vec<String> {
-    let output = Command::new(rg)
-        .args(["-j", threads, "-l", "--no-messages", "--no-ignore", "--hidden", "-e", pattern])
-        .current_dir(workspace)
-        .arg(".")
-        .output()
-        .expect("run rg");
-    let mut files: Vec<String> =
-        String::from_utf8_lossy(&output.stdout).lines().map(|line| line.trim_start_matches("./").to_owned()).collect();
-    files.sort();
-    files
-}
+use toolcell_tests::measure::{LITERAL, MIXED_CASE, Random, generate_tree, median, rg_files, ripgrep, time};
 
 /// The files `search_files` lists for `args`, sorted, and how many it read.
 fn search(session: &Session, args: &serde_json::Value) -> (Vec<String>, u64) {

@@ -13,7 +13,6 @@
 //! `cargo bench -p toolcell --bench search`) prints the table; under `cargo test` it runs on
 //! 1,000 files as a smoke test (its checks included), without ripgrep if it is missing.
 
-use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -21,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolcell_mcp::client::{StdioClient, text_of};
-use toolcell_tests::measure::{LITERAL, MIXED_CASE, generate_tree, median};
+use toolcell_tests::measure::{LITERAL, MIXED_CASE, generate_tree, median, rg_files, ripgrep, time};
 
 /// The toolcell command with its own cache and state directories.
 fn toolcell(cache: &Path, state: &Path) -> Command {
@@ -30,13 +29,15 @@ fn toolcell(cache: &Path, state: &Path) -> Command {
     command
 }
 
-/// The matching files a `search_files` result lists.
-fn files_of(text: &str) -> BTreeSet<String> {
-    text.lines().filter(|line| line.ends_with(".rs") && !line.contains(' ')).map(str::to_owned).collect()
+/// The matching files a `search_files` result lists, sorted.
+fn files_of(text: &str) -> Vec<String> {
+    let mut files: Vec<String> = text.lines().filter(|line| line.ends_with(".rs") && !line.contains(' ')).map(str::to_owned).collect();
+    files.sort();
+    files
 }
 
 /// One one-shot search: its time and the files it listed.
-fn one_shot(cache: &Path, state: &Path, workspace: &Path, arguments: &Value) -> (Duration, BTreeSet<String>) {
+fn one_shot(cache: &Path, state: &Path, workspace: &Path, arguments: &Value) -> (Duration, Vec<String>) {
     let started = Instant::now();
     let output = toolcell(cache, state)
         .args(["call", "--role", "impl", "--workspace"])
@@ -51,20 +52,6 @@ fn one_shot(cache: &Path, state: &Path, workspace: &Path, arguments: &Value) -> 
     (took, files_of(&String::from_utf8_lossy(&output.stdout)))
 }
 
-/// The files `rg -j1` lists for `regex` (relative paths), and its time.
-fn ripgrep(workspace: &Path, regex: &str, case_insensitive: bool) -> Option<(Duration, BTreeSet<String>)> {
-    let mut command = Command::new("rg");
-    command.current_dir(workspace).args(["-j1", "-l", "--no-messages"]);
-    if case_insensitive {
-        command.arg("-i");
-    }
-    let started = Instant::now();
-    let output = command.arg("-e").arg(regex).output().ok()?;
-    let took = started.elapsed();
-    let listed = String::from_utf8_lossy(&output.stdout).lines().map(|line| line.trim_start_matches("./").to_owned()).collect();
-    Some((took, listed))
-}
-
 fn main() {
     let benchmarking = std::env::args().any(|arg| arg == "--bench");
     let (files, runs, warm_calls) = if benchmarking { (50_000, 5, 20) } else { (1_000, 1, 3) };
@@ -76,7 +63,8 @@ fn main() {
     let (plain, indexed) = (temp.path().join("state-plain"), temp.path().join("state-indexed"));
     let built = toolcell(&cache, &indexed).args(["index", "build", "--workspace"]).arg(&workspace).output().expect("index build");
     assert!(built.status.success(), "toolcell index build: {}", String::from_utf8_lossy(&built.stderr));
-    let has_rg = Command::new("rg").arg("--version").output().is_ok_and(|output| output.status.success());
+    let rg = ripgrep();
+    assert!(rg.is_some() || !benchmarking, "ripgrep (`rg`) is not installed: run `.ci/bench`, which installs it");
 
     let queries: [(&str, &str, bool); 5] = [
         ("a literal", LITERAL, false),
@@ -93,8 +81,9 @@ fn main() {
         let (_, expected) = one_shot(&cache, &plain, &workspace, &arguments);
         let (_, with_index) = one_shot(&cache, &indexed, &workspace, &arguments);
         assert_eq!(with_index, expected, "{name}: the indexed and the scanning search disagree");
-        if let Some((_, listed)) = has_rg.then(|| ripgrep(&workspace, regex, case_insensitive)).flatten() {
-            assert_eq!(listed, expected, "{name}: toolcell and rg disagree");
+        if let Some(rg) = &rg {
+            let pattern = if case_insensitive { format!("(?i){regex}") } else { regex.to_owned() };
+            assert_eq!(rg_files(rg, "1", &pattern, &workspace), expected, "{name}: toolcell and rg disagree");
         }
         assert!(!expected.is_empty(), "{name}: the tree holds matches");
         let (mut without, mut with) = (Vec::new(), Vec::new());
@@ -129,10 +118,9 @@ fn main() {
     let (_, first) = search();
     let warm = median((0..warm_calls).map(|_| search().0).collect());
     drop(client);
-    if has_rg {
-        let (_, listed) = ripgrep(&workspace, regex, false).expect("rg runs");
-        assert_eq!(listed, first, "over MCP: toolcell and rg disagree");
-        let rg = median((0..runs.max(3)).map(|_| ripgrep(&workspace, regex, false).expect("rg runs").0).collect());
+    if let Some(rg) = &rg {
+        assert_eq!(rg_files(rg, "1", regex, &workspace), first, "over MCP: toolcell and rg disagree");
+        let rg = time(runs.max(3), || rg_files(rg, "1", regex, &workspace));
         rows.push(format!(
             "| warm over MCP, a regex with a literal, vs `rg -j1` (goal ≥ 5×) | {:.1} ms | {:.0} ms | {:.1}× faster |",
             warm.as_secs_f64() * 1e3,
