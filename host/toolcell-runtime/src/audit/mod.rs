@@ -289,7 +289,8 @@ impl AuditLog {
         let ticket = commit.next;
         commit.next += 1;
         commit.queue.push((ticket, prepared));
-        let waited = std::time::Instant::now();
+        // When this append began to wait (read only if another is writing).
+        let mut waited = None;
         loop {
             if commit.settled > ticket {
                 // Another append led a group with ours in it.
@@ -304,7 +305,7 @@ impl AuditLog {
             // A group takes microseconds to write: spin that long before sleeping, as waking
             // a sleeper costs more than the wait (and two threads that sleep on each other
             // fall into step, one always behind the other).
-            if waited.elapsed() < SPIN {
+            if waited.get_or_insert_with(std::time::Instant::now).elapsed() < SPIN {
                 drop(commit);
                 for _ in 0..64 {
                     std::hint::spin_loop();
