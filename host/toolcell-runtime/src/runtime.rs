@@ -7,7 +7,6 @@ use toolcell_types::{ToolInfo, ToolName};
 use wasmtime::Engine;
 
 use crate::schema::ArgsSchema;
-use crate::state::CallState;
 use std::sync::Arc;
 
 use crate::builder::HostOwned;
@@ -35,7 +34,7 @@ pub(crate) struct LoadedTool {
 
 pub(crate) enum ToolKind {
     /// A tool component.
-    Component(bindings::PluginPre<CallState>),
+    Component(builder::ComponentCode),
     /// A tool the host itself implements (undo, locks): it needs host state no component has.
     Native(native::Native),
     /// A provider's built-in tool, carried out by calls of the other tools.

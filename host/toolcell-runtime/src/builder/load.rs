@@ -11,17 +11,58 @@ pub(super) const DESCRIBE_STDERR_BYTES: usize = 8 * 1024;
 
 /// One component, ready to run: linked, described, and how it was loaded.
 pub(super) struct Prepared {
-    pub(super) pre: bindings::PluginPre<CallState>,
+    pub(super) code: ComponentCode,
     pub(super) info: ToolInfo,
     pub(super) schema: ArgsSchema,
     pub(super) cache: CacheOutcome,
     pub(super) warning: Option<String>,
 }
 
-/// Load one component: from the cache or compiled, its imports checked, linked and described.
+/// A component's code, linked: ready from load, or (a built-in tool) deserialized again from
+/// the binary on the tool's first call. A built-in's code is some hundreds of KiB to MiBs once
+/// deserialized, and a session calls a few of the 27; they are described at load and dropped.
+pub(crate) struct ComponentCode {
+    ready: std::sync::OnceLock<bindings::PluginPre<CallState>>,
+    origin: String,
+    /// The built-in's compiled form and the linker it links with, for `ready`'s first use.
+    embedded: Option<(&'static [u8], Arc<wasmtime::component::Linker<CallState>>)>,
+}
+
+impl ComponentCode {
+    fn ready(origin: &str, pre: bindings::PluginPre<CallState>) -> Self {
+        Self { ready: std::sync::OnceLock::from(pre), origin: origin.to_owned(), embedded: None }
+    }
+
+    /// The linked component, deserialized now if this is its first use.
+    pub(crate) fn get(&self, engine: &Engine) -> Result<&bindings::PluginPre<CallState>, Error> {
+        if let Some(pre) = self.ready.get() {
+            return Ok(pre);
+        }
+        let load_error = |error: wasmtime::Error| Error::Load { origin: self.origin.clone(), reason: describe(&error) };
+        let Some((artifact, linker)) = &self.embedded else {
+            return Err(load_error(wasmtime::format_err!("its code was not kept")));
+        };
+        let component = deserialize_embedded(engine, artifact).map_err(load_error)?;
+        let pre = bindings::PluginPre::new(linker.instantiate_pre(&component).map_err(load_error)?).map_err(load_error)?;
+        // Two first calls at once both deserialize; one's result is kept.
+        Ok(self.ready.get_or_init(|| pre))
+    }
+}
+
+/// Deserialize a built-in tool's compiled form, then give its pages in the binary back.
+fn deserialize_embedded(engine: &Engine, artifact: &'static [u8]) -> Result<wasmtime::component::Component, wasmtime::Error> {
+    // SAFETY: `precompiled_component`'s caller vouched that the artifact comes from this
+    // program's own build; wasmtime checks that it was made for this engine and CPU.
+    #[expect(unsafe_code, reason = "the built-in tools' artifacts are part of the trusted binary")]
+    let component = unsafe { wasmtime::component::Component::deserialize(engine, artifact) };
+    // wasmtime copied it: its pages in the binary are not needed again.
+    release_pages(artifact);
+    component
+}
+
 /// How components are linked: the shared linker, and the policy's `stub_imports` by tool.
 pub(super) struct Linking<'a> {
-    pub(super) linker: &'a wasmtime::component::Linker<CallState>,
+    pub(super) linker: &'a Arc<wasmtime::component::Linker<CallState>>,
     pub(super) guarded: bool,
     pub(super) stub_rules: &'a BTreeMap<String, Vec<String>>,
 }
@@ -34,15 +75,7 @@ pub(super) fn prepare(
     progress: &engine::Progress,
 ) -> Result<Prepared, Error> {
     let (origin, wasm) = (source.origin.as_str(), source.wasm.as_ref());
-    let embedded = source.artifact.and_then(|artifact| {
-        // SAFETY: `precompiled_component`'s caller vouched that the artifact comes from this
-        // program's own build; wasmtime checks that it was made for this engine and CPU.
-        #[expect(unsafe_code, reason = "the built-in tools' artifacts are part of the trusted binary")]
-        let component = unsafe { wasmtime::component::Component::deserialize(engine, artifact) };
-        // wasmtime copied it: its pages in the binary are not needed again.
-        release_pages(artifact);
-        component.ok()
-    });
+    let embedded = source.artifact.and_then(|artifact| deserialize_embedded(engine, artifact).ok());
     let (component, cache_outcome, warning) = match (embedded, cache) {
         (Some(component), _) => (component, CacheOutcome::Embedded, None),
         (None, Some(cache)) => cache.load(engine, origin, wasm, progress)?,
@@ -65,14 +98,23 @@ pub(super) fn prepare(
     if let Some(import) = stubbed.iter().find(|import| !own_rules.iter().any(|pattern| stubs::covers(pattern, import))) {
         return Err(Error::ForbiddenImport { origin: origin.to_owned(), import: import.escape_default().to_string() });
     }
-    Ok(Prepared { pre, info, schema, cache: cache_outcome, warning })
+    let code = match source.artifact {
+        // A built-in that links with the shared linker: its code waits for its first call.
+        Some(artifact) if cache_outcome == CacheOutcome::Embedded && stubbed.is_empty() => ComponentCode {
+            ready: std::sync::OnceLock::new(),
+            origin: origin.to_owned(),
+            embedded: Some((artifact, Arc::clone(linking.linker))),
+        },
+        _ => ComponentCode::ready(origin, pre),
+    };
+    Ok(Prepared { code, info, schema, cache: cache_outcome, warning })
 }
 
 /// Ask the kernel to take back the pages of `bytes` (whole pages only), a part of the binary
 /// read once: the built-in tools' artifacts are a third of its size, and once deserialized
 /// (copied) they would stay resident for nothing. Only a hint: without `MADV_PAGEOUT` (Linux
 /// before 5.4) they stay.
-fn release_pages(bytes: &'static [u8]) {
+pub(super) fn release_pages(bytes: &'static [u8]) {
     let page = rustix::param::page_size();
     let start = bytes.as_ptr() as usize;
     let (first, end) = (start.next_multiple_of(page), (start + bytes.len()) / page * page);

@@ -3,6 +3,7 @@
 
 mod load;
 
+pub(crate) use load::ComponentCode;
 use load::*;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -267,7 +268,7 @@ impl RuntimeBuilder {
         let engine = engine::new_engine()?;
         let ticker = limits::EpochTicker::start(&engine)
             .map_err(|error| Error::Engine { reason: format!("cannot start the deadline ticker thread: {error}") })?;
-        let linker = state::linker(&engine, !self.unguarded)?;
+        let linker = Arc::new(state::linker(&engine, !self.unguarded)?);
         let cache = self.cache_dir.as_deref().map(engine::ComponentCache::open).transpose()?;
         if let Some(directory) = &self.cache_dir {
             host_owned.push(HostOwned::directory(directory));
@@ -281,8 +282,8 @@ impl RuntimeBuilder {
         let progress: &engine::Progress = self.progress.as_deref().unwrap_or(&quiet);
         let linking = Linking { linker: &linker, guarded: !self.unguarded, stub_rules: &stub_rules };
         let prepared = load_all(&self.components, |source| prepare(&engine, &linking, cache.as_ref(), source, progress));
-        for (ComponentSource { origin, wasm, .. }, prepared) in self.components.iter().zip(prepared) {
-            let Prepared { pre, info, schema, cache: cache_outcome, warning } = prepared?;
+        for (ComponentSource { origin, wasm, artifact }, prepared) in self.components.iter().zip(prepared) {
+            let Prepared { code, info, schema, cache: cache_outcome, warning } = prepared?;
             warnings.extend(warning);
             if let Some(existing) = tools.get(info.name.as_str()) {
                 return Err(Error::DuplicateTool { name: info.name.to_string(), first: existing.origin.clone(), second: origin.clone() });
@@ -293,7 +294,11 @@ impl RuntimeBuilder {
                 cache: cache_outcome,
                 sha256: hex(&<sha2::Sha256 as sha2::Digest>::digest(wasm.as_ref())),
             });
-            tools.insert(info.name.to_string(), LoadedTool { info, schema, kind: ToolKind::Component(pre), origin: origin.clone() });
+            // A built-in's bytes are part of the binary, read once for their hash.
+            if let (Some(_), Cow::Borrowed(bytes)) = (artifact, wasm) {
+                release_pages(bytes);
+            }
+            tools.insert(info.name.to_string(), LoadedTool { info, schema, kind: ToolKind::Component(code), origin: origin.clone() });
         }
         // The tools the host implements, and the providers' built-in tools it adapts.
         let host_tools = native::Native::ALL

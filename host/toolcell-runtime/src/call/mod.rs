@@ -174,7 +174,8 @@ impl Runtime {
     /// result (and for a component its trap flag, notes and stdio); returns the guard.
     fn run(&self, tool: &LoadedTool, request: &CallRequest<'_>, mut guard: FsGuard, outcome: &mut CallOutcome) -> Result<FsGuard, Error> {
         match &tool.kind {
-            ToolKind::Component(pre) => {
+            ToolKind::Component(code) => {
+                let pre = code.get(&self.engine)?;
                 let workflow = workflow::WorkflowCall {
                     shared: Arc::clone(&self.workflow),
                     workspace: request.workspace.root().to_path_buf(),
