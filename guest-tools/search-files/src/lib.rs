@@ -31,6 +31,9 @@ const REGEX_SIZE_LIMIT: usize = 8 * 1024 * 1024;
 /// in parts side by side (`context.split`), one per core: smaller trees are not worth the
 /// instances, and what larger ones searched before the split is little.
 const SPLIT_AFTER_FILES: u64 = 100;
+/// A search given more candidates than this by the content index splits as a scan does:
+/// most of the tree may match the index and not the pattern.
+const SPLIT_CANDIDATES: usize = 4 * SPLIT_AFTER_FILES as usize;
 /// Parts asked for; the host runs as many as it has cores for.
 const SPLIT_PARTS: u32 = 8;
 
@@ -226,16 +229,35 @@ impl Tool for SearchFiles {
             // With the workspace's content index, only the files that may match are read; the
             // answer is the same as the walk's.
             if let Some(candidates) = toolcell_sdk::search_candidates(&args.query, args.case_insensitive, &root) {
-                for candidate in candidates {
-                    let Ok(path) = WorkspacePath::parse(&candidate) else {
+                // A part of a split search takes every count-th candidate of the list the call
+                // was given; a long list is split as a long scan is.
+                let shard = toolcell_sdk::shard().map(|(index, count)| (index as usize, count.max(1) as usize));
+                let (first, step) = shard.unwrap_or((0, 1));
+                let splits = shard.is_none() && candidates.len() > SPLIT_CANDIDATES;
+                let mut part = Part::default();
+                for candidate in candidates.iter().skip(first).step_by(step) {
+                    let Ok(path) = WorkspacePath::parse(candidate) else {
                         continue;
                     };
                     if ignore_files.as_mut().is_some_and(|ignore_files| ignore_files.ignores(&root, &path)) || !wanted(&path) {
                         continue;
                     }
+                    if shard.is_some() {
+                        if part.file(&mut search, &path).is_break() {
+                            break;
+                        }
+                        continue;
+                    }
+                    if splits && search.files_searched == SPLIT_AFTER_FILES && toolcell_sdk::split(SPLIT_PARTS) > 0 {
+                        // The host runs the parts, then this call again to assemble them.
+                        return Ok(Output::text("split"));
+                    }
                     if search.file(&path).is_break() {
                         break;
                     }
+                }
+                if shard.is_some() {
+                    return Ok(part.output(None, 0));
                 }
             } else {
                 // The parts of a split scan ran: their matching files, in walk order, are
@@ -291,7 +313,7 @@ impl Tool for SearchFiles {
                         return Ok(Output::text("split"));
                     }
                     if let Some(share) = share {
-                        return Ok(part.output(share, summary.unreadable_directories));
+                        return Ok(part.output(Some(share), summary.unreadable_directories));
                     }
                     unreadable_directories = summary.unreadable_directories;
                 }

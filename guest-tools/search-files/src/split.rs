@@ -152,10 +152,14 @@ impl Part {
         ControlFlow::Continue(())
     }
 
-    pub(crate) fn output(mut self, share: Share, unreadable_directories: usize) -> Output {
-        self.unreadable_common = share.common_met.saturating_sub(share.common_listed);
-        self.unreadable_own = (unreadable_directories as u64).saturating_sub(self.unreadable_common);
-        self.listings = share.listings;
+    /// The part's result: of a share of the walk (what it listed, and could not), or of a
+    /// share of the content index's candidates (`None`: nothing listed).
+    pub(crate) fn output(mut self, share: Option<Share>, unreadable_directories: usize) -> Output {
+        if let Some(share) = share {
+            self.unreadable_common = share.common_met.saturating_sub(share.common_listed);
+            self.unreadable_own = (unreadable_directories as u64).saturating_sub(self.unreadable_common);
+            self.listings = share.listings;
+        }
         Output::text(format!("part: {} files with a match", self.files.len())).with_structured(&self)
     }
 }

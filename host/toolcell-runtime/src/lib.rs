@@ -54,6 +54,7 @@ mod workspace;
 // store (`state`), its arguments (`schema`) and the tools the host implements (`native`).
 mod adapters;
 mod call;
+mod capture;
 mod limits;
 mod native;
 mod outcome;

@@ -1,17 +1,18 @@
-//! Per-call store state, the host side of `toolcell:tool/context`, captured stdio, and the
-//! linker that grants a component exactly the `tool-component` world.
+//! Per-call store state, the host side of `toolcell:tool/context`, and the linker that grants
+//! a component exactly the `tool-component` world.
 
 use std::sync::{Arc, Mutex};
 
 use wasmtime::Engine;
 use wasmtime::component::{HasData, Linker, ResourceTable};
-use wasmtime_wasi::cli::{IsTerminal, StdoutStream, WasiCli};
+use wasmtime_wasi::cli::WasiCli;
 use wasmtime_wasi::clocks::WasiClocks;
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::random::WasiRandom;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings;
+pub(crate) use crate::capture::CapturePipe;
+pub use crate::capture::Captured;
 use crate::error::{Error, describe};
 use crate::guard::{FsGuard, GuardedFilesystem};
 
@@ -68,12 +69,23 @@ pub(crate) struct CallContext {
     pub(crate) shard: Option<(u32, u32)>,
     /// In the assembly of a split call: the parts' results.
     pub(crate) shard_results: Option<Vec<Result<WitOutput, WitError>>>,
+    /// What `search-candidates` answered the call, shared with its parts (clones of this
+    /// context): a part asking the same is given the same list, whatever the index learnt
+    /// since, so that the parts deal out one list between them.
+    pub(crate) candidates_given: Arc<Mutex<Option<GivenCandidates>>>,
     /// The linear memory granted to all the instances of a split call at once: its memory
     /// limit is the call's, not each part's.
     pub(crate) memory_pool: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 type WitOutput = bindings::toolcell::tool::types::ToolOutput;
+
+/// A `search-candidates` question (pattern, case-insensitive, under) and its answer.
+#[derive(Debug)]
+pub(crate) struct GivenCandidates {
+    question: (String, bool, String),
+    paths: Vec<String>,
+}
 
 /// The host side of `toolcell:tool/context`: the call's identity and notes, and the guard
 /// that judges `inspect`.
@@ -154,10 +166,16 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
     }
 
     fn search_candidates(&mut self, pattern: String, case_insensitive: bool, under: String) -> Option<Vec<String>> {
-        // A part of a split scan, or its assembly, runs because the index was not used: it
-        // scans as the call began to.
-        if self.context.shard.is_some() || self.context.shard_results.is_some() {
+        // The assembly of a split search has the parts' results; a part is given the list
+        // the call was (none if the call scanned without one).
+        if self.context.shard_results.is_some() {
             return None;
+        }
+        if self.context.shard.is_some() {
+            let given = self.context.candidates_given.lock().ok()?;
+            let given = given.as_ref().filter(|given| given.question == (pattern, case_insensitive, under))?;
+            self.guard.spend_capability("search-candidates").ok()?;
+            return Some(given.paths.clone());
         }
         let scope = self.context.index.as_ref()?;
         // Counted against the call's budget of host calls, like a listing.
@@ -182,7 +200,11 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
             }
             guard.effect(Access::Read, path) == Effect::Allow
         };
-        Some(candidates.into_iter().filter(|path| reachable(path)).collect())
+        let paths: Vec<String> = candidates.into_iter().filter(|path| reachable(path)).collect();
+        if let Ok(mut given) = self.context.candidates_given.lock() {
+            *given = Some(GivenCandidates { question: (pattern, case_insensitive, under), paths: paths.clone() });
+        }
+        Some(paths)
     }
 
     fn split(&mut self, parts: u32) -> u32 {
@@ -482,108 +504,9 @@ fn cli_view(state: &mut CallState) -> wasmtime_wasi::cli::WasiCliCtxView<'_> {
     wasmtime_wasi::cli::WasiCliView::cli(state)
 }
 
-/// What a component wrote to stdout or stderr: the first `capacity` bytes, and how many more
-/// were dropped.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Captured {
-    /// The kept bytes.
-    pub bytes: Vec<u8>,
-    /// Bytes written past the capacity and dropped.
-    pub dropped: u64,
-}
-
-/// A capture pipe that keeps the first `capacity` bytes and counts the rest. Unlike a pipe
-/// that fails when full, it never breaks the guest's `println!`.
-#[derive(Clone)]
-pub(crate) struct CapturePipe {
-    capacity: usize,
-    captured: Arc<Mutex<Captured>>,
-}
-
-impl CapturePipe {
-    pub(crate) fn new(capacity: usize) -> Self {
-        CapturePipe { capacity, captured: Arc::new(Mutex::new(Captured::default())) }
-    }
-
-    pub(crate) fn take(&self) -> Captured {
-        std::mem::take(&mut *self.captured.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-    }
-
-    fn keep(&self, bytes: &[u8]) {
-        let mut captured = self.captured.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let room = self.capacity.saturating_sub(captured.bytes.len());
-        let kept = bytes.len().min(room);
-        captured.bytes.extend_from_slice(&bytes[..kept]);
-        captured.dropped += (bytes.len() - kept) as u64;
-    }
-}
-
-impl IsTerminal for CapturePipe {
-    fn is_terminal(&self) -> bool {
-        false
-    }
-}
-
-impl StdoutStream for CapturePipe {
-    fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(self.clone())
-    }
-
-    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(self.clone())
-    }
-}
-
-impl OutputStream for CapturePipe {
-    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
-        self.keep(&bytes);
-        Ok(())
-    }
-
-    fn flush(&mut self) -> StreamResult<()> {
-        Ok(())
-    }
-
-    fn check_write(&mut self) -> StreamResult<usize> {
-        Ok(64 * 1024)
-    }
-}
-
-#[wasmtime_wasi::async_trait]
-impl Pollable for CapturePipe {
-    async fn ready(&mut self) {}
-}
-
-impl tokio::io::AsyncWrite for CapturePipe {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _context: &mut std::task::Context<'_>,
-        buffer: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.keep(buffer);
-        std::task::Poll::Ready(Ok(buffer.len()))
-    }
-
-    fn poll_flush(self: std::pin::Pin<&mut Self>, _context: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: std::pin::Pin<&mut Self>, _context: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn capture_keeps_the_first_bytes_and_counts_the_rest() {
-        let pipe = CapturePipe::new(4);
-        pipe.keep(b"abc");
-        pipe.keep(b"defg");
-        assert_eq!(pipe.take(), Captured { bytes: b"abcd".to_vec(), dropped: 3 });
-    }
 
     #[test]
     fn notes_are_capped() {

@@ -264,3 +264,62 @@ fn the_parts_share_the_calls_memory_limit() {
     let outcome = fixture.call_as(&runtime, "s-memory", None, &[], "fs_probe", &ops(8));
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
 }
+
+/// The content index names most of the tree for a pattern whose trigrams most files hold: the
+/// search then deals its candidates out among parts, as it deals out a scan, and answers as
+/// one instance scanning alone does.
+#[test]
+fn a_long_list_of_index_candidates_is_searched_in_parts_and_answers_as_one_scan() {
+    let state = tempfile::tempdir().expect("state");
+    let scanning = runtime(1, TEST_POLICY, &state.path().join("scanning"));
+    let indexed = |parts: u32| {
+        builtin_runtime_builder()
+            .policy("policy.toml", TEST_POLICY)
+            .audit_dir(state.path().join(format!("indexed{parts}")))
+            .index_freshness(toolcell_runtime::IndexFreshness::Walk)
+            .parallel_parts(parts)
+            .build()
+            .expect("the runtime builds")
+    };
+    let (alone, split) = (indexed(1), indexed(3));
+    let fixture = tree();
+    // The index trusts a file's stamp once it is a second old.
+    std::thread::sleep(Duration::from_millis(1_100));
+    alone.build_index(&fixture.workspace).expect("the index builds");
+    split.build_index(&fixture.workspace).expect("the index builds");
+    let searched = |outcome: &toolcell_runtime::CallOutcome| {
+        outcome.result.as_ref().expect("searched").structured.as_ref().expect("structured")["files_searched"].as_u64().expect("a count")
+    };
+    // Every file holds `() {}`: the index cannot narrow it, and nothing matches.
+    let nowhere = json!({"query": r"(fn|end) [q-z]{2}\d"});
+    let one = fixture.call_as(&alone, "s-split", None, &[], "search_files", &nowhere);
+    let parts = fixture.call_as(&split, "s-split", None, &[], "search_files", &nowhere);
+    assert!(searched(&one) > 2_000, "the index names most files: {}", searched(&one));
+    // Each candidate was searched once, by one part; the parts' calls are the call's.
+    assert_eq!(searched(&parts), searched(&one));
+    assert!(parts.host_calls > one.host_calls, "the parts ran: {} vs {} host calls", parts.host_calls, one.host_calls);
+    let strip = |mut value: Value| {
+        if let Some(structured) = value.get_mut("structured").and_then(Value::as_object_mut) {
+            structured.remove("files_searched");
+        }
+        value
+    };
+    // One match in ten files, across the tree; `src/m07` has an ignore file.
+    let sparse = r"f\d\d7\d\(\) \{\}";
+    for args in [
+        nowhere.clone(),
+        json!({"query": sparse}),
+        json!({"query": sparse, "max_results": 5, "offset": 3}),
+        json!({"query": sparse, "output_mode": "content", "max_results": 40}),
+        json!({"query": sparse, "output_mode": "count"}),
+        json!({"query": sparse, "path": "src/m07"}),
+        json!({"query": sparse, "offset": 10_000}),
+    ] {
+        let (expected, expected_warnings) = answer(&scanning, &fixture, &args);
+        for runtime in [&alone, &split] {
+            let (got, warnings) = answer(runtime, &fixture, &args);
+            assert_eq!(strip(got), strip(expected.clone()), "{args}");
+            assert_eq!(warnings, expected_warnings, "{args}");
+        }
+    }
+}
