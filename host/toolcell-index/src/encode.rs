@@ -31,7 +31,7 @@ pub enum DecodeError {
 impl Index {
     /// The index as bytes (see the module docs for the layout).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.postings.len() + self.keys.len() * 8 + self.paths.len() * 48);
+        let mut out = Vec::with_capacity(self.postings.len() + self.keys.len() * 8 + self.paths.len() * 48 + 32);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.text_bytes.to_le_bytes());
         put_varint(&mut out, self.paths.len() as u64);
@@ -43,17 +43,12 @@ impl Index {
             }
         }
         put_varint(&mut out, self.keys.len() as u64);
-        for (index, key) in self.keys.iter().enumerate() {
+        for (key, length) in self.keys.iter().zip(&self.lengths) {
             out.extend_from_slice(&key.to_le_bytes()[..3]);
-            put_varint(&mut out, u64::from(self.starts[index + 1] - self.starts[index]));
+            put_varint(&mut out, u64::from(*length));
         }
-        for index in 0..self.keys.len() {
-            let mut previous = 0;
-            for id in &self.postings[self.starts[index] as usize..self.starts[index + 1] as usize] {
-                put_varint(&mut out, u64::from(id - previous));
-                previous = *id;
-            }
-        }
+        // Kept as they are stored.
+        out.extend_from_slice(&self.postings);
         let checksum = Sha256::digest(&out);
         out.extend_from_slice(&checksum);
         out
@@ -96,32 +91,52 @@ impl Index {
             keys.push(key);
             lengths.push(reader.count(files)?);
         }
+        // The lists stay encoded: each is found here (its ids end where its count of numbers
+        // does), and decoded when a search asks for its trigram.
+        let postings = &body[reader.at..];
         let mut starts = Vec::with_capacity(trigrams + 1);
-        let mut postings = Vec::new();
-        for length in lengths {
-            starts.push(u32::try_from(postings.len()).map_err(|_| DecodeError::Inconsistent("too many postings"))?);
-            let mut previous: Option<u64> = None;
-            for _ in 0..length {
-                let delta = reader.varint()?;
-                let id = previous
-                    .map_or(Some(delta), |previous| previous.checked_add(delta))
-                    .ok_or(DecodeError::Inconsistent("an id overflows"))?;
-                if id >= files as u64 || previous.is_some_and(|previous| delta == 0 && previous == id) {
-                    return Err(DecodeError::Inconsistent("a posting names no file, or twice"));
-                }
-                postings.push(id as u32);
-                previous = Some(id);
-            }
+        let mut at = 0;
+        for length in &lengths {
+            starts.push(at);
+            at = skip_varints(postings, at, *length)?;
         }
-        starts.push(u32::try_from(postings.len()).map_err(|_| DecodeError::Inconsistent("too many postings"))?);
-        if reader.at != body.len() {
+        starts.push(at);
+        if at != postings.len() {
             return Err(DecodeError::Inconsistent("bytes after the postings"));
         }
-        Ok(Index { paths, stamps, text_bytes, keys, starts, postings })
+        let lengths = lengths.into_iter().map(|length| u32::try_from(length).unwrap_or(u32::MAX)).collect();
+        Ok(Index { paths, stamps, text_bytes, keys, lengths, starts, postings: postings.to_vec() })
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+/// Where the `count` varints from `at` end (a byte below 0x80 ends one). What each holds is
+/// checked when its list is decoded.
+fn skip_varints(bytes: &[u8], mut at: usize, mut count: usize) -> Result<usize, DecodeError> {
+    const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+    // Eight bytes at a time while more numbers than the chunk ends remain (the bytes after its
+    // last end then belong to this list's next number).
+    while count > 8 {
+        let Some(chunk) = bytes.get(at..at + 8).and_then(|chunk| <[u8; 8]>::try_from(chunk).ok()) else {
+            break;
+        };
+        let ends = (!u64::from_le_bytes(chunk) & HIGH_BITS).count_ones() as usize;
+        if ends >= count {
+            break;
+        }
+        count -= ends;
+        at += 8;
+    }
+    while count > 0 {
+        let byte = *bytes.get(at).ok_or(DecodeError::Inconsistent("a posting list is cut short"))?;
+        at += 1;
+        if byte & 0x80 == 0 {
+            count -= 1;
+        }
+    }
+    Ok(at)
+}
+
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push((value as u8) | 0x80);
         value >>= 7;
@@ -129,12 +144,16 @@ fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     out.push(value as u8);
 }
 
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes, at: 0 }
+    }
+
     fn take(&mut self, length: usize) -> Result<&[u8], DecodeError> {
         let end = self.at.checked_add(length).filter(|end| *end <= self.bytes.len()).ok_or(DecodeError::Inconsistent("cut short"))?;
         let taken = &self.bytes[self.at..end];
@@ -147,7 +166,7 @@ impl Reader<'_> {
         Ok(u64::from_le_bytes(raw.try_into().map_err(|_| DecodeError::Inconsistent("cut short"))?))
     }
 
-    fn varint(&mut self) -> Result<u64, DecodeError> {
+    pub(crate) fn varint(&mut self) -> Result<u64, DecodeError> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = self.take(1)?[0];

@@ -182,15 +182,21 @@ impl IndexBuilder {
         trigrams.extend(self.dense.into_iter().enumerate().filter(|(_, ids)| !ids.is_empty()).map(|(at, ids)| (dense_trigram(at), ids)));
         trigrams.sort_unstable_by_key(|(trigram, _)| *trigram);
         let mut keys = Vec::with_capacity(trigrams.len());
+        let mut lengths = Vec::with_capacity(trigrams.len());
         let mut starts = Vec::with_capacity(trigrams.len() + 1);
         let mut postings = Vec::new();
         for (trigram, ids) in trigrams {
             keys.push(trigram);
-            starts.push(u32::try_from(postings.len()).unwrap_or(u32::MAX));
-            postings.extend(ids);
+            lengths.push(u32::try_from(ids.len()).unwrap_or(u32::MAX));
+            starts.push(postings.len());
+            let mut previous = 0;
+            for id in ids {
+                encode::put_varint(&mut postings, u64::from(id - previous));
+                previous = id;
+            }
         }
-        starts.push(u32::try_from(postings.len()).unwrap_or(u32::MAX));
-        Index { paths: self.paths, stamps: self.stamps, text_bytes: self.text_bytes, keys, starts, postings }
+        starts.push(postings.len());
+        Index { paths: self.paths, stamps: self.stamps, text_bytes: self.text_bytes, keys, lengths, starts, postings }
     }
 }
 
@@ -203,9 +209,12 @@ pub struct Index {
     text_bytes: u64,
     /// The trigrams present, sorted.
     keys: Vec<Trigram>,
-    /// `postings[starts[k]..starts[k + 1]]`: the ids of the files holding `keys[k]`, sorted.
-    starts: Vec<u32>,
-    postings: Vec<u32>,
+    /// How many files hold `keys[k]`.
+    lengths: Vec<u32>,
+    /// `postings[starts[k]..starts[k + 1]]`: the ids of the files holding `keys[k]`, sorted,
+    /// as varint deltas (as the index is stored: a search decodes only the lists it needs).
+    starts: Vec<usize>,
+    postings: Vec<u8>,
 }
 
 impl Index {
@@ -252,12 +261,37 @@ impl Index {
         self.stamps[id as usize]
     }
 
-    /// The ids of the files holding `trigram`, sorted.
-    fn posting(&self, trigram: Trigram) -> &[u32] {
-        match self.keys.binary_search(&trigram) {
-            Ok(at) => &self.postings[self.starts[at] as usize..self.starts[at + 1] as usize],
-            Err(_) => &[],
+    /// How many files hold `trigram`.
+    fn posting_len(&self, trigram: Trigram) -> usize {
+        self.keys.binary_search(&trigram).map_or(0, |at| self.lengths[at] as usize)
+    }
+
+    /// The ids of the files holding `trigram`, sorted. A list whose ids are out of order or
+    /// name no file (only a forged file with a matching checksum has one) reads as every file:
+    /// more candidates than needed, never fewer.
+    fn posting(&self, trigram: Trigram) -> Vec<u32> {
+        let Ok(at) = self.keys.binary_search(&trigram) else {
+            return Vec::new();
+        };
+        let files = u64::try_from(self.paths.len()).unwrap_or(u64::MAX);
+        let mut ids = Vec::with_capacity(self.lengths[at] as usize);
+        let mut reader = encode::Reader::new(&self.postings[self.starts[at]..self.starts[at + 1]]);
+        let mut previous: Option<u64> = None;
+        for _ in 0..self.lengths[at] {
+            let id = reader.varint().ok().and_then(|delta| match previous {
+                None => Some(delta),
+                Some(previous) if delta > 0 => previous.checked_add(delta),
+                Some(_) => None,
+            });
+            match id.filter(|id| *id < files) {
+                Some(id) => {
+                    ids.push(id as u32);
+                    previous = Some(id);
+                }
+                None => return self.candidates(&Query::All),
+            }
         }
+        ids
     }
 
     /// The ids (sorted) of the files that may match `query`: every file that matches is among
@@ -265,12 +299,12 @@ impl Index {
     pub fn candidates(&self, query: &Query) -> Vec<u32> {
         match query {
             Query::All => (0..u32::try_from(self.paths.len()).unwrap_or(u32::MAX)).collect(),
-            Query::Trigram(trigram) => self.posting(*trigram).to_vec(),
+            Query::Trigram(trigram) => self.posting(*trigram),
             Query::And(parts) => {
                 // The rarest first: the intersection only shrinks.
                 let mut parts: Vec<&Query> = parts.iter().collect();
                 parts.sort_by_key(|part| match part {
-                    Query::Trigram(trigram) => self.posting(*trigram).len(),
+                    Query::Trigram(trigram) => self.posting_len(*trigram),
                     Query::All => usize::MAX,
                     _ => self.paths.len(),
                 });

@@ -174,12 +174,31 @@ fn the_builder_indexes_every_trigram_of_every_file() {
         builder.add(&format!("f{id}"), &content);
     }
     let index = builder.build();
-    let built: std::collections::BTreeMap<Trigram, Vec<u32>> = index
-        .keys
-        .iter()
-        .enumerate()
-        .map(|(at, trigram)| (*trigram, index.postings[index.starts[at] as usize..index.starts[at + 1] as usize].to_vec()))
-        .collect();
-    assert_eq!(built, expected);
+    let postings = |index: &Index| -> std::collections::BTreeMap<Trigram, Vec<u32>> {
+        index.keys.iter().map(|trigram| (*trigram, index.posting(*trigram))).collect()
+    };
+    assert_eq!(postings(&index), expected);
     assert!(index.keys.windows(2).all(|pair| pair[0] < pair[1]), "keys sorted");
+    // Read back from its bytes (lists of ids over a byte long, found eight bytes at a time),
+    // each list decodes to the same ids.
+    let read = Index::from_bytes(&index.to_bytes()).expect("the index reads back");
+    assert_eq!(postings(&read), expected);
+}
+
+/// A list whose ids name no file or repeat one, in a file whose checksum was made to match, is
+/// read as every file: more candidates, never fewer.
+#[test]
+fn a_forged_posting_list_reads_as_every_file() {
+    let index = index_of(&[("a.rs", "abcd"), ("b.rs", "abce"), ("c.rs", "xyz")]);
+    let bytes = index.to_bytes();
+    let body = &bytes[..bytes.len() - 32];
+    // The last list is `xyz`'s: one id, 2. Make it 9 (no such file).
+    assert_eq!(body[body.len() - 1], 2);
+    let mut forged = body.to_vec();
+    *forged.last_mut().expect("a byte") = 9;
+    use sha2::Digest as _;
+    let forged = [forged.as_slice(), sha2::Sha256::digest(&forged).as_slice()].concat();
+    let read = Index::from_bytes(&forged).expect("the structure is sound");
+    assert_eq!(candidates(&read, "xyz", false), ["a.rs", "b.rs", "c.rs"]);
+    assert_eq!(candidates(&read, "abc", false), ["a.rs", "b.rs"]);
 }

@@ -96,17 +96,18 @@ impl Live {
     /// Compare every file with the index (the notifications, when wanted, start first, so that
     /// nothing changed during the walk is missed).
     pub(super) fn compare_all(&mut self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String], freshness: IndexFreshness) {
-        let mut watcher = match freshness {
-            IndexFreshness::Watch => Watcher::start(root_path, []).ok(),
-            IndexFreshness::Walk => None,
-        };
-        let files = walk(root, "", skip, Some(&mut watcher));
+        let (files, watcher) = look(root_path, root, skip, freshness);
+        self.compare(&files, watcher);
+    }
+
+    /// Compare what [`look`] found with the index.
+    pub(super) fn compare(&mut self, files: &[Found], watcher: Option<Watcher>) {
         let mut previous = std::mem::take(&mut self.changed);
         let now = now_ns();
         let present: HashSet<&str> = files.iter().map(|file| file.path.as_str()).collect();
         let mut changed: HashMap<String, Change> =
             self.index.files().filter(|(path, _)| !present.contains(path)).map(|(path, _)| (path.to_owned(), Change::Gone)).collect();
-        for file in &files {
+        for file in files {
             if let Some(change) = self.change_of(file, now, previous.remove(&file.path)) {
                 changed.insert(file.path.clone(), change);
             }
@@ -255,6 +256,22 @@ impl Live {
 /// (look again next time) or [`Content::Unknown`] (binary). Without notifications (`watching`
 /// false) a stamp from the last second cannot vouch for what was read: such a file is left
 /// unread, a candidate, until it is older.
+/// Every file of the workspace as it is now, and (when wanted) the notifications started
+/// before the walk, so that nothing changed during it is missed.
+pub(super) fn look(
+    root_path: &std::path::Path,
+    root: &cap_std::fs::Dir,
+    skip: &[String],
+    freshness: IndexFreshness,
+) -> (Vec<Found>, Option<Watcher>) {
+    let mut watcher = match freshness {
+        IndexFreshness::Watch => Watcher::start(root_path, []).ok(),
+        IndexFreshness::Walk => None,
+    };
+    let files = walk(root, "", skip, Some(&mut watcher));
+    (files, watcher)
+}
+
 pub(super) fn read_trigrams(root: &cap_std::fs::Dir, path: &str, stamp: Stamp, now: u64, watching: bool) -> Content {
     use std::io::Read as _;
     let Ok(mut file) = root.open(path) else {

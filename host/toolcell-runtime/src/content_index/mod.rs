@@ -279,16 +279,28 @@ impl IndexScope {
         let mut live = slot.lock().unwrap_or_else(PoisonError::into_inner);
         let path = store.path_for(&self.workspace);
         let file = std::fs::symlink_metadata(&path).ok().and_then(|metadata| Some((metadata.modified().ok()?, metadata.len())));
-        let usable = match (file, live.as_ref()) {
-            (Some(file), Some(current)) if current.file == file => true,
-            (Some(file), _) => match read_index(&path) {
-                Some(index) => {
-                    *live = Some(Live::new(file, Arc::new(index)));
-                    true
+        // Whether the index is usable, and whether it was just compared with the workspace.
+        let (usable, compared) = match (file, live.as_ref()) {
+            (Some(file), Some(current)) if current.file == file => (true, false),
+            (Some(file), _) => {
+                // Read the index while the workspace is walked to compare with it: neither
+                // needs the other, and each takes about as long.
+                let (index, (files, watcher)) = std::thread::scope(|scope| {
+                    let looking = scope.spawn(|| look(&self.workspace, root, host_paths, store.freshness));
+                    let index = read_index(&path);
+                    (index, looking.join().unwrap_or_else(|_| look(&self.workspace, root, host_paths, store.freshness)))
+                });
+                match index {
+                    Some(index) => {
+                        let mut fresh = Live::new(file, Arc::new(index));
+                        fresh.compare(&files, watcher);
+                        *live = Some(fresh);
+                        (true, true)
+                    }
+                    None => (false, false),
                 }
-                None => false,
-            },
-            (None, _) => false,
+            }
+            (None, _) => (false, false),
         };
         if !usable {
             // No index, or a damaged one (never used): a host that builds on first search
@@ -300,7 +312,9 @@ impl IndexScope {
             return None;
         }
         let current = live.as_mut()?;
-        current.refresh(&self.workspace, root, host_paths, store.freshness);
+        if !compared {
+            current.refresh(&self.workspace, root, host_paths, store.freshness);
+        }
         if current.watcher.is_some() {
             store.absorb_in_background(&slot, &self.workspace, root, host_paths);
         }
