@@ -77,19 +77,7 @@ fn main() {
         let runtime = build(language, &cache);
         let load = started.elapsed();
         let args = language.args.to_string();
-        let request = CallRequest {
-            workspace: &workspace,
-            role: "impl",
-            session_id: "bench",
-            tool: language.tool,
-            args: &args,
-            approver: None,
-            owner: None,
-            fences: &[],
-            task: None,
-            principal: None,
-            cancel: None,
-        };
+        let request = CallRequest::new(&workspace, "impl", "bench", language.tool, &args);
         let mut memory = 0;
         let mut samples: Vec<Duration> = (0..calls)
             .map(|_| {

@@ -36,19 +36,7 @@ pub fn call_in(
 ) -> CallOutcome {
     let args = args.to_string();
     runtime
-        .call(&CallRequest {
-            workspace,
-            role: "impl",
-            session_id: session,
-            tool,
-            args: &args,
-            approver: None,
-            owner,
-            fences,
-            task: None,
-            principal: None,
-            cancel: None,
-        })
+        .call(&CallRequest { owner, fences, ..CallRequest::new(workspace, "impl", session, tool, &args) })
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }
 
@@ -330,19 +318,7 @@ impl Fixture {
     ) -> CallOutcome {
         let args = args.to_string();
         runtime
-            .call(&CallRequest {
-                workspace: &self.workspace,
-                role,
-                session_id: "s-test",
-                tool,
-                args: &args,
-                approver,
-                owner: None,
-                fences: &[],
-                task: None,
-                principal: None,
-                cancel: None,
-            })
+            .call(&CallRequest { approver, ..CallRequest::new(&self.workspace, role, "s-test", tool, &args) })
             .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
     }
 

@@ -211,17 +211,9 @@ impl Scratch {
         task: Option<&toolcell_runtime::TaskBinding>,
     ) -> CallOutcome {
         let request = CallRequest {
-            workspace: &self.workspace,
-            role,
-            session_id: "conformance",
-            tool,
-            args,
-            approver: None,
             owner: task.map(toolcell_runtime::TaskBinding::chain),
-            fences: &[],
             task,
-            principal: None,
-            cancel: None,
+            ..CallRequest::new(&self.workspace, role, "conformance", tool, args)
         };
         let outcome = runtime.call(&request).unwrap_or_else(|error| CallOutcome {
             result: Err(toolcell_types::ToolError::new(ToolErrorKind::Failed, format!("the host could not run the call: {error}"))),

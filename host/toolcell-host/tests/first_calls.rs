@@ -8,19 +8,7 @@ use toolcell_runtime::{CallRequest, Runtime, Workspace};
 
 fn call(runtime: &Runtime, workspace: &Workspace, session: &str, tool: &str, args: &str) -> String {
     let outcome = runtime
-        .call(&CallRequest {
-            workspace,
-            role: "impl",
-            session_id: session,
-            tool,
-            args,
-            approver: None,
-            owner: None,
-            fences: &[],
-            task: None,
-            principal: None,
-            cancel: None,
-        })
+        .call(&CallRequest::new(workspace, "impl", session, tool, args))
         .unwrap_or_else(|error| panic!("`{tool}` did not run: {error}"));
     match outcome.result {
         Ok(result) => result.text,

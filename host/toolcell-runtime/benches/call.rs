@@ -76,19 +76,7 @@ fn main() {
         builder
     };
     let workspace = Workspace::open(&root).expect("workspace");
-    let request = CallRequest {
-        workspace: &workspace,
-        role: "impl",
-        session_id: "bench",
-        tool: "read_file",
-        args: r#"{"path": "file.txt"}"#,
-        approver: None,
-        owner: None,
-        fences: &[],
-        task: None,
-        principal: None,
-        cancel: None,
-    };
+    let request = CallRequest::new(&workspace, "impl", "bench", "read_file", r#"{"path": "file.txt"}"#);
     let write_args = serde_json::json!({"path": "written.txt", "content": content}).to_string();
     let write_request = CallRequest { tool: "write_file", args: &write_args, ..request };
     // One runtime at a time, as in production: each has its own engine, pool and epoch ticker,

@@ -37,19 +37,7 @@ fn main() {
             let session = format!("bench-{}", std::thread::current().name().unwrap_or("main"));
             while Instant::now() < until {
                 let outcome = runtime
-                    .call(&CallRequest {
-                        workspace: &workspace,
-                        role: "impl",
-                        session_id: &session,
-                        tool: "read_file",
-                        args: r#"{"path": "file.txt"}"#,
-                        approver: None,
-                        owner: None,
-                        fences: &[],
-                        task: None,
-                        principal: None,
-                        cancel: None,
-                    })
+                    .call(&CallRequest::new(&workspace, "impl", &session, "read_file", r#"{"path": "file.txt"}"#))
                     .expect("call runs");
                 assert!(outcome.result.is_ok(), "{:?}", outcome.result);
                 if count {

@@ -20,19 +20,8 @@
 //!     .policy_file("policies/default.toml")
 //!     .build()?;
 //! let workspace = Workspace::open("/path/to/repo".as_ref())?;
-//! let outcome = runtime.call(&CallRequest {
-//!     workspace: &workspace,
-//!     role: "impl",
-//!     session_id: "s-1",
-//!     tool: "read_file",
-//!     args: r#"{"path": "README.md", "limit": 5}"#,
-//!     approver: None,
-//!     owner: None,
-//!     fences: &[],
-//!     task: None,
-//!     principal: None,
-//!     cancel: None,
-//! })?;
+//! let args = r#"{"path": "README.md", "limit": 5}"#;
+//! let outcome = runtime.call(&CallRequest::new(&workspace, "impl", "s-1", "read_file", args))?;
 //! match outcome.result {
 //!     Ok(output) => eprintln!("{}", output.text),
 //!     Err(error) => eprintln!("{error}"),

@@ -42,7 +42,27 @@ pub struct CallRequest<'a> {
     pub cancel: Option<&'a Arc<AtomicBool>>,
 }
 
-impl CallRequest<'_> {
+impl<'a> CallRequest<'a> {
+    /// A call of `tool` with `args` (a JSON object as text) by `role` in session `session_id`,
+    /// and nothing more: no approver, the session as lock owner, no fencing tokens, task,
+    /// principal or cancellation. Set those with struct update syntax:
+    /// `CallRequest { task: Some(&task), ..CallRequest::new(...) }`.
+    pub fn new(workspace: &'a Workspace, role: &'a str, session_id: &'a str, tool: &'a str, args: &'a str) -> Self {
+        CallRequest {
+            workspace,
+            role,
+            session_id,
+            tool,
+            args,
+            approver: None,
+            owner: None,
+            fences: &[],
+            task: None,
+            principal: None,
+            cancel: None,
+        }
+    }
+
     /// The lock owner: [`owner`](Self::owner), or the session id.
     pub fn lock_owner(&self) -> &str {
         self.owner.unwrap_or(self.session_id)

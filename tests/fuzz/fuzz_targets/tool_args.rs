@@ -135,17 +135,9 @@ fuzz_target!(|bytes: &[u8]| {
     let workspace = Workspace::open(&root).expect("open the workspace");
 
     let outcome = setup.runtime.call(&CallRequest {
-        workspace: &workspace,
-        role: "fuzz",
-        session_id: "fuzz",
-        tool,
-        args: &args,
-        approver: None,
         owner: task.map(toolcell_runtime::TaskBinding::chain),
-        fences: &[],
         task,
-        principal: None,
-        cancel: None,
+        ..CallRequest::new(&workspace, "fuzz", "fuzz", tool, &args)
     });
     let base = temp.path().to_string_lossy().into_owned();
     if let Ok(outcome) = outcome {

@@ -209,19 +209,13 @@ fn ask_goes_to_the_approver() {
 #[test]
 fn unknown_roles_are_a_host_error() {
     let fixture = project();
-    let result = governed_runtime().call(&toolcell_runtime::CallRequest {
-        workspace: &fixture.workspace,
-        role: "admin",
-        session_id: "s",
-        tool: "read_file",
-        args: r#"{"path": "src/main.rs"}"#,
-        approver: None,
-        owner: None,
-        fences: &[],
-        task: None,
-        principal: None,
-        cancel: None,
-    });
+    let result = governed_runtime().call(&toolcell_runtime::CallRequest::new(
+        &fixture.workspace,
+        "admin",
+        "s",
+        "read_file",
+        r#"{"path": "src/main.rs"}"#,
+    ));
     match result {
         Err(toolcell_runtime::Error::UnknownRole { role, roles }) => {
             assert_eq!(role, "admin");

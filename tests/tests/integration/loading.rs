@@ -91,21 +91,7 @@ fn the_second_start_loads_every_component_from_the_cache() {
     // The cached components work.
     let fixture = Fixture::new();
     fixture.write("a.txt", "cached\n");
-    let outcome = second
-        .call(&CallRequest {
-            workspace: &fixture.workspace,
-            role: "impl",
-            session_id: "s",
-            tool: "read_file",
-            args: r#"{"path": "a.txt"}"#,
-            approver: None,
-            owner: None,
-            fences: &[],
-            task: None,
-            principal: None,
-            cancel: None,
-        })
-        .expect("call runs");
+    let outcome = second.call(&CallRequest::new(&fixture.workspace, "impl", "s", "read_file", r#"{"path": "a.txt"}"#)).expect("call runs");
     assert_eq!(outcome.result.expect("read succeeds").text, "     1\tcached");
 }
 
@@ -174,19 +160,7 @@ fn every_builtin_describes_itself() {
 #[test]
 fn unknown_tools_are_a_host_error() {
     let fixture = Fixture::new();
-    let result = runtime().call(&CallRequest {
-        workspace: &fixture.workspace,
-        role: "impl",
-        session_id: "s",
-        tool: "rm_rf",
-        args: "{}",
-        approver: None,
-        owner: None,
-        fences: &[],
-        task: None,
-        principal: None,
-        cancel: None,
-    });
+    let result = runtime().call(&CallRequest::new(&fixture.workspace, "impl", "s", "rm_rf", "{}"));
     match result {
         Err(Error::UnknownTool { name, available }) => {
             assert_eq!(name, "rm_rf");
@@ -252,20 +226,6 @@ fn arguments_are_validated_before_the_component_runs() {
     let outcome = fixture.call("misbehave", &json!({"action": "explode"}));
     let error = outcome.result.expect_err("invalid");
     assert!(error.message.contains("`action`"), "{}", error.message);
-    let raw = runtime()
-        .call(&CallRequest {
-            workspace: &fixture.workspace,
-            role: "impl",
-            session_id: "s",
-            tool: "misbehave",
-            args: "{not json",
-            approver: None,
-            owner: None,
-            fences: &[],
-            task: None,
-            principal: None,
-            cancel: None,
-        })
-        .expect("call");
+    let raw = runtime().call(&CallRequest::new(&fixture.workspace, "impl", "s", "misbehave", "{not json")).expect("call");
     assert!(raw.result.expect_err("invalid").message.contains("not valid JSON"));
 }

@@ -302,19 +302,7 @@ fn search_candidates_say_nothing_of_files_that_need_approval() {
     let approver: Arc<dyn Approver> = refuser.clone();
     let args = json!({"ops": [{"op": "candidates", "content": "needle-in-vault"}, {"op": "candidates", "content": "needle"}]}).to_string();
     let outcome = runtime
-        .call(&CallRequest {
-            workspace,
-            role: "impl",
-            session_id: "s-ask",
-            tool: "fs_probe",
-            args: &args,
-            approver: Some(&approver),
-            owner: None,
-            fences: &[],
-            task: None,
-            principal: None,
-            cancel: None,
-        })
+        .call(&CallRequest { approver: Some(&approver), ..CallRequest::new(workspace, "impl", "s-ask", "fs_probe", &args) })
         .expect("call");
     let found = results(&outcome);
     assert_eq!(found[0]["value"], json!([]), "an unapproved file is no candidate: {found:?}");

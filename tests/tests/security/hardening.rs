@@ -34,19 +34,7 @@ effect = "deny"
 pub(crate) fn call(runtime: &Runtime, workspace: &Workspace, tool: &str, args: &Value) -> CallOutcome {
     let args = args.to_string();
     runtime
-        .call(&CallRequest {
-            workspace,
-            role: "impl",
-            session_id: "s-hardening",
-            tool,
-            args: &args,
-            approver: None,
-            owner: None,
-            fences: &[],
-            task: None,
-            principal: None,
-            cancel: None,
-        })
+        .call(&CallRequest::new(workspace, "impl", "s-hardening", tool, &args))
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }
 
@@ -273,19 +261,7 @@ fn a_workspace_inside_a_host_directory_is_refused() {
     for inside in [state.clone(), state.join("journal"), state.join("workspaces/repo")] {
         std::fs::create_dir_all(&inside).expect("mkdir");
         let workspace = Workspace::open(&inside).expect("workspace");
-        let refused = runtime.call(&CallRequest {
-            workspace: &workspace,
-            role: "impl",
-            session_id: "s",
-            tool: "write_file",
-            args: r#"{"path": "x.json", "content": "{}"}"#,
-            approver: None,
-            owner: None,
-            fences: &[],
-            task: None,
-            principal: None,
-            cancel: None,
-        });
+        let refused = runtime.call(&CallRequest::new(&workspace, "impl", "s", "write_file", r#"{"path": "x.json", "content": "{}"}"#));
         match refused {
             Err(Error::Insecure { reason, .. }) => assert!(reason.contains("lies inside toolcell's own directory"), "{reason}"),
             other => panic!("{}: must be refused, got {:?}", inside.display(), other.map(|outcome| outcome.result)),

@@ -144,19 +144,7 @@ fn call(fixture: &Fixture, session: &str, tool: &str, args: &Value) -> CallOutco
     let args = args.to_string();
     suite()
         .runtime
-        .call(&CallRequest {
-            workspace: &fixture.workspace,
-            role: "impl",
-            session_id: session,
-            tool,
-            args: &args,
-            approver: None,
-            owner: None,
-            fences: &[],
-            task: None,
-            principal: None,
-            cancel: None,
-        })
+        .call(&CallRequest::new(&fixture.workspace, "impl", session, tool, &args))
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
 }
 
