@@ -110,22 +110,6 @@ pub(super) fn prepare(
     Ok(Prepared { code, info, schema, cache: cache_outcome, warning })
 }
 
-/// Ask the kernel to take back the pages of `bytes` (whole pages only), a part of the binary
-/// read once: the built-in tools' artifacts are a third of its size, and once deserialized
-/// (copied) they would stay resident for nothing. Only a hint: without `MADV_PAGEOUT` (Linux
-/// before 5.4) they stay.
-pub(super) fn release_pages(bytes: &'static [u8]) {
-    let page = rustix::param::page_size();
-    let start = bytes.as_ptr() as usize;
-    let (first, end) = (start.next_multiple_of(page), (start + bytes.len()) / page * page);
-    if end > first {
-        // SAFETY: `MADV_PAGEOUT` only reclaims pages: whatever the mapping, their contents stay
-        // as they are and are read back if touched again. The range lies within `bytes`.
-        #[expect(unsafe_code, reason = "madvise takes a raw address range")]
-        let _ = unsafe { rustix::mm::madvise(first as *mut std::ffi::c_void, end - first, rustix::mm::Advice::LinuxPageOut) };
-    }
-}
-
 /// `load` applied to every component, on as many threads as there are cores (at most one per
 /// component), results in the components' order.
 pub(super) fn load_all<T: Send>(components: &[ComponentSource], load: impl Fn(&ComponentSource) -> T + Sync) -> Vec<T> {

@@ -2,9 +2,11 @@
 //! description, links it, reads the policy, and records what the host itself owns.
 
 mod load;
+mod pages;
 
 pub(crate) use load::ComponentCode;
 use load::*;
+use pages::release_pages;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
