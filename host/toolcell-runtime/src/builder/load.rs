@@ -23,22 +23,22 @@ pub(super) struct Prepared {
 /// deserialized, and a session calls a few of the 27; they are described at load and dropped.
 pub(crate) struct ComponentCode {
     ready: std::sync::OnceLock<bindings::PluginPre<CallState>>,
-    origin: String,
     /// The built-in's compiled form and the linker it links with, for `ready`'s first use.
     embedded: Option<(&'static [u8], Arc<wasmtime::component::Linker<CallState>>)>,
 }
 
 impl ComponentCode {
-    fn ready(origin: &str, pre: bindings::PluginPre<CallState>) -> Self {
-        Self { ready: std::sync::OnceLock::from(pre), origin: origin.to_owned(), embedded: None }
+    fn ready(pre: bindings::PluginPre<CallState>) -> Self {
+        Self { ready: std::sync::OnceLock::from(pre), embedded: None }
     }
 
-    /// The linked component, deserialized now if this is its first use.
-    pub(crate) fn get(&self, engine: &Engine) -> Result<&bindings::PluginPre<CallState>, Error> {
+    /// The linked component of the tool loaded from `origin`, deserialized now if this is its
+    /// first use.
+    pub(crate) fn get(&self, engine: &Engine, origin: &str) -> Result<&bindings::PluginPre<CallState>, Error> {
         if let Some(pre) = self.ready.get() {
             return Ok(pre);
         }
-        let load_error = |error: wasmtime::Error| Error::Load { origin: self.origin.clone(), reason: describe(&error) };
+        let load_error = |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: describe(&error) };
         let Some((artifact, linker)) = &self.embedded else {
             return Err(load_error(wasmtime::format_err!("its code was not kept")));
         };
@@ -100,12 +100,10 @@ pub(super) fn prepare(
     }
     let code = match source.artifact {
         // A built-in that links with the shared linker: its code waits for its first call.
-        Some(artifact) if cache_outcome == CacheOutcome::Embedded && stubbed.is_empty() => ComponentCode {
-            ready: std::sync::OnceLock::new(),
-            origin: origin.to_owned(),
-            embedded: Some((artifact, Arc::clone(linking.linker))),
-        },
-        _ => ComponentCode::ready(origin, pre),
+        Some(artifact) if cache_outcome == CacheOutcome::Embedded && stubbed.is_empty() => {
+            ComponentCode { ready: std::sync::OnceLock::new(), embedded: Some((artifact, Arc::clone(linking.linker))) }
+        }
+        _ => ComponentCode::ready(pre),
     };
     Ok(Prepared { code, info, schema, cache: cache_outcome, warning })
 }

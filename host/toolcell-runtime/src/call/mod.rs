@@ -175,7 +175,7 @@ impl Runtime {
     fn run(&self, tool: &LoadedTool, request: &CallRequest<'_>, mut guard: FsGuard, outcome: &mut CallOutcome) -> Result<FsGuard, Error> {
         match &tool.kind {
             ToolKind::Component(code) => {
-                let pre = code.get(&self.engine)?;
+                let pre = code.get(&self.engine, &tool.origin)?;
                 let workflow = workflow::WorkflowCall {
                     shared: Arc::clone(&self.workflow),
                     workspace: request.workspace.root().to_path_buf(),

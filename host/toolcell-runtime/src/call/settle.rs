@@ -133,10 +133,10 @@ impl Runtime {
 
     /// Call the validator component `tool` on `path`, read-only and within the workspace.
     pub(super) fn run_validator(&self, tool: &str, path: &str, request: &CallRequest<'_>) -> Result<(), String> {
-        let Some(LoadedTool { kind: ToolKind::Component(code), .. }) = self.tools.get(tool) else {
+        let Some(LoadedTool { kind: ToolKind::Component(code), origin, .. }) = self.tools.get(tool) else {
             return Err(format!("the validator tool `{tool}` is not a loaded component"));
         };
-        let pre = code.get(&self.engine).map_err(|error| error.to_string())?;
+        let pre = code.get(&self.engine, origin).map_err(|error| error.to_string())?;
         let directory = request.workspace.reopen(tool).map_err(|error| error.to_string())?;
         let guard = FsGuard::new(None, request.role, None, Some(directory));
         let context = CallContext {
