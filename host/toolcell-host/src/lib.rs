@@ -114,6 +114,7 @@ pub struct HostBuilder {
     approver: Option<Arc<dyn Approver>>,
     spawner: Option<Arc<dyn Spawner>>,
     text_editor_root: Option<String>,
+    protected: Vec<PathBuf>,
 }
 
 impl HostBuilder {
@@ -128,6 +129,7 @@ impl HostBuilder {
             approver: None,
             spawner: None,
             text_editor_root: None,
+            protected: Vec::new(),
         }
     }
 
@@ -168,6 +170,14 @@ impl HostBuilder {
         self
     }
 
+    /// Protect `path`, a file or directory the platform reads and trusts (its own
+    /// configuration), as toolcell's own state: no tool may read, list or change it.
+    #[must_use]
+    pub fn protect(mut self, path: impl Into<PathBuf>) -> Self {
+        self.protected.push(path.into());
+        self
+    }
+
     /// Ask `approver` about every access the policy marks `ask`.
     #[must_use]
     pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
@@ -204,6 +214,9 @@ impl HostBuilder {
         }
         if let Some(root) = self.text_editor_root {
             builder = builder.text_editor_root(root);
+        }
+        for path in self.protected {
+            builder = builder.protect(path);
         }
         builder = match self.policy {
             PolicyChoice::Default => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),

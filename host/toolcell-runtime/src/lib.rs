@@ -30,10 +30,12 @@
 //! # }
 //! ```
 
-// Load time: the engine and its compiled-component cache, the import check, the builder.
+// Load time: the engine and its compiled-component cache, the import check, the builder, and
+// every location a run trusts.
 mod builder;
 mod engine;
 mod imports;
+mod inventory;
 
 // The runtime every call shares, and the workspace a call may touch.
 mod runtime;
@@ -82,6 +84,7 @@ pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
 pub use engine::{CacheOutcome, LoadProgress};
 pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};
+pub use inventory::{default_cache_dir, default_state_dir};
 pub use limits::{EPOCH_TICK, Limits};
 pub use locks::{LOCKS_DIR, LockBackend, LockStore, LockStoreError};
 pub use native::{NATIVE_TOOLS, lock_json};

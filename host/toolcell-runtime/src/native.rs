@@ -180,6 +180,9 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
         path: String,
     }
     let args: Args = parse(call.request.args)?;
+    // Restoring (or removing) a name is a namespace change, judged and made as one step.
+    let _namespace =
+        call.guard.lock_namespace().map_err(|_| ToolError::new(ToolErrorKind::Failed, "the workspace's namespace lock cannot be taken"))?;
     let Some(path) = call.guard.resolve_path("undo", &args.path, Access::Write) else {
         return Err(denied());
     };

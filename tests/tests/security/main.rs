@@ -19,6 +19,7 @@
 
 mod boundary;
 mod cases;
+mod fourth_pass;
 mod hardening;
 
 use std::path::Path;

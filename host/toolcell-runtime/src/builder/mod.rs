@@ -46,6 +46,8 @@ pub struct RuntimeBuilder {
     /// Lock tables and the audit trail in a store several hosts share.
     shared_store: Option<(Arc<dyn LockBackend>, Arc<dyn AuditBackend>)>,
     text_editor_root: Option<String>,
+    /// Further files and directories the embedder trusts (a service's own configuration).
+    protected: Vec<PathBuf>,
 }
 
 /// A component to load: its origin, its bytes, and optionally its compiled form.
@@ -182,6 +184,17 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Protect `path`, a file or directory the embedder reads and trusts (its own
+    /// configuration, say), as the host protects its own state: no tool of any role may read,
+    /// list or change it when it lies in a workspace, and a workspace inside it is refused.
+    /// The runtime protects its state directory, cache, plugin directory and policy file
+    /// itself, and so the default ones of this user and the running executable.
+    #[must_use]
+    pub fn protect(mut self, path: impl Into<PathBuf>) -> Self {
+        self.protected.push(path.into());
+        self
+    }
+
     /// Load every `*.wasm` file in `directory` as a plugin tool component (in name order;
     /// origin `plugin:FILE`). A missing directory holds no plugins.
     #[must_use]
@@ -231,7 +244,14 @@ impl RuntimeBuilder {
     /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::Policy`],
     /// [`Error::Cache`] or [`Error::Engine`].
     pub fn build(mut self) -> Result<Runtime, Error> {
-        let mut host_owned = Vec::new();
+        // What any run of this user trusts, whatever this one is configured with.
+        let mut host_owned: Vec<HostOwned> =
+            crate::inventory::trusted_directories().iter().map(|path| HostOwned::directory(path)).collect();
+        host_owned.extend(crate::inventory::executable().map(|path| HostOwned { path: canonical_lenient(&path), is_directory: false }));
+        for path in std::mem::take(&mut self.protected) {
+            let is_directory = std::fs::metadata(&path).is_ok_and(|metadata| metadata.is_dir());
+            host_owned.push(HostOwned { path: canonical_lenient(&path), is_directory });
+        }
         if let Some(directory) = self.plugin_dir.take() {
             host_owned.push(HostOwned::directory(&directory));
             for (origin, wasm) in read_plugins(&directory)? {

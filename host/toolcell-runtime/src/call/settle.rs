@@ -52,7 +52,12 @@ impl Runtime {
                     self.indexes.note_written(request.workspace.root(), root, &skip, modified);
                 }
             }
-            (false, Some(journal)) => match journal.rollback(root) {
+            (false, Some(journal)) => match {
+                // Putting names back is a namespace change like any other: no other call
+                // judges against the tree while it is half restored.
+                let _namespace = guard.lock_namespace().ok().flatten();
+                journal.rollback(root)
+            } {
                 Ok(steps) => {
                     outcome.rolled_back = steps;
                     if let Err(error) = &mut outcome.result {

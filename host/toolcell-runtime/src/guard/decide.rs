@@ -6,6 +6,17 @@ use toolcell_types::escape_control;
 
 use super::*;
 
+/// How the rule refusing names reserved for what calls have in flight is written
+/// (`protected:.toolcell-*`).
+pub(crate) const IN_FLIGHT_PATTERN: &str = ".toolcell-*";
+
+/// Whether a component of the workspace path `path` is a name the host reserves for what a
+/// call has in flight ([`IN_FLIGHT_PREFIX`](crate::journal::IN_FLIGHT_PREFIX)).
+pub(crate) fn is_in_flight(path: &str) -> bool {
+    const PREFIX: &str = crate::journal::IN_FLIGHT_PREFIX;
+    path.starts_with(PREFIX) || path.match_indices(PREFIX).any(|(at, _)| path.as_bytes()[at - 1] == b'/')
+}
+
 /// What decides an access ([`FsGuard::judgment`]), borrowed from the guard and its policy.
 pub(super) enum Judgment<'a> {
     /// A modification in a call that may not modify anything.
@@ -76,12 +87,25 @@ impl FsGuard {
         matches!(access, Access::Write | Access::Delete) && self.transaction.is_none() && self.root.is_some()
     }
 
-    /// The host-owned path that `path` is or lies under: every access to it is refused.
+    /// The host-owned path that `path` is or lies under: every access to it is refused. Names
+    /// the host reserves for what calls have in flight ([`IN_FLIGHT_PATTERN`]) are host-owned
+    /// wherever they stand: no call of any role sees or touches another call's (or its own)
+    /// objects in flight.
     pub(super) fn state_path_of(&self, path: &str) -> Option<&str> {
+        if is_in_flight(path) {
+            return Some(IN_FLIGHT_PATTERN);
+        }
         self.state_paths
             .iter()
             .find(|state| path == state.as_str() || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
             .map(String::as_str)
+    }
+
+    /// Whether `rule` refuses an access because the path is the host's own (its state, or a
+    /// name reserved for what a call has in flight).
+    fn is_host_rule(&self, rule: &str) -> bool {
+        rule.strip_prefix("protected:")
+            .is_some_and(|protected| protected == IN_FLIGHT_PATTERN || self.state_paths.iter().any(|state| state == protected))
     }
 
     /// Judge `access` to `path`: its effect, and the whole decision while the call still
@@ -96,10 +120,16 @@ impl FsGuard {
         }
     }
 
-    /// Whether the role may see `path` in a listing: read it (a file) or list it (a directory).
+    /// Whether the role may see `path`: read it (a file) or list it (a directory). An access
+    /// the policy puts to the approver counts only once this call was approved it: "may see"
+    /// decides moves, links and listings, where nobody is asked.
     pub(super) fn is_visible(&self, path: &str, is_directory: bool) -> bool {
         let access = if is_directory { Access::List } else { Access::Read };
-        self.effect(access, path) != Effect::Deny
+        match self.effect(access, path) {
+            Effect::Allow => true,
+            Effect::Ask => self.approved.contains(&(access, path.to_owned())),
+            Effect::Deny => false,
+        }
     }
 
     pub(super) fn rule_location(&self, decision: &Decision) -> String {
@@ -119,7 +149,11 @@ impl FsGuard {
             "read-only-call" => {
                 format!("{access} of `{path}` is refused: this call may only read (validators and descriptions cannot change files).")
             }
-            rule if rule.strip_prefix("protected:").is_some_and(|protected| self.state_paths.iter().any(|state| state == protected)) => {
+            rule if rule.strip_prefix("protected:") == Some(IN_FLIGHT_PATTERN) => format!(
+                "{access} of `{path}` is refused: names starting with `{}` are reserved for what toolcell has in flight (a file a call is rewriting), which no tool may see or touch. Use another name.",
+                crate::journal::IN_FLIGHT_PREFIX
+            ),
+            rule if self.is_host_rule(rule) => {
                 format!(
                     "{access} of `{path}` is refused: it is toolcell's own state (`{}`: its audit trail, undo records, indexes, cache, plugins or policy), which no tool may read or change. Leave it alone.",
                     &rule["protected:".len()..]

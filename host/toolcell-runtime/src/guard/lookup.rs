@@ -108,7 +108,8 @@ impl FsGuard {
     }
 
     /// The entries of `directory` (the workspace path `path`) the role may see, read at once:
-    /// entries it may not read or list, and this call's temporary rewrites, are left out. An
+    /// entries it may not read or list, and names the host reserves for what calls have in
+    /// flight, are left out. An
     /// entry's type comes from the listing itself (`d_type`), so no entry is stat'ed unless the
     /// filesystem does not say.
     pub(super) fn list(&self, directory: &std::fs::File, path: &str) -> FsResult<Listing> {
@@ -145,7 +146,7 @@ impl FsGuard {
                 child.push('/');
             }
             child.push_str(name);
-            if self.is_visible(&child, type_ == DescriptorType::Directory) && !self.is_shadow(&child) {
+            if self.is_visible(&child, type_ == DescriptorType::Directory) {
                 entries.push(Ok(DirectoryEntry { type_, name: name.to_owned() }));
             }
         }
@@ -165,6 +166,17 @@ impl FsGuard {
             Some(kind) => Err(self.refuse_special(operation, path, access, kind)),
             None => Ok(()),
         }
+    }
+
+    /// Refuse `access` to the regular file `path`, which has `links` hard links: its other
+    /// names may lie outside the workspace or where this role may not read or write, and
+    /// nothing tells where they are, so no role opens it under any name.
+    pub(super) fn refuse_linked(&mut self, operation: &'static str, path: &str, access: Access, links: u64) -> FsError {
+        let message = format!(
+            "{access} of `{}` is refused: the file has {links} hard links, and its other names may lie outside the workspace or where your role may not go, so it is not opened under any of them. Ask the operator to replace it with a copy (or remove its other links).",
+            escape_control(path)
+        );
+        self.refuse_rule(operation, path, access, "hard-link", message, ToolErrorKind::Denied)
     }
 
     /// Refuse `access` to the special file `path` (`kind` says what it is).

@@ -15,6 +15,7 @@ mod budget;
 mod decide;
 mod lookup;
 mod moves;
+mod namespace;
 mod operate;
 mod record;
 mod resolve;
@@ -27,6 +28,7 @@ pub(crate) use operate::GuardedFilesystem;
 
 use budget::Budget;
 use lookup::{descriptor_stat, special_kind};
+pub(crate) use namespace::NamespaceLock;
 use operate::{MAX_READ_BYTES, check_open_flags, follows, open_access, os_open_flags};
 pub(crate) use record::now;
 pub(crate) use resolve::canonical;
@@ -217,6 +219,12 @@ impl FsGuard {
     /// them.
     pub(crate) fn state_paths(&self) -> &[String] {
         &self.state_paths
+    }
+
+    /// Wait for the workspace's namespace lock ([`NamespaceLock`]): a change of names is judged
+    /// and made while it is held. `None` when the call has no workspace.
+    pub(crate) fn lock_namespace(&self) -> FsResult<Option<NamespaceLock>> {
+        self.root.as_ref().map(NamespaceLock::acquire).transpose().map_err(|error| FsError::from(ErrorCode::from(error)))
     }
 
     fn base(&self, descriptor: &Resource<Descriptor>) -> FsResult<String> {

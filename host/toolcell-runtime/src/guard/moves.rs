@@ -169,6 +169,29 @@ impl FsGuard {
         Err(self.refuse_rule(operation, from, Access::Read, "hidden-stays-hidden", message, ToolErrorKind::Denied))
     }
 
+    /// Refuse to make `link` a hard link to `source` unless the two names are judged alike: for
+    /// every role of the policy (and the role as bound for this call), every access the policy
+    /// decides, and the host's own paths. Otherwise the one object would be reachable under a
+    /// name where some role may do what it may not do under the other.
+    pub(super) fn check_link_judged_alike(&mut self, operation: &'static str, source: &str, link: &str) -> FsResult<()> {
+        const ACCESSES: [Access; 4] = [Access::Read, Access::List, Access::Write, Access::Delete];
+        let host_owned_differs = self.state_path_of(source).is_some() != self.state_path_of(link).is_some();
+        let policy_differs = self.policy.as_deref().is_some_and(|policy| {
+            policy.roles().chain(self.bound.as_deref()).any(|role| {
+                ACCESSES.iter().any(|&access| policy.verdict(role, access, source).effect() != policy.verdict(role, access, link).effect())
+            })
+        });
+        if !host_owned_differs && !policy_differs {
+            return Ok(());
+        }
+        let message = format!(
+            "a hard link from `{}` to `{}` is refused: the policy judges the two names differently for some role, and one file under both names would let that role around its rules. Copy the file instead.",
+            escape_control(link),
+            escape_control(source)
+        );
+        Err(self.refuse_rule(operation, link, Access::Write, "hard-link", message, ToolErrorKind::Denied))
+    }
+
     /// Refuse a write through a file with several hard links: the other names may lie where the
     /// role may not write.
     pub(super) fn check_single_link(&mut self, operation: &'static str, path: &str) -> FsResult<()> {

@@ -57,8 +57,13 @@ impl GuardedFilesystem<'_> {
             drop(file);
             return Err(self.guard.refuse_special("open-at", &path, access, kind));
         }
+        let file_type = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+        if file_type == rustix::fs::FileType::RegularFile && stat.st_nlink > 1 {
+            drop(file);
+            return Err(self.guard.refuse_linked("open-at", &path, access, stat.st_nlink));
+        }
         let (_, mode) = os_open_flags(open_flags, flags);
-        let descriptor = if rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Directory {
+        let descriptor = if file_type == rustix::fs::FileType::Directory {
             Descriptor::Dir(wasmtime_wasi::filesystem::Dir::new(file, perms, mode, BLOCKING_IN_PLACE))
         } else {
             if access == Access::Read {
@@ -87,16 +92,13 @@ impl GuardedFilesystem<'_> {
             Descriptor::Dir(directory) => rustix::fs::fstat(&*directory.dir),
         }
         .map_err(std::io::Error::from)?;
-        // A file being rewritten whole is written through its temporary sibling.
-        let named = self
-            .guard
-            .transaction
-            .as_ref()
-            .and_then(|transaction| transaction.shadows.iter().find(|(shadowed, _)| *shadowed == path))
-            .map_or(path.as_str(), |(_, temporary)| temporary.as_str());
-        let same = beneath::open(root, named, rustix::fs::OFlags::PATH, rustix::fs::Mode::empty())
-            .and_then(|now| rustix::fs::fstat(&now).map_err(std::io::Error::from))
-            .is_ok_and(|now| now.st_dev == held.st_dev && now.st_ino == held.st_ino);
+        // A file being rewritten whole is written through its new, unnamed content.
+        let now = match self.guard.shadow_of(&path) {
+            Some(shadow) => rustix::fs::fstat(&shadow.file).map_err(std::io::Error::from),
+            None => beneath::open(root, &path, rustix::fs::OFlags::PATH, rustix::fs::Mode::empty())
+                .and_then(|now| rustix::fs::fstat(&now).map_err(std::io::Error::from)),
+        };
+        let same = now.is_ok_and(|now| now.st_dev == held.st_dev && now.st_ino == held.st_ino);
         if same {
             return Ok(path);
         }
@@ -107,6 +109,35 @@ impl GuardedFilesystem<'_> {
         };
         let message = format!("`{}` was {change} since it was opened, {consequence}", escape_control(&path));
         Err(self.guard.refuse_rule(operation, &path, access, DESCRIPTOR_MOVED, message, ToolErrorKind::Conflict))
+    }
+
+    /// After `name` was made in the directory held by the descriptor `made_in`, judged as the
+    /// workspace directory `directory`: if that descriptor's directory is no longer at
+    /// `directory` (moved by a program that does not take the namespace lock), the new entry is
+    /// removed again and the operation refused.
+    pub(super) fn made_where_judged(
+        &mut self,
+        made_in: u32,
+        directory: &str,
+        name: &str,
+        (operation, path): (&'static str, &str),
+    ) -> FsResult<()> {
+        let Some(root) = self.guard.root.as_ref() else {
+            return Ok(());
+        };
+        let Descriptor::Dir(held) = self.inner.table.get(&Resource::<Descriptor>::new_borrow(made_in))? else {
+            return Err(ErrorCode::NotDirectory.into());
+        };
+        let held_directory = std::sync::Arc::clone(&held.dir);
+        let held = rustix::fs::fstat(&*held_directory).map_err(std::io::Error::from)?;
+        let same = beneath::open(root, directory, rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY, rustix::fs::Mode::empty())
+            .and_then(|now| rustix::fs::fstat(&now).map_err(std::io::Error::from))
+            .is_ok_and(|now| (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino));
+        if same {
+            return Ok(());
+        }
+        let _ = rustix::fs::unlinkat(&*held_directory, name, rustix::fs::AtFlags::empty());
+        Err(self.changed_underfoot(operation, path, Access::Write))
     }
 
     /// Refuse a write to the existing file `path` that the filesystem would refuse (its mode,

@@ -1,9 +1,19 @@
-//! Whole-file rewrites: written to a temporary sibling that replaces the file at once (when the
-//! call commits, or as soon as anything else touches it), so no reader sees half a file.
+//! Whole-file rewrites: written to a file that has no name until it replaces the file at once
+//! (when the call commits, or as soon as anything else touches it), so no reader sees half a
+//! file and no other call can see, read, write, link or rename what this call has in flight.
+//!
+//! The new content goes to an `O_TMPFILE` in the file's directory: an inode with no name, which
+//! only this call's descriptor reaches. To land, it gets a name reserved for the host
+//! ([`IN_FLIGHT_PREFIX`]: every call is refused every access to such names), the host checks
+//! that this name holds the very inode it wrote, and renames it over the file. On a filesystem
+//! without `O_TMPFILE`, the file is created under that reserved name from the start.
 
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
 use toolcell_types::escape_control;
 
-use crate::journal::SHADOW_PREFIX;
+use crate::journal::IN_FLIGHT_PREFIX;
 use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
 use wasmtime_wasi::p2::bindings::sync::filesystem::types::OpenFlags;
 use wasmtime_wasi::p2::{FsError, FsResult};
@@ -12,14 +22,26 @@ use crate::beneath;
 
 use super::*;
 
+/// A file being rewritten whole: the new content, not yet in place.
+pub(crate) struct Shadow {
+    /// The workspace path it will replace.
+    pub(crate) path: String,
+    /// The new content's inode (a duplicate of the descriptor the component writes through).
+    pub(crate) file: OwnedFd,
+    /// The reserved name it was created under, where the filesystem has no `O_TMPFILE`.
+    named: Option<String>,
+    /// The reserved name it gets when it lands.
+    landing_name: String,
+}
+
 impl FsGuard {
     /// Whether opening `path` with these flags rewrites it whole (or creates it), so that the
-    /// write can go to a temporary sibling that replaces it at once.
+    /// write can go to a new file that replaces it at once.
     pub(super) fn rewrites_whole(&self, path: &str, open_flags: OpenFlags) -> bool {
         let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_ref()) else {
             return false;
         };
-        if path == "." || open_flags.contains(OpenFlags::DIRECTORY) || transaction.shadows.iter().any(|(shadowed, _)| shadowed == path) {
+        if path == "." || open_flags.contains(OpenFlags::DIRECTORY) || transaction.shadows.iter().any(|shadow| shadow.path == path) {
             return false;
         }
         match root.symlink_metadata(path) {
@@ -28,51 +50,55 @@ impl FsGuard {
         }
     }
 
-    /// Create the temporary sibling that will replace `path` (already journaled), with the
-    /// mode `path` has. Returns its workspace path.
-    pub(super) fn shadow(&mut self, path: &str) -> FsResult<String> {
-        let (parent, name) = path.rsplit_once('/').map_or((None, path), |(parent, name)| (Some(parent), name));
-        let Some(transaction) = self.transaction.as_ref() else {
+    /// Create the file that will replace `path` (already journaled), with the mode `path` has,
+    /// in `path`'s directory, open for `access` (`O_WRONLY` or `O_RDWR`). Returns the
+    /// descriptor the component writes through.
+    pub(super) fn shadow(&mut self, path: &str, access: OFlags) -> FsResult<std::fs::File> {
+        let (parent, name) = path.rsplit_once('/').unwrap_or((".", path));
+        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_ref()) else {
             return Err(FsError::from(ErrorCode::Access));
         };
-        let temporary_name = format!("{SHADOW_PREFIX}{}-{}-{name}", transaction.call_id, transaction.shadows.len());
-        let temporary = match parent {
-            Some(parent) => format!("{parent}/{temporary_name}"),
-            None => temporary_name,
-        };
-        // Not journaled: a rollback removes every `SHADOW_PREFIX<call id>-*` file beside the
-        // journaled paths.
-        let Some(root) = self.root.as_ref() else {
-            return Err(FsError::from(ErrorCode::Access));
-        };
+        let landing_name = format!("{IN_FLIGHT_PREFIX}{}-{}-{name}", transaction.call_id, transaction.shadows.len());
+        let access = access & (OFlags::WRONLY | OFlags::RDWR);
         let created = (|| {
             // Created where the judged path is, not where a symlink swapped in since leads.
-            let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL;
-            let file = std::fs::File::from(beneath::open(root, &temporary, flags, rustix::fs::Mode::from_raw_mode(0o600))?);
+            let directory = beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+            let unnamed = OFlags::TMPFILE | access | OFlags::CLOEXEC;
+            let (file, named) = match rustix::fs::openat(&directory, ".", unnamed, Mode::from_raw_mode(0o600)) {
+                Ok(file) => (file, None),
+                // No `O_TMPFILE` here (`EOPNOTSUPP`, or `EISDIR`/`EINVAL` from kernels that do
+                // not know the flag): a reserved name no call may touch.
+                Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR | rustix::io::Errno::INVAL) => {
+                    let flags = OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC | access;
+                    let file = rustix::fs::openat(&directory, landing_name.as_str(), flags, Mode::from_raw_mode(0o600))?;
+                    (file, Some(landing_name.clone()))
+                }
+                Err(errno) => return Err(std::io::Error::from(errno)),
+            };
             if let Ok(metadata) = root.symlink_metadata(path) {
-                file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(cap_std::fs::PermissionsExt::mode(
-                    &metadata.permissions(),
-                )))?;
+                let mode = cap_std::fs::PermissionsExt::mode(&metadata.permissions()) & 0o7777;
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))?;
             }
-            Ok::<_, std::io::Error>(())
+            Ok::<_, std::io::Error>((file, named))
         })();
-        created.map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        let (file, named) = created.map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        let kept = file.try_clone().map_err(|error| FsError::from(ErrorCode::from(error)))?;
         if let Some(transaction) = self.transaction.as_mut() {
-            transaction.shadows.push((path.to_owned(), temporary.clone()));
+            transaction.shadows.push(Shadow { path: path.to_owned(), file: kept, named, landing_name });
         }
-        Ok(temporary)
+        Ok(std::fs::File::from(file))
     }
 
-    /// If `path`, or a file under it, is being rewritten through a temporary sibling, put the
-    /// new content in place now: another operation (on the file, or renaming or removing its
-    /// directory) is about to touch it.
+    /// If `path`, or a file under it, is being rewritten, put the new content in place now:
+    /// another operation (on the file, or renaming or removing its directory) is about to
+    /// touch it.
     pub(super) fn land(&mut self, path: &str) -> FsResult<()> {
         let Some(transaction) = self.transaction.as_mut() else {
             return Ok(());
         };
         let under =
             |shadowed: &str| path == "." || shadowed == path || shadowed.strip_prefix(path).is_some_and(|rest| rest.starts_with('/'));
-        if !transaction.shadows.iter().any(|(shadowed, _)| under(shadowed)) {
+        if !transaction.shadows.iter().any(|shadow| under(&shadow.path)) {
             return Ok(());
         }
         // The call goes on after this: its journal must be on the disk before a file changes.
@@ -80,14 +106,14 @@ impl FsGuard {
             journal.make_durable().map_err(|error| FsError::from(ErrorCode::from(error)))?;
         }
         let (landing, kept): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut transaction.shadows).into_iter().partition(|(shadowed, _)| under(shadowed));
+            std::mem::take(&mut transaction.shadows).into_iter().partition(|shadow| under(&shadow.path));
         transaction.shadows = kept;
         let sync = transaction.durability.syncs();
         let Some(root) = self.root.as_ref() else {
             return Ok(());
         };
-        for (path, temporary) in landing {
-            land_file(root, &path, &temporary, sync).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        for shadow in landing {
+            land_file(root, &shadow, sync).map_err(|error| FsError::from(ErrorCode::from(error)))?;
         }
         Ok(())
     }
@@ -101,8 +127,8 @@ impl FsGuard {
                 transaction
                     .shadows
                     .iter()
-                    .filter(|(path, _)| path.rsplit_once('/').map_or(".", |(parent, _)| parent) == directory)
-                    .map(|(path, _)| path.clone())
+                    .filter(|shadow| shadow.path.rsplit_once('/').map_or(".", |(parent, _)| parent) == directory)
+                    .map(|shadow| shadow.path.clone())
                     .collect()
             })
             .unwrap_or_default();
@@ -129,31 +155,52 @@ impl FsGuard {
         let Some(root) = self.root.as_ref() else {
             return Ok(());
         };
-        for (path, temporary) in shadows {
-            land_file(root, &path, &temporary, sync).map_err(|error| format!("`{}`: {error}", escape_control(&path)))?;
+        for shadow in shadows {
+            land_file(root, &shadow, sync).map_err(|error| format!("`{}`: {error}", escape_control(&shadow.path)))?;
         }
         Ok(())
     }
 
-    /// Whether `name` in `directory` is a temporary sibling of this call's rewrites (hidden
-    /// from listings).
-    pub(super) fn is_shadow(&self, child: &str) -> bool {
-        self.transaction.as_ref().is_some_and(|transaction| transaction.shadows.iter().any(|(_, temporary)| temporary == child))
+    /// The new content of `path`, if it is being rewritten in this call.
+    pub(super) fn shadow_of(&self, path: &str) -> Option<&Shadow> {
+        self.transaction.as_ref()?.shadows.iter().find(|shadow| shadow.path == path)
     }
 }
 
-/// Replace `path` with its rewritten temporary sibling: synced first (with `sync`), then
-/// renamed over it, both names taken in one directory opened without following a symlink (so a
-/// directory on the way swapped for one cannot send the content elsewhere).
-pub(super) fn land_file(root: &cap_std::fs::Dir, path: &str, temporary: &str, sync: bool) -> std::io::Result<()> {
-    use rustix::fs::{Mode, OFlags};
-    let (parent, name) = path.rsplit_once('/').unwrap_or((".", path));
-    let temporary_name = temporary.rsplit_once('/').map_or(temporary, |(_, name)| name);
+/// Replace the shadowed path with its new content: synced first (with `sync`), given its
+/// reserved name, checked to be the very inode this call wrote, then renamed over the path, all
+/// in one directory opened without following a symlink (so a directory on the way swapped for
+/// one cannot send the content elsewhere).
+pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) -> std::io::Result<()> {
+    let (parent, name) = shadow.path.rsplit_once('/').unwrap_or((".", shadow.path.as_str()));
     let directory = beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
-    let file = rustix::fs::openat(&directory, temporary_name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
     if sync {
-        rustix::fs::fdatasync(&file)?;
+        rustix::fs::fdatasync(&shadow.file)?;
     }
-    rustix::fs::renameat(&directory, temporary_name, &directory, name)?;
+    let landing = shadow.named.as_deref().unwrap_or(&shadow.landing_name);
+    if shadow.named.is_none() {
+        give_name(&shadow.file, &directory, landing)?;
+    }
+    let written = rustix::fs::fstat(&shadow.file)?;
+    let named = rustix::fs::statat(&directory, landing, AtFlags::SYMLINK_NOFOLLOW)?;
+    if (named.st_dev, named.st_ino) != (written.st_dev, written.st_ino) {
+        // Something else stands under the reserved name: nothing is placed.
+        return Err(std::io::Error::other("the file to be put in place is not the one this call wrote"));
+    }
+    rustix::fs::renameat(&directory, landing, &directory, name)?;
     Ok(())
+}
+
+/// Give the unnamed file `file` the name `name` in `directory`: through its `/proc/self/fd`
+/// link, or with `AT_EMPTY_PATH` where `/proc` is not mounted (which needs
+/// `CAP_DAC_READ_SEARCH`).
+fn give_name(file: &OwnedFd, directory: &OwnedFd, name: &str) -> std::io::Result<()> {
+    let by_proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+    match rustix::fs::linkat(rustix::fs::CWD, by_proc.as_str(), directory, name, AtFlags::SYMLINK_FOLLOW) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::NOENT) => {
+            rustix::fs::linkat(file.as_fd(), "", directory, name, AtFlags::EMPTY_PATH).map_err(std::io::Error::from)
+        }
+        Err(errno) => Err(std::io::Error::from(errno)),
+    }
 }

@@ -41,11 +41,11 @@ pub(crate) struct Transaction {
     pub(crate) modified: Vec<String>,
     /// Paths whose read-before-write check already ran in this call.
     checked: std::collections::HashSet<String>,
-    /// Files being rewritten whole: `(path, temporary sibling)`. The component writes the
-    /// temporary file; it replaces the path (synced, then renamed over it) when the call
-    /// commits, or as soon as anything else touches the path, so that no reader ever sees a
-    /// half-written file.
-    pub(crate) shadows: Vec<(String, String)>,
+    /// Files being rewritten whole. The component writes the new content to a file with no
+    /// name; it replaces the path (synced, then renamed over it) when the call commits, or as
+    /// soon as anything else touches the path, so that no reader ever sees a half-written
+    /// file.
+    pub(crate) shadows: Vec<super::rewrite::Shadow>,
 }
 
 impl Transaction {

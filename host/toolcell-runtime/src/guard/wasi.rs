@@ -127,6 +127,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn create_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         self.guard.spend("create-directory-at")?;
+        let _namespace = self.guard.lock_namespace()?;
         let canonical = self.guard.resolve_at("create-directory-at", &fd, &path, false, Access::Write)?;
         self.guard.land(&canonical)?;
         if self.guard.is_visible_directory(&canonical) {
@@ -196,12 +197,14 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         new_path: String,
     ) -> FsResult<()> {
         self.guard.spend("link-at")?;
+        let _namespace = self.guard.lock_namespace()?;
         let source = self.guard.check_at("link-at", &fd, &old_path, follows(old_path_flags), Access::Write)?;
         self.guard.land(&source)?;
         let link = self.guard.check_at("link-at", &new_descriptor, &new_path, false, Access::Write)?;
         self.guard.land(&link)?;
         self.guard.check_new_name("link-at", &link)?;
         self.guard.check_hidden_stays_hidden("link-at", &source, &link, false)?;
+        self.guard.check_link_judged_alike("link-at", &source, &link)?;
         if self.guard.is_symlink(&source) {
             // A hard link to a symlink is the same relative target read from another place.
             self.guard.check_link_stays_inside("link-at", (&source, &link), &source, &link)?;
@@ -279,6 +282,8 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             }
         }
 
+        // Creating a name is a namespace change: judged and made under the namespace lock.
+        let _namespace = if open_flags.contains(OpenFlags::CREATE) { self.guard.lock_namespace()? } else { None };
         let canonical = self.guard.resolve_at("open-at", &fd, &path, follows(path_flags), access)?;
         // An open for writing that also grants reading (`read` with `write` or
         // `mutate-directory`) is judged for the read too, first: reads through the descriptor
@@ -297,8 +302,6 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.land(&canonical)?;
         self.guard.check_openable("open-at", &canonical, access)?;
         self.guard.check_open_files("open-at", &canonical)?;
-        let mut target = canonical.clone();
-        let mut target_flags = open_flags;
         if access == Access::Write {
             if open_flags.contains(OpenFlags::CREATE) && !self.guard.exists(&canonical) {
                 self.guard.check_new_name("open-at", &canonical)?;
@@ -312,20 +315,18 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
                 self.guard.before_mutation("open-at", &canonical, true)?;
             }
             if whole {
-                // Written to a temporary sibling that replaces the file at once; the
-                // temporary file exists already.
-                target = self.guard.shadow(&canonical)?;
-                target_flags = open_flags & !(OpenFlags::CREATE | OpenFlags::EXCLUSIVE);
+                // Written to a new file with no name, which replaces the file at once.
+                let file = self.guard.shadow(&canonical, os_open_flags(open_flags, flags).0)?;
+                return self.admit_opened(file, canonical, access, open_flags, flags, perms);
             }
         }
         // Open what was judged: the canonical path, from the workspace root, following no
         // symlink, so a directory on the way swapped for a symlink since cannot redirect it.
-        match self.open_beneath(&target, target_flags, flags) {
+        match self.open_beneath(&canonical, open_flags, flags) {
             Ok(Some(file)) => self.admit_opened(file, canonical, access, open_flags, flags, perms),
             Ok(None) => Err(ErrorCode::Access.into()),
             Err(error) if beneath::is_symlink_on_path(&error) => {
                 let names_a_symlink = !follows(path_flags)
-                    && target == canonical
                     && self
                         .guard
                         .root
@@ -362,6 +363,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn remove_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         self.guard.spend("remove-directory-at")?;
+        let _namespace = self.guard.lock_namespace()?;
         let canonical = self.guard.check_at("remove-directory-at", &fd, &path, false, Access::Delete)?;
         self.guard.land(&canonical)?;
         self.guard.before_mutation("remove-directory-at", &canonical, false)?;
@@ -378,6 +380,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         new_path: String,
     ) -> FsResult<()> {
         self.guard.spend("rename-at")?;
+        let _namespace = self.guard.lock_namespace()?;
         let source = self.guard.check_at("rename-at", &fd, &old_path, false, Access::Delete)?;
         let destination = self.guard.check_at("rename-at", &new_descriptor, &new_path, false, Access::Write)?;
         self.guard.land(&source)?;
@@ -411,6 +414,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn symlink_at(&mut self, fd: Resource<Descriptor>, target: String, link_path: String) -> FsResult<()> {
         self.guard.spend("symlink-at")?;
+        let _namespace = self.guard.lock_namespace()?;
         let link = self.guard.check_at("symlink-at", &fd, &link_path, false, Access::Write)?;
         self.guard.land(&link)?;
         self.guard.check_new_name("symlink-at", &link)?;
@@ -426,12 +430,16 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         }
         self.guard.before_mutation("symlink-at", &link, false)?;
         self.in_parent(&fd, &link, ("symlink-at", Access::Write), |this, parent, name| {
-            fs::HostDescriptor::symlink_at(&mut this.inner, parent, target, name)
+            let made_in = parent.rep();
+            fs::HostDescriptor::symlink_at(&mut this.inner, parent, target, name.clone())?;
+            // Judged from `directory`: the link stays only if it was made there.
+            this.made_where_judged(made_in, &directory, &name, ("symlink-at", &link))
         })
     }
 
     fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         self.guard.spend("unlink-file-at")?;
+        let _namespace = self.guard.lock_namespace()?;
         let canonical = self.guard.check_at("unlink-file-at", &fd, &path, false, Access::Delete)?;
         self.guard.land(&canonical)?;
         self.guard.before_mutation("unlink-file-at", &canonical, false)?;

@@ -44,9 +44,10 @@ pub(crate) const BLOBS_EXTENSION: &str = "blobs";
 const COMPACT_BYTES: u64 = 1 << 20;
 /// Files up to this size are saved inside their step.
 const INLINE_BYTES: u64 = 16 * 1024;
-/// Prefix of the temporary siblings whole-file rewrites go to (the guard makes them; a
-/// rollback removes the ones its call left).
-pub(crate) const SHADOW_PREFIX: &str = ".toolcell-";
+/// Names the host reserves in a workspace for what a call has in flight: the name a whole-file
+/// rewrite lands under (a rollback removes the ones its call left) and a rollback's own
+/// temporary files. The guard refuses every call every access to a name starting with it.
+pub(crate) const IN_FLIGHT_PREFIX: &str = ".toolcell-";
 /// Prefix of the temporary files a rollback writes next to the file it restores.
 pub(crate) const RESTORE_PREFIX: &str = ".toolcell-restore-";
 

@@ -8,7 +8,7 @@ use super::*;
 /// stand in a directory the replay must remove), then restore each step's path, newest first.
 pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]) -> Result<(), String> {
     use rustix::fs::{Mode, OFlags};
-    let prefix = format!("{}{call_id}-", SHADOW_PREFIX);
+    let prefix = format!("{}{call_id}-", IN_FLIGHT_PREFIX);
     let mut parents: Vec<&str> = steps.iter().map(|step| step.path.rsplit_once('/').map_or(".", |(parent, _)| parent)).collect();
     parents.sort_unstable();
     parents.dedup();

@@ -117,13 +117,14 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// The runtime with the built-in tools and the plugins.
 pub fn build_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
-    build_runtime_with(args, None, false)
+    build_runtime_with(args, None, false, &[])
 }
 
 /// The runtime of a host that serves many calls (`mcp`, `serve`): as [`build_runtime`], and a
 /// workspace's first search builds its content index in the background for the searches after.
-fn build_serving_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
-    build_runtime_with(args, None, true)
+/// `protected` are the service's own files (its configuration), hidden from every tool.
+fn build_serving_runtime(args: &RuntimeArgs, protected: &[&std::path::Path]) -> anyhow::Result<Runtime> {
+    build_runtime_with(args, None, true, protected)
 }
 
 /// The plugin directory: `--plugin-dir`, else `plugins` in the state directory.
@@ -132,8 +133,16 @@ fn plugin_dir(args: &RuntimeArgs) -> Option<PathBuf> {
 }
 
 /// The runtime with the built-in tools, the plugins, and `extra` (a component being added).
-fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>, serving: bool) -> anyhow::Result<Runtime> {
+fn build_runtime_with(
+    args: &RuntimeArgs,
+    extra: Option<(String, Vec<u8>)>,
+    serving: bool,
+    protected: &[&std::path::Path],
+) -> anyhow::Result<Runtime> {
     let mut builder = toolcell_host::builtin_runtime().build_index_on_first_search(serving);
+    for path in protected {
+        builder = builder.protect(*path);
+    }
     if !serving {
         // One call, then the process ends: watching the workspace for the searches after
         // would cost a watch per directory and buy nothing.
@@ -150,7 +159,7 @@ fn build_runtime_with(args: &RuntimeArgs, extra: Option<(String, Vec<u8>)>, serv
         builder = builder.component(origin, wasm);
     }
     if !args.no_cache
-        && let Some(directory) = args.cache_dir.clone().or_else(default_cache_dir)
+        && let Some(directory) = args.cache_dir.clone().or_else(toolcell_runtime::default_cache_dir)
     {
         builder = builder.cache_dir(directory);
     }
@@ -242,23 +251,9 @@ impl toolcell_runtime::Spawner for CliSpawner {
     }
 }
 
-fn from_env(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from)
-}
-
-fn default_cache_dir() -> Option<PathBuf> {
-    from_env("TOOLCELL_CACHE_DIR")
-        .or_else(|| from_env("XDG_CACHE_HOME").map(|cache| cache.join("toolcell")))
-        .or_else(|| from_env("HOME").map(|home| home.join(".cache").join("toolcell")))
-}
-
 /// Where the audit trail lives: `--state-dir`, else the environment's state directory.
 fn state_dir(args: &RuntimeArgs) -> Option<PathBuf> {
-    args.state_dir
-        .clone()
-        .or_else(|| from_env("TOOLCELL_STATE_DIR"))
-        .or_else(|| from_env("XDG_STATE_HOME").map(|state| state.join("toolcell")))
-        .or_else(|| from_env("HOME").map(|home| home.join(".local").join("state").join("toolcell")))
+    args.state_dir.clone().or_else(toolcell_runtime::default_state_dir)
 }
 
 /// The shared store's connection string (`--store`).

@@ -11,7 +11,7 @@ pub(super) fn conformance(
 ) -> anyhow::Result<ExitCode> {
     let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
     let options = toolcell_conformance::Options {
-        cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) },
+        cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(toolcell_runtime::default_cache_dir) },
         stub_imports: stub_imports.to_vec(),
     };
     let report = toolcell_conformance::check(&component.display().to_string(), &wasm, &options);
@@ -42,12 +42,12 @@ pub(super) fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: 
     let origin = format!("plugin:{}", component.display());
     // Loaded beside everything else: its imports, description and schema are checked, and a
     // name collision or a pin mismatch is refused before anything is installed.
-    let runtime = build_runtime_with(args, Some((origin.clone(), wasm.clone())), false)?;
+    let runtime = build_runtime_with(args, Some((origin.clone(), wasm.clone())), false, &[])?;
     let added = runtime.loaded().iter().find(|loaded| loaded.origin == origin).context("the component was loaded")?;
     // Then what it does: the conformance suite, with the stubs the policy grants the tool.
     let stub_imports = runtime.policy().map(|policy| policy.stub_imports(added.tool.as_str()).to_vec()).unwrap_or_default();
     let options = toolcell_conformance::Options {
-        cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(default_cache_dir) },
+        cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(toolcell_runtime::default_cache_dir) },
         stub_imports,
     };
     let report = toolcell_conformance::check(&component.display().to_string(), &wasm, &options);

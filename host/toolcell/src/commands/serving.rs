@@ -74,7 +74,7 @@ pub(super) fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCod
 }
 
 pub(super) fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
-    let runtime = build_serving_runtime(args).context("cannot start the toolcell host")?;
+    let runtime = build_serving_runtime(args, &[]).context("cannot start the toolcell host")?;
     let approver: Option<Arc<dyn Approver>> = if mcp.approve { Some(Arc::new(ApproveAll)) } else { None };
     let host = toolcell_host::Host::new(runtime, Workspace::open(&mcp.workspace)?, approver);
     let session_id = mcp.session.clone().unwrap_or_else(|| format!("mcp-{}", std::process::id()));
@@ -131,7 +131,7 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         }
         _ => args,
     };
-    let runtime = Arc::new(build_serving_runtime(args).context("cannot start the toolcell host")?);
+    let runtime = Arc::new(build_serving_runtime(args, &[serve.config.as_path()]).context("cannot start the toolcell host")?);
     let mut hosts = std::collections::BTreeMap::new();
     for (name, directory) in &config.workspaces {
         let workspace = Workspace::open(directory).with_context(|| format!("{}: workspace `{name}`", config.file))?;
