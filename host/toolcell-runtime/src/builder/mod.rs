@@ -245,9 +245,8 @@ impl RuntimeBuilder {
     /// [`Error::Cache`] or [`Error::Engine`].
     pub fn build(mut self) -> Result<Runtime, Error> {
         // What any run of this user trusts, whatever this one is configured with.
-        let mut host_owned: Vec<HostOwned> =
-            crate::inventory::trusted_directories().iter().map(|path| HostOwned::directory(path)).collect();
-        host_owned.extend(crate::inventory::executable().map(|path| HostOwned { path: canonical_lenient(&path), is_directory: false }));
+        let mut host_owned: Vec<HostOwned> = inventory::trusted_directories().iter().map(|path| HostOwned::directory(path)).collect();
+        host_owned.extend(inventory::executable().map(|path| HostOwned { path: canonical_lenient(&path), is_directory: false }));
         for path in std::mem::take(&mut self.protected) {
             let is_directory = std::fs::metadata(&path).is_ok_and(|metadata| metadata.is_dir());
             host_owned.push(HostOwned { path: canonical_lenient(&path), is_directory });

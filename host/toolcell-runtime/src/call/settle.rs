@@ -52,27 +52,29 @@ impl Runtime {
                     self.indexes.note_written(request.workspace.root(), root, &skip, modified);
                 }
             }
-            (false, Some(journal)) => match {
+            (false, Some(journal)) => {
                 // Putting names back is a namespace change like any other: no other call
                 // judges against the tree while it is half restored.
-                let _namespace = guard.lock_namespace().ok().flatten();
-                journal.rollback(root)
-            } {
-                Ok(steps) => {
-                    outcome.rolled_back = steps;
-                    if let Err(error) = &mut outcome.result {
-                        error.message.push_str("\n(No file was changed: every change this call made was rolled back.)");
+                let namespace = guard.lock_namespace().ok().flatten();
+                let rolled_back = journal.rollback(root);
+                drop(namespace);
+                match rolled_back {
+                    Ok(steps) => {
+                        outcome.rolled_back = steps;
+                        if let Err(error) = &mut outcome.result {
+                            error.message.push_str("\n(No file was changed: every change this call made was rolled back.)");
+                        }
+                    }
+                    Err(failure) => {
+                        outcome.result = Err(ToolError::new(
+                            ToolErrorKind::Failed,
+                            format!(
+                                "the call failed and its changes could not all be rolled back ({failure}); the host will finish the rollback when it next starts. Tell the operator."
+                            ),
+                        ));
                     }
                 }
-                Err(failure) => {
-                    outcome.result = Err(ToolError::new(
-                        ToolErrorKind::Failed,
-                        format!(
-                            "the call failed and its changes could not all be rolled back ({failure}); the host will finish the rollback when it next starts. Tell the operator."
-                        ),
-                    ));
-                }
-            },
+            }
             (_, None) => {}
         }
         if transaction.read_before_write != ReadBeforeWrite::Off {

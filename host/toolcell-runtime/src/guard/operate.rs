@@ -128,7 +128,7 @@ impl GuardedFilesystem<'_> {
         let Descriptor::Dir(held) = self.inner.table.get(&Resource::<Descriptor>::new_borrow(made_in))? else {
             return Err(ErrorCode::NotDirectory.into());
         };
-        let held_directory = std::sync::Arc::clone(&held.dir);
+        let held_directory = Arc::clone(&held.dir);
         let held = rustix::fs::fstat(&*held_directory).map_err(std::io::Error::from)?;
         let same = beneath::open(root, directory, rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY, rustix::fs::Mode::empty())
             .and_then(|now| rustix::fs::fstat(&now).map_err(std::io::Error::from))

@@ -45,7 +45,7 @@ pub(crate) struct Transaction {
     /// name; it replaces the path (synced, then renamed over it) when the call commits, or as
     /// soon as anything else touches the path, so that no reader ever sees a half-written
     /// file.
-    pub(crate) shadows: Vec<super::rewrite::Shadow>,
+    pub(crate) shadows: Vec<rewrite::Shadow>,
 }
 
 impl Transaction {
