@@ -118,8 +118,8 @@ pub enum Expect {
     /// Success or a refusal by the host; for `fs_probe`, every operation failed; the
     /// workspace unchanged.
     Contained,
-    /// Success or `not-found`; anything created is inside the workspace under exactly this
-    /// (workspace-relative) name; nothing else changed.
+    /// Success, and the one change to the workspace is a file created under exactly this
+    /// (workspace-relative) name holding what was written (`x`), with the directories it needs.
     Literal(&'static str),
     /// A specific result, checked by the function, which is given the workspace as it was
     /// before the call (and may look at it now).
@@ -252,21 +252,17 @@ pub fn run(case: &Case) {
             assert_eq!(fixture.snapshot(), before, "{context}: the workspace changed");
         }
         Expect::Literal(name) => {
-            if let Err(error) = &outcome.result {
-                assert!(
-                    matches!(error.kind, ToolErrorKind::NotFound | ToolErrorKind::InvalidArgs | ToolErrorKind::Denied),
-                    "{context}: unexpected error {error}"
-                );
-            }
+            assert!(outcome.result.is_ok(), "{context}: should create `{name}`, {}", shown(&outcome));
             let after = fixture.snapshot();
-            let top = name.split('/').next().unwrap_or(name);
-            let changed: Vec<&(String, String)> = after.iter().filter(|entry| !before.contains(entry)).collect();
-            for (path, _) in &changed {
-                assert!(path == top || path.starts_with(&format!("{top}/")), "{context}: `{path}` changed, only `{name}` may appear");
+            let gained: Vec<&(String, String)> = after.iter().filter(|entry| !before.contains(entry)).collect();
+            let lost: Vec<&(String, String)> = before.iter().filter(|entry| !after.contains(entry)).collect();
+            assert!(lost.is_empty(), "{context}: changed or removed {lost:?}");
+            for (path, description) in &gained {
+                let created = path == name && description.starts_with("file ") && description.ends_with(" x");
+                let parent = name.starts_with(&format!("{path}/")) && description.starts_with("dir ");
+                assert!(created || parent, "{context}: `{path}` ({description}) appeared; only `{name}` may: {gained:?}");
             }
-            if outcome.result.is_ok() && !changed.is_empty() {
-                assert!(fixture.root().join(name).exists(), "{context}: `{name}` was not created literally: {changed:?}");
-            }
+            assert!(gained.iter().any(|(path, _)| path == name), "{context}: `{name}` was not created literally: {gained:?}");
         }
         Expect::Check(check) => {
             if let Err(problem) = check(&fixture, &before, &outcome) {
