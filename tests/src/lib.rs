@@ -205,6 +205,8 @@ pub struct Fixture {
     pub temp: tempfile::TempDir,
     /// The workspace as the runtime sees it.
     pub workspace: Workspace,
+    /// Everything beside the workspace as [`Fixture::mark_outside`] last saw it.
+    outside: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 /// Files larger than this are compared by size and modification time in [`Fixture::snapshot`].
@@ -229,7 +231,22 @@ impl Fixture {
         std::fs::write(temp.path().join("outside/secret.txt"), CANARY).expect("write canary");
         std::fs::write(temp.path().join("workspace-sibling/secret.txt"), CANARY).expect("write canary");
         let workspace = Workspace::open(&temp.path().join("workspace")).expect("open workspace");
-        Fixture { temp, workspace }
+        let fixture = Fixture { temp, workspace, outside: std::sync::Mutex::default() };
+        fixture.mark_outside();
+        fixture
+    }
+
+    /// Take what now lies beside the workspace (a test's own host-only files included) as what
+    /// [`Fixture::assert_outside_untouched`] requires to stay as it is.
+    pub fn mark_outside(&self) {
+        let snapshot = self.snapshot_outside();
+        *self.outside.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = snapshot;
+    }
+
+    /// Everything in the fixture's base directory but the workspace's content, as
+    /// [`Fixture::snapshot`] describes it (paths relative to the base directory).
+    pub fn snapshot_outside(&self) -> Vec<(String, String)> {
+        snapshot_tree(&self.base(), Some(Path::new("workspace")))
     }
 
     /// The host path of the workspace.
@@ -262,34 +279,7 @@ impl Fixture {
     /// Everything in the workspace, sorted: each path with its type, permission bits and
     /// content (or link target). Two equal snapshots mean byte-identical trees.
     pub fn snapshot(&self) -> Vec<(String, String)> {
-        use std::os::unix::fs::PermissionsExt;
-        let mut entries = Vec::new();
-        let mut pending = vec![self.root().to_path_buf()];
-        while let Some(directory) = pending.pop() {
-            for entry in std::fs::read_dir(&directory).expect("read workspace directory") {
-                let path = entry.expect("entry").path();
-                let relative = path.strip_prefix(self.root()).expect("inside").to_string_lossy().into_owned();
-                let metadata = std::fs::symlink_metadata(&path).expect("lstat");
-                let mode = metadata.permissions().mode() & 0o7777;
-                let description = if metadata.is_symlink() {
-                    format!("link -> {}", std::fs::read_link(&path).expect("readlink").display())
-                } else if metadata.is_dir() {
-                    pending.push(path);
-                    format!("dir {mode:o}")
-                } else if !metadata.is_file() {
-                    // A FIFO or device: reading it could block.
-                    format!("special {mode:o}")
-                } else if metadata.len() > SNAPSHOT_CONTENT_LIMIT {
-                    // Huge (or sparse) files: their size and modification time stand for the content.
-                    format!("file {mode:o} {} bytes, modified {:?}", metadata.len(), metadata.modified().ok())
-                } else {
-                    format!("file {mode:o} {}", String::from_utf8_lossy(&std::fs::read(&path).expect("read")))
-                };
-                entries.push((relative, description));
-            }
-        }
-        entries.sort();
-        entries
+        snapshot_tree(self.root(), None)
     }
 
     /// Call a tool as `role` in `session`, writing for lock owner `owner` with `fences`.
@@ -385,8 +375,17 @@ impl Fixture {
         assert!(!text.contains(CANARY), "content from outside the workspace leaked: {text}");
     }
 
-    /// Panic unless the canary files outside the workspace are intact and alone.
+    /// Panic unless the canary files outside the workspace are intact and alone, and
+    /// everything beside the workspace (the base directory's entries and what they hold, a
+    /// test's host-only files included) is as [`Fixture::mark_outside`] last saw it.
     pub fn assert_outside_untouched(&self) {
+        let expected = self.outside.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let now = self.snapshot_outside();
+        if now != expected {
+            let gained: Vec<&(String, String)> = now.iter().filter(|entry| !expected.contains(entry)).collect();
+            let lost: Vec<&(String, String)> = expected.iter().filter(|entry| !now.contains(entry)).collect();
+            panic!("beside the workspace, something changed: now {gained:?}, before {lost:?}");
+        }
         for directory in ["outside", "workspace-sibling"] {
             let names: Vec<String> = std::fs::read_dir(self.base().join(directory))
                 .expect("read outside directory")
@@ -397,4 +396,39 @@ impl Fixture {
             assert_eq!(content, CANARY, "{directory}/secret.txt was modified");
         }
     }
+}
+
+/// Everything under `root`, sorted: each path with its type, permission bits and content (or
+/// link target); `skip` (relative to `root`) is listed but not entered.
+fn snapshot_tree(root: &Path, skip: Option<&Path>) -> Vec<(String, String)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut entries = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(directory) = pending.pop() {
+        for entry in std::fs::read_dir(&directory).expect("read directory") {
+            let path = entry.expect("entry").path();
+            let relative = path.strip_prefix(root).expect("inside");
+            let metadata = std::fs::symlink_metadata(&path).expect("lstat");
+            let mode = metadata.permissions().mode() & 0o7777;
+            let description = if metadata.is_symlink() {
+                format!("link -> {}", std::fs::read_link(&path).expect("readlink").display())
+            } else if metadata.is_dir() {
+                if skip != Some(relative) {
+                    pending.push(path.clone());
+                }
+                format!("dir {mode:o}")
+            } else if !metadata.is_file() {
+                // A FIFO or device: reading it could block.
+                format!("special {mode:o}")
+            } else if metadata.len() > SNAPSHOT_CONTENT_LIMIT {
+                // Huge (or sparse) files: their size and modification time stand for the content.
+                format!("file {mode:o} {} bytes, modified {:?}", metadata.len(), metadata.modified().ok())
+            } else {
+                format!("file {mode:o} {}", String::from_utf8_lossy(&std::fs::read(&path).expect("read")))
+            };
+            entries.push((relative.to_string_lossy().into_owned(), description));
+        }
+    }
+    entries.sort();
+    entries
 }

@@ -785,7 +785,6 @@ fn one_token_trickling_bodies_is_bounded_and_starves_no_other_principal() {
     let served = serve(&config, &temp.path().join("state"));
     let address = served.url.trim_start_matches("http://").trim_end_matches('/').to_owned();
     // One principal's token opens 30 requests whose bodies never finish arriving.
-    let started = std::time::Instant::now();
     let mut trickling: Vec<std::net::TcpStream> = (0..30)
         .map(|_| {
             let mut stream = std::net::TcpStream::connect(&address).expect("connect");
@@ -794,7 +793,8 @@ fn one_token_trickling_bodies_is_bounded_and_starves_no_other_principal() {
                  Accept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{{"
             );
             stream.write_all(head.as_bytes()).expect("send the head and a byte");
-            stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+            // Far longer than the bodies' 2 s: a stream still unanswered then was never answered.
+            stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).expect("timeout");
             stream
         })
         .collect();
@@ -808,14 +808,21 @@ fn one_token_trickling_bodies_is_bounded_and_starves_no_other_principal() {
     let mut statuses: Vec<String> = Vec::new();
     for stream in &mut trickling {
         let mut answer = Vec::new();
-        let _ = stream.read_to_end(&mut answer);
+        let read = stream.read_to_end(&mut answer);
         let answer = String::from_utf8_lossy(&answer).into_owned();
-        statuses.push(answer.lines().next().unwrap_or("closed").to_owned());
+        let status = answer.lines().next().map(str::to_owned);
+        statuses.push(match (read, status) {
+            (_, Some(status)) => status,
+            (Ok(_), None) => "closed".to_owned(),
+            (Err(error), None) => format!("no answer: {error}"),
+        });
     }
     let refused = statuses.iter().filter(|status| status.contains(" 429 ")).count();
     assert!(refused >= 22, "past the bound of 8, requests are refused at once: {statuses:?}");
     assert!(statuses.iter().all(|status| !status.contains(" 200 ")), "{statuses:?}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(9), "the bodies' time ran out: {:?}", started.elapsed());
+    // Each was answered or closed by the service when its body's time ran out, long before the
+    // reader gave up (no wall-clock bound: a loaded machine may take its time).
+    assert!(statuses.iter().all(|status| !status.starts_with("no answer")), "the bodies' time never ran out: {statuses:?}");
     // The bound is free again.
     let mut again = load::Client::connect(&served.url, &impl_token).expect("the principal connects again");
     let read = again.call("read_file", serde_json::json!({"path": "notes.txt"})).expect("read");

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use toolcell_runtime::{Access, Approver, CallOutcome, CallRequest, Error, Workspace};
 use toolcell_tests::{builtin_runtime_builder, guest_program};
 
-use super::hardening::{DROPBOX_POLICY, Governed, call, governed, probe, records, write};
+use super::hardening::{DROPBOX_POLICY, Governed, assert_audited, call, governed, probe, records, write};
 
 /// What `secrets/server.pem` holds: it must never reach a tool whose role may not read it.
 const PEM: &str = "-----BEGIN PRIVATE KEY----- hunter2-pem-material";
@@ -142,6 +142,7 @@ fn what_toolcell_keeps_inside_the_workspace_is_invisible_to_tools() {
             assert!(!shown(&outcome).contains("hunter2"), "{op} `{path}`: {}", shown(&outcome));
             assert!(!succeeded(&outcome) && !outcome.denials.is_empty(), "{op} `{path}` must be refused: {:?}", outcome.result);
             assert!(outcome.denials.iter().all(|denial| denial.event.rule.starts_with("protected:")), "{op} {path}: {:?}", outcome.denials);
+            assert_audited(&state, &outcome, &format!("{op} `{path}`"));
         }
     }
     // Not listed where it lies, not found by a search, not a search candidate.
@@ -165,7 +166,7 @@ fn what_toolcell_keeps_inside_the_workspace_is_invisible_to_tools() {
 
 #[test]
 fn a_new_symlink_is_judged_where_the_kernel_would_resolve_it() {
-    let Governed { root, runtime, workspace, .. } = &governed(DROPBOX_POLICY, &[("a/inside.txt", "in\n"), ("x", "x\n")]);
+    let Governed { root, state, runtime, workspace, .. } = &governed(DROPBOX_POLICY, &[("a/inside.txt", "in\n"), ("x", "x\n")]);
     // Allowed: links that lead, and will lead, inside.
     for (link, target) in [("dot", "."), ("a/up", ".."), ("a/sibling", "../x"), ("via", "a/up/x")] {
         let outcome = probe(runtime, workspace, json!([{"op": "symlink", "path": link, "to": target}]));
@@ -185,11 +186,14 @@ fn a_new_symlink_is_judged_where_the_kernel_would_resolve_it() {
         assert!(!succeeded(&outcome), "`{link} -> {target}` must be refused: {:?}", outcome.result);
         let denial = outcome.denials.iter().find(|denial| denial.event.rule == "symlink-target");
         assert!(denial.is_some(), "`{link} -> {target}`: {:?}", outcome.denials);
+        assert_audited(state, &outcome, &format!("`{link} -> {target}`"));
         assert!(std::fs::symlink_metadata(root.join(link)).is_err(), "`{link}` was not made");
     }
     // Nor may an allowed link be moved where it would resolve outside.
     let outcome = probe(runtime, workspace, json!([{"op": "rename", "path": "a/up", "to": "up"}]));
     assert!(!succeeded(&outcome), "{:?}", outcome.result);
+    assert!(outcome.denials.iter().any(|denial| denial.event.rule == "symlink-target"), "{:?}", outcome.denials);
+    assert_audited(state, &outcome, "rename `a/up` to `up`");
     // A link planted from outside toolcell is reported as it resolves, not as it reads.
     std::os::unix::fs::symlink("dot/..", root.join("planted")).expect("plant");
     let info = call(runtime, workspace, "file_info", &json!({"path": "planted"}));
@@ -315,7 +319,7 @@ fn search_candidates_say_nothing_of_files_that_need_approval() {
 
 #[test]
 fn a_component_may_not_create_names_with_control_characters() {
-    let Governed { root, runtime, workspace, .. } = &governed(DROPBOX_POLICY, &[("a.txt", "a\n")]);
+    let Governed { root, state, runtime, workspace, .. } = &governed(DROPBOX_POLICY, &[("a.txt", "a\n")]);
     for ops in [
         json!([{"op": "write", "path": "evil\nname.txt", "content": "x"}]),
         json!([{"op": "mkdir", "path": "esc\u{1b}[31m"}]),
@@ -325,7 +329,8 @@ fn a_component_may_not_create_names_with_control_characters() {
     ] {
         let outcome = probe(runtime, workspace, ops.clone());
         assert!(!succeeded(&outcome), "{ops}: {:?}", outcome.result);
-        assert!(!outcome.denials.is_empty() || shown(&outcome).contains("control"), "{ops}: refused by the host: {:?}", outcome.result);
+        assert!(outcome.denials.iter().any(|denial| denial.event.rule == "control-character"), "{ops}: {:?}", outcome.denials);
+        assert_audited(state, &outcome, &ops.to_string());
     }
     let names: Vec<String> =
         std::fs::read_dir(root).expect("list").map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned()).collect();

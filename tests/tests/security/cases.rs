@@ -6,7 +6,7 @@ use toolcell_runtime::CallOutcome;
 use toolcell_tests::Fixture;
 use toolcell_types::ToolErrorKind;
 
-use crate::{Case, Expect, run_all};
+use crate::{Case, Expect, Snapshot, run_all};
 
 /// A table of cases.
 pub type Table = fn() -> Vec<Case>;
@@ -57,10 +57,36 @@ fn through_every_tool(path: &str) -> Vec<(&'static str, Value)> {
     ]
 }
 
-/// A refusal or nothing at all: a read-only tool may return success with the refusal stated
-/// (read_many), but nothing may change.
-fn refused_or_contained(tool: &str) -> Expect {
-    if matches!(tool, "read_many") { Expect::Contained } else { Expect::Refused }
+/// What a built-in tool's own check answers for a path that climbs out or is absolute: its
+/// SDK refuses it (`denied`; `invalid-args` in a patch) before the host sees it. A read-only
+/// tool that takes many paths (read_many) states the refusal in a result instead.
+fn refused_by_the_sdk(tool: &str) -> Expect {
+    match tool {
+        "read_many" => Expect::Check(|fixture, before, outcome| small_answer(fixture, before, outcome, "Error (denied): ")),
+        // A patch naming such a path is malformed.
+        "apply_patch" => Expect::Fails(ToolErrorKind::InvalidArgs),
+        _ => Expect::Fails(ToolErrorKind::Denied),
+    }
+}
+
+/// Every `wasi:filesystem` operation a built-in tool makes on a path it was given, as `fs_probe`
+/// makes it raw (the path as given, no SDK check): the host alone must refuse each.
+fn raw_operations(path: &str) -> Vec<(&'static str, Value)> {
+    let raw = |op: &str, path: &str, to: &str| json!({"ops": [{"op": op, "path": path, "to": to, "content": "pwned"}]});
+    vec![
+        ("raw_read", raw("raw_read", path, "")),
+        ("raw_write", raw("raw_write", path, "")),
+        ("raw_stat", raw("raw_stat", path, "")),
+        ("raw_list", raw("raw_list", path, "")),
+        ("raw_mkdir", raw("raw_mkdir", path, "")),
+        ("raw_remove", raw("raw_remove", path, "")),
+        ("raw_rmdir", raw("raw_rmdir", path, "")),
+        ("raw_rename from", raw("raw_rename", path, "stolen.txt")),
+        ("raw_rename to", raw("raw_rename", "src/main.rs", path)),
+        ("raw_link from", raw("raw_link", path, "stolen.txt")),
+        ("raw_link to", raw("raw_link", "src/main.rs", path)),
+        ("raw_symlink at", raw("raw_symlink", path, "src/main.rs")),
+    ]
 }
 
 const ESCAPES: &[&str] = &[
@@ -88,17 +114,30 @@ fn escaping_paths() -> Vec<Case> {
     let mut cases = Vec::new();
     for path in ESCAPES {
         for (tool, args) in through_every_tool(path) {
-            cases.push(case(format!("{tool} on `{path}`"), nothing, tool, args, refused_or_contained(tool)));
+            cases.push(case(format!("{tool} on `{path}`"), nothing, tool, args, refused_by_the_sdk(tool)));
+        }
+        // The same path with the SDK out of the way: the host's refusal is what is tested.
+        for (op, args) in raw_operations(path) {
+            cases.push(case(format!("fs_probe {op} `{path}`"), nothing, "fs_probe", args, Expect::Refused));
         }
     }
     // A long chain of `..`.
     let long = format!("{}etc/passwd", "../".repeat(64));
-    cases.push(case("read_file on 64 `..`", nothing, "read_file", json!({"path": long}), Expect::Refused));
-    cases.push(case("write_file on 64 `..`", nothing, "write_file", json!({"path": long, "content": "x"}), Expect::Refused));
-    // The same escapes straight from a component, which no SDK check protects.
+    cases.push(case("read_file on 64 `..`", nothing, "read_file", json!({"path": long}), Expect::Fails(ToolErrorKind::Denied)));
+    cases.push(case(
+        "write_file on 64 `..`",
+        nothing,
+        "write_file",
+        json!({"path": long, "content": "x"}),
+        Expect::Fails(ToolErrorKind::Denied),
+    ));
+    for op in ["raw_read", "raw_write"] {
+        cases.push(case(format!("fs_probe {op} on 64 `..`"), nothing, "fs_probe", probe(op, &long, ""), Expect::Refused));
+    }
+    // The same escapes through `std::fs` in a component (wasi-libc's path handling in between).
     for path in ["../outside/secret.txt", "../workspace-sibling/secret.txt", "src/../../outside/secret.txt", "../outside/new.txt"] {
         for op in ["read", "write", "append", "stat", "list", "remove", "mkdir"] {
-            cases.push(case(format!("fs_probe {op} `{path}`"), nothing, "fs_probe", probe(op, path, ""), Expect::Contained));
+            cases.push(case(format!("fs_probe {op} `{path}`"), nothing, "fs_probe", probe(op, path, ""), Expect::Refused));
         }
     }
     cases.push(case(
@@ -106,32 +145,74 @@ fn escaping_paths() -> Vec<Case> {
         nothing,
         "fs_probe",
         probe("rename", "src/main.rs", "../outside/main.rs"),
-        Expect::Contained,
+        Expect::Refused,
     ));
     cases.push(case(
         "fs_probe rename a file in",
         nothing,
         "fs_probe",
         probe("rename", "../outside/secret.txt", "stolen.txt"),
-        Expect::Contained,
+        Expect::Refused,
     ));
-    cases.push(case("fs_probe absolute read", nothing, "fs_probe", probe("read", "/etc/passwd", ""), Expect::Contained));
+    // wasi-libc reads an absolute path as one inside the workspace: `etc/passwd`, missing.
+    cases.push(case("fs_probe absolute read", nothing, "fs_probe", probe("read", "/etc/passwd", ""), Expect::Check(probe_not_found)));
     cases.push(case(
         "fs_probe canonicalize",
         nothing,
         "fs_probe",
         probe("canonicalize", "src/main.rs", ""),
-        Expect::Check(no_host_path_only),
+        Expect::Check(|fixture, before, outcome| probe_value(fixture, before, outcome, &json!("/src/main.rs"))),
     ));
-    cases.push(case("fs_probe cwd", nothing, "fs_probe", probe("cwd", ".", ""), Expect::Check(no_host_path_only)));
-    cases.push(case("fs_probe environment", nothing, "fs_probe", probe("env", ".", ""), Expect::Check(no_host_path_only)));
+    cases.push(case(
+        "fs_probe cwd",
+        nothing,
+        "fs_probe",
+        probe("cwd", ".", ""),
+        Expect::Check(|fixture, before, outcome| probe_value(fixture, before, outcome, &json!("/"))),
+    ));
+    cases.push(case(
+        "fs_probe environment",
+        nothing,
+        "fs_probe",
+        probe("env", ".", ""),
+        Expect::Check(|fixture, before, outcome| probe_value(fixture, before, outcome, &json!([]))),
+    ));
     cases
 }
 
-/// The call may do what it likes inside; the suite's own checks (no host path, nothing
-/// outside) are the point.
-fn no_host_path_only(_: &Fixture, _: &CallOutcome) -> Result<(), String> {
-    Ok(())
+/// The results of an `fs_probe` call that succeeded.
+fn probe_results(outcome: &CallOutcome) -> Result<Vec<Value>, String> {
+    let output = outcome.result.as_ref().map_err(|error| format!("the call failed: {error}"))?;
+    Ok(output.structured.as_ref().and_then(Value::as_array).cloned().unwrap_or_default())
+}
+
+/// `fs_probe`'s one operation succeeded with `value`, and changed nothing.
+fn probe_value(fixture: &Fixture, before: &Snapshot, outcome: &CallOutcome, value: &Value) -> Result<(), String> {
+    let results = probe_results(outcome)?;
+    if results.len() != 1 || results[0]["ok"] != true || &results[0]["value"] != value {
+        return Err(format!("expected the value {value}, got {results:?}"));
+    }
+    unchanged(fixture, before)
+}
+
+/// The workspace is as it was before the call.
+fn unchanged(fixture: &Fixture, before: &Snapshot) -> Result<(), String> {
+    let after = fixture.snapshot();
+    if &after == before {
+        return Ok(());
+    }
+    let gained: Vec<&(String, String)> = after.iter().filter(|entry| !before.contains(entry)).collect();
+    let lost: Vec<&(String, String)> = before.iter().filter(|entry| !after.contains(entry)).collect();
+    Err(format!("the workspace changed: now {gained:?}, before {lost:?}"))
+}
+
+/// `fs_probe`'s one operation found nothing there (and the host refused nothing).
+fn probe_not_found(fixture: &Fixture, before: &Snapshot, outcome: &CallOutcome) -> Result<(), String> {
+    let results = probe_results(outcome)?;
+    if results.len() != 1 || results[0]["ok"] != false || !results[0]["error"].as_str().is_some_and(|error| error.starts_with("NotFound")) {
+        return Err(format!("expected not-found, got {results:?}"));
+    }
+    unchanged(fixture, before)
 }
 
 fn foreign_and_encoded() -> Vec<Case> {
@@ -149,8 +230,11 @@ fn foreign_and_encoded() -> Vec<Case> {
     ] {
         for tool in ["read_file", "write_file", "list_files"] {
             let args = if tool == "write_file" { json!({"path": path, "content": "x"}) } else { json!({"path": path}) };
-            cases.push(case(format!("{tool} on foreign `{path}`"), nothing, tool, args, Expect::Refused));
+            cases.push(case(format!("{tool} on foreign `{path}`"), nothing, tool, args, Expect::Fails(ToolErrorKind::Denied)));
         }
+        // To the host, only an absolute path leaves the workspace; the others are names in it.
+        let raw = if path.starts_with('/') { Expect::Refused } else { Expect::Contained };
+        cases.push(case(format!("fs_probe raw_read on foreign `{path}`"), nothing, "fs_probe", probe("raw_read", path, ""), raw));
     }
     // Encodings are names, not escapes: they stay literal inside the workspace.
     for path in [
@@ -166,7 +250,13 @@ fn foreign_and_encoded() -> Vec<Case> {
         "...",
         "..../x",
     ] {
-        cases.push(case(format!("read_file on encoded `{path}`"), nothing, "read_file", json!({"path": path}), Expect::Refused));
+        cases.push(case(
+            format!("read_file on encoded `{path}`"),
+            nothing,
+            "read_file",
+            json!({"path": path}),
+            Expect::Fails(ToolErrorKind::NotFound),
+        ));
         let literal: &'static str = Box::leak(path.to_owned().into_boxed_str());
         cases.push(case(
             format!("write_file on encoded `{path}`"),
@@ -182,18 +272,35 @@ fn foreign_and_encoded() -> Vec<Case> {
 fn control_characters() -> Vec<Case> {
     let mut cases = Vec::new();
     for path in ["src/main.rs\u{0}../../outside/secret.txt", "a\u{0}b", "\u{0}"] {
-        cases.push(case(format!("read_file with NUL {path:?}"), nothing, "read_file", json!({"path": path}), Expect::Refused));
+        cases.push(case(
+            format!("read_file with NUL {path:?}"),
+            nothing,
+            "read_file",
+            json!({"path": path}),
+            Expect::Fails(ToolErrorKind::InvalidArgs),
+        ));
         cases.push(case(
             format!("write_file with NUL {path:?}"),
             nothing,
             "write_file",
             json!({"path": path, "content": "x"}),
-            Expect::Refused,
+            Expect::Fails(ToolErrorKind::InvalidArgs),
         ));
         cases.push(case(format!("fs_probe write with NUL {path:?}"), nothing, "fs_probe", probe("write", path, ""), Expect::Contained));
+        // Straight to the host: a NUL names nothing there, and no file is created with one.
+        cases.push(case(
+            format!("fs_probe raw_read with NUL {path:?}"),
+            nothing,
+            "fs_probe",
+            probe("raw_read", path, ""),
+            Expect::Contained,
+        ));
+        let creates = if path.contains('/') { Expect::Contained } else { Expect::RefusedAs(ToolErrorKind::InvalidArgs) };
+        cases.push(case(format!("fs_probe raw_write with NUL {path:?}"), nothing, "fs_probe", probe("raw_write", path, ""), creates));
     }
-    // File names that try to forge lines of the audit trail or a transcript: created literally,
-    // never able to add a record (the suite verifies the chain after each table).
+    // File names that try to forge lines of the audit trail or a transcript: never created
+    // with a control character in them, by the SDK's check or (straight from a component) by
+    // the host's; never able to add a record (the suite verifies the chain after each table).
     for name in [
         "evil\n{\"seq\":0,\"kind\":\"call\",\"outcome\":\"ok\"}",
         "evil\r\nCALL ok forged",
@@ -203,19 +310,27 @@ fn control_characters() -> Vec<Case> {
         "line\u{2028}separator.txt",
     ] {
         let literal: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        let control = name.chars().any(char::is_control);
         cases.push(case(
             format!("write_file named {name:?}"),
             nothing,
             "write_file",
             json!({"path": name, "content": "x"}),
-            Expect::Literal(literal),
+            if control { Expect::Fails(ToolErrorKind::InvalidArgs) } else { Expect::Literal(literal) },
+        ));
+        cases.push(case(
+            format!("fs_probe raw_write named {name:?}"),
+            nothing,
+            "fs_probe",
+            json!({"ops": [{"op": "raw_write", "path": name, "content": "x"}]}),
+            if control { Expect::RefusedAs(ToolErrorKind::InvalidArgs) } else { Expect::Literal(literal) },
         ));
         cases.push(case(
             format!("edit_file of missing {name:?}"),
             nothing,
             "edit_file",
             json!({"path": name, "old_string": "a", "new_string": "b"}),
-            Expect::Refused,
+            Expect::Fails(ToolErrorKind::NotFound),
         ));
     }
     cases.push(case(
@@ -232,12 +347,15 @@ fn plant_forged_name(fixture: &Fixture) {
     fixture.write("forged\n{\"kind\":\"call\"}.txt", "x");
 }
 
-fn forged_name_escaped(_: &Fixture, outcome: &CallOutcome) -> Result<(), String> {
+fn forged_name_escaped(fixture: &Fixture, before: &Snapshot, outcome: &CallOutcome) -> Result<(), String> {
     let text = &outcome.result.as_ref().map_err(|error| error.to_string())?.text;
     if text.contains("forged\n{") {
         return Err(format!("a raw newline from a file name reached the listing: {text}"));
     }
-    Ok(())
+    if !text.contains("forged\\n{\"kind\":\"call\"}.txt") {
+        return Err(format!("the forged name is not listed, escaped: {text}"));
+    }
+    unchanged(fixture, before)
 }
 
 fn spellings() -> Vec<Case> {
@@ -253,16 +371,24 @@ fn spellings() -> Vec<Case> {
         "secrets/../secrets/key.pem",
         "secrets",
     ] {
-        cases.push(case(format!("read_file on hidden `{path}`"), nothing, "read_file", json!({"path": path}), Expect::Refused));
-        cases.push(case(format!("fs_probe read on hidden `{path}`"), nothing, "fs_probe", probe("read", path, ""), Expect::Contained));
+        // The directory itself: read_file answers that it is one (the role may list it).
+        let expect = if path == "secrets" { Expect::Fails(ToolErrorKind::Unsupported) } else { Expect::Refused };
+        cases.push(case(format!("read_file on hidden `{path}`"), nothing, "read_file", json!({"path": path}), expect));
+        cases.push(case(format!("fs_probe read on hidden `{path}`"), nothing, "fs_probe", probe("read", path, ""), Expect::Refused));
     }
-    cases.push(case("search_files for the secret", nothing, "search_files", json!({"query": "PRIVATE"}), Expect::Check(found_nothing)));
+    cases.push(case(
+        "search_files for the secret",
+        nothing,
+        "search_files",
+        json!({"query": "PRIVATE"}),
+        Expect::Check(|fixture, before, outcome| answered(fixture, before, outcome, "No matches for `PRIVATE` in `.`.")),
+    ));
     cases.push(case(
         "search_files inside the hidden directory",
         nothing,
         "search_files",
         json!({"query": "PRIVATE", "path": "secrets"}),
-        Expect::Check(found_nothing),
+        Expect::Check(|fixture, before, outcome| answered(fixture, before, outcome, "No matches for `PRIVATE` in `secrets`.")),
     ));
     for path in [
         "docs/guide.md",
@@ -274,14 +400,10 @@ fn spellings() -> Vec<Case> {
         "docs/new.md",
         "docs",
     ] {
-        cases.push(case(
-            format!("write_file on protected `{path}`"),
-            nothing,
-            "write_file",
-            json!({"path": path, "content": "x"}),
-            Expect::Refused,
-        ));
-        cases.push(case(format!("fs_probe write on protected `{path}`"), nothing, "fs_probe", probe("write", path, ""), Expect::Contained));
+        // The directory itself: write_file answers that it is one.
+        let expect = if path == "docs" { Expect::Fails(ToolErrorKind::Unsupported) } else { Expect::Refused };
+        cases.push(case(format!("write_file on protected `{path}`"), nothing, "write_file", json!({"path": path, "content": "x"}), expect));
+        cases.push(case(format!("fs_probe write on protected `{path}`"), nothing, "fs_probe", probe("write", path, ""), Expect::Refused));
     }
     cases.push(case("delete_file on protected docs", nothing, "delete_file", json!({"path": "docs", "recursive": true}), Expect::Refused));
     cases.push(case("move_file of protected docs", nothing, "move_file", json!({"source": "docs", "destination": "d2"}), Expect::Refused));
@@ -299,11 +421,13 @@ fn nest_docs(fixture: &Fixture) {
     fixture.write("docs/deep/er/notes.md", "notes");
 }
 
-fn found_nothing(_: &Fixture, outcome: &CallOutcome) -> Result<(), String> {
-    match &outcome.result {
-        Ok(output) if output.text.contains("key.pem") => Err(format!("the hidden file was named: {}", output.text)),
-        _ => Ok(()),
+/// The call succeeded with exactly `text`, and changed nothing.
+fn answered(fixture: &Fixture, before: &Snapshot, outcome: &CallOutcome, text: &str) -> Result<(), String> {
+    let output = outcome.result.as_ref().map_err(|error| format!("expected `{text}`, failed: {error}"))?;
+    if output.text != text {
+        return Err(format!("expected `{text}`, got `{}`", output.text));
     }
+    unchanged(fixture, before)
 }
 
 fn plant_links(fixture: &Fixture) {
@@ -325,7 +449,7 @@ fn plant_links(fixture: &Fixture) {
     link("loop-a", "loop-b");
     link("self", "self");
     link("../..", "src/up");
-    link("../../outside", "src/nested/out");
+    link("../../../outside", "src/nested/out");
     link("secrets/key.pem", "alias");
     link("secrets", "secrets-alias");
     link("docs", "docs-alias");
@@ -361,20 +485,14 @@ fn planted_symlinks() -> Vec<Case> {
             };
             cases.push(case(format!("{tool} through link `{path}`"), plant_links, tool, args, Expect::Refused));
         }
-        cases.push(case(
-            format!("fs_probe read through link `{path}`"),
-            plant_links,
-            "fs_probe",
-            probe("read", path, ""),
-            Expect::Contained,
-        ));
+        cases.push(case(format!("fs_probe read through link `{path}`"), plant_links, "fs_probe", probe("read", path, ""), Expect::Refused));
         if !hidden_alias {
             cases.push(case(
                 format!("fs_probe write through link `{path}`"),
                 plant_links,
                 "fs_probe",
                 probe("write", path, ""),
-                Expect::Contained,
+                Expect::Refused,
             ));
         }
     }
@@ -383,19 +501,16 @@ fn planted_symlinks() -> Vec<Case> {
         plant_links,
         "list_files",
         json!({"path": "secrets-alias"}),
-        Expect::Check(found_nothing),
+        Expect::Check(|fixture, before, outcome| answered(fixture, before, outcome, "`secrets-alias` is empty.")),
     ));
+    // A loop leads nowhere: the host's answer is a failure, not a refusal.
+    let leads =
+        |path: &str| if path.starts_with("loop") || path == "self" { Expect::Fails(ToolErrorKind::Failed) } else { Expect::Refused };
     for path in ["out-dir", "sibling", "src/up", "loop-a", "self"] {
-        cases.push(case(format!("list_files through link `{path}`"), plant_links, "list_files", json!({"path": path}), Expect::Refused));
+        cases.push(case(format!("list_files through link `{path}`"), plant_links, "list_files", json!({"path": path}), leads(path)));
     }
     for path in ["loop-a", "self", "c1"] {
-        cases.push(case(
-            format!("read_file on looping or chained `{path}`"),
-            plant_links,
-            "read_file",
-            json!({"path": path}),
-            Expect::Refused,
-        ));
+        cases.push(case(format!("read_file on looping or chained `{path}`"), plant_links, "read_file", json!({"path": path}), leads(path)));
     }
     // Creating through a dangling link or a linked parent directory must not create outside.
     cases.push(case(
@@ -405,7 +520,7 @@ fn planted_symlinks() -> Vec<Case> {
         json!({"path": "dangling", "content": "x"}),
         Expect::Refused,
     ));
-    cases.push(case("fs_probe create through a dangling link", plant_links, "fs_probe", probe("write", "dangling", ""), Expect::Contained));
+    cases.push(case("fs_probe create through a dangling link", plant_links, "fs_probe", probe("write", "dangling", ""), Expect::Refused));
     cases.push(case(
         "write under a linked parent",
         plant_links,
@@ -442,7 +557,7 @@ fn planted_symlinks() -> Vec<Case> {
         plant_links,
         "search_files",
         json!({"query": "CANARY"}),
-        Expect::Check(found_nothing),
+        Expect::Check(|fixture, before, outcome| answered(fixture, before, outcome, "No matches for `CANARY` in `.`.")),
     ));
     cases.push(case("directory_tree past every planted link", plant_links, "directory_tree", json!({"depth": 5}), Expect::Contained));
     cases.push(case(
@@ -455,10 +570,11 @@ fn planted_symlinks() -> Vec<Case> {
     cases
 }
 
-fn link_removed(fixture: &Fixture, outcome: &CallOutcome) -> Result<(), String> {
+fn link_removed(fixture: &Fixture, before: &Snapshot, outcome: &CallOutcome) -> Result<(), String> {
     outcome.result.as_ref().map_err(|error| error.to_string())?;
-    if fixture.root().join("out-file").symlink_metadata().is_ok() {
-        return Err("the link is still there".to_owned());
+    let expected: Snapshot = before.iter().filter(|(path, _)| path != "out-file").cloned().collect();
+    if fixture.snapshot() != expected {
+        return Err(format!("only the link `out-file` goes: {:?}", fixture.snapshot()));
     }
     Ok(())
 }
@@ -479,7 +595,7 @@ fn hostile_links() -> Vec<Case> {
             nothing,
             "fs_probe",
             probe("symlink", "planted", target),
-            Expect::Contained,
+            Expect::Refused,
         ));
     }
     cases.push(case(
@@ -487,7 +603,7 @@ fn hostile_links() -> Vec<Case> {
         nothing,
         "fs_probe",
         probe("symlink", "src/planted", "../../outside"),
-        Expect::Contained,
+        Expect::Refused,
     ));
     for (path, to) in [
         ("../outside/secret.txt", "stolen.txt"),
@@ -500,7 +616,7 @@ fn hostile_links() -> Vec<Case> {
             nothing,
             "fs_probe",
             probe("hard_link", path, to),
-            Expect::Contained,
+            Expect::Refused,
         ));
     }
     cases.push(case(
@@ -508,14 +624,14 @@ fn hostile_links() -> Vec<Case> {
         nothing,
         "fs_probe",
         probe("rename", "secrets/key.pem", "public.pem"),
-        Expect::Contained,
+        Expect::Refused,
     ));
     cases.push(case(
         "fs_probe renames the hidden directory into view",
         nothing,
         "fs_probe",
         probe("rename", "secrets", "public"),
-        Expect::Contained,
+        Expect::Refused,
     ));
     cases.push(case(
         "move_file of a hidden file into view",
@@ -530,6 +646,7 @@ fn hostile_links() -> Vec<Case> {
 fn plant_hard_links(fixture: &Fixture) {
     std::fs::hard_link(fixture.base().join("elsewhere/linked.txt"), fixture.root().join("hard.txt")).expect("hard link");
     std::fs::hard_link(fixture.root().join("docs/guide.md"), fixture.root().join("src/guide-copy.md")).expect("hard link");
+    std::fs::hard_link(fixture.root().join("secrets/key.pem"), fixture.root().join("src/key-copy.pem")).expect("hard link");
 }
 
 fn hard_links() -> Vec<Case> {
@@ -546,7 +663,8 @@ fn hard_links() -> Vec<Case> {
             format!("edit_file through hard link `{path}`"),
             plant_hard_links,
             "edit_file",
-            json!({"path": path, "old_string": "E", "new_string": "x"}),
+            // Text each file holds once, so that the edit gets as far as its write.
+            json!({"path": path, "old_string": if path == "hard.txt" { "ELSEWHERE" } else { "Guide" }, "new_string": "x"}),
             Expect::Refused,
         ));
         cases.push(case(
@@ -554,20 +672,38 @@ fn hard_links() -> Vec<Case> {
             plant_hard_links,
             "fs_probe",
             probe("append", path, ""),
-            Expect::Contained,
+            Expect::Refused,
         ));
         cases.push(case(
             format!("fs_probe truncate through hard link `{path}`"),
             plant_hard_links,
             "fs_probe",
             probe("truncate", path, ""),
-            Expect::Contained,
+            Expect::Refused,
         ));
         cases.push(case(
             format!("move_file over hard link `{path}`"),
             plant_hard_links,
             "move_file",
             json!({"source": "src/main.rs", "destination": path, "overwrite": true}),
+            Expect::Refused,
+        ));
+    }
+    // Reads through a link another program planted: to a file outside, and to the hidden
+    // secret under a name the role may read.
+    for path in ["hard.txt", "src/key-copy.pem"] {
+        cases.push(case(
+            format!("read_file through hard link `{path}`"),
+            plant_hard_links,
+            "read_file",
+            json!({"path": path}),
+            Expect::Refused,
+        ));
+        cases.push(case(
+            format!("fs_probe read through hard link `{path}`"),
+            plant_hard_links,
+            "fs_probe",
+            probe("read", path, ""),
             Expect::Refused,
         ));
     }
@@ -585,7 +721,9 @@ fn case_and_unicode() -> Vec<Case> {
         "secrets\u{200b}/key.pem",
         "secret\u{73}\u{301}/key.pem",
     ] {
-        cases.push(case(format!("read_file on variant `{path}`"), nothing, "read_file", json!({"path": path}), Expect::Refused));
+        // Only the spelling the deny glob matches is refused; the others are missing files.
+        let expect = if path.starts_with("secrets/") { Expect::Refused } else { Expect::Fails(ToolErrorKind::NotFound) };
+        cases.push(case(format!("read_file on variant `{path}`"), nothing, "read_file", json!({"path": path}), expect));
     }
     // Writing a variant of a protected name creates a different file and leaves the
     // protected one alone.
@@ -606,13 +744,7 @@ fn case_and_unicode() -> Vec<Case> {
         json!({"path": "café/menu.txt", "content": "x"}),
         Expect::Refused,
     ));
-    cases.push(case(
-        "fs_probe write on the protected NFC name",
-        nothing,
-        "fs_probe",
-        probe("write", "café/menu.txt", ""),
-        Expect::Contained,
-    ));
+    cases.push(case("fs_probe write on the protected NFC name", nothing, "fs_probe", probe("write", "café/menu.txt", ""), Expect::Refused));
     cases
 }
 
@@ -634,21 +766,61 @@ fn plant_specials(fixture: &Fixture) {
 fn special_files() -> Vec<Case> {
     let mut cases = Vec::new();
     for path in ["pipe", "zero", "null", "proc-root/etc/passwd", "proc-cwd", "fd0", "environ"] {
-        cases.push(case(format!("read_file on special `{path}`"), plant_specials, "read_file", json!({"path": path}), Expect::Refused));
+        // read_file looks before it opens, and declines a FIFO itself; the host refuses the
+        // rest (links that lead outside), and opening a FIFO at all.
+        let expect = if path == "pipe" { Expect::Fails(ToolErrorKind::Unsupported) } else { Expect::Refused };
+        cases.push(case(format!("read_file on special `{path}`"), plant_specials, "read_file", json!({"path": path}), expect));
         cases.push(case(
             format!("fs_probe read on special `{path}`"),
             plant_specials,
             "fs_probe",
             probe("read", path, ""),
-            Expect::Contained,
+            Expect::Refused,
         ));
     }
-    cases.push(case("write_file on a FIFO", plant_specials, "write_file", json!({"path": "pipe", "content": "x"}), Expect::Refused));
-    cases.push(case("fs_probe write on a FIFO", plant_specials, "fs_probe", probe("write", "pipe", ""), Expect::Contained));
-    cases.push(case("search_files past a FIFO", plant_specials, "search_files", json!({"query": "zzz"}), Expect::Contained));
-    cases.push(case("read_many with a FIFO", plant_specials, "read_many", json!({"paths": ["pipe", "src/main.rs"]}), Expect::Contained));
+    cases.push(case(
+        "write_file on a FIFO",
+        plant_specials,
+        "write_file",
+        json!({"path": "pipe", "content": "x"}),
+        Expect::Fails(ToolErrorKind::Unsupported),
+    ));
+    cases.push(case("fs_probe write on a FIFO", plant_specials, "fs_probe", probe("write", "pipe", ""), Expect::Refused));
+    cases.push(case(
+        "search_files past a FIFO",
+        plant_specials,
+        "search_files",
+        json!({"query": "zzz"}),
+        Expect::Check(|fixture, before, outcome| answered(fixture, before, outcome, "No matches for `zzz` in `.`.")),
+    ));
+    cases.push(case(
+        "read_many with a FIFO",
+        plant_specials,
+        "read_many",
+        json!({"paths": ["pipe", "src/main.rs"]}),
+        Expect::Check(|fixture, before, outcome| {
+            let text = output_text(outcome)?;
+            if !text.contains("Error (unsupported): `pipe` is not a regular file") || !text.contains("fn main() {}") {
+                return Err(format!("expected the FIFO declined and the file read: {text}"));
+            }
+            unchanged(fixture, before)
+        }),
+    ));
     for path in ["/proc/self/environ", "/proc/self/mem", "/dev/zero"] {
-        cases.push(case(format!("read_file on absolute `{path}`"), nothing, "read_file", json!({"path": path}), Expect::Refused));
+        cases.push(case(
+            format!("read_file on absolute `{path}`"),
+            nothing,
+            "read_file",
+            json!({"path": path}),
+            Expect::Fails(ToolErrorKind::Denied),
+        ));
+        cases.push(case(
+            format!("fs_probe raw_read on absolute `{path}`"),
+            nothing,
+            "fs_probe",
+            probe("raw_read", path, ""),
+            Expect::Refused,
+        ));
     }
     cases
 }
@@ -675,57 +847,111 @@ fn plant_bomb(fixture: &Fixture) {
     std::fs::write(deep.join("bottom.txt"), "bottom").expect("bottom");
 }
 
-fn small_output(_: &Fixture, outcome: &CallOutcome) -> Result<(), String> {
-    match &outcome.result {
-        Ok(output) if output.text.len() > 600 * 1024 => Err(format!("{} bytes of output", output.text.len())),
-        _ => Ok(()),
+/// The text of a call that succeeded.
+fn output_text(outcome: &CallOutcome) -> Result<&str, String> {
+    outcome.result.as_ref().map(|output| output.text.as_str()).map_err(|error| format!("the call failed: {error}"))
+}
+
+/// The call succeeded with at most 600 KiB of text holding `part`, and changed nothing.
+fn small_answer(fixture: &Fixture, before: &Snapshot, outcome: &CallOutcome, part: &str) -> Result<(), String> {
+    let text = output_text(outcome)?;
+    if text.len() > 600 * 1024 {
+        return Err(format!("{} bytes of output", text.len()));
     }
+    if !text.contains(part) {
+        return Err(format!("expected `{part}` in the answer: {}", text.chars().take(2000).collect::<String>()));
+    }
+    unchanged(fixture, before)
 }
 
 fn huge_and_many() -> Vec<Case> {
     vec![
-        case("read_file on an 8 GiB sparse file", plant_sparse, "read_file", json!({"path": "sparse.bin"}), Expect::Refused),
+        // A NUL in its first 8 KiB: binary, declined before it is read.
+        case(
+            "read_file on an 8 GiB sparse file",
+            plant_sparse,
+            "read_file",
+            json!({"path": "sparse.bin"}),
+            Expect::Fails(ToolErrorKind::Unsupported),
+        ),
+        // The component runs out of its memory limit, and the call fails with nothing changed.
         case(
             "edit_file on an 8 GiB sparse file",
             plant_sparse,
             "edit_file",
             json!({"path": "sparse.bin", "old_string": "a", "new_string": "b"}),
-            Expect::Refused,
+            Expect::Fails(ToolErrorKind::Failed),
         ),
-        case("search_files over an 8 GiB sparse file", plant_sparse, "search_files", json!({"query": "a"}), Expect::Check(small_output)),
-        case("file_info on an 8 GiB sparse file", plant_sparse, "file_info", json!({"path": "sparse.bin"}), Expect::Check(small_output)),
-        case("read_file on 24 MiB of text", plant_big_text, "read_file", json!({"path": "big.txt"}), Expect::Check(small_output)),
+        case(
+            "search_files over an 8 GiB sparse file",
+            plant_sparse,
+            "search_files",
+            json!({"query": "a"}),
+            Expect::Check(|fixture, before, outcome| answered(fixture, before, outcome, "src/main.rs")),
+        ),
+        case(
+            "file_info on an 8 GiB sparse file",
+            plant_sparse,
+            "file_info",
+            json!({"path": "sparse.bin"}),
+            Expect::Check(|fixture, before, outcome| small_answer(fixture, before, outcome, "size: 8589934592 bytes")),
+        ),
+        case(
+            "read_file on 24 MiB of text",
+            plant_big_text,
+            "read_file",
+            json!({"path": "big.txt"}),
+            Expect::Check(|fixture, before, outcome| small_answer(fixture, before, outcome, "     1\ta line of text")),
+        ),
         case(
             "read_file far into 24 MiB of text",
             plant_big_text,
             "read_file",
             json!({"path": "big.txt", "offset": 500_000, "limit": 100_000}),
-            Expect::Check(small_output),
+            Expect::Check(|fixture, before, outcome| small_answer(fixture, before, outcome, "500000\ta line of text")),
         ),
         case(
             "read_many of 24 MiB twice",
             plant_big_text,
             "read_many",
             json!({"paths": ["big.txt", "big.txt"]}),
-            Expect::Check(small_output),
+            Expect::Check(|fixture, before, outcome| small_answer(fixture, before, outcome, "==> big.txt <==")),
         ),
-        case("search_files over 24 MiB of matches", plant_big_text, "search_files", json!({"query": "line"}), Expect::Check(small_output)),
+        case(
+            "search_files over 24 MiB of matches",
+            plant_big_text,
+            "search_files",
+            json!({"query": "line"}),
+            Expect::Check(|fixture, before, outcome| small_answer(fixture, before, outcome, "[skipped: 1 over 16 MiB]")),
+        ),
         case(
             "list_files over 5,000 files and 150 levels",
             plant_bomb,
             "list_files",
             json!({"recursive": true}),
-            Expect::Check(small_output),
+            Expect::Check(|fixture, before, outcome| small_answer(fixture, before, outcome, "deep/d/d/")),
         ),
-        case("directory_tree over 5,000 files", plant_bomb, "directory_tree", json!({"depth": 20}), Expect::Check(small_output)),
+        case(
+            "directory_tree over 5,000 files",
+            plant_bomb,
+            "directory_tree",
+            json!({"depth": 20}),
+            Expect::Check(|fixture, before, outcome| small_answer(fixture, before, outcome, "\"name\": \"deep\"")),
+        ),
         case(
             "search_files over 5,000 files and 150 levels",
             plant_bomb,
             "search_files",
             json!({"query": "bottom"}),
-            Expect::Check(small_output),
+            Expect::Check(|fixture, before, outcome| small_answer(fixture, before, outcome, "/d/bottom.txt")),
         ),
-        case("file_info on a 5,000-entry directory", plant_bomb, "file_info", json!({"path": "src"}), Expect::Check(small_output)),
+        case(
+            "file_info on a 5,000-entry directory",
+            plant_bomb,
+            "file_info",
+            json!({"path": "src"}),
+            Expect::Check(|fixture, before, outcome| small_answer(fixture, before, outcome, "entries: 5001")),
+        ),
     ]
 }
 
@@ -735,24 +961,30 @@ fn plant_regex_bait(fixture: &Fixture) {
 
 fn regex_blowups() -> Vec<Case> {
     let mut cases = Vec::new();
-    for query in [
-        "(a+)+$",
-        "(a*)*b",
-        "(a|aa)+$",
-        "((((((((a*)*)*)*)*)*)*)*)*c",
-        "a{1000}{1000}",
-        "(?:a{100}){100}{100}",
-        "[",
-        "(?P<x>",
-        "\\p{NoSuchClass}",
-        "x{99999999}",
-    ] {
+    // Patterns that backtrack forever elsewhere: a linear-time engine answers at once.
+    for query in ["(a+)+$", "(a*)*b", "(a|aa)+$", "((((((((a*)*)*)*)*)*)*)*)*c"] {
         cases.push(case(
             format!("search_files with `{query}`"),
             plant_regex_bait,
             "search_files",
             json!({"query": query}),
-            Expect::Check(small_output),
+            Expect::Check(|fixture, before, outcome| {
+                let text = output_text(outcome)?;
+                if !text.starts_with("No matches for `") {
+                    return Err(format!("expected no match: {text}"));
+                }
+                unchanged(fixture, before)
+            }),
+        ));
+    }
+    // Patterns too big to compile, or malformed: refused as arguments.
+    for query in ["a{1000}{1000}", "(?:a{100}){100}{100}", "[", "(?P<x>", "\\p{NoSuchClass}", "x{99999999}"] {
+        cases.push(case(
+            format!("search_files with `{query}`"),
+            plant_regex_bait,
+            "search_files",
+            json!({"query": query}),
+            Expect::Fails(ToolErrorKind::InvalidArgs),
         ));
     }
     cases
@@ -762,8 +994,12 @@ fn plant_crlf(fixture: &Fixture) {
     fixture.write("win.txt", "\u{feff}first\r\nsecond\r\nthird\r\n");
 }
 
-fn crlf_kept(fixture: &Fixture, outcome: &CallOutcome) -> Result<(), String> {
+fn crlf_kept(fixture: &Fixture, before: &Snapshot, outcome: &CallOutcome) -> Result<(), String> {
     outcome.result.as_ref().map_err(|error| error.to_string())?;
+    let others = |snapshot: &Snapshot| snapshot.iter().filter(|(path, _)| path != "win.txt").cloned().collect::<Snapshot>();
+    if others(&fixture.snapshot()) != others(before) {
+        return Err(format!("more than `win.txt` changed: {:?}", fixture.snapshot()));
+    }
     let bytes = fixture.read("win.txt");
     let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 any more".to_owned())?;
     if !text.starts_with('\u{feff}') {
@@ -796,7 +1032,7 @@ fn line_endings() -> Vec<Case> {
             plant_crlf,
             "edit_file",
             json!({"path": "win.txt", "old_string": "\u{feff}first", "new_string": "x"}),
-            Expect::Refused,
+            Expect::Fails(ToolErrorKind::Conflict),
         ),
         case(
             "insert_text into a CRLF file",
@@ -817,7 +1053,7 @@ fn line_endings() -> Vec<Case> {
             plant_crlf,
             "edit_file",
             json!({"path": "win.txt", "old_string": "first\r", "new_string": "x"}),
-            Expect::Check(|fixture, outcome| if outcome.result.is_ok() { crlf_kept(fixture, outcome) } else { Ok(()) }),
+            Expect::Fails(ToolErrorKind::Conflict),
         ),
     ]
 }

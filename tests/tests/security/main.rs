@@ -1,21 +1,33 @@
 //! The adversarial security suite: concrete attack inputs, table-driven, through the built-in
-//! tools and through a hostile component (`fs_probe`, which calls `std::fs` directly and
-//! believes nothing).
+//! tools and through a hostile component (`fs_probe`, which calls `std::fs` directly, and
+//! `wasi:filesystem` raw, and believes nothing).
+//!
+//! The built-in tools' SDK refuses `..` that climbs out and absolute paths itself, before the
+//! host sees them. So every such path is also sent through `fs_probe`'s raw calls, one per
+//! operation a built-in tool makes on a path (read, write, stat, list, mkdir, remove, rmdir,
+//! rename and hard link in both directions, symlink), with the path exactly as given: there
+//! the host's guard alone stands in the way, and its refusal is what the case asserts.
 //!
 //! Every case runs in a fresh workspace beside `outside/` and `workspace-sibling/` (canaries)
 //! and a host-only directory `elsewhere/`, under a policy where `impl` may not read
 //! `secrets/**`, may not write `docs/**` or `café/**`. Each case asserts:
 //!
-//! - its expectation: refused (an error, workspace unchanged), contained (whatever the tool
-//!   returns, nothing changed and nothing leaked), a literal name (any file created is inside
-//!   the workspace under exactly the name given), or a specific safe result;
+//! - its expectation: refused by the host (a `denied` error, or the kind named, with at least
+//!   one refusal by the guard), an error of exactly the kind named that the tool itself gave
+//!   (no refusal by the host), contained (for `fs_probe`, every operation failed; any error
+//!   is a refusal by the host), a literal name (any file created is inside the workspace under
+//!   exactly the name given), or a specific result; in every case but the literal names and
+//!   the edits checked, the workspace is byte for byte what it was;
 //! - no host path, no canary and no hidden secret in any text, structured result or warning;
-//! - the audit trail holds the call's record (a refusal's outcome is not `ok`) and one `deny`
-//!   record per refusal by the host, and the whole chain verifies;
-//! - everything outside the workspace is untouched;
+//! - the audit trail holds the call's record (a failed call's outcome is not `ok`) and exactly
+//!   one `deny` record for each refusal by the host (its operation, path, access and rule), and
+//!   no other; the whole chain verifies;
+//! - everything beside the workspace (the base directory's entries, `outside/`,
+//!   `workspace-sibling/` and `elsewhere/`, content included) is untouched;
 //! - an allowed sibling control (reading and writing `src/`) still works afterwards.
 //!
-//! `at_least_150_attack_inputs` counts the tables' cases.
+//! A table runs all its cases and names every one that failed. `at_least_700_attack_inputs`
+//! counts the tables' cases.
 
 mod boundary;
 mod cases;
@@ -93,16 +105,30 @@ static CASES: AtomicUsize = AtomicUsize::new(0);
 /// What a case must end in.
 #[derive(Clone, Copy)]
 pub enum Expect {
-    /// An error of any kind; the workspace unchanged.
+    /// Refused by the host: a `denied` error, at least one refusal by the guard (each with its
+    /// `deny` record), the workspace unchanged.
     Refused,
-    /// Success or an error; for `fs_probe`, every operation failed; the workspace unchanged.
+    /// Refused by the host as [`Expect::Refused`], with an error of this kind (a name with a
+    /// control character is `invalid-args`).
+    RefusedAs(ToolErrorKind),
+    /// An error of exactly this kind, the workspace unchanged, and no refusal by the host: the
+    /// tool's own answer. A built-in tool's SDK refuses `..` and absolute paths (`denied`)
+    /// before the host sees them; the tables send every such path through `fs_probe`'s raw
+    /// calls as well, where only the host stands in the way, expecting `Refused`.
+    Fails(ToolErrorKind),
+    /// Success or a refusal by the host; for `fs_probe`, every operation failed; the
+    /// workspace unchanged.
     Contained,
-    /// Success or `not-found`; anything created is inside the workspace under exactly this
-    /// (workspace-relative) name; nothing else changed.
+    /// Success, and the one change to the workspace is a file created under exactly this
+    /// (workspace-relative) name holding what was written (`x`), with the directories it needs.
     Literal(&'static str),
-    /// A specific safe result, checked by the function (which may look at the workspace).
-    Check(fn(&Fixture, &CallOutcome) -> Result<(), String>),
+    /// A specific result, checked by the function, which is given the workspace as it was
+    /// before the call (and may look at it now).
+    Check(fn(&Fixture, &Snapshot, &CallOutcome) -> Result<(), String>),
 }
+
+/// A workspace as [`Fixture::snapshot`] describes it.
+pub type Snapshot = Vec<(String, String)>;
 
 /// One attack input.
 pub struct Case {
@@ -129,6 +155,8 @@ fn scene() -> Fixture {
     let elsewhere = fixture.base().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).expect("elsewhere");
     std::fs::write(elsewhere.join("linked.txt"), ELSEWHERE).expect("elsewhere file");
+    // `elsewhere/` is watched with the rest of what lies beside the workspace.
+    fixture.mark_outside();
     fixture
 }
 
@@ -191,58 +219,83 @@ pub fn run(case: &Case) {
         assert!(!text.contains(ELSEWHERE), "{context}: host-only content leaked: {text}");
         assert!(!text.contains(SECRET), "{context}: a hidden file leaked: {text}");
     }
+    let shown = |outcome: &CallOutcome| match &outcome.result {
+        Ok(output) => format!("ok: {}", output.text),
+        Err(error) => format!("{error}"),
+    };
 
     match case.expect {
-        Expect::Refused => {
-            assert!(
-                outcome.result.is_err(),
-                "{context}: should be refused, returned {:?}",
-                outcome.result.as_ref().map(|output| &output.text)
-            );
+        Expect::Refused | Expect::RefusedAs(_) => {
+            let kind = if let Expect::RefusedAs(kind) = case.expect { kind } else { ToolErrorKind::Denied };
+            let error = outcome.result.as_ref().err();
+            assert_eq!(error.map(|error| error.kind), Some(kind), "{context}: should be refused, {}", shown(&outcome));
+            assert!(!outcome.denials.is_empty(), "{context}: refused, but not by the host: {}", shown(&outcome));
+            assert_eq!(fixture.snapshot(), before, "{context}: the workspace changed");
+        }
+        Expect::Fails(kind) => {
+            let error = outcome.result.as_ref().err();
+            assert_eq!(error.map(|error| error.kind), Some(kind), "{context}: should fail with `{kind}`, {}", shown(&outcome));
+            assert!(outcome.denials.is_empty(), "{context}: the host refused {:?}", outcome.denials);
             assert_eq!(fixture.snapshot(), before, "{context}: the workspace changed");
         }
         Expect::Contained => {
-            if case.tool == "fs_probe"
-                && let Ok(output) = &outcome.result
-            {
-                let results = output.structured.as_ref().and_then(Value::as_array).cloned().unwrap_or_default();
-                assert!(results.iter().all(|result| result["ok"] == false), "{context}: an operation succeeded: {results:?}");
+            match &outcome.result {
+                Ok(output) if case.tool == "fs_probe" => {
+                    let results = output.structured.as_ref().and_then(Value::as_array).cloned().unwrap_or_default();
+                    assert!(results.iter().all(|result| result["ok"] == false), "{context}: an operation succeeded: {results:?}");
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    assert_eq!(error.kind, ToolErrorKind::Denied, "{context}: {error}");
+                    assert!(!outcome.denials.is_empty(), "{context}: refused, but not by the host: {error}");
+                }
             }
             assert_eq!(fixture.snapshot(), before, "{context}: the workspace changed");
         }
         Expect::Literal(name) => {
-            if let Err(error) = &outcome.result {
-                assert!(
-                    matches!(error.kind, ToolErrorKind::NotFound | ToolErrorKind::InvalidArgs | ToolErrorKind::Denied),
-                    "{context}: unexpected error {error}"
-                );
-            }
+            assert!(outcome.result.is_ok(), "{context}: should create `{name}`, {}", shown(&outcome));
             let after = fixture.snapshot();
-            let top = name.split('/').next().unwrap_or(name);
-            let changed: Vec<&(String, String)> = after.iter().filter(|entry| !before.contains(entry)).collect();
-            for (path, _) in &changed {
-                assert!(path == top || path.starts_with(&format!("{top}/")), "{context}: `{path}` changed, only `{name}` may appear");
+            let gained: Vec<&(String, String)> = after.iter().filter(|entry| !before.contains(entry)).collect();
+            let lost: Vec<&(String, String)> = before.iter().filter(|entry| !after.contains(entry)).collect();
+            assert!(lost.is_empty(), "{context}: changed or removed {lost:?}");
+            for (path, description) in &gained {
+                let created = path == name && description.starts_with("file ") && description.ends_with(" x");
+                let parent = name.starts_with(&format!("{path}/")) && description.starts_with("dir ");
+                assert!(created || parent, "{context}: `{path}` ({description}) appeared; only `{name}` may: {gained:?}");
             }
-            if outcome.result.is_ok() && !changed.is_empty() {
-                assert!(fixture.root().join(name).exists(), "{context}: `{name}` was not created literally: {changed:?}");
-            }
+            assert!(gained.iter().any(|(path, _)| path == name), "{context}: `{name}` was not created literally: {gained:?}");
         }
         Expect::Check(check) => {
-            if let Err(problem) = check(&fixture, &outcome) {
+            if let Err(problem) = check(&fixture, &before, &outcome) {
                 panic!("{context}: {problem}");
             }
         }
     }
 
-    // The audit trail has the call and each refusal.
+    // The audit trail has the call, and exactly one `deny` record for each refusal (a refusal
+    // repeated within the call adds one record saying how often), and no other.
     let records = audit_of(&outcome.call_id);
     let call_record = records.iter().find(|record| matches!(record.kind, toolcell_audit::Kind::Call));
     let call_record = call_record.unwrap_or_else(|| panic!("{context}: no call record in the audit trail"));
     if outcome.result.is_err() {
         assert_ne!(call_record.outcome.as_deref(), Some("ok"), "{context}: a failed call audited as ok");
     }
-    let denies = records.iter().filter(|record| record.decision.as_deref() == Some("deny")).count();
-    assert!(denies >= outcome.denials.len().min(1), "{context}: {} refusals but {denies} deny records", outcome.denials.len());
+    let denies: Vec<&toolcell_audit::Record> =
+        records.iter().filter(|record| record.decision.as_deref() == Some("deny") && record.repeated.is_none()).collect();
+    for denial in &outcome.denials {
+        let event = &denial.event;
+        let matching = denies
+            .iter()
+            .filter(|record| {
+                record.operation.as_deref() == Some(event.operation)
+                    && record.path.as_deref() == Some(event.path.as_str())
+                    && record.access.as_deref() == Some(event.access.as_str())
+                    && record.rule.as_deref() == Some(event.rule.as_str())
+            })
+            .count();
+        assert_eq!(matching, 1, "{context}: the refusal {event:?} has {matching} deny records: {denies:?}");
+    }
+    assert_eq!(denies.len(), outcome.denials.len(), "{context}: {} refusals but deny records {denies:?}", outcome.denials.len());
 
     // Outside untouched; the allowed sibling still works.
     fixture.assert_outside_untouched();
@@ -259,19 +312,29 @@ pub fn run(case: &Case) {
     assert_eq!(fixture.read_text("src/control.txt"), "ok");
 }
 
-/// Run a table, then verify the whole audit chain.
+/// Run a table (every case, whatever the others did), then verify the whole audit chain;
+/// fail naming every case that failed.
 pub fn run_all(cases: &[Case]) {
+    let mut failed = Vec::new();
     for case in cases {
-        run(case);
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(case))) {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|text| (*text).to_owned()))
+                .unwrap_or_default();
+            failed.push(message);
+        }
     }
     let text = std::fs::read_to_string(suite().state.path().join("audit.jsonl")).expect("the audit trail");
     toolcell_audit::verify(text.lines()).expect("the audit chain is intact");
+    assert!(failed.is_empty(), "{} of {} cases failed:\n{}", failed.len(), cases.len(), failed.join("\n"));
 }
 
 #[test]
-fn at_least_150_attack_inputs() {
+fn at_least_700_attack_inputs() {
     let counts: Vec<(&str, usize)> = cases::TABLES.iter().map(|(name, table)| (*name, table().len())).collect();
     let total: usize = counts.iter().map(|(_, count)| count).sum();
-    assert!(total >= 150, "only {total} attack inputs: {counts:?}");
+    assert!(total >= 700, "only {total} attack inputs: {counts:?}");
     let _ = std::fs::write(Path::new(env!("CARGO_TARGET_TMPDIR")).join("security-cases.txt"), format!("{total}\n{counts:?}\n"));
 }

@@ -126,7 +126,13 @@ impl FsGuard {
 
     /// Refuse a path that leads outside the workspace (as the component wrote it).
     pub(super) fn refuse_outside(&mut self, operation: &'static str, path: &str, access: Access) -> FsError {
-        let message = format!("`{}` is outside the workspace: tools can only reach paths inside it", escape_control(path));
+        // An absolute path is not repeated to the component: it may name something on the host.
+        let message = if path.starts_with('/') {
+            "an absolute path is outside the workspace: tools can only reach paths inside it, so give a path relative to its root"
+                .to_owned()
+        } else {
+            format!("`{}` is outside the workspace: tools can only reach paths inside it", escape_control(path))
+        };
         self.refuse_rule(operation, path, access, "workspace-boundary", message, ToolErrorKind::Denied)
     }
 

@@ -12,6 +12,13 @@
 //! and `recall` returns what is kept under it; `candidates` asks the content index for the
 //! files under `path` that may match the pattern `content`; `allocate` takes `content` MiB and
 //! holds it until the call ends.
+//!
+//! The `raw_*` operations (`raw_read`, `raw_write`, `raw_stat`, `raw_list`, `raw_mkdir`,
+//! `raw_remove`, `raw_rmdir`, `raw_rename`, `raw_link`, `raw_symlink`) make one
+//! `wasi:filesystem` call on the workspace root with the path exactly as given: no SDK check
+//! (the built-in tools refuse `..` and absolute paths before the host sees them) and no
+//! wasi-libc path handling (which reads `/x` as `x`), so that the host's own judgement of the
+//! path is what a test sees.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -159,6 +166,7 @@ fn run(operation: &Operation) -> Value {
         "open_read" => open_read(path, &operation.to),
         "metadata_hash" => metadata_hash(path),
         "list_held" => list_held(&operation.content),
+        op if op.starts_with("raw_") => raw_call(op, path, &operation.to, &operation.content),
         "repeat" => {
             let count: usize = operation.content.parse().unwrap_or(0);
             let refused = (0..count)
@@ -252,6 +260,46 @@ fn metadata_hash(path: &str) -> std::io::Result<Value> {
     use wasip2::filesystem::types::PathFlags;
     let hash = workspace_root()?.metadata_hash_at(PathFlags::empty(), path).map_err(wasi_error)?;
     Ok(json!(hash.lower ^ hash.upper))
+}
+
+/// One `wasi:filesystem` call on the workspace root, the path as given (see the module's
+/// documentation). `raw_rename` and `raw_link` go from `path` to `to`; `raw_symlink` makes the
+/// link `path` with the target `to`.
+fn raw_call(op: &str, path: &str, to: &str, content: &str) -> std::io::Result<Value> {
+    use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
+    let root = workspace_root()?;
+    let done = |result: Result<(), wasip2::filesystem::types::ErrorCode>| result.map(|()| json!(null)).map_err(wasi_error);
+    match op {
+        "raw_read" => {
+            let file = root.open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::empty(), DescriptorFlags::READ).map_err(wasi_error)?;
+            let (bytes, _) = file.read(65_536, 0).map_err(wasi_error)?;
+            Ok(json!(String::from_utf8_lossy(&bytes)))
+        }
+        "raw_write" => {
+            let flags = OpenFlags::CREATE | OpenFlags::TRUNCATE;
+            let file = root.open_at(PathFlags::SYMLINK_FOLLOW, path, flags, DescriptorFlags::WRITE).map_err(wasi_error)?;
+            file.write(content.as_bytes(), 0).map(|written| json!(written)).map_err(wasi_error)
+        }
+        "raw_stat" => root.stat_at(PathFlags::SYMLINK_FOLLOW, path).map(|stat| json!(stat.size)).map_err(wasi_error),
+        "raw_list" => {
+            let directory =
+                root.open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::DIRECTORY, DescriptorFlags::READ).map_err(wasi_error)?;
+            let stream = directory.read_directory().map_err(wasi_error)?;
+            let mut names = Vec::new();
+            while let Some(entry) = stream.read_directory_entry().map_err(wasi_error)? {
+                names.push(entry.name);
+            }
+            names.sort();
+            Ok(json!(names))
+        }
+        "raw_mkdir" => done(root.create_directory_at(path)),
+        "raw_remove" => done(root.unlink_file_at(path)),
+        "raw_rmdir" => done(root.remove_directory_at(path)),
+        "raw_rename" => done(root.rename_at(path, &root, to)),
+        "raw_link" => done(root.link_at(PathFlags::empty(), path, &root, to)),
+        "raw_symlink" => done(root.symlink_at(to, path)),
+        other => Err(std::io::Error::other(format!("unknown raw operation {other}"))),
+    }
 }
 
 /// List the directory behind handle `index`.
