@@ -1,0 +1,437 @@
+//! Sequences of calls from two roles, how they are generated and shrunk, and how they run.
+
+use std::fmt;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use crate::world::{Config, ENV_SECRET, Role, World};
+
+/// Workspace paths the operations use: few, so that operations meet.
+pub const PATHS: &[&str] = &[
+    "pub/f",
+    "pub/g",
+    "pub/l",
+    "pub/readme.txt",
+    "x/f",
+    "x/y",
+    "x/y/l",
+    "y",
+    "y/l",
+    "x",
+    ".env",
+    "alice/secret.txt",
+    "bob/secret.txt",
+    "ask/key.txt",
+    ".local/state/toolcell/f",
+    ".local/state/toolcell/state.key",
+    ".local/state/toolcell/audit.jsonl",
+    ".cache/toolcell/cache.key",
+    ".cache/toolcell/artifacts/tool.cwasm",
+    ".config/toolcell/policy.toml",
+    "../outside/secret.txt",
+    "../outside/f",
+];
+
+/// Directories the listings and seeks use.
+pub const DIRECTORIES: &[&str] =
+    &[".", "pub", "x", "x/y", "y", "alice", "bob", "ask", ".local/state/toolcell", ".cache/toolcell", ".config/toolcell"];
+
+/// Symbolic link targets.
+pub const TARGETS: &[&str] = &[
+    "../..",
+    "..",
+    ".",
+    "f",
+    "../alice/secret.txt",
+    "../bob/secret.txt",
+    "../ask/key.txt",
+    "../.env",
+    "../../.env",
+    "/",
+    "../../outside/secret.txt",
+    "../.local/state/toolcell",
+    "../.cache/toolcell/cache.key",
+];
+
+/// Whether a name under a host-owned directory is one the fuzzer makes (so, not the host's).
+pub fn is_fuzzer_name(relative: &str) -> bool {
+    let name = relative.rsplit('/').next().unwrap_or(relative);
+    ["f", "g", "l", "h", "k", "y", "SEEK"].contains(&name) || name.starts_with("seek-")
+}
+
+/// One raw filesystem operation of `fs_probe`.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// Read a file.
+    Read(&'static str),
+    /// Write a file (the content names who wrote it).
+    Write(&'static str),
+    /// List a directory.
+    List(&'static str),
+    /// Hard-link `.0` at `.1`.
+    HardLink(&'static str, &'static str),
+    /// A symbolic link at `.0` to `.1`, tried `.2` times (a loop racing another call).
+    Symlink(&'static str, &'static str, usize),
+    /// Rename `.0` to `.1`.
+    Rename(&'static str, &'static str),
+    /// Remove a file.
+    Remove(&'static str),
+    /// Make a directory (and its parents).
+    Mkdir(&'static str),
+    /// Wait for a name starting with `.toolcell-` in directory `.0`, then act on it.
+    Seek(&'static str, Seek),
+}
+
+/// What `Probe::Seek` does to the in-flight file it finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seek {
+    /// Read it.
+    Read,
+    /// Write it.
+    Write,
+    /// Hard-link it at `pub/h`.
+    HardLink,
+    /// Rename it to `pub/h`.
+    Rename,
+    /// Remove it.
+    Remove,
+}
+
+/// What one call does.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Act {
+    /// `read_file`.
+    Read(&'static str),
+    /// `write_file` (the content names who wrote it; alice's `.env` is a new secret).
+    Write(&'static str),
+    /// `list_files`, recursively or not.
+    List(&'static str, bool),
+    /// `delete_file`.
+    Delete(&'static str),
+    /// `move_file`.
+    Move(&'static str, &'static str),
+    /// `create_directory`.
+    Mkdir(&'static str),
+    /// `apply_patch` changing `.0` first (a new line; a new secret for `.env`) and adding
+    /// `.1` more files: a long call whose rewrites are in flight.
+    Patch(&'static str, u16),
+    /// One `fs_probe` call running these operations in order.
+    Probe(Vec<Probe>),
+}
+
+/// One call: who, with what approver for `ask` rules, doing what.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Call {
+    /// The role.
+    pub role: Role,
+    /// The approver's answer, if the call has one.
+    pub approve: Option<bool>,
+    /// What it does.
+    pub act: Act,
+}
+
+/// One step of a sequence.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A call alone.
+    One(Call),
+    /// A call, and on another thread at the same time, these calls one after another.
+    Together(Call, Vec<Call>),
+    /// Another program on the machine hard-links `.0` (relative to the base directory,
+    /// `home/...` or `outside/...`) at workspace path `.1`.
+    Plant(&'static str, &'static str),
+}
+
+/// A whole sequence.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Where the run keeps its state.
+    pub config: Config,
+    /// The steps.
+    pub steps: Vec<Step>,
+}
+
+impl fmt::Debug for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Probe::Read(path) => write!(f, "read {path}"),
+            Probe::Write(path) => write!(f, "write {path}"),
+            Probe::List(path) => write!(f, "list {path}"),
+            Probe::HardLink(from, to) => write!(f, "hard_link {from} -> {to}"),
+            Probe::Symlink(link, target, 1) => write!(f, "symlink {link} -> {target}"),
+            Probe::Symlink(link, target, times) => write!(f, "symlink {link} -> {target} x{times}"),
+            Probe::Rename(from, to) => write!(f, "rename {from} -> {to}"),
+            Probe::Remove(path) => write!(f, "remove {path}"),
+            Probe::Mkdir(path) => write!(f, "mkdir {path}"),
+            Probe::Seek(directory, action) => write!(f, "seek {directory}/.toolcell-* then {action:?}"),
+        }
+    }
+}
+
+impl fmt::Debug for Act {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Act::Read(path) => write!(f, "read_file {path}"),
+            Act::Write(path) => write!(f, "write_file {path}"),
+            Act::List(path, recursive) => write!(f, "list_files {path}{}", if *recursive { " -r" } else { "" }),
+            Act::Delete(path) => write!(f, "delete_file {path}"),
+            Act::Move(from, to) => write!(f, "move_file {from} -> {to}"),
+            Act::Mkdir(path) => write!(f, "create_directory {path}"),
+            Act::Patch(path, more) => write!(f, "apply_patch {path} + {more} files"),
+            Act::Probe(probes) => write!(f, "fs_probe {probes:?}"),
+        }
+    }
+}
+
+impl fmt::Debug for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let approve = match self.approve {
+            None => "",
+            Some(true) => " (approver: yes)",
+            Some(false) => " (approver: no)",
+        };
+        write!(f, "{}{approve}: {:?}", self.role.name(), self.act)
+    }
+}
+
+impl fmt::Debug for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::One(call) => write!(f, "{call:?}"),
+            Step::Together(first, others) => write!(f, "together {{ {first:?} || {others:?} }}"),
+            Step::Plant(target, link) => write!(f, "another program: ln {target} {link}"),
+        }
+    }
+}
+
+impl fmt::Debug for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "state and policy: {:?}", self.config)?;
+        for (index, step) in self.steps.iter().enumerate() {
+            writeln!(f, "  {index}: {step:?}")?;
+        }
+        Ok(())
+    }
+}
+
+fn path() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(PATHS)
+}
+
+fn directory() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(DIRECTORIES)
+}
+
+fn probe() -> impl Strategy<Value = Probe> {
+    prop_oneof![
+        3 => path().prop_map(Probe::Read),
+        2 => path().prop_map(Probe::Write),
+        1 => directory().prop_map(Probe::List),
+        3 => (path(), path()).prop_map(|(from, to)| Probe::HardLink(from, to)),
+        3 => (path(), prop::sample::select(TARGETS), prop::sample::select(&[1usize, 1, 300][..]))
+            .prop_map(|(link, target, times)| Probe::Symlink(link, target, times)),
+        2 => (path(), path()).prop_map(|(from, to)| Probe::Rename(from, to)),
+        1 => path().prop_map(Probe::Remove),
+        1 => path().prop_map(Probe::Mkdir),
+        2 => (directory(), prop::sample::select(&[Seek::Read, Seek::Write, Seek::HardLink, Seek::Rename, Seek::Remove][..]))
+            .prop_map(|(directory, action)| Probe::Seek(directory, action)),
+    ]
+}
+
+fn act() -> impl Strategy<Value = Act> {
+    prop_oneof![
+        2 => path().prop_map(Act::Read),
+        2 => path().prop_map(Act::Write),
+        1 => (directory(), any::<bool>()).prop_map(|(directory, recursive)| Act::List(directory, recursive)),
+        1 => path().prop_map(Act::Delete),
+        1 => (path(), path()).prop_map(|(from, to)| Act::Move(from, to)),
+        1 => path().prop_map(Act::Mkdir),
+        1 => (path(), prop::sample::select(&[0u16, 0, 0, 60, 300][..])).prop_map(|(path, more)| Act::Patch(path, more)),
+        4 => prop::collection::vec(probe(), 1..5).prop_map(Act::Probe),
+    ]
+}
+
+/// Any call of either role.
+pub fn call() -> impl Strategy<Value = Call> {
+    (prop::sample::select(&[Role::Alice, Role::Bob][..]), prop::sample::select(&[None, Some(true), Some(false)][..]), act())
+        .prop_map(|(role, approve, act)| Call { role, approve, act })
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => call().prop_map(Step::One),
+        3 => (call(), prop::collection::vec(call(), 1..3)).prop_map(|(first, others)| Step::Together(first, others)),
+        1 => (prop::sample::select(&["outside/secret.txt", "home/alice/secret.txt", "home/ask/key.txt", "home/.env"][..]),
+              prop::sample::select(&["pub/p", "x/p"][..]))
+            .prop_map(|(target, link)| Step::Plant(target, link)),
+    ]
+}
+
+/// Any sequence of up to `length` steps.
+pub fn plan(length: usize) -> impl Strategy<Value = Plan> {
+    (prop::sample::select(&[Config::Home, Config::Elsewhere][..]), prop::collection::vec(step(), 1..=length))
+        .prop_map(|(config, steps)| Plan { config, steps })
+}
+
+/// Who writes what: content that names its writer, the step and the call, so that a file
+/// holding it tells where it came from. Alice's writes of `.env` are new secrets.
+fn content(role: Role, target: &str, tag: &str) -> String {
+    if role == Role::Alice && target == ".env" { format!("{ENV_SECRET}alice-{tag}\n") } else { format!("{}-wrote-{tag}\n", role.name()) }
+}
+
+/// The tool and arguments of `act`, as `role` in call `tag`.
+pub fn arguments(home: &std::path::Path, role: Role, act: &Act, tag: &str) -> (&'static str, Value) {
+    match act {
+        Act::Read(path) => ("read_file", json!({ "path": path })),
+        Act::Write(path) => ("write_file", json!({ "path": path, "content": content(role, path, tag) })),
+        Act::List(path, recursive) => ("list_files", json!({ "path": path, "recursive": recursive })),
+        Act::Delete(path) => ("delete_file", json!({ "path": path })),
+        Act::Move(from, to) => ("move_file", json!({ "source": from, "destination": to, "overwrite": true })),
+        Act::Mkdir(path) => ("create_directory", json!({ "path": path })),
+        Act::Patch(path, more) => {
+            let mut patch = String::from("*** Begin Patch\n");
+            let new = content(role, path, tag);
+            match std::fs::read_to_string(home.join(path)) {
+                Ok(old) if !old.is_empty() && !old.contains('\r') => {
+                    patch.push_str(&format!("*** Update File: {path}\n@@\n"));
+                    for line in old.lines() {
+                        patch.push_str(&format!("-{line}\n"));
+                    }
+                    patch.push_str(&format!("+{}\n", new.trim_end()));
+                }
+                _ => patch.push_str(&format!("*** Add File: {path}\n+{}\n", new.trim_end())),
+            }
+            for index in 0..*more {
+                patch.push_str(&format!("*** Add File: pad/{tag}/{index}.txt\n+{}\n", role.name()));
+            }
+            patch.push_str("*** End Patch\n");
+            ("apply_patch", json!({ "patch": patch }))
+        }
+        Act::Probe(probes) => {
+            let ops: Vec<Value> = probes
+                .iter()
+                .enumerate()
+                .map(|(index, probe)| {
+                    let tag = format!("{tag}.{index}");
+                    match probe {
+                        Probe::Read(path) => json!({ "op": "read", "path": path }),
+                        Probe::Write(path) => json!({ "op": "write", "path": path, "content": content(role, path, &tag) }),
+                        Probe::List(path) => json!({ "op": "list", "path": path }),
+                        Probe::HardLink(from, to) => json!({ "op": "hard_link", "path": from, "to": to }),
+                        Probe::Symlink(link, target, times) => json!({ "op": "symlink", "path": link, "to": target, "times": times }),
+                        Probe::Rename(from, to) => json!({ "op": "rename", "path": from, "to": to }),
+                        Probe::Remove(path) => json!({ "op": "remove", "path": path }),
+                        Probe::Mkdir(path) => json!({ "op": "mkdir", "path": path }),
+                        Probe::Seek(directory, action) => {
+                            let to = match action {
+                                Seek::Read => "read",
+                                Seek::Write => "write",
+                                Seek::HardLink => "hard_link:pub/h",
+                                Seek::Rename => "rename:pub/h",
+                                Seek::Remove => "remove",
+                            };
+                            json!({ "op": "seek", "path": directory, "content": format!("{}|{}", crate::world::SHADOW_PREFIX, content(role, "", &tag)), "to": to })
+                        }
+                    }
+                })
+                .collect();
+            ("fs_probe", json!({ "ops": ops }))
+        }
+    }
+}
+
+/// Run `call` as call `tag`; the violations its outcome shows.
+fn run_call(world: &World, call: &Call, tag: &str) -> Vec<String> {
+    let (tool, args) = arguments(world.home(), call.role, &call.act, tag);
+    let outcome = world.call(call.role, call.approve, tool, &args);
+    if std::env::var_os("TOOLCELL_FUZZ_VERBOSE").is_some() {
+        let shown = match &outcome.result {
+            Ok(output) => format!("ok: {}", output.text),
+            Err(error) => format!("{}: {}", error.kind, error.message),
+        };
+        let shown: String = shown.chars().take(400).collect();
+        eprintln!("[{tag}] {call:?} ({} ms) -> {shown}", outcome.duration.as_millis());
+    }
+    world
+        .check_outcome(call.role, call.approve == Some(true), &outcome)
+        .into_iter()
+        .map(|violation| format!("[{tag}] {call:?}: {violation}"))
+        .collect()
+}
+
+/// Whether a call may have changed `.env` legitimately: alice writing through any name.
+fn may_change_env(call: &Call) -> bool {
+    call.role == Role::Alice
+}
+
+/// Whether alice's call may legitimately put another file (perhaps bob's) in place of `.env`.
+pub fn moves_into_env(call: &Call) -> bool {
+    call.role == Role::Alice
+        && match &call.act {
+            Act::Move(_, to) => *to == ".env",
+            Act::Probe(probes) => probes.iter().any(|probe| matches!(probe, Probe::Rename(_, ".env"))),
+            _ => false,
+        }
+}
+
+/// Run `step` number `index`; every violation of an invariant it shows, in the outcomes and
+/// in the world after it.
+pub fn run_step(world: &mut World, index: usize, step: &Step) -> Vec<String> {
+    let env_before = std::fs::symlink_metadata(world.home().join(".env")).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.ino(), world.env_content())
+    });
+    let mut violations = Vec::new();
+    let mut env_may_change = false;
+    match step {
+        Step::One(call) => {
+            env_may_change = may_change_env(call);
+            violations.extend(run_call(world, call, &format!("s{index}")));
+        }
+        Step::Together(first, others) => {
+            env_may_change = may_change_env(first) || others.iter().any(may_change_env);
+            let world_ref = &*world;
+            std::thread::scope(|scope| {
+                let first_run = scope.spawn(move || run_call(world_ref, first, &format!("s{index}a")));
+                let mut seen = Vec::new();
+                for (position, other) in others.iter().enumerate() {
+                    seen.extend(run_call(world_ref, other, &format!("s{index}b{position}")));
+                }
+                violations.extend(first_run.join().expect("the first call's thread"));
+                violations.extend(seen);
+            });
+            // Bob's writes of this step must never land in `.env`, whoever's call carried them.
+            let env = world.env_content();
+            if env.contains(&format!("bob-wrote-s{index}")) && !moves_into_env(first) && !others.iter().any(moves_into_env) {
+                violations.push(format!("[s{index}] `.env`, which bob may not write, now holds bob's write: {env:?}"));
+            }
+        }
+        Step::Plant(target, link) => world.plant(target, link),
+    }
+    let env_after = std::fs::symlink_metadata(world.home().join(".env")).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.ino(), world.env_content())
+    });
+    if !env_may_change && env_before != env_after {
+        violations.push(format!("[s{index}] `.env` changed in a step where only bob acted: {env_before:?} -> {env_after:?}"));
+    }
+    violations.extend(world.check_world().into_iter().map(|violation| format!("after step {index}: {violation}")));
+    violations
+}
+
+/// Run a whole plan in a fresh world; the violations of the first step that shows any.
+pub fn run_plan(plan: &Plan) -> Result<(), String> {
+    let mut world = World::new(plan.config);
+    let before = world.check_world();
+    if !before.is_empty() {
+        return Err(format!("the fresh world already violates: {before:#?}"));
+    }
+    for (index, step) in plan.steps.iter().enumerate() {
+        let violations = run_step(&mut world, index, step);
+        if !violations.is_empty() {
+            return Err(format!("{plan:?}failed at step {index} ({step:?}):\n  - {}", violations.join("\n  - ")));
+        }
+    }
+    Ok(())
+}
