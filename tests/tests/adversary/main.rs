@@ -7,8 +7,8 @@
 //!    refusals, warnings, listings, output streams), an `ask` file only with approval, and no
 //!    call sees another call's in-flight file (`.toolcell-*`);
 //! 2. nothing outside the workspace changed;
-//! 3. no file nobody may write, no host-owned file (state, cache, policy in their default
-//!    locations under `$HOME`) changed, and `.env` only by alice;
+//! 3. no host-owned file (state, cache, policy in their default locations under `$HOME`)
+//!    changed, and a file only one role may write only by that role;
 //! 4. no symbolic link in the workspace resolves outside it;
 //! 5. the audit trail verifies.
 //!
@@ -331,25 +331,31 @@ fn two_processes() {
         }
         for worker in workers {
             let output = worker.wait_with_output().expect("a worker's output");
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            violations.extend(stdout.lines().filter_map(|line| line.strip_prefix("VIOLATION ")).map(str::to_owned));
+            // The worker reports on stderr.
+            let report = String::from_utf8_lossy(&output.stderr);
+            violations.extend(report.lines().filter_map(|line| line.strip_prefix("VIOLATION ")).map(str::to_owned));
             assert!(
-                output.status.success() || stdout.contains("VIOLATION "),
-                "a worker failed:\n{stdout}\n{}",
-                String::from_utf8_lossy(&output.stderr)
+                output.status.success() || report.contains("VIOLATION "),
+                "a worker failed:\n{report}\n{}",
+                String::from_utf8_lossy(&output.stdout)
             );
-            assert!(stdout.contains("calls made"), "a worker made no calls:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+            assert!(report.contains("calls made"), "a worker made no calls:\n{report}\n{}", String::from_utf8_lossy(&output.stdout));
         }
         violations.extend(world.check_world());
-        if world.env_content().contains("bob-wrote") {
-            violations.push(format!("`.env`, which bob may not write, holds bob's write: {:?}", world.env_content()));
+        // Each process marks its writes `ROLE-wrote-pROLE-N`.
+        for (path, owner) in world::OWNED {
+            let other = if *owner == Role::Alice { Role::Bob } else { Role::Alice };
+            let content = std::fs::read_to_string(world.home().join(path)).unwrap_or_default();
+            if content.contains(&format!("{}-wrote-", other.name())) {
+                violations.push(format!("`{path}`, which only {} may write, holds {}'s write: {content:?}", owner.name(), other.name()));
+            }
         }
         assert!(violations.is_empty(), "two processes on one workspace violate invariants:\n  - {}", violations.join("\n  - "));
     });
 }
 
 /// One role's process of `two_processes`: random calls until the time is up, each outcome
-/// checked; prints `VIOLATION ...` lines.
+/// checked; prints `VIOLATION ...` lines on stderr.
 #[test]
 fn worker() {
     let Some(role) = std::env::var_os(WORKER_VARIABLE) else { return };
@@ -371,7 +377,7 @@ fn worker() {
     while start.elapsed().as_secs() < seconds {
         let mut call = strategy.new_tree(&mut runner).expect("a call").current();
         call.role = role;
-        if plan::moves_into_env(&call) {
+        if plan::moves_into_owned(&call) {
             continue;
         }
         let tag = format!("p{}-{calls}", role.name());
@@ -386,11 +392,14 @@ fn worker() {
             })
             .unwrap_or_else(|error| panic!("host error calling {tool} {args}: {error}"));
         for violation in world::check_outcome(&secrets, role, call.approve == Some(true), &outcome) {
-            println!("VIOLATION [{tag}] {call:?}: {violation}");
+            // A few are enough, and the parent reads the pipe only at the end.
+            if violations < 30 {
+                eprintln!("VIOLATION [{tag}] {call:?}: {violation}");
+            }
             violations += 1;
         }
         calls += 1;
     }
-    println!("{calls} calls made");
+    eprintln!("{calls} calls made");
     assert_eq!(violations, 0, "this worker saw violations");
 }

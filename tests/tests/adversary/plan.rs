@@ -360,37 +360,34 @@ fn run_call(world: &World, call: &Call, tag: &str) -> Vec<String> {
         .collect()
 }
 
-/// Whether a call may have changed `.env` legitimately: alice writing through any name.
-fn may_change_env(call: &Call) -> bool {
-    call.role == Role::Alice
-}
-
-/// Whether alice's call may legitimately put another file (perhaps bob's) in place of `.env`.
-pub fn moves_into_env(call: &Call) -> bool {
-    call.role == Role::Alice
-        && match &call.act {
-            Act::Move(_, to) => *to == ".env",
-            Act::Probe(probes) => probes.iter().any(|probe| matches!(probe, Probe::Rename(_, ".env"))),
-            _ => false,
-        }
+/// Whether the call may legitimately put another file (perhaps the other role's) in place of
+/// a file its role owns.
+pub fn moves_into_owned(call: &Call) -> bool {
+    let owned = |path: &str| crate::world::OWNED.iter().any(|(owned, owner)| *owned == path && *owner == call.role);
+    match &call.act {
+        Act::Move(_, to) => owned(to),
+        Act::Probe(probes) => probes.iter().any(|probe| matches!(probe, Probe::Rename(_, to) if owned(to))),
+        _ => false,
+    }
 }
 
 /// Run `step` number `index`; every violation of an invariant it shows, in the outcomes and
 /// in the world after it.
 pub fn run_step(world: &mut World, index: usize, step: &Step) -> Vec<String> {
-    let env_before = std::fs::symlink_metadata(world.home().join(".env")).ok().map(|m| {
-        use std::os::unix::fs::MetadataExt;
-        (m.ino(), world.env_content())
-    });
     let mut violations = Vec::new();
-    let mut env_may_change = false;
+    let mut acted = Vec::new();
+    let mut tag = format!("s{index}");
     match step {
         Step::One(call) => {
-            env_may_change = may_change_env(call);
+            acted.push(call.role);
             violations.extend(run_call(world, call, &format!("s{index}")));
+            if moves_into_owned(call) {
+                tag.clear();
+            }
         }
         Step::Together(first, others) => {
-            env_may_change = may_change_env(first) || others.iter().any(may_change_env);
+            acted.push(first.role);
+            acted.extend(others.iter().map(|call| call.role));
             let world_ref = &*world;
             std::thread::scope(|scope| {
                 let first_run = scope.spawn(move || run_call(world_ref, first, &format!("s{index}a")));
@@ -401,21 +398,13 @@ pub fn run_step(world: &mut World, index: usize, step: &Step) -> Vec<String> {
                 violations.extend(first_run.join().expect("the first call's thread"));
                 violations.extend(seen);
             });
-            // Bob's writes of this step must never land in `.env`, whoever's call carried them.
-            let env = world.env_content();
-            if env.contains(&format!("bob-wrote-s{index}")) && !moves_into_env(first) && !others.iter().any(moves_into_env) {
-                violations.push(format!("[s{index}] `.env`, which bob may not write, now holds bob's write: {env:?}"));
+            if moves_into_owned(first) || others.iter().any(moves_into_owned) {
+                tag.clear();
             }
         }
         Step::Plant(target, link) => world.plant(target, link),
     }
-    let env_after = std::fs::symlink_metadata(world.home().join(".env")).ok().map(|m| {
-        use std::os::unix::fs::MetadataExt;
-        (m.ino(), world.env_content())
-    });
-    if !env_may_change && env_before != env_after {
-        violations.push(format!("[s{index}] `.env` changed in a step where only bob acted: {env_before:?} -> {env_after:?}"));
-    }
+    violations.extend(world.check_owned(&acted, &tag).into_iter().map(|violation| format!("after step {index}: {violation}")));
     violations.extend(world.check_world().into_iter().map(|violation| format!("after step {index}: {violation}")));
     violations
 }

@@ -1,11 +1,11 @@
 //! The world a sequence runs in, and the invariants checked after every step.
 //!
 //! `base/home` is the workspace, laid out like a `$HOME` (the test process runs with `HOME`
-//! set to it): `pub/` anyone may change, `alice/secret.txt` only alice may read,
-//! `bob/secret.txt` only bob may read, `ask/key.txt` either may read only when the call's
-//! approver says yes, `.env` protected (alice alone may write it, bob may not read it), and the
-//! default locations of toolcell's state, cache and configuration. `base/outside` holds a
-//! canary no call may reach or change.
+//! set to it): `pub/` anyone may change; `alice/secret.txt` only alice may read or write,
+//! `bob/secret.txt` only bob; `ask/key.txt` either may write but read only when the call's
+//! approver says yes; `.env` protected (alice alone may write it, bob may not read it); nobody
+//! may delete (so move away) any of them; and the default locations of toolcell's state, cache
+//! and configuration. `base/outside` holds a canary no call may reach or change.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -48,9 +48,15 @@ paths = ["ask/**"]
 effect = "ask"
 
 [[roles.alice.rules]]
-id = "alice-fixed"
+id = "alice-not-bobs"
 access = ["write", "delete"]
-paths = ["alice/**", "bob/**", "ask/**"]
+paths = ["bob/**"]
+effect = "deny"
+
+[[roles.alice.rules]]
+id = "alice-keeps"
+access = ["delete"]
+paths = ["alice/**", "ask/**"]
 effect = "deny"
 
 [roles.bob]
@@ -81,9 +87,15 @@ paths = ["ask/**"]
 effect = "ask"
 
 [[roles.bob.rules]]
-id = "bob-fixed"
+id = "bob-not-alices"
 access = ["write", "delete"]
-paths = ["alice/**", "bob/**", "ask/**"]
+paths = ["alice/**"]
+effect = "deny"
+
+[[roles.bob.rules]]
+id = "bob-keeps"
+access = ["delete"]
+paths = ["bob/**", "ask/**"]
 effect = "deny"
 "#;
 
@@ -99,6 +111,9 @@ pub const ENV_SECRET: &str = "CANARY-ENV-";
 pub const OUTSIDE_SECRET: &str = "CANARY-OUTSIDE-22b8";
 /// In the host's own locations: nobody may see it.
 pub const TRUSTED_SECRET: &str = "CANARY-TRUSTED-c41d";
+
+/// The files only one role may write, and nobody may delete, with that role.
+pub const OWNED: &[(&str, Role)] = &[(".env", Role::Alice), ("alice/secret.txt", Role::Alice), ("bob/secret.txt", Role::Bob)];
 
 /// The toolcell default locations under `$HOME`.
 pub const STATE_DIR: &str = ".local/state/toolcell";
@@ -230,8 +245,8 @@ pub struct World {
     outside: BTreeMap<String, Entry>,
     /// The host's locations inside the workspace that no tool may change.
     trusted: BTreeMap<String, Entry>,
-    /// Files nobody may write or delete.
-    fixed: BTreeMap<String, Entry>,
+    /// Files only one role may write, and nobody delete, as they were before this step.
+    owned: BTreeMap<String, Entry>,
     /// Secrets of the host's own (keys) that no call may see.
     host_secrets: Vec<String>,
 }
@@ -321,7 +336,7 @@ impl World {
             config,
             outside: BTreeMap::new(),
             trusted: BTreeMap::new(),
-            fixed: BTreeMap::new(),
+            owned: BTreeMap::new(),
             host_secrets: Vec::new(),
         };
         world.take_baselines();
@@ -337,10 +352,7 @@ impl World {
     pub fn take_baselines(&mut self) {
         let home = self.home().to_path_buf();
         self.outside = snapshot(&self.base, &[&home]);
-        self.fixed = ["alice/secret.txt", "bob/secret.txt", "ask/key.txt"]
-            .into_iter()
-            .map(|path| (path.to_owned(), snapshot_file(&home.join(path))))
-            .collect();
+        self.owned = OWNED.iter().map(|(path, _)| ((*path).to_owned(), snapshot_file(&home.join(path)))).collect();
         self.trusted = BTreeMap::new();
         for directory in [CACHE_DIR, CONFIG_DIR, STATE_DIR] {
             // This run's own state directory changes with every call: only what the host
@@ -361,7 +373,7 @@ impl World {
         let link = self.home().join(link);
         std::fs::create_dir_all(link.parent().expect("parent")).ok();
         std::fs::remove_file(&link).ok();
-        std::fs::hard_link(&self.base.join(target), &link).expect("plant a hard link");
+        std::fs::hard_link(self.base.join(target), &link).expect("plant a hard link");
         self.take_baselines();
     }
 
@@ -375,14 +387,39 @@ impl World {
             .unwrap_or_else(|error| panic!("host error calling {tool} {args}: {error}"))
     }
 
-    /// The contents of `.env` now.
-    pub fn env_content(&self) -> String {
-        std::fs::read_to_string(self.home().join(".env")).unwrap_or_default()
-    }
-
     /// Invariant 1 for one outcome of a call of `role`.
     pub fn check_outcome(&self, role: Role, approved: bool, outcome: &CallOutcome) -> Vec<String> {
         check_outcome(&self.host_secrets, role, approved, outcome)
+    }
+
+    /// Invariant 3 for the files only one role may write: unless `acted` (the roles that made
+    /// calls in the step) holds their owner, they did not change; and they never hold a write
+    /// of the other role's marked `tag` (its calls of this step). Then the step's state
+    /// becomes the baseline.
+    pub fn check_owned(&mut self, acted: &[Role], tag: &str) -> Vec<String> {
+        let mut violations = Vec::new();
+        for (path, owner) in OWNED {
+            let now = snapshot_file(&self.home().join(path));
+            if !acted.contains(owner) && self.owned.get(*path) != Some(&now) {
+                violations.push(format!(
+                    "`{path}`, which only {} may write and nobody delete, changed in a step where {} did not act: {:?} -> {now:?}",
+                    owner.name(),
+                    owner.name(),
+                    self.owned.get(*path)
+                ));
+            }
+            let other = if *owner == Role::Alice { Role::Bob } else { Role::Alice };
+            if !tag.is_empty() && now.content.contains(&format!("{}-wrote-{tag}", other.name())) {
+                violations.push(format!(
+                    "`{path}`, which only {} may write, holds {}'s write: {:?}",
+                    owner.name(),
+                    other.name(),
+                    now.content
+                ));
+            }
+            self.owned.insert((*path).to_owned(), now);
+        }
+        violations
     }
 
     /// Invariants 2-4 on the tree, and 5, the audit trail.
@@ -399,12 +436,6 @@ impl World {
         let outside = snapshot(&self.base, &[home]);
         for change in differences(&self.outside, &outside) {
             violations.push(format!("outside the workspace: {change}"));
-        }
-        for (path, before) in &self.fixed {
-            let now = snapshot_file(&home.join(path));
-            if &now != before {
-                violations.push(format!("`{path}`, which nobody may write or delete, changed: {before:?} -> {now:?}"));
-            }
         }
         let mut trusted_now = BTreeMap::new();
         for directory in [CACHE_DIR, CONFIG_DIR, STATE_DIR] {
