@@ -381,7 +381,7 @@ fn worker() {
             continue;
         }
         let tag = format!("p{}-{calls}", role.name());
-        let (tool, args) = plan::arguments(&home, role, &call.act, &tag);
+        let (tool, args) = plan::arguments(&home, role, call.approve == Some(true), &call.act, &tag);
         let args = args.to_string();
         let approver: Option<std::sync::Arc<dyn toolcell_runtime::Approver>> = call.approve.map(world::approver);
         let session = format!("s-{}", role.name());

@@ -79,7 +79,8 @@ pub enum Probe {
     Remove(&'static str),
     /// Make a directory (and its parents).
     Mkdir(&'static str),
-    /// Wait for a name starting with `.toolcell-` in directory `.0`, then act on it.
+    /// Wait (up to about half a second) for a name starting with `.toolcell-` in directory
+    /// `.0`, then act on it.
     Seek(&'static str, Seek),
 }
 
@@ -199,6 +200,7 @@ impl fmt::Debug for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Step::One(call) => write!(f, "{call:?}"),
+            Step::Together(first, others) if others.is_empty() => write!(f, "{first:?}"),
             Step::Together(first, others) => write!(f, "together {{ {first:?} || {others:?} }}"),
             Step::Plant(target, link) => write!(f, "another program: ln {target} {link}"),
         }
@@ -261,7 +263,8 @@ pub fn call() -> impl Strategy<Value = Call> {
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => call().prop_map(Step::One),
-        3 => (call(), prop::collection::vec(call(), 1..3)).prop_map(|(first, others)| Step::Together(first, others)),
+        // Shrinks to a call alone (no others).
+        3 => (call(), prop::collection::vec(call(), 0..3)).prop_map(|(first, others)| Step::Together(first, others)),
         1 => (prop::sample::select(&["outside/secret.txt", "home/alice/secret.txt", "home/ask/key.txt", "home/.env"][..]),
               prop::sample::select(&["pub/p", "x/p"][..]))
             .prop_map(|(target, link)| Step::Plant(target, link)),
@@ -281,7 +284,7 @@ fn content(role: Role, target: &str, tag: &str) -> String {
 }
 
 /// The tool and arguments of `act`, as `role` in call `tag`.
-pub fn arguments(home: &std::path::Path, role: Role, act: &Act, tag: &str) -> (&'static str, Value) {
+pub fn arguments(home: &std::path::Path, role: Role, approved: bool, act: &Act, tag: &str) -> (&'static str, Value) {
     match act {
         Act::Read(path) => ("read_file", json!({ "path": path })),
         Act::Write(path) => ("write_file", json!({ "path": path, "content": content(role, path, tag) })),
@@ -292,8 +295,11 @@ pub fn arguments(home: &std::path::Path, role: Role, act: &Act, tag: &str) -> (&
         Act::Patch(path, more) => {
             let mut patch = String::from("*** Begin Patch\n");
             let new = content(role, path, tag);
+            // The old lines, as the role could read them (never a canary it may not see, which
+            // the tool might echo back in an error).
+            let readable = |old: &str| crate::world::forbidden(role, approved).iter().all(|canary| !old.contains(canary));
             match std::fs::read_to_string(home.join(path)) {
-                Ok(old) if !old.is_empty() && !old.contains('\r') => {
+                Ok(old) if !old.is_empty() && !old.contains('\r') && readable(&old) => {
                     patch.push_str(&format!("*** Update File: {path}\n@@\n"));
                     for line in old.lines() {
                         patch.push_str(&format!("-{line}\n"));
@@ -331,7 +337,7 @@ pub fn arguments(home: &std::path::Path, role: Role, act: &Act, tag: &str) -> (&
                                 Seek::Rename => "rename:pub/h",
                                 Seek::Remove => "remove",
                             };
-                            json!({ "op": "seek", "path": directory, "content": format!("{}|{}", crate::world::SHADOW_PREFIX, content(role, "", &tag)), "to": to })
+                            json!({ "op": "seek", "path": directory, "content": format!("{}|{}", crate::world::SHADOW_PREFIX, content(role, "", &tag)), "to": to, "times": 500 })
                         }
                     }
                 })
@@ -343,7 +349,7 @@ pub fn arguments(home: &std::path::Path, role: Role, act: &Act, tag: &str) -> (&
 
 /// Run `call` as call `tag`; the violations its outcome shows.
 fn run_call(world: &World, call: &Call, tag: &str) -> Vec<String> {
-    let (tool, args) = arguments(world.home(), call.role, &call.act, tag);
+    let (tool, args) = arguments(world.home(), call.role, call.approve == Some(true), &call.act, tag);
     let outcome = world.call(call.role, call.approve, tool, &args);
     if std::env::var_os("TOOLCELL_FUZZ_VERBOSE").is_some() {
         let shown = match &outcome.result {
@@ -406,11 +412,20 @@ pub fn run_step(world: &mut World, index: usize, step: &Step) -> Vec<String> {
     }
     violations.extend(world.check_owned(&acted, &tag).into_iter().map(|violation| format!("after step {index}: {violation}")));
     violations.extend(world.check_world().into_iter().map(|violation| format!("after step {index}: {violation}")));
+    world.refresh_secrets();
     violations
 }
 
 /// Run a whole plan in a fresh world; the violations of the first step that shows any.
 pub fn run_plan(plan: &Plan) -> Result<(), String> {
+    // `TOOLCELL_FUZZ_AVOID=a,b`: sequences whose text mentions `a` or `b` pass unrun, to look
+    // past a known escape.
+    if let Ok(avoid) = std::env::var("TOOLCELL_FUZZ_AVOID") {
+        let text = format!("{plan:?}");
+        if avoid.split(',').any(|needle| !needle.is_empty() && text.contains(needle)) {
+            return Ok(());
+        }
+    }
     let mut world = World::new(plan.config);
     let before = world.check_world();
     if !before.is_empty() {
@@ -419,7 +434,9 @@ pub fn run_plan(plan: &Plan) -> Result<(), String> {
     for (index, step) in plan.steps.iter().enumerate() {
         let violations = run_step(&mut world, index, step);
         if !violations.is_empty() {
-            return Err(format!("{plan:?}failed at step {index} ({step:?}):\n  - {}", violations.join("\n  - ")));
+            // The steps after the failing one play no part.
+            let shown = Plan { config: plan.config, steps: plan.steps[..=index].to_vec() };
+            return Err(format!("{shown:?}failed at step {index} ({step:?}):\n  - {}", violations.join("\n  - ")));
         }
     }
     Ok(())

@@ -327,6 +327,14 @@ impl World {
             }
         };
         let workspace = Workspace::open(&home).expect("open the workspace");
+        if config == Config::Home {
+            // One call first, so that the host has made its state (its key) before the
+            // baselines are taken.
+            let outcome = runtime
+                .call(&CallRequest::new(&workspace, "alice", "s-earlier", "read_file", r#"{"path":"pub/readme.txt"}"#))
+                .expect("the first call");
+            assert!(outcome.result.is_ok(), "the first call failed: {:?}", outcome.result);
+        }
         let mut world = World {
             base: base_path,
             _keep: keep,
@@ -365,6 +373,15 @@ impl World {
             }
         }
         self.host_secrets = host_secrets(&home, Some(self.elsewhere.path()));
+    }
+
+    /// Add the keys the host made since the last look to those no call may see.
+    pub fn refresh_secrets(&mut self) {
+        for secret in host_secrets(self.home(), Some(self.elsewhere.path())) {
+            if !secret.contains("-wrote-") && !self.host_secrets.contains(&secret) {
+                self.host_secrets.push(secret);
+            }
+        }
     }
 
     /// Make a hard link at workspace path `link` to `target` (relative to `base`), as another
@@ -507,21 +524,14 @@ pub fn check_outcome(host_secrets: &[String], role: Role, approved: bool, outcom
 /// The host's keys (`*.key` in its state and cache directories under `home`, and in
 /// `elsewhere`), which no call may see.
 pub fn host_secrets(home: &Path, elsewhere: Option<&Path>) -> Vec<String> {
-    let mut secrets: Vec<String> = snapshot(home, &[])
-        .into_iter()
-        .filter(|(path, entry)| {
-            entry.kind == "file" && path.ends_with(".key") && [CACHE_DIR, STATE_DIR].iter().any(|d| path.starts_with(d))
-        })
+    let mut places: Vec<PathBuf> = [CACHE_DIR, STATE_DIR].iter().map(|directory| home.join(directory)).collect();
+    places.extend(elsewhere.map(Path::to_path_buf));
+    let mut secrets: Vec<String> = places
+        .iter()
+        .flat_map(|place| snapshot(place, &[]))
+        .filter(|(path, entry)| entry.kind == "file" && path.ends_with(".key"))
         .map(|(_, entry)| entry.content)
         .collect();
-    if let Some(elsewhere) = elsewhere {
-        secrets.extend(
-            snapshot(elsewhere, &[])
-                .into_iter()
-                .filter(|(path, entry)| entry.kind == "file" && path.ends_with(".key"))
-                .map(|(_, entry)| entry.content),
-        );
-    }
     secrets.retain(|secret| secret.len() >= 16 && !secret.starts_with(TRUSTED_SECRET));
     secrets
 }
