@@ -13,6 +13,8 @@ pub const PATHS: &[&str] = &[
     "pub/g",
     "pub/l",
     "pub/readme.txt",
+    "pub/h",
+    "pub/k",
     "x/f",
     "x/y",
     "x/y/l",
@@ -217,21 +219,42 @@ impl fmt::Debug for Plan {
     }
 }
 
+/// The entries of `list` that mention none of `TOOLCELL_FUZZ_AVOID`'s comma-separated
+/// strings (or `fallback` if none is left).
+fn unavoided(list: &[&'static str], fallback: &'static str) -> Vec<&'static str> {
+    let avoid = std::env::var("TOOLCELL_FUZZ_AVOID").unwrap_or_default();
+    let kept: Vec<&'static str> =
+        list.iter().copied().filter(|entry| !avoid.split(',').any(|needle| !needle.is_empty() && entry.contains(needle))).collect();
+    if kept.is_empty() { vec![fallback] } else { kept }
+}
+
 fn path() -> impl Strategy<Value = &'static str> {
-    prop::sample::select(PATHS)
+    prop::sample::select(unavoided(PATHS, "pub/f"))
+}
+
+/// The files a role may not read (or only with approval), and host-owned ones.
+const SECRETS: &[&str] =
+    &["alice/secret.txt", "bob/secret.txt", "ask/key.txt", ".env", ".local/state/toolcell/state.key", ".cache/toolcell/cache.key"];
+
+/// Names where a link to a secret may be made and read.
+const LANDINGS: &[&str] = &["pub/h", "pub/k", "pub/l", "x/y/l", "y/l"];
+
+/// Mostly any path; often a secret, or a name where links land.
+fn biased(toward: &'static [&'static str], fallback: &'static str) -> impl Strategy<Value = &'static str> {
+    prop_oneof![2 => path(), 1 => prop::sample::select(unavoided(toward, fallback))]
 }
 
 fn directory() -> impl Strategy<Value = &'static str> {
-    prop::sample::select(DIRECTORIES)
+    prop::sample::select(unavoided(DIRECTORIES, "pub"))
 }
 
 fn probe() -> impl Strategy<Value = Probe> {
     prop_oneof![
-        3 => path().prop_map(Probe::Read),
+        3 => biased(LANDINGS, "pub/h").prop_map(Probe::Read),
         2 => path().prop_map(Probe::Write),
         1 => directory().prop_map(Probe::List),
-        3 => (path(), path()).prop_map(|(from, to)| Probe::HardLink(from, to)),
-        3 => (path(), prop::sample::select(TARGETS), prop::sample::select(&[1usize, 1, 300][..]))
+        3 => (biased(SECRETS, "ask/key.txt"), biased(LANDINGS, "pub/h")).prop_map(|(from, to)| Probe::HardLink(from, to)),
+        3 => (path(), prop::sample::select(unavoided(TARGETS, "f")), prop::sample::select(&[1usize, 1, 300][..]))
             .prop_map(|(link, target, times)| Probe::Symlink(link, target, times)),
         2 => (path(), path()).prop_map(|(from, to)| Probe::Rename(from, to)),
         1 => path().prop_map(Probe::Remove),
@@ -243,13 +266,13 @@ fn probe() -> impl Strategy<Value = Probe> {
 
 fn act() -> impl Strategy<Value = Act> {
     prop_oneof![
-        2 => path().prop_map(Act::Read),
+        2 => biased(LANDINGS, "pub/h").prop_map(Act::Read),
         2 => path().prop_map(Act::Write),
         1 => (directory(), any::<bool>()).prop_map(|(directory, recursive)| Act::List(directory, recursive)),
         1 => path().prop_map(Act::Delete),
         1 => (path(), path()).prop_map(|(from, to)| Act::Move(from, to)),
         1 => path().prop_map(Act::Mkdir),
-        1 => (path(), prop::sample::select(&[0u16, 0, 0, 60, 300][..])).prop_map(|(path, more)| Act::Patch(path, more)),
+        1 => (biased(SECRETS, ".env"), prop::sample::select(&[0u16, 0, 0, 60, 300][..])).prop_map(|(path, more)| Act::Patch(path, more)),
         4 => prop::collection::vec(probe(), 1..5).prop_map(Act::Probe),
     ]
 }
@@ -265,7 +288,7 @@ fn step() -> impl Strategy<Value = Step> {
         6 => call().prop_map(Step::One),
         // Shrinks to a call alone (no others).
         3 => (call(), prop::collection::vec(call(), 0..3)).prop_map(|(first, others)| Step::Together(first, others)),
-        1 => (prop::sample::select(&["outside/secret.txt", "home/alice/secret.txt", "home/ask/key.txt", "home/.env"][..]),
+        1 => (prop::sample::select(unavoided(&["outside/secret.txt", "home/alice/secret.txt", "home/ask/key.txt", "home/.env"], "home/pub/readme.txt")),
               prop::sample::select(&["pub/p", "x/p"][..]))
             .prop_map(|(target, link)| Step::Plant(target, link)),
     ]
@@ -418,8 +441,8 @@ pub fn run_step(world: &mut World, index: usize, step: &Step) -> Vec<String> {
 
 /// Run a whole plan in a fresh world; the violations of the first step that shows any.
 pub fn run_plan(plan: &Plan) -> Result<(), String> {
-    // `TOOLCELL_FUZZ_AVOID=a,b`: sequences whose text mentions `a` or `b` pass unrun, to look
-    // past a known escape.
+    // `TOOLCELL_FUZZ_AVOID=a,b`: paths mentioning `a` or `b` are not generated, and sequences
+    // (a regression, say) that mention them pass unrun, to look past a known escape.
     if let Ok(avoid) = std::env::var("TOOLCELL_FUZZ_AVOID") {
         let text = format!("{plan:?}");
         if avoid.split(',').any(|needle| !needle.is_empty() && text.contains(needle)) {
