@@ -370,7 +370,7 @@ fn worker() {
         failure_persistence: None,
         ..ProptestConfig::default()
     });
-    let strategy = plan::call();
+    let strategy = plan::Palette::full().call();
     let start = std::time::Instant::now();
     let mut calls = 0u64;
     let mut violations = 0;

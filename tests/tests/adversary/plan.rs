@@ -228,10 +228,6 @@ fn unavoided(list: &[&'static str], fallback: &'static str) -> Vec<&'static str>
     if kept.is_empty() { vec![fallback] } else { kept }
 }
 
-fn path() -> impl Strategy<Value = &'static str> {
-    prop::sample::select(unavoided(PATHS, "pub/f"))
-}
-
 /// The files a role may not read (or only with approval), and host-owned ones.
 const SECRETS: &[&str] =
     &["alice/secret.txt", "bob/secret.txt", "ask/key.txt", ".env", ".local/state/toolcell/state.key", ".cache/toolcell/cache.key"];
@@ -239,65 +235,109 @@ const SECRETS: &[&str] =
 /// Names where a link to a secret may be made and read.
 const LANDINGS: &[&str] = &["pub/h", "pub/k", "pub/l", "x/y/l", "y/l"];
 
-/// Mostly any path; often a secret, or a name where links land.
-fn biased(toward: &'static [&'static str], fallback: &'static str) -> impl Strategy<Value = &'static str> {
-    prop_oneof![2 => path(), 1 => prop::sample::select(unavoided(toward, fallback))]
+/// The few names one sequence uses (swarm testing: with fewer names, operations meet more
+/// often).
+#[derive(Clone, Debug)]
+pub struct Palette {
+    paths: Vec<&'static str>,
+    secrets: Vec<&'static str>,
+    landings: Vec<&'static str>,
+    directories: Vec<&'static str>,
+    targets: Vec<&'static str>,
 }
 
-fn directory() -> impl Strategy<Value = &'static str> {
-    prop::sample::select(unavoided(DIRECTORIES, "pub"))
+impl Palette {
+    /// Every name.
+    pub fn full() -> Palette {
+        Palette {
+            paths: unavoided(PATHS, "pub/f"),
+            secrets: unavoided(SECRETS, "ask/key.txt"),
+            landings: unavoided(LANDINGS, "pub/h"),
+            directories: unavoided(DIRECTORIES, "pub"),
+            targets: unavoided(TARGETS, "f"),
+        }
+    }
+
+    /// A few names of each kind.
+    fn few() -> impl Strategy<Value = Palette> {
+        let full = Palette::full();
+        let some = |list: Vec<&'static str>, most: usize| {
+            let most = most.min(list.len());
+            prop::sample::subsequence(list, 1..=most)
+        };
+        (some(full.paths, 6), some(full.secrets, 2), some(full.landings, 2), some(full.directories, 2), some(full.targets, 3)).prop_map(
+            |(mut paths, secrets, landings, directories, targets)| {
+                paths.extend(secrets.iter().chain(&landings));
+                Palette { paths, secrets, landings, directories, targets }
+            },
+        )
+    }
+
+    fn path(&self) -> impl Strategy<Value = &'static str> + use<> {
+        prop::sample::select(self.paths.clone())
+    }
+
+    /// Mostly any path; often one of `toward`.
+    fn biased(&self, toward: &[&'static str]) -> impl Strategy<Value = &'static str> + use<> {
+        prop_oneof![2 => self.path(), 1 => prop::sample::select(toward.to_vec())]
+    }
+
+    fn directory(&self) -> impl Strategy<Value = &'static str> + use<> {
+        prop::sample::select(self.directories.clone())
+    }
+
+    fn probe(&self) -> impl Strategy<Value = Probe> + use<> {
+        prop_oneof![
+            3 => self.biased(&self.landings).prop_map(Probe::Read),
+            2 => self.path().prop_map(Probe::Write),
+            1 => self.directory().prop_map(Probe::List),
+            3 => (self.biased(&self.secrets), self.biased(&self.landings)).prop_map(|(from, to)| Probe::HardLink(from, to)),
+            3 => (self.path(), prop::sample::select(self.targets.clone()), prop::sample::select(&[1usize, 1, 300][..]))
+                .prop_map(|(link, target, times)| Probe::Symlink(link, target, times)),
+            2 => (self.path(), self.path()).prop_map(|(from, to)| Probe::Rename(from, to)),
+            1 => self.path().prop_map(Probe::Remove),
+            1 => self.path().prop_map(Probe::Mkdir),
+            2 => (self.directory(), prop::sample::select(&[Seek::Read, Seek::Write, Seek::HardLink, Seek::Rename, Seek::Remove][..]))
+                .prop_map(|(directory, action)| Probe::Seek(directory, action)),
+        ]
+    }
+
+    fn act(&self) -> impl Strategy<Value = Act> + use<> {
+        prop_oneof![
+            2 => self.biased(&self.landings).prop_map(Act::Read),
+            2 => self.path().prop_map(Act::Write),
+            1 => (self.directory(), any::<bool>()).prop_map(|(directory, recursive)| Act::List(directory, recursive)),
+            1 => self.path().prop_map(Act::Delete),
+            1 => (self.path(), self.path()).prop_map(|(from, to)| Act::Move(from, to)),
+            1 => self.path().prop_map(Act::Mkdir),
+            1 => (self.biased(&self.secrets), prop::sample::select(&[0u16, 0, 0, 60, 300][..])).prop_map(|(path, more)| Act::Patch(path, more)),
+            4 => prop::collection::vec(self.probe(), 1..5).prop_map(Act::Probe),
+        ]
+    }
+
+    /// Any call of either role.
+    pub fn call(&self) -> impl Strategy<Value = Call> + use<> {
+        (prop::sample::select(&[Role::Alice, Role::Bob][..]), prop::sample::select(&[None, Some(true), Some(false)][..]), self.act())
+            .prop_map(|(role, approve, act)| Call { role, approve, act })
+    }
+
+    fn step(&self) -> impl Strategy<Value = Step> + use<> {
+        prop_oneof![
+            6 => self.call().prop_map(Step::One),
+            // Shrinks to a call alone (no others).
+            3 => (self.call(), prop::collection::vec(self.call(), 0..3)).prop_map(|(first, others)| Step::Together(first, others)),
+            1 => (prop::sample::select(unavoided(&["outside/secret.txt", "home/alice/secret.txt", "home/ask/key.txt", "home/.env"], "home/pub/readme.txt")),
+                  prop::sample::select(&["pub/p", "x/p"][..]))
+                .prop_map(|(target, link)| Step::Plant(target, link)),
+        ]
+    }
 }
 
-fn probe() -> impl Strategy<Value = Probe> {
-    prop_oneof![
-        3 => biased(LANDINGS, "pub/h").prop_map(Probe::Read),
-        2 => path().prop_map(Probe::Write),
-        1 => directory().prop_map(Probe::List),
-        3 => (biased(SECRETS, "ask/key.txt"), biased(LANDINGS, "pub/h")).prop_map(|(from, to)| Probe::HardLink(from, to)),
-        3 => (path(), prop::sample::select(unavoided(TARGETS, "f")), prop::sample::select(&[1usize, 1, 300][..]))
-            .prop_map(|(link, target, times)| Probe::Symlink(link, target, times)),
-        2 => (path(), path()).prop_map(|(from, to)| Probe::Rename(from, to)),
-        1 => path().prop_map(Probe::Remove),
-        1 => path().prop_map(Probe::Mkdir),
-        2 => (directory(), prop::sample::select(&[Seek::Read, Seek::Write, Seek::HardLink, Seek::Rename, Seek::Remove][..]))
-            .prop_map(|(directory, action)| Probe::Seek(directory, action)),
-    ]
-}
-
-fn act() -> impl Strategy<Value = Act> {
-    prop_oneof![
-        2 => biased(LANDINGS, "pub/h").prop_map(Act::Read),
-        2 => path().prop_map(Act::Write),
-        1 => (directory(), any::<bool>()).prop_map(|(directory, recursive)| Act::List(directory, recursive)),
-        1 => path().prop_map(Act::Delete),
-        1 => (path(), path()).prop_map(|(from, to)| Act::Move(from, to)),
-        1 => path().prop_map(Act::Mkdir),
-        1 => (biased(SECRETS, ".env"), prop::sample::select(&[0u16, 0, 0, 60, 300][..])).prop_map(|(path, more)| Act::Patch(path, more)),
-        4 => prop::collection::vec(probe(), 1..5).prop_map(Act::Probe),
-    ]
-}
-
-/// Any call of either role.
-pub fn call() -> impl Strategy<Value = Call> {
-    (prop::sample::select(&[Role::Alice, Role::Bob][..]), prop::sample::select(&[None, Some(true), Some(false)][..]), act())
-        .prop_map(|(role, approve, act)| Call { role, approve, act })
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        6 => call().prop_map(Step::One),
-        // Shrinks to a call alone (no others).
-        3 => (call(), prop::collection::vec(call(), 0..3)).prop_map(|(first, others)| Step::Together(first, others)),
-        1 => (prop::sample::select(unavoided(&["outside/secret.txt", "home/alice/secret.txt", "home/ask/key.txt", "home/.env"], "home/pub/readme.txt")),
-              prop::sample::select(&["pub/p", "x/p"][..]))
-            .prop_map(|(target, link)| Step::Plant(target, link)),
-    ]
-}
-
-/// Any sequence of up to `length` steps.
+/// Any sequence of up to `length` steps, over a few names.
 pub fn plan(length: usize) -> impl Strategy<Value = Plan> {
-    (prop::sample::select(&[Config::Home, Config::Elsewhere][..]), prop::collection::vec(step(), 1..=length))
-        .prop_map(|(config, steps)| Plan { config, steps })
+    (prop::sample::select(&[Config::Home, Config::Elsewhere][..]), Palette::few()).prop_flat_map(move |(config, palette)| {
+        prop::collection::vec(palette.step(), 1..=length).prop_map(move |steps| Plan { config, steps })
+    })
 }
 
 /// Who writes what: content that names its writer, the step and the call, so that a file
