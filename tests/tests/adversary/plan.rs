@@ -22,6 +22,7 @@ pub const PATHS: &[&str] = &[
     "y/l",
     "x",
     ".env",
+    ".git/config",
     "alice/secret.txt",
     "bob/secret.txt",
     "ask/key.txt",

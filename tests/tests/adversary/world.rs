@@ -115,7 +115,8 @@ pub const TRUSTED_SECRET: &str = "CANARY-TRUSTED-c41d";
 /// The files only one role may write, and nobody may delete, with that role.
 pub const OWNED: &[(&str, Role)] = &[(".env", Role::Alice), ("alice/secret.txt", Role::Alice), ("bob/secret.txt", Role::Bob)];
 
-/// The toolcell default locations under `$HOME`.
+/// The toolcell default locations under `$HOME` (and `.git/config`, protected and named by no
+/// rule) are host-owned: no call may change them.
 pub const STATE_DIR: &str = ".local/state/toolcell";
 /// The default compiled-component cache under `$HOME`.
 pub const CACHE_DIR: &str = ".cache/toolcell";
@@ -301,6 +302,8 @@ impl World {
         write("ask/key.txt", ASK_SECRET);
         write(".env", &format!("{ENV_SECRET}original\n"));
         write("x/y/keep.txt", "keep\n");
+        // Always protected (`.git/**`), and no rule names it: nobody may change it.
+        write(".git/config", "[core]\n\tbare = false\n");
         // What a user's plain runs keep in the default locations: a cache with its key and an
         // artifact, and the policy.
         write(&format!("{CACHE_DIR}/cache.key"), &format!("{TRUSTED_SECRET}-cache-key"));
@@ -362,6 +365,7 @@ impl World {
         self.outside = snapshot(&self.base, &[&home]);
         self.owned = OWNED.iter().map(|(path, _)| ((*path).to_owned(), snapshot_file(&home.join(path)))).collect();
         self.trusted = BTreeMap::new();
+        self.trusted.insert(".git/config".to_owned(), snapshot_file(&home.join(".git/config")));
         for directory in [CACHE_DIR, CONFIG_DIR, STATE_DIR] {
             // This run's own state directory changes with every call: only what the host
             // does not rewrite (its keys) is fixed there.
@@ -455,6 +459,7 @@ impl World {
             violations.push(format!("outside the workspace: {change}"));
         }
         let mut trusted_now = BTreeMap::new();
+        trusted_now.insert(".git/config".to_owned(), snapshot_file(&home.join(".git/config")));
         for directory in [CACHE_DIR, CONFIG_DIR, STATE_DIR] {
             let own_state = self.config == Config::Home && directory == STATE_DIR;
             for (path, entry) in snapshot(&home.join(directory), &[]) {
