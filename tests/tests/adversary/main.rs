@@ -24,7 +24,15 @@
 //!
 //! Longer runs: `TOOLCELL_FUZZ_CASES` (sequences, default 12), `TOOLCELL_FUZZ_STEPS` (steps
 //! per sequence, default 6), `TOOLCELL_FUZZ_SEED` (a fixed RNG seed, to replay a run) and
-//! `TOOLCELL_STRESS_SECONDS` (the two-process run, default 20).
+//! `TOOLCELL_STRESS_SECONDS` (the two-process run, default 20), e.g.
+//!
+//! ```text
+//! TOOLCELL_FUZZ_CASES=500 TOOLCELL_FUZZ_STEPS=10 TOOLCELL_STRESS_SECONDS=600 \
+//!     cargo test -p toolcell-tests --test adversary -- random_sequences two_processes
+//! ```
+//!
+//! `TOOLCELL_FUZZ_VERBOSE=1` prints every call and what it returned; `TOOLCELL_FUZZ_AVOID=a,b`
+//! generates no path mentioning `a` or `b` (to look past a known escape).
 
 mod plan;
 mod world;

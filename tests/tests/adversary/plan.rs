@@ -361,7 +361,8 @@ pub fn arguments(home: &std::path::Path, role: Role, approved: bool, act: &Act, 
             let new = content(role, path, tag);
             // The old lines, as the role could read them (never a canary it may not see, which
             // the tool might echo back in an error).
-            let readable = |old: &str| crate::world::forbidden(role, approved).iter().all(|canary| !old.contains(canary));
+            let host_owned = [".local/", ".cache/", ".config/", ".git/", "../"].iter().any(|prefix| path.starts_with(prefix));
+            let readable = |old: &str| !host_owned && crate::world::forbidden(role, approved).iter().all(|canary| !old.contains(canary));
             match std::fs::read_to_string(home.join(path)) {
                 Ok(old) if !old.is_empty() && !old.contains('\r') && readable(&old) => {
                     patch.push_str(&format!("*** Update File: {path}\n@@\n"));
