@@ -385,7 +385,7 @@ fn worker() {
     while start.elapsed().as_secs() < seconds {
         let mut call = strategy.new_tree(&mut runner).expect("a call").current();
         call.role = role;
-        if plan::moves_into_owned(&call) {
+        if plan::moves_into_owned(&call) || plan::avoided(&format!("{call:?}")) {
             continue;
         }
         let tag = format!("p{}-{calls}", role.name());

@@ -481,15 +481,17 @@ pub fn run_step(world: &mut World, index: usize, step: &Step) -> Vec<String> {
     violations
 }
 
+/// Whether `text` mentions one of `TOOLCELL_FUZZ_AVOID`'s comma-separated strings.
+pub fn avoided(text: &str) -> bool {
+    std::env::var("TOOLCELL_FUZZ_AVOID").is_ok_and(|avoid| avoid.split(',').any(|needle| !needle.is_empty() && text.contains(needle)))
+}
+
 /// Run a whole plan in a fresh world; the violations of the first step that shows any.
 pub fn run_plan(plan: &Plan) -> Result<(), String> {
     // `TOOLCELL_FUZZ_AVOID=a,b`: paths mentioning `a` or `b` are not generated, and sequences
     // (a regression, say) that mention them pass unrun, to look past a known escape.
-    if let Ok(avoid) = std::env::var("TOOLCELL_FUZZ_AVOID") {
-        let text = format!("{plan:?}");
-        if avoid.split(',').any(|needle| !needle.is_empty() && text.contains(needle)) {
-            return Ok(());
-        }
+    if avoided(&format!("{plan:?}")) {
+        return Ok(());
     }
     let mut world = World::new(plan.config);
     let before = world.check_world();
