@@ -289,30 +289,30 @@ impl Palette {
 
     fn probe(&self) -> impl Strategy<Value = Probe> + use<> {
         prop_oneof![
-            3 => self.biased(&self.landings).prop_map(Probe::Read),
-            2 => self.path().prop_map(Probe::Write),
-            1 => self.directory().prop_map(Probe::List),
-            3 => (self.biased(&self.secrets), self.biased(&self.landings)).prop_map(|(from, to)| Probe::HardLink(from, to)),
-            3 => (self.path(), prop::sample::select(self.targets.clone()), prop::sample::select(&[1usize, 1, 300][..]))
+            weight(3, "read ") => self.biased(&self.landings).prop_map(Probe::Read),
+            weight(2, "write ") => self.path().prop_map(Probe::Write),
+            weight(1, "list ") => self.directory().prop_map(Probe::List),
+            weight(3, "hard_link") => (self.biased(&self.secrets), self.biased(&self.landings)).prop_map(|(from, to)| Probe::HardLink(from, to)),
+            weight(3, "symlink") => (self.path(), prop::sample::select(self.targets.clone()), prop::sample::select(&[1usize, 1, 300][..]))
                 .prop_map(|(link, target, times)| Probe::Symlink(link, target, times)),
-            2 => (self.path(), self.path()).prop_map(|(from, to)| Probe::Rename(from, to)),
-            1 => self.path().prop_map(Probe::Remove),
-            1 => self.path().prop_map(Probe::Mkdir),
-            2 => (self.directory(), prop::sample::select(&[Seek::Read, Seek::Write, Seek::HardLink, Seek::Rename, Seek::Remove][..]))
+            weight(2, "rename") => (self.path(), self.path()).prop_map(|(from, to)| Probe::Rename(from, to)),
+            weight(1, "remove") => self.path().prop_map(Probe::Remove),
+            weight(1, "mkdir") => self.path().prop_map(Probe::Mkdir),
+            weight(2, "seek") => (self.directory(), prop::sample::select(&[Seek::Read, Seek::Write, Seek::HardLink, Seek::Rename, Seek::Remove][..]))
                 .prop_map(|(directory, action)| Probe::Seek(directory, action)),
         ]
     }
 
     fn act(&self) -> impl Strategy<Value = Act> + use<> {
         prop_oneof![
-            2 => self.biased(&self.landings).prop_map(Act::Read),
-            2 => self.path().prop_map(Act::Write),
-            1 => (self.directory(), any::<bool>()).prop_map(|(directory, recursive)| Act::List(directory, recursive)),
-            1 => self.path().prop_map(Act::Delete),
-            1 => (self.path(), self.path()).prop_map(|(from, to)| Act::Move(from, to)),
-            1 => self.path().prop_map(Act::Mkdir),
-            1 => (self.biased(&self.secrets), prop::sample::select(&[0u16, 0, 0, 60, 300][..])).prop_map(|(path, more)| Act::Patch(path, more)),
-            4 => prop::collection::vec(self.probe(), 1..5).prop_map(Act::Probe),
+            weight(2, "read_file") => self.biased(&self.landings).prop_map(Act::Read),
+            weight(2, "write_file") => self.path().prop_map(Act::Write),
+            weight(1, "list_files") => (self.directory(), any::<bool>()).prop_map(|(directory, recursive)| Act::List(directory, recursive)),
+            weight(1, "delete_file") => self.path().prop_map(Act::Delete),
+            weight(1, "move_file") => (self.path(), self.path()).prop_map(|(from, to)| Act::Move(from, to)),
+            weight(1, "create_directory") => self.path().prop_map(Act::Mkdir),
+            weight(1, "apply_patch") => (self.biased(&self.secrets), prop::sample::select(&[0u16, 0, 0, 60, 300][..])).prop_map(|(path, more)| Act::Patch(path, more)),
+            weight(4, "fs_probe") => prop::collection::vec(self.probe(), 1..5).prop_map(Act::Probe),
         ]
     }
 
@@ -326,12 +326,17 @@ impl Palette {
         prop_oneof![
             6 => self.call().prop_map(Step::One),
             // Shrinks to a call alone (no others).
-            3 => (self.call(), prop::collection::vec(self.call(), 0..3)).prop_map(|(first, others)| Step::Together(first, others)),
-            1 => (prop::sample::select(unavoided(&["outside/secret.txt", "home/alice/secret.txt", "home/ask/key.txt", "home/.env"], "home/pub/readme.txt")),
+            weight(3, "together") => (self.call(), prop::collection::vec(self.call(), 0..3)).prop_map(|(first, others)| Step::Together(first, others)),
+            weight(1, "another program") => (prop::sample::select(unavoided(&["outside/secret.txt", "home/alice/secret.txt", "home/ask/key.txt", "home/.env"], "home/pub/readme.txt")),
                   prop::sample::select(&["pub/p", "x/p"][..]))
                 .prop_map(|(target, link)| Step::Plant(target, link)),
         ]
     }
+}
+
+/// `weight`, or 0 for a kind of operation `TOOLCELL_FUZZ_AVOID` names.
+fn weight(weight: u32, kind: &str) -> u32 {
+    if avoided(kind) { 0 } else { weight }
 }
 
 /// Any sequence of up to `length` steps, over a few names.
