@@ -250,6 +250,23 @@ fn seed_symlink_while_its_directory_is_renamed() {
     seed("seed_symlink_while_its_directory_is_renamed", 1, Plan { config: Config::Home, steps });
 }
 
+/// Escape 7 without the race: the link made first, its directory renamed after.
+#[test]
+fn seed_symlink_then_its_directory_renamed() {
+    seed(
+        "seed_symlink_then_its_directory_renamed",
+        1,
+        Plan {
+            config: Config::Home,
+            steps: vec![
+                Step::One(bob(Act::Probe(vec![Probe::Symlink("x/y/l", "../..", 1)]))),
+                Step::One(alice(Act::Probe(vec![Probe::Rename("x/y", "y")]))),
+                Step::One(alice(Act::Move("x", "pub/x"))),
+            ],
+        },
+    );
+}
+
 /// Planted hard links (made by another program) to a file outside the workspace and to files
 /// a role may not read: read and written through the workspace name.
 #[test]
