@@ -308,7 +308,10 @@ fn random_sequences() {
         let mut runner = TestRunner::new(config);
         let result = runner.run(&plan::plan(steps), |plan| run_plan(&plan).map_err(TestCaseError::fail));
         if let Err(failure) = result {
-            panic!("a sequence violates an invariant (minimal sequence below; kept in tests/tests/adversary/main.regressions):\n{failure}");
+            panic!(
+                "a sequence violates an invariant (minimal sequence below; kept in tests/tests/adversary/main.regressions and replayed \
+                 first by the next run; TOOLCELL_FUZZ_VERBOSE=1 shows every call):\n{failure}"
+            );
         }
     });
 }
