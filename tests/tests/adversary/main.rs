@@ -368,6 +368,9 @@ fn two_processes() {
                 String::from_utf8_lossy(&output.stdout)
             );
             assert!(report.contains("calls made"), "a worker made no calls:\n{report}\n{}", String::from_utf8_lossy(&output.stdout));
+            for line in report.lines().filter(|line| line.ends_with("calls made")) {
+                eprintln!("two processes: {line}");
+            }
         }
         violations.extend(world.check_world());
         // Each process marks its writes `ROLE-wrote-pROLE-N`.
@@ -428,6 +431,6 @@ fn worker() {
         }
         calls += 1;
     }
-    eprintln!("{calls} calls made");
+    eprintln!("{}: {calls} calls made", role.name());
     assert_eq!(violations, 0, "this worker saw violations");
 }
