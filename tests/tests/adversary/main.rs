@@ -32,7 +32,8 @@
 //! ```
 //!
 //! `TOOLCELL_FUZZ_VERBOSE=1` prints every call and what it returned; `TOOLCELL_FUZZ_AVOID=a,b`
-//! generates no path mentioning `a` or `b` (to look past a known escape).
+//! generates no path and no kind of operation (`hard_link`, `seek`, `together`, `another
+//! program`, a tool's name...) mentioning `a` or `b`, to look past a known escape.
 
 mod plan;
 mod world;
