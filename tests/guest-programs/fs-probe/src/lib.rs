@@ -19,6 +19,13 @@
 //! (the built-in tools refuse `..` and absolute paths before the host sees them) and no
 //! wasi-libc path handling (which reads `/x` as `x`), so that the host's own judgement of the
 //! path is what a test sees.
+//!
+//! For the adversarial fuzzer: any filesystem operation with `times` > 1 runs that many times
+//! (a loop racing another call) and reports each distinct result once; `seek` lists the
+//! directory `path` until an entry whose name starts with `content` (before any `|`) appears (up to `times`
+//! rounds, 1 ms apart; default 3,000), then runs the action `to` on it: `read`, `write`,
+//! `remove`, `hard_link:DEST` or `rename:DEST` (another call's file in flight, found by name);
+//! `write` writes what follows the `|`.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -33,6 +40,8 @@ struct Operation {
     to: String,
     #[serde(default)]
     content: String,
+    #[serde(default)]
+    times: usize,
 }
 
 #[derive(Deserialize)]
@@ -107,6 +116,16 @@ impl Tool for FsProbe {
                 "recall" => {
                     let recalled = toolcell_sdk::recall(&operation.path).map(|value| String::from_utf8_lossy(&value).into_owned());
                     results.push(json!({ "op": "recall", "path": operation.path, "value": recalled }));
+                }
+                "seek" => results.push(seek(operation)),
+                _ if operation.times > 1 => {
+                    let mut seen = std::collections::BTreeSet::new();
+                    for _ in 0..operation.times {
+                        let result = run(operation);
+                        if seen.len() < 8 && seen.insert(result.to_string()) {
+                            results.push(result);
+                        }
+                    }
                 }
                 _ => results.push(run(operation)),
             }
@@ -187,6 +206,30 @@ fn run(operation: &Operation) -> Value {
         Ok(value) => json!({ "op": operation.op, "path": path, "ok": true, "value": value }),
         Err(error) => json!({ "op": operation.op, "path": path, "ok": false, "error": format!("{:?}: {error}", error.kind()) }),
     }
+}
+
+/// List `path` until an entry named `content...` appears, then run the action `to` on it.
+fn seek(operation: &Operation) -> Value {
+    let directory = if operation.path.is_empty() { "." } else { operation.path.as_str() };
+    let rounds = if operation.times == 0 { 3000 } else { operation.times };
+    let (prefix, data) = operation.content.split_once('|').unwrap_or((operation.content.as_str(), "SEEK-WRITE"));
+    for _ in 0..rounds {
+        let found = std::fs::read_dir(directory).ok().and_then(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .find(|name| name.starts_with(prefix))
+        });
+        if let Some(name) = found {
+            let path = format!("{directory}/{name}");
+            let (action, destination) = operation.to.split_once(':').unwrap_or((operation.to.as_str(), ""));
+            let step =
+                Operation { op: action.to_owned(), path: path.clone(), to: destination.to_owned(), content: data.to_owned(), times: 0 };
+            return json!({ "op": "seek", "found": name, "result": run(&step) });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    json!({ "op": "seek", "found": null })
 }
 
 thread_local! {
