@@ -19,7 +19,7 @@ const PEM: &str = "-----BEGIN PRIVATE KEY----- hunter2-pem-material";
 
 /// The operations of an `fs_probe` result, each `{op, path, ok, value|error}` (none when the
 /// host failed the call for a refusal).
-fn results(outcome: &CallOutcome) -> Vec<Value> {
+pub(crate) fn results(outcome: &CallOutcome) -> Vec<Value> {
     match &outcome.result {
         Ok(output) => output.structured.as_ref().and_then(Value::as_array).cloned().unwrap_or_default(),
         Err(_) => Vec::new(),
@@ -32,7 +32,7 @@ fn succeeded(outcome: &CallOutcome) -> bool {
 }
 
 /// Everything a call showed the agent.
-fn shown(outcome: &CallOutcome) -> String {
+pub(crate) fn shown(outcome: &CallOutcome) -> String {
     let mut text = outcome.warnings.join("\n");
     match &outcome.result {
         Ok(output) => {

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use toolcell_runtime::{Approver, CallOutcome, CallRequest, Runtime, Workspace};
 use toolcell_tests::{builtin_runtime_builder, guest_program};
 
+use super::boundary::{results, shown};
 use super::hardening::{Governed, governed, records, write};
 
 /// `admin` rotates the protected `.env`; `impl` works everywhere else and may not touch it;
@@ -66,26 +67,6 @@ fn call_as(runtime: &Runtime, workspace: &Workspace, role: &str, tool: &str, arg
     runtime
         .call(&CallRequest::new(workspace, role, &format!("s-{role}"), tool, &args))
         .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
-}
-
-fn results(outcome: &CallOutcome) -> Vec<Value> {
-    match &outcome.result {
-        Ok(output) => output.structured.as_ref().and_then(Value::as_array).cloned().unwrap_or_default(),
-        Err(_) => Vec::new(),
-    }
-}
-
-/// Everything a call showed the agent.
-fn shown(outcome: &CallOutcome) -> String {
-    let mut text = outcome.warnings.join("\n");
-    match &outcome.result {
-        Ok(output) => {
-            text.push_str(&output.text);
-            text.push_str(&output.structured.as_ref().map(Value::to_string).unwrap_or_default());
-        }
-        Err(error) => text.push_str(&error.message),
-    }
-    text
 }
 
 /// The names in the workspace's directory `relative` that the host reserves for calls in flight.
