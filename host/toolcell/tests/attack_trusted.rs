@@ -1,0 +1,106 @@
+//! Attacks on what other toolcell runs trust, through the real binary and a hostile plugin
+//! (`fs_probe`, which calls `std::fs` directly): the default state, cache and configuration
+//! directories of a `$HOME` workspace whose run keeps its own elsewhere, reached through a
+//! name on their way rather than through their own path.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+const ALLOW_ALL: &str = r#"
+version = 1
+
+[roles.admin]
+tools = ["*"]
+
+[[roles.admin.rules]]
+id = "admin-all"
+access = ["read", "list", "write", "delete"]
+paths = ["**"]
+effect = "allow"
+"#;
+
+/// A `$HOME` workspace where the user has not made toolcell's default directories yet (the
+/// parents `.local`, `.cache` and `.config` exist, as on any desktop), and a place elsewhere
+/// for this run's own state, cache, plugins and policy.
+struct Home {
+    _temp: tempfile::TempDir,
+    home: PathBuf,
+    elsewhere: PathBuf,
+}
+
+fn home() -> Home {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let home = temp.path().join("home");
+    let elsewhere = temp.path().join("elsewhere");
+    for directory in [".local/share", ".cache/fontconfig", ".config/git", "project"] {
+        std::fs::create_dir_all(home.join(directory)).expect("mkdir");
+    }
+    std::fs::create_dir_all(elsewhere.join("plugins")).expect("elsewhere");
+    std::fs::write(elsewhere.join("plugins/fs_probe.wasm"), toolcell_tests::guest_program("fs_probe")).expect("plugin");
+    std::fs::write(elsewhere.join("allow-all.toml"), ALLOW_ALL).expect("policy");
+    Home { _temp: temp, home, elsewhere }
+}
+
+/// Run `toolcell call fs_probe` with `ops` as `admin` on the workspace `$HOME`, with this
+/// run's cache, state and plugins elsewhere. Returns (exit status, stdout + stderr).
+fn probe(home: &Home, ops: &Value) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .arg("--cache-dir")
+        .arg(home.elsewhere.join("cache"))
+        .arg("--state-dir")
+        .arg(home.elsewhere.join("state"))
+        .arg("--plugin-dir")
+        .arg(home.elsewhere.join("plugins"))
+        .arg("--policy")
+        .arg(home.elsewhere.join("allow-all.toml"))
+        .args(["call", "fs_probe", &json!({ "ops": ops }).to_string(), "--role", "admin", "--workspace"])
+        .arg(&home.home)
+        .env("HOME", &home.home)
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("TOOLCELL_CACHE_DIR")
+        .env_remove("TOOLCELL_STATE_DIR")
+        .output()
+        .expect("run toolcell");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code().unwrap_or(-1), text)
+}
+
+/// The next plain run opens `~/.local/state/toolcell/state.key` through whatever names lead
+/// there; a tool of this run must not be able to put anything at that path.
+#[test]
+fn a_symlink_on_the_way_to_the_default_state_directory_cannot_be_planted() {
+    for (parent, link, target) in [
+        // `.local/state` made a symlink to a directory the plugin fills.
+        (".local/state", ".local/state", "../planted"),
+        // `.cache` moved away and replaced by a symlink.
+        (".cache", ".cache", "planted"),
+        // `.config/toolcell` does not exist: its parent is real, the link is the directory
+        // itself (refused already), so go one up.
+        (".config", ".config", "planted"),
+    ] {
+        let home = home();
+        let trusted = match parent {
+            ".local/state" => ".local/state/toolcell/state.key",
+            ".cache" => ".cache/toolcell/cache.key",
+            _ => ".config/toolcell/service.toml",
+        };
+        let inside = trusted.strip_prefix(&format!("{parent}/")).expect("inside");
+        let ops = json!([
+            {"op": "mkdir", "path": format!("planted/{}", Path::new(inside).parent().expect("parent").display())},
+            {"op": "write", "path": format!("planted/{inside}"), "content": "planted by a tool"},
+            {"op": "rename", "path": parent, "to": "moved-away"},
+            {"op": "symlink", "path": link, "to": target},
+            {"op": "write", "path": trusted, "content": "planted by a tool"},
+        ]);
+        let (_, text) = probe(&home, &ops);
+        let path = home.home.join(trusted);
+        assert!(
+            std::fs::read_to_string(&path).is_err(),
+            "{trusted}: a tool put a file where the next plain run trusts it (through `{link}` -> `{target}`): {text}"
+        );
+    }
+}
