@@ -53,6 +53,7 @@ impl FsGuard {
             let landing = format!("{to}{rest}");
             if is_symlink {
                 self.check_link_stays_inside(operation, (from, to), &path, &landing)?;
+                self.check_symlink_not_on_the_way(operation, &landing)?;
             }
             if self.state_path_of(&path).is_some() {
                 // toolcell's own state is refused as such, whatever the policy says of it.
@@ -220,6 +221,24 @@ impl FsGuard {
                 *path = format!("{to}{rest}");
             }
         }
+    }
+
+    /// Refuse to place a symlink at `path` when a host-owned location lies beneath it (a
+    /// default state directory not made yet, say): the location is protected by its path, and
+    /// a symlink on its way would send the next run that trusts it to files a tool wrote.
+    pub(super) fn check_symlink_not_on_the_way(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        let Some(owned) =
+            self.state_paths.iter().find(|owned| path == "." || owned.strip_prefix(path).is_some_and(|rest| rest.starts_with('/')))
+        else {
+            return Ok(());
+        };
+        let rule = format!("protected:{owned}");
+        let message = format!(
+            "a symlink at `{}` is refused: toolcell's own state (`{}`) lies beneath that name, and a link there would lead it elsewhere. Use another name.",
+            escape_control(path),
+            escape_control(owned)
+        );
+        Err(self.refuse_rule(operation, path, Access::Write, &rule, message, ToolErrorKind::Denied))
     }
 
     /// Refuse to create an entry whose name (the last component of the canonical `path`) holds

@@ -208,6 +208,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         if self.guard.is_symlink(&source) {
             // A hard link to a symlink is the same relative target read from another place.
             self.guard.check_link_stays_inside("link-at", (&source, &link), &source, &link)?;
+            self.guard.check_symlink_not_on_the_way("link-at", &link)?;
         }
         self.guard.before_mutation("link-at", &link, false)?;
         let source_parent = self.parent_descriptor(&fd, &source, "link-at", Access::Write)?;
@@ -391,6 +392,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.check_hidden_stays_hidden("rename-at", &source, &destination, source_is_directory)?;
         if self.guard.is_symlink(&source) {
             self.guard.check_link_stays_inside("rename-at", (&source, &destination), &source, &destination)?;
+            self.guard.check_symlink_not_on_the_way("rename-at", &destination)?;
         }
         if source_is_directory {
             self.guard.check_subtree_move("rename-at", &source, &destination)?;
@@ -418,6 +420,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let link = self.guard.check_at("symlink-at", &fd, &link_path, false, Access::Write)?;
         self.guard.land(&link)?;
         self.guard.check_new_name("symlink-at", &link)?;
+        self.guard.check_symlink_not_on_the_way("symlink-at", &link)?;
         // The target is resolved from the link's directory; it must stay inside the workspace.
         let directory = link.rsplit_once('/').map_or(".", |(parent, _)| parent).to_owned();
         if let Some(reason) = self.guard.link_target_escape(&directory, &target) {
