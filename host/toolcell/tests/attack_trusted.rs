@@ -104,3 +104,60 @@ fn a_symlink_on_the_way_to_the_default_state_directory_cannot_be_planted() {
         );
     }
 }
+
+/// Run the executable at `executable` (as a shell would, by that name) with `call TOOL ARGS` as
+/// `admin` on the workspace `$HOME`. Returns (exit status, stdout + stderr).
+fn call_as_started(executable: &Path, home: &Home, tool: &str, args: &Value) -> (i32, String) {
+    let output = Command::new(executable)
+        .arg("--cache-dir")
+        .arg(home.elsewhere.join("cache"))
+        .arg("--state-dir")
+        .arg(home.elsewhere.join("state"))
+        .arg("--policy")
+        .arg(home.elsewhere.join("allow-all.toml"))
+        .args(["call", tool, &args.to_string(), "--role", "admin", "--workspace"])
+        .arg(&home.home)
+        .env("HOME", &home.home)
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("TOOLCELL_CACHE_DIR")
+        .env_remove("TOOLCELL_STATE_DIR")
+        .output()
+        .expect("run toolcell");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code().unwrap_or(-1), text)
+}
+
+/// An install that puts a symlink on `$PATH` (`~/.local/bin/toolcell` -> the real binary, as
+/// many installers do): the real binary is protected, but the name the next start runs is
+/// the symlink. With the built-in tools only, an executable script of the project is moved over
+/// that name and rewritten (a whole-file rewrite keeps its mode).
+#[test]
+fn the_name_the_executable_was_started_by_is_protected_too() {
+    let home = home();
+    let real = home.home.join("opt/toolcell/bin/toolcell");
+    std::fs::create_dir_all(real.parent().expect("parent")).expect("mkdir");
+    std::fs::copy(env!("CARGO_BIN_EXE_toolcell"), &real).expect("install");
+    let on_path = home.home.join(".local/bin/toolcell");
+    std::fs::create_dir_all(on_path.parent().expect("parent")).expect("mkdir");
+    std::os::unix::fs::symlink("../../opt/toolcell/bin/toolcell", &on_path).expect("symlink");
+    let script = home.home.join("project/run.sh");
+    std::fs::write(&script, "#!/bin/sh\necho build\n").expect("script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+
+    for (tool, args) in [
+        ("move_file", json!({"source": "project/run.sh", "destination": ".local/bin/toolcell"})),
+        ("write_file", json!({"path": ".local/bin/toolcell", "content": "#!/bin/sh\necho owned\n"})),
+        ("delete_file", json!({"path": ".local/bin/toolcell"})),
+        ("move_file", json!({"source": ".local/bin", "destination": "moved-bin"})),
+    ] {
+        // Started by that name each time, as a shell would.
+        let (status, text) = call_as_started(&on_path, &home, tool, &args);
+        let link = std::fs::symlink_metadata(&on_path).map(|metadata| metadata.is_symlink()).unwrap_or(false);
+        assert!(link, "{tool} {args}: the name the executable was started by was replaced (exit {status}): {text}");
+        assert_eq!(status, 1, "{tool} {args}: {text}");
+        assert!(!text.contains(&home.home.display().to_string()), "{tool}: a host path in {text}");
+    }
+    assert_eq!(std::fs::read(&real).expect("real"), std::fs::read(env!("CARGO_BIN_EXE_toolcell")).expect("built"));
+}
