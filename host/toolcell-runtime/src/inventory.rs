@@ -53,6 +53,43 @@ pub(crate) fn executable() -> Option<PathBuf> {
     std::env::current_exe().ok()
 }
 
+/// The names the running executable was started by, the final symlink of each not followed:
+/// `argv[0]` (the first match on `$PATH` when it names no directory, as a shell finds it) and
+/// every symlink on the way from it to the executable. The next start runs whatever stands
+/// under the first of them, so replacing a symlink there is as good as rewriting the
+/// executable.
+pub(crate) fn started_by() -> Vec<PathBuf> {
+    const MAX_HOPS: usize = 40;
+    let Some(invoked) = std::env::args_os().next().map(PathBuf::from) else {
+        return Vec::new();
+    };
+    let names_directory = invoked.parent().is_some_and(|parent| !parent.as_os_str().is_empty());
+    let first = if names_directory {
+        Some(invoked)
+    } else {
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|directory| directory.join(&invoked))
+            .find(|candidate| std::fs::symlink_metadata(candidate).is_ok())
+    };
+    let mut names = Vec::new();
+    let mut current = first;
+    while let Some(path) = current.take() {
+        let Ok(metadata) = std::fs::symlink_metadata(&path) else {
+            break;
+        };
+        if metadata.is_symlink()
+            && names.len() < MAX_HOPS
+            && let Ok(target) = std::fs::read_link(&path)
+        {
+            current = Some(path.parent().map_or_else(|| target.clone(), |parent| parent.join(&target)));
+        }
+        names.push(path);
+    }
+    names
+}
+
 fn from_env(name: &str) -> Option<PathBuf> {
     std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from)
 }

@@ -247,6 +247,11 @@ impl RuntimeBuilder {
         // What any run of this user trusts, whatever this one is configured with.
         let mut host_owned: Vec<HostOwned> = inventory::trusted_directories().iter().map(|path| HostOwned::directory(path)).collect();
         host_owned.extend(inventory::executable().map(|path| HostOwned { path: canonical_lenient(&path), is_directory: false }));
+        // The names it was started by, each as itself (a symlink there is replaced, not followed).
+        host_owned.extend(inventory::started_by().iter().map(|path| {
+            let parent = path.parent().map(canonical_lenient).unwrap_or_default();
+            HostOwned { path: path.file_name().map_or_else(|| canonical_lenient(path), |name| parent.join(name)), is_directory: false }
+        }));
         for path in std::mem::take(&mut self.protected) {
             let is_directory = std::fs::metadata(&path).is_ok_and(|metadata| metadata.is_dir());
             host_owned.push(HostOwned { path: canonical_lenient(&path), is_directory });
