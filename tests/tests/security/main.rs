@@ -19,6 +19,7 @@
 
 mod boundary;
 mod cases;
+mod attack_fourth;
 mod fourth_pass;
 mod hardening;
 

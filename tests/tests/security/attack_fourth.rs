@@ -1,0 +1,101 @@
+//! Attacks on the fourth pass's mechanisms from outside: a hostile component (`fs_probe`),
+//! another role, a concurrent call. Each test names what must hold.
+
+use serde_json::{Value, json};
+
+use toolcell_runtime::{CallOutcome, CallRequest, Runtime, Workspace};
+
+use super::hardening::{Governed, governed};
+
+/// `impl` may not see `.env`; everything else is open to it.
+const POLICY: &str = r#"
+version = 1
+
+protected = [".env"]
+
+[roles.admin]
+tools = ["*"]
+
+[[roles.admin.rules]]
+id = "admin-all"
+access = ["read", "list", "write", "delete"]
+paths = ["**", ".env"]
+effect = "allow"
+
+[roles.impl]
+tools = ["*"]
+
+[[roles.impl.rules]]
+id = "impl-all"
+access = ["read", "list", "write", "delete"]
+paths = ["**"]
+effect = "allow"
+
+[[roles.impl.rules]]
+id = "env-hidden"
+access = ["read", "list"]
+paths = [".env"]
+effect = "deny"
+
+[[roles.impl.rules]]
+id = "docs-read-only"
+access = ["write", "delete"]
+paths = ["docs/**"]
+effect = "deny"
+"#;
+
+fn probe_as(runtime: &Runtime, workspace: &Workspace, role: &str, ops: &Value) -> CallOutcome {
+    let args = json!({ "ops": ops }).to_string();
+    runtime
+        .call(&CallRequest::new(workspace, role, &format!("s-{role}"), "fs_probe", &args))
+        .unwrap_or_else(|error| panic!("host error: {error}"))
+}
+
+fn results(outcome: &CallOutcome) -> Vec<Value> {
+    match &outcome.result {
+        Ok(output) => output.structured.as_ref().and_then(Value::as_array).cloned().unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// A file with several links is opened by no role, so its content stays unread; the content
+/// index must not answer for it either: whether it "may match" a pattern, asked pattern after
+/// pattern, would spell out what it holds. (Holds today: a guard against the index learning
+/// to answer for them.)
+#[test]
+fn search_candidates_say_nothing_of_a_file_with_several_links() {
+    let Governed { runtime, workspace, root, _temp, .. } =
+        &governed(POLICY, &[(".env", "API_KEY=new-secret-rotated-4242\n"), ("src/a.txt", "a\n")]);
+    // Another program links the hidden `.env`, and a host file outside, into the workspace.
+    std::fs::hard_link(root.join(".env"), root.join("src/env-copy")).expect("link .env");
+    let outside = _temp.path().join("host-only.txt");
+    std::fs::write(&outside, "HOST-ONLY-content\n").expect("outside file");
+    std::fs::hard_link(&outside, root.join("src/outside.txt")).expect("link outside");
+    // Older than a second: the index trusts only such stamps.
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    runtime.build_index(workspace).expect("index");
+    let outcome = probe_as(
+        runtime,
+        workspace,
+        "impl",
+        &json!([
+            {"op": "candidates", "content": "new-secret-rotated"},
+            {"op": "candidates", "content": "HOST-ONLY"},
+            {"op": "candidates", "content": "zzz-nowhere"},
+        ]),
+    );
+    let found = results(&outcome);
+    assert_eq!(found.len(), 3, "{:?}", outcome.result);
+    // Whatever the index says of them, it says the same for a pattern they hold as for one
+    // no file holds.
+    assert_eq!(found[0]["value"], found[2]["value"], "the index tells what a file no role may open holds: {found:?}");
+    assert_eq!(found[1]["value"], found[2]["value"], "the index tells what a file no role may open holds: {found:?}");
+    // The built-in search says nothing of them either.
+    let args = json!({"query": "new-secret-rotated"}).to_string();
+    let searched = runtime.call(&CallRequest::new(workspace, "impl", "s-impl", "search_files", &args)).expect("call");
+    let text = match &searched.result {
+        Ok(output) => format!("{}{}", output.text, output.structured.as_ref().map(Value::to_string).unwrap_or_default()),
+        Err(error) => error.message.clone(),
+    };
+    assert!(!text.contains("new-secret-rotated-4242") && !text.contains("HOST-ONLY-content"), "{text}");
+}
