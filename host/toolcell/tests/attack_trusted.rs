@@ -161,3 +161,51 @@ fn the_name_the_executable_was_started_by_is_protected_too() {
     }
     assert_eq!(std::fs::read(&real).expect("real"), std::fs::read(env!("CARGO_BIN_EXE_toolcell")).expect("built"));
 }
+
+/// Run a built-in tool as `admin` on the workspace `$HOME`, this run's directories elsewhere.
+fn builtin(home: &Home, tool: &str, args: &Value) -> (i32, String) {
+    call_as_started(Path::new(env!("CARGO_BIN_EXE_toolcell")), home, tool, args)
+}
+
+/// Dotfile setups make `~/.cache` a symlink to a disk elsewhere, or `~/.config` one into a
+/// dotfiles checkout. The default directories are protected where the symlinks lead; the
+/// symlinks themselves, which the next run follows, must be protected too: with the built-in
+/// tools only, deleting the symlink and writing a real directory in its place hands the next
+/// plain run a cache key (and machine code) or a configuration a tool wrote.
+#[test]
+fn a_symlink_on_the_way_to_a_default_directory_is_protected_as_the_directory() {
+    let home = home();
+    let outside_cache = home.elsewhere.join("disk/cache");
+    std::fs::create_dir_all(outside_cache.join("toolcell")).expect("mkdir");
+    std::fs::write(outside_cache.join("toolcell/cache.key"), "K".repeat(32)).expect("key");
+    std::fs::remove_dir_all(home.home.join(".cache")).expect("rm");
+    std::os::unix::fs::symlink(&outside_cache, home.home.join(".cache")).expect("symlink .cache");
+    std::fs::create_dir_all(home.home.join("dotfiles/config/toolcell")).expect("mkdir");
+    std::fs::write(home.home.join("dotfiles/config/toolcell/service.toml"), "listen = \"127.0.0.1:8750\"\n").expect("config");
+    std::fs::remove_dir_all(home.home.join(".config")).expect("rm");
+    std::os::unix::fs::symlink("dotfiles/config", home.home.join(".config")).expect("symlink .config");
+
+    // One run (a long-lived `mcp` or `serve` would do it over several calls with the built-in
+    // tools): the symlink goes, a real directory takes its name.
+    let ops = json!([
+        {"op": "remove", "path": ".cache"},
+        {"op": "mkdir", "path": ".cache/toolcell"},
+        {"op": "write", "path": ".cache/toolcell/cache.key", "content": "P".repeat(32)},
+        {"op": "rename", "path": ".config", "to": "old-config"},
+        {"op": "mkdir", "path": ".config/toolcell"},
+        {"op": "write", "path": ".config/toolcell/service.toml", "content": "root = \"/\"\n"},
+    ]);
+    let mut texts = vec![probe(&home, &ops)];
+    texts.push(builtin(&home, "delete_file", &json!({"path": ".config"})));
+    for link in [".cache", ".config"] {
+        let kept = std::fs::symlink_metadata(home.home.join(link)).is_ok_and(|metadata| metadata.is_symlink());
+        assert!(kept, "`{link}` is no longer the symlink the next run follows: {texts:?}");
+    }
+    let cache_key = std::fs::read_to_string(home.home.join(".cache/toolcell/cache.key")).unwrap_or_default();
+    assert_eq!(cache_key, "K".repeat(32), "the next plain run would trust a cache key a tool wrote: {texts:?}");
+    let config = std::fs::read_to_string(home.home.join(".config/toolcell/service.toml")).unwrap_or_default();
+    assert_eq!(config, "listen = \"127.0.0.1:8750\"\n", "the next serve would read a configuration a tool wrote: {texts:?}");
+    for (status, text) in &texts {
+        assert!(!text.contains(&home._temp.path().display().to_string()), "a host path in {status}: {text}");
+    }
+}
