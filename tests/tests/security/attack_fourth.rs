@@ -99,3 +99,56 @@ fn search_candidates_say_nothing_of_a_file_with_several_links() {
     };
     assert!(!text.contains("new-secret-rotated-4242") && !text.contains("HOST-ONLY-content"), "{text}");
 }
+
+/// Odd names through every operation the new checks sit on (reserved names, symlinks on the
+/// way, hard links): the host answers each, panics on none, and shows no host path.
+#[test]
+fn odd_names_through_the_namespace_operations_are_answered() {
+    let Governed { runtime, workspace, root, _temp, .. } = &governed(POLICY, &[("src/a.txt", "a\n"), (".env", "SECRET=1\n")]);
+    let long = "n".repeat(300);
+    let names = [
+        "",
+        ".",
+        "..",
+        "/",
+        "./.toolcell-",
+        ".toolcell-",
+        "src/.toolcell-",
+        "src/../.toolcell-x",
+        "src/./.toolcell-x/y",
+        ".toolcell",
+        "src//a.txt",
+        "src/a.txt/",
+        "src/a.txt/.",
+        "src/a.txt/..",
+        "café/\u{301}",
+        "\u{202e}txt.exe",
+        long.as_str(),
+        "src/\u{0}x",
+    ];
+    let host = _temp.path().display().to_string();
+    for name in names {
+        let ops: Vec<Value> = ["symlink", "hard_link", "rename", "remove", "rmdir", "mkdir", "write", "stat", "list", "read_link", "open_read"]
+            .iter()
+            .flat_map(|op| {
+                [
+                    json!({"op": op, "path": name, "to": "src/a.txt", "content": "x"}),
+                    json!({"op": op, "path": "src/a.txt", "to": name, "content": "x"}),
+                ]
+            })
+            .collect();
+        let outcome = probe_as(runtime, workspace, "impl", &json!(ops));
+        let text = match &outcome.result {
+            Ok(output) => output.text.clone(),
+            Err(error) => error.message.clone(),
+        };
+        assert!(!outcome.trapped, "`{name}`: {text}");
+        assert!(!text.contains(&host), "`{name}`: a host path in {text}");
+        assert!(!text.contains("SECRET=1"), "`{name}`: {text}");
+        // Put `src/a.txt` back for the next name.
+        if !root.join("src/a.txt").exists() {
+            std::fs::create_dir_all(root.join("src")).expect("src");
+            std::fs::write(root.join("src/a.txt"), "a\n").expect("restore");
+        }
+    }
+}
