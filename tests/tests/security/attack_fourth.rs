@@ -128,15 +128,16 @@ fn odd_names_through_the_namespace_operations_are_answered() {
     ];
     let host = _temp.path().display().to_string();
     for name in names {
-        let ops: Vec<Value> = ["symlink", "hard_link", "rename", "remove", "rmdir", "mkdir", "write", "stat", "list", "read_link", "open_read"]
-            .iter()
-            .flat_map(|op| {
-                [
-                    json!({"op": op, "path": name, "to": "src/a.txt", "content": "x"}),
-                    json!({"op": op, "path": "src/a.txt", "to": name, "content": "x"}),
-                ]
-            })
-            .collect();
+        let ops: Vec<Value> =
+            ["symlink", "hard_link", "rename", "remove", "rmdir", "mkdir", "write", "stat", "list", "read_link", "open_read"]
+                .iter()
+                .flat_map(|op| {
+                    [
+                        json!({"op": op, "path": name, "to": "src/a.txt", "content": "x"}),
+                        json!({"op": op, "path": "src/a.txt", "to": name, "content": "x"}),
+                    ]
+                })
+                .collect();
         let outcome = probe_as(runtime, workspace, "impl", &json!(ops));
         let text = match &outcome.result {
             Ok(output) => output.text.clone(),
@@ -151,4 +152,34 @@ fn odd_names_through_the_namespace_operations_are_answered() {
             std::fs::write(root.join("src/a.txt"), "a\n").expect("restore");
         }
     }
+}
+
+/// A file whose name is long (the kernel allows 255 bytes) is rewritten like any other: the
+/// host's reserved names for what it has in flight must not push past the limit, and a call
+/// that fails after such a rewrite landed is rolled back whole.
+#[test]
+fn a_file_with_a_long_name_is_rewritten_and_rolled_back() {
+    let long = format!("src/{}", "n".repeat(240));
+    let Governed { runtime, workspace, root, .. } = &governed(POLICY, &[(long.as_str(), "original\n"), ("src/b.txt", "b\n")]);
+    let args = json!({"path": long, "content": "rewritten\n"}).to_string();
+    let written = runtime.call(&CallRequest::new(workspace, "impl", "s-impl", "write_file", &args)).expect("call");
+    assert!(written.result.is_ok(), "a long name cannot be rewritten: {:?}", written.result);
+    assert_eq!(std::fs::read_to_string(root.join(&long)).expect("read"), "rewritten\n");
+    // Rewritten, put in place by a later read, then the call fails: all of it is undone.
+    let failed = probe_as(
+        runtime,
+        workspace,
+        "impl",
+        &json!([
+            {"op": "write", "path": long, "content": "half-done\n"},
+            {"op": "read", "path": long},
+            {"op": "write", "path": "src/b.txt", "content": "half-done\n"},
+            {"op": "fail"},
+        ]),
+    );
+    assert!(failed.result.is_err());
+    let message = failed.result.as_ref().err().map(|error| error.message.clone()).unwrap_or_default();
+    assert!(message.contains("rolled back"), "{message}");
+    assert_eq!(std::fs::read_to_string(root.join(&long)).expect("read"), "rewritten\n", "{message}");
+    assert_eq!(std::fs::read_to_string(root.join("src/b.txt")).expect("read"), "b\n", "{message}");
 }
