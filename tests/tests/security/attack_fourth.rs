@@ -1,6 +1,8 @@
 //! Attacks on the fourth pass's mechanisms from outside: a hostile component (`fs_probe`),
 //! another role, a concurrent call. Each test names what must hold.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use toolcell_runtime::{CallOutcome, CallRequest, Runtime, Workspace};
@@ -182,4 +184,54 @@ fn a_file_with_a_long_name_is_rewritten_and_rolled_back() {
     assert!(message.contains("rolled back"), "{message}");
     assert_eq!(std::fs::read_to_string(root.join(&long)).expect("read"), "rewritten\n", "{message}");
     assert_eq!(std::fs::read_to_string(root.join("src/b.txt")).expect("read"), "b\n", "{message}");
+}
+
+/// Answers only when the test lets it, and says when it was asked.
+struct HeldApprover {
+    asked: std::sync::atomic::AtomicBool,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl toolcell_runtime::Approver for HeldApprover {
+    fn approve(&self, _role: &str, _access: toolcell_runtime::Access, _path: &str, _rule: &str) -> bool {
+        self.asked.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.release.lock().map(|release| release.recv_timeout(std::time::Duration::from_secs(60)));
+        true
+    }
+}
+
+/// The namespace lock is the whole workspace's, across roles and processes: it must not be held
+/// while a person is asked to approve one call's change. Otherwise one `ask` left unanswered
+/// stops every other call's create, rename and delete in the workspace, past their deadlines.
+#[test]
+fn an_unanswered_approval_does_not_hold_every_other_call() {
+    let policy = format!(
+        "{POLICY}\n[[roles.impl.rules]]\nid = \"gated-ask\"\naccess = [\"write\"]\npaths = [\"gated/**\"]\neffect = \"ask\"\n"
+    );
+    let Governed { runtime, workspace, root, .. } = &governed(&policy, &[("gated/keep", "k\n"), ("src/a.txt", "a\n")]);
+    let (release, released) = std::sync::mpsc::channel();
+    let approver = Arc::new(HeldApprover { asked: false.into(), release: std::sync::Mutex::new(released) });
+    let shared: Arc<dyn toolcell_runtime::Approver> = approver.clone();
+    std::thread::scope(|scope| {
+        let gated = scope.spawn(|| {
+            let args = json!({"ops": [{"op": "mkdir", "path": "gated/new"}]}).to_string();
+            runtime.call(&CallRequest { approver: Some(&shared), ..CallRequest::new(workspace, "impl", "s-gated", "fs_probe", &args) })
+        });
+        while !approver.asked.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(!gated.is_finished(), "the gated call ended without asking");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // While the person thinks: another role makes a directory elsewhere.
+        let other = scope.spawn(|| probe_as(runtime, workspace, "admin", &json!([{"op": "mkdir", "path": "src/other"}])));
+        let waited = std::time::Instant::now();
+        while !other.is_finished() && waited.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let finished = other.is_finished();
+        release.send(()).expect("release the approver");
+        let _ = gated.join();
+        let _ = other.join();
+        assert!(finished, "another role's mkdir waited 20 s on an approval it has nothing to do with");
+    });
+    assert!(root.join("src/other").is_dir());
 }
