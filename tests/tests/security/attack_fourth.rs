@@ -205,9 +205,8 @@ impl toolcell_runtime::Approver for HeldApprover {
 /// stops every other call's create, rename and delete in the workspace, past their deadlines.
 #[test]
 fn an_unanswered_approval_does_not_hold_every_other_call() {
-    let policy = format!(
-        "{POLICY}\n[[roles.impl.rules]]\nid = \"gated-ask\"\naccess = [\"write\"]\npaths = [\"gated/**\"]\neffect = \"ask\"\n"
-    );
+    let policy =
+        format!("{POLICY}\n[[roles.impl.rules]]\nid = \"gated-ask\"\naccess = [\"write\"]\npaths = [\"gated/**\"]\neffect = \"ask\"\n");
     let Governed { runtime, workspace, root, .. } = &governed(&policy, &[("gated/keep", "k\n"), ("src/a.txt", "a\n")]);
     let (release, released) = std::sync::mpsc::channel();
     let approver = Arc::new(HeldApprover { asked: false.into(), release: std::sync::Mutex::new(released) });
@@ -234,4 +233,28 @@ fn an_unanswered_approval_does_not_hold_every_other_call() {
         assert!(finished, "another role's mkdir waited 20 s on an approval it has nothing to do with");
     });
     assert!(root.join("src/other").is_dir());
+}
+
+/// A file with several links is opened by no role. Deleting one of its names and failing the
+/// call must not turn it into a file that can be opened: a rollback that puts the name back as a
+/// new file (one link) with the saved content hands the content of the other name (a host file
+/// outside, the hidden `.env`) to whoever reads it next.
+#[test]
+fn a_rollback_does_not_turn_a_linked_file_into_a_readable_copy() {
+    let Governed { runtime, workspace, root, _temp, .. } = &governed(POLICY, &[(".env", "SECRET=env-1234\n"), ("src/a.txt", "a\n")]);
+    let outside = _temp.path().join("host-only.txt");
+    std::fs::write(&outside, "HOST-ONLY-content\n").expect("outside file");
+    std::fs::hard_link(&outside, root.join("src/outside.txt")).expect("link outside");
+    std::fs::hard_link(root.join(".env"), root.join("src/env-copy")).expect("link .env");
+    for path in ["src/outside.txt", "src/env-copy"] {
+        let failed = probe_as(runtime, workspace, "impl", &json!([{"op": "remove", "path": path}, {"op": "fail"}]));
+        assert!(failed.result.is_err());
+        let read = probe_as(runtime, workspace, "impl", &json!([{"op": "read", "path": path}]));
+        let shown = results(&read).first().map(Value::to_string).unwrap_or_default();
+        assert!(!shown.contains("HOST-ONLY") && !shown.contains("SECRET=env"), "{path}: read after a rolled-back delete: {shown}");
+        let args = json!({"path": path}).to_string();
+        let builtin = runtime.call(&CallRequest::new(workspace, "impl", "s-impl", "read_file", &args)).expect("call");
+        let text = builtin.result.as_ref().map(|output| output.text.clone()).unwrap_or_default();
+        assert!(!text.contains("HOST-ONLY") && !text.contains("SECRET=env"), "{path}: read_file after a rolled-back delete: {text}");
+    }
 }
