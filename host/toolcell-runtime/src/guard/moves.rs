@@ -193,8 +193,10 @@ impl FsGuard {
         Err(self.refuse_rule(operation, link, Access::Write, "hard-link", message, ToolErrorKind::Denied))
     }
 
-    /// Refuse a write through a file with several hard links: the other names may lie where the
-    /// role may not write.
+    /// Refuse to change or remove a file with several hard links: the other names may lie where
+    /// the role may not write, and a removal the call rolls back would put the name back as a
+    /// copy with one link, which every role could then open (the content of a host file
+    /// outside, or of a hidden one).
     pub(super) fn check_single_link(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
         let Some(root) = self.root.as_ref().filter(|_| path != ".") else {
             return Ok(());
@@ -202,7 +204,7 @@ impl FsGuard {
         match root.symlink_metadata(path) {
             Ok(metadata) if metadata.is_file() && cap_std::fs::MetadataExt::nlink(&metadata) > 1 => {
                 let message = format!(
-                    "write to `{}` is refused: the file has other hard links, which may lie where this role may not write. Write a new file instead.",
+                    "changing or removing `{}` is refused: the file has other hard links, which may lie outside the workspace or where this role may not go. Ask the operator to replace it with a copy (or remove its other links).",
                     escape_control(path)
                 );
                 Err(self.refuse_rule(operation, path, Access::Write, "hard-link", message, ToolErrorKind::Denied))

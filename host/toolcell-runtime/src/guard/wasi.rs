@@ -460,6 +460,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let _namespace = self.guard.lock_namespace()?;
         let canonical = self.guard.check_at("unlink-file-at", &fd, &path, false, Access::Delete)?;
         self.guard.land(&canonical)?;
+        self.guard.check_single_link("unlink-file-at", &canonical)?;
         self.guard.before_mutation("unlink-file-at", &canonical, false)?;
         self.in_parent(&fd, &canonical, ("unlink-file-at", Access::Delete), |this, parent, name| {
             fs::HostDescriptor::unlink_file_at(&mut this.inner, parent, name)
