@@ -258,3 +258,82 @@ fn a_rollback_does_not_turn_a_linked_file_into_a_readable_copy() {
         assert!(!text.contains("HOST-ONLY") && !text.contains("SECRET=env"), "{path}: read_file after a rolled-back delete: {text}");
     }
 }
+
+/// Random sequences of namespace operations over a small tree, from two roles at once: the
+/// host answers every one (no trap, no host error), nothing outside changes, no symlink in
+/// the workspace leads outside, and `.env` never reaches `impl`.
+#[test]
+fn random_namespace_operations_from_two_roles_keep_the_invariants() {
+    let Governed { runtime, workspace, root, _temp, .. } = &governed(
+        POLICY,
+        &[(".env", "SECRET=env-5678\n"), ("src/a.txt", "a\n"), ("src/d/b.txt", "b\n"), ("docs/readme", "r\n")],
+    );
+    let outside = _temp.path().join("outside-canary");
+    std::fs::write(&outside, "canary\n").expect("canary");
+    let names = ["src", "src/a.txt", "src/d", "src/d/b.txt", "src/l", "docs", "docs/readme", ".env", "x", "x/y", "src/d/l", ".."];
+    let targets = [".", "..", "../..", "a.txt", "d", "../docs", "../.env", "l"];
+    let ops = ["symlink", "hard_link", "rename", "remove", "rmdir", "mkdir", "write", "read", "list", "truncate", "append"];
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = |bound: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % bound as u64) as usize
+    };
+    for round in 0..12 {
+        let mut batches: Vec<(String, Vec<Value>)> = Vec::new();
+        for role in ["impl", "admin"] {
+            let batch: Vec<Value> = (0..40)
+                .map(|_| {
+                    let op = ops[next(ops.len())];
+                    let path = names[next(names.len())];
+                    let to = if op == "symlink" { targets[next(targets.len())] } else { names[next(names.len())] };
+                    json!({"op": op, "path": path, "to": to, "content": format!("{role}-{round}")})
+                })
+                .collect();
+            batches.push((role.to_owned(), batch));
+        }
+        let outcomes: Vec<(String, CallOutcome)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = batches
+                .iter()
+                .map(|(role, batch)| {
+                    scope.spawn(move || {
+                        let args = json!({ "ops": batch }).to_string();
+                        let outcome = runtime
+                            .call(&CallRequest::new(workspace, role, &format!("s-{role}"), "fs_probe", &args))
+                            .unwrap_or_else(|error| panic!("round {round}: host error: {error}"));
+                        (role.clone(), outcome)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|handle| handle.join().expect("call")).collect()
+        });
+        for (role, outcome) in &outcomes {
+            assert!(!outcome.trapped, "round {round} {role}: {:?}", outcome.result);
+            let text = match &outcome.result {
+                Ok(output) => output.text.clone(),
+                Err(error) => error.message.clone(),
+            };
+            if role == "impl" {
+                assert!(!text.contains("SECRET=env"), "round {round}: .env reached impl: {text}");
+            }
+            assert!(!text.contains(&_temp.path().display().to_string()), "round {round} {role}: a host path: {text}");
+        }
+        assert_eq!(std::fs::read_to_string(&outside).expect("canary"), "canary\n");
+        // No symlink in the workspace leads outside.
+        let mut pending = vec![root.clone()];
+        while let Some(directory) = pending.pop() {
+            for entry in std::fs::read_dir(&directory).expect("read dir").flatten() {
+                let path = entry.path();
+                let metadata = std::fs::symlink_metadata(&path).expect("lstat");
+                if metadata.is_symlink() {
+                    if let Ok(resolved) = std::fs::canonicalize(&path) {
+                        assert!(resolved.starts_with(root), "round {round}: `{}` leads outside", path.display());
+                    }
+                } else if metadata.is_dir() {
+                    pending.push(path);
+                }
+            }
+        }
+    }
+}
