@@ -264,10 +264,8 @@ fn a_rollback_does_not_turn_a_linked_file_into_a_readable_copy() {
 /// the workspace leads outside, and `.env` never reaches `impl`.
 #[test]
 fn random_namespace_operations_from_two_roles_keep_the_invariants() {
-    let Governed { runtime, workspace, root, _temp, .. } = &governed(
-        POLICY,
-        &[(".env", "SECRET=env-5678\n"), ("src/a.txt", "a\n"), ("src/d/b.txt", "b\n"), ("docs/readme", "r\n")],
-    );
+    let Governed { runtime, workspace, root, _temp, .. } =
+        &governed(POLICY, &[(".env", "SECRET=env-5678\n"), ("src/a.txt", "a\n"), ("src/d/b.txt", "b\n"), ("docs/readme", "r\n")]);
     let outside = _temp.path().join("outside-canary");
     std::fs::write(&outside, "canary\n").expect("canary");
     let names = ["src", "src/a.txt", "src/d", "src/d/b.txt", "src/l", "docs", "docs/readme", ".env", "x", "x/y", "src/d/l", ".."];

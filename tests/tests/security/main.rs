@@ -17,9 +17,9 @@
 //!
 //! `at_least_150_attack_inputs` counts the tables' cases.
 
+mod attack_fourth;
 mod boundary;
 mod cases;
-mod attack_fourth;
 mod fourth_pass;
 mod hardening;
 
