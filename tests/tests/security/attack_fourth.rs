@@ -335,3 +335,37 @@ fn random_namespace_operations_from_two_roles_keep_the_invariants() {
         }
     }
 }
+
+/// Refuses every approval.
+struct Refuser;
+
+impl toolcell_runtime::Approver for Refuser {
+    fn approve(&self, _role: &str, _access: toolcell_runtime::Access, _path: &str, _rule: &str) -> bool {
+        false
+    }
+}
+
+/// A file that needs approval to be read is left out of listings until approved. Looking it up
+/// by name must not tell whether it exists either: a missing name and an existing one are
+/// answered alike (both put to the approver, both refused when it says no).
+#[test]
+fn a_lookup_does_not_tell_which_files_needing_approval_exist() {
+    let policy = format!("{POLICY}\n[[roles.impl.rules]]\nid = \"vault-ask\"\naccess = [\"read\"]\npaths = [\"vault/**\"]\neffect = \"ask\"\n");
+    let Governed { runtime, workspace, .. } = &governed(&policy, &[("vault/token.txt", "needle\n"), ("src/a.txt", "a\n")]);
+    let approver: Arc<dyn toolcell_runtime::Approver> = Arc::new(Refuser);
+    let answer = |ops: Value| {
+        let args = json!({ "ops": ops }).to_string();
+        let outcome = runtime
+            .call(&CallRequest { approver: Some(&approver), ..CallRequest::new(workspace, "impl", "s-ask", "fs_probe", &args) })
+            .expect("call");
+        let found: Vec<String> = results(&outcome)
+            .iter()
+            .map(|result| format!("{} {}", result["ok"], result["error"].as_str().unwrap_or_default().split(':').next().unwrap_or_default()))
+            .collect();
+        (found, outcome.denials.len())
+    };
+    let listed = answer(json!([{"op": "list", "path": "vault"}]));
+    let exists = answer(json!([{"op": "stat", "path": "vault/token.txt"}, {"op": "stat_at", "path": "vault/token.txt"}]));
+    let missing = answer(json!([{"op": "stat", "path": "vault/nothing.txt"}, {"op": "stat_at", "path": "vault/nothing.txt"}]));
+    assert_eq!(exists, missing, "a lookup tells which names exist where the listing ({listed:?}) shows none");
+}
