@@ -350,7 +350,8 @@ impl toolcell_runtime::Approver for Refuser {
 /// answered alike (both put to the approver, both refused when it says no).
 #[test]
 fn a_lookup_does_not_tell_which_files_needing_approval_exist() {
-    let policy = format!("{POLICY}\n[[roles.impl.rules]]\nid = \"vault-ask\"\naccess = [\"read\"]\npaths = [\"vault/**\"]\neffect = \"ask\"\n");
+    let policy =
+        format!("{POLICY}\n[[roles.impl.rules]]\nid = \"vault-ask\"\naccess = [\"read\"]\npaths = [\"vault/**\"]\neffect = \"ask\"\n");
     let Governed { runtime, workspace, .. } = &governed(&policy, &[("vault/token.txt", "needle\n"), ("src/a.txt", "a\n")]);
     let approver: Arc<dyn toolcell_runtime::Approver> = Arc::new(Refuser);
     let answer = |ops: Value| {
@@ -360,7 +361,9 @@ fn a_lookup_does_not_tell_which_files_needing_approval_exist() {
             .expect("call");
         let found: Vec<String> = results(&outcome)
             .iter()
-            .map(|result| format!("{} {}", result["ok"], result["error"].as_str().unwrap_or_default().split(':').next().unwrap_or_default()))
+            .map(|result| {
+                format!("{} {}", result["ok"], result["error"].as_str().unwrap_or_default().split(':').next().unwrap_or_default())
+            })
             .collect();
         (found, outcome.denials.len())
     };
@@ -368,4 +371,39 @@ fn a_lookup_does_not_tell_which_files_needing_approval_exist() {
     let exists = answer(json!([{"op": "stat", "path": "vault/token.txt"}, {"op": "stat_at", "path": "vault/token.txt"}]));
     let missing = answer(json!([{"op": "stat", "path": "vault/nothing.txt"}, {"op": "stat_at", "path": "vault/nothing.txt"}]));
     assert_eq!(exists, missing, "a lookup tells which names exist where the listing ({listed:?}) shows none");
+}
+
+/// A directory handle a call holds is listed through the path it was opened at. If another
+/// call (of a role that may) moves the directory where this role may not look, and files are
+/// made in it there, the handle must not list their names as if they stood where it was opened.
+#[test]
+fn a_held_directory_moved_by_another_call_lists_nothing_hidden() {
+    let policy = format!(
+        "{POLICY}\n[[roles.impl.rules]]\nid = \"vault-hidden\"\naccess = [\"read\", \"list\"]\npaths = [\"vault\", \"vault/**\"]\neffect = \"deny\"\n"
+    );
+    let Governed { runtime, workspace, .. } = &governed(&policy, &[("drafts/plan.txt", "p\n"), ("vault/keep", "k\n")]);
+    std::thread::scope(|scope| {
+        let lister = scope.spawn(|| {
+            probe_as(
+                runtime,
+                workspace,
+                "impl",
+                &json!([{"op": "open_dir", "path": "drafts"}, {"op": "sleep", "content": "1500"}, {"op": "list_held", "content": "0"}]),
+            )
+        });
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let moved = probe_as(
+            runtime,
+            workspace,
+            "admin",
+            &json!([
+                {"op": "rename", "path": "drafts", "to": "vault/drafts"},
+                {"op": "write", "path": "vault/drafts/password-is-hunter2.txt", "content": "x"},
+            ]),
+        );
+        assert!(results(&moved).iter().all(|result| result["ok"] == true), "{:?}", moved.result);
+        let listed = lister.join().expect("the lister");
+        let shown = format!("{:?}", listed.result);
+        assert!(!shown.contains("hunter2"), "a held handle listed a name in a directory impl may not list: {shown}");
+    });
 }
