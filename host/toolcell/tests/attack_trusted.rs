@@ -209,3 +209,37 @@ fn a_symlink_on_the_way_to_a_default_directory_is_protected_as_the_directory() {
         assert!(!text.contains(&home._temp.path().display().to_string()), "a host path in {status}: {text}");
     }
 }
+
+/// A run that keeps its state in a directory of its own (`--state-dir ~/work-state`, for a
+/// project elsewhere) trusts what it finds there next time: the key its journals are signed
+/// with, and the journals it replays. A plain run on the `$HOME` workspace does not know that
+/// directory, and its tools write there. (Not fixed: it needs a record, in a protected default
+/// location, of every state, cache and plugin directory any run of this user has used.)
+#[test]
+fn another_runs_own_state_directory_is_protected_too() {
+    let home = home();
+    let project = home.elsewhere.join("project");
+    std::fs::create_dir_all(&project).expect("project");
+    std::fs::write(project.join("a.txt"), "a\n").expect("file");
+    let own_state = home.home.join("work-state");
+    // The first run, with its own state directory under `$HOME`, on a project elsewhere.
+    let output = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .arg("--cache-dir")
+        .arg(home.elsewhere.join("cache"))
+        .arg("--state-dir")
+        .arg(&own_state)
+        .arg("--policy")
+        .arg(home.elsewhere.join("allow-all.toml"))
+        .args(["call", "write_file", &json!({"path": "a.txt", "content": "b\n"}).to_string(), "--role", "admin", "--workspace"])
+        .arg(&project)
+        .env("HOME", &home.home)
+        .output()
+        .expect("run toolcell");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let key = std::fs::read(own_state.join("state.key")).ok();
+    // A plain run on `$HOME` (its own state elsewhere): its tools reach the first run's key.
+    let (_, read) = builtin(&home, "read_file", &json!({"path": "work-state/state.key"}));
+    let (_, written) = builtin(&home, "write_file", &json!({"path": "work-state/state.key", "content": "planted"}));
+    assert_eq!(std::fs::read(own_state.join("state.key")).ok(), key, "another run's state key was rewritten: {written}");
+    assert!(read.contains("toolcell's own state"), "another run's state key was read: {read}");
+}
