@@ -195,7 +195,12 @@ struct HeldApprover {
 impl toolcell_runtime::Approver for HeldApprover {
     fn approve(&self, _role: &str, _access: toolcell_runtime::Access, _path: &str, _rule: &str) -> bool {
         self.asked.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = self.release.lock().map(|release| release.recv_timeout(std::time::Duration::from_secs(60)));
+        // Held until released once; every question after that is answered at once (the
+        // receiver put in its place has lost its sender).
+        if let Ok(mut release) = self.release.lock() {
+            let _ = release.recv_timeout(std::time::Duration::from_secs(60));
+            *release = std::sync::mpsc::channel().1;
+        }
         true
     }
 }
@@ -406,4 +411,38 @@ fn a_held_directory_moved_by_another_call_lists_nothing_hidden() {
         let shown = format!("{:?}", listed.result);
         assert!(!shown.contains("hunter2"), "a held handle listed a name in a directory impl may not list: {shown}");
     });
+}
+
+/// As [`an_unanswered_approval_does_not_hold_every_other_call`], for a directory move whose
+/// entries need approval to be moved: each entry is put to the approver before the lock too.
+#[test]
+fn an_unanswered_approval_for_a_moved_entry_does_not_hold_every_other_call() {
+    let policy = format!(
+        "{POLICY}\n[[roles.impl.rules]]\nid = \"gated-ask\"\naccess = [\"delete\"]\npaths = [\"box/gated/**\"]\neffect = \"ask\"\n"
+    );
+    let Governed { runtime, workspace, root, .. } = &governed(&policy, &[("box/gated/keep", "k\n"), ("src/a.txt", "a\n")]);
+    let (release, released) = std::sync::mpsc::channel();
+    let approver = Arc::new(HeldApprover { asked: false.into(), release: std::sync::Mutex::new(released) });
+    let shared: Arc<dyn toolcell_runtime::Approver> = approver.clone();
+    std::thread::scope(|scope| {
+        let gated = scope.spawn(|| {
+            let args = json!({"ops": [{"op": "rename", "path": "box", "to": "moved-box"}]}).to_string();
+            runtime.call(&CallRequest { approver: Some(&shared), ..CallRequest::new(workspace, "impl", "s-gated", "fs_probe", &args) })
+        });
+        while !approver.asked.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(!gated.is_finished(), "the gated call ended without asking");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let other = scope.spawn(|| probe_as(runtime, workspace, "admin", &json!([{"op": "mkdir", "path": "src/other"}])));
+        let waited = std::time::Instant::now();
+        while !other.is_finished() && waited.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let finished = other.is_finished();
+        release.send(()).expect("release the approver");
+        let _ = gated.join();
+        let _ = other.join();
+        assert!(finished, "another role's mkdir waited 20 s on an approval it has nothing to do with");
+    });
+    assert!(root.join("src/other").is_dir());
 }
