@@ -253,6 +253,27 @@ impl FsGuard {
         Ok(())
     }
 
+    /// [`approve_before_lock`](Self::approve_before_lock) for a rename: both names, and every
+    /// entry a directory carries with it.
+    pub(crate) fn approve_rename_before_lock(
+        &mut self,
+        (from_descriptor, from): (&Resource<Descriptor>, &str),
+        (to_descriptor, to): (&Resource<Descriptor>, &str),
+    ) -> FsResult<()> {
+        const OPERATION: &str = "rename-at";
+        self.approve_before_lock(OPERATION, from_descriptor, from, false, Access::Delete)?;
+        self.approve_before_lock(OPERATION, to_descriptor, to, false, Access::Write)?;
+        let (Ok(from_base), Ok(to_base)) = (self.base(from_descriptor), self.base(to_descriptor)) else {
+            return Ok(());
+        };
+        let (Resolved::Inside(source), Resolved::Inside(destination)) =
+            (resolve(self.root.as_ref(), &from_base, from, false), resolve(self.root.as_ref(), &to_base, to, false))
+        else {
+            return Ok(());
+        };
+        self.approve_moved_entries(OPERATION, &source, &destination)
+    }
+
     fn base(&self, descriptor: &Resource<Descriptor>) -> FsResult<String> {
         self.descriptors.get(&descriptor.rep()).cloned().ok_or_else(|| FsError::from(ErrorCode::BadDescriptor))
     }

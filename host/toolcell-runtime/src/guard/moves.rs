@@ -81,6 +81,50 @@ impl FsGuard {
         Ok(())
     }
 
+    /// Before the namespace lock is taken for moving the directory `from` to `to`: put every
+    /// entry's removal and landing that the policy leaves to the approver to it now, so that no
+    /// other call waits on the lock while a person decides ([`approve_before_lock`]). Everything
+    /// is judged again under the lock; a directory too large to move is left to that judgement.
+    ///
+    /// [`approve_before_lock`]: FsGuard::approve_before_lock
+    pub(super) fn approve_moved_entries(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        if !root.symlink_metadata(from).is_ok_and(|metadata| metadata.is_dir()) {
+            return Ok(());
+        }
+        let mut entries: Vec<String> = Vec::new();
+        let mut pending = vec![from.to_owned()];
+        while let Some(directory) = pending.pop() {
+            let Ok(listing) = root.read_dir(&directory) else {
+                continue;
+            };
+            for entry in listing.flatten() {
+                let path = format!("{directory}/{}", entry.file_name().to_string_lossy());
+                if entry.file_type().is_ok_and(|file_type| file_type.is_dir()) {
+                    pending.push(path.clone());
+                }
+                entries.push(path);
+                if entries.len() > MAX_MOVED_ENTRIES {
+                    return Ok(());
+                }
+            }
+        }
+        for path in entries {
+            let Some(rest) = path.strip_prefix(from) else {
+                continue;
+            };
+            let landing = format!("{to}{rest}");
+            for (access, at) in [(Access::Delete, path.as_str()), (Access::Write, landing.as_str())] {
+                if self.effect(access, at) == Effect::Ask && !self.approved.contains(&(access, at.to_owned())) {
+                    self.check(operation, at, access)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Refuse to move the symlink `link` to `landing` (as part of moving `moved`) if its
     /// relative target, read from where it would land, leaves the workspace: toolcell never
     /// follows it there, but people, CI and other programs would. An absolute target is left

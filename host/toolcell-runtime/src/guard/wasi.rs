@@ -392,8 +392,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         new_path: String,
     ) -> FsResult<()> {
         self.guard.spend("rename-at")?;
-        self.guard.approve_before_lock("rename-at", &fd, &old_path, false, Access::Delete)?;
-        self.guard.approve_before_lock("rename-at", &new_descriptor, &new_path, false, Access::Write)?;
+        self.guard.approve_rename_before_lock((&fd, &old_path), (&new_descriptor, &new_path))?;
         let _namespace = self.guard.lock_namespace()?;
         let source = self.guard.check_at("rename-at", &fd, &old_path, false, Access::Delete)?;
         let destination = self.guard.check_at("rename-at", &new_descriptor, &new_path, false, Access::Write)?;
