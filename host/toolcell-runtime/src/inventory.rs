@@ -8,7 +8,9 @@
 //! of any run may read or write them. The runtime adds them to its host-owned paths whatever it
 //! was configured with ([`RuntimeBuilder::build`](crate::RuntimeBuilder::build)).
 
-use std::path::PathBuf;
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::path::{Component, Path, PathBuf};
 
 /// The compiled-component cache a run uses unless told otherwise: `$TOOLCELL_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/toolcell`, else `~/.cache/toolcell`.
@@ -53,6 +55,72 @@ pub(crate) fn executable() -> Option<PathBuf> {
     std::env::current_exe().ok()
 }
 
+/// The name the running executable was started by: `argv[0]`, or the first match on `$PATH`
+/// when it names no directory (as a shell finds it). The next start runs whatever stands under
+/// that name, so replacing a symlink there (or on its way, [`symlinks_on_the_way`]) is as good
+/// as rewriting the executable.
+pub(crate) fn started_by() -> Option<PathBuf> {
+    let invoked = std::env::args_os().next().map(PathBuf::from)?;
+    if invoked.parent().is_some_and(|parent| !parent.as_os_str().is_empty()) {
+        return Some(invoked);
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|directory| directory.join(&invoked))
+        .find(|candidate| std::fs::symlink_metadata(candidate).is_ok())
+}
+
+/// Every symlink met on the way from `path`, as named, to what it leads to (its parent
+/// directories resolved, the link itself not followed), in the order met. A run finds its
+/// directories through these names: a tool that could remove or replace one would send the
+/// next run to a directory it filled, so each is protected as the location itself is.
+pub(crate) fn symlinks_on_the_way(path: &Path) -> Vec<PathBuf> {
+    const MAX_HOPS: usize = 40;
+    let mut found = Vec::new();
+    let Ok(absolute) = std::path::absolute(path) else {
+        return found;
+    };
+    let mut pending: VecDeque<OsString> = VecDeque::new();
+    push_components(&mut pending, &absolute);
+    let mut resolved = PathBuf::from("/");
+    while let Some(component) = pending.pop_front() {
+        if component == ".." {
+            resolved.pop();
+            continue;
+        }
+        let candidate = resolved.join(&component);
+        match std::fs::symlink_metadata(&candidate) {
+            Ok(metadata) if metadata.is_symlink() && found.len() < MAX_HOPS => {
+                let Ok(target) = std::fs::read_link(&candidate) else {
+                    break;
+                };
+                found.push(candidate);
+                if target.is_absolute() {
+                    resolved = PathBuf::from("/");
+                }
+                let mut rest: VecDeque<OsString> = VecDeque::new();
+                push_components(&mut rest, &target);
+                rest.extend(pending);
+                pending = rest;
+            }
+            _ => resolved = candidate,
+        }
+    }
+    found
+}
+
+/// The names and `..` of `path`, in order (the root and `.` left out).
+fn push_components(into: &mut VecDeque<OsString>, path: &Path) {
+    for component in path.components() {
+        match component {
+            Component::Normal(name) => into.push_back(name.to_owned()),
+            Component::ParentDir => into.push_back(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+}
+
 fn from_env(name: &str) -> Option<PathBuf> {
     std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from)
 }
@@ -70,6 +138,18 @@ fn password_home() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_symlink_on_the_way_is_found_not_followed() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let base = std::fs::canonicalize(temp.path()).expect("canonical");
+        std::fs::create_dir_all(base.join("real/inner")).expect("mkdir");
+        std::os::unix::fs::symlink("real", base.join("first")).expect("symlink");
+        std::os::unix::fs::symlink("../first/inner", base.join("real/hop")).expect("symlink");
+        let found = symlinks_on_the_way(&base.join("real/hop/missing/toolcell"));
+        assert_eq!(found, vec![base.join("real/hop"), base.join("first")]);
+        assert_eq!(symlinks_on_the_way(&base.join("real/inner")), Vec::<PathBuf>::new());
+    }
 
     #[test]
     fn every_default_candidate_is_trusted() {

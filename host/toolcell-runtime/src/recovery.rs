@@ -167,9 +167,13 @@ fn roll_back(header: &Header, steps: &[Step], blob_dir: &Path) -> Recovery {
     };
     match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
         Ok(root) => {
+            // Putting names back is a namespace change like any other: judged against by no
+            // other call (of any process) while it is half done.
+            let namespace = crate::guard::NamespaceLock::acquire(&root);
             if let Err(error) = replay(&root, blob_dir, &recovery.call_id, steps) {
                 recovery.error = Some(error);
             }
+            drop(namespace);
         }
         Err(error) => recovery.error = Some(format!("the workspace `{}` cannot be opened: {error}", header.workspace.display())),
     }

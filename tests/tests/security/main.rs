@@ -29,6 +29,7 @@
 //! A table runs all its cases and names every one that failed. `at_least_700_attack_inputs`
 //! counts the tables' cases.
 
+mod attack_fourth;
 mod boundary;
 mod cases;
 mod fourth_pass;

@@ -246,10 +246,12 @@ impl RuntimeBuilder {
     pub fn build(mut self) -> Result<Runtime, Error> {
         // What any run of this user trusts, whatever this one is configured with.
         let mut host_owned: Vec<HostOwned> = inventory::trusted_directories().iter().map(|path| HostOwned::directory(path)).collect();
-        host_owned.extend(inventory::executable().map(|path| HostOwned { path: canonical_lenient(&path), is_directory: false }));
+        host_owned.extend(inventory::executable().map(|path| HostOwned::new(&path, false)));
+        // The names it was started by: the symlinks on their way are protected with them.
+        host_owned.extend(inventory::started_by().map(|path| HostOwned::new(&path, false)));
         for path in std::mem::take(&mut self.protected) {
             let is_directory = std::fs::metadata(&path).is_ok_and(|metadata| metadata.is_dir());
-            host_owned.push(HostOwned { path: canonical_lenient(&path), is_directory });
+            host_owned.push(HostOwned::new(&path, is_directory));
         }
         if let Some(directory) = self.plugin_dir.take() {
             host_owned.push(HostOwned::directory(&directory));
@@ -270,7 +272,7 @@ impl RuntimeBuilder {
         let policy_text = match self.policy.take() {
             Some(PolicySource::Text { file, text }) => Some((file, text)),
             Some(PolicySource::File(path)) => {
-                host_owned.push(HostOwned { path: canonical_lenient(&path), is_directory: false });
+                host_owned.push(HostOwned::new(&path, false));
                 let text = std::fs::read_to_string(&path).map_err(|source| Error::PolicyFile { path: path.clone(), source })?;
                 // Named by its file name alone: the name reaches agents in refusals, and a
                 // host path must not.
@@ -457,11 +459,18 @@ pub(crate) struct HostOwned {
     /// Canonical (as far as it exists).
     pub(crate) path: PathBuf,
     pub(crate) is_directory: bool,
+    /// The symlinks on the way to it as it was named (each itself, not followed): a run finds
+    /// it through them, so they are protected with it.
+    pub(crate) links: Vec<PathBuf>,
 }
 
 impl HostOwned {
     pub(crate) fn directory(path: &Path) -> Self {
-        HostOwned { path: canonical_lenient(path), is_directory: true }
+        HostOwned::new(path, true)
+    }
+
+    pub(crate) fn new(path: &Path, is_directory: bool) -> Self {
+        HostOwned { path: canonical_lenient(path), is_directory, links: inventory::symlinks_on_the_way(path) }
     }
 }
 

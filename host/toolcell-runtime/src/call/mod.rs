@@ -490,6 +490,15 @@ impl Runtime {
             if let Ok(relative) = owned.path.strip_prefix(workspace.root()) {
                 inside.push(relative.to_string_lossy().into_owned());
             }
+            // The symlinks a run follows to reach it: removing or replacing one would send the
+            // next run elsewhere.
+            for link in &owned.links {
+                if let Ok(relative) = link.strip_prefix(workspace.root())
+                    && !relative.as_os_str().is_empty()
+                {
+                    inside.push(relative.to_string_lossy().into_owned());
+                }
+            }
         }
         Ok(inside)
     }

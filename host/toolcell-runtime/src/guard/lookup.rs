@@ -91,12 +91,14 @@ impl FsGuard {
         if self.is_hidden(path) {
             return self.check(operation, path, Access::Read);
         }
-        let hidden = self.effect(Access::Read, path) == Effect::Deny;
+        // A missing path is judged as what the role may not see would be: `ask` counts as not
+        // granted until approved, so a name that needs approval is put to the approver whether
+        // or not anything is there (otherwise "not found" would tell which ones exist).
         match is_directory {
             Some(true) => self.check(operation, path, Access::List),
             Some(false) => self.check(operation, path, Access::Read),
-            None if hidden => self.check(operation, path, Access::Read),
-            None if self.effect(Access::List, path) == Effect::Deny => self.check(operation, path, Access::List),
+            None if !self.is_visible(path, false) => self.check(operation, path, Access::Read),
+            None if !self.is_visible(path, true) => self.check(operation, path, Access::List),
             None => Ok(()),
         }
     }

@@ -227,6 +227,53 @@ impl FsGuard {
         self.root.as_ref().map(NamespaceLock::acquire).transpose().map_err(|error| FsError::from(ErrorCode::from(error)))
     }
 
+    /// Ask the approver now, before the namespace lock is taken, about an access to `path`
+    /// (from `descriptor`) that the policy puts to it: the lock is the whole workspace's, and
+    /// no other call waits on it while a person decides. Everything is judged again under the
+    /// lock; the answer is remembered for the call, so nobody is asked twice.
+    pub(crate) fn approve_before_lock(
+        &mut self,
+        operation: &'static str,
+        descriptor: &Resource<Descriptor>,
+        path: &str,
+        follow_final: bool,
+        access: Access,
+    ) -> FsResult<()> {
+        let Ok(base) = self.base(descriptor) else {
+            return Ok(());
+        };
+        let Resolved::Inside(canonical) = resolve(self.root.as_ref(), &base, path, follow_final) else {
+            return Ok(());
+        };
+        let unanswered = self.effect(access, &canonical) == Effect::Ask && !self.approved.contains(&(access, canonical.clone()));
+        let existing_directory = operation == "create-directory-at" && self.is_visible_directory(&canonical);
+        if unanswered && !existing_directory {
+            self.check(operation, &canonical, access)?;
+        }
+        Ok(())
+    }
+
+    /// [`approve_before_lock`](Self::approve_before_lock) for a rename: both names, and every
+    /// entry a directory carries with it.
+    pub(crate) fn approve_rename_before_lock(
+        &mut self,
+        (from_descriptor, from): (&Resource<Descriptor>, &str),
+        (to_descriptor, to): (&Resource<Descriptor>, &str),
+    ) -> FsResult<()> {
+        const OPERATION: &str = "rename-at";
+        self.approve_before_lock(OPERATION, from_descriptor, from, false, Access::Delete)?;
+        self.approve_before_lock(OPERATION, to_descriptor, to, false, Access::Write)?;
+        let (Ok(from_base), Ok(to_base)) = (self.base(from_descriptor), self.base(to_descriptor)) else {
+            return Ok(());
+        };
+        let (Resolved::Inside(source), Resolved::Inside(destination)) =
+            (resolve(self.root.as_ref(), &from_base, from, false), resolve(self.root.as_ref(), &to_base, to, false))
+        else {
+            return Ok(());
+        };
+        self.approve_moved_entries(OPERATION, &source, &destination)
+    }
+
     fn base(&self, descriptor: &Resource<Descriptor>) -> FsResult<String> {
         self.descriptors.get(&descriptor.rep()).cloned().ok_or_else(|| FsError::from(ErrorCode::BadDescriptor))
     }

@@ -53,6 +53,7 @@ impl FsGuard {
             let landing = format!("{to}{rest}");
             if is_symlink {
                 self.check_link_stays_inside(operation, (from, to), &path, &landing)?;
+                self.check_symlink_not_on_the_way(operation, &landing)?;
             }
             if self.state_path_of(&path).is_some() {
                 // toolcell's own state is refused as such, whatever the policy says of it.
@@ -76,6 +77,50 @@ impl FsGuard {
             }
             self.check(operation, &path, Access::Delete)?;
             self.check(operation, &landing, Access::Write)?;
+        }
+        Ok(())
+    }
+
+    /// Before the namespace lock is taken for moving the directory `from` to `to`: put every
+    /// entry's removal and landing that the policy leaves to the approver to it now, so that no
+    /// other call waits on the lock while a person decides ([`approve_before_lock`]). Everything
+    /// is judged again under the lock; a directory too large to move is left to that judgement.
+    ///
+    /// [`approve_before_lock`]: FsGuard::approve_before_lock
+    pub(super) fn approve_moved_entries(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
+        let Some(root) = self.root.as_ref() else {
+            return Ok(());
+        };
+        if !root.symlink_metadata(from).is_ok_and(|metadata| metadata.is_dir()) {
+            return Ok(());
+        }
+        let mut entries: Vec<String> = Vec::new();
+        let mut pending = vec![from.to_owned()];
+        while let Some(directory) = pending.pop() {
+            let Ok(listing) = root.read_dir(&directory) else {
+                continue;
+            };
+            for entry in listing.flatten() {
+                let path = format!("{directory}/{}", entry.file_name().to_string_lossy());
+                if entry.file_type().is_ok_and(|file_type| file_type.is_dir()) {
+                    pending.push(path.clone());
+                }
+                entries.push(path);
+                if entries.len() > MAX_MOVED_ENTRIES {
+                    return Ok(());
+                }
+            }
+        }
+        for path in entries {
+            let Some(rest) = path.strip_prefix(from) else {
+                continue;
+            };
+            let landing = format!("{to}{rest}");
+            for (access, at) in [(Access::Delete, path.as_str()), (Access::Write, landing.as_str())] {
+                if self.effect(access, at) == Effect::Ask && !self.approved.contains(&(access, at.to_owned())) {
+                    self.check(operation, at, access)?;
+                }
+            }
         }
         Ok(())
     }
@@ -192,8 +237,10 @@ impl FsGuard {
         Err(self.refuse_rule(operation, link, Access::Write, "hard-link", message, ToolErrorKind::Denied))
     }
 
-    /// Refuse a write through a file with several hard links: the other names may lie where the
-    /// role may not write.
+    /// Refuse to change or remove a file with several hard links: the other names may lie where
+    /// the role may not write, and a removal the call rolls back would put the name back as a
+    /// copy with one link, which every role could then open (the content of a host file
+    /// outside, or of a hidden one).
     pub(super) fn check_single_link(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
         let Some(root) = self.root.as_ref().filter(|_| path != ".") else {
             return Ok(());
@@ -201,7 +248,7 @@ impl FsGuard {
         match root.symlink_metadata(path) {
             Ok(metadata) if metadata.is_file() && cap_std::fs::MetadataExt::nlink(&metadata) > 1 => {
                 let message = format!(
-                    "write to `{}` is refused: the file has other hard links, which may lie where this role may not write. Write a new file instead.",
+                    "changing or removing `{}` is refused: the file has other hard links, which may lie outside the workspace or where this role may not go. Ask the operator to replace it with a copy (or remove its other links).",
                     escape_control(path)
                 );
                 Err(self.refuse_rule(operation, path, Access::Write, "hard-link", message, ToolErrorKind::Denied))
@@ -220,6 +267,24 @@ impl FsGuard {
                 *path = format!("{to}{rest}");
             }
         }
+    }
+
+    /// Refuse to place a symlink at `path` when a host-owned location lies beneath it (a
+    /// default state directory not made yet, say): the location is protected by its path, and
+    /// a symlink on its way would send the next run that trusts it to files a tool wrote.
+    pub(super) fn check_symlink_not_on_the_way(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        let Some(owned) =
+            self.state_paths.iter().find(|owned| path == "." || owned.strip_prefix(path).is_some_and(|rest| rest.starts_with('/')))
+        else {
+            return Ok(());
+        };
+        let rule = format!("protected:{owned}");
+        let message = format!(
+            "a symlink at `{}` is refused: toolcell's own state (`{}`) lies beneath that name, and a link there would lead it elsewhere. Use another name.",
+            escape_control(path),
+            escape_control(owned)
+        );
+        Err(self.refuse_rule(operation, path, Access::Write, &rule, message, ToolErrorKind::Denied))
     }
 
     /// Refuse to create an entry whose name (the last component of the canonical `path`) holds

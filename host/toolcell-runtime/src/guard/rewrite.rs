@@ -54,11 +54,13 @@ impl FsGuard {
     /// in `path`'s directory, open for `access` (`O_WRONLY` or `O_RDWR`). Returns the
     /// descriptor the component writes through.
     pub(super) fn shadow(&mut self, path: &str, access: OFlags) -> FsResult<std::fs::File> {
-        let (parent, name) = path.rsplit_once('/').unwrap_or((".", path));
+        let parent = path.rsplit_once('/').map_or(".", |(parent, _)| parent);
         let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_ref()) else {
             return Err(FsError::from(ErrorCode::Access));
         };
-        let landing_name = format!("{IN_FLIGHT_PREFIX}{}-{}-{name}", transaction.call_id, transaction.shadows.len());
+        // Without the file's own name: a name near the kernel's 255 bytes could not be
+        // rewritten otherwise.
+        let landing_name = format!("{IN_FLIGHT_PREFIX}{}-{}", transaction.call_id, transaction.shadows.len());
         let access = access & (OFlags::WRONLY | OFlags::RDWR);
         let created = (|| {
             // Created where the judged path is, not where a symlink swapped in since leads.

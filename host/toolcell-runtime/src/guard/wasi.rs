@@ -127,6 +127,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn create_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         self.guard.spend("create-directory-at")?;
+        self.guard.approve_before_lock("create-directory-at", &fd, &path, false, Access::Write)?;
         let _namespace = self.guard.lock_namespace()?;
         let canonical = self.guard.resolve_at("create-directory-at", &fd, &path, false, Access::Write)?;
         self.guard.land(&canonical)?;
@@ -197,6 +198,8 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         new_path: String,
     ) -> FsResult<()> {
         self.guard.spend("link-at")?;
+        self.guard.approve_before_lock("link-at", &fd, &old_path, follows(old_path_flags), Access::Write)?;
+        self.guard.approve_before_lock("link-at", &new_descriptor, &new_path, false, Access::Write)?;
         let _namespace = self.guard.lock_namespace()?;
         let source = self.guard.check_at("link-at", &fd, &old_path, follows(old_path_flags), Access::Write)?;
         self.guard.land(&source)?;
@@ -208,6 +211,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         if self.guard.is_symlink(&source) {
             // A hard link to a symlink is the same relative target read from another place.
             self.guard.check_link_stays_inside("link-at", (&source, &link), &source, &link)?;
+            self.guard.check_symlink_not_on_the_way("link-at", &link)?;
         }
         self.guard.before_mutation("link-at", &link, false)?;
         let source_parent = self.parent_descriptor(&fd, &source, "link-at", Access::Write)?;
@@ -283,6 +287,13 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         }
 
         // Creating a name is a namespace change: judged and made under the namespace lock.
+        if open_flags.contains(OpenFlags::CREATE) {
+            let grants_read = os_open_flags(open_flags, flags).1.contains(wasmtime_wasi::OpenMode::READ);
+            if access == Access::Write && grants_read && !open_flags.contains(OpenFlags::DIRECTORY) {
+                self.guard.approve_before_lock("open-at", &fd, &path, follows(path_flags), Access::Read)?;
+            }
+            self.guard.approve_before_lock("open-at", &fd, &path, follows(path_flags), access)?;
+        }
         let _namespace = if open_flags.contains(OpenFlags::CREATE) { self.guard.lock_namespace()? } else { None };
         let canonical = self.guard.resolve_at("open-at", &fd, &path, follows(path_flags), access)?;
         // An open for writing that also grants reading (`read` with `write` or
@@ -363,6 +374,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn remove_directory_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         self.guard.spend("remove-directory-at")?;
+        self.guard.approve_before_lock("remove-directory-at", &fd, &path, false, Access::Delete)?;
         let _namespace = self.guard.lock_namespace()?;
         let canonical = self.guard.check_at("remove-directory-at", &fd, &path, false, Access::Delete)?;
         self.guard.land(&canonical)?;
@@ -380,6 +392,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         new_path: String,
     ) -> FsResult<()> {
         self.guard.spend("rename-at")?;
+        self.guard.approve_rename_before_lock((&fd, &old_path), (&new_descriptor, &new_path))?;
         let _namespace = self.guard.lock_namespace()?;
         let source = self.guard.check_at("rename-at", &fd, &old_path, false, Access::Delete)?;
         let destination = self.guard.check_at("rename-at", &new_descriptor, &new_path, false, Access::Write)?;
@@ -391,6 +404,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.check_hidden_stays_hidden("rename-at", &source, &destination, source_is_directory)?;
         if self.guard.is_symlink(&source) {
             self.guard.check_link_stays_inside("rename-at", (&source, &destination), &source, &destination)?;
+            self.guard.check_symlink_not_on_the_way("rename-at", &destination)?;
         }
         if source_is_directory {
             self.guard.check_subtree_move("rename-at", &source, &destination)?;
@@ -414,10 +428,12 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn symlink_at(&mut self, fd: Resource<Descriptor>, target: String, link_path: String) -> FsResult<()> {
         self.guard.spend("symlink-at")?;
+        self.guard.approve_before_lock("symlink-at", &fd, &link_path, false, Access::Write)?;
         let _namespace = self.guard.lock_namespace()?;
         let link = self.guard.check_at("symlink-at", &fd, &link_path, false, Access::Write)?;
         self.guard.land(&link)?;
         self.guard.check_new_name("symlink-at", &link)?;
+        self.guard.check_symlink_not_on_the_way("symlink-at", &link)?;
         // The target is resolved from the link's directory; it must stay inside the workspace.
         let directory = link.rsplit_once('/').map_or(".", |(parent, _)| parent).to_owned();
         if let Some(reason) = self.guard.link_target_escape(&directory, &target) {
@@ -439,9 +455,11 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn unlink_file_at(&mut self, fd: Resource<Descriptor>, path: String) -> FsResult<()> {
         self.guard.spend("unlink-file-at")?;
+        self.guard.approve_before_lock("unlink-file-at", &fd, &path, false, Access::Delete)?;
         let _namespace = self.guard.lock_namespace()?;
         let canonical = self.guard.check_at("unlink-file-at", &fd, &path, false, Access::Delete)?;
         self.guard.land(&canonical)?;
+        self.guard.check_single_link("unlink-file-at", &canonical)?;
         self.guard.before_mutation("unlink-file-at", &canonical, false)?;
         self.in_parent(&fd, &canonical, ("unlink-file-at", Access::Delete), |this, parent, name| {
             fs::HostDescriptor::unlink_file_at(&mut this.inner, parent, name)

@@ -49,7 +49,14 @@ pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Res
             if is_untouched(&parent, name, directory, step)? {
                 return Ok(());
             }
-            let temporary = format!("{RESTORE_PREFIX}{name}");
+            // Named by a hash of the name, not the name itself: a name near the kernel's 255
+            // bytes could not be restored otherwise.
+            let temporary = format!("{RESTORE_PREFIX}{:016x}", {
+                use std::hash::{Hash as _, Hasher as _};
+                let mut hasher = std::hash::DefaultHasher::new();
+                name.hash(&mut hasher);
+                hasher.finish()
+            });
             let _ = parent.remove_file(&temporary);
             let mut file = parent.open_with(&temporary, cap_std::fs::OpenOptions::new().write(true).create_new(true))?;
             let mode = match &step.prior {
