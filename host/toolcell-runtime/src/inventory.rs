@@ -50,6 +50,67 @@ pub(crate) fn trusted_directories() -> Vec<PathBuf> {
     directories
 }
 
+/// The file in the default state directory where runs record the locations they were told to
+/// use ([`remember_locations`]).
+const LOCATIONS_FILE: &str = "locations";
+
+/// The most locations [`remember_locations`] keeps (the newest).
+const MAX_REMEMBERED: usize = 256;
+
+/// Record `locations` (a run's own state directory, cache, plugin directory, policy file,
+/// service configuration: whatever it was told to use instead of the defaults) in the default
+/// state directory, which every run protects, so that every later run protects them too: a
+/// plain run on `$HOME` must not hand its tools the key of a run that kept its state in
+/// `~/work-state`. Locations that no longer exist are dropped; the newest
+/// [`MAX_REMEMBERED`] are kept. Only the default state directory of this environment holds
+/// the record; a run of another environment protects its own.
+///
+/// # Errors
+///
+/// Whatever creating the default state directory or rewriting the record fails with.
+pub fn remember_locations(locations: &[PathBuf]) -> std::io::Result<()> {
+    let Some(state) = default_state_dir() else {
+        return Ok(());
+    };
+    let record = state.join(LOCATIONS_FILE);
+    let new: Vec<PathBuf> = locations.iter().map(|location| crate::builder::canonical_lenient(location)).collect();
+    let remembered = remembered_locations();
+    if new.iter().all(|location| remembered.contains(location)) {
+        return Ok(());
+    }
+    crate::storage::create_private_dirs(&state)?;
+    // Under a lock of its own: two runs starting at once keep both their locations.
+    let lock = crate::storage::private_file().read(true).write(true).create(true).truncate(false).open(state.join("locations.lock"))?;
+    while let Err(errno) = rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive) {
+        if errno != rustix::io::Errno::INTR {
+            return Err(errno.into());
+        }
+    }
+    let mut kept: Vec<PathBuf> =
+        remembered_locations().into_iter().filter(|location| !new.contains(location) && location.symlink_metadata().is_ok()).collect();
+    kept.extend(new);
+    let start = kept.len().saturating_sub(MAX_REMEMBERED);
+    let mut text = String::new();
+    for location in &kept[start..] {
+        if let Some(line) = location.to_str().filter(|line| !line.contains('\n')) {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    crate::storage::replace_bytes(&record, text.as_bytes(), false)
+}
+
+/// The locations runs recorded with [`remember_locations`] (absolute paths only).
+pub(crate) fn remembered_locations() -> Vec<PathBuf> {
+    let Some(record) = default_state_dir().map(|state| state.join(LOCATIONS_FILE)) else {
+        return Vec::new();
+    };
+    let Ok(bytes) = crate::storage::read_host_file(&record) else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&bytes).lines().map(PathBuf::from).filter(|location| location.is_absolute()).collect()
+}
+
 /// The running executable: a tool that could rewrite it would run as the host next time.
 pub(crate) fn executable() -> Option<PathBuf> {
     std::env::current_exe().ok()

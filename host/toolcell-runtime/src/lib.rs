@@ -84,7 +84,7 @@ pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
 pub use engine::{CacheOutcome, LoadProgress};
 pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};
-pub use inventory::{default_cache_dir, default_state_dir};
+pub use inventory::{default_cache_dir, default_state_dir, remember_locations};
 pub use limits::{EPOCH_TICK, Limits};
 pub use locks::{LOCKS_DIR, LockBackend, LockStore, LockStoreError};
 pub use native::{NATIVE_TOOLS, lock_json};

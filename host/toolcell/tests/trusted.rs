@@ -87,6 +87,10 @@ fn snapshot(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
             let path = entry.expect("entry").path();
             if path.is_dir() {
                 pending.push(path);
+            } else if path.parent().is_some_and(|parent| parent.ends_with(".local/state/toolcell"))
+                && path.file_name().is_some_and(|name| name == "locations" || name == "locations.lock")
+            {
+                // The run itself records the locations it was told to use there.
             } else {
                 files.push((path.clone(), std::fs::read(&path).unwrap_or_default()));
             }

@@ -249,7 +249,8 @@ impl RuntimeBuilder {
         host_owned.extend(inventory::executable().map(|path| HostOwned::new(&path, false)));
         // The names it was started by: the symlinks on their way are protected with them.
         host_owned.extend(inventory::started_by().map(|path| HostOwned::new(&path, false)));
-        for path in std::mem::take(&mut self.protected) {
+        // What other runs were told to use instead of the defaults, as they recorded it.
+        for path in inventory::remembered_locations().into_iter().chain(std::mem::take(&mut self.protected)) {
             let is_directory = std::fs::metadata(&path).is_ok_and(|metadata| metadata.is_dir());
             host_owned.push(HostOwned::new(&path, is_directory));
         }

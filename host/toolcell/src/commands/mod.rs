@@ -143,6 +143,20 @@ fn build_runtime_with(
     for path in protected {
         builder = builder.protect(*path);
     }
+    // What this run was told to use instead of the defaults: every later run protects it too.
+    let policy_file = args.policy.as_ref().filter(|path| builtin_policy_name(path).is_none());
+    let chosen: Vec<PathBuf> = [args.state_dir.as_ref(), args.cache_dir.as_ref(), args.plugin_dir.as_ref(), policy_file]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .chain(protected.iter().map(|path| path.to_path_buf()))
+        .collect();
+    if let Err(error) = toolcell_runtime::remember_locations(&chosen) {
+        writeln!(
+            std::io::stderr().lock(),
+            "warning: the locations this run uses could not be recorded in the default state directory ({error}), so other runs will not protect them"
+        )?;
+    }
     if !serving {
         // One call, then the process ends: watching the workspace for the searches after
         // would cost a watch per directory and buy nothing.
