@@ -86,7 +86,7 @@ pub use limits::{EPOCH_TICK, Limits};
 pub use locks::{LOCKS_DIR, LockBackend, LockStore, LockStoreError};
 pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
-pub use recovery::Recovery;
+pub use recovery::{Recovery, RecoveryKind};
 pub use runtime::{LoadedComponent, Runtime};
 pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;

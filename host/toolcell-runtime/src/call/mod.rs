@@ -136,7 +136,7 @@ impl Runtime {
         } else {
             self.reads.load(request.session_id, request.workspace.root())
         };
-        let transaction = Transaction::new(
+        let mut transaction = Transaction::new(
             Arc::clone(&self.locks),
             request.lock_owner().to_owned(),
             request.fences.to_vec(),
@@ -148,6 +148,7 @@ impl Runtime {
             request.session_id.to_owned(),
             call_id.to_owned(),
         );
+        transaction.stopped = self.writes_stopped(request.workspace);
         Ok(self.read_only_guard(request, call_id)?.with_transaction(transaction))
     }
 

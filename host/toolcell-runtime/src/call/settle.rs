@@ -60,10 +60,11 @@ impl Runtime {
                     }
                 }
                 Err(failure) => {
+                    self.stop_writes(request.workspace, request.session_id, &outcome.call_id, &failure);
                     outcome.result = Err(ToolError::new(
                         ToolErrorKind::Failed,
                         format!(
-                            "the call failed and its changes could not all be rolled back ({failure}); the host will finish the rollback when it next starts. Tell the operator."
+                            "the call failed and its changes could not all be rolled back ({failure}); writes to this workspace are stopped until the host finishes the rollback at its next start. Tell the operator."
                         ),
                     ));
                 }

@@ -336,6 +336,10 @@ impl FsGuard {
         let Some(transaction) = &self.transaction else {
             return Ok(());
         };
+        if let Some(stopped) = &transaction.stopped {
+            let message = format!("{access} of `{}` was refused: {stopped}", escape_control(path));
+            return Err(self.refuse_rule(operation, path, access, "writes-stopped", message, ToolErrorKind::Failed));
+        }
         let refusal = match transaction.locks.check_write(&transaction.workspace, path, &transaction.owner, &transaction.fences) {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(refusal)) => (refusal.rule(), refusal.message(&escape_control(path)), ToolErrorKind::Conflict),

@@ -46,6 +46,9 @@ pub(crate) struct Transaction {
     /// commits, or as soon as anything else touches the path, so that no reader ever sees a
     /// half-written file.
     pub(crate) shadows: Vec<(String, String)>,
+    /// Why writes to the workspace are stopped (a journal that does not verify, a call that
+    /// could not be rolled back), if they are: every write and delete is refused with it.
+    pub(crate) stopped: Option<String>,
 }
 
 impl Transaction {
@@ -79,6 +82,7 @@ impl Transaction {
             modified: Vec::new(),
             checked: std::collections::HashSet::new(),
             shadows: Vec::new(),
+            stopped: None,
         }
     }
 
