@@ -359,6 +359,7 @@ impl Runtime {
         let limits = self.limits_for(tool);
         let mut guard = guard;
         guard.set_budget(tool, limits.host_calls, limits.open_files, limits.audit_records);
+        guard.set_deadline(deadline);
         let limiter = limits::MemoryLimiter::pooled(limits.memory_bytes, context.memory_pool.clone());
         let state = CallState { wasi: wasi.build(), table: ResourceTable::new(), context, guard, limiter, deadline };
         let mut store = Store::new(&self.engine, state);
@@ -384,6 +385,7 @@ impl Runtime {
         // that then returns before the next epoch check still ran past its deadline.
         let overran = Instant::now() >= store.data().deadline + EPOCH_TICK;
         let cancelled = request.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed));
+        let stopped_by_host = store.data().guard.timed_out();
         outcome.result = match returned {
             Err(_) if cancelled => {
                 outcome.trapped = true;
@@ -391,6 +393,10 @@ impl Runtime {
                     ToolErrorKind::Failed,
                     format!("`{tool}` was cancelled by the client and stopped; everything it changed was rolled back"),
                 ))
+            }
+            _ if stopped_by_host => {
+                outcome.trapped = true;
+                Err(self.deadline_error(tool, &limits))
             }
             Ok(_) if overran => {
                 outcome.trapped = true;

@@ -16,8 +16,11 @@ impl Runtime {
             // Whole-file rewrites go in place before validators read them.
             guard.transaction = Some(transaction);
             if let Err(failure) = guard.land_all() {
-                outcome.result =
-                    Err(ToolError::new(ToolErrorKind::Failed, format!("the call's writes could not be put in place ({failure})")));
+                outcome.result = Err(if guard.timed_out() {
+                    self.deadline_error(request.tool, &self.limits_for(request.tool))
+                } else {
+                    ToolError::new(ToolErrorKind::Failed, format!("the call's writes could not be put in place ({failure})"))
+                });
             }
             let Some(taken) = guard.transaction.take() else {
                 return;

@@ -150,6 +150,12 @@ pub(crate) struct FsGuard {
     /// Where `read` reads before copying what it got: allocated once per call, not once per
     /// read (a scan reads thousands of small files in chunks of 64 KiB).
     read_buffer: Vec<u8>,
+    /// When the call's deadline passes: the host's own work for the call (each filesystem
+    /// call, each entry a walk judges, each rewrite landed) stops there, not only the
+    /// component's code.
+    deadline: Option<std::time::Instant>,
+    /// The host stopped the call at its deadline.
+    timed_out: bool,
 }
 
 impl FsGuard {
@@ -180,6 +186,8 @@ impl FsGuard {
             repeats: HashMap::new(),
             flood: None,
             read_buffer: Vec::new(),
+            deadline: None,
+            timed_out: false,
         }
     }
 
@@ -284,6 +292,7 @@ impl FsGuard {
 
     /// Decide `access` to the canonical `path`.
     fn check(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
+        self.within_deadline()?;
         let decision = self.decide(access, path);
         let mut event =
             FsEvent { operation, path: path.to_owned(), access, effect: decision.effect, rule: decision.rule.clone(), asked: false };

@@ -130,6 +130,10 @@ impl FsGuard {
             return Ok(());
         };
         for (path, temporary) in shadows {
+            if self.timed_out || self.deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
+                self.timed_out = true;
+                return Err("the call ran past its deadline before its writes were all put in place".to_owned());
+            }
             land_file(root, &path, &temporary, sync).map_err(|error| format!("`{}`: {error}", escape_control(&path)))?;
         }
         Ok(())
