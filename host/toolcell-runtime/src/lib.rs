@@ -59,6 +59,7 @@ mod guard;
 mod audit;
 mod content_index;
 mod index_watch;
+mod inflight;
 mod journal;
 mod locks;
 mod memo;

@@ -186,7 +186,9 @@ fn recover_file(
     let open = match read(file, stem, key) {
         Read::Unverified(claimed) => {
             if claimed.is_empty() || claimed.iter().any(|claimed| claimed == workspace) {
-                return vec![unverified("does not verify under this state directory's key (it was not written by this installation, or was changed, cut or moved since)")];
+                return vec![unverified(
+                    "does not verify under this state directory's key (it was not written by this installation, or was changed, cut or moved since)",
+                )];
             }
             return Vec::new();
         }
@@ -197,7 +199,9 @@ fn recover_file(
     }
     match (ledger, listed) {
         (Ledger::Unverified, _) => {
-            return vec![unverified("cannot be checked against the journal ledger, which does not verify under this state directory's key")];
+            return vec![unverified(
+                "cannot be checked against the journal ledger, which does not verify under this state directory's key",
+            )];
         }
         (_, None) => {
             return vec![report(

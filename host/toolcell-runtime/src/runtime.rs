@@ -308,9 +308,5 @@ fn operator_message(workspace: &std::path::Path, recovery: &Recovery) {
         RecoveryKind::Replayed => "an old journal was put back; it was not replayed",
         RecoveryKind::Failed | RecoveryKind::Unverified => "writes to this workspace are stopped",
     };
-    eprintln!(
-        "toolcell: recovery in `{}`: {what}: {}",
-        workspace.display(),
-        recovery.error.as_deref().unwrap_or_default()
-    );
+    eprintln!("toolcell: recovery in `{}`: {what}: {}", workspace.display(), recovery.error.as_deref().unwrap_or_default());
 }

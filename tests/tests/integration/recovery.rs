@@ -18,7 +18,11 @@ fn call(runtime: &Runtime, fixture: &Fixture, tool: &str, args: &Value) -> Resul
 fn journal_files(state: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(state.join("journal"))
         .map(|entries| {
-            entries.flatten().map(|entry| entry.path()).filter(|path| path.extension().is_some_and(|extension| extension == "jsonl")).collect()
+            entries
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| path.extension().is_some_and(|extension| extension == "jsonl"))
+                .collect()
         })
         .unwrap_or_default()
 }
@@ -33,7 +37,8 @@ fn a_journal_that_does_not_verify_stops_writes_until_the_operator_removes_it() {
     // of this installation's that was changed since.
     let workspace = std::fs::canonicalize(fixture.root()).expect("canonical");
     let header = json!({"begin": {"version": 2, "workspace": workspace, "call_id": "c-planted", "session": "s"}});
-    let step = json!({"step": {"call": "c-planted", "step": {"path": "a.txt", "prior": {"kind": "inline", "hex": "6576696c0a", "mode": 420}}}});
+    let step =
+        json!({"step": {"call": "c-planted", "step": {"path": "a.txt", "prior": {"kind": "inline", "hex": "6576696c0a", "mode": 420}}}});
     let tag = "ab".repeat(32);
     let planted = state.path().join("journal/1-planted.jsonl");
     std::fs::write(&planted, format!("{header}\t{tag}\n{step}\t{tag}\n")).expect("plant");
@@ -91,8 +96,7 @@ fn a_journal_copied_back_after_its_call_ended_is_not_replayed() {
         });
         let started = Instant::now();
         let snapshot = loop {
-            let copied =
-                journal_files(state.path()).into_iter().find_map(|path| std::fs::read(&path).ok().map(|bytes| (path, bytes)));
+            let copied = journal_files(state.path()).into_iter().find_map(|path| std::fs::read(&path).ok().map(|bytes| (path, bytes)));
             if let Some((path, bytes)) = copied.filter(|(_, bytes)| String::from_utf8_lossy(bytes).contains("a.txt")) {
                 break (path, bytes);
             }

@@ -97,12 +97,7 @@ fn recovery_replays_unlocked_journals_and_leaves_live_ones() {
     drop(crashed);
     drop(dead_file);
     assert!(path.exists(), "a journal file with an open call outlives its runtime");
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .expect("open")
-        .write_all(b"{\"step\":{\"call\":\"c-dead\",\"st")
-        .expect("tear");
+    std::fs::OpenOptions::new().append(true).open(&path).expect("open").write_all(b"{\"step\":{\"call\":\"c-dead\",\"st").expect("tear");
 
     let recovered = recover(&journals, &KEY, &workspace);
     assert_eq!(recovered.len(), 1, "{recovered:?}");
