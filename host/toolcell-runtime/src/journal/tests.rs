@@ -241,13 +241,23 @@ fn a_journal_cut_in_the_middle_or_put_in_place_of_another_is_not_replayed() {
     assert_eq!(refused[0].kind, crate::RecoveryKind::Unverified, "{refused:?}");
     assert!(refused[0].kind.stops_writes());
     assert_eq!(std::fs::read_to_string(workspace.join("a.txt")).expect("read"), "committed");
-    // The genuine lines, in a new file put in place of the listed one.
-    std::fs::remove_file(&path).expect("remove");
-    std::fs::write(&path, &text).expect("replace");
+    // A running runtime's genuine lines, in a new file put in place of the one it holds (a
+    // snapshot taken mid-call, put back once the call has ended).
+    let live = JournalFile::create(&journals, KEY).expect("journal file");
+    let mut running = Journal::begin(&live, "c-running", "s", &workspace, true).expect("begin");
+    running.preserve(&root, "a.txt").expect("preserve");
+    let snapshot = std::fs::read(&live.path).expect("snapshot");
+    let _ = running.commit();
+    std::fs::remove_file(&live.path).expect("remove");
+    std::fs::write(&live.path, &snapshot).expect("replace");
     let refused = recover(&journals, &KEY, &workspace);
-    assert_eq!(refused.len(), 1, "{refused:?}");
-    assert_eq!(refused[0].kind, crate::RecoveryKind::Unverified, "{refused:?}");
-    assert!(refused[0].error.as_deref().is_some_and(|error| error.contains("replaced")), "{refused:?}");
+    let replaced: Vec<_> =
+        refused.iter().filter(|recovery| recovery.error.as_deref().is_some_and(|error| error.contains("replaced"))).collect();
+    assert_eq!(replaced.len(), 1, "{refused:?}");
+    assert_eq!(replaced[0].kind, crate::RecoveryKind::Unverified, "{refused:?}");
+    assert_eq!(std::fs::read_to_string(workspace.join("a.txt")).expect("read"), "committed");
+    std::fs::remove_file(&live.path).expect("remove");
+    drop(live);
     // A torn line followed by more lines is no crash's.
     std::fs::write(&path, format!("{}\n{{\"step\n{}\n", lines[0], lines[1])).expect("tear");
     assert_eq!(recover(&journals, &KEY, &workspace)[0].kind, crate::RecoveryKind::Unverified);
