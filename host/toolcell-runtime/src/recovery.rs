@@ -194,6 +194,15 @@ fn recover_file(
         }
         Read::Verified(open) => open,
     };
+    if open.is_empty() {
+        // Every call in it ended (a runtime that exited without dropping its journal): nothing
+        // in it is to be replayed, whoever lists it.
+        if ledger::update(journals, key, |entries| entries.retain(|entry| entry.stem != stem)).is_ok() {
+            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_dir_all(&blobs);
+        }
+        return Vec::new();
+    }
     if !open.iter().any(|(header, _)| header.workspace == workspace) {
         return Vec::new();
     }
@@ -201,6 +210,11 @@ fn recover_file(
         (Ledger::Unverified, _) => {
             return vec![unverified(
                 "cannot be checked against the journal ledger, which does not verify under this state directory's key",
+            )];
+        }
+        (_, None) if Ledger::was_set_aside(journals) => {
+            return vec![unverified(
+                "is not in the journal ledger, and a ledger that did not verify was set aside beside it (`ledger.unverified`; remove that too once inspected)",
             )];
         }
         (_, None) => {

@@ -24,6 +24,10 @@ use super::JournalKey;
 const LEDGER: &str = "ledger";
 /// Held while the ledger is read and rewritten (by runtimes in any process).
 const LEDGER_LOCK: &str = "ledger.lock";
+/// Where a ledger that did not verify is set aside before a new one is written: while it is
+/// there, a journal the new ledger does not list is one that does not verify (it may be a
+/// crashed runtime's that the lost ledger listed), not a copy of one already replayed.
+const SET_ASIDE: &str = "ledger.unverified";
 
 /// One journal file that may be replayed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,6 +65,12 @@ pub(crate) enum Ledger {
 }
 
 impl Ledger {
+    /// Whether a ledger that did not verify was set aside in `journals` and is still there
+    /// (the operator removes it after inspecting the journals).
+    pub(crate) fn was_set_aside(journals: &Path) -> bool {
+        journals.join(SET_ASIDE).exists()
+    }
+
     /// The entry for `stem`, if the ledger verifies and lists it.
     pub(crate) fn entry(&self, stem: &str) -> Option<&Entry> {
         match self {
@@ -103,7 +113,12 @@ pub(crate) fn update(journals: &Path, key: &JournalKey, change: impl FnOnce(&mut
     lock.lock()?;
     let mut open = match read(journals, key) {
         Ledger::Verified(entries) => entries,
-        Ledger::Missing | Ledger::Unverified => Vec::new(),
+        Ledger::Missing => Vec::new(),
+        Ledger::Unverified => {
+            // Kept for the operator, and as a sign for recovery (see `SET_ASIDE`).
+            std::fs::rename(journals.join(LEDGER), journals.join(SET_ASIDE))?;
+            Vec::new()
+        }
     };
     change(&mut open);
     let mut bytes = serde_json::to_vec(&Content { open }).map_err(std::io::Error::other)?;

@@ -263,3 +263,25 @@ fn a_journal_cut_in_the_middle_or_put_in_place_of_another_is_not_replayed() {
     assert_eq!(recover(&journals, &KEY, &workspace)[0].kind, crate::RecoveryKind::Unverified);
     assert_eq!(std::fs::read_to_string(workspace.join("a.txt")).expect("read"), "committed");
 }
+
+#[test]
+fn a_ledger_that_does_not_verify_is_set_aside_and_its_journals_stop_writes() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let journals = temp.path().join("journal");
+    let workspace = temp.path().join("ws");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::write(workspace.join("a.txt"), "original").expect("write");
+    let path = dead_journal(&journals, &workspace, KEY);
+    // The ledger is forged; the next runtime to start writes a new one, without the dead
+    // runtime's file.
+    let ledger = journals.join("ledger");
+    let text = std::fs::read_to_string(&ledger).expect("ledger");
+    std::fs::write(&ledger, text.replace("\"open\"", "\"open\" ")).expect("forge");
+    drop(JournalFile::create(&journals, KEY).expect("a new runtime"));
+    assert!(journals.join("ledger.unverified").exists());
+    let refused = recover(&journals, &KEY, &workspace);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].kind, crate::RecoveryKind::Unverified, "{refused:?}");
+    assert_eq!(std::fs::read_to_string(workspace.join("a.txt")).expect("read"), "half-writ", "nothing replayed");
+    assert!(path.exists());
+}
