@@ -91,11 +91,27 @@ pub(crate) fn rank(effect: Effect) -> u8 {
 
 /// A rule's glob names a protected path explicitly when its literal prefix starts inside the
 /// protected pattern's literal root: `.git/hooks/**` names `.git/**`; `**` and `*.toml` do not.
+/// A protected pattern with no literal root (`**/.env`) is named by the same pattern, by a
+/// literal path it matches (`config/.env`), or by a pattern ending in the same last component
+/// (`services/**/.env`), provided that component is not wildcards alone; `**` and `**/*` do not
+/// name it.
 pub(crate) fn names_explicitly(glob: &PathGlob, protected: &Protected) -> bool {
     // `.git/hooks/**` and `.git/**` name `.git/**` (their literal part starts with `.git/`), as
     // does the literal `.git`; `.git*/**` (meant for `.github`) and `**` do not.
     let prefix = protected.glob.matcher.prefix.as_str();
     let root = prefix.trim_end_matches('/');
     let literal_prefix = glob.matcher.prefix.as_str();
-    !root.is_empty() && (literal_prefix.starts_with(prefix) || (glob.literal && literal_prefix == root))
+    if !root.is_empty() {
+        return literal_prefix.starts_with(prefix) || (glob.literal && literal_prefix == root);
+    }
+    let pattern = glob.matcher.matcher.glob().glob();
+    if pattern == protected.pattern {
+        return true;
+    }
+    if glob.literal {
+        return protected.glob.is_match(pattern);
+    }
+    let last = |pattern: &str| pattern.rsplit('/').next().unwrap_or(pattern).to_owned();
+    let named = last(&protected.pattern);
+    named.chars().any(|character| !matches!(character, '*' | '?')) && last(pattern) == named
 }

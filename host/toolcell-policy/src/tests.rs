@@ -378,6 +378,67 @@ effect = "allow"
     assert_eq!(effect(".git/hooks/pre-commit"), Effect::Allow);
 }
 
+#[test]
+fn a_protected_pattern_without_a_literal_root_is_opened_by_a_rule_that_names_it() {
+    // The docs' `protected = ["**/.env", "**/.env.*"]`: each rule below is one way of naming a
+    // protected path explicitly, or one that does not.
+    let text = r#"
+version = 1
+protected = ["**/.env", "**/.env.*", "**/*"]
+[roles.r]
+tools = ["*"]
+[[roles.r.rules]]
+id = "everything"
+access = ["write"]
+paths = ["**"]
+effect = "allow"
+[[roles.r.rules]]
+id = "any-env"
+access = ["delete"]
+paths = ["**/.env"]
+effect = "allow"
+[[roles.r.rules]]
+id = "one-env"
+access = ["write"]
+paths = ["config/.env"]
+effect = "allow"
+[[roles.r.rules]]
+id = "service-envs"
+access = ["write"]
+paths = ["services/**/.env.*", "services/**/.env"]
+effect = "allow"
+[[roles.r.rules]]
+id = "all-files"
+access = ["write"]
+paths = ["src/**/*"]
+effect = "allow"
+"#;
+    let policy = Policy::parse("p.toml", text, TOOLS).expect("parses");
+    let role = policy.role("r").expect("role");
+    let table: &[(Access, &str, Effect, &str)] = &[
+        // `**` names nothing protected.
+        (Access::Write, ".env", Effect::Deny, "protected:**/.env"),
+        (Access::Write, "app/.env", Effect::Deny, "protected:**/.env"),
+        // The protected pattern itself.
+        (Access::Delete, "app/.env", Effect::Allow, "any-env"),
+        (Access::Delete, ".env.local", Effect::Deny, "protected:**/.env.*"),
+        // A literal path it matches.
+        (Access::Write, "config/.env", Effect::Allow, "one-env"),
+        (Access::Write, "config/.env.local", Effect::Deny, "protected:**/.env.*"),
+        // A pattern ending in the same last component, in one place.
+        (Access::Write, "services/api/.env.local", Effect::Allow, "service-envs"),
+        (Access::Write, "services/api/.env", Effect::Allow, "service-envs"),
+        (Access::Write, "other/api/.env", Effect::Deny, "protected:**/.env"),
+        // A last component of wildcards alone names nothing: `src/**/*` does not open `**/*`.
+        (Access::Write, "src/main.rs", Effect::Deny, "protected:**/*"),
+    ];
+    for (access, path, effect, rule) in table {
+        let decision = policy.decide(role, *access, path);
+        assert_eq!((decision.effect, decision.rule.as_str()), (*effect, *rule), "{access} {path}");
+        assert_eq!(decide_rule_by_rule(&policy, role, *access, path), (*effect, (*rule).to_owned()), "{access} {path}");
+    }
+}
+
 /// The decision as the policy defines it: every rule about the access in turn, every glob
 /// matched one by one. [`Policy::decide`] matches through the per-access index instead.
 fn decide_rule_by_rule(policy: &Policy, role: &Role, access: Access, path: &str) -> (Effect, String) {

@@ -12,12 +12,13 @@ use std::path::{Path, PathBuf};
 
 use cap_std::fs::Dir;
 
-use crate::journal::{BLOBS_EXTENSION, Header, JOURNAL_EXTENSION, JournalKey, Line, Step, replay};
+use crate::journal::ledger::{self, Ledger};
+use crate::journal::{BLOBS_EXTENSION, Chain, Header, JOURNAL_EXTENSION, JournalKey, Line, Step, replay};
 
 /// What the recovery of one journal found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovery {
-    /// The interrupted call.
+    /// The interrupted call (empty when the journal could not be trusted to say).
     pub call_id: String,
     /// Its session.
     pub session: String,
@@ -25,18 +26,48 @@ pub struct Recovery {
     pub workspace: PathBuf,
     /// Steps undone.
     pub steps: usize,
-    /// Why it could not be rolled back (the journal is kept to try again), or `None`.
+    /// What happened.
+    pub kind: RecoveryKind,
+    /// Why it was not rolled back, for the operator (host paths included), or `None`.
     pub error: Option<String>,
 }
 
+/// What recovery did with one interrupted call, or one journal file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryKind {
+    /// The call was rolled back.
+    RolledBack,
+    /// It could not be: the journal is kept to try again at the next start, and writes to the
+    /// workspace stop until then.
+    Failed,
+    /// The journal file does not verify (planted, forged, truncated in the middle, moved, or
+    /// put in place of the one this installation wrote): nothing in it was replayed, and writes
+    /// to the workspace stop until the operator has inspected and removed it.
+    Unverified,
+    /// A journal this installation wrote that was already replayed or ended (a copy put back):
+    /// not replayed again, only reported.
+    Replayed,
+}
+
+impl RecoveryKind {
+    /// Whether a workspace with this recovery may be written no more: something in it may be
+    /// half done, and only the operator can tell.
+    pub fn stops_writes(self) -> bool {
+        matches!(self, RecoveryKind::Failed | RecoveryKind::Unverified)
+    }
+}
+
 /// Roll back every call in `workspace` (canonical) that a runtime which died left open, in
-/// each journal file of `journals` nobody holds locked. Journals of runtimes still running,
-/// here or in other processes, and calls in other workspaces are left alone; a journal file
-/// whose lines do not verify under `key` is left alone and reported.
+/// each journal file of `journals` nobody holds locked and the ledger lists. Journals of
+/// runtimes still running, here or in other processes, and calls in other workspaces are left
+/// alone; a journal file that does not verify under `key`, or that the ledger does not list
+/// (a copy of one already replayed), is left alone and reported when it names this workspace
+/// (or names none that can be read).
 pub(crate) fn recover(journals: &Path, key: &JournalKey, workspace: &Path) -> Vec<Recovery> {
     let Ok(entries) = std::fs::read_dir(journals) else {
         return Vec::new();
     };
+    let ledger = ledger::read(journals, key);
     let mut recovered = Vec::new();
     let mut blob_dirs = Vec::new();
     for entry in entries.flatten() {
@@ -46,9 +77,9 @@ pub(crate) fn recover(journals: &Path, key: &JournalKey, workspace: &Path) -> Ve
             blob_dirs.push(path);
             continue;
         }
-        if !name.ends_with(&format!(".{JOURNAL_EXTENSION}")) {
+        let Some(stem) = name.strip_suffix(&format!(".{JOURNAL_EXTENSION}")) else {
             continue;
-        }
+        };
         // A regular file of this user's only, never through a link.
         let Ok(file) = OpenOptions::new().read(true).write(true).custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32).open(&path)
         else {
@@ -62,7 +93,7 @@ pub(crate) fn recover(journals: &Path, key: &JournalKey, workspace: &Path) -> Ve
         if file.try_lock().is_err() {
             continue;
         }
-        recovered.extend(recover_file(&path, &file, key, workspace));
+        recovered.extend(recover_file(journals, &path, stem, &file, key, &ledger, workspace));
     }
     // Blobs whose journal file is gone belong to ended calls.
     for blob_dir in blob_dirs {
@@ -75,31 +106,36 @@ pub(crate) fn recover(journals: &Path, key: &JournalKey, workspace: &Path) -> Ve
 
 use std::os::unix::fs::OpenOptionsExt as _;
 
-/// Roll back the calls in `workspace` left open in the journal file `path` (locked by this
-/// process through `file`). The file is removed when nothing in it is left to roll back; else
-/// it is rewritten to hold only the calls still to be rolled back (failed ones, and other
-/// workspaces'), so that none is ever replayed twice.
-fn recover_file(path: &Path, file: &File, key: &JournalKey, workspace: &Path) -> Vec<Recovery> {
-    let blobs = path.with_extension(BLOBS_EXTENSION);
+/// The calls of a journal file, read and checked.
+enum Read {
+    /// Every line verifies: the calls left open, in order.
+    Verified(Vec<(Header, Vec<Step>)>),
+    /// Some line does not: what its lines claim as workspaces, for telling whom to stop.
+    Unverified(Vec<PathBuf>),
+}
+
+/// Read the journal file `file` named `<stem>.jsonl`.
+fn read(file: &File, stem: &str, key: &JournalKey) -> Read {
+    let mut chain = Chain::new(stem);
     let mut open: Vec<(Header, Vec<Step>)> = Vec::new();
-    for line in BufReader::new(file).lines().map_while(Result::ok) {
-        let line = match Line::decode(key, &line) {
+    let lines: Vec<String> = BufReader::new(file).lines().map_while(Result::ok).collect();
+    let claimed = || {
+        lines
+            .iter()
+            .filter_map(|line| line.rsplit_once('\t').map_or(Some(line.as_str()), |(json, _)| Some(json)))
+            .filter_map(|json| match serde_json::from_str::<Line>(json) {
+                Ok(Line::Begin(header)) => Some(header.workspace),
+                _ => None,
+            })
+            .collect()
+    };
+    for (index, text) in lines.iter().enumerate() {
+        let line = match Line::decode(key, &mut chain, text) {
             Ok(Some(line)) => line,
             // A torn last line is a step whose mutation never started (each line is written
-            // first).
-            Ok(None) => break,
-            Err(()) => {
-                let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-                return vec![Recovery {
-                    call_id: String::new(),
-                    session: String::new(),
-                    workspace: PathBuf::new(),
-                    steps: 0,
-                    error: Some(format!(
-                        "the journal `{name}` does not verify under this state directory's key (it was not written by this installation, or was changed since), so nothing in it was replayed; remove it"
-                    )),
-                }];
-            }
+            // first); a torn line with lines after it is no crash's.
+            Ok(None) if index + 1 == lines.len() => break,
+            Ok(None) | Err(()) => return Read::Unverified(claimed()),
         };
         match line {
             Line::Begin(header) => open.push((header, Vec::new())),
@@ -110,6 +146,90 @@ fn recover_file(path: &Path, file: &File, key: &JournalKey, workspace: &Path) ->
             }
             Line::End { call } => open.retain(|(header, _)| header.call_id != call),
         }
+    }
+    Read::Verified(open)
+}
+
+/// Roll back the calls in `workspace` left open in the journal file `path` (locked by this
+/// process through `file`), if the ledger lists it. The file is removed, and taken out of the
+/// ledger, when nothing in it is left to roll back; else the calls still to be rolled back
+/// (failed ones, and other workspaces') go to a new file, entered in the ledger in its place,
+/// so that none is ever replayed twice.
+fn recover_file(
+    journals: &Path,
+    path: &Path,
+    stem: &str,
+    file: &File,
+    key: &JournalKey,
+    ledger: &Ledger,
+    workspace: &Path,
+) -> Vec<Recovery> {
+    let blobs = path.with_extension(BLOBS_EXTENSION);
+    let report = |kind, error: String| Recovery {
+        call_id: String::new(),
+        session: String::new(),
+        workspace: workspace.to_path_buf(),
+        steps: 0,
+        kind,
+        error: Some(error),
+    };
+    let unverified = |why: &str| {
+        report(
+            RecoveryKind::Unverified,
+            format!(
+                "the journal `{}` {why}, so nothing in it was replayed; writes to this workspace stop until the operator has inspected the workspace and removed that file",
+                path.display()
+            ),
+        )
+    };
+    let listed = ledger.entry(stem);
+    let open = match read(file, stem, key) {
+        Read::Unverified(claimed) => {
+            if claimed.is_empty() || claimed.iter().any(|claimed| claimed == workspace) {
+                return vec![unverified(
+                    "does not verify under this state directory's key (it was not written by this installation, or was changed, cut or moved since)",
+                )];
+            }
+            return Vec::new();
+        }
+        Read::Verified(open) => open,
+    };
+    if open.is_empty() {
+        // Every call in it ended (a runtime that exited without dropping its journal): nothing
+        // in it is to be replayed, whoever lists it.
+        if ledger::update(journals, key, |entries| entries.retain(|entry| entry.stem != stem)).is_ok() {
+            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_dir_all(&blobs);
+        }
+        return Vec::new();
+    }
+    if !open.iter().any(|(header, _)| header.workspace == workspace) {
+        return Vec::new();
+    }
+    match (ledger, listed) {
+        (Ledger::Unverified, _) => {
+            return vec![unverified(
+                "cannot be checked against the journal ledger, which does not verify under this state directory's key",
+            )];
+        }
+        (_, None) if Ledger::was_set_aside(journals) => {
+            return vec![unverified(
+                "is not in the journal ledger, and a ledger that did not verify was set aside beside it (`ledger.unverified`; remove that too once inspected)",
+            )];
+        }
+        (_, None) => {
+            return vec![report(
+                RecoveryKind::Replayed,
+                format!(
+                    "the journal `{}` was already rolled back or ended, and a copy of it was put back: it was not replayed again. Remove that file",
+                    path.display()
+                ),
+            )];
+        }
+        (_, Some(entry)) if ledger::Entry::of(stem, file).ok().as_ref() != Some(entry) => {
+            return vec![unverified("is not the file this installation wrote under that name (it was replaced)")];
+        }
+        _ => {}
     }
     let mut recovered = Vec::new();
     let mut kept = Vec::new();
@@ -128,32 +248,67 @@ fn recover_file(path: &Path, file: &File, key: &JournalKey, workspace: &Path) ->
         recovered.push(recovery);
     }
     if kept.is_empty() {
-        let _ = std::fs::remove_file(path);
-        let _ = std::fs::remove_dir_all(&blobs);
+        // Out of the ledger first: a crash in between leaves a file that is reported, never
+        // one replayed again.
+        if ledger::update(journals, key, |entries| entries.retain(|entry| entry.stem != stem)).is_ok() {
+            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_dir_all(&blobs);
+        }
     } else {
-        let mut bytes = Vec::new();
-        for (header, steps) in kept {
-            let call = header.call_id.clone();
-            let lines = std::iter::once(Line::Begin(header)).chain(steps.into_iter().map(|step| Line::Step { call: call.clone(), step }));
-            for line in lines {
-                if let Ok(encoded) = line.encode(key) {
-                    bytes.extend_from_slice(&encoded);
-                }
-            }
-        }
-        let temporary = path.with_extension("rewrite");
-        let rewritten = crate::storage::private_file()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temporary)
-            .and_then(|mut rewrite| rewrite.write_all(&bytes).and_then(|()| rewrite.sync_all()))
-            .and_then(|()| std::fs::rename(&temporary, path));
-        if rewritten.is_err() {
-            let _ = std::fs::remove_file(&temporary);
-        }
+        keep(journals, path, stem, key, kept);
     }
     recovered
+}
+
+/// Put the calls `kept` of the journal file `path` in a new journal file, which takes the old
+/// one's place in the ledger (their blobs move with them); the old file is then removed. If
+/// that cannot be done, the old file stays as it is (and its calls are tried again).
+fn keep(journals: &Path, path: &Path, stem: &str, key: &JournalKey, kept: Vec<(Header, Vec<Step>)>) {
+    let mut nonce = [0u8; 8];
+    if rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty()).is_err() {
+        return;
+    }
+    let new_stem = format!("{}-{}", std::process::id(), crate::hex(&nonce));
+    let mut chain = Chain::new(&new_stem);
+    let mut bytes = Vec::new();
+    for (header, steps) in kept {
+        let call = header.call_id.clone();
+        let lines = std::iter::once(Line::Begin(header)).chain(steps.into_iter().map(|step| Line::Step { call: call.clone(), step }));
+        for line in lines {
+            let Ok((encoded, tag)) = line.encode(key, &chain) else {
+                return;
+            };
+            bytes.extend_from_slice(&encoded);
+            chain.previous_is(tag);
+        }
+    }
+    let new_path = journals.join(format!("{new_stem}.{JOURNAL_EXTENSION}"));
+    let written = crate::storage::private_file()
+        .write(true)
+        .create_new(true)
+        .open(&new_path)
+        .and_then(|mut rewrite| rewrite.write_all(&bytes).and_then(|()| rewrite.sync_all()).map(|()| rewrite))
+        .and_then(|rewrite| ledger::Entry::of(&new_stem, &rewrite));
+    let Ok(entry) = written else {
+        let _ = std::fs::remove_file(&new_path);
+        return;
+    };
+    let old_blobs = path.with_extension(BLOBS_EXTENSION);
+    let new_blobs = new_path.with_extension(BLOBS_EXTENSION);
+    if old_blobs.exists() && std::fs::rename(&old_blobs, &new_blobs).is_err() {
+        let _ = std::fs::remove_file(&new_path);
+        return;
+    }
+    let swapped = ledger::update(journals, key, |entries| {
+        entries.retain(|entry| entry.stem != stem);
+        entries.push(entry);
+    });
+    if swapped.is_ok() {
+        let _ = std::fs::remove_file(path);
+    } else {
+        let _ = std::fs::rename(&new_blobs, &old_blobs);
+        let _ = std::fs::remove_file(&new_path);
+    }
 }
 
 /// Replay one open call's steps in its workspace.
@@ -163,6 +318,7 @@ fn roll_back(header: &Header, steps: &[Step], blob_dir: &Path) -> Recovery {
         session: header.session.clone(),
         workspace: header.workspace.clone(),
         steps: steps.len(),
+        kind: RecoveryKind::RolledBack,
         error: None,
     };
     match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
@@ -171,11 +327,18 @@ fn roll_back(header: &Header, steps: &[Step], blob_dir: &Path) -> Recovery {
             // other call (of any process) while it is half done.
             let namespace = crate::guard::NamespaceLock::acquire(&root);
             if let Err(error) = replay(&root, blob_dir, &recovery.call_id, steps) {
-                recovery.error = Some(error);
+                recovery.kind = RecoveryKind::Failed;
+                recovery.error = Some(format!(
+                    "the call `{}` could not be rolled back ({error}); writes to this workspace stop until it is: the next start tries again, or the operator restores the workspace and removes the journal",
+                    recovery.call_id
+                ));
             }
             drop(namespace);
         }
-        Err(error) => recovery.error = Some(format!("the workspace `{}` cannot be opened: {error}", header.workspace.display())),
+        Err(error) => {
+            recovery.kind = RecoveryKind::Failed;
+            recovery.error = Some(format!("the workspace `{}` cannot be opened: {error}", header.workspace.display()));
+        }
     }
     recovery
 }

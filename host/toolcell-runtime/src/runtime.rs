@@ -248,8 +248,45 @@ impl Runtime {
                 let _ = log.append(&records);
             }
         }
+        for recovery in found.iter().filter(|recovery| recovery.error.is_some()) {
+            operator_message(workspace.root(), recovery);
+        }
         recovered.insert(workspace.root().to_path_buf(), found.clone());
         found
+    }
+
+    /// Why writes to `workspace` are stopped, for the agent (no host path), if they are: a
+    /// journal there did not verify, or a call could not be rolled back (at recovery or in the
+    /// call itself), so something in it may be half done until the operator looks.
+    pub fn writes_stopped(&self, workspace: &Workspace) -> Option<String> {
+        let recovered = self.recovered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        recovered.get(workspace.root())?.iter().any(|recovery| recovery.kind.stops_writes()).then(|| {
+            "writes to this workspace are stopped: the host found a call journal it cannot trust, or a call it could not roll back, so something in the workspace may be half done. Reads still work. Tell the operator: the host's log and the audit trail name the journal; once they have checked the workspace and removed that journal, a restart lets writes go on".to_owned()
+        })
+    }
+
+    /// Stop writes to `workspace` for the rest of this runtime: the call `call_id` of `session`
+    /// failed and could not be rolled back (`failure`). Its journal stays open, and the next
+    /// start finishes the rollback. Reported on stderr and in the audit trail.
+    pub(crate) fn stop_writes(&self, workspace: &Workspace, session: &str, call_id: &str, failure: &str) {
+        let recovery = Recovery {
+            call_id: call_id.to_owned(),
+            session: session.to_owned(),
+            workspace: workspace.root().to_path_buf(),
+            steps: 0,
+            kind: RecoveryKind::Failed,
+            error: Some(format!(
+                "the call `{call_id}` failed and could not be rolled back ({failure}); writes to this workspace stop until the next start finishes the rollback"
+            )),
+        };
+        operator_message(workspace.root(), &recovery);
+        if let Some(log) = &self.audit {
+            let record = toolcell_audit::Record::recovery(&guard::now(), session, call_id, 0, recovery.error.as_deref())
+                .at(&workspace.root().display().to_string(), None);
+            let _ = log.append(&[record]);
+        }
+        let mut recovered = self.recovered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        recovered.entry(workspace.root().to_path_buf()).or_default().push(recovery);
     }
 
     /// What the operator should know about the load: each cached artifact that failed
@@ -262,4 +299,14 @@ impl Runtime {
     pub fn loaded(&self) -> &[LoadedComponent] {
         &self.loaded
     }
+}
+
+/// Tell the operator, on stderr, what a recovery in `workspace` found that needs them.
+fn operator_message(workspace: &std::path::Path, recovery: &Recovery) {
+    let what = match recovery.kind {
+        RecoveryKind::RolledBack => return,
+        RecoveryKind::Replayed => "an old journal was put back; it was not replayed",
+        RecoveryKind::Failed | RecoveryKind::Unverified => "writes to this workspace are stopped",
+    };
+    eprintln!("toolcell: recovery in `{}`: {what}: {}", workspace.display(), recovery.error.as_deref().unwrap_or_default());
 }

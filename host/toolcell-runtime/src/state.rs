@@ -262,7 +262,16 @@ impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
             Ok(workflow) => workflow,
             Err(error) => return Ok(Err(error)),
         };
-        let granted = self.settle("lock-for-task", &task, workflow.lock_for_task(&self.caller(), &task, &patterns, ttl_seconds))?;
+        // The files this call is writing and has not put in place yet: `task_start` moves the
+        // task to `in-progress` and locks its paths in one call.
+        let pending: Vec<String> = self
+            .guard
+            .transaction
+            .as_ref()
+            .map(|transaction| transaction.shadows.iter().map(|shadow| shadow.path.clone()).collect())
+            .unwrap_or_default();
+        let granted =
+            self.settle("lock-for-task", &task, workflow.lock_for_task(&self.caller(), &task, &patterns, ttl_seconds, &pending))?;
         Ok(granted.map(|locks| locks.iter().map(lock_info).collect()))
     }
 

@@ -252,14 +252,19 @@ impl WorkflowCall {
         task: &str,
         patterns: &[String],
         ttl_seconds: u32,
+        pending: &[String],
     ) -> Result<Result<Vec<Lock>, ToolError>, Refusal> {
         let granted = self.role.as_ref().is_some_and(|role| role.may_lock_for_chains());
         self.grant(caller, "lock-for-task", task, granted, "lock paths for a chain")?;
-        Ok(self.lock_for_task_granted(task, patterns, ttl_seconds))
+        Ok(self.lock_for_task_granted(task, patterns, ttl_seconds, pending))
     }
 
-    fn lock_for_task_granted(&self, task: &str, patterns: &[String], ttl_seconds: u32) -> Result<Vec<Lock>, ToolError> {
+    /// `pending`: the files the calling call is writing and has not put in place yet.
+    fn lock_for_task_granted(&self, task: &str, patterns: &[String], ttl_seconds: u32, pending: &[String]) -> Result<Vec<Lock>, ToolError> {
         let binding = parse_task(task)?;
+        // Locks for a chain that does not exist (or a task nobody started) would hold paths
+        // for no one: `**` for a made-up chain stops every other chain's writes.
+        self.check_in_progress(&binding, "lock paths for its chain", pending)?;
         if !(1..=86_400).contains(&ttl_seconds) {
             return Err(ToolError::new(ToolErrorKind::InvalidArgs, format!("a lease of {ttl_seconds} s: give 1 to 86400 seconds")));
         }
@@ -398,25 +403,34 @@ impl WorkflowCall {
         Ok(Ok((id, connect)))
     }
 
+    /// The task `binding` is in progress: its file is in `docs/tasks/in-progress/`, or among
+    /// `pending`, the files the calling call is writing (`task_start` moves the task and locks
+    /// for its chain in one call). Else a conflict saying to start it first, then `then`.
+    fn check_in_progress(&self, binding: &TaskBinding, then: &str, pending: &[String]) -> Result<(), ToolError> {
+        let file = format!("{IN_PROGRESS_DIR}/{}/{}.md", binding.chain(), binding.task());
+        if pending.contains(&file) {
+            return Ok(());
+        }
+        let in_progress = crate::Workspace::open(&self.workspace)
+            .ok()
+            .and_then(|workspace| workspace.directory.symlink_metadata(&file).ok())
+            .is_some_and(|metadata| metadata.is_file());
+        if in_progress {
+            return Ok(());
+        }
+        Err(ToolError::new(
+            ToolErrorKind::Conflict,
+            format!("the task `{binding}` is not in progress (there is no `{file}`): start it with `task_start` first, then {then}"),
+        ))
+    }
+
     /// A session may be spawned for a task that is in progress (its file is in
     /// `docs/tasks/in-progress/`), up to [`MAX_SPAWNS_PER_CALL`] in one call and
     /// [`MAX_SESSIONS_PER_TASK`] live at once for one task: a component granted `may_spawn`
     /// cannot fill the session store, nor start sessions for tasks nobody started.
     fn check_spawnable(&self, binding: &TaskBinding) -> Result<(), ToolError> {
         use std::sync::atomic::Ordering;
-        let file = format!("{IN_PROGRESS_DIR}/{}/{}.md", binding.chain(), binding.task());
-        let in_progress = crate::Workspace::open(&self.workspace)
-            .ok()
-            .and_then(|workspace| workspace.directory.symlink_metadata(&file).ok())
-            .is_some_and(|metadata| metadata.is_file());
-        if !in_progress {
-            return Err(ToolError::new(
-                ToolErrorKind::Conflict,
-                format!(
-                    "the task `{binding}` is not in progress (there is no `{file}`): start it with `task_start` first, then spawn its session"
-                ),
-            ));
-        }
+        self.check_in_progress(binding, "spawn its session", &[])?;
         if self.spawned.fetch_add(1, Ordering::AcqRel) >= MAX_SPAWNS_PER_CALL {
             return Err(ToolError::new(
                 ToolErrorKind::TooLarge,

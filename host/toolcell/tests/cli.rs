@@ -1267,3 +1267,29 @@ fn hosts_on_a_postgres_store_share_locks_and_one_audit_chain() {
         toolcell(&cache, &["--store", cluster.url.as_str(), "--state-dir", auditor.path().to_str().expect("UTF-8"), "audit", "verify"]);
     assert_eq!(audited.status, 0, "{}", audited.stderr);
 }
+
+#[test]
+fn a_journal_that_does_not_verify_is_told_to_the_operator_and_stops_writes() {
+    let (workspace, cache) = setup();
+    let state = tempfile::tempdir().expect("state directory");
+    let state_dir = state.path().to_str().expect("UTF-8 path");
+    let root = workspace.path().to_str().expect("UTF-8 path");
+    let call = |tool: &str, args: &str| toolcell(&cache, &["--state-dir", state_dir, "call", tool, args, "--workspace", root]);
+    assert_eq!(call("read_file", r#"{"path": "notes.txt"}"#).status, 0);
+    // Planted in the state directory, naming this workspace, with tags under another key.
+    let canonical = std::fs::canonicalize(workspace.path()).expect("canonical");
+    let header = serde_json::json!({"begin": {"version": 2, "workspace": canonical, "call_id": "c-planted", "session": "s"}});
+    let planted = state.path().join("journal/1-planted.jsonl");
+    std::fs::write(&planted, format!("{header}\t{}\n", "ab".repeat(32))).expect("plant");
+
+    let run = call("write_file", r#"{"path": "notes.txt", "content": "x"}"#);
+    assert_eq!(run.status, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("writes to this workspace are stopped"), "{}", run.stderr);
+    // The operator is told once, with the journal to inspect and remove.
+    assert_eq!(run.stderr.matches("toolcell: recovery in").count(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains(&planted.display().to_string()), "{}", run.stderr);
+    assert_eq!(call("read_file", r#"{"path": "notes.txt"}"#).status, 0, "reads go on");
+    assert_eq!(std::fs::read_to_string(workspace.path().join("notes.txt")).expect("unchanged"), "first\nsecond\n");
+    std::fs::remove_file(&planted).expect("the operator removes it");
+    assert_eq!(call("write_file", r#"{"path": "notes.txt", "content": "x"}"#).status, 0);
+}

@@ -481,6 +481,27 @@ fn a_component_flooding_the_workflow_with_refusals_is_stopped() {
 }
 
 #[test]
+fn locks_for_a_chain_need_a_task_in_progress() {
+    // A control-role component that locks `**` for a chain nobody made would stop every other
+    // chain's writes.
+    let policy = WORKFLOW.replace("\"spawn_impl_session\",", "\"spawn_impl_session\", \"misbehave\",");
+    let project = Project::with_policy(&policy);
+    let control = project.planned();
+    let lock = |task: &str| call(&control, "misbehave", json!({"action": "lock_for_task", "text": "**", "path": task}));
+    let live = || project.host.runtime().live_locks(&Workspace::open(project.fixture.root()).expect("workspace")).expect("locks");
+    for task in ["CHAIN-999-made-up/001-anything", FIRST] {
+        let error = lock(task).output.expect_err("refused");
+        assert_eq!(error.kind, ToolErrorKind::Conflict, "{task}: {error}");
+        assert!(error.message.contains("is not in progress") && error.message.contains("task_start"), "{task}: {error}");
+        assert!(live().is_empty(), "{task}: {:?}", live());
+    }
+    // Started, its chain may lock.
+    ok(&control, "task_start", json!({"task": FIRST}));
+    assert_eq!(ok(&control, "misbehave", json!({"action": "lock_for_task", "text": "src/**", "path": FIRST})).text, "1 locked");
+    assert_eq!(live().iter().map(|lock| lock.owner.as_str()).collect::<Vec<_>>(), [CHAIN]);
+}
+
+#[test]
 fn spawns_need_a_task_in_progress_and_are_bounded() {
     // A control-role component that loops on `spawn-session`.
     let policy = WORKFLOW.replace("\"spawn_impl_session\",", "\"spawn_impl_session\", \"misbehave\",");

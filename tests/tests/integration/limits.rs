@@ -193,3 +193,42 @@ fn filesystem_calls_and_open_files_have_budgets() {
     assert_eq!(outcome.result.expect("within budget").structured.expect("structured")[0]["value"], 50);
     still_serves(&fixture, &runtime);
 }
+
+/// A call whose host work is big: a directory of `FILES` files (in 100 directories) moved in
+/// one rename, each entry judged and audited by the host inside that one filesystem call.
+const FILES: usize = 30_000;
+
+#[test]
+fn the_deadline_bounds_the_hosts_own_work_for_the_call() {
+    let deadline = Duration::from_millis(100);
+    let fixture = Fixture::new();
+    for directory in 0..100 {
+        let path = fixture.root().join(format!("big/d{directory:03}"));
+        std::fs::create_dir_all(&path).expect("mkdir");
+        for file in 0..FILES / 100 {
+            std::fs::write(path.join(format!("f{file:03}.txt")), "x").expect("write");
+        }
+    }
+    let before = fixture.snapshot();
+    let state = tempfile::tempdir().expect("state");
+    let policy = format!("{}\n[limits]\ndeadline_ms = {}\nhost_calls = 1000000\n", toolcell_tests::TEST_POLICY, deadline.as_millis());
+    let runtime = toolcell_tests::runtime_with_policy(&policy, Some(state.path()));
+    let started = Instant::now();
+    let outcome = fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "rename", "path": "big", "to": "moved"}]}), None);
+    let elapsed = started.elapsed();
+    eprintln!("moving {FILES} files against a deadline of {deadline:?} took {elapsed:?}");
+    assert!(outcome.trapped);
+    let error = outcome.result.expect_err("stopped");
+    assert!(error.message.contains("ran past its deadline of 0.1 s"), "{}", error.message);
+    // Stopped part-way through the walk: not every entry was judged (twice: deleted where it
+    // is, written where it lands).
+    let judged = toolcell_tests::audit_records(&runtime)
+        .iter()
+        .filter(|record| record.call_id == outcome.call_id && record.kind == toolcell_audit::Kind::Fs)
+        .count();
+    assert!(judged < 2 * FILES, "the host judged {judged} entries after the deadline");
+    // Generous: the point is that the host stops, not how fast this machine is.
+    assert!(elapsed < deadline * 10 + Duration::from_secs(2), "took {elapsed:?}");
+    assert_eq!(fixture.snapshot(), before, "the workspace changed");
+    still_serves(&fixture, &runtime);
+}

@@ -19,6 +19,7 @@ mod move_delete;
 mod patches;
 mod races;
 mod read_file;
+mod recovery;
 mod search_files;
 mod shared_store;
 mod split;

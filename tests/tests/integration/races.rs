@@ -172,3 +172,74 @@ fn writes_never_reach_a_protected_file_through_a_swapped_symlink() {
 fn writes_never_reach_a_protected_file_through_a_directory_swapped_for_a_symlink() {
     writes_race(Flip::Directory("docs"), "box/guide.md");
 }
+
+/// A call that rewrites `a/b/x.txt` and then fails, while another call renames `a/b` back and
+/// forth: the failing call's rollback must find its file where it left it. Either the rename
+/// waits for the call to end (refused as a conflict), or the write is refused; the rollback
+/// always completes in the call, and nothing is left half done.
+#[test]
+fn a_rename_racing_a_failing_call_never_leaves_its_rollback_half_done() {
+    let runtime = toolcell_tests::runtime_with_policy(toolcell_tests::TEST_POLICY, None);
+    let fixture = Fixture::new();
+    fixture.write("a/b/x.txt", "original\n");
+    let stop = AtomicBool::new(false);
+    let (renamed, refused_renames) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let mut failed = 0;
+    std::thread::scope(|scope| {
+        let renaming = scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                for (from, to) in [("a/b", "b"), ("b", "a/b")] {
+                    let outcome =
+                        fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "rename", "path": from, "to": to}]}), None);
+                    match outcome.result {
+                        Ok(output) if output.structured.as_ref().is_some_and(|ops| ops[0]["ok"] == true) => {
+                            renamed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(error) if error.kind == ToolErrorKind::Conflict => {
+                            refused_renames.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        });
+        /// Stops the renaming thread however the loop ends (a failed assertion included).
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
+        let started = std::time::Instant::now();
+        for round in 0..300 {
+            // Wherever the directory is now.
+            let path = if fixture.root().join("a/b").exists() { "a/b/x.txt" } else { "b/x.txt" };
+            let outcome = fixture.call_on(
+                &runtime,
+                "impl",
+                "fs_probe",
+                &json!({"ops": [{"op": "write", "path": path, "content": "half done\n"}, {"op": "sleep", "content": "3"}, {"op": "fail"}]}),
+                None,
+            );
+            let error = outcome.result.expect_err("the call fails");
+            assert!(!error.message.contains("could not all be rolled back"), "round {round}: {error}");
+            failed += 1;
+            if round >= 50 && renamed.load(Ordering::Relaxed) >= 20 && started.elapsed() > std::time::Duration::from_secs(2) {
+                break;
+            }
+        }
+        drop(_stop);
+        renaming.join().expect("the renaming thread");
+    });
+    let (renamed, refused) = (renamed.into_inner(), refused_renames.into_inner());
+    eprintln!("{failed} failing calls rolled back while the directory was renamed {renamed} times ({refused} renames refused)");
+    assert!(renamed > 0, "the race was not exercised");
+    // Nothing half done: the file is whole wherever the directory is, and no temporary file or
+    // stopped workspace is left.
+    let x = if fixture.root().join("a/b").exists() { "a/b/x.txt" } else { "b/x.txt" };
+    assert_eq!(fixture.read_text(x), "original\n");
+    let names: Vec<String> = fixture.snapshot().into_iter().map(|(name, _)| name).collect();
+    assert!(!names.iter().any(|name| name.contains(".toolcell-")), "{names:?}");
+    assert_eq!(runtime.writes_stopped(&fixture.workspace), None);
+}

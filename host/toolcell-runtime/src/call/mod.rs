@@ -136,7 +136,7 @@ impl Runtime {
         } else {
             self.reads.load(request.session_id, request.workspace.root())
         };
-        let transaction = Transaction::new(
+        let mut transaction = Transaction::new(
             Arc::clone(&self.locks),
             request.lock_owner().to_owned(),
             request.fences.to_vec(),
@@ -148,6 +148,7 @@ impl Runtime {
             request.session_id.to_owned(),
             call_id.to_owned(),
         );
+        transaction.stopped = self.writes_stopped(request.workspace);
         Ok(self.read_only_guard(request, call_id)?.with_transaction(transaction))
     }
 
@@ -358,6 +359,7 @@ impl Runtime {
         let limits = self.limits_for(tool);
         let mut guard = guard;
         guard.set_budget(tool, limits.host_calls, limits.open_files, limits.audit_records);
+        guard.set_deadline(deadline);
         let limiter = limits::MemoryLimiter::pooled(limits.memory_bytes, context.memory_pool.clone());
         let state = CallState { wasi: wasi.build(), table: ResourceTable::new(), context, guard, limiter, deadline };
         let mut store = Store::new(&self.engine, state);
@@ -383,6 +385,7 @@ impl Runtime {
         // that then returns before the next epoch check still ran past its deadline.
         let overran = Instant::now() >= store.data().deadline + EPOCH_TICK;
         let cancelled = request.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed));
+        let stopped_by_host = store.data().guard.timed_out();
         outcome.result = match returned {
             Err(_) if cancelled => {
                 outcome.trapped = true;
@@ -390,6 +393,10 @@ impl Runtime {
                     ToolErrorKind::Failed,
                     format!("`{tool}` was cancelled by the client and stopped; everything it changed was rolled back"),
                 ))
+            }
+            _ if stopped_by_host => {
+                outcome.trapped = true;
+                Err(self.deadline_error(tool, &limits))
             }
             Ok(_) if overran => {
                 outcome.trapped = true;

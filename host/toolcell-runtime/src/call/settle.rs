@@ -16,8 +16,11 @@ impl Runtime {
             // Whole-file rewrites go in place before validators read them.
             guard.transaction = Some(transaction);
             if let Err(failure) = guard.land_all() {
-                outcome.result =
-                    Err(ToolError::new(ToolErrorKind::Failed, format!("the call's writes could not be put in place ({failure})")));
+                outcome.result = Err(if guard.timed_out() {
+                    self.deadline_error(request.tool, &self.limits_for(request.tool))
+                } else {
+                    ToolError::new(ToolErrorKind::Failed, format!("the call's writes could not be put in place ({failure})"))
+                });
             }
             let Some(taken) = guard.transaction.take() else {
                 return;
@@ -66,10 +69,11 @@ impl Runtime {
                         }
                     }
                     Err(failure) => {
+                        self.stop_writes(request.workspace, request.session_id, &outcome.call_id, &failure);
                         outcome.result = Err(ToolError::new(
                             ToolErrorKind::Failed,
                             format!(
-                                "the call failed and its changes could not all be rolled back ({failure}); the host will finish the rollback when it next starts. Tell the operator."
+                                "the call failed and its changes could not all be rolled back ({failure}); writes to this workspace are stopped until the host finishes the rollback at its next start. Tell the operator."
                             ),
                         ));
                     }

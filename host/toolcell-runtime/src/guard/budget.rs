@@ -24,6 +24,28 @@ impl FsGuard {
         self.budget = Some(Budget { tool: tool.to_owned(), calls_left: calls, calls, open_files, exhausted: false, audit_records });
     }
 
+    /// Stop the host's own work for the call at `deadline` (see [`within_deadline`](Self::within_deadline)).
+    pub(crate) fn set_deadline(&mut self, deadline: std::time::Instant) {
+        self.deadline = Some(deadline);
+    }
+
+    /// Whether the host stopped the call at its deadline.
+    pub(crate) fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    /// Past the call's deadline, the host does no more work for it: this filesystem call (or
+    /// entry of a walk, or rewrite to land) fails, the component is stopped, and the call is
+    /// rolled back. Epoch interruption stops only the component's own code; a walk of a big
+    /// tree inside one filesystem call would otherwise run on as long as it takes.
+    pub(crate) fn within_deadline(&mut self) -> FsResult<()> {
+        if self.timed_out || self.deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
+            self.timed_out = true;
+            return Err(FsError::trap(wasmtime::format_err!("the call ran past its deadline and was stopped by the host")));
+        }
+        Ok(())
+    }
+
     /// The filesystem calls made so far (counted against the budget; 0 without one).
     /// Take in what a part of this call (`context.split`) did under its own guard: its
     /// decisions, refusals, warnings and host calls count as this call's.
@@ -56,6 +78,7 @@ impl FsGuard {
     /// Count one filesystem call against the budget; past it, every call fails (and the first
     /// refusal is recorded, naming the limit).
     pub(super) fn spend(&mut self, operation: &'static str) -> FsResult<()> {
+        self.within_deadline()?;
         if let Some(message) = &self.flood {
             // Stopped: the component gets no further answer from the host.
             return Err(FsError::trap(wasmtime::format_err!("{message}")));

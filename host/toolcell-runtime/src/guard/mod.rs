@@ -152,6 +152,12 @@ pub(crate) struct FsGuard {
     /// Where `read` reads before copying what it got: allocated once per call, not once per
     /// read (a scan reads thousands of small files in chunks of 64 KiB).
     read_buffer: Vec<u8>,
+    /// When the call's deadline passes: the host's own work for the call (each filesystem
+    /// call, each entry a walk judges, each rewrite landed) stops there, not only the
+    /// component's code.
+    deadline: Option<std::time::Instant>,
+    /// The host stopped the call at its deadline.
+    timed_out: bool,
 }
 
 impl FsGuard {
@@ -182,6 +188,8 @@ impl FsGuard {
             repeats: HashMap::new(),
             flood: None,
             read_buffer: Vec::new(),
+            deadline: None,
+            timed_out: false,
         }
     }
 
@@ -339,6 +347,7 @@ impl FsGuard {
 
     /// Decide `access` to the canonical `path`.
     fn check(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
+        self.within_deadline()?;
         let decision = self.decide(access, path);
         let mut event =
             FsEvent { operation, path: path.to_owned(), access, effect: decision.effect, rule: decision.rule.clone(), asked: false };
@@ -391,6 +400,10 @@ impl FsGuard {
         let Some(transaction) = &self.transaction else {
             return Ok(());
         };
+        if let Some(stopped) = &transaction.stopped {
+            let message = format!("{access} of `{}` was refused: {stopped}", escape_control(path));
+            return Err(self.refuse_rule(operation, path, access, "writes-stopped", message, ToolErrorKind::Failed));
+        }
         let refusal = match transaction.locks.check_write(&transaction.workspace, path, &transaction.owner, &transaction.fences) {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(refusal)) => (refusal.rule(), refusal.message(&escape_control(path)), ToolErrorKind::Conflict),

@@ -28,6 +28,11 @@ impl FsGuard {
         while let Some(directory) = pending.pop() {
             let listing = root.read_dir(&directory).map_err(|error| FsError::from(ErrorCode::from(error)))?;
             for entry in listing {
+                // The walk is one filesystem call: past the deadline it stops too.
+                if self.timed_out || self.deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
+                    self.timed_out = true;
+                    return Err(FsError::trap(wasmtime::format_err!("the call ran past its deadline and was stopped by the host")));
+                }
                 let entry = entry.map_err(|error| FsError::from(ErrorCode::from(error)))?;
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let path = format!("{directory}/{name}");

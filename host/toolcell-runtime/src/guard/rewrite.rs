@@ -158,6 +158,10 @@ impl FsGuard {
             return Ok(());
         };
         for shadow in shadows {
+            if self.timed_out || self.deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
+                self.timed_out = true;
+                return Err("the call ran past its deadline before its writes were all put in place".to_owned());
+            }
             land_file(root, &shadow, sync).map_err(|error| format!("`{}`: {error}", escape_control(&shadow.path)))?;
         }
         Ok(())

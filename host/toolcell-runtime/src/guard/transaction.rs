@@ -46,6 +46,11 @@ pub(crate) struct Transaction {
     /// soon as anything else touches the path, so that no reader ever sees a half-written
     /// file.
     pub(crate) shadows: Vec<rewrite::Shadow>,
+    /// Why writes to the workspace are stopped (a journal that does not verify, a call that
+    /// could not be rolled back), if they are: every write and delete is refused with it.
+    pub(crate) stopped: Option<String>,
+    /// The paths this call journaled, which no other call may change until this one ends.
+    pub(crate) in_flight: crate::inflight::InFlight,
 }
 
 impl Transaction {
@@ -62,7 +67,9 @@ impl Transaction {
         session: String,
         call_id: String,
     ) -> Self {
+        let in_flight = crate::inflight::InFlight::new(workspace.clone(), call_id.clone());
         Transaction {
+            in_flight,
             locks,
             owner,
             fences,
@@ -79,6 +86,7 @@ impl Transaction {
             modified: Vec::new(),
             checked: std::collections::HashSet::new(),
             shadows: Vec::new(),
+            stopped: None,
         }
     }
 
@@ -157,6 +165,14 @@ impl FsGuard {
         let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
             return Ok(());
         };
+        if !transaction.in_flight.claim(path) {
+            // Its rollback, or the other call's, would find another tree and stop half done.
+            let message = format!(
+                "change of `{}` was refused: another call that has not ended yet is changing it, something inside it, or a directory it lies in; try again once that call has ended",
+                escape_control(path)
+            );
+            return Err(self.refuse_rule(operation, path, Access::Write, "in-flight", message, ToolErrorKind::Conflict));
+        }
         let journaled = (|| {
             if transaction.journal.is_none() {
                 transaction.journal = Some(Journal::begin(

@@ -12,8 +12,10 @@
 //! renamed over the file, so a call whose only change is one such rewrite never waits for its
 //! journal to reach the disk.
 //!
-//! Every line carries an HMAC under the state directory's key (`state.key`, mode 0600), so a
-//! journal that this installation did not write is never replayed.
+//! Every line carries an HMAC under the state directory's key (`state.key`, mode 0600), chained
+//! to the file's name and to the line before, so a journal that this installation did not
+//! write, or whose lines were moved, dropped or reordered, is never replayed; and only a file
+//! the [`ledger`] lists is, so one is never replayed twice.
 //!
 //! A journal file that nobody holds locked belongs to a runtime that died; a runtime that
 //! opens a workspace rolls back every call of that workspace in it that has no last line
@@ -23,6 +25,7 @@
 //! directory is moved back. Replaying is idempotent, so a rollback interrupted by a crash is
 //! simply replayed again.
 
+pub(crate) mod ledger;
 mod replay;
 
 pub(crate) use replay::{replay, restore, unhex};
@@ -129,23 +132,44 @@ pub(crate) enum Line {
     End { call: String },
 }
 
+/// What each line's tag is bound to besides its own content: the journal file's name, and the
+/// tag of the line before it in the file (none for the first).
+#[derive(Debug, Clone)]
+pub(crate) struct Chain {
+    stem: String,
+    previous: Option<Vec<u8>>,
+}
+
+impl Chain {
+    /// The chain of a new (or emptied) file named `<stem>.jsonl`.
+    pub(crate) fn new(stem: &str) -> Chain {
+        Chain { stem: stem.to_owned(), previous: None }
+    }
+
+    /// The line with tag `tag` was written: the next one follows it.
+    pub(crate) fn previous_is(&mut self, tag: Vec<u8>) {
+        self.previous = Some(tag);
+    }
+}
+
 impl Line {
-    /// The line as written: JSON, a tab, the HMAC of the JSON under `key` (hex), a newline.
-    /// (Compact JSON never holds a raw tab.)
-    pub(crate) fn encode(&self, key: &JournalKey) -> std::io::Result<Vec<u8>> {
+    /// The line as written next in `chain`'s file: JSON, a tab, the HMAC (hex) under `key` of
+    /// the JSON, the file's name and the line before, a newline; with the tag, which the
+    /// caller puts in `chain` once the line is written. (Compact JSON never holds a raw tab.)
+    pub(crate) fn encode(&self, key: &JournalKey, chain: &Chain) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
         let mut bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
-        let tag = line_mac(key, &bytes).finalize().into_bytes();
+        let tag = line_mac(key, chain, &bytes).finalize().into_bytes().to_vec();
         bytes.push(b'\t');
         bytes.extend_from_slice(crate::hex(&tag).as_bytes());
         bytes.push(b'\n');
-        Ok(bytes)
+        Ok((bytes, tag))
     }
 
-    /// A line as [`encode`](Self::encode) wrote it (without its newline). `Ok(None)` for a
-    /// line cut short (a crash while it was written: its mutation never started); an error
-    /// for a line whose tag does not match: the file was not written by this installation, or
-    /// was changed since.
-    pub(crate) fn decode(key: &JournalKey, text: &str) -> Result<Option<Line>, ()> {
+    /// The next line of `chain`'s file as [`encode`](Self::encode) wrote it (without its
+    /// newline). `Ok(None)` for a line cut short (a crash while it was written: its mutation
+    /// never started); an error for a line whose tag does not match: the file was not written
+    /// by this installation, or was changed since.
+    pub(crate) fn decode(key: &JournalKey, chain: &mut Chain, text: &str) -> Result<Option<Line>, ()> {
         let Some((json, tag)) = text.rsplit_once('\t') else {
             return Ok(None);
         };
@@ -155,15 +179,25 @@ impl Line {
         if tag.len() != 32 {
             return Ok(None);
         }
-        line_mac(key, json.as_bytes()).verify_slice(&tag).map_err(|_| ())?;
+        line_mac(key, chain, json.as_bytes()).verify_slice(&tag).map_err(|_| ())?;
+        chain.previous = Some(tag);
         serde_json::from_str(json).map(Some).map_err(|_| ())
     }
 }
 
-fn line_mac(key: &JournalKey, json: &[u8]) -> LineMac {
+fn line_mac(key: &JournalKey, chain: &Chain, json: &[u8]) -> LineMac {
     use hmac::KeyInit as _;
     let mut mac = LineMac::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
     mac.update(b"toolcell journal line\0");
+    mac.update(chain.stem.as_bytes());
+    mac.update(b"\0");
+    match &chain.previous {
+        Some(previous) => {
+            mac.update(&[1]);
+            mac.update(previous);
+        }
+        None => mac.update(&[0]),
+    }
     mac.update(json);
     mac
 }
@@ -174,8 +208,9 @@ pub(crate) struct JournalFile {
     path: PathBuf,
     /// `<stem>.blobs`: one directory per call that saved blobs.
     blobs: PathBuf,
-    /// The file (append-only, locked while this value lives) and the calls open in it.
-    file: Mutex<(File, usize)>,
+    /// The file (append-only, locked while this value lives), the calls open in it, and the
+    /// chain its next line continues.
+    file: Mutex<(File, usize, Chain)>,
     /// Whether the file's directory entry has been synced.
     listed: AtomicBool,
     /// What its lines are authenticated with.
@@ -195,19 +230,26 @@ impl JournalFile {
         // Recovery in another process takes an unlocked journal file for a dead runtime's;
         // this one is empty until locked, so that recovery would find nothing to undo in it.
         file.lock()?;
+        // Only a file the ledger lists is ever replayed.
+        let entry = ledger::Entry::of(&stem, &file)?;
+        if let Err(error) = ledger::update(journals, &key, |open| open.push(entry)) {
+            let _ = std::fs::remove_file(&path);
+            return Err(error);
+        }
         Ok(Arc::new(JournalFile {
             path,
             blobs: journals.join(format!("{stem}.{BLOBS_EXTENSION}")),
-            file: Mutex::new((file, 0)),
+            file: Mutex::new((file, 0, Chain::new(&stem))),
             listed: AtomicBool::new(false),
             key,
         }))
     }
 
     fn append(&self, line: &Line, opens: bool) -> std::io::Result<()> {
-        let bytes = line.encode(&self.key)?;
         let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (bytes, tag) = line.encode(&self.key, &file.2)?;
         file.0.write_all(&bytes)?;
+        file.2.previous_is(tag);
         if opens {
             file.1 += 1;
         }
@@ -216,16 +258,18 @@ impl JournalFile {
 
     /// Append a call's last line; once no call is open, a big file is emptied.
     fn end(&self, call: &str) {
-        let Ok(bytes) = (Line::End { call: call.to_owned() }).encode(&self.key) else {
+        let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Ok((bytes, tag)) = (Line::End { call: call.to_owned() }).encode(&self.key, &file.2) else {
             return;
         };
-        let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Best effort, as the commit it records: the call's changes stand either way; without
         // this line a crash before the file is emptied would roll the call back at restart.
-        let _ = file.0.write_all(&bytes);
+        if file.0.write_all(&bytes).is_ok() {
+            file.2.previous_is(tag);
+        }
         file.1 = file.1.saturating_sub(1);
-        if file.1 == 0 && file.0.metadata().is_ok_and(|metadata| metadata.len() > COMPACT_BYTES) {
-            let _ = file.0.set_len(0);
+        if file.1 == 0 && file.0.metadata().is_ok_and(|metadata| metadata.len() > COMPACT_BYTES) && file.0.set_len(0).is_ok() {
+            file.2.previous = None;
         }
     }
 
@@ -244,10 +288,14 @@ impl JournalFile {
 impl Drop for JournalFile {
     fn drop(&mut self) {
         // Every call has ended (the runtime is gone): nothing in it is to be replayed.
-        let open = self.file.get_mut().map_or(1, |file| file.1);
+        let (open, stem) = self.file.get_mut().map_or((1, String::new()), |file| (file.1, file.2.stem.clone()));
         if open == 0 {
             let _ = std::fs::remove_file(&self.path);
             let _ = std::fs::remove_dir_all(&self.blobs);
+            // A copy of the file put back later is not replayed.
+            if let Some(journals) = self.path.parent() {
+                let _ = ledger::update(journals, &self.key, |entries| entries.retain(|entry| entry.stem != stem));
+            }
         }
     }
 }
@@ -404,189 +452,4 @@ impl Journal {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::recovery::recover;
-
-    const KEY: JournalKey = [7; crate::engine::KEY_BYTES];
-
-    use std::os::unix::fs::PermissionsExt as _;
-
-    fn tree(root: &Path) -> Vec<(String, String)> {
-        let mut entries = Vec::new();
-        let mut pending = vec![root.to_path_buf()];
-        while let Some(directory) = pending.pop() {
-            for entry in std::fs::read_dir(&directory).expect("read_dir").flatten() {
-                let path = entry.path();
-                let relative = path.strip_prefix(root).expect("inside").to_string_lossy().into_owned();
-                let metadata = std::fs::symlink_metadata(&path).expect("lstat");
-                let mode = metadata.permissions().mode();
-                let description = if metadata.is_symlink() {
-                    format!("link {}", std::fs::read_link(&path).expect("readlink").display())
-                } else if metadata.is_dir() {
-                    pending.push(path);
-                    format!("dir {mode:o}")
-                } else {
-                    format!("file {mode:o} {:?}", std::fs::read(&path).expect("read"))
-                };
-                entries.push((relative, description));
-            }
-        }
-        entries.sort();
-        entries
-    }
-
-    #[test]
-    fn rollback_restores_every_kind_of_change_exactly() {
-        let temp = tempfile::tempdir().expect("tempdir");
-        let workspace = temp.path().join("ws");
-        std::fs::create_dir_all(workspace.join("src/old")).expect("mkdir");
-        std::fs::write(workspace.join("src/a.rs"), "fn a() {}\n").expect("write");
-        std::fs::write(workspace.join("src/b.rs"), "fn b() {}\n").expect("write");
-        std::fs::set_permissions(workspace.join("src/b.rs"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        std::os::unix::fs::symlink("/etc/hostname", workspace.join("outside-link")).expect("symlink");
-        let before = tree(&workspace);
-        let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
-
-        let file = JournalFile::create(&temp.path().join("journal"), KEY).expect("journal file");
-        let mut journal = Journal::begin(&file, "c-1", "s-1", &workspace, true).expect("begin");
-        journal.preserve(&root, "src/a.rs").expect("preserve");
-        std::fs::write(workspace.join("src/a.rs"), "changed").expect("write");
-        journal.preserve(&root, "src/b.rs").expect("preserve");
-        std::fs::remove_file(workspace.join("src/b.rs")).expect("rm");
-        journal.preserve(&root, "src/new").expect("preserve");
-        std::fs::create_dir(workspace.join("src/new")).expect("mkdir");
-        journal.preserve(&root, "src/new/c.rs").expect("preserve");
-        std::fs::write(workspace.join("src/new/c.rs"), "new").expect("write");
-        journal.preserve(&root, "src/moved").expect("preserve");
-        journal.preserve_move("src/old", "src/moved").expect("preserve");
-        std::fs::rename(workspace.join("src/old"), workspace.join("src/moved")).expect("mv");
-        journal.preserve(&root, "outside-link").expect("preserve");
-        std::fs::remove_file(workspace.join("outside-link")).expect("rm");
-        // The same path again: the first state wins.
-        journal.preserve(&root, "src/a.rs").expect("preserve");
-        std::fs::write(workspace.join("src/a.rs"), "changed twice").expect("write");
-        assert_ne!(tree(&workspace), before);
-
-        let steps = journal.rollback(&root).expect("rollback");
-        assert_eq!(steps, 8);
-        assert_eq!(tree(&workspace), before);
-        drop(file);
-        assert!(std::fs::read_dir(temp.path().join("journal")).expect("journals").next().is_none());
-    }
-
-    #[test]
-    fn recovery_replays_unlocked_journals_and_leaves_live_ones() {
-        let temp = tempfile::tempdir().expect("tempdir");
-        let workspace = temp.path().join("ws");
-        std::fs::create_dir_all(&workspace).expect("mkdir");
-        std::fs::write(workspace.join("a.txt"), "original").expect("write");
-        let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
-        let journals = temp.path().join("journal");
-
-        let live_file = JournalFile::create(&journals, KEY).expect("journal file");
-        let mut live = Journal::begin(&live_file, "c-live", "s-1", &workspace, true).expect("begin");
-        live.preserve(&root, "b.txt").expect("preserve");
-        std::fs::write(workspace.join("b.txt"), "in progress").expect("write");
-
-        // A runtime that died: one call committed (not to be replayed), one open, whose last
-        // line is torn; its file is unlocked once the runtime is gone.
-        let dead_file = JournalFile::create(&journals, KEY).expect("journal file");
-        let mut committed = Journal::begin(&dead_file, "c-done", "s-2", &workspace, true).expect("begin");
-        committed.preserve(&root, "c.txt").expect("preserve");
-        std::fs::write(workspace.join("c.txt"), "kept").expect("write");
-        let _ = committed.commit();
-        let mut crashed = Journal::begin(&dead_file, "c-dead", "s-2", &workspace, true).expect("begin");
-        crashed.preserve(&root, "a.txt").expect("preserve");
-        std::fs::write(workspace.join("a.txt"), "half-writ").expect("write");
-        let path = dead_file.path.clone();
-        drop(crashed);
-        drop(dead_file);
-        assert!(path.exists(), "a journal file with an open call outlives its runtime");
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .expect("open")
-            .write_all(b"{\"step\":{\"call\":\"c-dead\",\"st")
-            .expect("tear");
-
-        let recovered = recover(&journals, &KEY, &workspace);
-        assert_eq!(recovered.len(), 1, "{recovered:?}");
-        assert_eq!(recovered[0].call_id, "c-dead");
-        assert_eq!((recovered[0].steps, recovered[0].error.as_deref()), (1, None));
-        assert_eq!(std::fs::read_to_string(workspace.join("a.txt")).expect("read"), "original");
-        assert_eq!(std::fs::read_to_string(workspace.join("b.txt")).expect("read"), "in progress");
-        assert_eq!(std::fs::read_to_string(workspace.join("c.txt")).expect("read"), "kept");
-        assert!(!path.exists());
-        assert_eq!(live.rollback(&root), Ok(1));
-        assert!(!workspace.join("b.txt").exists());
-        assert!(recover(&journals, &KEY, &workspace).is_empty(), "the live runtime's journal is not touched");
-    }
-
-    /// A dead runtime's journal with one open call that wrote `a.txt` in `workspace`.
-    fn dead_journal(journals: &Path, workspace: &Path, key: JournalKey) -> PathBuf {
-        let root = Dir::open_ambient_dir(workspace, cap_std::ambient_authority()).expect("open");
-        let file = JournalFile::create(journals, key).expect("journal file");
-        let mut crashed = Journal::begin(&file, "c-dead", "s", workspace, true).expect("begin");
-        crashed.preserve(&root, "a.txt").expect("preserve");
-        std::fs::write(workspace.join("a.txt"), "half-writ").expect("write");
-        let path = file.path.clone();
-        drop(crashed);
-        drop(file);
-        path
-    }
-
-    #[test]
-    fn recovery_replays_only_the_opened_workspace_and_only_what_verifies() {
-        let temp = tempfile::tempdir().expect("tempdir");
-        let journals = temp.path().join("journal");
-        let [one, two] = ["one", "two"].map(|name| {
-            let workspace = temp.path().join(name);
-            std::fs::create_dir_all(&workspace).expect("mkdir");
-            std::fs::write(workspace.join("a.txt"), "original").expect("write");
-            workspace
-        });
-        let path = dead_journal(&journals, &one, KEY);
-        // Opening another workspace replays nothing and keeps the call for its own.
-        assert!(recover(&journals, &KEY, &two).is_empty());
-        assert_eq!(std::fs::read_to_string(one.join("a.txt")).expect("read"), "half-writ");
-        assert!(path.exists(), "the other workspace's call is kept");
-        let recovered = recover(&journals, &KEY, &one);
-        assert_eq!((recovered.len(), recovered[0].error.as_deref()), (1, None), "{recovered:?}");
-        assert_eq!(std::fs::read_to_string(one.join("a.txt")).expect("read"), "original");
-
-        // A journal written under another key (planted, or forged by editing a line) is never
-        // replayed, and says why.
-        let planted = dead_journal(&journals, &two, [9; crate::engine::KEY_BYTES]);
-        let refused = recover(&journals, &KEY, &two);
-        assert_eq!(refused.len(), 1, "{refused:?}");
-        assert!(refused[0].error.as_deref().is_some_and(|error| error.contains("does not verify")), "{refused:?}");
-        assert_eq!(std::fs::read_to_string(two.join("a.txt")).expect("read"), "half-writ");
-        std::fs::remove_file(&planted).expect("remove");
-        let genuine = dead_journal(&journals, &two, KEY);
-        let text = std::fs::read_to_string(&genuine).expect("read");
-        std::fs::write(&genuine, text.replace("a.txt", "b.txt")).expect("forge");
-        let refused = recover(&journals, &KEY, &two);
-        assert!(refused[0].error.as_deref().is_some_and(|error| error.contains("does not verify")), "{refused:?}");
-        assert!(!two.join("b.txt").exists());
-    }
-
-    #[test]
-    fn journal_and_blob_files_are_private() {
-        use std::os::unix::fs::MetadataExt as _;
-        let temp = tempfile::tempdir().expect("tempdir");
-        let workspace = temp.path().join("ws");
-        std::fs::create_dir_all(&workspace).expect("mkdir");
-        std::fs::write(workspace.join("big.txt"), "x".repeat(INLINE_BYTES as usize + 1)).expect("write");
-        let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
-        let journals = temp.path().join("journal");
-        let file = JournalFile::create(&journals, KEY).expect("journal file");
-        let mut journal = Journal::begin(&file, "c-1", "s", &workspace, true).expect("begin");
-        journal.preserve(&root, "big.txt").expect("preserve");
-        let blob = std::fs::read_dir(file.blobs.join("c-1")).expect("blobs").next().expect("a blob").expect("entry").path();
-        for (path, mode) in [(&journals, 0o700), (&file.path, 0o600), (&file.blobs.join("c-1"), 0o700), (&blob, 0o600)] {
-            assert_eq!(std::fs::metadata(path).expect("stat").mode() & 0o777, mode, "{}", path.display());
-        }
-        drop(journal);
-    }
-}
+mod tests;
