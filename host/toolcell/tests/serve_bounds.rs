@@ -130,16 +130,15 @@ fn message(answer: &Answer, id: u64) -> Value {
     messages.into_iter().find(|message| message["id"] == id).unwrap_or_else(|| panic!("no answer to {id} in {:?}", answer.text))
 }
 
-/// Call `tool` as `token` in `session`: the JSON-RPC answer.
+/// Call `tool` as `token` in `session`: the JSON-RPC answer (each call with an id of its own,
+/// as calls in flight at once in one session must have).
 fn call(url: &str, token: &str, session: &str, tool: &str, arguments: Value) -> Value {
-    let answer = post(
-        url,
-        token,
-        Some(session),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}),
-    );
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
+    let answer = post(url, token, Some(session), &body);
     assert_eq!(answer.status, 200, "{}", answer.text);
-    message(&answer, 1)
+    message(&answer, id)
 }
 
 /// Another principal is served as usual: it opens a session, reads a file, ends the session.
