@@ -185,3 +185,31 @@ fn create_private_dir(directory: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt as _;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(directory)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DEFAULT_BOUNDS;
+
+    #[test]
+    fn a_session_expires_only_once_idle_with_nothing_in_flight_and_gives_its_slot_back() {
+        let ledger = Ledger::new(DEFAULT_BOUNDS, ["alice", "rita"]);
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let owners = Owners::load(Some(directory.path().join("sessions")), &ledger).expect("owners");
+        for id in ["idle", "busy"] {
+            owners.claim(id, "alice", ledger.take("alice", Kind::Session).expect("a session slot"));
+        }
+        assert!(owners.enter("idle", "rita").is_none(), "another principal's session does not exist for rita");
+        let busy = owners.enter("busy", "alice").expect("alice's session");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(owners.take_expired(Duration::from_millis(10)), [("idle".to_owned(), "alice".to_owned())]);
+        assert_eq!(ledger.held("alice", Kind::Session), 1, "the expired session's slot is given back");
+        assert!(owners.enter("idle", "alice").is_none(), "an expired session is gone");
+        // Once its request is answered, the busy session is idle from then on.
+        drop(busy);
+        assert!(owners.take_expired(Duration::from_secs(3600)).is_empty());
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(owners.take_expired(Duration::from_millis(10)).len(), 1);
+        assert_eq!(ledger.held("alice", Kind::Session), 0);
+    }
+}
