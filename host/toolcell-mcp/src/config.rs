@@ -29,8 +29,17 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 /// How long a client has to send a request's whole body, unless the configuration says.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
-/// Requests one principal may have in flight at once, unless the configuration says.
-pub const DEFAULT_MAX_REQUESTS_PER_PRINCIPAL: usize = 64;
+/// The bounds of what one principal, and the whole service, may hold at once, unless the
+/// configuration says otherwise.
+pub const DEFAULT_BOUNDS: Bounds = Bounds {
+    max_connections: 1024,
+    max_connections_per_principal: 256,
+    max_requests_per_principal: 64,
+    max_streams_per_principal: 32,
+    max_sessions_per_principal: 64,
+    max_calls: 64,
+    max_calls_per_principal: 16,
+};
 
 /// A validated service configuration.
 #[derive(Debug, Clone)]
@@ -50,9 +59,8 @@ pub struct ServiceConfig {
     /// How long a client has to send a request's whole body (`request_body_timeout`): a body
     /// trickled in a byte at a time holds a connection no longer than this.
     pub request_body_timeout: Duration,
-    /// Requests one principal may have in flight at once (`max_requests_per_principal`): one
-    /// token cannot take every connection the service has.
-    pub max_requests_per_principal: usize,
+    /// What one principal, and the whole service, may hold at once.
+    pub bounds: Bounds,
     /// The workspaces served, by name.
     pub workspaces: BTreeMap<String, PathBuf>,
     /// Who may call, by token.
@@ -63,6 +71,33 @@ pub struct ServiceConfig {
     /// `[store] url`: the PostgreSQL store of locks and the audit trail shared with other
     /// hosts, unless `--store` says otherwise.
     pub store: Option<String>,
+}
+
+/// The bounds `serve` keeps, each held for the life of what it counts (see
+/// [`crate::http`]). Where a bound is shared by the whole service (connections, calls), each
+/// principal is guaranteed its share, `min(per principal, service-wide / principals)`: what the
+/// others hold never takes that from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Connections served at once, authenticated or not (`max_connections`).
+    pub max_connections: usize,
+    /// Connections one principal may hold, counted from its first authenticated request on the
+    /// connection until it closes (`max_connections_per_principal`).
+    pub max_connections_per_principal: usize,
+    /// Requests one principal may have in flight, each until its answer (streamed or not) is
+    /// sent or dropped (`max_requests_per_principal`).
+    pub max_requests_per_principal: usize,
+    /// Event streams one principal may hold open: `GET` streams and streamed answers to
+    /// requests (`max_streams_per_principal`).
+    pub max_streams_per_principal: usize,
+    /// MCP sessions one principal may have, each until it ends or stays idle for
+    /// `session_idle` (`max_sessions_per_principal`).
+    pub max_sessions_per_principal: usize,
+    /// Tool calls running at once in the service (`max_calls`), each until its instance is
+    /// released: at most the instances the runtime holds at once.
+    pub max_calls: usize,
+    /// Tool calls one principal may have running (`max_calls_per_principal`).
+    pub max_calls_per_principal: usize,
 }
 
 /// Who a bearer token stands for.
@@ -107,7 +142,13 @@ struct RawConfig {
     max_request_bytes: Option<Spanned<i64>>,
     session_idle: Option<Spanned<String>>,
     request_body_timeout: Option<Spanned<String>>,
+    max_connections: Option<Spanned<i64>>,
+    max_connections_per_principal: Option<Spanned<i64>>,
     max_requests_per_principal: Option<Spanned<i64>>,
+    max_streams_per_principal: Option<Spanned<i64>>,
+    max_sessions_per_principal: Option<Spanned<i64>>,
+    max_calls: Option<Spanned<i64>>,
+    max_calls_per_principal: Option<Spanned<i64>>,
     anonymous: Option<Spanned<String>>,
     workspaces: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
@@ -218,18 +259,7 @@ impl ServiceConfig {
             "30s",
             DEFAULT_BODY_TIMEOUT,
         )?;
-        let max_requests_per_principal = match &raw.max_requests_per_principal {
-            Some(count) => match usize::try_from(*count.get_ref()) {
-                Ok(value) if (1..=1024).contains(&value) => value,
-                _ => {
-                    return Err(error(
-                        Some(count.span()),
-                        format!("`max_requests_per_principal = {}` is out of range: give between 1 and 1024", count.get_ref()),
-                    ));
-                }
-            },
-            None => DEFAULT_MAX_REQUESTS_PER_PRINCIPAL,
-        };
+        let bounds = parse_bounds(&raw, raw.principals.len(), &error)?;
         for origin in &raw.allowed_origins {
             let value = origin.get_ref();
             if value != "null" && !(value.starts_with("http://") || value.starts_with("https://")) {
@@ -336,7 +366,7 @@ impl ServiceConfig {
             max_request_bytes,
             session_idle,
             request_body_timeout,
-            max_requests_per_principal,
+            bounds,
             workspaces,
             principals,
             anonymous,
@@ -348,6 +378,106 @@ impl ServiceConfig {
     pub fn principal_for(&self, hash: &[u8; 32]) -> Option<&Principal> {
         self.principals.iter().find(|principal| principal.token_sha256.as_ref() == Some(hash))
     }
+}
+
+/// The bounds of `raw`, each within its range, the per-principal ones below the service-wide
+/// ones; `error` makes the error of a value's span.
+fn parse_bounds(
+    raw: &RawConfig,
+    principals: usize,
+    error: &impl Fn(Option<std::ops::Range<usize>>, String) -> ConfigError,
+) -> Result<Bounds, ConfigError> {
+    // A count setting: `key`'s value within `range`, else `default`.
+    let count = |key: &str, value: &Option<Spanned<i64>>, range: std::ops::RangeInclusive<usize>, why: &str, default: usize| {
+        let Some(value) = value else {
+            return Ok(default);
+        };
+        match usize::try_from(*value.get_ref()) {
+            Ok(count) if range.contains(&count) => Ok(count),
+            _ => Err(error(
+                Some(value.span()),
+                format!("`{key} = {}` is out of range: give between {} and {}{why}", value.get_ref(), range.start(), range.end()),
+            )),
+        }
+    };
+    let instances = toolcell_host::MAX_LIVE_INSTANCES;
+    let strictly = principals > 1;
+    // A per-principal bound left out is the default, kept below the shared bound it is part of.
+    let below = |default: usize, large: usize, strict: bool| default.min(large - usize::from(strict)).max(1);
+    let max_connections = count("max_connections", &raw.max_connections, 2..=65536, "", DEFAULT_BOUNDS.max_connections)?;
+    let max_requests_per_principal =
+        count("max_requests_per_principal", &raw.max_requests_per_principal, 1..=1024, "", DEFAULT_BOUNDS.max_requests_per_principal)?;
+    let instances_why = " (the instances the runtime holds at once)";
+    let max_calls = count("max_calls", &raw.max_calls, 1..=instances, instances_why, DEFAULT_BOUNDS.max_calls)?;
+    let bounds = Bounds {
+        max_connections,
+        max_connections_per_principal: count(
+            "max_connections_per_principal",
+            &raw.max_connections_per_principal,
+            1..=65536,
+            "",
+            below(DEFAULT_BOUNDS.max_connections_per_principal, max_connections, strictly),
+        )?,
+        max_requests_per_principal,
+        max_streams_per_principal: count(
+            "max_streams_per_principal",
+            &raw.max_streams_per_principal,
+            1..=1024,
+            "",
+            below(DEFAULT_BOUNDS.max_streams_per_principal, max_requests_per_principal, true),
+        )?,
+        max_sessions_per_principal: count(
+            "max_sessions_per_principal",
+            &raw.max_sessions_per_principal,
+            1..=65536,
+            "",
+            DEFAULT_BOUNDS.max_sessions_per_principal,
+        )?,
+        max_calls,
+        max_calls_per_principal: count(
+            "max_calls_per_principal",
+            &raw.max_calls_per_principal,
+            1..=instances,
+            instances_why,
+            below(DEFAULT_BOUNDS.max_calls_per_principal, max_calls, strictly),
+        )?,
+    };
+    // Each pair: the smaller must stay below the larger, or (for the shared bounds, with more
+    // than one principal) one principal could take it all.
+    let pairs = [
+        (
+            ("max_streams_per_principal", &raw.max_streams_per_principal, bounds.max_streams_per_principal),
+            ("max_requests_per_principal", &raw.max_requests_per_principal, bounds.max_requests_per_principal),
+            true,
+            "a principal with every stream open must still be able to cancel a call or end a session",
+        ),
+        (
+            ("max_connections_per_principal", &raw.max_connections_per_principal, bounds.max_connections_per_principal),
+            ("max_connections", &raw.max_connections, bounds.max_connections),
+            strictly,
+            "one principal must not be able to hold every connection",
+        ),
+        (
+            ("max_calls_per_principal", &raw.max_calls_per_principal, bounds.max_calls_per_principal),
+            ("max_calls", &raw.max_calls, bounds.max_calls),
+            strictly,
+            "one principal must not be able to hold every call slot",
+        ),
+    ];
+    for ((small, small_value, small_count), (large, large_value, large_count), strict, why) in pairs {
+        let over = if strict { small_count >= large_count } else { small_count > large_count };
+        if over {
+            let span = small_value.as_ref().or(large_value.as_ref()).map(Spanned::span);
+            let relation = if strict { "below" } else { "at most" };
+            return Err(error(
+                span,
+                format!(
+                    "`{small} = {small_count}` must be {relation} `{large} = {large_count}` ({why}): lower `{small}` or raise `{large}`"
+                ),
+            ));
+        }
+    }
+    Ok(bounds)
 }
 
 /// SHA-256 of a bearer token, as the configuration stores it.
@@ -396,87 +526,4 @@ fn line_span(text: &str, line: usize) -> std::ops::Range<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HASH: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
-
-    fn parse(text: &str) -> Result<ServiceConfig, ConfigError> {
-        ServiceConfig::parse("service.toml", text, Path::new("/etc/toolcell"))
-    }
-
-    fn valid() -> String {
-        format!(
-            "listen = \"127.0.0.1:8750\"\nsession_idle = \"5m\"\n\n[workspaces]\napp = \"repos/app\"\n\n[[principals]]\nname = \"alice\"\ntoken_sha256 = \"{HASH}\"\nworkspace = \"app\"\nrole = \"impl\"\n"
-        )
-    }
-
-    #[test]
-    fn a_store_section_names_the_shared_store() {
-        assert_eq!(parse(&valid()).expect("valid").store, None);
-        let config = parse(&format!("{}\n[store]\nurl = \"postgres://toolcell@db/toolcell\"\n", valid())).expect("valid");
-        assert_eq!(config.store.as_deref(), Some("postgres://toolcell@db/toolcell"));
-        let error = parse(&format!("{}\n[store]\nuri = \"postgres://db\"\n", valid())).expect_err("unknown key");
-        assert!(error.to_string().contains("uri"), "{error}");
-    }
-
-    #[test]
-    fn a_valid_configuration_maps_token_hashes_to_principals() {
-        let config = parse(&valid()).expect("valid");
-        assert_eq!(config.listen, Some("127.0.0.1:8750".parse().expect("address")));
-        assert_eq!(config.session_idle, Duration::from_secs(300));
-        assert_eq!(config.workspaces["app"], Path::new("/etc/toolcell/repos/app"));
-        let alice = config.principal_for(&token_hash("test")).expect("sha256(\"test\") is alice's");
-        assert_eq!((alice.name.as_str(), alice.role.as_str(), alice.line), ("alice", "impl", 7));
-        assert!(config.principal_for(&token_hash("other")).is_none());
-        assert_eq!(config.max_request_bytes, DEFAULT_MAX_REQUEST_BYTES);
-        assert_eq!(
-            (config.request_body_timeout, config.max_requests_per_principal),
-            (DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_REQUESTS_PER_PRINCIPAL)
-        );
-    }
-
-    #[test]
-    fn mistakes_are_reported_with_their_line_and_what_to_do() {
-        let cases = [
-            (valid().replace("8750\"", "x\""), 1, "not an address"),
-            (valid().replace("5m", "soon"), 2, "not a duration"),
-            (valid().replace(HASH, "ABC"), 9, "64 lowercase hex digits"),
-            (
-                valid().replace("workspace = \"app\"", "workspace = \"web\""),
-                10,
-                "there is no workspace `web`; the [workspaces] table has `app`",
-            ),
-            (valid().replace("name = \"alice\"", "name = \"a b\""), 8, "principal name"),
-            (valid().replace("role = \"impl\"", "role = \"impl\"\nrank = 1"), 12, "unknown field `rank`"),
-            (valid().replace(&format!("token_sha256 = \"{HASH}\"\n"), ""), 7, "has no `token_sha256`"),
-            (
-                format!("{}\n[[principals]]\nname = \"bob\"\ntoken_sha256 = \"{HASH}\"\nworkspace = \"app\"\nrole = \"impl\"\n", valid()),
-                15,
-                "same token as `alice`",
-            ),
-            (format!("anonymous = \"nobody\"\n{}", valid()), 1, "names no principal"),
-            (format!("allowed_origins = [\"localhost\"]\n{}", valid()), 1, "has no scheme"),
-            (
-                format!("request_body_timeout = \"0s\"\n{}", valid()),
-                1,
-                "`request_body_timeout = \"0s\"` is not a duration between 1s and 1h",
-            ),
-            (format!("max_requests_per_principal = 0\n{}", valid()), 1, "`max_requests_per_principal = 0` is out of range"),
-        ];
-        for (text, line, reason) in cases {
-            let error = parse(&text).expect_err(reason);
-            assert_eq!(error.line, Some(line), "{reason}: {error}");
-            assert!(error.reason.contains(reason), "{reason}: {error}");
-            assert!(error.to_string().starts_with(&format!("service.toml line {line}: ")), "{error}");
-        }
-    }
-
-    #[test]
-    fn an_anonymous_principal_needs_no_token() {
-        let text = valid().replace(&format!("token_sha256 = \"{HASH}\"\n"), "");
-        let config = parse(&format!("anonymous = \"alice\"\n{text}")).expect("anonymous");
-        assert_eq!(config.anonymous.as_deref(), Some("alice"));
-        assert_eq!(config.principals[0].token_sha256, None);
-    }
-}
+mod tests;

@@ -5,19 +5,27 @@
 //! [`ServiceConfig`]'s principals) names the principal, which fixes the workspace, the role,
 //! the owner and the task; a request without a known token gets 401 before anything else runs.
 //! An MCP session belongs to the principal that opened it: another principal presenting its
-//! id gets 404, as does any id the service never issued. rmcp then checks `Host` and `Origin` (DNS
-//! rebinding) and the body size, and runs the request.
+//! id gets 404, as does any id the service never issued. The body is then read whole (within
+//! `request_body_timeout` and `max_request_bytes`), rmcp checks `Host` and `Origin` (DNS
+//! rebinding), and runs the request.
+//!
+//! What a principal holds is bounded for as long as it holds it (see [`crate::bounds`]): its
+//! connections from the first authenticated request until they close, its requests and event
+//! streams until their answers are sent or dropped, its sessions until they end or expire, its
+//! tool calls until their instances are released. Past a bound a request gets `429` (a tool
+//! call, a JSON-RPC error) naming the bound, its value and the setting that raises it; nothing
+//! else the principal holds is touched.
 //!
 //! The toolcell session of a request is `PRINCIPAL:MCP-SESSION-ID` (or `PRINCIPAL` for a
 //! request without a session): the same MCP session id after a reconnect, or after the service
 //! restarted (the session's initialization is kept in the state directory), finds the same read
 //! versions and undo history. Ending the MCP session (HTTP `DELETE`) releases the locks taken
-//! in it; a session left idle for `session_idle` ends on its own, and its locks run out with
-//! their leases.
+//! in it; so does its expiry, once it has been idle, with nothing in flight, for
+//! `session_idle`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -28,23 +36,28 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::model::Tool;
+use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
-use rmcp::transport::streamable_http_server::session::{SessionState, SessionStore, SessionStoreError};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 use toolcell_host::{Host, Session, TaskBinding};
 
-use crate::config::{Principal, ServiceConfig, hex, token_hash};
+use crate::body::{Asks, Deadline, Holding};
+use crate::bounds::{Kind, Ledger, Refusal, Slot};
+use crate::config::{Principal, ServiceConfig, token_hash};
+use crate::sessions::Owners;
 use crate::{McpServer, ServeError, tools_of};
 
 /// Origins always accepted: pages served from this machine (a browser sends an `Origin` with
 /// every cross-origin request; DNS rebinding shows up as a foreign one).
 const LOOPBACK_ORIGINS: [&str; 6] =
     ["http://localhost:*", "https://localhost:*", "http://127.0.0.1:*", "https://127.0.0.1:*", "http://[::1]:*", "https://[::1]:*"];
-/// A client gets this long to send a request's headers.
+/// A client gets this long to send a request's headers (a connection not yet authenticated
+/// holds one of `max_connections` no longer than this).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; more wait to be accepted.
-const MAX_CONNECTIONS: usize = 1024;
+
+type Mcp = StreamableHttpService<McpServer, LocalSessionManager>;
+type Answer = Response<BoxBody<Bytes, Infallible>>;
 
 /// What the service serves: the configuration, one host per workspace, and the sessions
 /// seen so far.
@@ -52,17 +65,19 @@ pub struct Service {
     config: ServiceConfig,
     /// The principals by the SHA-256 of their token, shared with every request they make.
     by_token: HashMap<[u8; 32], Arc<Principal>>,
+    /// The principals by name.
+    by_name: HashMap<String, Arc<Principal>>,
     /// The principal of requests without a token, if the configuration names one.
     anonymous: Option<Arc<Principal>>,
     hosts: BTreeMap<String, Host>,
     /// Toolcell sessions by id, with their tools.
     sessions: Mutex<HashMap<String, Served>>,
-    /// The principal each MCP session id belongs to.
-    owners: Mutex<HashMap<String, String>>,
-    /// Where MCP sessions are kept across restarts (`None`: not kept).
-    directory: Option<PathBuf>,
-    /// Each principal's requests in flight, by name: at most `max_requests_per_principal`.
-    in_flight: HashMap<String, Arc<tokio::sync::Semaphore>>,
+    /// The tools of each principal's role, by principal (one list for all its sessions).
+    tools: Mutex<HashMap<String, Arc<Vec<Tool>>>>,
+    /// The MCP sessions: their owners, use, and state kept across restarts.
+    owners: Arc<Owners>,
+    /// What each principal holds, against the bounds.
+    ledger: Arc<Ledger>,
 }
 
 /// A session and the tools its role may call.
@@ -90,34 +105,29 @@ impl Service {
                 TaskBinding::parse(task).map_err(|reason| format!("{at}: task: {reason}"))?;
             }
         }
-        if let Some(directory) = &directory {
-            create_private_dir(directory).map_err(|error| format!("the session directory cannot be created: {error}"))?;
-        }
-        let owners = directory.as_deref().map(load_owners).unwrap_or_default();
+        let ledger = Ledger::new(config.bounds, config.principals.iter().map(|principal| principal.name.as_str()));
+        let owners = Owners::load(directory, &ledger).map_err(|error| format!("the session directory cannot be created: {error}"))?;
         let principals: Vec<Arc<Principal>> = config.principals.iter().cloned().map(Arc::new).collect();
         let by_token = principals.iter().filter_map(|principal| Some((principal.token_sha256?, Arc::clone(principal)))).collect();
+        let by_name = principals.iter().map(|principal| (principal.name.clone(), Arc::clone(principal))).collect();
         let anonymous = config.anonymous.as_ref().and_then(|name| principals.iter().find(|principal| &principal.name == name).cloned());
-        let in_flight = principals
-            .iter()
-            .map(|principal| (principal.name.clone(), Arc::new(tokio::sync::Semaphore::new(config.max_requests_per_principal))))
-            .collect();
         Ok(Service {
             config,
             by_token,
+            by_name,
             anonymous,
             hosts,
             sessions: Mutex::new(HashMap::new()),
-            owners: Mutex::new(owners),
-            directory,
-            in_flight,
+            tools: Mutex::new(HashMap::new()),
+            owners,
+            ledger,
         })
     }
 
     /// The toolcell session (and its tools) of a request whose HTTP parts are `parts`.
     pub(crate) fn session_for(&self, parts: Option<&http::request::Parts>) -> Result<(Session, Arc<Vec<Tool>>), String> {
-        let parts = parts.ok_or("the request came without its HTTP parts")?;
-        let Authenticated(principal) = parts.extensions.get::<Authenticated>().ok_or("the request is not authenticated")?;
-        let id = match mcp_session_id(parts.headers.get(MCP_SESSION_ID)) {
+        let principal = authenticated(parts)?;
+        let id = match mcp_session_id(parts.and_then(|parts| parts.headers.get(MCP_SESSION_ID))) {
             Some(mcp) => session_key(principal, mcp),
             None => principal.name.clone(),
         };
@@ -133,9 +143,22 @@ impl Service {
         if let Some(owner) = &principal.owner {
             session = session.with_owner(owner.clone());
         }
-        let tools = Arc::new(tools_of(&session));
+        let tools = Arc::clone(
+            self.tools
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(principal.name.clone())
+                .or_insert_with(|| Arc::new(tools_of(&session))),
+        );
         sessions.insert(id, (session.clone(), Arc::clone(&tools)));
         Ok((session, tools))
+    }
+
+    /// A call slot for the principal of the request whose HTTP parts are `parts`, held until
+    /// the call's instance is released.
+    pub(crate) fn take_call(&self, parts: Option<&http::request::Parts>) -> Result<Slot, CallRefused> {
+        let principal = authenticated(parts).map_err(CallRefused::Unauthenticated)?;
+        self.ledger.take(&principal.name, Kind::Call).map_err(CallRefused::Bound)
     }
 
     /// Who presents `headers`' bearer token, or the anonymous principal without one.
@@ -156,21 +179,8 @@ impl Service {
         principal.cloned().ok_or("a bearer token this service knows is required")
     }
 
-    /// Whether the MCP session `id` exists and is `principal`'s.
-    fn owns(&self, id: &str, principal: &Principal) -> bool {
-        self.owners.lock().unwrap_or_else(PoisonError::into_inner).get(id).is_some_and(|owner| owner == &principal.name)
-    }
-
-    /// Record that `principal` created the MCP session `id` (kept beside the session's state,
-    /// so that it still holds after a restart).
-    fn claim(&self, id: &str, principal: &Principal) {
-        if let Some(directory) = &self.directory {
-            let _ = std::fs::write(owner_file(directory, id), format!("{id}\n{}\n", principal.name));
-        }
-        self.owners.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned(), principal.name.clone());
-    }
-
-    /// The MCP session `id` of `principal` ended: release the locks taken in it.
+    /// The MCP session `id` of `principal` ended (or expired): release the locks taken in it
+    /// and forget it.
     fn end(&self, id: &str, principal: &Principal) {
         let key = session_key(principal, id);
         let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
@@ -184,47 +194,97 @@ impl Service {
         {
             let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
         }
-        self.owners.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
-        if let Some(directory) = &self.directory {
-            let _ = std::fs::remove_file(owner_file(directory, id));
+        self.owners.remove(id);
+    }
+
+    /// End the sessions idle, with nothing in flight, for `session_idle`.
+    async fn expire(&self, manager: &LocalSessionManager) {
+        for (id, principal) in self.owners.take_expired(self.config.session_idle) {
+            let _ = manager.close_session(&Arc::from(id.as_str())).await;
+            if let Some(principal) = self.by_name.get(&principal) {
+                self.end(&id, principal);
+            } else {
+                self.owners.remove(&id);
+            }
         }
     }
 
-    /// The front door: authenticate, check the session's owner, then let rmcp serve.
+    /// `connection` counts for `principal` from its first request on (again if another
+    /// principal's request comes on it).
+    fn seat(&self, connection: &Mutex<Option<Slot>>, principal: &Principal) -> Result<(), Refusal> {
+        let mut seat = connection.lock().unwrap_or_else(PoisonError::into_inner);
+        if seat.as_ref().is_some_and(|slot| slot.principal() == principal.name) {
+            return Ok(());
+        }
+        *seat = None;
+        *seat = Some(self.ledger.take(&principal.name, Kind::Connection)?);
+        Ok(())
+    }
+
+    /// The front door: authenticate, count what the request holds against the bounds, check
+    /// the session's owner, read the body, then let rmcp serve.
     async fn handle(
         self: Arc<Self>,
-        mcp: StreamableHttpService<McpServer, LocalSessionManager>,
-        mut request: Request<Incoming>,
-    ) -> Response<BoxBody<Bytes, Infallible>> {
+        mcp: Mcp,
+        manager: Arc<LocalSessionManager>,
+        connection: Arc<Mutex<Option<Slot>>>,
+        request: Request<Incoming>,
+    ) -> Answer {
         let principal = match self.authenticate(request.headers()) {
             Ok(principal) => principal,
             Err(reason) => return unauthorized(reason),
         };
-        // One principal's requests share a bound, so that one token cannot hold every
-        // connection the service accepts (the permit is held until the answer is made).
-        let Some(_in_flight) = self.in_flight.get(&principal.name).and_then(|requests| Arc::clone(requests).try_acquire_owned().ok())
-        else {
-            return plain(
-                StatusCode::TOO_MANY_REQUESTS,
-                "Too Many Requests: this principal has as many requests in flight as it may (`max_requests_per_principal`); wait for them to finish",
-            );
+        if let Err(refusal) = self.seat(&connection, &principal) {
+            return too_many(&refusal);
+        }
+        let request_slot = match self.ledger.take(&principal.name, Kind::Request) {
+            Ok(slot) => slot,
+            Err(refusal) => return too_many(&refusal),
         };
         let session_id = mcp_session_id(request.headers().get(MCP_SESSION_ID)).map(str::to_owned);
-        // A session this service never created for this principal does not exist for it
-        // (nothing is recorded for an id a client makes up).
-        if let Some(id) = &session_id
-            && !self.owns(id, &principal)
-        {
-            return plain(StatusCode::NOT_FOUND, "Not Found: no such session");
-        }
-        let ending = request.method() == Method::DELETE;
-        request.extensions_mut().insert(Authenticated(Arc::clone(&principal)));
+        // A session this service never created for this principal (or that expired) does not
+        // exist for it (nothing is recorded for an id a client makes up).
+        let activity = match &session_id {
+            Some(id) => match self.owners.enter(id, &principal.name) {
+                Some(activity) => Some(activity),
+                None => return plain(StatusCode::NOT_FOUND, "Not Found: no such session".to_owned()),
+            },
+            None => None,
+        };
+        let (mut parts, body) = request.into_parts();
         // The whole body must arrive in time: a body trickled a byte at a time fails then.
-        let request = request.map(|body| Deadline::new(body, self.config.request_body_timeout));
-        let mut response = mcp.handle(request).await;
+        let body = if parts.method == Method::POST {
+            match crate::body::collect(Deadline::new(body, self.config.request_body_timeout), self.config.max_request_bytes).await {
+                Ok(body) => body,
+                Err((status, text)) => return plain(status, text),
+            }
+        } else {
+            Bytes::new()
+        };
+        let asks = if parts.method == Method::POST { Asks::of(&body) } else { Asks::default() };
+        // A `GET` is an event stream; so is the answer to a JSON-RPC request.
+        let stream_slot = if parts.method == Method::GET || asks.request {
+            match self.ledger.take(&principal.name, Kind::Stream) {
+                Ok(slot) => Some(slot),
+                Err(refusal) => return too_many(&refusal),
+            }
+        } else {
+            None
+        };
+        let mut session_slot = if asks.initialize && session_id.is_none() {
+            match self.ledger.take(&principal.name, Kind::Session) {
+                Ok(slot) => Some(slot),
+                Err(refusal) => return too_many(&refusal),
+            }
+        } else {
+            None
+        };
+        let ending = parts.method == Method::DELETE;
+        parts.extensions.insert(Authenticated(Arc::clone(&principal)));
+        let mut response = mcp.handle(Request::from_parts(parts, Full::new(body))).await;
         if response.status().is_client_error() {
-            // rmcp refuses some requests (Host, Origin, size) without reading their body: close
-            // the connection after the answer, as for the front door's own refusals.
+            // rmcp refuses some requests (Host, Origin) without reading their body: close the
+            // connection after the answer, as for the front door's own refusals.
             response.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
         if ending && response.status() == StatusCode::ACCEPTED {
@@ -235,80 +295,50 @@ impl Service {
         }
         match &session_id {
             Some(id) if ending && response.status().is_success() => self.end(id, &principal),
-            // A new session: it belongs to whoever opened it.
+            // A new session: it belongs to whoever opened it, and counts for it.
             None => {
                 if let Some(created) = mcp_session_id(response.headers().get(MCP_SESSION_ID)) {
-                    self.claim(created, &principal);
+                    match session_slot.take() {
+                        Some(slot) => self.owners.claim(created, &principal.name, slot),
+                        // Created by a request that did not say `initialize`: not kept.
+                        None => {
+                            let _ = manager.close_session(&Arc::from(created)).await;
+                            self.owners.remove(created);
+                            return plain(StatusCode::BAD_REQUEST, "Bad Request: a session begins with `initialize`".to_owned());
+                        }
+                    }
                 }
             }
             Some(_) => {}
         }
-        response
+        // What the request holds, it holds until its answer is sent or dropped.
+        response.map(|body| Holding::boxed(body, (request_slot, stream_slot, activity)))
     }
+}
+
+/// Why a tool call did not get a slot.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallRefused {
+    /// The request came without its principal (a bug of the service).
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    /// The principal reached a bound.
+    #[error(transparent)]
+    Bound(Refusal),
+}
+
+/// The principal of the request whose HTTP parts are `parts`.
+fn authenticated(parts: Option<&http::request::Parts>) -> Result<&Arc<Principal>, &'static str> {
+    let parts = parts.ok_or("the request came without its HTTP parts")?;
+    let Authenticated(principal) = parts.extensions.get::<Authenticated>().ok_or("the request is not authenticated")?;
+    Ok(principal)
 }
 
 const MCP_SESSION_ID: &str = "mcp-session-id";
 
-/// A request body that fails once its deadline passes before it has all arrived.
-struct Deadline<B> {
-    body: B,
-    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
-    timeout: Duration,
-}
-
-impl<B> Deadline<B> {
-    fn new(body: B, timeout: Duration) -> Self {
-        Deadline { body, deadline: Box::pin(tokio::time::sleep(timeout)), timeout }
-    }
-}
-
-/// The error of a body that took too long.
-#[derive(Debug)]
-struct BodyTimeout(Duration);
-
-impl std::fmt::Display for BodyTimeout {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(formatter, "the request body did not arrive within {} s (`request_body_timeout`)", self.0.as_secs())
-    }
-}
-
-impl std::error::Error for BodyTimeout {}
-
-impl<B> hyper::body::Body for Deadline<B>
-where
-    B: hyper::body::Body + Unpin,
-    B::Error: std::error::Error + Send + Sync + 'static,
-{
-    type Data = B::Data;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        if self.deadline.as_mut().poll(context).is_ready() && !self.body.is_end_stream() {
-            return std::task::Poll::Ready(Some(Err(Box::new(BodyTimeout(self.timeout)))));
-        }
-        std::pin::Pin::new(&mut self.body).poll_frame(context).map(|frame| frame.map(|result| result.map_err(Into::into)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
 /// The toolcell session of `principal`'s MCP session `mcp`.
 fn session_key(principal: &Principal, mcp: &str) -> String {
     format!("{}:{mcp}", principal.name)
-}
-
-/// Where the owner of the MCP session `id` is recorded.
-fn owner_file(directory: &Path, id: &str) -> PathBuf {
-    directory.join(format!("{}.owner", file_key(id)))
 }
 
 fn mcp_session_id(value: Option<&HeaderValue>) -> Option<&str> {
@@ -317,16 +347,24 @@ fn mcp_session_id(value: Option<&HeaderValue>) -> Option<&str> {
 
 /// A refusal by the front door. The request's body is left unread, so the connection closes
 /// after the answer: a client must not send its next request on it (it would race the close).
-fn plain(status: StatusCode, text: &'static str) -> Response<BoxBody<Bytes, Infallible>> {
-    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
+fn plain(status: StatusCode, text: String) -> Answer {
+    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
     *response.status_mut() = status;
     response.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
-fn unauthorized(reason: &'static str) -> Response<BoxBody<Bytes, Infallible>> {
-    let mut response = plain(StatusCode::UNAUTHORIZED, reason);
+fn unauthorized(reason: &'static str) -> Answer {
+    let mut response = plain(StatusCode::UNAUTHORIZED, reason.to_owned());
     response.headers_mut().insert(http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"toolcell\""));
+    response
+}
+
+/// A request past one of its principal's bounds: `429`, naming the bound, with a hint to come
+/// back in a second.
+fn too_many(refusal: &Refusal) -> Answer {
+    let mut response = plain(StatusCode::TOO_MANY_REQUESTS, format!("Too Many Requests: {refusal}"));
+    response.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
     response
 }
 
@@ -346,20 +384,41 @@ pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shu
         .enforce_origin_validation()
         .with_max_request_body_bytes(config.max_request_bytes)
         .with_cancellation_token(shutdown.child_token());
-    if let Some(directory) = &service.directory {
-        mcp_config.session_store = Some(Arc::new(FileSessionStore { directory: directory.clone() }));
+    if let Some(store) = service.owners.store() {
+        mcp_config.session_store = Some(Arc::new(store));
     }
     let mut sessions = LocalSessionManager::default();
     let mut session_config = SessionConfig::default();
-    session_config.keep_alive = Some(config.session_idle);
+    // Sessions end when the service expires them (idle, with nothing in flight, not even an
+    // open stream): rmcp's own timer counts only messages, and would end a session a client
+    // is listening on.
+    session_config.keep_alive = None;
     sessions.session_config = session_config;
+    let manager = Arc::new(sessions);
     let for_factory = Arc::clone(&service);
-    let mcp = StreamableHttpService::new(move || Ok(McpServer::for_service(Arc::clone(&for_factory))), Arc::new(sessions), mcp_config);
-    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    loop {
+    let mcp = StreamableHttpService::new(move || Ok(McpServer::for_service(Arc::clone(&for_factory))), Arc::clone(&manager), mcp_config);
+    // Idle sessions end within a fraction of `session_idle` past it.
+    let expiry = {
+        let (service, manager, shutdown) = (Arc::clone(&service), Arc::clone(&manager), shutdown.clone());
+        let every = (service.config.session_idle / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => service.expire(&manager).await,
+                    () = shutdown.cancelled() => break,
+                }
+            }
+        })
+    };
+    let connections = Arc::new(tokio::sync::Semaphore::new(config.bounds.max_connections));
+    let served = loop {
         let permit = tokio::select! {
-            permit = Arc::clone(&connections).acquire_owned() => permit.map_err(|error| ServeError { reason: error.to_string() })?,
-            () = shutdown.cancelled() => return Ok(()),
+            permit = Arc::clone(&connections).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(error) => break Err(ServeError { reason: error.to_string() }),
+            },
+            () = shutdown.cancelled() => break Ok(()),
         };
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -370,18 +429,17 @@ pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shu
                     continue;
                 }
             },
-            () = shutdown.cancelled() => return Ok(()),
+            () = shutdown.cancelled() => break Ok(()),
         };
         let _ = stream.set_nodelay(true);
-        let service = Arc::clone(&service);
-        let mcp = mcp.clone();
-        let shutdown = shutdown.clone();
+        let (service, mcp, manager, shutdown) = (Arc::clone(&service), mcp.clone(), Arc::clone(&manager), shutdown.clone());
         tokio::spawn(async move {
             let _permit = permit;
+            // The principal this connection counts for, once a request on it authenticates.
+            let seat: Arc<Mutex<Option<Slot>>> = Arc::new(Mutex::new(None));
             let handler = hyper::service::service_fn(move |request| {
-                let service = Arc::clone(&service);
-                let mcp = mcp.clone();
-                async move { Ok::<_, Infallible>(service.handle(mcp, request).await) }
+                let (service, mcp, manager, seat) = (Arc::clone(&service), mcp.clone(), Arc::clone(&manager), Arc::clone(&seat));
+                async move { Ok::<_, Infallible>(service.handle(mcp, manager, seat, request).await) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -393,78 +451,7 @@ pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shu
                 () = shutdown.cancelled() => connection.as_mut().graceful_shutdown(),
             }
         });
-    }
-}
-
-/// MCP sessions' initialization kept in files, so that a client's session survives a restart
-/// of the service.
-struct FileSessionStore {
-    directory: PathBuf,
-}
-
-impl FileSessionStore {
-    fn path(&self, session_id: &str) -> PathBuf {
-        self.directory.join(format!("{}.json", file_key(session_id)))
-    }
-}
-
-#[async_trait::async_trait]
-impl SessionStore for FileSessionStore {
-    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        match std::fs::read(self.path(session_id)) {
-            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(Box::new(error)),
-        }
-    }
-
-    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        let path = self.path(session_id);
-        let temporary = path.with_extension("json.tmp");
-        std::fs::write(&temporary, serde_json::to_vec(state)?)?;
-        std::fs::rename(&temporary, &path)?;
-        Ok(())
-    }
-
-    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
-        match std::fs::remove_file(self.path(session_id)) {
-            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(Box::new(error)),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// A file name for a session id the client chose the bytes of.
-fn file_key(session_id: &str) -> String {
-    hex(&token_hash(session_id))
-}
-
-/// The owners recorded in `directory` (`<key>.owner`: the session id, then the principal) of
-/// the sessions whose state is still kept there; the owner files of sessions that ended
-/// (their state removed) are removed.
-fn load_owners(directory: &Path) -> HashMap<String, String> {
-    let Ok(entries) = std::fs::read_dir(directory) else {
-        return HashMap::new();
     };
-    let mut owners = HashMap::new();
-    for path in entries.filter_map(Result::ok).map(|entry| entry.path()) {
-        if path.extension().is_none_or(|extension| extension != "owner") {
-            continue;
-        }
-        if !path.with_extension("json").exists() {
-            let _ = std::fs::remove_file(&path);
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(&path) else { continue };
-        let mut lines = text.lines();
-        if let (Some(id), Some(principal)) = (lines.next(), lines.next()) {
-            owners.insert(id.to_owned(), principal.to_owned());
-        }
-    }
-    owners
-}
-
-fn create_private_dir(directory: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(directory)
+    expiry.abort();
+    served
 }

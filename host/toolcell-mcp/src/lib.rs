@@ -19,10 +19,13 @@
 //! # }
 //! ```
 
+mod body;
+pub mod bounds;
 pub mod client;
 pub mod config;
 pub mod http;
 mod logging;
+mod sessions;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +46,11 @@ use crate::logging::{LogLevel, Severity};
 const FIRST_PROGRESS: Duration = Duration::from_millis(50);
 /// and how often after that.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// The JSON-RPC error code of a call refused because its principal reached a bound of the
+/// service (`429` at the HTTP level); the message names the bound, its value and the setting
+/// that raises it, and `data` has them as `bound`, `value` and `principal`.
+pub const BOUND_REACHED: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32029);
 
 /// An MCP server: for one session (stdio), or for whoever each request authenticated as
 /// (the HTTP service).
@@ -100,17 +108,44 @@ impl McpServer {
         }
     }
 
+    /// A slot for a call of the service (none for a one-session server), held until the call's
+    /// instance is released.
+    fn call_slot(&self, context: &RequestContext<RoleServer>) -> Result<Option<bounds::Slot>, McpError> {
+        match &self.binding {
+            Binding::Session { .. } => Ok(None),
+            Binding::Service(service) => match service.take_call(context.extensions.get::<::http::request::Parts>()) {
+                Ok(slot) => Ok(Some(slot)),
+                Err(http::CallRefused::Bound(refusal)) => Err(McpError::new(
+                    BOUND_REACHED,
+                    refusal.to_string(),
+                    Some(json!({ "bound": refusal.setting, "value": refusal.value, "principal": refusal.principal })),
+                )),
+                Err(http::CallRefused::Unauthenticated(reason)) => Err(McpError::invalid_request(reason, None)),
+            },
+        }
+    }
+
     /// Run one call and shape its result for MCP; if the client sent a progress token,
     /// reports progress (the seconds it has run) after [`FIRST_PROGRESS`] and every
-    /// [`PROGRESS_EVERY`] while it runs.
-    async fn run(&self, session: Session, name: String, arguments: Value, context: &RequestContext<RoleServer>) -> CallToolResult {
+    /// [`PROGRESS_EVERY`] while it runs. `slot` is held until the call returns, however long
+    /// after its request was answered or dropped.
+    async fn run(
+        &self,
+        session: Session,
+        (name, arguments): (String, Value),
+        slot: Option<bounds::Slot>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
         let args = arguments.to_string();
         let tool = name.clone();
         // `notifications/cancelled` for this request cancels `context.ct`: the call is then
         // stopped at its next epoch check and rolled back.
         let cancel = Arc::new(AtomicBool::new(false));
         let cancel_call = Arc::clone(&cancel);
-        let mut call = tokio::task::spawn_blocking(move || session.call_cancellable(&tool, &args, Some(&cancel_call)));
+        let mut call = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            session.call_cancellable(&tool, &args, Some(&cancel_call))
+        });
         let progress_token = context.meta.get_progress_token();
         let started = Instant::now();
         // Not at once: rmcp routes a notification to the request's own stream only once it has
@@ -258,8 +293,9 @@ impl ServerHandler for McpServer {
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         let (session, _) = self.session_for(&context)?;
+        let slot = self.call_slot(&context)?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        Ok(self.run(session, request.name.into_owned(), arguments, &context).await.into())
+        Ok(self.run(session, (request.name.into_owned(), arguments), slot, &context).await.into())
     }
 
     #[expect(deprecated, reason = "MCP logging is deprecated by SEP-2577, but clients still ask for it")]

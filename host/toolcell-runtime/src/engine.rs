@@ -13,6 +13,9 @@ use crate::error::{Error, describe};
 /// Instances that may be alive at once, across all concurrent calls. A Rust tool component
 /// holds a handful of core instances (its module plus the adapter's shims).
 const POOL_COMPONENT_INSTANCES: u32 = 128;
+/// Calls that can hold an instance at once in one process (each call instantiates one
+/// component): a server running calls concurrently keeps below this, or a call fails to start.
+pub const MAX_LIVE_INSTANCES: usize = POOL_COMPONENT_INSTANCES as usize;
 const POOL_CORE_INSTANCES: u32 = 1024;
 const POOL_MEMORIES: u32 = 256;
 const POOL_TABLES: u32 = 512;

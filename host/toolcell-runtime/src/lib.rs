@@ -82,7 +82,7 @@ pub use audit::{AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, AuditBackend, Aud
 pub use builder::RuntimeBuilder;
 pub use call::STDIO_CAPACITY;
 pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
-pub use engine::{CacheOutcome, LoadProgress};
+pub use engine::{CacheOutcome, LoadProgress, MAX_LIVE_INSTANCES};
 pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};
 pub use inventory::{default_cache_dir, default_state_dir, remember_locations};
