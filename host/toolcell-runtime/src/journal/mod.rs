@@ -45,6 +45,8 @@ pub(crate) const JOURNAL_EXTENSION: &str = "jsonl";
 pub(crate) const BLOBS_EXTENSION: &str = "blobs";
 /// A journal file with no call open is emptied once it is this big.
 const COMPACT_BYTES: u64 = 1 << 20;
+/// How often a call's rollback is tried before the call is left to recovery.
+const ROLLBACK_ATTEMPTS: u32 = 12;
 /// Files up to this size are saved inside their step.
 const INLINE_BYTES: u64 = 16 * 1024;
 /// Names the host reserves in a workspace for what a call has in flight: the name a whole-file
@@ -433,7 +435,19 @@ impl Journal {
     /// open in the runtime's journal file, for the next start to replay once this runtime is
     /// gone, and the error names the path that could not be restored.
     pub(crate) fn rollback(self, root: &Dir) -> Result<usize, String> {
-        replay(root, &self.blob_dir, &self.call_id, &self.steps)?;
+        // A restore refuses to act through a symlink; another program that swaps a directory on
+        // the way for one does so for a moment. The replay is idempotent, so it is tried again
+        // a little later, a few times, before the call is left to recovery.
+        let mut pause = std::time::Duration::from_millis(1);
+        let mut attempts = 1;
+        while let Err(failure) = replay(root, &self.blob_dir, &self.call_id, &self.steps) {
+            if attempts == ROLLBACK_ATTEMPTS {
+                return Err(failure);
+            }
+            attempts += 1;
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        }
         let count = self.steps.len();
         self.file.end(&self.call_id);
         if self.blobs > 0 {
