@@ -97,6 +97,28 @@ fn literal_prefix(pattern: &str) -> &str {
     &pattern[..end]
 }
 
+/// Whether the rule pattern `pattern` names the protected pattern `guarded` explicitly.
+fn model_names(pattern: &str, guarded: &str) -> bool {
+    let prefix = literal_prefix(guarded);
+    let root = prefix.trim_end_matches('/');
+    if !root.is_empty() {
+        // The rule's literal part starts inside the protected pattern's (`.git/hooks/**` for
+        // `.git/**`), or the rule is its root itself.
+        return literal_prefix(pattern).starts_with(prefix) || pattern == root;
+    }
+    // No literal root (`**/.env`): the same pattern, a literal path it matches, or a pattern
+    // ending in the same last component, unless that component is wildcards alone.
+    if pattern == guarded {
+        return true;
+    }
+    if literal_prefix(pattern) == pattern {
+        return model_match(guarded, pattern);
+    }
+    let last = |pattern: &str| pattern.rsplit('/').next().unwrap_or(pattern).to_owned();
+    let named = last(guarded);
+    named.chars().any(|character| !matches!(character, '*' | '?')) && last(pattern) == named
+}
+
 /// The model of `Policy::decide`.
 fn model_decide(rules: &[(Vec<Access>, Vec<String>, Effect)], protected: &[String], access: Access, path: &str) -> Effect {
     let guarding: Option<&String> =
@@ -111,16 +133,8 @@ fn model_decide(rules: &[(Vec<Access>, Vec<String>, Effect)], protected: &[Strin
         if !accesses.contains(&access) {
             continue;
         }
-        let applies = patterns.iter().any(|pattern| {
-            model_match(pattern, path)
-                && guarding.is_none_or(|guarded| {
-                    // Named explicitly: the rule's literal part starts inside the protected
-                    // pattern's (`.git/hooks/**` for `.git/**`), or the rule is its root itself.
-                    let prefix = literal_prefix(guarded);
-                    let root = prefix.trim_end_matches('/');
-                    !root.is_empty() && (literal_prefix(pattern).starts_with(prefix) || pattern == root)
-                })
-        });
+        let applies =
+            patterns.iter().any(|pattern| model_match(pattern, path) && guarding.is_none_or(|guarded| model_names(pattern, guarded)));
         if applies && strongest.is_none_or(|current| rank(*effect) > rank(current)) {
             strongest = Some(*effect);
         }
