@@ -7,57 +7,15 @@ use serde_json::{Value, json};
 
 use toolcell_runtime::{CallOutcome, CallRequest, Runtime, Workspace};
 
+use super::boundary::results;
+use super::fourth_pass::TWO_ROLES as POLICY;
 use super::hardening::{Governed, governed};
-
-/// `impl` may not see `.env`; everything else is open to it.
-const POLICY: &str = r#"
-version = 1
-
-protected = [".env"]
-
-[roles.admin]
-tools = ["*"]
-
-[[roles.admin.rules]]
-id = "admin-all"
-access = ["read", "list", "write", "delete"]
-paths = ["**", ".env"]
-effect = "allow"
-
-[roles.impl]
-tools = ["*"]
-
-[[roles.impl.rules]]
-id = "impl-all"
-access = ["read", "list", "write", "delete"]
-paths = ["**"]
-effect = "allow"
-
-[[roles.impl.rules]]
-id = "env-hidden"
-access = ["read", "list"]
-paths = [".env"]
-effect = "deny"
-
-[[roles.impl.rules]]
-id = "docs-read-only"
-access = ["write", "delete"]
-paths = ["docs/**"]
-effect = "deny"
-"#;
 
 fn probe_as(runtime: &Runtime, workspace: &Workspace, role: &str, ops: &Value) -> CallOutcome {
     let args = json!({ "ops": ops }).to_string();
     runtime
         .call(&CallRequest::new(workspace, role, &format!("s-{role}"), "fs_probe", &args))
         .unwrap_or_else(|error| panic!("host error: {error}"))
-}
-
-fn results(outcome: &CallOutcome) -> Vec<Value> {
-    match &outcome.result {
-        Ok(output) => output.structured.as_ref().and_then(Value::as_array).cloned().unwrap_or_default(),
-        Err(_) => Vec::new(),
-    }
 }
 
 /// A file with several links is opened by no role, so its content stays unread; the content

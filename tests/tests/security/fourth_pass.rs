@@ -17,7 +17,7 @@ use super::hardening::{Governed, governed, records, write};
 
 /// `admin` rotates the protected `.env`; `impl` works everywhere else and may not touch it;
 /// `secrets/**` needs approval to be read.
-const TWO_ROLES: &str = r#"
+pub(crate) const TWO_ROLES: &str = r#"
 version = 1
 
 protected = [".env"]
