@@ -46,27 +46,7 @@ fn home() -> Home {
 /// Run `toolcell call fs_probe` with `ops` as `admin` on the workspace `$HOME`, with this
 /// run's cache, state and plugins elsewhere. Returns (exit status, stdout + stderr).
 fn probe(home: &Home, ops: &Value) -> (i32, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-        .arg("--cache-dir")
-        .arg(home.elsewhere.join("cache"))
-        .arg("--state-dir")
-        .arg(home.elsewhere.join("state"))
-        .arg("--plugin-dir")
-        .arg(home.elsewhere.join("plugins"))
-        .arg("--policy")
-        .arg(home.elsewhere.join("allow-all.toml"))
-        .args(["call", "fs_probe", &json!({ "ops": ops }).to_string(), "--role", "admin", "--workspace"])
-        .arg(&home.home)
-        .env("HOME", &home.home)
-        .env_remove("XDG_CACHE_HOME")
-        .env_remove("XDG_STATE_HOME")
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("TOOLCELL_CACHE_DIR")
-        .env_remove("TOOLCELL_STATE_DIR")
-        .output()
-        .expect("run toolcell");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.code().unwrap_or(-1), text)
+    builtin(home, "fs_probe", &json!({ "ops": ops }))
 }
 
 /// The next plain run opens `~/.local/state/toolcell/state.key` through whatever names lead
@@ -113,6 +93,8 @@ fn call_as_started(executable: &Path, home: &Home, tool: &str, args: &Value) -> 
         .arg(home.elsewhere.join("cache"))
         .arg("--state-dir")
         .arg(home.elsewhere.join("state"))
+        .arg("--plugin-dir")
+        .arg(home.elsewhere.join("plugins"))
         .arg("--policy")
         .arg(home.elsewhere.join("allow-all.toml"))
         .args(["call", tool, &args.to_string(), "--role", "admin", "--workspace"])
