@@ -46,6 +46,7 @@ mod workspace;
 mod adapters;
 mod call;
 mod capture;
+mod client_paths;
 mod limits;
 mod native;
 mod outcome;

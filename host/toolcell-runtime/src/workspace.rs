@@ -9,6 +9,9 @@ use crate::*;
 #[derive(Debug)]
 pub struct Workspace {
     pub(crate) root: PathBuf,
+    /// The absolute path the workspace was opened by, when it is not `root` (a path through
+    /// a symlink): clients may name files under either.
+    pub(crate) given: Option<PathBuf>,
     /// The workspace directory, opened once; the guard resolves symlinks through it.
     pub(crate) directory: cap_std::fs::Dir,
 }
@@ -23,6 +26,9 @@ impl Workspace {
         let workspace_error = |reason: String| Error::Workspace { path: path.to_path_buf(), reason };
         let root = std::fs::canonicalize(path).map_err(|error| {
             workspace_error(match error.kind() {
+                std::io::ErrorKind::NotFound if path.starts_with("~") => "it does not exist: `~` is not expanded here (an MCP client \
+                     configuration starts toolcell without a shell), so write the home directory out, as in `/home/NAME/repo`"
+                    .to_owned(),
                 std::io::ErrorKind::NotFound => "it does not exist; create it or pass an existing directory".to_owned(),
                 _ => error.to_string(),
             })
@@ -32,7 +38,8 @@ impl Workspace {
         }
         let directory = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority())
             .map_err(|error| workspace_error(format!("it cannot be opened: {error}")))?;
-        Ok(Workspace { root, directory })
+        let given = std::path::absolute(path).ok().filter(|given| *given != root);
+        Ok(Workspace { root, given, directory })
     }
 
     /// Create the directory `path` (and its parents) if missing, then [`open`](Self::open) it.
@@ -50,6 +57,11 @@ impl Workspace {
     /// a component or an agent.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The host paths a client may name the workspace root by.
+    pub(crate) fn roots(&self) -> client_paths::Roots<'_> {
+        client_paths::Roots { canonical: &self.root, given: self.given.as_deref() }
     }
 
     /// The canonical form of a lock pattern given relative to the workspace: a glob is

@@ -2,7 +2,9 @@
 //!
 //! 1. [`tool_for`](Runtime::tool_for): the loaded tool the request names;
 //! 2. [`gate`](Runtime::gate): may the caller's role call it at all (no instance is made if not);
-//! 3. the arguments against the tool's schema (the component never sees bad ones);
+//! 3. the arguments: paths clients send as absolute paths or `file://` URIs into the workspace
+//!    made workspace-relative ([`client_paths`]), then checked against the tool's schema (the
+//!    component never sees bad ones);
 //! 4. [`guard_for`](Runtime::guard_for): the guard for this call: policy, audit sink, host-owned
 //!    paths, and the transaction (locks, reads, journal);
 //! 5. [`run`](Runtime::run): the component in a fresh store and instance
@@ -23,6 +25,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
+use crate::client_paths;
 use crate::error::describe;
 use crate::guard::{AuditSink, FsGuard, Transaction};
 use crate::state::{CallContext, CallState, CapturePipe};
@@ -63,6 +66,13 @@ impl Runtime {
             outcome.result = Err(refusal);
             return Ok(self.finish(request, outcome, started));
         }
+        // An absolute path or `file://` URI into the workspace reaches the component as its
+        // workspace-relative path.
+        let relative_paths = client_paths::rewrite(request.args, &request.workspace.roots());
+        let request = match &relative_paths {
+            Some(args) => &CallRequest { args, ..*request },
+            None => request,
+        };
         let without_nulls;
         let request = match tool.schema.check(request.tool, request.args) {
             Err(error) => {
@@ -87,6 +97,12 @@ impl Runtime {
         let guard = self.run(tool, request, guard, &mut outcome)?;
         let guard = self.account(tool, guard, &mut outcome);
         self.settle(request, &mut outcome, guard);
+        if let Err(error) = &mut outcome.result
+            && error.kind == ToolErrorKind::NotFound
+            && let Some(hint) = client_paths::separator_hint(request.args)
+        {
+            error.message = format!("{} ({hint})", error.message);
+        }
         Ok(self.finish(request, outcome, started))
     }
 
