@@ -16,7 +16,7 @@ fn repository() -> PathBuf {
 /// `(componentize-py, the directory whose node_modules holds componentize-js)`: from
 /// `TOOLCELL_COMPONENTIZE_PY` and `TOOLCELL_COMPONENTIZE_JS`, else installed by
 /// `.ci/language-toolchains`.
-fn toolchains() -> &'static (PathBuf, PathBuf) {
+pub fn toolchains() -> &'static (PathBuf, PathBuf) {
     static TOOLCHAINS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     TOOLCHAINS.get_or_init(|| {
         if let (Some(python), Some(javascript)) =
@@ -40,7 +40,7 @@ fn toolchains() -> &'static (PathBuf, PathBuf) {
 
 /// The Node.js that runs componentize-js: `TOOLCELL_CONFORMANCE_NODE` (a pinned Node 24, in
 /// CI), else `node` on the path.
-fn node() -> PathBuf {
+pub fn node() -> PathBuf {
     std::env::var_os("TOOLCELL_CONFORMANCE_NODE").map_or_else(|| PathBuf::from("node"), PathBuf::from)
 }
 
