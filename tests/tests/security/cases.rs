@@ -107,7 +107,9 @@ const ESCAPES: &[&str] = &[
     "/",
     "{BASE}/outside/secret.txt",
     "{BASE}/workspace-sibling/secret.txt",
-    "{BASE}/workspace/src/main.rs",
+    // Absolute, through the workspace and out again: folded, it lies outside.
+    "{BASE}/workspace/../outside/secret.txt",
+    "{BASE}/workspace/src/../../workspace-sibling/secret.txt",
 ];
 
 fn escaping_paths() -> Vec<Case> {
@@ -154,6 +156,26 @@ fn escaping_paths() -> Vec<Case> {
         probe("rename", "../outside/secret.txt", "stolen.txt"),
         Expect::Refused,
     ));
+    // A client's absolute path into the workspace reaches the tool workspace-relative, and
+    // the answer shows no host path; a `file://` URI outside it is refused as an absolute path.
+    cases.push(case(
+        "read_file on the workspace's absolute path",
+        nothing,
+        "read_file",
+        json!({"path": "{BASE}/workspace/src/main.rs"}),
+        Expect::Check(|fixture, before, outcome| answered(fixture, before, outcome, "     1\tfn main() {}")),
+    ));
+    cases.push(case(
+        "fs_probe read on the workspace's absolute path",
+        nothing,
+        "fs_probe",
+        probe("read", "{BASE}/workspace/src/main.rs", ""),
+        Expect::Check(|fixture, before, outcome| probe_value(fixture, before, outcome, &json!("fn main() {}\n"))),
+    ));
+    let outside = "file://{BASE}/outside/secret.txt";
+    for (tool, args) in [("read_file", json!({"path": outside})), ("write_file", json!({"path": outside, "content": "x"}))] {
+        cases.push(case(format!("{tool} on a file:// URI outside"), nothing, tool, args, Expect::Fails(ToolErrorKind::Denied)));
+    }
     // wasi-libc reads an absolute path as one inside the workspace: `etc/passwd`, missing.
     cases.push(case("fs_probe absolute read", nothing, "fs_probe", probe("read", "/etc/passwd", ""), Expect::Check(probe_not_found)));
     cases.push(case(
@@ -370,6 +392,11 @@ fn spellings() -> Vec<Case> {
         "src/../secrets/key.pem",
         "secrets/../secrets/key.pem",
         "secrets",
+        // A client's absolute path or URI into the workspace is the workspace-relative path:
+        // the policy judges it as it judges that one.
+        "{BASE}/workspace/secrets/key.pem",
+        "{BASE}/workspace/src/../secrets/key.pem",
+        "file://{BASE}/workspace/secrets/key.pem",
     ] {
         // The directory itself: read_file answers that it is one (the role may list it).
         let expect = if path == "secrets" { Expect::Fails(ToolErrorKind::Unsupported) } else { Expect::Refused };
@@ -399,6 +426,8 @@ fn spellings() -> Vec<Case> {
         "./docs/guide.md",
         "docs/new.md",
         "docs",
+        "{BASE}/workspace/docs/guide.md",
+        "file://{BASE}/workspace/docs/new.md",
     ] {
         // The directory itself: write_file answers that it is one.
         let expect = if path == "docs" { Expect::Fails(ToolErrorKind::Unsupported) } else { Expect::Refused };
