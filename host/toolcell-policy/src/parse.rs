@@ -326,8 +326,7 @@ impl Policy {
 }
 
 /// What to do about a tool the policy names that is not loaded: it may be a plugin not installed.
-const NOT_INSTALLED_HINT: &str =
-    "if it is a plugin, install it with `toolcell tools add FILE`, or pass the `--plugin-dir` that holds it";
+const NOT_INSTALLED_HINT: &str = "if it is a plugin, install it with `toolcell tools add FILE`, or pass the `--plugin-dir` that holds it";
 
 pub(crate) type SpannedError = (Option<std::ops::Range<usize>>, String);
 

@@ -179,7 +179,12 @@ impl RuntimeBuilder {
     #[must_use]
     #[expect(unsafe_code, reason = "an unsafe constructor is how the caller vouches for the artifact")]
     pub unsafe fn precompiled_component(mut self, origin: impl Into<String>, wasm: &'static [u8], artifact: &'static [u8]) -> Self {
-        self.components.push(ComponentSource { origin: origin.into(), wasm: Cow::Borrowed(wasm), artifact: Some(artifact), is_plugin: false });
+        self.components.push(ComponentSource {
+            origin: origin.into(),
+            wasm: Cow::Borrowed(wasm),
+            artifact: Some(artifact),
+            is_plugin: false,
+        });
         self
     }
 
@@ -279,7 +284,12 @@ impl RuntimeBuilder {
             }
         }
         for (file, wasm) in std::mem::take(&mut self.replacements) {
-            self.components.push(ComponentSource { origin: format!("plugin:{file}"), wasm: Cow::Owned(wasm), artifact: None, is_plugin: true });
+            self.components.push(ComponentSource {
+                origin: format!("plugin:{file}"),
+                wasm: Cow::Owned(wasm),
+                artifact: None,
+                is_plugin: true,
+            });
         }
         if self.limits.memory_bytes > engine::MAX_MEMORY_BYTES {
             return Err(Error::Engine {

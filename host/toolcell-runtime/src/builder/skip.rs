@@ -31,7 +31,7 @@ impl PluginFailures<'_> {
                 fix: fix_for(&error, tool),
             });
         }
-        self.skipped.push(SkippedPlugin { origin: origin.to_owned(), tool: tool.to_owned(), reason: one_line(&error.to_string()) });
+        self.skipped.push(SkippedPlugin { origin: origin.to_owned(), tool: tool.to_owned(), reason: one_line(&reason_of(&error)) });
         Ok(())
     }
 
@@ -39,8 +39,10 @@ impl PluginFailures<'_> {
     pub(super) fn warnings(&self) -> impl Iterator<Item = String> + '_ {
         self.skipped.iter().map(|skipped| {
             format!(
-                "left out the plugin `{}` (`{}`): no role of the policy uses it, and it cannot be loaded: {}",
-                skipped.tool, skipped.origin, skipped.reason
+                "left out the plugin `{tool}` (`{}`), which no role of the policy uses: {}; the other tools start without it (`toolcell tools remove {tool}` removes it)",
+                skipped.origin,
+                skipped.reason,
+                tool = skipped.tool
             )
         })
     }
@@ -53,7 +55,7 @@ pub(super) fn tool_of_file(origin: &str) -> &str {
 }
 
 /// What failed, without the fix the error's own message gives for a tool not yet in the
-/// policy (the needed-plugin error gives the fix for this one).
+/// policy (the needed-plugin error gives the fix for this one, a warning needs none).
 fn reason_of(error: &Error) -> String {
     match error {
         Error::ForbiddenImport { import, .. } => {

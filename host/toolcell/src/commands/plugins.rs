@@ -94,7 +94,14 @@ sha256 = \"{}\"",
 /// Run the conformance suite on `wasm`, the component of `tool` in `runtime` (with the stubs
 /// the policy grants it): `false` if a check failed and `force` does not override it; the
 /// failures are on stderr.
-fn passes_conformance(args: &RuntimeArgs, runtime: &Runtime, tool: &str, component: &std::path::Path, wasm: &[u8], force: bool) -> anyhow::Result<bool> {
+fn passes_conformance(
+    args: &RuntimeArgs,
+    runtime: &Runtime,
+    tool: &str,
+    component: &std::path::Path,
+    wasm: &[u8],
+    force: bool,
+) -> anyhow::Result<bool> {
     let options = toolcell_conformance::Options {
         cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(toolcell_runtime::default_cache_dir) },
         stub_imports: runtime.policy().map(|policy| policy.stub_imports(tool).to_vec()).unwrap_or_default(),
@@ -257,11 +264,9 @@ pub(super) fn tools_update(args: &RuntimeArgs, name: &str, component: &std::path
     writeln!(stdout, "updated `{name}` ({})", target.display())?;
     match (&new_policy, &policy_file) {
         (Some((path, _, line)), _) => writeln!(stdout, "and its pin: {} line {line} now reads sha256 = \"{sha256}\"", path.display())?,
-        (None, Some(path)) => writeln!(
-            stdout,
-            "{} pins no sha256 for it; pin it in its [plugins.{name}] table:\n\nsha256 = \"{sha256}\"",
-            path.display()
-        )?,
+        (None, Some(path)) => {
+            writeln!(stdout, "{} pins no sha256 for it; pin it in its [plugins.{name}] table:\n\nsha256 = \"{sha256}\"", path.display())?
+        }
         (None, None) => writeln!(stdout, "pin it in the policy ([plugins.{name}] table):\n\nsha256 = \"{sha256}\"")?,
     }
     Ok(ExitCode::SUCCESS)
