@@ -306,7 +306,7 @@ impl Runtime {
     }
 
     /// What the operator should know about the load: each cached artifact that failed
-    /// authentication and was compiled again.
+    /// authentication and was compiled again, each plugin left out.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }

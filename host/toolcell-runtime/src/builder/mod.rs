@@ -209,7 +209,12 @@ impl RuntimeBuilder {
     }
 
     /// Load every `*.wasm` file in `directory` as a plugin tool component (in name order;
-    /// origin `plugin:FILE`). A missing directory holds no plugins.
+    /// origin `plugin:FILE`). A missing directory holds no plugins. A plugin that cannot be
+    /// loaded (an import the policy does not stub, a bad component or description, a name
+    /// collision) fails the build with [`Error::NeededPlugin`] if the policy needs it (a role
+    /// lists it or `"*"`, a validator runs it, a `[plugins.NAME]` or `[limits.tools.NAME]`
+    /// table names it); otherwise it is left out, never callable, and reported in
+    /// [`Runtime::skipped_plugins`] and [`Runtime::warnings`].
     #[must_use]
     pub fn plugin_dir(mut self, directory: impl Into<PathBuf>) -> Self {
         self.plugin_dir = Some(directory.into());
@@ -263,7 +268,8 @@ impl RuntimeBuilder {
     /// # Errors
     ///
     /// [`Error::ForbiddenImport`] naming the import, [`Error::Load`],
-    /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::Policy`],
+    /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::NeededPlugin`] (a
+    /// plugin the policy needs that cannot be loaded), [`Error::Policy`],
     /// [`Error::Cache`] or [`Error::Engine`].
     pub fn build(mut self) -> Result<Runtime, Error> {
         // What any run of this user trusts, whatever this one is configured with.
