@@ -428,8 +428,10 @@ impl Role {
 mod bind;
 mod decide;
 mod index;
+mod mentions;
 mod parse;
 
+pub use mentions::{ToolMentions, pin_span};
 pub use parse::stub_imports;
 
 pub use bind::{TaskBinding, canonical_tool_name};

@@ -25,7 +25,7 @@ pub(crate) struct RawPolicy {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPlugin {
-    sha256: Option<Spanned<String>>,
+    pub(crate) sha256: Option<Spanned<String>>,
     #[serde(default)]
     stub_imports: Vec<Spanned<String>>,
 }
@@ -246,7 +246,7 @@ impl Policy {
                         return Err(error(
                             Some(tool.span()),
                             format!(
-                                "validator `{id}` names the unknown tool `{}`; the tools are: {}",
+                                "validator `{id}` names the unknown tool `{}`; the tools are: {}; {NOT_INSTALLED_HINT}",
                                 tool.get_ref().escape_default(),
                                 known_tools.join(", ")
                             ),
@@ -299,7 +299,7 @@ impl Policy {
                 return Err(error(
                     Some(tool.span()),
                     format!(
-                        "`[plugins.{}]` pins a tool that is not loaded; the tools are: {}",
+                        "`[plugins.{}]` pins a tool that is not loaded; the tools are: {}; {NOT_INSTALLED_HINT}",
                         tool.get_ref().escape_default(),
                         known_tools.join(", ")
                     ),
@@ -325,6 +325,9 @@ impl Policy {
     }
 }
 
+/// What to do about a tool the policy names that is not loaded: it may be a plugin not installed.
+const NOT_INSTALLED_HINT: &str = "if it is a plugin, install it with `toolcell tools add FILE`, or pass the `--plugin-dir` that holds it";
+
 pub(crate) type SpannedError = (Option<std::ops::Range<usize>>, String);
 
 pub(crate) fn compile_tools(role: &str, tools: &[Spanned<String>], known_tools: &[&str]) -> Result<ToolSet, SpannedError> {
@@ -346,7 +349,11 @@ pub(crate) fn tool_names(tools: &[Spanned<String>], known_tools: &[&str], who: &
         if !known_tools.contains(&name.as_ref()) {
             return Err((
                 Some(tool.span()),
-                format!("{who} the unknown tool `{}`; the tools are: {}", tool.get_ref().escape_default(), known_tools.join(", ")),
+                format!(
+                    "{who} the unknown tool `{}`; the tools are: {}; {NOT_INSTALLED_HINT}",
+                    tool.get_ref().escape_default(),
+                    known_tools.join(", ")
+                ),
             ));
         }
         names.push(name.into_owned());
@@ -483,7 +490,7 @@ fn stub_patterns(tool: &str, raw_plugin: &RawPlugin) -> Result<Vec<String>, (std
 }
 
 /// Errors of the policy `text` (named `file`), at the line of a span.
-fn located<'a>(file: &'a str, text: &'a str) -> impl Fn(Option<std::ops::Range<usize>>, String) -> PolicyError + 'a {
+pub(crate) fn located<'a>(file: &'a str, text: &'a str) -> impl Fn(Option<std::ops::Range<usize>>, String) -> PolicyError + 'a {
     move |span, reason| PolicyError { file: file.to_owned(), line: span.map(|span| line_of(text, span.start)), reason }
 }
 
@@ -492,7 +499,7 @@ pub(crate) fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// What a TOML error says, naming the key where the parser only says "duplicate key".
-fn toml_message(text: &str, parse_error: &toml::de::Error) -> String {
+pub(crate) fn toml_message(text: &str, parse_error: &toml::de::Error) -> String {
     let message = parse_error.message().trim();
     match parse_error.span().and_then(|span| text.get(span)) {
         Some(key) if message == "duplicate key" => {

@@ -52,7 +52,10 @@ pub enum Error {
     },
 
     /// Two components describe themselves with the same tool name.
-    #[error("two tool components are named `{name}`: `{first}` and `{second}`; remove or rename one of them")]
+    #[error(
+        "two tool components are named `{name}`: `{first}` and `{second}`; to replace an installed plugin with another build \
+         of it, use `toolcell tools update {name} FILE`; to drop an installed one, `toolcell tools remove {name}`"
+    )]
     DuplicateTool {
         /// The shared name.
         name: String,
@@ -60,6 +63,22 @@ pub enum Error {
         first: String,
         /// The component refused.
         second: String,
+    },
+
+    /// A plugin the policy needs (a role lists it, or the policy configures it) cannot be
+    /// loaded. A plugin the policy does not need is skipped instead, with a warning.
+    #[error("the plugin `{tool}` (`{origin}`) cannot be loaded, and the policy needs it ({why}): {reason}; {fix}")]
+    NeededPlugin {
+        /// The tool's name (its file's name when it did not get as far as describing itself).
+        tool: String,
+        /// Where the component came from.
+        origin: String,
+        /// Where the policy names it.
+        why: String,
+        /// What failed.
+        reason: String,
+        /// What to do.
+        fix: String,
     },
 
     /// A component's `describe()` is not acceptable.
@@ -189,7 +208,7 @@ pub enum Error {
 /// A component whose bytes differ from its pin.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the component `{origin}` providing `{tool}` has SHA-256 {actual}, but {policy} line {line} pins {expected}: the plugin changed since it was pinned; reinstall the reviewed one, or review this one and update the pin"
+    "the component `{origin}` providing `{tool}` has SHA-256 {actual}, but {policy} line {line} pins {expected}: the plugin changed since it was pinned; install the reviewed build with `toolcell tools update {tool} FILE` (it updates the pin too), or review this one and update the pin"
 )]
 pub struct PinMismatch {
     /// The tool.

@@ -92,7 +92,7 @@ pub use locks::{LOCKS_DIR, LockBackend, LockStore, LockStoreError};
 pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
 pub use recovery::{Recovery, RecoveryKind};
-pub use runtime::{LoadedComponent, Runtime};
+pub use runtime::{LoadedComponent, Runtime, SkippedPlugin};
 pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};

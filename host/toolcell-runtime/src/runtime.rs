@@ -23,6 +23,20 @@ pub struct LoadedComponent {
     pub cache: CacheOutcome,
     /// SHA-256 of the component's bytes, lowercase hex (what a policy pins).
     pub sha256: String,
+    /// What the component imports (`wasi:filesystem/types@0.2.6`), in its order.
+    pub imports: Vec<String>,
+}
+
+/// A plugin that could not be loaded and that the policy does not need: left out, never
+/// callable, and named in a warning.
+#[derive(Debug, Clone)]
+pub struct SkippedPlugin {
+    /// Where it came from (`plugin:line_count.wasm`).
+    pub origin: String,
+    /// Its tool's name, or its file's name when it did not get as far as describing itself.
+    pub tool: String,
+    /// Why it could not be loaded, on one line.
+    pub reason: String,
 }
 
 pub(crate) struct LoadedTool {
@@ -55,6 +69,8 @@ pub struct Runtime {
     pub(crate) host_owned: Vec<HostOwned>,
     /// What went wrong at load that the operator should know (a cached artifact rejected).
     pub(crate) warnings: Vec<String>,
+    /// Plugins left out: they could not be loaded, and the policy does not need them.
+    pub(crate) skipped: Vec<SkippedPlugin>,
     pub(crate) audit: Option<Arc<AuditLog>>,
     pub(crate) limits: Limits,
     /// The absolute path the text editor tool's paths start from (`/repo`), if the embedder
@@ -290,9 +306,15 @@ impl Runtime {
     }
 
     /// What the operator should know about the load: each cached artifact that failed
-    /// authentication and was compiled again.
+    /// authentication and was compiled again, each plugin left out.
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// The plugins left out at load: they could not be loaded and the policy does not need
+    /// them (each is also one of the [`warnings`](Self::warnings)). None is callable.
+    pub fn skipped_plugins(&self) -> &[SkippedPlugin] {
+        &self.skipped
     }
 
     /// Every component loaded, in load order, and whether each came from the cache.

@@ -242,6 +242,25 @@ pub enum ToolsCommand {
         force: bool,
     },
 
+    /// Replace an installed plugin with another build of it, and its pin in the policy
+    /// (`--policy`), in one step: shows what changes (SHA-256, annotations, imports, schemas),
+    /// checks the new build as `add` does, then replaces the file and the pin; on any failure
+    /// the old plugin and pin stay.
+    ///
+    /// Exit status: 0 replaced (or the same bytes), 1 refused by the conformance suite, 2 not
+    /// loadable or not installed.
+    Update {
+        /// The installed plugin's tool name (`line_count`).
+        name: String,
+
+        /// The new build (`.wasm`).
+        component: PathBuf,
+
+        /// Install it even if conformance checks fail (they are printed as warnings).
+        #[arg(long)]
+        force: bool,
+    },
+
     /// Remove an installed plugin by its tool name.
     Remove {
         /// The tool's name (`word_count`).

@@ -241,7 +241,7 @@ fn policy_check_reports_roles_or_the_first_error_with_its_line() {
     assert_eq!(run.status, 1);
     insta::assert_snapshot!(
         filtered(&run.stderr, workspace.path()),
-        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: apply_patch, chain_list, chain_new, chain_status, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, spawn_impl_session, str_replace_based_edit_tool, task_add, task_approve, task_block, task_complete, task_list, task_ready, task_rework, task_start, task_status, task_unblock, undo_edit, unlock_files, write_file"
+        @"[WORKSPACE]/bad.toml line 3: role `r` lists the unknown tool `red_file`; the tools are: apply_patch, chain_list, chain_new, chain_status, create_directory, delete_file, directory_tree, edit_file, file_info, insert_text, list_files, lock_files, move_file, read_file, read_many, search_files, spawn_impl_session, str_replace_based_edit_tool, task_add, task_approve, task_block, task_complete, task_list, task_ready, task_rework, task_start, task_status, task_unblock, undo_edit, unlock_files, write_file; if it is a plugin, install it with `toolcell tools add FILE`, or pass the `--plugin-dir` that holds it"
     );
 }
 

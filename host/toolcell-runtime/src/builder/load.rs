@@ -16,6 +16,8 @@ pub(super) struct Prepared {
     pub(super) schema: ArgsSchema,
     pub(super) cache: CacheOutcome,
     pub(super) warning: Option<String>,
+    /// What the component imports, in its order.
+    pub(super) imports: Vec<String>,
 }
 
 /// A component's code, linked: ready from load, or (a built-in tool) deserialized again from
@@ -81,6 +83,7 @@ pub(super) fn prepare(
         (None, Some(cache)) => cache.load(engine, origin, wasm, progress)?,
         (None, None) => (engine::compile(engine, origin, wasm, progress)?, CacheOutcome::Compiled, None),
     };
+    let imports: Vec<String> = component.component_type().imports(engine).map(|(name, _)| name.to_owned()).collect();
     let stubbed = imports::check(engine, origin, &component, linking.stub_rules)?;
     let load_error = |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: describe(&error) };
     let instance_pre = if stubbed.is_empty() {
@@ -105,7 +108,7 @@ pub(super) fn prepare(
         }
         _ => ComponentCode::ready(pre),
     };
-    Ok(Prepared { code, info, schema, cache: cache_outcome, warning })
+    Ok(Prepared { code, info, schema, cache: cache_outcome, warning, imports })
 }
 
 /// `load` applied to every component, on as many threads as there are cores (at most one per

@@ -3,10 +3,12 @@
 
 mod load;
 mod pages;
+mod skip;
 
 pub(crate) use load::ComponentCode;
 use load::*;
 use pages::release_pages;
+use skip::{PluginFailures, tool_of_file};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +50,9 @@ pub struct RuntimeBuilder {
     text_editor_root: Option<String>,
     /// Further files and directories the embedder trusts (a service's own configuration).
     protected: Vec<PathBuf>,
+    /// Plugin files loaded with other bytes than the directory holds (`toolcell tools update`
+    /// checking a new build), by file name.
+    replacements: BTreeMap<String, Vec<u8>>,
 }
 
 /// A component to load: its origin, its bytes, and optionally its compiled form.
@@ -56,6 +61,9 @@ struct ComponentSource {
     wasm: Cow<'static, [u8]>,
     /// Compiled by `Engine::precompile_component` when the binary was built.
     artifact: Option<&'static [u8]>,
+    /// From the plugin directory: if it cannot be loaded and the policy does not need it, it is
+    /// left out rather than stopping the start.
+    is_plugin: bool,
 }
 
 enum PolicySource {
@@ -153,7 +161,7 @@ impl RuntimeBuilder {
     /// a file path).
     #[must_use]
     pub fn component(mut self, origin: impl Into<String>, wasm: impl Into<Cow<'static, [u8]>>) -> Self {
-        self.components.push(ComponentSource { origin: origin.into(), wasm: wasm.into(), artifact: None });
+        self.components.push(ComponentSource { origin: origin.into(), wasm: wasm.into(), artifact: None, is_plugin: false });
         self
     }
 
@@ -171,7 +179,12 @@ impl RuntimeBuilder {
     #[must_use]
     #[expect(unsafe_code, reason = "an unsafe constructor is how the caller vouches for the artifact")]
     pub unsafe fn precompiled_component(mut self, origin: impl Into<String>, wasm: &'static [u8], artifact: &'static [u8]) -> Self {
-        self.components.push(ComponentSource { origin: origin.into(), wasm: Cow::Borrowed(wasm), artifact: Some(artifact) });
+        self.components.push(ComponentSource {
+            origin: origin.into(),
+            wasm: Cow::Borrowed(wasm),
+            artifact: Some(artifact),
+            is_plugin: false,
+        });
         self
     }
 
@@ -196,10 +209,24 @@ impl RuntimeBuilder {
     }
 
     /// Load every `*.wasm` file in `directory` as a plugin tool component (in name order;
-    /// origin `plugin:FILE`). A missing directory holds no plugins.
+    /// origin `plugin:FILE`). A missing directory holds no plugins. A plugin that cannot be
+    /// loaded (an import the policy does not stub, a bad component or description, a name
+    /// collision) fails the build with [`Error::NeededPlugin`] if the policy needs it (a role
+    /// lists it or `"*"`, a validator runs it, a `[plugins.NAME]` or `[limits.tools.NAME]`
+    /// table names it); otherwise it is left out, never callable, and reported in
+    /// [`Runtime::skipped_plugins`] and [`Runtime::warnings`].
     #[must_use]
     pub fn plugin_dir(mut self, directory: impl Into<PathBuf>) -> Self {
         self.plugin_dir = Some(directory.into());
+        self
+    }
+
+    /// Load `wasm` as the plugin file `file_name` of the plugin directory (`line_count.wasm`),
+    /// instead of the bytes the directory holds: what the next start would load once the file
+    /// is replaced.
+    #[must_use]
+    pub fn replace_plugin(mut self, file_name: impl Into<String>, wasm: Vec<u8>) -> Self {
+        self.replacements.insert(file_name.into(), wasm);
         self
     }
 
@@ -241,7 +268,8 @@ impl RuntimeBuilder {
     /// # Errors
     ///
     /// [`Error::ForbiddenImport`] naming the import, [`Error::Load`],
-    /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::Policy`],
+    /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::NeededPlugin`] (a
+    /// plugin the policy needs that cannot be loaded), [`Error::Policy`],
     /// [`Error::Cache`] or [`Error::Engine`].
     pub fn build(mut self) -> Result<Runtime, Error> {
         // What any run of this user trusts, whatever this one is configured with.
@@ -257,8 +285,17 @@ impl RuntimeBuilder {
         if let Some(directory) = self.plugin_dir.take() {
             host_owned.push(HostOwned::directory(&directory));
             for (origin, wasm) in read_plugins(&directory)? {
-                self.components.push(ComponentSource { origin, wasm: Cow::Owned(wasm), artifact: None });
+                let wasm = self.replacements.remove(origin.strip_prefix("plugin:").unwrap_or(&origin)).unwrap_or(wasm);
+                self.components.push(ComponentSource { origin, wasm: Cow::Owned(wasm), artifact: None, is_plugin: true });
             }
+        }
+        for (file, wasm) in std::mem::take(&mut self.replacements) {
+            self.components.push(ComponentSource {
+                origin: format!("plugin:{file}"),
+                wasm: Cow::Owned(wasm),
+                artifact: None,
+                is_plugin: true,
+            });
         }
         if self.limits.memory_bytes > engine::MAX_MEMORY_BYTES {
             return Err(Error::Engine {
@@ -286,6 +323,8 @@ impl RuntimeBuilder {
             Some((file, text)) => toolcell_policy::stub_imports(file, text)?,
             None => BTreeMap::new(),
         };
+        let mentions = policy_text.as_ref().map(|(file, text)| toolcell_policy::ToolMentions::read(file, text)).transpose()?;
+        let mut failures = PluginFailures { mentions: mentions.as_ref(), skipped: Vec::new() };
         for (tool, patterns) in std::mem::take(&mut self.stub_imports) {
             stub_rules.entry(tool).or_default().extend(patterns);
         }
@@ -306,17 +345,30 @@ impl RuntimeBuilder {
         let progress: &engine::Progress = self.progress.as_deref().unwrap_or(&quiet);
         let linking = Linking { linker: &linker, guarded: !self.unguarded, stub_rules: &stub_rules };
         let prepared = load_all(&self.components, |source| prepare(&engine, &linking, cache.as_ref(), source, progress));
-        for (ComponentSource { origin, wasm, artifact }, prepared) in self.components.iter().zip(prepared) {
-            let Prepared { code, info, schema, cache: cache_outcome, warning } = prepared?;
+        for (ComponentSource { origin, wasm, artifact, is_plugin }, prepared) in self.components.iter().zip(prepared) {
+            let Prepared { code, info, schema, cache: cache_outcome, warning, imports } = match prepared {
+                Ok(prepared) => prepared,
+                Err(error) if *is_plugin => {
+                    failures.fail_or_skip(origin, tool_of_file(origin), error)?;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
             warnings.extend(warning);
             if let Some(existing) = tools.get(info.name.as_str()) {
-                return Err(Error::DuplicateTool { name: info.name.to_string(), first: existing.origin.clone(), second: origin.clone() });
+                let error = Error::DuplicateTool { name: info.name.to_string(), first: existing.origin.clone(), second: origin.clone() };
+                if *is_plugin {
+                    failures.fail_or_skip(origin, info.name.as_str(), error)?;
+                    continue;
+                }
+                return Err(error);
             }
             loaded.push(LoadedComponent {
                 origin: origin.clone(),
                 tool: info.name.clone(),
                 cache: cache_outcome,
                 sha256: hex(&<sha2::Sha256 as sha2::Digest>::digest(wasm.as_ref())),
+                imports,
             });
             // A built-in's bytes are part of the binary, read once for their hash.
             if let (Some(_), Cow::Borrowed(bytes)) = (artifact, wasm) {
@@ -331,14 +383,18 @@ impl RuntimeBuilder {
             .chain(adapters::Adapter::ALL.into_iter().map(|adapter| (adapter.describe(), ToolKind::Adapter(adapter))));
         for ((info, schema), kind) in host_tools {
             if let Some(existing) = tools.get(info.name.as_str()) {
-                return Err(Error::DuplicateTool {
-                    name: info.name.to_string(),
-                    first: "builtin:host".to_owned(),
-                    second: existing.origin.clone(),
-                });
+                let error =
+                    Error::DuplicateTool { name: info.name.to_string(), first: "builtin:host".to_owned(), second: existing.origin.clone() };
+                let origin = existing.origin.clone();
+                if !origin.starts_with("plugin:") {
+                    return Err(error);
+                }
+                failures.fail_or_skip(&origin, info.name.as_str(), error)?;
+                loaded.retain(|component| component.origin != origin);
             }
             tools.insert(info.name.to_string(), LoadedTool { info, schema, kind, origin: "builtin:host".to_owned() });
         }
+        warnings.extend(failures.warnings());
         let names: Vec<&str> = tools.keys().map(String::as_str).collect();
         let policy = match policy_text {
             Some((file, text)) => Some(Arc::new(Policy::parse(&file, &text, &names)?)),
@@ -431,6 +487,7 @@ impl RuntimeBuilder {
             policy,
             host_owned,
             warnings,
+            skipped: failures.skipped,
             audit,
             limits: self.limits,
             text_editor_root: self.text_editor_root,

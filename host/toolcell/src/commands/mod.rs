@@ -86,6 +86,9 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Tools { command: Some(ToolsCommand::Remove { name }), .. } = &cli.command {
         return tools_remove(&cli.runtime, name);
     }
+    if let Command::Tools { command: Some(ToolsCommand::Update { name, component, force }), .. } = &cli.command {
+        return tools_update(&cli.runtime, name, component, *force);
+    }
     let runtime = build_runtime(&cli.runtime)?;
     match cli.command {
         Command::Tools { json, command: None } => tools(&runtime, json),
@@ -133,9 +136,18 @@ fn plugin_dir(args: &RuntimeArgs) -> Option<PathBuf> {
 }
 
 /// The runtime with the built-in tools, the plugins, and `extra` (a component being added).
+/// What `tools add` and `tools update` load beside the plugin directory, to check it.
+enum Candidate {
+    /// A component being added: its origin and bytes.
+    Added { origin: String, wasm: Vec<u8> },
+    /// New bytes for the plugin file `file_name`, and the policy's new text (its pin updated),
+    /// if its pin changes: `(policy file, text)`.
+    Replacing { file_name: String, wasm: Vec<u8>, policy: Option<(PathBuf, String)> },
+}
+
 fn build_runtime_with(
     args: &RuntimeArgs,
-    extra: Option<(String, Vec<u8>)>,
+    extra: Option<Candidate>,
     serving: bool,
     protected: &[&std::path::Path],
 ) -> anyhow::Result<Runtime> {
@@ -169,8 +181,14 @@ fn build_runtime_with(
     if let Some(directory) = plugin_dir(args) {
         builder = builder.plugin_dir(directory);
     }
-    if let Some((origin, wasm)) = extra {
-        builder = builder.component(origin, wasm);
+    let mut new_policy = None;
+    match extra {
+        Some(Candidate::Added { origin, wasm }) => builder = builder.component(origin, wasm),
+        Some(Candidate::Replacing { file_name, wasm, policy }) => {
+            builder = builder.replace_plugin(file_name, wasm);
+            new_policy = policy;
+        }
+        None => {}
     }
     if !args.no_cache
         && let Some(directory) = args.cache_dir.clone().or_else(toolcell_runtime::default_cache_dir)
@@ -180,8 +198,14 @@ fn build_runtime_with(
     if let Some(state_dir) = state_dir(args) {
         builder = builder.audit_dir(state_dir);
     }
-    builder = match &args.policy {
-        Some(path) => match builtin_policy_name(path) {
+    // The policy as `tools update` would leave it (the same file, a new pin).
+    let new_policy = new_policy.filter(|(file, _)| args.policy.as_ref() == Some(file));
+    builder = match (&args.policy, new_policy) {
+        (Some(path), Some((_, text))) => {
+            let name = path.file_name().map_or_else(|| "policy.toml".to_owned(), |name| name.to_string_lossy().into_owned());
+            builder.protect(path).policy(name, text)
+        }
+        (Some(path), None) => match builtin_policy_name(path) {
             Some(name) => {
                 let (shown, text) = toolcell_host::builtin_policy(name).with_context(|| {
                     format!("there is no shipped policy `{name}`; the shipped ones are `builtin:default` and `builtin:workflow`")
@@ -190,7 +214,7 @@ fn build_runtime_with(
             }
             None => builder.policy_file(path),
         },
-        None => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),
+        (None, _) => builder.policy(DEFAULT_POLICY_NAME, DEFAULT_POLICY),
     };
     builder = builder.spawner(Arc::new(CliSpawner { policy: args.policy.clone(), custom_state_dir: args.state_dir.is_some() }));
     // Compiling a plugin takes seconds the first time: a person at a terminal hears of it;

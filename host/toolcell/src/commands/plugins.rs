@@ -39,37 +39,25 @@ pub(super) fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: 
         writeln!(std::io::stdout(), "`{}` is installed already, with the same bytes; nothing changed", installed.display())?;
         return Ok(ExitCode::SUCCESS);
     }
-    let origin = format!("plugin:{}", component.display());
+    // Named by the file given, so that a collision with the installed `plugin:NAME.wasm`
+    // names two different things.
+    let origin = component.display().to_string();
     // Loaded beside everything else: its imports, description and schema are checked, and a
     // name collision or a pin mismatch is refused before anything is installed.
-    let runtime = build_runtime_with(args, Some((origin.clone(), wasm.clone())), false, &[])?;
+    let runtime = build_runtime_with(args, Some(Candidate::Added { origin: origin.clone(), wasm: wasm.clone() }), false, &[])?;
     let added = runtime.loaded().iter().find(|loaded| loaded.origin == origin).context("the component was loaded")?;
-    // Then what it does: the conformance suite, with the stubs the policy grants the tool.
-    let stub_imports = runtime.policy().map(|policy| policy.stub_imports(added.tool.as_str()).to_vec()).unwrap_or_default();
-    let options = toolcell_conformance::Options {
-        cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(toolcell_runtime::default_cache_dir) },
-        stub_imports,
-    };
-    let report = toolcell_conformance::check(&component.display().to_string(), &wasm, &options);
-    if !report.passed() {
-        let mut stderr = std::io::stderr().lock();
-        let failed: Vec<_> = report.checks.iter().filter(|check| !check.passed).collect();
-        for check in &failed {
-            writeln!(stderr, "{}: conformance check failed: {}: {}", if force { "warning" } else { "error" }, check.name, check.detail)?;
-        }
-        if !force {
-            writeln!(
-                stderr,
-                "refused: {} conformance check(s) of `{}` failed (`toolcell conformance {}` shows them all); fix the tool, or add it anyway with --force",
-                failed.len(),
-                added.tool,
-                component.display()
-            )?;
-            return Ok(ExitCode::from(EXIT_TOOL_ERROR));
-        }
+    let target = directory.join(format!("{}.wasm", added.tool));
+    if target.exists() {
+        anyhow::bail!(
+            "two tool components are named `{tool}`: the installed plugin `{}` and `{origin}`; to replace the installed one with this build, use `toolcell tools update {tool} {origin}` (it shows what changes and updates the pin); to drop it, `toolcell tools remove {tool}`",
+            target.display(),
+            tool = added.tool
+        );
+    }
+    if !passes_conformance(args, &runtime, added.tool.as_str(), component, &wasm, force)? {
+        return Ok(ExitCode::from(EXIT_TOOL_ERROR));
     }
     std::fs::create_dir_all(&directory).with_context(|| format!("cannot create `{}`", directory.display()))?;
-    let target = directory.join(format!("{}.wasm", added.tool));
     let temporary = directory.join(format!(".{}.wasm.tmp", added.tool));
     std::fs::write(&temporary, &wasm)
         .and_then(|()| std::fs::rename(&temporary, &target))
@@ -101,6 +89,41 @@ sha256 = \"{}\"",
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Run the conformance suite on `wasm`, the component of `tool` in `runtime` (with the stubs
+/// the policy grants it): `false` if a check failed and `force` does not override it; the
+/// failures are on stderr.
+fn passes_conformance(
+    args: &RuntimeArgs,
+    runtime: &Runtime,
+    tool: &str,
+    component: &std::path::Path,
+    wasm: &[u8],
+    force: bool,
+) -> anyhow::Result<bool> {
+    let options = toolcell_conformance::Options {
+        cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(toolcell_runtime::default_cache_dir) },
+        stub_imports: runtime.policy().map(|policy| policy.stub_imports(tool).to_vec()).unwrap_or_default(),
+    };
+    let report = toolcell_conformance::check(&component.display().to_string(), wasm, &options);
+    if report.passed() {
+        return Ok(true);
+    }
+    let mut stderr = std::io::stderr().lock();
+    let failed: Vec<_> = report.checks.iter().filter(|check| !check.passed).collect();
+    for check in &failed {
+        writeln!(stderr, "{}: conformance check failed: {}: {}", if force { "warning" } else { "error" }, check.name, check.detail)?;
+    }
+    if !force {
+        writeln!(
+            stderr,
+            "refused: {} conformance check(s) of `{tool}` failed (`toolcell conformance {}` shows them all); fix the tool, or add it anyway with --force",
+            failed.len(),
+            component.display()
+        )?;
+    }
+    Ok(force)
 }
 
 /// `toolcell tools remove NAME`: the plugin's file goes; its pin and role entries are the
@@ -152,5 +175,217 @@ pub(super) fn tools(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode
         writeln!(stdout, "  arguments: {}", serde_json::to_string(&tool.input_schema)?)?;
         writeln!(stdout)?;
     }
+    let skipped = runtime.skipped_plugins();
+    if !skipped.is_empty() {
+        writeln!(stdout, "left out (cannot be loaded, and no role of the policy uses them; not callable):")?;
+        for plugin in skipped {
+            writeln!(stdout, "  {} ({}): {}", plugin.tool, plugin.origin, plugin.reason)?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a loaded plugin is, for `tools update` to compare.
+struct PluginFacts {
+    sha256: String,
+    imports: Vec<String>,
+    info: toolcell_types::ToolInfo,
+}
+
+/// The facts of the component loaded from `origin`, or why it did not load.
+fn facts_of(runtime: &Runtime, origin: &str) -> Result<PluginFacts, String> {
+    if let Some(skipped) = runtime.skipped_plugins().iter().find(|skipped| skipped.origin == origin) {
+        return Err(skipped.reason.clone());
+    }
+    let loaded = runtime.loaded().iter().find(|loaded| loaded.origin == origin).ok_or_else(|| "it is not loaded".to_owned())?;
+    let info = runtime.tool(loaded.tool.as_str()).ok_or_else(|| "it is not loaded".to_owned())?;
+    Ok(PluginFacts { sha256: loaded.sha256.clone(), imports: loaded.imports.clone(), info: info.clone() })
+}
+
+/// `toolcell tools update NAME FILE`: check the new build in the old one's place (under the
+/// policy with its new pin), show what changes, then replace the file and the pin; on any
+/// failure both stay as they were.
+pub(super) fn tools_update(args: &RuntimeArgs, name: &str, component: &std::path::Path, force: bool) -> anyhow::Result<ExitCode> {
+    let directory = plugin_dir(args).context("no plugin directory: pass --plugin-dir or --state-dir")?;
+    let file_name = format!("{name}.wasm");
+    let target = directory.join(&file_name);
+    let valid = !name.is_empty() && name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_');
+    if !valid || !target.is_file() {
+        anyhow::bail!(
+            "no plugin `{}` is installed in `{}`: add it with `toolcell tools add {}`",
+            name.escape_default(),
+            directory.display(),
+            component.display()
+        );
+    }
+    let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
+    let old_wasm = std::fs::read(&target).with_context(|| format!("cannot read `{}`", target.display()))?;
+    if old_wasm == wasm {
+        writeln!(std::io::stdout(), "`{}` is installed already, with the same bytes; nothing changed", target.display())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let sha256 = toolcell_audit::hex(&<sha2::Sha256 as sha2::Digest>::digest(&wasm));
+    // The pin, rewritten in place in the policy's own text.
+    let policy_file = args.policy.clone().filter(|path| builtin_policy_name(path).is_none());
+    let mut new_policy = None;
+    if let Some(path) = &policy_file {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the policy `{}`", path.display()))?;
+        let shown = path.file_name().map_or_else(|| "policy.toml".to_owned(), |name| name.to_string_lossy().into_owned());
+        if let Some(span) = toolcell_policy::pin_span(&shown, &text, name)? {
+            let line = text[..span.start].matches('\n').count() + 1;
+            new_policy = Some((path.clone(), format!("{}\"{sha256}\"{}", &text[..span.start], &text[span.end..]), line));
+        }
+    }
+    // What loads today, and what would load with the new build and pin.
+    let origin = format!("plugin:{file_name}");
+    let before = build_runtime(args).map_err(|error| format!("{error:#}")).and_then(|runtime| facts_of(&runtime, &origin));
+    let candidate = Candidate::Replacing {
+        file_name,
+        wasm: wasm.clone(),
+        policy: new_policy.as_ref().map(|(path, text, _)| (path.clone(), text.clone())),
+    };
+    let runtime = build_runtime_with(args, Some(candidate), false, &[])
+        .with_context(|| format!("refused: the new build of `{name}` does not load; nothing changed"))?;
+    let after = facts_of(&runtime, &origin)
+        .map_err(|reason| anyhow::anyhow!("refused: the new build of `{name}` does not load: {reason}; nothing changed"))?;
+    if after.info.name.as_str() != name {
+        anyhow::bail!(
+            "refused: `{}` provides the tool `{}`, not `{name}`; nothing changed (`toolcell tools add` installs another tool)",
+            component.display(),
+            after.info.name
+        );
+    }
+    show_changes(name, before.as_ref(), &after)?;
+    if !passes_conformance(args, &runtime, name, component, &wasm, force)? {
+        return Ok(ExitCode::from(EXIT_TOOL_ERROR));
+    }
+    replace_atomically(&directory, name, &wasm, &old_wasm, new_policy.as_ref().map(|(path, text, _)| (path.as_path(), text.as_str())))?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "updated `{name}` ({})", target.display())?;
+    match (&new_policy, &policy_file) {
+        (Some((path, _, line)), _) => writeln!(stdout, "and its pin: {} line {line} now reads sha256 = \"{sha256}\"", path.display())?,
+        (None, Some(path)) => {
+            writeln!(stdout, "{} pins no sha256 for it; pin it in its [plugins.{name}] table:\n\nsha256 = \"{sha256}\"", path.display())?
+        }
+        (None, None) => writeln!(stdout, "pin it in the policy ([plugins.{name}] table):\n\nsha256 = \"{sha256}\"")?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Print what differs between the installed build (`before`: its facts, or why it does not
+/// load today) and the new one.
+fn show_changes(name: &str, before: Result<&PluginFacts, &String>, after: &PluginFacts) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "changes to `{name}`:")?;
+    let before = match before {
+        Ok(before) => before,
+        Err(reason) => {
+            writeln!(stdout, "  the installed build does not load today: {reason}")?;
+            writeln!(stdout, "  sha256: {}", after.sha256)?;
+            writeln!(stdout, "  annotations: {}", annotations(&after.info))?;
+            writeln!(stdout, "  imports: {}", after.imports.join(", "))?;
+            writeln!(stdout, "  input schema: {}", serde_json::to_string(&after.info.input_schema)?)?;
+            return Ok(());
+        }
+    };
+    writeln!(stdout, "  sha256: {} -> {}", before.sha256, after.sha256)?;
+    let (old, new) = (annotations(&before.info), annotations(&after.info));
+    if old == new {
+        writeln!(stdout, "  annotations: unchanged ({new})")?;
+    } else {
+        writeln!(stdout, "  annotations: {old} -> {new}")?;
+    }
+    let added: Vec<&String> = after.imports.iter().filter(|import| !before.imports.contains(import)).collect();
+    let removed: Vec<&String> = before.imports.iter().filter(|import| !after.imports.contains(import)).collect();
+    if added.is_empty() && removed.is_empty() {
+        writeln!(stdout, "  imports: unchanged")?;
+    }
+    for import in added {
+        writeln!(stdout, "  imports: + {import}")?;
+    }
+    for import in removed {
+        writeln!(stdout, "  imports: - {import}")?;
+    }
+    for (what, old, new) in [
+        ("title", serde_json::json!(before.info.title), serde_json::json!(after.info.title)),
+        ("description", serde_json::json!(before.info.description), serde_json::json!(after.info.description)),
+        ("input schema", before.info.input_schema.clone(), after.info.input_schema.clone()),
+        ("output schema", serde_json::json!(before.info.output_schema), serde_json::json!(after.info.output_schema)),
+    ] {
+        if old == new {
+            writeln!(stdout, "  {what}: unchanged")?;
+        } else {
+            writeln!(stdout, "  {what}: {old} -> {new}")?;
+        }
+    }
+    Ok(())
+}
+
+/// A tool's annotations as `tools` lists them (`read-only, idempotent`; `none`).
+fn annotations(info: &toolcell_types::ToolInfo) -> String {
+    let set: Vec<&str> = [
+        (info.annotations.read_only, "read-only"),
+        (info.annotations.destructive, "destructive"),
+        (info.annotations.idempotent, "idempotent"),
+    ]
+    .iter()
+    .filter(|(set, _)| *set)
+    .map(|(_, name)| *name)
+    .collect();
+    if set.is_empty() { "none".to_owned() } else { set.join(", ") }
+}
+
+/// Replace the plugin `name` in `directory` with `wasm`, and the policy file with its new
+/// text: both written beside their targets first, then renamed over them; if the policy
+/// cannot be replaced, the old plugin (`old_wasm`) is put back.
+fn replace_atomically(
+    directory: &std::path::Path,
+    name: &str,
+    wasm: &[u8],
+    old_wasm: &[u8],
+    policy: Option<(&std::path::Path, &str)>,
+) -> anyhow::Result<()> {
+    let target = directory.join(format!("{name}.wasm"));
+    let temporary = directory.join(format!(".{name}.wasm.tmp"));
+    std::fs::write(&temporary, wasm).with_context(|| format!("cannot write `{}`; nothing changed", temporary.display()))?;
+    let policy = match policy {
+        Some((path, text)) => {
+            // The file itself, not a symlink to it, is replaced.
+            let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            let file = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+            let policy_temporary = path.with_file_name(format!(".{file}.tmp"));
+            let written = std::fs::write(&policy_temporary, text).and_then(|()| {
+                std::fs::metadata(&path).and_then(|metadata| std::fs::set_permissions(&policy_temporary, metadata.permissions()))
+            });
+            if let Err(error) = written {
+                let _ = std::fs::remove_file(&temporary);
+                let _ = std::fs::remove_file(&policy_temporary);
+                anyhow::bail!("cannot write `{}`: {error}; nothing changed", policy_temporary.display());
+            }
+            Some((path, policy_temporary))
+        }
+        None => None,
+    };
+    if let Err(error) = std::fs::rename(&temporary, &target) {
+        let _ = std::fs::remove_file(&temporary);
+        if let Some((_, policy_temporary)) = &policy {
+            let _ = std::fs::remove_file(policy_temporary);
+        }
+        anyhow::bail!("cannot replace `{}`: {error}; nothing changed", target.display());
+    }
+    if let Some((path, policy_temporary)) = &policy
+        && let Err(error) = std::fs::rename(policy_temporary, path)
+    {
+        let _ = std::fs::remove_file(policy_temporary);
+        let restored = std::fs::write(&temporary, old_wasm).and_then(|()| std::fs::rename(&temporary, &target));
+        anyhow::bail!(
+            "cannot replace the policy `{}`: {error}; {}",
+            path.display(),
+            match restored {
+                Ok(()) => "the old plugin is back in place; nothing changed".to_owned(),
+                Err(restore) => format!("and the old plugin could not be put back ({restore}): reinstall it"),
+            }
+        );
+    }
+    Ok(())
 }

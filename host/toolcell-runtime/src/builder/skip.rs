@@ -1,0 +1,90 @@
+//! A plugin that cannot be loaded: the start fails, naming it and the fix, when the policy
+//! needs it; otherwise it is left out (never callable) with one warning, so that one broken
+//! or unlinkable file in the plugin directory does not stop every command.
+
+use toolcell_policy::ToolMentions;
+
+use crate::SkippedPlugin;
+use crate::error::Error;
+
+/// The plugins left out so far, and what decides it.
+pub(super) struct PluginFailures<'a> {
+    /// What the policy names; `None` without a policy (nothing needs a plugin then).
+    pub(super) mentions: Option<&'a ToolMentions>,
+    pub(super) skipped: Vec<SkippedPlugin>,
+}
+
+impl PluginFailures<'_> {
+    /// `error` kept the plugin from `origin` (providing `tool`, or named `tool.wasm`) from
+    /// loading: an error if the policy needs it, else it is recorded as left out.
+    pub(super) fn fail_or_skip(&mut self, origin: &str, tool: &str, error: Error) -> Result<(), Error> {
+        if let Some(why) = self.mentions.and_then(|mentions| mentions.why_needed(tool)) {
+            // A collision says what to do itself.
+            if matches!(error, Error::DuplicateTool { .. }) {
+                return Err(error);
+            }
+            return Err(Error::NeededPlugin {
+                tool: tool.to_owned(),
+                origin: origin.to_owned(),
+                why,
+                reason: one_line(&reason_of(&error)),
+                fix: fix_for(&error, tool),
+            });
+        }
+        self.skipped.push(SkippedPlugin { origin: origin.to_owned(), tool: tool.to_owned(), reason: one_line(&reason_of(&error)) });
+        Ok(())
+    }
+
+    /// One warning line per plugin left out.
+    pub(super) fn warnings(&self) -> impl Iterator<Item = String> + '_ {
+        self.skipped.iter().map(|skipped| {
+            format!(
+                "left out the plugin `{tool}` (`{}`), which no role of the policy uses: {}; the other tools start without it (`toolcell tools remove {tool}` removes it)",
+                skipped.origin,
+                skipped.reason,
+                tool = skipped.tool
+            )
+        })
+    }
+}
+
+/// The tool a plugin file provides, as far as its name says (`plugin:line_count.wasm`).
+pub(super) fn tool_of_file(origin: &str) -> &str {
+    let file = origin.strip_prefix("plugin:").unwrap_or(origin);
+    file.strip_suffix(".wasm").unwrap_or(file)
+}
+
+/// What failed, without the fix the error's own message gives for a tool not yet in the
+/// policy (the needed-plugin error gives the fix for this one, a warning needs none).
+fn reason_of(error: &Error) -> String {
+    match error {
+        Error::ForbiddenImport { import, .. } => {
+            format!("it imports `{import}`, which toolcell does not provide and the policy does not let it link as a stub")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// What to do about a plugin the policy needs that failed with `error`.
+fn fix_for(error: &Error, tool: &str) -> String {
+    let replace_or_remove = format!(
+        "install a build that loads with `toolcell tools update {tool} FILE`, or remove it with `toolcell tools remove {tool}` and take `{tool}` out of the policy"
+    );
+    match error {
+        Error::ForbiddenImport { import, .. } => {
+            let package = import.split_once('/').map_or(import.as_str(), |(package, _)| package);
+            format!(
+                "if the tool never calls it, let the policy link it as a stub that refuses every call: `stub_imports = [\"{package}/*\"]` in its `[plugins.{tool}]` table; or {replace_or_remove}"
+            )
+        }
+        Error::PinMismatch(_) => format!(
+            "install the reviewed build with `toolcell tools update {tool} FILE` (it updates the pin too), or review this one and update the pin"
+        ),
+        _ => replace_or_remove,
+    }
+}
+
+/// `text` on one line (a component's stderr may span several).
+fn one_line(text: &str) -> String {
+    text.lines().map(str::trim).filter(|line| !line.is_empty()).collect::<Vec<_>>().join(" | ")
+}
