@@ -273,6 +273,19 @@ fn malformed_tool_calls_are_invalid_params_and_unknown_methods_are_not_found() {
             "-32601",
             "logging/setLevel",
         ),
+        // Removed before its params are read: a level it would refuse does not matter.
+        (
+            "logging/setLevel",
+            serde_json::json!({"level": "loud", "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"}
+            }}),
+            "-32601",
+            "logging/setLevel",
+        ),
+        // Under the version the session negotiated, a level it does not know is invalid params.
+        ("logging/setLevel", serde_json::json!({"level": "loud"}), "-32602", "invalid params for `logging/setLevel`"),
     ];
     for (method, params, code, message) in cases {
         let error = client.request(method, params.clone()).expect_err(&format!("{method} {params}")).to_string();
