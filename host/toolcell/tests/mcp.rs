@@ -468,6 +468,23 @@ fn the_http_service_takes_the_role_from_the_token_and_refuses_everyone_else() {
 }
 
 #[test]
+fn a_call_over_max_request_bytes_is_an_error_the_python_sdk_shows_and_its_session_goes_on() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, impl_token, review_token) = service_fixture(temp.path());
+    let served = serve(&config, &temp.path().join("state"));
+    // A 5 MiB `write_file` against the default cap of 4 MiB.
+    let report = run_http_client(&["too-large", &served.url, &impl_token, &review_token]);
+    let error = &report["big"]["error"];
+    assert_eq!(error["code"], toolcell_mcp::REQUEST_TOO_LARGE.0, "{report}");
+    let message = error["message"].as_str().expect("message");
+    assert!(message.contains("over 4194304 bytes") && message.contains("`max_request_bytes`"), "{message}");
+    assert!(!temp.path().join("workspace/big.txt").exists());
+    // The same session's next call is served.
+    assert_eq!(report["after"]["is_error"], false, "{report}");
+    assert!(report["after"]["text"].as_str().is_some_and(|text| text.contains("hello")), "{report}");
+}
+
+#[test]
 fn an_http_session_survives_a_restart_and_releases_its_locks_when_it_ends() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let (config, impl_token, review_token) = service_fixture(temp.path());
