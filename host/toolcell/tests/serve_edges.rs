@@ -305,3 +305,52 @@ fn the_client_side_of_serving_md_works_as_written() {
         .collect();
     assert!(tools.contains(&"read_file".to_owned()) && tools.contains(&"edit_file".to_owned()), "{stdout}");
 }
+
+#[test]
+fn the_shared_stores_outage_and_recovery_are_told_once_each() {
+    let Some(cluster) = toolcell_tests::postgres::Cluster::start() else {
+        return;
+    };
+    // A password the database does not need (it trusts the socket), which no line may show.
+    let url = format!("{} password=s3cret-never-logged", cluster.url);
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let state = temp.path().join("state");
+    let migrated = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .args(["--store", &url, "--state-dir"])
+        .arg(&state)
+        .args(["store", "migrate"])
+        .output()
+        .expect("toolcell store migrate");
+    assert!(migrated.status.success(), "{}", String::from_utf8_lossy(&migrated.stderr));
+    let (config, alice) = fixture(temp.path(), "");
+    let served = serve(&config, &state, &["--store", &url]);
+    let listening = &served.lines()[0];
+    assert!(
+        listening.contains(&format!("store postgres://toolcell@{}/postgres, workspaces app (", cluster.socket_dir().display())),
+        "{listening}"
+    );
+
+    let bearer = format!("Bearer {alice}");
+    let opened = post(&served.url, &[("Authorization", &bearer)], &initialize_body());
+    let session = opened.session.expect("a session");
+    let headers = [("Authorization", bearer.as_str()), ("Mcp-Session-Id", session.as_str())];
+    post(&served.url, &headers, r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let write = |id: u64, content: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": "write_file", "arguments": {"path": "notes.txt", "content": content}}});
+        message(&post(&served.url, &headers, &body.to_string()), id)["result"]["isError"].clone()
+    };
+    assert_eq!(write(1, "one\n"), false);
+    cluster.stop();
+    assert_eq!(write(2, "while down\n"), true, "a write without the store is refused");
+    assert_eq!(write(3, "while down\n"), true);
+    served.wait_for(|line| line.contains("cannot be reached"));
+    cluster.resume();
+    assert_eq!(write(4, "after\n"), false, "writes work again");
+    let lines = served.wait_for(|line| line.contains("is back"));
+    let down: Vec<&String> = lines.iter().filter(|line| line.contains("cannot be reached")).collect();
+    assert_eq!(down.len(), 1, "one line for the outage, however many calls met it: {lines:#?}");
+    assert!(down[0].starts_with("toolcell serve: the store postgres://toolcell@") && down[0].contains("writes are refused"), "{}", down[0]);
+    assert_eq!(lines.iter().filter(|line| line.contains("is back (unreachable for")).count(), 1, "{lines:#?}");
+    assert!(!lines.iter().any(|line| line.contains("s3cret-never-logged") || line.contains(&alice)), "{lines:#?}");
+}
