@@ -129,7 +129,7 @@ fn build_serving_runtime(
     protected: &[&std::path::Path],
     store_log: Option<&Arc<toolcell_mcp::operator::OperatorLog>>,
 ) -> anyhow::Result<Runtime> {
-    build_runtime_watching(args, (None, true, protected), store_log)
+    build_runtime_watching(args, None, true, protected, store_log)
 }
 
 /// The plugin directory: `--plugin-dir`, else `plugins` in the state directory.
@@ -144,13 +144,15 @@ fn build_runtime_with(
     serving: bool,
     protected: &[&std::path::Path],
 ) -> anyhow::Result<Runtime> {
-    build_runtime_watching(args, (extra, serving, protected), None)
+    build_runtime_watching(args, extra, serving, protected, None)
 }
 
 /// [`build_runtime_with`], telling `store_log` each outage and recovery of the shared store.
 fn build_runtime_watching(
     args: &RuntimeArgs,
-    (extra, serving, protected): (Option<(String, Vec<u8>)>, bool, &[&std::path::Path]),
+    extra: Option<(String, Vec<u8>)>,
+    serving: bool,
+    protected: &[&std::path::Path],
     store_log: Option<&Arc<toolcell_mcp::operator::OperatorLog>>,
 ) -> anyhow::Result<Runtime> {
     let mut builder = toolcell_host::builtin_runtime().build_index_on_first_search(serving);
