@@ -103,10 +103,11 @@ fn agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(120))).build().new_agent()
 }
 
-/// An HTTP answer: status, content type, `Mcp-Session-Id` if any, body.
+/// An HTTP answer: status, content type, `Connection`, `Mcp-Session-Id` if any, body.
 struct Answer {
     status: u16,
     content_type: String,
+    connection: Option<String>,
     session: Option<String>,
     text: String,
 }
@@ -122,8 +123,9 @@ fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
     }
     let mut response = request.send(body).expect("POST");
     let header = |name: &str| response.headers().get(name).and_then(|value| value.to_str().ok()).map(str::to_owned);
-    let (content_type, session) = (header("content-type").unwrap_or_default(), header("mcp-session-id"));
-    Answer { status: response.status().as_u16(), content_type, session, text: response.body_mut().read_to_string().unwrap_or_default() }
+    let (content_type, connection, session) = (header("content-type").unwrap_or_default(), header("connection"), header("mcp-session-id"));
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    Answer { status: response.status().as_u16(), content_type, connection, session, text }
 }
 
 fn initialize_body() -> String {
@@ -157,6 +159,8 @@ fn a_body_over_the_cap_is_413_with_a_json_rpc_error_and_the_connection_serves_on
     let refused = post(&served.url, &headers, &big.to_string());
     assert_eq!(refused.status, 413, "{}", refused.text);
     assert_eq!(refused.content_type, "application/json");
+    // The rest of the body was read: the connection is not closed under the client.
+    assert_ne!(refused.connection.as_deref(), Some("close"));
     let error: Value = serde_json::from_str(&refused.text).expect("a JSON body");
     assert_eq!((&error["jsonrpc"], &error["id"], &error["error"]["code"]), (&json!("2.0"), &Value::Null, &json!(-32013)), "{error}");
     let text = error["error"]["message"].as_str().expect("message");
