@@ -6,8 +6,10 @@
 //! the owner and the task; a request without a known token gets 401 before anything else runs.
 //! An MCP session belongs to the principal that opened it: another principal presenting its
 //! id gets 404, as does any id the service never issued. The body is then read whole (within
-//! `request_body_timeout` and `max_request_bytes`), rmcp checks `Host` and `Origin` (DNS
-//! rebinding), and runs the request.
+//! `request_body_timeout` and `max_request_bytes`: past the cap, `413` with a JSON-RPC error
+//! SDKs show, the rest read and dropped so that the connection serves on), rmcp checks `Host`
+//! and `Origin` (DNS rebinding), and runs the request. Every refusal (`401`, `403`, `413`,
+//! `429`) is told on the [`OperatorLog`], rate-limited and without tokens.
 //!
 //! What a principal holds is bounded for as long as it holds it (see [`crate::bounds`]): its
 //! connections from the first authenticated request until they close, its requests and event

@@ -20,6 +20,7 @@
 //! One connection per store, opened again after a failure. When the database cannot be
 //! reached, lock checks fail and the host refuses every modification (reads go on), and audit
 //! appends fail and withhold the call's result; both work again once it is back.
+//! [`PostgresStore::watch`] is told once per outage and once per recovery (`serve` logs them).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
