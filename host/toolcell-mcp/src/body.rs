@@ -63,33 +63,57 @@ where
     }
 }
 
-/// Why a request body could not be read: the status and the text to answer with.
-pub(crate) type Unread = (StatusCode, String);
+/// Why a request body could not be read.
+#[derive(Debug)]
+pub(crate) enum Unread {
+    /// Larger than `max_request_bytes` (the value); `drained` when the rest of it was read and
+    /// discarded, so that the connection can carry the client's next request.
+    TooLarge { max_bytes: usize, drained: bool },
+    /// Not read: the status and the text to answer with.
+    Failed(StatusCode, String),
+}
+
+/// How much of a body over the cap is read and discarded so that its connection stays usable
+/// (a client still sending when the connection closes sees it reset, often without the answer):
+/// past this, the connection is closed instead.
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 
 /// The whole of `body`, at most `max_bytes` of it.
 ///
 /// # Errors
 ///
-/// `413` for a body larger than `max_bytes`, `408` for one that did not arrive in time, `400`
-/// for one that could not be read.
-pub(crate) async fn collect<B>(body: Deadline<B>, max_bytes: usize) -> Result<Bytes, Unread>
+/// [`Unread::TooLarge`] for a body larger than `max_bytes` (the rest of it read and discarded,
+/// up to [`DRAIN_LIMIT`] and within the body's deadline), `408` for one that did not arrive in
+/// time, `400` for one that could not be read.
+pub(crate) async fn collect<B>(mut body: Deadline<B>, max_bytes: usize) -> Result<Bytes, Unread>
 where
     B: Body + Unpin,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let mut collected = BytesMut::new();
-    let mut body = std::pin::pin!(body);
-    while let Some(frame) = std::future::poll_fn(|context| body.as_mut().poll_frame(context)).await {
-        let frame = frame.map_err(|error| {
-            let status = if error.is::<BodyTimeout>() { StatusCode::REQUEST_TIMEOUT } else { StatusCode::BAD_REQUEST };
-            (status, format!("{}: {error}", status.canonical_reason().unwrap_or("Bad Request")))
-        })?;
+    let mut over = false;
+    let mut discarded = 0usize;
+    while let Some(frame) = std::future::poll_fn(|context| Pin::new(&mut body).poll_frame(context)).await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(_) if over => return Err(Unread::TooLarge { max_bytes, drained: false }),
+            Err(error) => {
+                let status = if error.is::<BodyTimeout>() { StatusCode::REQUEST_TIMEOUT } else { StatusCode::BAD_REQUEST };
+                return Err(Unread::Failed(status, format!("{}: {error}", status.canonical_reason().unwrap_or("Bad Request"))));
+            }
+        };
         let Ok(mut data) = frame.into_data() else { continue };
+        if over {
+            discarded = discarded.saturating_add(data.remaining());
+            if discarded > DRAIN_LIMIT {
+                return Err(Unread::TooLarge { max_bytes, drained: false });
+            }
+            continue;
+        }
         if data.remaining() > max_bytes.saturating_sub(collected.len()) {
-            return Err((
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("Payload Too Large: the request body is over {max_bytes} bytes (`max_request_bytes` in service.toml)"),
-            ));
+            over = true;
+            collected = BytesMut::new();
+            continue;
         }
         while data.has_remaining() {
             let chunk = data.chunk();
@@ -98,7 +122,28 @@ where
             data.advance(length);
         }
     }
+    if over {
+        return Err(Unread::TooLarge { max_bytes, drained: true });
+    }
     Ok(collected.freeze())
+}
+
+/// The JSON-RPC error answering a request whose body is over `max_bytes`: what SDKs show
+/// their user (its `id` is null: the request's own was never read).
+pub(crate) fn too_large_message(max_bytes: usize) -> serde_json::Value {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": crate::REQUEST_TOO_LARGE.0,
+            "message": format!(
+                "the request is over {max_bytes} bytes, the most this service reads (`max_request_bytes` in its service.toml): \
+                 send less at once (a large file in parts: `write_file` then `insert_text` or `edit_file`), or ask the operator \
+                 to raise `max_request_bytes`"
+            ),
+            "data": {"max_request_bytes": max_bytes},
+        },
+    })
 }
 
 /// What a request body asks for, as far as the bounds care.

@@ -6,8 +6,10 @@
 //! the owner and the task; a request without a known token gets 401 before anything else runs.
 //! An MCP session belongs to the principal that opened it: another principal presenting its
 //! id gets 404, as does any id the service never issued. The body is then read whole (within
-//! `request_body_timeout` and `max_request_bytes`), rmcp checks `Host` and `Origin` (DNS
-//! rebinding), and runs the request.
+//! `request_body_timeout` and `max_request_bytes`: past the cap, `413` with a JSON-RPC error
+//! SDKs show, the rest read and dropped so that the connection serves on), rmcp checks `Host`
+//! and `Origin` (DNS rebinding), and runs the request. Every refusal (`401`, `403`, `413`,
+//! `429`) is told on the [`OperatorLog`], rate-limited and without tokens.
 //!
 //! What a principal holds is bounded for as long as it holds it (see [`crate::bounds`]): its
 //! connections from the first authenticated request until they close, its requests and event
@@ -42,9 +44,10 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 use toolcell_host::{Host, Session, TaskBinding};
 
-use crate::body::{Asks, Deadline, Holding};
+use crate::body::{Asks, Deadline, Holding, Unread};
 use crate::bounds::{Kind, Ledger, Refusal, Slot};
 use crate::config::{Principal, ServiceConfig, token_hash};
+use crate::operator::{Event, OperatorLog};
 use crate::sessions::Owners;
 use crate::{McpServer, ServeError, tools_of};
 
@@ -78,6 +81,8 @@ pub struct Service {
     owners: Arc<Owners>,
     /// What each principal holds, against the bounds.
     ledger: Arc<Ledger>,
+    /// Where refusals are told to the operator.
+    log: Arc<OperatorLog>,
 }
 
 /// A session and the tools its role may call.
@@ -86,6 +91,10 @@ type Served = (Session, Arc<Vec<Tool>>);
 /// The principal a request authenticated as (in the request's extensions).
 #[derive(Debug, Clone)]
 struct Authenticated(Arc<Principal>);
+
+/// Where a request came from (in the request's extensions), for the operator's log.
+#[derive(Debug, Clone, Copy)]
+struct Peer(std::net::SocketAddr);
 
 impl Service {
     /// A service over `hosts` (one per workspace of `config`, by name); MCP sessions are kept
@@ -121,7 +130,22 @@ impl Service {
             tools: Mutex::new(HashMap::new()),
             owners,
             ledger,
+            log: Arc::new(OperatorLog::default()),
         })
+    }
+
+    /// The service, telling refusals to `log` (by default, a log of its own on stderr).
+    #[must_use]
+    pub fn with_operator_log(mut self, log: Arc<OperatorLog>) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// A tool call of `parts`' principal refused at one of its bounds (a JSON-RPC error, the
+    /// `429` of a call), told to the operator.
+    pub(crate) fn log_call_refused(&self, parts: Option<&http::request::Parts>, refusal: &Refusal) {
+        let from = parts.and_then(|parts| parts.extensions.get::<Peer>()).map(|Peer(address)| address.to_string());
+        self.log.note(Event::TooMany, &format!("429 (a tool call) from {}: {refusal}", from.as_deref().unwrap_or("?")));
     }
 
     /// The toolcell session (and its tools) of a request whose HTTP parts are `parts`.
@@ -227,19 +251,26 @@ impl Service {
         self: Arc<Self>,
         mcp: Mcp,
         manager: Arc<LocalSessionManager>,
-        connection: Arc<Mutex<Option<Slot>>>,
+        (connection, peer): (Arc<Mutex<Option<Slot>>>, std::net::SocketAddr),
         request: Request<Incoming>,
     ) -> Answer {
         let principal = match self.authenticate(request.headers()) {
             Ok(principal) => principal,
-            Err(reason) => return unauthorized(reason),
+            Err(reason) => {
+                self.log.note(Event::Unauthorized, &format!("401 from {peer}: {reason}"));
+                return unauthorized(reason);
+            }
+        };
+        let refuse = |refusal: &Refusal| {
+            self.log.note(Event::TooMany, &format!("429 from {peer}: {refusal}"));
+            too_many(refusal)
         };
         if let Err(refusal) = self.seat(&connection, &principal) {
-            return too_many(&refusal);
+            return refuse(&refusal);
         }
         let request_slot = match self.ledger.take(&principal.name, Kind::Request) {
             Ok(slot) => slot,
-            Err(refusal) => return too_many(&refusal),
+            Err(refusal) => return refuse(&refusal),
         };
         let session_id = mcp_session_id(request.headers().get(MCP_SESSION_ID)).map(str::to_owned);
         // A session this service never created for this principal (or that expired) does not
@@ -256,7 +287,17 @@ impl Service {
         let body = if parts.method == Method::POST {
             match crate::body::collect(Deadline::new(body, self.config.request_body_timeout), self.config.max_request_bytes).await {
                 Ok(body) => body,
-                Err((status, text)) => return plain(status, text),
+                Err(Unread::TooLarge { max_bytes, drained }) => {
+                    self.log.note(
+                        Event::TooLarge,
+                        &format!(
+                            "413 from {peer}: a request of principal `{}` is over {max_bytes} bytes (`max_request_bytes`)",
+                            principal.name
+                        ),
+                    );
+                    return too_large(max_bytes, drained);
+                }
+                Err(Unread::Failed(status, text)) => return plain(status, text),
             }
         } else {
             Bytes::new()
@@ -266,7 +307,7 @@ impl Service {
         let stream_slot = if parts.method == Method::GET || asks.request {
             match self.ledger.take(&principal.name, Kind::Stream) {
                 Ok(slot) => Some(slot),
-                Err(refusal) => return too_many(&refusal),
+                Err(refusal) => return refuse(&refusal),
             }
         } else {
             None
@@ -274,14 +315,24 @@ impl Service {
         let mut session_slot = if asks.initialize && session_id.is_none() {
             match self.ledger.take(&principal.name, Kind::Session) {
                 Ok(slot) => Some(slot),
-                Err(refusal) => return too_many(&refusal),
+                Err(refusal) => return refuse(&refusal),
             }
         } else {
             None
         };
         let ending = parts.method == Method::DELETE;
         parts.extensions.insert(Authenticated(Arc::clone(&principal)));
+        parts.extensions.insert(Peer(peer));
         let mut response = mcp.handle(Request::from_parts(parts, Full::new(body))).await;
+        if response.status() == StatusCode::FORBIDDEN {
+            // rmcp's own refusal (a foreign `Host` or `Origin`): its text is one of its fixed
+            // reasons, never a header's value.
+            let (head, body) = response.into_parts();
+            let text = body.collect().await.map(http_body_util::Collected::to_bytes).unwrap_or_default();
+            let reason = String::from_utf8_lossy(&text).chars().filter(|character| !character.is_control()).take(200).collect::<String>();
+            self.log.note(Event::Forbidden, &format!("403 from {peer} (principal `{}`): {reason}", principal.name));
+            response = Response::from_parts(head, Full::new(text).boxed());
+        }
         if response.status().is_client_error() {
             // rmcp refuses some requests (Host, Origin) without reading their body: close the
             // connection after the answer, as for the front door's own refusals.
@@ -354,6 +405,19 @@ fn plain(status: StatusCode, text: String) -> Answer {
     response
 }
 
+/// A request over `max_bytes`: `413`, with the JSON-RPC error SDKs show their user. The
+/// connection stays open if the rest of the body was `drained`.
+fn too_large(max_bytes: usize, drained: bool) -> Answer {
+    let body = crate::body::too_large_message(max_bytes).to_string();
+    let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
+    *response.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if !drained {
+        response.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
 fn unauthorized(reason: &'static str) -> Answer {
     let mut response = plain(StatusCode::UNAUTHORIZED, reason.to_owned());
     response.headers_mut().insert(http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"toolcell\""));
@@ -403,9 +467,12 @@ pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shu
         let every = (service.config.session_idle / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(every);
+            // The operator hears how many refusals were left out of the log soon after.
+            let mut flushes = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tokio::select! {
                     _ = ticks.tick() => service.expire(&manager).await,
+                    _ = flushes.tick() => service.log.flush(),
                     () = shutdown.cancelled() => break,
                 }
             }
@@ -420,7 +487,7 @@ pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shu
             },
             () = shutdown.cancelled() => break Ok(()),
         };
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 // Out of descriptors, say: wait a little rather than spin or stop serving.
@@ -439,7 +506,7 @@ pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shu
             let seat: Arc<Mutex<Option<Slot>>> = Arc::new(Mutex::new(None));
             let handler = hyper::service::service_fn(move |request| {
                 let (service, mcp, manager, seat) = (Arc::clone(&service), mcp.clone(), Arc::clone(&manager), Arc::clone(&seat));
-                async move { Ok::<_, Infallible>(service.handle(mcp, manager, seat, request).await) }
+                async move { Ok::<_, Infallible>(service.handle(mcp, manager, (seat, peer), request).await) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -25,6 +25,7 @@ pub mod client;
 pub mod config;
 pub mod http;
 mod logging;
+pub mod operator;
 mod sessions;
 
 use std::sync::Arc;
@@ -51,6 +52,10 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 /// service (`429` at the HTTP level); the message names the bound, its value and the setting
 /// that raises it, and `data` has them as `bound`, `value` and `principal`.
 pub const BOUND_REACHED: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32029);
+
+/// The JSON-RPC error code of a request whose body is over the service's `max_request_bytes`
+/// (`413` at the HTTP level, with this error as its body); `data` has `max_request_bytes`.
+pub const REQUEST_TOO_LARGE: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32013);
 
 /// An MCP server: for one session (stdio), or for whoever each request authenticated as
 /// (the HTTP service).
@@ -115,11 +120,14 @@ impl McpServer {
             Binding::Session { .. } => Ok(None),
             Binding::Service(service) => match service.take_call(context.extensions.get::<::http::request::Parts>()) {
                 Ok(slot) => Ok(Some(slot)),
-                Err(http::CallRefused::Bound(refusal)) => Err(McpError::new(
-                    BOUND_REACHED,
-                    refusal.to_string(),
-                    Some(json!({ "bound": refusal.setting, "value": refusal.value, "principal": refusal.principal })),
-                )),
+                Err(http::CallRefused::Bound(refusal)) => Err({
+                    service.log_call_refused(context.extensions.get::<::http::request::Parts>(), &refusal);
+                    McpError::new(
+                        BOUND_REACHED,
+                        refusal.to_string(),
+                        Some(json!({ "bound": refusal.setting, "value": refusal.value, "principal": refusal.principal })),
+                    )
+                }),
                 Err(http::CallRefused::Unauthenticated(reason)) => Err(McpError::invalid_request(reason, None)),
             },
         }
@@ -231,6 +239,23 @@ impl McpServer {
     }
 }
 
+/// Whether the protocol version of a request (its `_meta`, else its `params`' `_meta` when
+/// rmcp could not read them, else the session's) is one without `logging/setLevel`.
+fn removes_logging(context: &RequestContext<RoleServer>, params: Option<&Value>) -> bool {
+    let from_params = || {
+        params
+            .and_then(|params| params.get("_meta"))
+            .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
+            .and_then(|version| serde_json::from_value::<rmcp::model::ProtocolVersion>(version.clone()).ok())
+    };
+    context
+        .meta
+        .protocol_version()
+        .or_else(from_params)
+        .or_else(|| context.protocol_version())
+        .is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28)
+}
+
 /// What is wrong with the parameters of a `tools/call` that rmcp could not read.
 fn invalid_call_params(params: Option<&Value>) -> String {
     let problem = match params {
@@ -301,7 +326,7 @@ impl ServerHandler for McpServer {
     #[expect(deprecated, reason = "MCP logging is deprecated by SEP-2577, but clients still ask for it")]
     async fn set_level(&self, request: rmcp::model::SetLevelRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
         // Removed from the protocol in 2026-07-28: a client speaking it finds no such method.
-        if context.protocol_version().is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28) {
+        if removes_logging(&context, None) {
             return Err(McpError::method_not_found::<rmcp::model::SetLevelRequestMethod>());
         }
         self.log_level.set(&request);
@@ -346,8 +371,12 @@ impl ServerHandler for McpServer {
     /// rmcp hands over a request whose method it knows but whose parameters it could not
     /// read as an unknown one: for the methods this server serves that is invalid params
     /// (-32602), saying what is wrong, not "method not found".
-    async fn on_custom_request(&self, request: CustomRequest, _context: RequestContext<RoleServer>) -> Result<CustomResult, McpError> {
+    async fn on_custom_request(&self, request: CustomRequest, context: RequestContext<RoleServer>) -> Result<CustomResult, McpError> {
         match request.method.as_str() {
+            // Removed in 2026-07-28: under it, there is no such method, whatever its params.
+            "logging/setLevel" if removes_logging(&context, request.params.as_ref()) => {
+                Err(McpError::method_not_found::<rmcp::model::SetLevelRequestMethod>())
+            }
             "tools/call" => Err(McpError::invalid_params(invalid_call_params(request.params.as_ref()), None)),
             "tools/list" => Err(McpError::invalid_params("invalid params for `tools/list`: give an object (`cursor` is optional)", None)),
             "logging/setLevel" => Err(McpError::invalid_params(

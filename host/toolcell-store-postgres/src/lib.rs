@@ -20,10 +20,11 @@
 //! One connection per store, opened again after a failure. When the database cannot be
 //! reached, lock checks fail and the host refuses every modification (reads go on), and audit
 //! appends fail and withhold the call's result; both work again once it is back.
+//! [`PostgresStore::watch`] is told once per outage and once per recovery (`serve` logs them).
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use postgres::{Client, Config, NoTls};
 use toolcell_audit::{Link, Record, seal};
@@ -111,11 +112,33 @@ pub enum StoreError {
     },
 }
 
+/// A change in whether the store can be reached, as its uses find it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Availability {
+    /// A use found the database unreachable (the driver's reason, never a password).
+    Lost {
+        /// Why.
+        reason: String,
+    },
+    /// A use reached it again, this long after it was found unreachable.
+    Back {
+        /// How long it was unreachable (at least).
+        after: Duration,
+    },
+}
+
+/// What is told of each [`Availability`] change.
+type Watcher = Box<dyn Fn(&Availability) + Send + Sync>;
+
 /// A connection to toolcell's tables in one PostgreSQL database.
 pub struct PostgresStore {
     config: Config,
     name: String,
     client: Mutex<Option<Client>>,
+    /// Since when the database has been unreachable (`None`: it was reached last time).
+    lost_since: Mutex<Option<Instant>>,
+    watcher: OnceLock<Watcher>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -152,7 +175,33 @@ impl PostgresStore {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
         let name = name_of(&config);
-        Ok(PostgresStore { config, name, client: Mutex::new(None) })
+        Ok(PostgresStore { config, name, client: Mutex::new(None), lost_since: Mutex::new(None), watcher: OnceLock::new() })
+    }
+
+    /// Tell `watcher` each time a use finds the database unreachable after it was reached,
+    /// and reached again after that: one call per outage and one per recovery (a service
+    /// logs them). Only the first watcher set is kept.
+    pub fn watch(&self, watcher: impl Fn(&Availability) + Send + Sync + 'static) {
+        let _ = self.watcher.set(Box::new(watcher));
+    }
+
+    /// A use reached the database (`Ok`) or found it unreachable (`Err`, the reason).
+    fn reached(&self, outcome: Result<(), &str>) {
+        let mut lost_since = self.lost_since.lock().unwrap_or_else(PoisonError::into_inner);
+        let change = match (outcome, *lost_since) {
+            (Err(reason), None) => {
+                *lost_since = Some(Instant::now());
+                Availability::Lost { reason: reason.to_owned() }
+            }
+            (Ok(()), Some(since)) => {
+                *lost_since = None;
+                Availability::Back { after: since.elapsed() }
+            }
+            _ => return,
+        };
+        if let Some(watcher) = self.watcher.get() {
+            watcher(&change);
+        }
     }
 
     /// What the store is: `postgres://USER@HOST/DB`, without a password.
@@ -165,16 +214,28 @@ impl PostgresStore {
     fn with_client<T>(&self, work: impl FnOnce(&mut Client) -> Result<T, postgres::Error>) -> Result<T, String> {
         let mut slot = self.client.lock().unwrap_or_else(PoisonError::into_inner);
         if slot.as_ref().is_none_or(Client::is_closed) {
-            *slot = Some(self.config.connect(NoTls).map_err(|error| describe(&error))?);
+            match self.config.connect(NoTls) {
+                Ok(client) => *slot = Some(client),
+                Err(error) => {
+                    let reason = describe(&error);
+                    self.reached(Err(&reason));
+                    return Err(reason);
+                }
+            }
         }
         let Some(client) = slot.as_mut() else {
             return Err("no connection".to_owned());
         };
-        let result = work(client);
-        if result.is_err() && client.is_closed() {
-            *slot = None;
+        let result = work(client).map_err(|error| describe(&error));
+        match &result {
+            Err(reason) if client.is_closed() => {
+                *slot = None;
+                self.reached(Err(reason));
+            }
+            // Answered: an error of the statement's own is no outage.
+            _ => self.reached(Ok(())),
         }
-        result.map_err(|error| describe(&error))
+        result
     }
 
     fn database_error(&self, reason: String) -> StoreError {

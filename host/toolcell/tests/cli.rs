@@ -838,6 +838,8 @@ fn audit_verify_notices_removed_records_and_a_missing_trail() {
     let run = toolcell(&cache, &["--state-dir", missing.to_str().expect("UTF-8"), "audit", "verify"]);
     assert_eq!(run.status, 1);
     assert!(run.stderr.contains("there is no audit trail"), "{}", run.stderr);
+    // Where else it may be: another state directory, or PostgreSQL.
+    assert!(run.stderr.contains("--state-dir") && run.stderr.contains("--store URL"), "{}", run.stderr);
     assert!(!missing.exists(), "verify created the state directory");
 }
 
@@ -1218,7 +1220,11 @@ fn hosts_on_a_postgres_store_share_locks_and_one_audit_chain() {
     // Not migrated: hosts refuse to start and say what to run; `status` says where it stands.
     let status = on(0, &["store", "status"]);
     assert_eq!(status.status, 1, "{}", status.stderr);
-    assert!(status.stdout.contains("schema version 0; this toolcell needs 1"), "{}", status.stdout);
+    assert!(
+        status.stdout.contains("schema version 0; this toolcell needs 1: run `toolcell store migrate` with the same --store"),
+        "{}",
+        status.stdout
+    );
     let refused = on(0, &["call", "read_file", r#"{"path": "notes.txt"}"#, "--workspace", dir]);
     assert_eq!(refused.status, 2, "{}", refused.stderr);
     assert!(refused.stderr.contains("toolcell store migrate"), "{}", refused.stderr);
@@ -1240,6 +1246,15 @@ fn hosts_on_a_postgres_store_share_locks_and_one_audit_chain() {
     // Both hosts' records are one chain, verified from either.
     let verified = on(1, &["audit", "verify"]);
     assert_eq!(verified.status, 0, "{}", verified.stderr);
+    // Without --store, a host's state directory has no chain: the hint says where it is.
+    let local = toolcell(&cache, &["--state-dir", states[0].path().to_str().expect("UTF-8"), "audit", "verify"]);
+    assert_eq!(local.status, 1, "{}", local.stderr);
+    assert!(
+        local.stderr.contains("keeps its audit trail in PostgreSQL: pass --store URL")
+            && local.stderr.contains("`[store] url` in `toolcell serve`'s service.toml"),
+        "{}",
+        local.stderr
+    );
     assert!(verified.stdout.starts_with("postgres://toolcell@") && verified.stdout.contains(": ok, "), "{}", verified.stdout);
     let tail = on(0, &["audit", "tail", "-n", "50"]);
     assert!(tail.stdout.contains("LOCK acquired exclusive `src/**`") && tail.stdout.contains("DENY write `src`"), "{}", tail.stdout);

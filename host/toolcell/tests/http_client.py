@@ -211,12 +211,29 @@ async def cancel(url, impl_token, review_token):
             "progress_tokens": progress}
 
 
+async def too_large(url, impl_token, review_token):
+    """A call whose request is over `max_request_bytes`, then a normal call in the same session."""
+    from mcp.shared.exceptions import MCPError
+
+    async def actions(session, seen):
+        try:
+            await session.call_tool("write_file", {"path": "big.txt", "content": "x" * (5 * 1024 * 1024)})
+            seen["big"] = {"error": None}
+        except MCPError as error:
+            seen["big"] = {"error": {"code": error.code, "message": error.message}}
+        seen["after"] = result(await session.call_tool("read_file", {"path": "notes.txt"}))
+
+    return await sdk(url, impl_token, actions)
+
+
 def main():
     scenario, url, impl_token, review_token = sys.argv[1:5]
     if scenario == "main":
         report = asyncio.run(main_scenario(url, impl_token, review_token))
     elif scenario == "before-restart":
         report = asyncio.run(before_restart(url, impl_token, review_token))
+    elif scenario == "too-large":
+        report = asyncio.run(too_large(url, impl_token, review_token))
     elif scenario == "cancel":
         report = asyncio.run(cancel(url, impl_token, review_token))
     elif scenario == "after-restart":

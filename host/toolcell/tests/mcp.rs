@@ -273,6 +273,19 @@ fn malformed_tool_calls_are_invalid_params_and_unknown_methods_are_not_found() {
             "-32601",
             "logging/setLevel",
         ),
+        // Removed before its params are read: a level it would refuse does not matter.
+        (
+            "logging/setLevel",
+            serde_json::json!({"level": "loud", "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"}
+            }}),
+            "-32601",
+            "logging/setLevel",
+        ),
+        // Under the version the session negotiated, a level it does not know is invalid params.
+        ("logging/setLevel", serde_json::json!({"level": "loud"}), "-32602", "invalid params for `logging/setLevel`"),
     ];
     for (method, params, code, message) in cases {
         let error = client.request(method, params.clone()).expect_err(&format!("{method} {params}")).to_string();
@@ -452,6 +465,23 @@ fn the_http_service_takes_the_role_from_the_token_and_refuses_everyone_else() {
         assert!(record["principal"] == "alice" || record["principal"] == "rita", "{record}");
     }
     assert!(records.iter().any(|record| record["principal"] == "alice" && record["decision"] == "deny" && record["path"] == ".env"));
+}
+
+#[test]
+fn a_call_over_max_request_bytes_is_an_error_the_python_sdk_shows_and_its_session_goes_on() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, impl_token, review_token) = service_fixture(temp.path());
+    let served = serve(&config, &temp.path().join("state"));
+    // A 5 MiB `write_file` against the default cap of 4 MiB.
+    let report = run_http_client(&["too-large", &served.url, &impl_token, &review_token]);
+    let error = &report["big"]["error"];
+    assert_eq!(error["code"], toolcell_mcp::REQUEST_TOO_LARGE.0, "{report}");
+    let message = error["message"].as_str().expect("message");
+    assert!(message.contains("over 4194304 bytes") && message.contains("`max_request_bytes`"), "{message}");
+    assert!(!temp.path().join("workspace/big.txt").exists());
+    // The same session's next call is served.
+    assert_eq!(report["after"]["is_error"], false, "{report}");
+    assert!(report["after"]["text"].as_str().is_some_and(|text| text.contains("hello")), "{report}");
 }
 
 #[test]

@@ -126,8 +126,13 @@ pub fn build_runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
 /// The runtime of a host that serves many calls (`mcp`, `serve`): as [`build_runtime`], and a
 /// workspace's first search builds its content index in the background for the searches after.
 /// `protected` are the service's own files (its configuration), hidden from every tool.
-fn build_serving_runtime(args: &RuntimeArgs, protected: &[&std::path::Path]) -> anyhow::Result<Runtime> {
-    build_runtime_with(args, None, true, protected)
+/// `store_log`, if given, is told each outage and recovery of the shared store.
+fn build_serving_runtime(
+    args: &RuntimeArgs,
+    protected: &[&std::path::Path],
+    store_log: Option<&Arc<toolcell_mcp::operator::OperatorLog>>,
+) -> anyhow::Result<Runtime> {
+    build_runtime_watching(args, None, true, protected, store_log)
 }
 
 /// The plugin directory: `--plugin-dir`, else `plugins` in the state directory.
@@ -150,6 +155,17 @@ fn build_runtime_with(
     extra: Option<Candidate>,
     serving: bool,
     protected: &[&std::path::Path],
+) -> anyhow::Result<Runtime> {
+    build_runtime_watching(args, extra, serving, protected, None)
+}
+
+/// [`build_runtime_with`], telling `store_log` each outage and recovery of the shared store.
+fn build_runtime_watching(
+    args: &RuntimeArgs,
+    extra: Option<(String, Vec<u8>)>,
+    serving: bool,
+    protected: &[&std::path::Path],
+    store_log: Option<&Arc<toolcell_mcp::operator::OperatorLog>>,
 ) -> anyhow::Result<Runtime> {
     let mut builder = toolcell_host::builtin_runtime().build_index_on_first_search(serving);
     for path in protected {
@@ -176,6 +192,9 @@ fn build_runtime_with(
     }
     if let Some(url) = store_url(args) {
         let store = toolcell_store_postgres::PostgresStore::connect(&url)?;
+        if let Some(log) = store_log {
+            watch_store(&store, Arc::clone(log));
+        }
         builder = builder.shared_store(Arc::clone(&store) as Arc<dyn toolcell_runtime::LockBackend>, store);
     }
     if let Some(directory) = plugin_dir(args) {
@@ -252,6 +271,22 @@ fn build_runtime_with(
         }
     }
     Ok(runtime)
+}
+
+/// Tell `log` when uses of `store` find it unreachable, and when it is back.
+fn watch_store(store: &toolcell_store_postgres::PostgresStore, log: Arc<toolcell_mcp::operator::OperatorLog>) {
+    use toolcell_mcp::operator::Event;
+    use toolcell_store_postgres::Availability;
+    let name = store.name().to_owned();
+    store.watch(move |change| match change {
+        Availability::Lost { reason } => {
+            log.note(Event::StoreDown, &format!("the store {name} cannot be reached ({reason}): writes are refused until it is back"))
+        }
+        Availability::Back { after } => {
+            log.note(Event::StoreBack, &format!("the store {name} is back (unreachable for {:.1} s)", after.as_secs_f64()));
+        }
+        _ => {}
+    });
 }
 
 /// `builtin:NAME` names a shipped policy.

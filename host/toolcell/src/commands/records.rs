@@ -22,7 +22,12 @@ pub(super) fn store(args: &RuntimeArgs, command: &StoreCommand) -> anyhow::Resul
         }
         StoreCommand::Status => {
             let found = store.schema_version()?;
-            writeln!(stdout, "{}: schema version {found}; this toolcell needs {SCHEMA_VERSION}", store.name())?;
+            let hint = match found.cmp(&SCHEMA_VERSION) {
+                std::cmp::Ordering::Less => ": run `toolcell store migrate` with the same --store (once, as the database's owner)",
+                std::cmp::Ordering::Greater => ": the database was migrated by a newer toolcell; run that one here",
+                std::cmp::Ordering::Equal => "",
+            };
+            writeln!(stdout, "{}: schema version {found}; this toolcell needs {SCHEMA_VERSION}{hint}", store.name())?;
             Ok(if found == SCHEMA_VERSION { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TOOL_ERROR) })
         }
     }
@@ -39,11 +44,16 @@ pub(super) fn audit(args: &RuntimeArgs, command: &AuditCommand) -> anyhow::Resul
     let log = match opened {
         Ok(log) => log,
         Err(Error::Audit { path, source }) if source.kind() == std::io::ErrorKind::NotFound => {
-            writeln!(
-                std::io::stderr(),
-                "there is no audit trail at `{}`: nothing was recorded there, or this is not the state directory (pass --state-dir)",
-                path.display()
-            )?;
+            // A host on a shared store keeps its checkpoint of the chain here, not the chain.
+            let shared = directory.join(toolcell_runtime::AUDIT_HEAD_FILE).exists();
+            let hint = if shared {
+                "this state directory's host keeps its audit trail in PostgreSQL: pass --store URL, the URL it runs with \
+                 (`[store] url` in `toolcell serve`'s service.toml)"
+            } else {
+                "nothing was recorded there, or this is not the state directory (pass --state-dir), or the audit trail is in \
+                 PostgreSQL (pass --store URL, as `[store] url` in `toolcell serve`'s service.toml says)"
+            };
+            writeln!(std::io::stderr(), "there is no audit trail at `{}`: {hint}", path.display())?;
             return Ok(ExitCode::from(EXIT_TOOL_ERROR));
         }
         Err(error) => return Err(error.into()),

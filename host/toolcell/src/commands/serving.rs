@@ -74,7 +74,7 @@ pub(super) fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCod
 }
 
 pub(super) fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
-    let runtime = build_serving_runtime(args, &[]).context("cannot start the toolcell host")?;
+    let runtime = build_serving_runtime(args, &[], None).context("cannot start the toolcell host")?;
     let approver: Option<Arc<dyn Approver>> = if mcp.approve { Some(Arc::new(ApproveAll)) } else { None };
     let host = toolcell_host::Host::new(runtime, Workspace::open(&mcp.workspace)?, approver);
     let session_id = mcp.session.clone().unwrap_or_else(|| format!("mcp-{}", std::process::id()));
@@ -131,7 +131,8 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         }
         _ => args,
     };
-    let runtime = Arc::new(build_serving_runtime(args, &[serve.config.as_path()]).context("cannot start the toolcell host")?);
+    let log = Arc::new(toolcell_mcp::operator::OperatorLog::default());
+    let runtime = Arc::new(build_serving_runtime(args, &[serve.config.as_path()], Some(&log)).context("cannot start the toolcell host")?);
     let mut hosts = std::collections::BTreeMap::new();
     for (name, directory) in &config.workspaces {
         let workspace = Workspace::open(directory).with_context(|| format!("{}: workspace `{name}`", config.file))?;
@@ -140,14 +141,15 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     let listen = serve.listen.or(config.listen).unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8750)));
     let sessions = state_dir(args).map(|state| state.join("mcp-sessions"));
     let principals = config.principals.len();
-    let service = toolcell_mcp::http::Service::new(config, hosts, sessions).map_err(anyhow::Error::msg)?;
+    let served = served_line(args, &config.workspaces);
+    let service = toolcell_mcp::http::Service::new(config, hosts, sessions).map_err(anyhow::Error::msg)?.with_operator_log(log);
     let executor = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     executor.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         let bound = listener.local_addr()?;
         writeln!(
             std::io::stderr(),
-            "toolcell serve: listening on http://{bound}/ ({principals} principals, policy {})",
+            "toolcell serve: listening on http://{bound}/ ({principals} principals, policy {}, {served})",
             runtime.policy().map_or("(none)", |policy| policy.file())
         )?;
         let shutdown = tokio_util::sync::CancellationToken::new();
@@ -160,6 +162,23 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where `serve` keeps locks and the audit trail, and the workspaces it serves, for its
+/// listening line: `store STORE, workspaces NAME (DIR), ...` (a PostgreSQL store by its name,
+/// which never holds a password).
+fn served_line(args: &RuntimeArgs, workspaces: &std::collections::BTreeMap<String, PathBuf>) -> String {
+    let store = match store_url(args) {
+        Some(url) => {
+            toolcell_store_postgres::PostgresStore::open(&url).map_or_else(|_| "PostgreSQL".to_owned(), |store| store.name().to_owned())
+        }
+        None => match state_dir(args) {
+            Some(state) => format!("the state directory {}", state.display()),
+            None => "(no state directory)".to_owned(),
+        },
+    };
+    let workspaces: Vec<String> = workspaces.iter().map(|(name, directory)| format!("{name} ({})", directory.display())).collect();
+    format!("store {store}, workspaces {}", workspaces.join(", "))
 }
 
 /// `toolcell token`: a new random token and its hash line, or the hash line of a given token.
