@@ -140,7 +140,6 @@ fn plugin_dir(args: &RuntimeArgs) -> Option<PathBuf> {
     args.plugin_dir.clone().or_else(|| state_dir(args).map(|state| state.join("plugins")))
 }
 
-/// The runtime with the built-in tools, the plugins, and `extra` (a component being added).
 /// What `tools add` and `tools update` load beside the plugin directory, to check it.
 enum Candidate {
     /// A component being added: its origin and bytes.
@@ -150,6 +149,8 @@ enum Candidate {
     Replacing { file_name: String, wasm: Vec<u8>, policy: Option<(PathBuf, String)> },
 }
 
+/// The runtime with the built-in tools, the plugins, and `extra` (a component being added or
+/// replaced).
 fn build_runtime_with(
     args: &RuntimeArgs,
     extra: Option<Candidate>,
@@ -162,7 +163,7 @@ fn build_runtime_with(
 /// [`build_runtime_with`], telling `store_log` each outage and recovery of the shared store.
 fn build_runtime_watching(
     args: &RuntimeArgs,
-    extra: Option<(String, Vec<u8>)>,
+    extra: Option<Candidate>,
     serving: bool,
     protected: &[&std::path::Path],
     store_log: Option<&Arc<toolcell_mcp::operator::OperatorLog>>,
