@@ -57,11 +57,8 @@ impl Site {
 
 fn sha256_hex(bytes: &[u8]) -> String {
     use std::io::Write as _;
-    let mut child = Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("sha256sum");
+    let mut child =
+        Command::new("sha256sum").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("sha256sum");
     child.stdin.take().expect("stdin").write_all(bytes).expect("write");
     let output = child.wait_with_output().expect("sha256sum");
     String::from_utf8_lossy(&output.stdout).split_whitespace().next().expect("a hash").to_owned()
@@ -199,4 +196,99 @@ fn client_paths_through_a_symlinked_root_stay_governed_and_show_no_host_path() {
         assert!(!text.contains("TOPSECRET") && !text.contains("\"key\""), "{tool} {args}: the denied directory was reached: {text}");
         assert!(!text.contains(canonical), "{tool} {args}: the canonical root the client never sent was shown: {text}");
     }
+}
+
+/// FINDING: `tools update` reads the policy when it starts, checks the new build for seconds,
+/// then writes back the whole text it read with its one pin changed. Two updates of two
+/// different plugins run at once (a script updating every plugin) both say "now reads
+/// sha256 = ..." and exit 0, but the second write puts the first plugin's old pin back: the
+/// first plugin's new file stays, its pin is the old one, and every start fails.
+#[test]
+fn two_updates_at_once_leave_every_pin_matching_its_plugin() {
+    let site = Site::new();
+    let probe = toolcell_tests::guest_program("fs_probe");
+    let misbehave = toolcell_tests::guest_program("misbehave");
+    std::fs::write(site.path("plugins/fs_probe.wasm"), probe).expect("install");
+    std::fs::write(site.path("plugins/misbehave.wasm"), misbehave).expect("install");
+    let policy = site.path("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version = 1\n[plugins.fs_probe]\nsha256 = \"{}\"\n[plugins.misbehave]\nsha256 = \"{}\"\n[roles.admin]\ntools = [\"fs_probe\", \"misbehave\"]\n",
+            sha256_hex(probe),
+            sha256_hex(misbehave)
+        ),
+    )
+    .expect("policy");
+    let policy = policy.to_str().expect("UTF-8").to_owned();
+    std::fs::write(site.path("fs_probe.wasm"), rebuilt(probe, b"new1")).expect("write");
+    std::fs::write(site.path("misbehave.wasm"), rebuilt(misbehave, b"new2")).expect("write");
+    let state = site.path("state");
+    let runs: Vec<Run> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ["fs_probe", "misbehave"]
+            .into_iter()
+            .map(|name| {
+                let (site, state, policy) = (&site, &state, &policy);
+                scope.spawn(move || {
+                    let build = site.path(&format!("{name}.wasm"));
+                    site.run(state, &["--policy", policy, "tools", "update", name, build.to_str().expect("UTF-8"), "--force"])
+                })
+            })
+            .collect();
+        handles.into_iter().map(|handle| handle.join().expect("thread")).collect()
+    });
+    let statuses: Vec<i32> = runs.iter().map(|run| run.status).collect();
+    let listed = site.run(&state, &["--policy", &policy, "tools"]);
+    assert_eq!(
+        listed.status,
+        0,
+        "both updates ended (exits {statuses:?}: {}), and now no command starts: {}",
+        runs.iter().map(|run| run.stdout.lines().last().unwrap_or_default().to_owned()).collect::<Vec<_>>().join(" | "),
+        listed.stderr
+    );
+}
+
+/// FINDING: the workspace's "given" root is `std::path::absolute(--workspace)`, which keeps
+/// `..`, and client paths are matched against it after folding `..` lexically, while the OS
+/// resolved the `..` after the symlink. `--workspace /x/lnk/..` with `lnk -> deep/dir` is the
+/// workspace `/x/deep`, but a client's `/x/config` (outside it, another file) is taken as the
+/// workspace's `config`: an absolute path outside the workspace is not refused, the call reads
+/// and writes another file than the one it names.
+#[test]
+fn an_absolute_path_outside_the_workspace_is_refused_even_after_a_dotdot_in_the_workspace_argument() {
+    let site = Site::new();
+    std::fs::create_dir_all(site.path("x/deep/dir")).expect("mkdir");
+    std::os::unix::fs::symlink("deep/dir", site.path("x/lnk")).expect("symlink");
+    std::fs::write(site.path("x/deep/config"), "inside\n").expect("write");
+    std::fs::write(site.path("x/config"), "outside\n").expect("write");
+    let policy = site.path("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[roles.r]\ntools = [\"read_file\", \"write_file\"]\n[[roles.r.rules]]\nid = \"all\"\naccess = [\"read\", \"list\", \"write\"]\npaths = [\"**\"]\neffect = \"allow\"\n",
+    )
+    .expect("policy");
+    let workspace = format!("{}/..", site.path("x/lnk").display());
+    let outside = site.path("x/config");
+    let written = site.run(
+        &site.path("state"),
+        &[
+            "--policy",
+            policy.to_str().expect("UTF-8"),
+            "call",
+            "write_file",
+            &json!({"path": outside, "content": "written\n"}).to_string(),
+            "--role",
+            "r",
+            "--workspace",
+            &workspace,
+        ],
+    );
+    let inside = std::fs::read_to_string(site.path("x/deep/config")).expect("read");
+    assert!(
+        written.status != 0 && inside == "inside\n",
+        "a write to `{}` (outside the workspace) was accepted (exit {}: {}) and landed in the workspace's `config`, which now reads {inside:?}",
+        outside.display(),
+        written.status,
+        written.stdout.trim()
+    );
 }
