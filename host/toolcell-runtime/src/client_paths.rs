@@ -69,6 +69,11 @@ pub(crate) fn as_workspace_path(text: &str, roots: &Roots<'_>) -> Option<String>
     if !absolute.is_absolute() {
         return None;
     }
+    // `..` is resolved by the host after the symlinks before it, which only the guard may
+    // follow: such a path is left absolute, and refused.
+    if absolute.components().any(|component| component == Component::ParentDir) {
+        return None;
+    }
     let inside = [Some(roots.canonical), roots.given]
         .into_iter()
         .flatten()
@@ -91,28 +96,23 @@ fn file_uri_path(text: &str) -> Option<PathBuf> {
     uri.to_file_path().ok()
 }
 
-/// `path` relative to `root`, after folding `.` and `..` lexically, joined with `/`; `None`
-/// if it does not lie under `root` or is not valid UTF-8.
+/// `path` relative to `root` (neither holds `..`), joined with `/`; `None` if it does not
+/// lie under `root` or is not valid UTF-8.
 fn relative_to(path: &Path, root: &Path) -> Option<String> {
-    let folded = fold(path);
-    let rest = folded.strip_prefix(fold(root).as_slice())?;
+    let names_of_path = names(path);
+    let rest = names_of_path.strip_prefix(names(root).as_slice())?;
     let parts: Option<Vec<&str>> = rest.iter().map(|part| part.to_str()).collect();
     Some(parts?.join("/"))
 }
 
-/// The names along an absolute path, `.` and `..` folded lexically.
-fn fold(path: &Path) -> Vec<&std::ffi::OsStr> {
-    let mut folded = Vec::new();
-    for component in path.components() {
-        match component {
-            Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
-            Component::ParentDir => {
-                folded.pop();
-            }
-            Component::Normal(name) => folded.push(name),
-        }
-    }
-    folded
+/// The names along an absolute path.
+fn names(path: &Path) -> Vec<&std::ffi::OsStr> {
+    path.components()
+        .filter_map(|component| match component {
+            Component::Normal(name) => Some(name),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A hint for a not-found answer to a call whose path arguments hold a `\`: toolcell paths
@@ -161,7 +161,11 @@ mod tests {
             (r#"{"path":"/home/me/repo/src/main.rs"}"#, r#"{"path":"src/main.rs"}"#),
             (r#"{"path":"/home/me/repo"}"#, r#"{"path":"."}"#),
             (r#"{"path":"/home/me/repo/"}"#, r#"{"path":"."}"#),
-            (r#"{"path":"/home/me/repo/./a/../b.txt"}"#, r#"{"path":"b.txt"}"#),
+            (r#"{"path":"/home/me/repo/./b.txt"}"#, r#"{"path":"b.txt"}"#),
+            // `..` after a symlink leads where the host's resolution says: left absolute.
+            (r#"{"path":"/home/me/repo/a/../b.txt"}"#, "unchanged"),
+            // A URI's dot segments are removed as the URI standard says, before any of this.
+            (r#"{"path":"file:///home/me/repo/a/../b.txt"}"#, r#"{"path":"b.txt"}"#),
             (r#"{"file_path":"/home/me/repo/a.md"}"#, r#"{"file_path":"a.md"}"#),
             (r#"{"paths":["/home/me/repo/a","b","/srv/work/repo/c"]}"#, r#"{"paths":["a","b","c"]}"#),
             (r#"{"source":"/home/me/repo/a","destination":"/home/me/repo/d/a"}"#, r#"{"destination":"d/a","source":"a"}"#),

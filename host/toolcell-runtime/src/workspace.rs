@@ -38,7 +38,11 @@ impl Workspace {
         }
         let directory = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority())
             .map_err(|error| workspace_error(format!("it cannot be opened: {error}")))?;
-        let given = std::path::absolute(path).ok().filter(|given| *given != root);
+        // A `..` in it was resolved after the symlinks before it: only the canonical root
+        // says where the workspace is then.
+        let given = std::path::absolute(path)
+            .ok()
+            .filter(|given| *given != root && !given.components().any(|component| component == std::path::Component::ParentDir));
         Ok(Workspace { root, given, directory })
     }
 

@@ -289,14 +289,15 @@ fn a_rebuilt_plugin_is_updated_with_its_pin_in_one_step() {
     let refused = site.run(&["--policy", &policy, "tools", "update", "misbehave", other.to_str().expect("UTF-8")]);
     assert_eq!(refused.status, 2, "{}", refused.stdout);
     unchanged("another tool");
-    // And a policy that cannot be written: the plugin stays as it was too.
-    let blocker = site.path(".policy.toml.tmp");
-    std::fs::create_dir(&blocker).expect("mkdir");
-    let refused = site.run(&["--policy", &policy, "tools", "update", "misbehave", second, "--force"]);
-    assert_eq!(refused.status, 2, "{}", refused.stdout);
-    assert!(refused.stderr.contains("nothing changed"), "{}", refused.stderr);
+    // And a policy whose directory takes no new file (the new text is written beside it):
+    // the plugin stays as it was too.
+    {
+        let _sealed = Sealed::new(&site.path("."));
+        let refused = site.run(&["--policy", &policy, "tools", "update", "misbehave", second, "--force"]);
+        assert_eq!(refused.status, 2, "{}", refused.stdout);
+        assert!(refused.stderr.contains("nothing changed"), "{}", refused.stderr);
+    }
     unchanged("an unwritable policy");
-    std::fs::remove_dir(&blocker).expect("rmdir");
 
     // The update: what changes, then the plugin and its pin replaced together.
     let updated = site.run(&["--policy", &policy, "tools", "update", "misbehave", second, "--force"]);
@@ -328,4 +329,36 @@ fn a_rebuilt_plugin_is_updated_with_its_pin_in_one_step() {
         "{}",
         missing.stderr
     );
+}
+
+/// A directory in which no entry can be made until this is dropped: read-only for an
+/// ordinary user; immutable (`chattr +i`) for root, whom permissions do not stop.
+struct Sealed(PathBuf);
+
+impl Sealed {
+    fn new(directory: &Path) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        if is_root() {
+            let status = std::process::Command::new("chattr").arg("+i").arg(directory).status().expect("run chattr");
+            assert!(status.success(), "chattr +i {} (root needs the immutable flag to be refused a write)", directory.display());
+        } else {
+            std::fs::set_permissions(directory, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+        }
+        Sealed(directory.to_path_buf())
+    }
+}
+
+impl Drop for Sealed {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        if is_root() {
+            let _ = std::process::Command::new("chattr").arg("-i").arg(&self.0).status();
+        } else {
+            let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(0o755));
+        }
+    }
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id").arg("-u").output().is_ok_and(|output| output.stdout.trim_ascii() == b"0")
 }

@@ -3,6 +3,7 @@
 //! or unlinkable file in the plugin directory does not stop every command.
 
 use toolcell_policy::ToolMentions;
+use toolcell_types::escape_control;
 
 use crate::SkippedPlugin;
 use crate::error::Error;
@@ -38,11 +39,19 @@ impl PluginFailures<'_> {
     /// One warning line per plugin left out.
     pub(super) fn warnings(&self) -> impl Iterator<Item = String> + '_ {
         self.skipped.iter().map(|skipped| {
+            // A file name is anyone's choice: shown escaped, and named for removal only when
+            // it is a tool name `tools remove` takes.
+            let (tool, origin) = (escape_control(&skipped.tool), escape_control(&skipped.origin));
+            let is_tool_name = !skipped.tool.is_empty()
+                && skipped.tool.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_');
+            let remove = if is_tool_name {
+                format!("`toolcell tools remove {tool}` removes it")
+            } else {
+                "delete its file from the plugin directory to remove it".to_owned()
+            };
             format!(
-                "left out the plugin `{tool}` (`{}`), which no role of the policy uses: {}; the other tools start without it (`toolcell tools remove {tool}` removes it)",
-                skipped.origin,
-                skipped.reason,
-                tool = skipped.tool
+                "left out the plugin `{tool}` (`{origin}`), which no role of the policy uses: {}; the other tools start without it ({remove})",
+                escape_control(&skipped.reason)
             )
         })
     }

@@ -26,6 +26,7 @@ pub(super) fn conformance(
 
 pub(super) fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: bool) -> anyhow::Result<ExitCode> {
     let directory = plugin_dir(args).context("no plugin directory: pass --plugin-dir or --state-dir")?;
+    let _lock = lock_plugins(&directory)?;
     let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
     // The same bytes installed already: nothing to do.
     let installed = std::fs::read_dir(&directory)
@@ -57,10 +58,8 @@ pub(super) fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: 
     if !passes_conformance(args, &runtime, added.tool.as_str(), component, &wasm, force)? {
         return Ok(ExitCode::from(EXIT_TOOL_ERROR));
     }
-    std::fs::create_dir_all(&directory).with_context(|| format!("cannot create `{}`", directory.display()))?;
-    let temporary = directory.join(format!(".{}.wasm.tmp", added.tool));
-    std::fs::write(&temporary, &wasm)
-        .and_then(|()| std::fs::rename(&temporary, &target))
+    stage(&directory, &wasm, None)
+        .and_then(|staged| staged.persist(&target).map(drop).map_err(|error| error.error))
         .with_context(|| format!("cannot install `{}`", target.display()))?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "added `{}` as {}", added.tool, target.display())?;
@@ -130,6 +129,7 @@ fn passes_conformance(
 /// operator's to remove from the policy.
 pub(super) fn tools_remove(args: &RuntimeArgs, name: &str) -> anyhow::Result<ExitCode> {
     let directory = plugin_dir(args).context("no plugin directory: pass --plugin-dir or --state-dir")?;
+    let _lock = lock_plugins(&directory)?;
     let target = directory.join(format!("{name}.wasm"));
     let valid = !name.is_empty() && name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_');
     if !valid || !target.is_file() {
@@ -179,7 +179,8 @@ pub(super) fn tools(runtime: &Runtime, as_json: bool) -> anyhow::Result<ExitCode
     if !skipped.is_empty() {
         writeln!(stdout, "left out (cannot be loaded, and no role of the policy uses them; not callable):")?;
         for plugin in skipped {
-            writeln!(stdout, "  {} ({}): {}", plugin.tool, plugin.origin, plugin.reason)?;
+            let shown = |text: &str| toolcell_types::escape_control(text);
+            writeln!(stdout, "  {} ({}): {}", shown(&plugin.tool), shown(&plugin.origin), shown(&plugin.reason))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -207,6 +208,9 @@ fn facts_of(runtime: &Runtime, origin: &str) -> Result<PluginFacts, String> {
 /// failure both stay as they were.
 pub(super) fn tools_update(args: &RuntimeArgs, name: &str, component: &std::path::Path, force: bool) -> anyhow::Result<ExitCode> {
     let directory = plugin_dir(args).context("no plugin directory: pass --plugin-dir or --state-dir")?;
+    // Held until the plugin and its pin are both replaced: another update reads the policy
+    // only after this one has written it.
+    let _lock = lock_plugins(&directory)?;
     let file_name = format!("{name}.wasm");
     let target = directory.join(&file_name);
     let valid = !name.is_empty() && name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_');
@@ -335,9 +339,31 @@ fn annotations(info: &toolcell_types::ToolInfo) -> String {
     if set.is_empty() { "none".to_owned() } else { set.join(", ") }
 }
 
-/// Replace the plugin `name` in `directory` with `wasm`, and the policy file with its new
-/// text: both written beside their targets first, then renamed over them; if the policy
-/// cannot be replaced, the old plugin (`old_wasm`) is put back.
+/// Hold the lock of the plugin directory (created if missing) until the handle is dropped:
+/// `tools add`, `update` and `remove` run one at a time. The directory itself is locked, so
+/// no lock file lies among the plugins.
+fn lock_plugins(directory: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(directory).with_context(|| format!("cannot create `{}`", directory.display()))?;
+    let handle = std::fs::File::open(directory).with_context(|| format!("cannot open `{}` to lock it", directory.display()))?;
+    handle.lock().with_context(|| format!("cannot lock `{}`", directory.display()))?;
+    Ok(handle)
+}
+
+/// `bytes` in a new file of its own in `directory`, under a reserved `.toolcell-` name that
+/// no tool call may touch (a policy may lie in a workspace), with `permissions` if given;
+/// removed when dropped unless persisted. It is created, never opened through a symlink.
+fn stage(directory: &std::path::Path, bytes: &[u8], permissions: Option<std::fs::Permissions>) -> std::io::Result<tempfile::NamedTempFile> {
+    let mut staged = tempfile::Builder::new().prefix(".toolcell-update-").tempfile_in(directory)?;
+    staged.write_all(bytes)?;
+    if let Some(permissions) = permissions {
+        staged.as_file().set_permissions(permissions)?;
+    }
+    staged.as_file().sync_all()?;
+    Ok(staged)
+}
+
+/// Replace the plugin `name` in `directory` with `wasm`, and then the policy with its new
+/// text, if given; if the policy cannot be replaced, `old_wasm` is put back.
 fn replace_atomically(
     directory: &std::path::Path,
     name: &str,
@@ -346,41 +372,29 @@ fn replace_atomically(
     policy: Option<(&std::path::Path, &str)>,
 ) -> anyhow::Result<()> {
     let target = directory.join(format!("{name}.wasm"));
-    let temporary = directory.join(format!(".{name}.wasm.tmp"));
-    std::fs::write(&temporary, wasm).with_context(|| format!("cannot write `{}`; nothing changed", temporary.display()))?;
+    let plugin = stage(directory, wasm, None)
+        .with_context(|| format!("cannot write the new build into `{}`; nothing changed", directory.display()))?;
     let policy = match policy {
         Some((path, text)) => {
-            // The file itself, not a symlink to it, is replaced.
+            // The file itself, not a symlink to it, is replaced, keeping its permissions.
             let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-            let file = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-            let policy_temporary = path.with_file_name(format!(".{file}.tmp"));
-            let written = std::fs::write(&policy_temporary, text).and_then(|()| {
-                std::fs::metadata(&path).and_then(|metadata| std::fs::set_permissions(&policy_temporary, metadata.permissions()))
-            });
-            if let Err(error) = written {
-                let _ = std::fs::remove_file(&temporary);
-                let _ = std::fs::remove_file(&policy_temporary);
-                anyhow::bail!("cannot write `{}`: {error}; nothing changed", policy_temporary.display());
-            }
-            Some((path, policy_temporary))
+            let parent = path.parent().unwrap_or(std::path::Path::new("."));
+            let staged = std::fs::metadata(&path).and_then(|metadata| stage(parent, text.as_bytes(), Some(metadata.permissions())));
+            let staged =
+                staged.with_context(|| format!("cannot write the policy's new text beside `{}`; nothing changed", path.display()))?;
+            Some((path, staged))
         }
         None => None,
     };
-    if let Err(error) = std::fs::rename(&temporary, &target) {
-        let _ = std::fs::remove_file(&temporary);
-        if let Some((_, policy_temporary)) = &policy {
-            let _ = std::fs::remove_file(policy_temporary);
-        }
-        anyhow::bail!("cannot replace `{}`: {error}; nothing changed", target.display());
-    }
-    if let Some((path, policy_temporary)) = &policy
-        && let Err(error) = std::fs::rename(policy_temporary, path)
+    plugin.persist(&target).map_err(|error| anyhow::anyhow!("cannot replace `{}`: {}; nothing changed", target.display(), error.error))?;
+    if let Some((path, staged)) = policy
+        && let Err(error) = staged.persist(&path)
     {
-        let _ = std::fs::remove_file(policy_temporary);
-        let restored = std::fs::write(&temporary, old_wasm).and_then(|()| std::fs::rename(&temporary, &target));
+        let restored = stage(directory, old_wasm, None).and_then(|old| old.persist(&target).map(drop).map_err(|error| error.error));
         anyhow::bail!(
-            "cannot replace the policy `{}`: {error}; {}",
+            "cannot replace the policy `{}`: {}; {}",
             path.display(),
+            error.error,
             match restored {
                 Ok(()) => "the old plugin is back in place; nothing changed".to_owned(),
                 Err(restore) => format!("and the old plugin could not be put back ({restore}): reinstall it"),
