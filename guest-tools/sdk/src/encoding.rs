@@ -117,7 +117,9 @@ pub fn detect(bytes: &[u8], complete: bool) -> Option<TextEncoding> {
         Err(error) => error.valid_up_to(),
     };
     // A head may end inside a character.
-    if !complete && bytes.len() - valid_up_to < 4 && std::str::from_utf8(&bytes[valid_up_to..]).err().is_some_and(|e| e.error_len().is_none())
+    if !complete
+        && bytes.len() - valid_up_to < 4
+        && std::str::from_utf8(&bytes[valid_up_to..]).err().is_some_and(|e| e.error_len().is_none())
     {
         return Some(TextEncoding::UTF_8);
     }

@@ -4,8 +4,8 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 
 use serde_json::json;
 
-use crate::path::quote;
 use crate::encoding::{self, DecodingReader, TextEncoding};
+use crate::path::quote;
 use crate::text::{self, BINARY_SNIFF_BYTES};
 use crate::{Output, ToolError, WorkspacePath};
 
@@ -53,8 +53,7 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
     let mut file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
     // A file read whole anyway is looked at whole to tell its encoding; a larger one by its head.
     let sniff = if metadata.len() < INDEX_MIN_BYTES { INDEX_MIN_BYTES } else { ENCODING_SNIFF_BYTES };
-    let mut head = Vec::new();
-    (&mut file).take(sniff).read_to_end(&mut head).map_err(|error| path.io_error(error))?;
+    let head = read_head(&mut file, sniff.min(metadata.len().saturating_add(1))).map_err(|error| path.io_error(error))?;
     let Some(encoding) = encoding::detect(&head, (head.len() as u64) < sniff) else {
         return Err(ToolError::Unsupported(format!(
             "{} looks like a binary file (it has a NUL byte in its first {} KiB): only text files can be read",
@@ -69,8 +68,9 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
         // Decoded to UTF-8 on the way; line indexes (byte offsets in the file) are for UTF-8
         // files only.
         let reader = DecodingReader::new(std::io::Cursor::new(head).chain(file), encoding);
-        let window = read_window(BufReader::with_capacity(capacity, reader), Position::TOP, start, limit, max_output_bytes, Total::Count(None))
-            .map_err(|error| path.io_error(error))?;
+        let window =
+            read_window(BufReader::with_capacity(capacity, reader), Position::TOP, start, limit, max_output_bytes, Total::Count(None))
+                .map_err(|error| path.io_error(error))?;
         return render(path, start, window, max_output_bytes, encoding);
     }
     let fingerprint = Fingerprint::of(&metadata);
@@ -127,9 +127,8 @@ pub fn count_lines(path: &WorkspacePath) -> Result<u64, ToolError> {
         return Ok(index.total_lines);
     }
     let mut file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
-    let mut head = Vec::new();
-    (&mut file).take(ENCODING_SNIFF_BYTES).read_to_end(&mut head).map_err(|error| path.io_error(error))?;
-    let encoding = encoding::detect(&head, (head.len() as u64) < ENCODING_SNIFF_BYTES);
+    let head = read_head(&mut file, ENCODING_SNIFF_BYTES.min(metadata.len().saturating_add(1))).map_err(|error| path.io_error(error))?;
+    let encoding = encoding::detect(&head, (head.len() as u64) < ENCODING_SNIFF_BYTES.min(metadata.len().saturating_add(1)));
     let rest = std::io::Cursor::new(head).chain(file);
     if let Some(encoding) = encoding.filter(TextEncoding::is_utf16) {
         // A newline byte in UTF-16 may be half of another character: counted decoded.
@@ -147,6 +146,23 @@ pub fn count_lines(path: &WorkspacePath) -> Result<u64, ToolError> {
         builder.finish(total).remember(path);
     }
     Ok(total)
+}
+
+/// Up to `limit` bytes from the start of `file`, in as few host calls as the reads allow: a
+/// read of a regular file that returns fewer bytes than asked has reached its end.
+fn read_head(file: &mut crate::scan::FileReader, limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut head = vec![0; usize::try_from(limit).unwrap_or(usize::MAX)];
+    let mut filled = 0;
+    while filled < head.len() {
+        let wanted = head.len() - filled;
+        let read = file.read(&mut head[filled..])?;
+        filled += read;
+        if read == 0 || read < wanted.min(64 * 1024) {
+            break;
+        }
+    }
+    head.truncate(filled);
+    Ok(head)
 }
 
 /// Whether the byte before `offset` in `file` is a newline (or `offset` is 0): a recalled
@@ -343,8 +359,7 @@ fn read_window(
     max_output_bytes: usize,
     mut total: Total<'_>,
 ) -> std::io::Result<Window> {
-    let mut window =
-        Window {
+    let mut window = Window {
         text: String::new(),
         shown: 0,
         total_lines: from.line,
@@ -468,10 +483,7 @@ fn render(path: &WorkspacePath, start: u64, window: Window, max_output_bytes: us
         ));
     }
     if window.undecodable_lines > 0 {
-        text.push_str(&format!(
-            "\n[{} line(s) shown hold bytes that are not valid UTF-8, shown as U+FFFD]",
-            window.undecodable_lines
-        ));
+        text.push_str(&format!("\n[{} line(s) shown hold bytes that are not valid UTF-8, shown as U+FFFD]", window.undecodable_lines));
     }
     let mut structured = json!({
         "path": path.as_str(),

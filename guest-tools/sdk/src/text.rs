@@ -129,7 +129,9 @@ impl NotText {
         let path = crate::path::quote(path.as_str());
         crate::ToolError::Unsupported(match self {
             NotText::Binary => {
-                format!("{path} looks like a binary file (it has a NUL byte in its first 8 KiB): {tool} only changes text files. Nothing was changed.")
+                format!(
+                    "{path} looks like a binary file (it has a NUL byte in its first 8 KiB): {tool} only changes text files. Nothing was changed."
+                )
             }
             NotText::Undecodable(encoding) => format!(
                 "{path} is mostly {} text but has bytes that are not (read_file shows them as U+FFFD): {tool} would lose them, so it changes nothing; replace the whole file with write_file if that is what you want. Nothing was changed.",
@@ -189,9 +191,10 @@ impl Document {
     }
 }
 
-/// The 1-based line number of byte offset `at`.
+/// The 1-based line number of byte offset `at` (which may fall inside a character: the last
+/// byte of a region is one).
 pub fn line_of(content: &str, at: usize) -> usize {
-    content[..at].matches('\n').count() + 1
+    memchr::memchr_iter(b'\n', &content.as_bytes()[..at]).count() + 1
 }
 
 /// Numbered excerpts made by [`snippets`].
@@ -301,4 +304,31 @@ mod tests {
 /// `count` and the noun that goes with it: `1 line`, `2 lines`.
 pub fn counted(count: u64, one: &str, many: &str) -> String {
     format!("{count} {}", if count == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod document_tests {
+    use super::*;
+
+    #[test]
+    fn documents_in_other_encodings_round_trip() {
+        let latin1: &[u8] = b"Gr\xfc\xdfe aus K\xf6ln\ncaf\xe9 cr\xe8me br\xfbl\xe9e\nna\xefve fa\xe7ade\n";
+        let document = Document::decode(latin1).expect("latin-1 text");
+        assert_eq!(document.encoding.name(), "windows-1252");
+        let edited = document.body.replace("café", "thé");
+        assert_eq!(
+            document.render(&edited).expect("encodable"),
+            b"Gr\xfc\xdfe aus K\xf6ln\nth\xe9 cr\xe8me br\xfbl\xe9e\nna\xefve fa\xe7ade\n"
+        );
+    }
+
+    #[test]
+    fn a_region_may_end_inside_a_character() {
+        // "thé" ends with a two-byte character: its last byte is not a character boundary.
+        let content = "a\nthé\nb\n";
+        let end = content.find('é').expect("é") + 2;
+        assert_eq!(line_of(content, end - 1), 2);
+        let shown = snippets(content, &[(2, end)], SnippetStyle { context_lines: 0, max_shown: 1, max_line_chars: 80 }).shown;
+        assert_eq!(shown, ["     2\tthé"]);
+    }
 }
