@@ -358,6 +358,8 @@ mod tests {
             ("utf-16be bare", utf16be("hello world, plain text\n", false), Some(("utf-16be", false))),
             ("utf-16 emoji", utf16le("a😀b\n", true), Some(("utf-16le", true))),
             ("latin-1", latin1.clone(), Some(("windows-1252", false))),
+            ("short latin-1", b"caf\xe9 au lait\nplain needle\n".to_vec(), Some(("windows-1252", false))),
+            ("shortest latin-1", b"caf\xe9\n".to_vec(), Some(("windows-1252", false))),
             ("mostly utf-8", b"caf\xc3\xa9 cr\xc3\xa8me \xff\n".to_vec(), Some(("utf-8", false))),
             ("nul", b"ab\x00cd".to_vec(), None),
             ("png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR".to_vec(), None),
