@@ -25,7 +25,7 @@ struct Args {
 
 /// Existing files up to this size are read whole to tell their encoding; a larger one by its
 /// head.
-const MAX_SNIFFED_BYTES: u64 = 16 * 1024 * 1024;
+const MAX_SNIFFED_BYTES: u64 = 1024 * 1024;
 /// The head of a larger file looked at.
 const HEAD_BYTES: u64 = 64 * 1024;
 
@@ -218,12 +218,21 @@ fn payload(
 /// The encoding and line endings of the text file at `path`, or `None` if it is binary or
 /// cannot be read.
 fn existing_text(path: &WorkspacePath) -> Result<Option<(TextEncoding, &'static str)>, ToolError> {
+    // Only a file the role may read without asking is looked at: a write-only path is not
+    // read (nor an approval asked for) just to tell its encoding.
+    let may_read = toolcell_sdk::inspect(path).is_ok_and(|facts| matches!(facts.read, toolcell_sdk::Effect::Allow));
+    // Nor is a file with other hard links, which the host opens under no name (the write
+    // then says why).
+    let single_link = toolcell_sdk::scan::link_count(path.as_str()).is_ok_and(|links| links <= 1);
+    if !may_read || !single_link {
+        return Ok(None);
+    }
     let Ok(file) = std::fs::File::open(path.as_str()) else {
-        // Whether it may be written is the host's to say when it is written.
         return Ok(None);
     };
     let size = file.metadata().map_err(|error| path.io_error(error))?.len();
-    let limit = if size <= MAX_SNIFFED_BYTES { MAX_SNIFFED_BYTES } else { HEAD_BYTES };
+    // One byte more than the file has: all of it is read, and known to be all.
+    let limit = if size <= MAX_SNIFFED_BYTES { size + 1 } else { HEAD_BYTES };
     let mut bytes = Vec::new();
     file.take(limit).read_to_end(&mut bytes).map_err(|error| path.io_error(error))?;
     let Some(found) = encoding::detect(&bytes, (bytes.len() as u64) < limit) else {
