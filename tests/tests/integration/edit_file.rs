@@ -169,3 +169,13 @@ fn nulls_from_openai_strict_mode_count_as_left_out() {
     let message = fixture.error("read_file", json!({"path": null}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("`path`"), "{message}");
 }
+
+#[test]
+fn new_text_ending_in_a_multi_byte_character_is_shown() {
+    // The region's last byte is inside `é`: showing it once crashed the tool.
+    let fixture = Fixture::new();
+    fixture.write("menu.txt", "un café\ndeux\n");
+    let output = fixture.ok("edit_file", json!({"path": "menu.txt", "old_string": "café", "new_string": "thé"}));
+    assert!(output.text.contains("     1\tun thé"), "{}", output.text);
+    assert_eq!(fixture.read_text("menu.txt"), "un thé\ndeux\n");
+}
