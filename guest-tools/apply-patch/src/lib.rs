@@ -25,7 +25,7 @@ mod parse;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolcell_sdk::path::quote;
-use toolcell_sdk::text::{self, Document};
+use toolcell_sdk::text::Document;
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 
 use parse::{Chunk, Line, Operation};
@@ -138,8 +138,9 @@ impl Tool for ApplyPatch {
              If any hunk does not match, or any file cannot be changed, no file is changed and \
              the error names the file and hunk. With `dry_run: true` nothing is written and the \
              result is the unified diff. `*** Add File` and `*** Move to` refuse to replace an \
-             existing file unless `overwrite: true`. Line endings (per line, in mixed files) \
-             and byte-order marks are kept; hunks match exactly, else ignoring whitespace, else \
+             existing file unless `overwrite: true`. Line endings (per line, in mixed files), \
+             encodings (UTF-8, UTF-16, legacy ones such as windows-1252) and byte-order marks \
+             are kept; hunks match exactly, else ignoring whitespace, else \
              with typographic dashes and quotes in the file matching ASCII ones in the patch. \
              For one change to one file, edit_file is simpler. Instead of `patch`, `operation` \
              takes one operation of OpenAI's apply_patch tool as it sends it: `{type: \
@@ -177,7 +178,7 @@ impl Tool for ApplyPatch {
             "additionalProperties": false
         }))
         .destructive()
-        .output(json!({"type": "object", "properties": {"dry_run": {"type": "boolean"}, "files": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "action": {"enum": ["added", "deleted", "updated"]}, "added_lines": {"type": "integer", "minimum": 0}, "removed_lines": {"type": "integer", "minimum": 0}, "moved_to": {"type": "string"}}, "required": ["path", "action", "added_lines", "removed_lines"]}}, "diff": {"type": "string", "description": "The unified diff, for a dry run."}}, "required": ["dry_run", "files"]}))
+        .output(json!({"type": "object", "properties": {"dry_run": {"type": "boolean"}, "files": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "action": {"enum": ["added", "deleted", "updated"]}, "added_lines": {"type": "integer", "minimum": 0}, "removed_lines": {"type": "integer", "minimum": 0}, "moved_to": {"type": "string"}, "encoding": {"type": "string", "description": "The file's encoding, kept, when it is not UTF-8."}, "bom": {"type": "boolean", "description": "The file starts with a byte-order mark, kept."}}, "required": ["path", "action", "added_lines", "removed_lines"]}}, "diff": {"type": "string", "description": "The unified diff, for a dry run."}}, "required": ["dry_run", "files"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
@@ -201,6 +202,9 @@ impl Tool for ApplyPatch {
             check_one_file(&operations, &path, kind)?;
         }
         let planned = plan(&operations, args.overwrite, wording)?;
+        // Every file's bytes, before anything is written: a character a file's encoding cannot
+        // hold fails the whole patch.
+        let rendered = planned.iter().map(Change::rendered).collect::<Result<Vec<_>, _>>()?;
         let mut diff = String::new();
         let mut files = Vec::with_capacity(planned.len());
         for change in &planned {
@@ -214,8 +218,8 @@ impl Tool for ApplyPatch {
             return Ok(Output::text(format!("Dry run: nothing was written. The patch applies cleanly.\n\n{text}"))
                 .with_structured(json!({"dry_run": true, "files": files, "diff": diff})));
         }
-        for change in &planned {
-            change.write()?;
+        for (change, bytes) in planned.iter().zip(&rendered) {
+            change.write(bytes.as_deref())?;
         }
         let mut text = format!("Applied the patch to {} file(s):", planned.len());
         for change in &planned {
@@ -270,6 +274,9 @@ impl Change {
         if let ChangeKind::Update { moved_to: Some(destination) } = &self.kind {
             value["moved_to"] = json!(destination.as_str());
         }
+        if !matches!(self.kind, ChangeKind::Delete) {
+            self.document.encoding.annotate(&mut value);
+        }
         value
     }
 
@@ -306,13 +313,25 @@ impl Change {
         rendered
     }
 
-    fn write(&self) -> Result<(), ToolError> {
+    /// The bytes to write, in the file's encoding, with its byte-order mark and line endings;
+    /// `None` for a deletion.
+    fn rendered(&self) -> Result<Option<Vec<u8>>, ToolError> {
+        match &self.kind {
+            ChangeKind::Delete => Ok(None),
+            ChangeKind::Add | ChangeKind::Update { .. } => {
+                self.document.render(&self.after).map(Some).map_err(|unencodable| unencodable.to_error(&self.path))
+            }
+        }
+    }
+
+    fn write(&self, bytes: Option<&[u8]>) -> Result<(), ToolError> {
+        let bytes = bytes.unwrap_or_default();
         match &self.kind {
             ChangeKind::Delete => std::fs::remove_file(self.path.as_str()).map_err(|error| self.path.io_error(error)),
-            ChangeKind::Add => write_file(&self.path, &self.document.render(&self.after)),
+            ChangeKind::Add => write_file(&self.path, bytes),
             ChangeKind::Update { moved_to } => {
                 let target = moved_to.as_ref().unwrap_or(&self.path);
-                write_file(target, &self.document.render(&self.after))?;
+                write_file(target, bytes)?;
                 if moved_to.is_some() {
                     std::fs::remove_file(self.path.as_str()).map_err(|error| self.path.io_error(error))?;
                 }
@@ -400,16 +419,11 @@ fn plan(operations: &[Operation], overwrite: bool, wording: Wording) -> Result<V
                 after.push('\n');
                 match std::fs::symlink_metadata(path.as_str()) {
                     Ok(_) if overwrite => {
-                        // Replaced whole: the patch gives every line.
+                        // Replaced whole: the patch gives every line; the file keeps its encoding,
+                        // byte-order mark and line endings.
                         let (document, _) = read_text(path, "Add", wording)?;
-                        let before = document.body;
-                        Change {
-                            path: path.clone(),
-                            kind: ChangeKind::Update { moved_to: None },
-                            before,
-                            after,
-                            document: Document::parse(""),
-                        }
+                        let before = document.body.clone();
+                        Change { path: path.clone(), kind: ChangeKind::Update { moved_to: None }, before, after, document }
                     }
                     Ok(_) => {
                         return Err(ToolError::Conflict(format!(
@@ -484,16 +498,8 @@ fn read_text(path: &WorkspacePath, section: &str, wording: Wording) -> Result<(D
         )));
     }
     let bytes = std::fs::read(path.as_str()).map_err(|error| path.io_error(error))?;
-    if text::is_binary(&bytes) {
-        return Err(ToolError::Unsupported(format!(
-            "{} looks like a binary file: patches change text files only. Nothing was changed.",
-            quote(path.as_str())
-        )));
-    }
-    let size = bytes.len();
-    let original = String::from_utf8(bytes)
-        .map_err(|_| ToolError::Unsupported(format!("{} is not valid UTF-8 text. Nothing was changed.", quote(path.as_str()))))?;
-    Ok((Document::parse(&original), size))
+    let document = Document::decode(&bytes).map_err(|not_text| not_text.to_error(path, "apply_patch"))?;
+    Ok((document, bytes.len()))
 }
 
 /// Apply an update section's hunks, in order, to `body`.

@@ -84,7 +84,9 @@ impl Tool for EditFile {
              occurrence. For several changes to one file, pass `edits: [{old_string, new_string, \
              replace_all?}, ...]`: they apply in order, and if any fails nothing is written. An \
              empty new_string deletes the text. The file keeps its line endings (CRLF or LF), its \
-             byte-order mark and its permissions. Returns each edited region with 3 numbered \
+             encoding (UTF-8, UTF-16 or a legacy one such as windows-1252, as read_file names \
+             it), its byte-order mark and its permissions; a character its encoding cannot hold \
+             is refused. Returns each edited region with 3 numbered \
              lines of context; with `dry_run: true`, the unified diff instead, and nothing is \
              written. Read the file first.",
         )
@@ -95,7 +97,7 @@ impl Tool for EditFile {
             "additionalProperties": false
         }))
         .destructive()
-        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "edits": {"type": "integer", "minimum": 0}, "replacements": {"type": "integer", "minimum": 0}, "line_endings": {"enum": ["lf", "crlf"]}, "dry_run": {"type": "boolean"}, "diff": {"type": "string", "description": "The unified diff, for a dry run."}}, "required": ["path", "edits", "replacements", "line_endings", "dry_run"]}))
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "edits": {"type": "integer", "minimum": 0}, "replacements": {"type": "integer", "minimum": 0}, "line_endings": {"enum": ["lf", "crlf"]}, "encoding": {"type": "string", "description": "The file's encoding, kept, when it is not UTF-8 (for example `windows-1252`, `utf-16le`)."}, "bom": {"type": "boolean", "description": "The file starts with a byte-order mark, kept."}, "dry_run": {"type": "boolean"}, "diff": {"type": "string", "description": "The unified diff, for a dry run."}}, "required": ["path", "edits", "replacements", "line_endings", "dry_run"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
@@ -107,46 +109,38 @@ impl Tool for EditFile {
             return Err(ToolError::Unsupported(format!("{} is not a regular file: edit_file only edits text files", quote(path.as_str()))));
         }
         let bytes = std::fs::read(path.as_str()).map_err(|error| path.io_error(error))?;
-        if text::is_binary(&bytes) {
-            return Err(ToolError::Unsupported(format!(
-                "{} looks like a binary file (it has a NUL byte in its first 8 KiB): edit_file only edits text",
-                quote(path.as_str())
-            )));
-        }
-        let original = String::from_utf8(bytes).map_err(|_| {
-            ToolError::Unsupported(format!(
-                "{} is not valid UTF-8 text: edit_file only edits UTF-8 files; use write_file to replace it whole",
-                quote(path.as_str())
-            ))
-        })?;
-        let document = Document::parse(&original);
+        let document = Document::decode(&bytes).map_err(|not_text| not_text.to_error(&path, "edit_file"))?;
         let applied = apply_edits(&path, &document.body, document.crlf, &edits)?;
-        let rendered = document.render(&applied.content);
+        // A character the file's encoding cannot hold fails the edit before anything is written.
+        let rendered = document.render(&applied.content).map_err(|unencodable| unencodable.to_error(&path))?;
         let count = applied.replacements;
+        let mut structured = json!({
+            "path": path.as_str(),
+            "edits": edits.len(),
+            "replacements": count,
+            "line_endings": document.line_endings(),
+            "dry_run": dry_run,
+        });
+        document.encoding.annotate(&mut structured);
         if dry_run {
             let (old_name, new_name) = (format!("a/{path}"), format!("b/{path}"));
-            let after = String::from_utf8_lossy(&rendered);
-            let diff = similar::TextDiff::from_lines(original.as_str(), after.as_ref())
+            let (before, after) = (document.text(&document.body), document.text(&applied.content));
+            let diff = similar::TextDiff::from_lines(before.as_str(), after.as_str())
                 .unified_diff()
                 .context_radius(DIFF_CONTEXT)
                 .header(&old_name, &new_name)
                 .to_string();
             let text = if diff.is_empty() { format!("The edit of {} changes nothing.", quote(path.as_str())) } else { diff.clone() };
-            return Ok(Output::text(text).with_structured(json!({
-                "path": path.as_str(),
-                "edits": edits.len(),
-                "replacements": count,
-                "line_endings": if document.crlf { "crlf" } else { "lf" },
-                "dry_run": true,
-                "diff": diff,
-            })));
+            structured["diff"] = json!(diff);
+            return Ok(Output::text(text).with_structured(structured));
         }
         std::fs::write(path.as_str(), rendered).map_err(|error| path.io_error(error))?;
 
         let snippets = text::snippets(&applied.content, &applied.regions, SNIPPETS);
         let mut text = format!(
-            "Edited {}: {count} replacement{} from {} edit{}.",
+            "Edited {}{}: {count} replacement{} from {} edit{}.",
             quote(path.as_str()),
+            if document.encoding.is_utf8() { String::new() } else { format!(" (kept in {})", document.encoding.describe()) },
             if count == 1 { "" } else { "s" },
             edits.len(),
             if edits.len() == 1 { "" } else { "s" },
@@ -158,13 +152,7 @@ impl Tool for EditFile {
         if snippets.hidden > 0 {
             text.push_str(&format!("\n\n[{} more edited region(s) not shown]", snippets.hidden));
         }
-        Ok(Output::text(text).with_structured(json!({
-            "path": path.as_str(),
-            "edits": edits.len(),
-            "replacements": count,
-            "line_endings": if document.crlf { "crlf" } else { "lf" },
-            "dry_run": false,
-        })))
+        Ok(Output::text(text).with_structured(structured))
     }
 }
 
@@ -326,12 +314,12 @@ mod tests {
     #[test]
     fn crlf_and_bom_survive() {
         let document = Document::parse("\u{feff}one\r\ntwo\r\n");
-        assert!(document.bom && document.crlf);
+        assert!(document.encoding.bom && document.crlf);
         let applied = apply_with(&document.body, true, &[edit("one\r\ntwo", "uno\ndos", false)]).expect("applies");
-        assert_eq!(document.render(&applied.content), "\u{feff}uno\r\ndos\r\n".as_bytes());
+        assert_eq!(document.render(&applied.content), Ok("\u{feff}uno\r\ndos\r\n".as_bytes().to_vec()));
         let mixed = Document::parse("a\r\nb\n");
         assert!(!mixed.crlf);
-        assert_eq!(mixed.render(&mixed.body), b"a\r\nb\n");
+        assert_eq!(mixed.render(&mixed.body), Ok(b"a\r\nb\n".to_vec()));
     }
 
     #[test]

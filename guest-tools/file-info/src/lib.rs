@@ -4,6 +4,7 @@ use std::io::Read;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
+use toolcell_sdk::encoding::{self, TextEncoding};
 use toolcell_sdk::path::quote;
 use toolcell_sdk::time::rfc3339;
 use toolcell_sdk::{Effect, Output, Tool, ToolError, ToolInfo, WorkspacePath};
@@ -29,7 +30,8 @@ impl Tool for FileInfo {
             "File info",
             "Describe a path without reading it: `type` (file, directory, symlink, other), `size` \
              in bytes, `modified` (UTC, RFC 3339), `mode` (octal permission bits), and for a text \
-             file its `lines`; for a directory, how many `entries` you can see; for a symlink, \
+             file its `lines`, `encoding` (`utf-8`, `utf-16le`, `windows-1252`, ...), `bom` \
+             and `line_endings` (`lf`, `crlf`, `mixed`); for a directory, how many `entries` you can see; for a symlink, \
              its `target` and what that is (a link that leads out of the workspace is never \
              followed). `access` says whether your role may read, write and delete the path \
              (`allow`, `ask` or `deny`): check it before planning a change. Use it to check a \
@@ -48,7 +50,7 @@ impl Tool for FileInfo {
             "additionalProperties": false
         }))
         .read_only()
-        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "type": {"type": "string", "description": "file, directory, symlink or other."}, "size": {"type": "integer", "minimum": 0}, "modified": {"type": "string", "description": "RFC 3339 UTC."}, "entries": {"type": "integer", "minimum": 0, "description": "For a directory."}, "lines": {"type": "integer", "minimum": 0, "description": "For a text file."}, "binary": {"type": "boolean"}, "mode": {"type": "string", "description": "Permission bits, octal."}, "access": {"type": "object"}, "target": {"type": "string", "description": "A symlink's target as written."}, "target_path": {"type": "string"}, "target_type": {"type": "string"}}, "required": ["path", "type", "size"]}))
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "type": {"type": "string", "description": "file, directory, symlink or other."}, "size": {"type": "integer", "minimum": 0}, "modified": {"type": "string", "description": "RFC 3339 UTC."}, "entries": {"type": "integer", "minimum": 0, "description": "For a directory."}, "lines": {"type": "integer", "minimum": 0, "description": "For a text file."}, "encoding": {"type": "string", "description": "For a text file: its encoding (`utf-8`, `utf-16le`, `windows-1252`, ...)."}, "bom": {"type": "boolean", "description": "For a text file: it starts with a byte-order mark."}, "line_endings": {"type": "string", "description": "For a text file with newlines: `lf`, `crlf` or `mixed`."}, "binary": {"type": "boolean"}, "mode": {"type": "string", "description": "Permission bits, octal."}, "access": {"type": "object"}, "target": {"type": "string", "description": "A symlink's target as written."}, "target_path": {"type": "string"}, "target_type": {"type": "string"}}, "required": ["path", "type", "size"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
@@ -146,7 +148,16 @@ fn describe(path: &WorkspacePath, metadata: &std::fs::Metadata) -> Value {
     }
     if metadata.is_file() {
         match count_lines(path, metadata.len()) {
-            Some(Counted::Text(lines)) => info["lines"] = json!(lines),
+            Some(Counted::Text { lines, encoding, line_endings }) => {
+                info["lines"] = json!(lines);
+                info["encoding"] = json!(encoding.name());
+                if encoding.bom {
+                    info["bom"] = json!(true);
+                }
+                if line_endings != "none" {
+                    info["line_endings"] = json!(line_endings);
+                }
+            }
             Some(Counted::Binary) => info["binary"] = json!(true),
             None => {}
         }
@@ -155,23 +166,24 @@ fn describe(path: &WorkspacePath, metadata: &std::fs::Metadata) -> Value {
 }
 
 enum Counted {
-    Text(u64),
+    Text { lines: u64, encoding: TextEncoding, line_endings: &'static str },
     Binary,
 }
 
-/// Lines of a text file (a last line without a newline counts), if it is small enough.
+/// Lines, encoding and line endings of a text file (a last line without a newline counts),
+/// if it is small enough.
 fn count_lines(path: &WorkspacePath, size: u64) -> Option<Counted> {
     if size > MAX_COUNTED_BYTES {
         return None;
     }
     let mut bytes = Vec::new();
     std::fs::File::open(path.as_str()).ok()?.take(MAX_COUNTED_BYTES).read_to_end(&mut bytes).ok()?;
-    if text::is_binary(&bytes) {
+    let Some(found) = encoding::detect(&bytes, true) else {
         return Some(Counted::Binary);
-    }
-    let newlines = bytes.iter().filter(|byte| **byte == b'\n').count() as u64;
-    let unterminated = u64::from(bytes.last().is_some_and(|last| *last != b'\n'));
-    Some(Counted::Text(newlines + unterminated))
+    };
+    let (text, _) = encoding::decode_lossy(&bytes, found);
+    let lines = text::lines(&text).count() as u64;
+    Some(Counted::Text { lines, encoding: found, line_endings: encoding::line_endings(&text) })
 }
 
 fn effect_name(effect: Effect) -> &'static str {
@@ -186,7 +198,20 @@ fn effect_name(effect: Effect) -> &'static str {
 fn render(info: &Value) -> String {
     let field = |key: &str| info.get(key).map(|value| value.as_str().map_or_else(|| value.to_string(), str::to_owned));
     let mut lines = vec![format!("{} is a {}", quote(&field("path").unwrap_or_default()), field("type").unwrap_or_default())];
-    for key in ["size", "lines", "binary", "entries", "modified", "mode", "target", "target_path", "target_type"] {
+    for key in [
+        "size",
+        "lines",
+        "encoding",
+        "bom",
+        "line_endings",
+        "binary",
+        "entries",
+        "modified",
+        "mode",
+        "target",
+        "target_path",
+        "target_type",
+    ] {
         if let Some(value) = field(key) {
             let unit = if key == "size" { " bytes" } else { "" };
             lines.push(format!("{key}: {value}{unit}"));

@@ -31,7 +31,8 @@ impl Tool for InsertText {
              text is inserted as whole lines: a missing final newline is added. Use it to add \
              code or entries at a known place without repeating existing text; to change \
              existing text use edit_file. The file keeps its line endings (CRLF or LF), its \
-             byte-order mark and its permissions. Returns the inserted lines with 3 numbered \
+             encoding (UTF-8, UTF-16 or a legacy one such as windows-1252), its byte-order mark \
+             and its permissions; a character its encoding cannot hold is refused. Returns the inserted lines with 3 numbered \
              lines of context. Read the file first.",
         )
         .schema(json!({
@@ -56,7 +57,7 @@ impl Tool for InsertText {
             "additionalProperties": false
         }))
         .destructive()
-        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer", "minimum": 0, "description": "The line the text went after (0: at the top)."}, "inserted_lines": {"type": "integer", "minimum": 0}, "total_lines": {"type": "integer", "minimum": 0}}, "required": ["path", "line", "inserted_lines", "total_lines"]}))
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer", "minimum": 0, "description": "The line the text went after (0: at the top)."}, "inserted_lines": {"type": "integer", "minimum": 0}, "total_lines": {"type": "integer", "minimum": 0}, "encoding": {"type": "string", "description": "The file's encoding, kept, when it is not UTF-8."}, "bom": {"type": "boolean", "description": "The file starts with a byte-order mark, kept."}}, "required": ["path", "line", "inserted_lines", "total_lines"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
@@ -78,16 +79,7 @@ impl Tool for InsertText {
             )));
         }
         let bytes = std::fs::read(path.as_str()).map_err(|error| path.io_error(error))?;
-        if text::is_binary(&bytes) {
-            return Err(ToolError::Unsupported(format!(
-                "{} looks like a binary file (it has a NUL byte in its first 8 KiB): insert_text only edits text",
-                quote(path.as_str())
-            )));
-        }
-        let original = String::from_utf8(bytes).map_err(|_| {
-            ToolError::Unsupported(format!("{} is not valid UTF-8 text: insert_text only edits UTF-8 files", quote(path.as_str())))
-        })?;
-        let document = Document::parse(&original);
+        let document = Document::decode(&bytes).map_err(|not_text| not_text.to_error(&path, "insert_text"))?;
         let inserted = insert(&document.body, args.line, &args.text.replace("\r\n", "\n")).map_err(|total| {
             ToolError::InvalidArgs(format!(
                 "line {} is past the end of {}, which has {total} line(s): give a line from 0 (the top) to {total} (the end)",
@@ -95,23 +87,28 @@ impl Tool for InsertText {
                 quote(path.as_str())
             ))
         })?;
-        std::fs::write(path.as_str(), document.render(&inserted.content)).map_err(|error| path.io_error(error))?;
+        // A character the file's encoding cannot hold fails the call before anything is written.
+        let rendered = document.render(&inserted.content).map_err(|unencodable| unencodable.to_error(&path))?;
+        std::fs::write(path.as_str(), rendered).map_err(|error| path.io_error(error))?;
 
         let count = text::lines(&args.text).count();
         let snippet = text::snippets(&inserted.content, &[inserted.region], SNIPPETS);
         let where_ = if args.line == 0 { "at the top".to_owned() } else { format!("after line {}", args.line) };
-        let mut text = format!("Inserted {count} line(s) into {} {where_}.", quote(path.as_str()));
+        let kept = if document.encoding.is_utf8() { String::new() } else { format!(" (kept in {})", document.encoding.describe()) };
+        let mut text = format!("Inserted {count} line(s) into {}{kept} {where_}.", quote(path.as_str()));
         for shown in &snippet.shown {
             text.push_str("\n\n");
             text.push_str(shown);
         }
         let total = text::lines(&inserted.content).count();
-        Ok(Output::text(text).with_structured(json!({
+        let mut structured = json!({
             "path": path.as_str(),
             "line": args.line,
             "inserted_lines": count,
             "total_lines": total,
-        })))
+        });
+        document.encoding.annotate(&mut structured);
+        Ok(Output::text(text).with_structured(structured))
     }
 }
 

@@ -38,7 +38,10 @@ impl Tool for ReadFile {
              returns up to 2000 lines from the start; for long files pass `offset` (first line to \
              read, 1-based) and `limit` (how many lines). Lines longer than 2000 characters are cut \
              with a marker. `tail: N` reads the last N lines instead (for logs). The structured \
-             result gives `total_lines` and `truncated`. A PNG, JPEG, GIF or WebP image (up to 5 \
+             result gives `total_lines` and `truncated`. A file not in UTF-8 (UTF-16, or a legacy \
+             encoding such as windows-1252) is shown decoded, and the result names its \
+             `encoding` (and `bom` for a byte-order mark); edit_file, insert_text and write_file \
+             keep it. A PNG, JPEG, GIF or WebP image (up to 5 \
              MiB) is returned as an image you can see. Refuses other \
              binary files, directories (use list_files) and special files. Paths are relative to \
              the workspace root.",
@@ -70,7 +73,7 @@ impl Tool for ReadFile {
             "additionalProperties": false
         }))
         .read_only()
-        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "image": {"type": "object", "description": "For an image: what it is (its bytes are shown as an image).", "properties": {"mime_type": {"type": "string"}, "bytes": {"type": "integer", "minimum": 0}, "width": {"type": "integer", "minimum": 0}, "height": {"type": "integer", "minimum": 0}}, "required": ["mime_type", "bytes"]}, "start_line": {"type": "integer", "minimum": 0, "description": "First line returned (0 for an empty file)."}, "end_line": {"type": "integer", "minimum": 0, "description": "Last line returned."}, "total_lines": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean", "description": "More lines follow than were returned."}, "clipped_lines": {"type": "integer", "minimum": 0, "description": "Lines cut at 2000 characters."}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` that reads on, when more lines follow."}}, "required": ["path"], "description": "A text file's window has the line fields (`start_line`, `end_line`, `total_lines`, `truncated`, `clipped_lines`); an image has `image`."}))
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "image": {"type": "object", "description": "For an image: what it is (its bytes are shown as an image).", "properties": {"mime_type": {"type": "string"}, "bytes": {"type": "integer", "minimum": 0}, "width": {"type": "integer", "minimum": 0}, "height": {"type": "integer", "minimum": 0}}, "required": ["mime_type", "bytes"]}, "start_line": {"type": "integer", "minimum": 0, "description": "First line returned (0 for an empty file)."}, "end_line": {"type": "integer", "minimum": 0, "description": "Last line returned."}, "total_lines": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean", "description": "More lines follow than were returned."}, "clipped_lines": {"type": "integer", "minimum": 0, "description": "Lines cut at 2000 characters."}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` that reads on, when more lines follow."}, "encoding": {"type": "string", "description": "The file's encoding when it is not UTF-8 (`utf-16le`, `windows-1252`, ...): the lines are shown decoded."}, "bom": {"type": "boolean", "description": "The file starts with a byte-order mark (not shown)."}, "undecodable_lines": {"type": "integer", "minimum": 0, "description": "Lines shown with bytes that are not valid UTF-8 replaced by U+FFFD."}}, "required": ["path"], "description": "A text file's window has the line fields (`start_line`, `end_line`, `total_lines`, `truncated`, `clipped_lines`); an image has `image`."}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

@@ -35,7 +35,8 @@ impl Tool for ReadMany {
              each, default 2000); a file that cannot be read (missing, binary, refused) shows its \
              error and the others are still returned. The output is shared between the files \
              (256 KiB in all): for long files use read_file with `offset`. The structured result \
-             lists each file with `ok`, `total_lines` and `truncated`, or its `error`. Paths are \
+             lists each file with `ok`, `total_lines` and `truncated` (and `encoding` for one \
+             not in UTF-8, shown decoded), or its `error`. Paths are \
              relative to the workspace root.",
         )
         .schema(json!({
@@ -58,7 +59,7 @@ impl Tool for ReadMany {
             "additionalProperties": false
         }))
         .read_only()
-        .output(json!({"type": "object", "properties": {"files": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "ok": {"type": "boolean"}, "start_line": {"type": "integer", "minimum": 0, "description": "First line returned (0 for an empty file)."}, "end_line": {"type": "integer", "minimum": 0, "description": "Last line returned."}, "total_lines": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean", "description": "More lines follow than were returned."}, "clipped_lines": {"type": "integer", "minimum": 0, "description": "Lines cut at 2000 characters."}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` that reads on, when more lines follow."}, "error": {"type": "object", "properties": {"kind": {"type": "string"}, "message": {"type": "string"}}, "required": ["kind", "message"]}}, "required": ["path", "ok"]}}, "failed": {"type": "integer", "minimum": 0, "description": "Files that could not be read."}}, "required": ["files", "failed"]}))
+        .output(json!({"type": "object", "properties": {"files": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "ok": {"type": "boolean"}, "start_line": {"type": "integer", "minimum": 0, "description": "First line returned (0 for an empty file)."}, "end_line": {"type": "integer", "minimum": 0, "description": "Last line returned."}, "total_lines": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean", "description": "More lines follow than were returned."}, "clipped_lines": {"type": "integer", "minimum": 0, "description": "Lines cut at 2000 characters."}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` that reads on, when more lines follow."}, "encoding": {"type": "string", "description": "The file's encoding when it is not UTF-8 (`utf-16le`, `windows-1252`, ...): the lines are shown decoded."}, "bom": {"type": "boolean", "description": "The file starts with a byte-order mark (not shown)."}, "undecodable_lines": {"type": "integer", "minimum": 0, "description": "Lines shown with bytes that are not valid UTF-8 replaced by U+FFFD."}, "error": {"type": "object", "properties": {"kind": {"type": "string"}, "message": {"type": "string"}}, "required": ["kind", "message"]}}, "required": ["path", "ok"]}}, "failed": {"type": "integer", "minimum": 0, "description": "Files that could not be read."}}, "required": ["files", "failed"]}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {

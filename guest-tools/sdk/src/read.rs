@@ -4,6 +4,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 
 use serde_json::json;
 
+use crate::encoding::{self, DecodingReader, TextEncoding};
 use crate::path::quote;
 use crate::text::{self, BINARY_SNIFF_BYTES};
 use crate::{Output, ToolError, WorkspacePath};
@@ -20,6 +21,8 @@ const INDEX_MIN_BYTES: u64 = 1024 * 1024;
 /// Lines between two recorded line starts, at first; doubled whenever the index would grow
 /// past [`MAX_INDEX_STARTS`].
 const INDEX_STRIDE: u64 = 1024;
+/// Bytes looked at to tell the encoding of a file of [`INDEX_MIN_BYTES`] or more.
+const ENCODING_SNIFF_BYTES: u64 = 64 * 1024;
 /// Line starts an index holds at most (it must fit in what the host remembers, 64 KiB).
 const MAX_INDEX_STARTS: usize = 7000;
 
@@ -48,17 +51,28 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
         )));
     }
     let mut file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
-    let mut head = Vec::with_capacity(BINARY_SNIFF_BYTES);
-    (&mut file).take(BINARY_SNIFF_BYTES as u64).read_to_end(&mut head).map_err(|error| path.io_error(error))?;
-    if text::is_binary(&head) {
+    // A file read whole anyway is looked at whole to tell its encoding; a larger one by its head.
+    let sniff = if metadata.len() < INDEX_MIN_BYTES { INDEX_MIN_BYTES } else { ENCODING_SNIFF_BYTES };
+    let head = read_head(&mut file, sniff.min(metadata.len().saturating_add(1))).map_err(|error| path.io_error(error))?;
+    let Some(encoding) = encoding::detect(&head, (head.len() as u64) < sniff) else {
         return Err(ToolError::Unsupported(format!(
-            "{} looks like a binary file (it has a NUL byte in its first 8 KiB): only text files can be read",
-            quote(path.as_str())
+            "{} looks like a binary file (it has a NUL byte in its first {} KiB): only text files can be read",
+            quote(path.as_str()),
+            BINARY_SNIFF_BYTES / 1024
         )));
-    }
+    };
     // Big enough for a few host calls per MiB, small enough that a small file's call does
     // not grow the component's memory.
     let capacity = usize::try_from(metadata.len()).unwrap_or(usize::MAX).clamp(4 * 1024, 64 * 1024);
+    if !encoding.is_utf8() {
+        // Decoded to UTF-8 on the way; line indexes (byte offsets in the file) are for UTF-8
+        // files only.
+        let reader = DecodingReader::new(std::io::Cursor::new(head).chain(file), encoding);
+        let window =
+            read_window(BufReader::with_capacity(capacity, reader), Position::TOP, start, limit, max_output_bytes, Total::Count(None))
+                .map_err(|error| path.io_error(error))?;
+        return render(path, start, window, max_output_bytes, encoding);
+    }
     let fingerprint = Fingerprint::of(&metadata);
     if let Some(index) = fingerprint.as_ref().and_then(|fingerprint| LineIndex::recall(path, fingerprint)) {
         // Start at the last recorded line start at or before the window.
@@ -76,7 +90,7 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
                 Total::Known(index.total_lines),
             )
             .map_err(|error| path.io_error(error))?;
-            return render(path, start, window, max_output_bytes);
+            return render(path, start, window, max_output_bytes, encoding);
         }
     }
     let mut builder = fingerprint.map(IndexBuilder::new);
@@ -92,7 +106,7 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
     if let Some(builder) = builder {
         builder.finish(window.total_lines).remember(path);
     }
-    render(path, start, window, max_output_bytes)
+    render(path, start, window, max_output_bytes, encoding)
 }
 
 /// How many lines the regular file at `path` has (a last line without a newline counts), for
@@ -112,8 +126,18 @@ pub fn count_lines(path: &WorkspacePath) -> Result<u64, ToolError> {
     if let Some(index) = fingerprint.as_ref().and_then(|fingerprint| LineIndex::recall(path, fingerprint)) {
         return Ok(index.total_lines);
     }
-    let file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
-    let reader = BufReader::with_capacity(64 * 1024, file);
+    let mut file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
+    let head = read_head(&mut file, ENCODING_SNIFF_BYTES.min(metadata.len().saturating_add(1))).map_err(|error| path.io_error(error))?;
+    let encoding = encoding::detect(&head, (head.len() as u64) < ENCODING_SNIFF_BYTES.min(metadata.len().saturating_add(1)));
+    let rest = std::io::Cursor::new(head).chain(file);
+    if let Some(encoding) = encoding.filter(TextEncoding::is_utf16) {
+        // A newline byte in UTF-16 may be half of another character: counted decoded.
+        let reader = BufReader::with_capacity(64 * 1024, DecodingReader::new(rest, encoding));
+        return read_window(reader, Position::TOP, u64::MAX, 0, 0, Total::Count(None))
+            .map(|window| window.total_lines)
+            .map_err(|error| path.io_error(error));
+    }
+    let reader = BufReader::with_capacity(64 * 1024, rest);
     let mut builder = fingerprint.map(IndexBuilder::new);
     let total = read_window(reader, Position::TOP, u64::MAX, 0, 0, Total::Count(builder.as_mut()))
         .map(|window| window.total_lines)
@@ -122,6 +146,23 @@ pub fn count_lines(path: &WorkspacePath) -> Result<u64, ToolError> {
         builder.finish(total).remember(path);
     }
     Ok(total)
+}
+
+/// Up to `limit` bytes from the start of `file`, in as few host calls as the reads allow: a
+/// read of a regular file that returns fewer bytes than asked has reached its end.
+fn read_head(file: &mut crate::scan::FileReader, limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut head = vec![0; usize::try_from(limit).unwrap_or(usize::MAX)];
+    let mut filled = 0;
+    while filled < head.len() {
+        let wanted = head.len() - filled;
+        let read = file.read(&mut head[filled..])?;
+        filled += read;
+        if read == 0 || read < wanted.min(64 * 1024) {
+            break;
+        }
+    }
+    head.truncate(filled);
+    Ok(head)
 }
 
 /// Whether the byte before `offset` in `file` is a newline (or `offset` is 0): a recalled
@@ -270,6 +311,8 @@ struct Window {
     shown: u64,
     total_lines: u64,
     clipped_lines: usize,
+    /// Lines shown with bytes that are not UTF-8 replaced by `U+FFFD`.
+    undecodable_lines: usize,
     /// The window stopped early because the output reached its byte budget.
     hit_output_cap: bool,
     /// Bytes the lines take, each counted with a newline.
@@ -283,6 +326,7 @@ impl Window {
         self.total_lines += 1;
         let number = self.total_lines;
         let decoded = text::decode(raw);
+        let undecodable = matches!(decoded, std::borrow::Cow::Owned(_));
         let mut line = decoded.trim_end_matches('\n').trim_end_matches('\r');
         if number == 1 {
             line = line.strip_prefix(text::BOM).unwrap_or(line);
@@ -301,6 +345,7 @@ impl Window {
             self.text.push('\n');
         }
         text::push_numbered(&mut self.text, number, &clipped);
+        self.undecodable_lines += usize::from(undecodable);
         self.output_bytes += length + 1;
         self.shown += 1;
     }
@@ -314,8 +359,15 @@ fn read_window(
     max_output_bytes: usize,
     mut total: Total<'_>,
 ) -> std::io::Result<Window> {
-    let mut window =
-        Window { text: String::new(), shown: 0, total_lines: from.line, clipped_lines: 0, hit_output_cap: false, output_bytes: 0 };
+    let mut window = Window {
+        text: String::new(),
+        shown: 0,
+        total_lines: from.line,
+        clipped_lines: 0,
+        undecodable_lines: 0,
+        hit_output_cap: false,
+        output_bytes: 0,
+    };
     // A line longer than the reader's buffer is gathered here.
     let mut long_line = Vec::new();
     let end = start.saturating_add(limit);
@@ -385,17 +437,19 @@ fn read_window(
     Ok(window)
 }
 
-fn render(path: &WorkspacePath, start: u64, window: Window, max_output_bytes: usize) -> Result<Output, ToolError> {
+fn render(path: &WorkspacePath, start: u64, window: Window, max_output_bytes: usize, encoding: TextEncoding) -> Result<Output, ToolError> {
     let shown = window.shown;
     if window.total_lines == 0 {
-        return Ok(Output::text(format!("{} is empty (0 lines).", quote(path.as_str()))).with_structured(json!({
+        let mut structured = json!({
             "path": path.as_str(),
             "start_line": 0,
             "end_line": 0,
             "total_lines": 0,
             "truncated": false,
             "clipped_lines": 0,
-        })));
+        });
+        encoding.annotate(&mut structured);
+        return Ok(Output::text(format!("{} is empty (0 lines).", quote(path.as_str()))).with_structured(structured));
     }
     if start > window.total_lines {
         return Err(ToolError::InvalidArgs(format!(
@@ -422,6 +476,15 @@ fn render(path: &WorkspacePath, start: u64, window: Window, max_output_bytes: us
     if window.clipped_lines > 0 {
         text.push_str(&format!("\n[{} line(s) longer than {MAX_LINE_CHARS} characters were cut]", window.clipped_lines));
     }
+    if !encoding.is_utf8() {
+        text.push_str(&format!(
+            "\n[encoding: {}; shown here as Unicode, and edit_file, insert_text and write_file keep the file in it]",
+            encoding.describe()
+        ));
+    }
+    if window.undecodable_lines > 0 {
+        text.push_str(&format!("\n[{} line(s) shown hold bytes that are not valid UTF-8, shown as U+FFFD]", window.undecodable_lines));
+    }
     let mut structured = json!({
         "path": path.as_str(),
         "start_line": start,
@@ -432,6 +495,10 @@ fn render(path: &WorkspacePath, start: u64, window: Window, max_output_bytes: us
     });
     if more_after {
         structured["next_offset"] = json!(end + 1);
+    }
+    encoding.annotate(&mut structured);
+    if window.undecodable_lines > 0 {
+        structured["undecodable_lines"] = json!(window.undecodable_lines);
     }
     Ok(Output::text(text).with_structured(structured))
 }

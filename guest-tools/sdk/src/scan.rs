@@ -65,6 +65,16 @@ pub fn read_dir(path: &str) -> io::Result<Vec<(String, EntryKind)>> {
     })
 }
 
+/// How many hard links the file `path` has (a final symlink is followed, within the
+/// workspace). The host opens no file with more than one, under any name.
+///
+/// # Errors
+///
+/// The host's refusal or the filesystem's error, as [`std::io::Error`].
+pub fn link_count(path: &str) -> io::Result<u64> {
+    with_root(|root| root.stat_at(PathFlags::SYMLINK_FOLLOW, path).map(|stat| stat.link_count).map_err(to_io))
+}
+
 /// What [`read_file`] found.
 #[derive(Debug)]
 pub enum FileContent {

@@ -1,4 +1,7 @@
-//! Text helpers shared by the file tools: binary detection, numbered lines, clipping.
+//! Text helpers shared by the file tools: binary detection, documents in their encoding,
+//! numbered lines, clipping.
+
+use crate::encoding::{self, TextEncoding, Unencodable};
 
 /// How many leading bytes [`is_binary`] inspects.
 pub const BINARY_SNIFF_BYTES: usize = 8 * 1024;
@@ -99,49 +102,99 @@ pub fn byte_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// A text file split into what edits see (LF line endings, no byte-order mark) and how to
-/// write it back.
+/// A text file split into what edits see (LF line endings, no byte-order mark, UTF-8) and
+/// how to write it back (its encoding, byte-order mark and line endings).
 pub struct Document {
-    /// The file starts with a UTF-8 byte-order mark.
-    pub bom: bool,
+    /// The file's encoding and byte-order mark.
+    pub encoding: TextEncoding,
     /// Every line ends with CRLF.
     pub crlf: bool,
     /// The text with LF line endings and no byte-order mark.
     pub body: String,
 }
 
+/// Why a file's bytes are not a [`Document`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotText {
+    /// They look binary.
+    Binary,
+    /// They are mostly text in this encoding, with bytes that do not decode (or would not be
+    /// written back the same): an edit would lose them.
+    Undecodable(TextEncoding),
+}
+
+impl NotText {
+    /// The `unsupported` error `tool` (`edit_file`) gives for `path`.
+    pub fn to_error(self, path: &crate::WorkspacePath, tool: &str) -> crate::ToolError {
+        let path = crate::path::quote(path.as_str());
+        crate::ToolError::Unsupported(match self {
+            NotText::Binary => {
+                format!(
+                    "{path} looks like a binary file (it has a NUL byte in its first 8 KiB): {tool} only changes text files. Nothing was changed."
+                )
+            }
+            NotText::Undecodable(encoding) => format!(
+                "{path} is mostly {} text but has bytes that are not (read_file shows them as U+FFFD): {tool} would lose them, so it changes nothing; replace the whole file with write_file if that is what you want. Nothing was changed.",
+                encoding.name()
+            ),
+        })
+    }
+}
+
 impl Document {
-    /// Split `original`.
+    /// Split `original`, UTF-8 text (a leading `U+FEFF` is its byte-order mark).
     pub fn parse(original: &str) -> Self {
         let (bom, text) = match original.strip_prefix(BOM) {
             Some(rest) => (true, rest),
             None => (false, original),
         };
+        Self::split(TextEncoding { bom, ..TextEncoding::UTF_8 }, text)
+    }
+
+    /// The document a file's `bytes` hold, in the encoding they are detected to be in.
+    ///
+    /// # Errors
+    ///
+    /// [`NotText`] if they are binary, or do not decode exactly.
+    pub fn decode(bytes: &[u8]) -> Result<Self, NotText> {
+        let encoding = encoding::detect(bytes, true).ok_or(NotText::Binary)?;
+        let text = encoding::decode_exact(bytes, encoding).ok_or(NotText::Undecodable(encoding))?;
+        Ok(Self::split(encoding, &text))
+    }
+
+    fn split(encoding: TextEncoding, text: &str) -> Self {
         // A file counts as CRLF only if every newline is CRLF; a mixed file is edited as is.
         let newlines = text.matches('\n').count();
         let crlf = newlines > 0 && text.matches("\r\n").count() == newlines;
         let body = if crlf { text.replace("\r\n", "\n") } else { text.to_owned() };
-        Document { bom, crlf, body }
+        Document { encoding, crlf, body }
     }
 
-    /// The bytes to write for the edited `body`: the byte-order mark and line endings put back.
-    pub fn render(&self, body: &str) -> Vec<u8> {
-        let mut out = String::with_capacity(body.len() + 16);
-        if self.bom {
-            out.push_str(BOM);
-        }
-        if self.crlf {
-            out.push_str(&body.replace('\n', "\r\n"));
-        } else {
-            out.push_str(body);
-        }
-        out.into_bytes()
+    /// The edited `body` with the file's line endings put back (no byte-order mark).
+    pub fn text(&self, body: &str) -> String {
+        if self.crlf { body.replace('\n', "\r\n") } else { body.to_owned() }
+    }
+
+    /// The bytes to write for the edited `body`: the line endings, encoding and byte-order
+    /// mark put back.
+    ///
+    /// # Errors
+    ///
+    /// The first character the file's encoding cannot hold.
+    pub fn render(&self, body: &str) -> Result<Vec<u8>, Unencodable> {
+        encoding::encode(&self.text(body), self.encoding)
+    }
+
+    /// `crlf` or `lf`, as results name them.
+    pub fn line_endings(&self) -> &'static str {
+        if self.crlf { "crlf" } else { "lf" }
     }
 }
 
-/// The 1-based line number of byte offset `at`.
+/// The 1-based line number of byte offset `at` (which may fall inside a character: the last
+/// byte of a region is one).
 pub fn line_of(content: &str, at: usize) -> usize {
-    content[..at].matches('\n').count() + 1
+    memchr::memchr_iter(b'\n', &content.as_bytes()[..at]).count() + 1
 }
 
 /// Numbered excerpts made by [`snippets`].
@@ -251,4 +304,31 @@ mod tests {
 /// `count` and the noun that goes with it: `1 line`, `2 lines`.
 pub fn counted(count: u64, one: &str, many: &str) -> String {
     format!("{count} {}", if count == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod document_tests {
+    use super::*;
+
+    #[test]
+    fn documents_in_other_encodings_round_trip() {
+        let latin1: &[u8] = b"Gr\xfc\xdfe aus K\xf6ln\ncaf\xe9 cr\xe8me br\xfbl\xe9e\nna\xefve fa\xe7ade\n";
+        let document = Document::decode(latin1).expect("latin-1 text");
+        assert_eq!(document.encoding.name(), "windows-1252");
+        let edited = document.body.replace("café", "thé");
+        assert_eq!(
+            document.render(&edited).expect("encodable"),
+            b"Gr\xfc\xdfe aus K\xf6ln\nth\xe9 cr\xe8me br\xfbl\xe9e\nna\xefve fa\xe7ade\n"
+        );
+    }
+
+    #[test]
+    fn a_region_may_end_inside_a_character() {
+        // "thé" ends with a two-byte character: its last byte is not a character boundary.
+        let content = "a\nthé\nb\n";
+        let end = content.find('é').expect("é") + 2;
+        assert_eq!(line_of(content, end - 1), 2);
+        let shown = snippets(content, &[(2, end)], SnippetStyle { context_lines: 0, max_shown: 1, max_line_chars: 80 }).shown;
+        assert_eq!(shown, ["     2\tthé"]);
+    }
 }

@@ -10,7 +10,7 @@ use serde_json::json;
 use toolcell_sdk::path::quote;
 use toolcell_sdk::walk::{self, EntryKind};
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
-use toolcell_sdk::{scan, text};
+use toolcell_sdk::{encoding, scan, text};
 
 use ignore_files::IgnoreFiles;
 use split::{Merged, Part, Share};
@@ -129,8 +129,10 @@ impl Tool for SearchFiles {
              `count` gives `path:count`. Narrow with `path` (a directory or a file), `type` \
              (`rust`, `py`, ...) and `include`/`exclude` globs. Files ignored by `.gitignore` \
              and `.ignore` files (and `.git/info/exclude`) are skipped unless \
-             `respect_gitignore` is false; binary files, files over 16 MiB and the contents of \
-             `.git` are always skipped; symlinks are not followed; long lines are cut at 500 \
+             `respect_gitignore` is false; binary files (UTF-16 ones too), files over 16 MiB \
+             and the contents of `.git` are always skipped; files are matched as bytes, so in a \
+             file not in UTF-8 (windows-1252, say) only ASCII text matches, and its lines are \
+             shown decoded; symlinks are not followed; long lines are cut at 500 \
              characters. Results are in path order, `max_results` at a time (default 200 files \
              or lines); when there are more, the result says which `offset` gives the next page.",
         )
@@ -595,7 +597,19 @@ impl Search {
         let hits = self.matcher.hits(content, &lines);
         let has_context = self.before > 0 || self.after > 0;
         let mut last_printed: Option<usize> = None;
-        let render = |line: usize| text::clip(&text::decode(lines[line]), MAX_LINE_CHARS).into_owned();
+        // Matching is over bytes; printed lines of a file in a legacy single- or multi-byte
+        // encoding (windows-1252, Shift_JIS) are decoded in it, as read_file shows them.
+        let legacy = (!hits.is_empty() && std::str::from_utf8(content).is_err())
+            .then(|| encoding::detect(content, true))
+            .flatten()
+            .filter(|found| !found.is_utf8() && !found.is_utf16());
+        let render = |line: usize| {
+            let decoded = match legacy {
+                Some(found) => found.encoding.decode_without_bom_handling(lines[line]).0,
+                None => text::decode(lines[line]),
+            };
+            text::clip(&decoded, MAX_LINE_CHARS).into_owned()
+        };
         for (number, &(first, last)) in hits.iter().enumerate() {
             match self.next_result() {
                 Take::Stop => return ControlFlow::Break(()),

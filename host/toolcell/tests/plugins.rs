@@ -339,7 +339,7 @@ impl Sealed {
     fn new(directory: &Path) -> Self {
         use std::os::unix::fs::PermissionsExt;
         if is_root() {
-            let status = std::process::Command::new("chattr").arg("+i").arg(directory).status().expect("run chattr");
+            let status = Command::new("chattr").arg("+i").arg(directory).status().expect("run chattr");
             assert!(status.success(), "chattr +i {} (root needs the immutable flag to be refused a write)", directory.display());
         } else {
             std::fs::set_permissions(directory, std::fs::Permissions::from_mode(0o555)).expect("chmod");
@@ -352,7 +352,7 @@ impl Drop for Sealed {
     fn drop(&mut self) {
         use std::os::unix::fs::PermissionsExt;
         if is_root() {
-            let _ = std::process::Command::new("chattr").arg("-i").arg(&self.0).status();
+            let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
         } else {
             let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(0o755));
         }
@@ -360,5 +360,5 @@ impl Drop for Sealed {
 }
 
 fn is_root() -> bool {
-    std::process::Command::new("id").arg("-u").output().is_ok_and(|output| output.stdout.trim_ascii() == b"0")
+    Command::new("id").arg("-u").output().is_ok_and(|output| output.stdout.trim_ascii() == b"0")
 }

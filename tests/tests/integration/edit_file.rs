@@ -112,13 +112,14 @@ fn argument_errors() {
 fn file_errors() {
     let fixture = Fixture::new();
     fixture.write("bin.dat", b"ab\x00cd");
-    fixture.write("latin1.txt", b"caf\xe9\n");
+    // Mostly UTF-8, with a byte that is not: an edit would lose it.
+    fixture.write("broken.txt", b"caf\xc3\xa9 cr\xc3\xa8me \xff\n");
     fixture.error("edit_file", json!({"path": "missing.txt", "old_string": "a", "new_string": "b"}), ToolErrorKind::NotFound);
     fixture.error("edit_file", json!({"path": "bin.dat", "old_string": "ab", "new_string": "x"}), ToolErrorKind::Unsupported);
     let message =
-        fixture.error("edit_file", json!({"path": "latin1.txt", "old_string": "caf", "new_string": "x"}), ToolErrorKind::Unsupported);
-    assert!(message.contains("UTF-8"), "{message}");
-    assert_eq!(fixture.read("latin1.txt"), b"caf\xe9\n");
+        fixture.error("edit_file", json!({"path": "broken.txt", "old_string": "caf", "new_string": "x"}), ToolErrorKind::Unsupported);
+    assert!(message.contains("mostly utf-8 text") && message.contains("Nothing was changed"), "{message}");
+    assert_eq!(fixture.read("broken.txt"), b"caf\xc3\xa9 cr\xc3\xa8me \xff\n");
 }
 
 #[test]
@@ -167,4 +168,14 @@ fn nulls_from_openai_strict_mode_count_as_left_out() {
     // A required argument sent as null is still an error naming it.
     let message = fixture.error("read_file", json!({"path": null}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("`path`"), "{message}");
+}
+
+#[test]
+fn new_text_ending_in_a_multi_byte_character_is_shown() {
+    // The region's last byte is inside `é`: showing it once crashed the tool.
+    let fixture = Fixture::new();
+    fixture.write("menu.txt", "un café\ndeux\n");
+    let output = fixture.ok("edit_file", json!({"path": "menu.txt", "old_string": "café", "new_string": "thé"}));
+    assert!(output.text.contains("     1\tun thé"), "{}", output.text);
+    assert_eq!(fixture.read_text("menu.txt"), "un thé\ndeux\n");
 }

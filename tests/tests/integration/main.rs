@@ -6,6 +6,7 @@ mod conformance;
 mod content_index;
 mod docs;
 mod edit_file;
+mod encodings;
 mod escapes;
 mod example_tool;
 mod governance;

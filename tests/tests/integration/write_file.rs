@@ -51,7 +51,7 @@ fn errors() {
     let message = fixture.error("write_file", json!({"path": "file/child", "content": "x"}), ToolErrorKind::NotFound);
     assert!(message.contains("file/child"), "{message}");
     let message = fixture.error("write_file", json!({"path": "a.txt"}), ToolErrorKind::InvalidArgs);
-    assert!(message.contains("\"content\""), "{message}");
+    assert!(message.contains("`content`") && message.contains("`content_base64`"), "{message}");
     let message = fixture.error("write_file", json!({"path": "a.txt", "content": 5}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("`content`"), "{message}");
     assert!(!fixture.root().join("a.txt").exists());
