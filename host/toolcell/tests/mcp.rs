@@ -299,58 +299,19 @@ fn malformed_tool_calls_are_invalid_params_and_unknown_methods_are_not_found() {
     client.close().expect("the server exits when stdin closes");
 }
 
-/// A `toolcell serve` process, killed when dropped.
-struct Served {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+#[path = "served/mod.rs"]
+#[expect(dead_code, reason = "these tests read no stderr line")]
+mod served;
+use served::{Served, token};
 
 /// Start `toolcell serve` with `config` and its state in `state`; waits for it to listen.
 fn serve(config: &Path, state: &Path) -> Served {
-    serve_with(config, state, &[])
+    served::serve(config, state, &[] as &[&str])
 }
 
 /// [`serve`] with more global options (`--policy`, `--plugin-dir`).
 fn serve_with(config: &Path, state: &Path, options: &[&std::ffi::OsStr]) -> Served {
-    use std::io::BufRead as _;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-        .args(options)
-        .arg("--cache-dir")
-        .arg(toolcell_tests::shared_cache_dir())
-        .arg("--state-dir")
-        .arg(state)
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(config)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start toolcell serve");
-    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read stderr");
-    let address = line.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_else(|| panic!("no address in {line:?}"));
-    let url = format!("http://{address}/");
-    // Keep draining stderr so the server never blocks on it.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    Served { child, url }
-}
-
-/// A new token and the configuration line that admits it.
-fn token() -> (String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_toolcell")).arg("token").output().expect("toolcell token");
-    assert!(output.status.success());
-    let text = String::from_utf8(output.stdout).expect("utf-8");
-    let mut lines = text.lines();
-    let token = lines.next().expect("token").to_owned();
-    let line = lines.next().expect("hash line").to_owned();
-    assert!(token.starts_with("tc_") && token.len() == 67, "{token}");
-    (token, line)
+    served::serve(config, state, options)
 }
 
 /// A workspace, a service configuration with an `impl` and a `reviewer` principal, and their

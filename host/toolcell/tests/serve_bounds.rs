@@ -8,7 +8,6 @@
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -16,52 +15,10 @@ use serde_json::{Value, json};
 #[path = "load/mod.rs"]
 #[expect(dead_code, reason = "the load generator is the serve benchmark's; these tests use its client")]
 mod load;
-
-/// A `toolcell serve` process, killed when dropped.
-struct Served {
-    child: std::process::Child,
-    url: String,
-    address: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Start `toolcell serve` with `config`, its state in `state` and more global `options`.
-fn serve(config: &Path, state: &Path, options: &[&std::ffi::OsStr]) -> Served {
-    use std::io::BufRead as _;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-        .args(options)
-        .arg("--cache-dir")
-        .arg(toolcell_tests::shared_cache_dir())
-        .arg("--state-dir")
-        .arg(state)
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(config)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start toolcell serve");
-    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read stderr");
-    let address = line.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_else(|| panic!("no address in {line:?}"));
-    let (url, address) = (format!("http://{address}/"), address.to_owned());
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    Served { child, url, address }
-}
-
-/// A new token and the configuration line that admits it.
-fn token() -> (String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_toolcell")).arg("token").output().expect("toolcell token");
-    assert!(output.status.success());
-    let text = String::from_utf8(output.stdout).expect("utf-8");
-    let mut lines = text.lines();
-    (lines.next().expect("token").to_owned(), lines.next().expect("hash line").to_owned())
-}
+#[path = "served/mod.rs"]
+#[expect(dead_code, reason = "these tests read no stderr line")]
+mod served;
+use served::{serve, token};
 
 /// A workspace and a service configuration beginning with `settings`, with an `impl`
 /// principal (alice) and a `reviewer` (rita); their tokens.
@@ -193,7 +150,7 @@ fn one_token_holding_event_streams_is_bounded_and_starves_no_other_principal() {
     let temp = tempfile::tempdir().expect("temporary directory");
     // The default bounds: 32 streams per principal.
     let (config, alice, rita) = fixture(temp.path(), "");
-    let served = serve(&config, &temp.path().join("state"), &[]);
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     let sessions: Vec<String> = (0..2).map(|_| initialize(&served.url, &alice).session.expect("a session")).collect();
     // Forty event streams on two sessions, each on its own connection, all kept open.
     let mut streams: Vec<(TcpStream, String)> = (0..40).map(|index| open_stream(&served.address, &alice, &sessions[index % 2])).collect();
@@ -238,7 +195,7 @@ fn one_token_opening_sessions_is_bounded_and_starves_no_other_principal() {
     let temp = tempfile::tempdir().expect("temporary directory");
     // The default bounds: 64 sessions per principal.
     let (config, alice, rita) = fixture(temp.path(), "");
-    let served = serve(&config, &temp.path().join("state"), &[]);
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     let answers: Vec<Answer> = (0..80).map(|_| initialize(&served.url, &alice)).collect();
     let opened: Vec<&String> = answers.iter().filter_map(|answer| answer.session.as_ref()).collect();
     let refused: Vec<&Answer> = answers.iter().filter(|answer| answer.status == 429).collect();
@@ -273,7 +230,7 @@ fn idle_sessions_expire_and_give_their_place_back_but_busy_ones_stay() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let (config, alice, _) = fixture(temp.path(), "session_idle = \"3s\"\nmax_sessions_per_principal = 2\n");
     let state = temp.path().join("state");
-    let served = serve(&config, &state, &[]);
+    let served = serve(&config, &state, &[] as &[&str]);
     let idle = initialize(&served.url, &alice).session.expect("a session");
     let busy = initialize(&served.url, &alice).session.expect("a second session");
     let third = initialize(&served.url, &alice);
@@ -370,7 +327,7 @@ fn one_token_holding_connections_leaves_some_for_another_principal() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let (config, alice, rita) =
         fixture(temp.path(), "max_connections = 40\nmax_connections_per_principal = 30\nrequest_body_timeout = \"120s\"\n");
-    let served = serve(&config, &temp.path().join("state"), &[]);
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     // Alice opens 36 connections, each holding a request whose body is still to come.
     let mut held: Vec<(TcpStream, Option<String>)> = Vec::new();
     for _ in 0..36 {

@@ -5,83 +5,16 @@
 //!
 //! Waits are generous (a loaded 2-core CI): a test waits for an outcome, never for a time.
 
-use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-/// A `toolcell serve` process, killed when dropped, and the lines of its stderr so far.
-struct Served {
-    child: std::process::Child,
-    url: String,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Served {
-    fn lines(&self) -> Vec<String> {
-        self.stderr.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    /// Wait (at most a minute) until a line of stderr satisfies `wanted`; all lines so far.
-    fn wait_for(&self, wanted: impl Fn(&str) -> bool) -> Vec<String> {
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(60) {
-            let lines = self.lines();
-            if lines.iter().any(|line| wanted(line)) {
-                return lines;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("no such line on stderr: {:#?}", self.lines());
-    }
-}
-
-/// Start `toolcell serve` with `config`, its state in `state`, with more global `options`.
-fn serve(config: &Path, state: &Path, options: &[&str]) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-        .args(options)
-        .arg("--cache-dir")
-        .arg(toolcell_tests::shared_cache_dir())
-        .arg("--state-dir")
-        .arg(state)
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(config)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start toolcell serve");
-    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read stderr");
-    let address = line.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_else(|| panic!("no address in {line:?}"));
-    let url = format!("http://{address}/");
-    let lines = Arc::new(Mutex::new(vec![line.trim_end().to_owned()]));
-    let kept = Arc::clone(&lines);
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            kept.lock().unwrap_or_else(PoisonError::into_inner).push(line);
-        }
-    });
-    Served { child, url, stderr: lines }
-}
-
-/// A new token and the configuration line that admits it.
-fn token() -> (String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_toolcell")).arg("token").output().expect("toolcell token");
-    assert!(output.status.success());
-    let text = String::from_utf8(output.stdout).expect("utf-8");
-    let mut lines = text.lines();
-    (lines.next().expect("token").to_owned(), lines.next().expect("hash line").to_owned())
-}
+#[path = "served/mod.rs"]
+#[expect(dead_code, reason = "these tests need no server address")]
+mod served;
+use served::{serve, token};
 
 /// A workspace and a service configuration beginning with `settings`, with one `impl`
 /// principal (alice); her token.
@@ -148,7 +81,7 @@ fn message(answer: &Answer, id: u64) -> Value {
 fn a_body_over_the_cap_is_413_with_a_json_rpc_error_and_the_connection_serves_on() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let (config, alice) = fixture(temp.path(), "max_request_bytes = 65536");
-    let served = serve(&config, &temp.path().join("state"), &[]);
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     let bearer = format!("Bearer {alice}");
     let opened = post(&served.url, &[("Authorization", &bearer)], &initialize_body());
     let session = opened.session.expect("a session");
@@ -186,7 +119,7 @@ fn a_body_over_the_cap_is_413_with_a_json_rpc_error_and_the_connection_serves_on
 fn refusals_are_told_on_stderr_once_each_rate_limited_and_without_tokens() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let (config, alice) = fixture(temp.path(), "max_request_bytes = 1024\nmax_sessions_per_principal = 1");
-    let served = serve(&config, &temp.path().join("state"), &[]);
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     // The listening line names the store and the workspaces.
     let listening = &served.lines()[0];
     let state = temp.path().join("state");
@@ -249,7 +182,7 @@ fn refusals_are_told_on_stderr_once_each_rate_limited_and_without_tokens() {
 fn logging_set_level_under_2026_07_28_is_a_removed_method_whatever_its_params() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let (config, alice) = fixture(temp.path(), "");
-    let served = serve(&config, &temp.path().join("state"), &[]);
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     let bearer = format!("Bearer {alice}");
     let opened = post(&served.url, &[("Authorization", &bearer)], &initialize_body());
     let session = opened.session.expect("a session");
@@ -283,7 +216,7 @@ fn serving_md_block(marker: &str) -> String {
 fn the_client_side_of_serving_md_works_as_written() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let (config, alice) = fixture(temp.path(), "");
-    let served = serve(&config, &temp.path().join("state"), &[]);
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     // The `mcpServers` entry: HTTP, the default endpoint, the token as a bearer header.
     let entry: Value = serde_json::from_str(&serving_md_block("<!-- client: mcpServers -->")).expect("the entry is JSON");
     let server = &entry["mcpServers"]["toolcell"];

@@ -11,6 +11,9 @@ use serde_json::json;
 #[path = "load/mod.rs"]
 #[expect(dead_code, reason = "the load generator is the serve benchmark's; these tests use its client")]
 mod load;
+#[path = "served/mod.rs"]
+#[expect(dead_code, reason = "this test reads no stderr line")]
+mod served;
 
 /// Everything is allowed to `admin`: only the host's own protection stands in the way.
 const ALLOW_ALL: &str = r#"
@@ -153,53 +156,23 @@ fn the_running_executable_is_protected_inside_the_workspace() {
     assert!(std::fs::read(&installed).expect("read") == before, "the executable changed");
 }
 
-/// A `toolcell serve` process, killed when dropped.
-struct Served {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn the_configuration_of_serve_is_protected_in_the_workspace_it_serves() {
-    use std::io::BufRead as _;
     let temp = tempfile::tempdir().expect("temporary directory");
     let workspace = temp.path().join("app");
     std::fs::create_dir_all(&workspace).expect("workspace");
     std::fs::write(workspace.join("notes.txt"), "hello\n").expect("write");
     std::fs::write(temp.path().join("allow-all.toml"), ALLOW_ALL).expect("policy");
-    let output = Command::new(env!("CARGO_BIN_EXE_toolcell")).arg("token").output().expect("toolcell token");
-    let text = String::from_utf8(output.stdout).expect("utf-8");
-    let mut lines = text.lines();
-    let (token, hash_line) = (lines.next().expect("token").to_owned(), lines.next().expect("hash").to_owned());
+    let (token, hash_line) = served::token();
     let config = workspace.join("service.toml");
     let config_text =
         format!("[workspaces]\napp = \".\"\n\n[[principals]]\nname = \"ada\"\n{hash_line}\nworkspace = \"app\"\nrole = \"admin\"\n");
     std::fs::write(&config, &config_text).expect("config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-        .arg("--cache-dir")
-        .arg(temp.path().join("cache"))
-        .arg("--state-dir")
-        .arg(temp.path().join("state"))
-        .arg("--policy")
-        .arg(temp.path().join("allow-all.toml"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start toolcell serve");
-    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read stderr");
-    let address = line.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_else(|| panic!("no address in {line:?}"));
-    let served = Served { child, url: format!("http://{address}/") };
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
+    command.arg("--cache-dir").arg(temp.path().join("cache")).arg("--state-dir").arg(temp.path().join("state"));
+    command.arg("--policy").arg(temp.path().join("allow-all.toml"));
+    command.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&config);
+    let served = served::spawn(command);
 
     let mut client = load::Client::connect(&served.url, &token).expect("connect");
     let written = client.call("write_file", json!({"path": "service.toml", "content": "root = \"/\"\n"})).expect("answer");

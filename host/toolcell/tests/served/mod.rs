@@ -1,0 +1,86 @@
+//! A `toolcell serve` process for the tests that drive the service over HTTP: started on
+//! 127.0.0.1 with a free port, its stderr kept line by line, killed when dropped.
+
+use std::ffi::OsStr;
+use std::io::BufRead as _;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// A `toolcell serve` process, killed when dropped, and the lines of its stderr so far.
+pub struct Served {
+    pub child: std::process::Child,
+    /// `http://127.0.0.1:PORT/`.
+    pub url: String,
+    /// `127.0.0.1:PORT`.
+    pub address: String,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    /// The lines of its stderr so far, the listening line first.
+    pub fn lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Wait (up to a minute, for a loaded CI) until a line of stderr is `wanted`; the lines.
+    pub fn wait_for(&self, wanted: impl Fn(&str) -> bool) -> Vec<String> {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            let lines = self.lines();
+            if lines.iter().any(|line| wanted(line)) {
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no such line on stderr: {:#?}", self.lines());
+    }
+}
+
+/// Start `toolcell serve` with `config`, its state in `state`, the tests' shared component
+/// cache, and more global `options` (`--policy`, `--plugin-dir`, `--store`).
+pub fn serve(config: &Path, state: &Path, options: &[impl AsRef<OsStr>]) -> Served {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
+    command.args(options).arg("--cache-dir").arg(toolcell_tests::shared_cache_dir()).arg("--state-dir").arg(state);
+    command.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(config);
+    spawn(command)
+}
+
+/// Start `command` (a `toolcell … serve --listen 127.0.0.1:0 …`) and wait until it listens.
+pub fn spawn(mut command: Command) -> Served {
+    let mut child = command.stderr(std::process::Stdio::piped()).spawn().expect("start toolcell serve");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("read stderr");
+    let address = line.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_else(|| panic!("no address in {line:?}"));
+    let (url, address) = (format!("http://{address}/"), address.to_owned());
+    let lines = Arc::new(Mutex::new(vec![line.trim_end().to_owned()]));
+    let kept = Arc::clone(&lines);
+    // Read on, so that the server never blocks on a full pipe.
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            kept.lock().unwrap_or_else(PoisonError::into_inner).push(line);
+        }
+    });
+    Served { child, url, address, stderr: lines }
+}
+
+/// A new token and the configuration line that admits it.
+pub fn token() -> (String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_toolcell")).arg("token").output().expect("toolcell token");
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).expect("utf-8");
+    let mut lines = text.lines();
+    let token = lines.next().expect("token").to_owned();
+    let line = lines.next().expect("hash line").to_owned();
+    assert!(token.starts_with("tc_") && token.len() == 67, "{token}");
+    (token, line)
+}
