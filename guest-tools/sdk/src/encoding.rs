@@ -344,10 +344,14 @@ mod tests {
         bytes
     }
 
+    /// A case of [`detection`]: its name, the bytes, and the encoding and BOM expected
+    /// (`None`: binary).
+    type DetectionCase = (&'static str, Vec<u8>, Option<(&'static str, bool)>);
+
     #[test]
     fn detection() {
         let latin1 = b"Gr\xfc\xdfe aus K\xf6ln: caf\xe9, cr\xe8me br\xfbl\xe9e, na\xefve fa\xe7ade.\n".to_vec();
-        let cases: Vec<(&str, Vec<u8>, Option<(&str, bool)>)> = vec![
+        let cases: Vec<DetectionCase> = vec![
             ("ascii", b"plain text\n".to_vec(), Some(("utf-8", false))),
             ("empty", Vec::new(), Some(("utf-8", false))),
             ("utf-8", "héllo wörld\n".as_bytes().to_vec(), Some(("utf-8", false))),

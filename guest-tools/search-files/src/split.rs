@@ -18,7 +18,8 @@ use std::ops::ControlFlow;
 use toolcell_sdk::walk::EntryKind;
 use toolcell_sdk::{Output, ToolError, WorkspacePath};
 
-use crate::{Search, searchable};
+use crate::matching::Search;
+use crate::searchable;
 
 /// A directory with at least this many subdirectories per part deals them out.
 const DEAL_FROM: usize = 4;
