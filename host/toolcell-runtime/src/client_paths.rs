@@ -8,8 +8,9 @@
 //! Which arguments are paths is a naming convention, written in `wit/tool.wit`: a string, or
 //! an array of strings, under a key named `path`, `paths`, `source`, `destination`,
 //! `directory`, `file`, `files` or `move_to`, or ending in `_path`, `_paths`, `_file`,
-//! `_files`, `_dir` or `_directory`, at any depth. Other strings (file contents, patterns,
-//! diffs) are never touched.
+//! `_files`, `_dir` or `_directory`, at any depth, and the file headers of a patch under a
+//! key `patch` (`*** Update File: PATH`). Other strings (file contents, patterns, the lines of
+//! a patch) are never touched.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -54,11 +55,46 @@ fn rewrite_value(value: &mut Value, is_path: bool, roots: &Roots<'_>) -> bool {
             _ => false,
         },
         Value::Array(items) => items.iter_mut().fold(false, |changed, item| rewrite_value(item, is_path, roots) | changed),
-        Value::Object(fields) => {
-            fields.iter_mut().fold(false, |changed, (key, field)| rewrite_value(field, is_path_key(key), roots) | changed)
-        }
+        Value::Object(fields) => fields.iter_mut().fold(false, |changed, (key, field)| {
+            let rewritten = match field {
+                Value::String(patch) if key == "patch" => rewrite_patch_headers(patch, roots),
+                _ => rewrite_value(field, is_path_key(key), roots),
+            };
+            rewritten | changed
+        }),
         _ => false,
     }
+}
+
+/// The file headers of a patch (`*** Add File: PATH`, `*** Update File: PATH`,
+/// `*** Delete File: PATH`, `*** Move to: PATH`) name paths too: rewrite those that lead into
+/// the workspace, keeping each line's indentation and ending.
+fn rewrite_patch_headers(patch: &mut String, roots: &Roots<'_>) -> bool {
+    const HEADERS: [&str; 4] = ["*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: "];
+    if !patch.contains("*** ") {
+        return false;
+    }
+    let mut changed = false;
+    let mut rewritten = String::with_capacity(patch.len());
+    for line in patch.split_inclusive('\n') {
+        let content = line.trim_end_matches(['\n', '\r']);
+        let indent = &content[..content.len() - content.trim_start().len()];
+        let header = HEADERS.iter().find_map(|header| content.trim_start().strip_prefix(header).map(|path| (header, path)));
+        match header.and_then(|(header, path)| Some((header, as_workspace_path(path.trim(), roots)?))) {
+            Some((header, relative)) => {
+                changed = true;
+                rewritten.push_str(indent);
+                rewritten.push_str(header);
+                rewritten.push_str(&relative);
+                rewritten.push_str(&line[content.len()..]);
+            }
+            None => rewritten.push_str(line),
+        }
+    }
+    if changed {
+        *patch = rewritten;
+    }
+    changed
 }
 
 /// `text` as the component should see it: the workspace-relative path of an absolute path
@@ -184,6 +220,11 @@ mod tests {
             // Not path arguments: contents, patterns and relative paths are never touched.
             (r#"{"path":"a.txt","content":"/home/me/repo/x"}"#, "unchanged"),
             (r#"{"pattern":"/home/me/repo/**"}"#, "unchanged"),
+            // A patch's file headers are paths; its other lines are content.
+            (
+                r#"{"patch":"*** Begin Patch\n*** Update File: /home/me/repo/a.rs\r\n  *** Move to: file:///home/me/repo/b.rs\n-/home/me/repo/x\n+y\n*** Delete File: /etc/x\n*** End Patch"}"#,
+                r#"{"patch":"*** Begin Patch\n*** Update File: a.rs\r\n  *** Move to: b.rs\n-/home/me/repo/x\n+y\n*** Delete File: /etc/x\n*** End Patch"}"#,
+            ),
             (r#"{"path":"src/main.rs"}"#, "unchanged"),
         ];
         for (args, expected) in table {

@@ -94,6 +94,12 @@ fn absolute_paths_and_file_uris_into_the_workspace_are_workspace_relative() {
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert!(canonical.join("src/moved.rs").exists());
     assert!(!run.stdout.contains(text(temp.path())), "{}", run.stdout);
+    // A patch's file headers, as a model trained on absolute paths writes them.
+    let patch = format!("*** Begin Patch\n*** Update File: {}/src/moved.rs\n@@\n-// new\n+// patched\n*** End Patch\n", text(&link));
+    let run = call(temp.path(), &link, "apply_patch", &serde_json::json!({"patch": patch}));
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(canonical.join("src/moved.rs")).expect("patched"), "// patched\n");
+    assert!(!run.stdout.contains(text(temp.path())), "{}", run.stdout);
 }
 
 #[test]
