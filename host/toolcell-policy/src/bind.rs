@@ -156,6 +156,7 @@ impl Policy {
             index: [read, list, write, delete],
             may_spawn: shared.may_spawn.clone(),
             may_lock_for_chains: shared.may_lock_for_chains,
+            network: shared.network.clone(),
         }))
     }
 }

@@ -310,6 +310,8 @@ pub struct Role {
     may_spawn: Vec<(String, std::ops::Range<usize>)>,
     /// Whether it may lock paths for a chain (`may_lock_for_chains`).
     may_lock_for_chains: bool,
+    /// Which hosts its tools may reach over HTTP.
+    network: NetworkRules,
 }
 
 impl Policy {
@@ -418,6 +420,11 @@ impl Role {
         self.may_lock_for_chains
     }
 
+    /// Which hosts the role's tools may reach over HTTP (none, without a `network` rule).
+    pub fn network(&self) -> &NetworkRules {
+        &self.network
+    }
+
     /// Whether some rule of the role names tools or uses a task's paths, so that a call's
     /// decisions need [`Policy::bind`].
     pub fn has_scoped_rules(&self) -> bool {
@@ -429,9 +436,14 @@ mod bind;
 mod decide;
 mod index;
 mod mentions;
+mod network;
 mod parse;
 
 pub use mentions::{ToolMentions, pin_span};
+pub use network::{
+    Cidr, Destination, NetworkDecision, NetworkEffect, NetworkRule, NetworkRules, Scheme, SecretHeader, SecretSource, normalize_host,
+    special_range,
+};
 pub use parse::stub_imports;
 
 pub use bind::{TaskBinding, canonical_tool_name};

@@ -78,6 +78,8 @@ pub(crate) struct RawRole {
     may_spawn: Vec<Spanned<String>>,
     #[serde(default)]
     may_lock_for_chains: bool,
+    #[serde(default)]
+    network: Vec<Spanned<network::RawNetworkRule>>,
 }
 
 #[derive(Deserialize)]
@@ -162,6 +164,22 @@ impl Policy {
                     return Err(error(Some(name.span()), format!("role `{role_name}`: {reason}")));
                 }
             };
+            let mut network_rules = Vec::new();
+            for (index, raw_rule) in raw_role.network.iter().enumerate() {
+                let line = line_of(text, raw_rule.span().start);
+                let rule = network::compile_rule(&role_name, index, line, raw_rule.get_ref(), known_tools)
+                    .map_err(|(span, reason)| error(span.or(Some(raw_rule.span())), reason))?;
+                if let Some(first) = rule_ids.insert(rule.id.clone(), line) {
+                    return Err(error(
+                        Some(raw_rule.span()),
+                        format!(
+                            "rule id `{}` is used twice (first on line {first}): ids name rules in audit records, so they must be unique",
+                            rule.id
+                        ),
+                    ));
+                }
+                network_rules.push(rule);
+            }
             let may_spawn = raw_role.may_spawn.iter().map(|spawned| (spawned.get_ref().clone(), spawned.span())).collect();
             roles.insert(
                 role_name.clone(),
@@ -174,6 +192,7 @@ impl Policy {
                     index,
                     may_spawn,
                     may_lock_for_chains: raw_role.may_lock_for_chains,
+                    network: network::rules(network_rules),
                 }),
             );
         }
