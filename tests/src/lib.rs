@@ -351,16 +351,20 @@ impl Fixture {
         }
     }
 
-    /// Call a tool that must fail with `kind`; return the message. Checks that no host path
-    /// leaks.
+    /// Call a tool that must fail with `kind`; return the message, and its hint on a line of
+    /// its own (`\nhint: …`) when it has one. Checks that no host path leaks.
     pub fn error(&self, tool: &str, args: Value, kind: ToolErrorKind) -> String {
         let outcome = self.call(tool, &args);
         match outcome.result {
             Ok(output) => panic!("{tool} {args} should fail with {kind} but returned:\n{}", output.text),
-            Err(ToolError { kind: got, message }) => {
+            Err(ToolError { kind: got, message, hint }) => {
                 assert_eq!(got, kind, "{tool} {args}: wrong error kind, message: {message}");
-                self.assert_no_host_path(&message);
-                message
+                let text = match hint {
+                    Some(hint) => format!("{message}\nhint: {hint}"),
+                    None => message,
+                };
+                self.assert_no_host_path(&text);
+                text
             }
         }
     }

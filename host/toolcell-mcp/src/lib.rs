@@ -204,11 +204,11 @@ impl McpServer {
                         result
                     }
                     Err(error) => {
-                        let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
+                        let mut result = CallToolResult::error(vec![ContentBlock::text(error.full_text())]);
                         // Not as structured content: that must match the tool's output schema,
                         // which describes successful results (clients check it on errors too).
                         let mut meta = serde_json::Map::new();
-                        meta.insert("toolcell/error".to_owned(), json!({ "kind": error.kind.as_str(), "message": error.message }));
+                        meta.insert("toolcell/error".to_owned(), json!(error));
                         meta.insert("toolcell/call_id".to_owned(), json!(call.call_id));
                         result.meta = Some(rmcp::model::MetaObject(meta));
                         result

@@ -93,10 +93,9 @@ impl ArgsSchema {
         }
         let more = if violations.len() > MAX_LISTED_VIOLATIONS { "; and more" } else { "" };
         let listed = violations.iter().take(MAX_LISTED_VIOLATIONS).cloned().collect::<Vec<_>>().join("; ");
-        Err(ToolError::new(
-            ToolErrorKind::InvalidArgs,
-            format!("invalid arguments to `{tool}`: {listed}{more}. Check the tool's input schema."),
-        ))
+        Err(ToolError::new(ToolErrorKind::InvalidArgs, format!("invalid arguments to `{tool}`: {listed}{more}.")).with_hint(format!(
+            "check `{tool}`'s input schema (MCP `tools/list`, or `toolcell tools`) and send the arguments it describes"
+        )))
     }
 }
 

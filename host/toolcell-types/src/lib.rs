@@ -220,8 +220,10 @@ impl std::fmt::Display for ToolErrorKind {
     }
 }
 
-/// A failed tool call as the agent sees it: a kind and a message that names the offending value
-/// and says what to do. Never holds a host path.
+/// A failed tool call as the agent sees it: a kind, a message that names the offending value,
+/// and, where the host knows one, a hint that says what to do next (the CLI prints it as a
+/// `hint:` line; MCP adds it to the text and to the result's `_meta`). Never holds a host
+/// path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct ToolError {
@@ -229,12 +231,31 @@ pub struct ToolError {
     pub kind: ToolErrorKind,
     /// The explanation for the agent.
     pub message: String,
+    /// What to do next, when the host knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
 
 impl ToolError {
     /// A tool error of `kind`.
     pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
-        ToolError { kind, message: message.into() }
+        ToolError { kind, message: message.into(), hint: None }
+    }
+
+    /// The same error, with a hint of what to do next.
+    #[must_use]
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// The message and, on a line of its own, the hint: everything an agent reading text
+    /// should see.
+    pub fn full_text(&self) -> String {
+        match &self.hint {
+            Some(hint) => format!("{self}\nhint: {hint}"),
+            None => self.to_string(),
+        }
     }
 }
 

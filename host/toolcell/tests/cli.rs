@@ -116,7 +116,15 @@ fn a_tool_error_exits_1_with_the_message_on_stderr() {
     insta::assert_snapshot!(run.stderr, @"denied: `../x` leaves the workspace: its `..` components climb above the workspace root; give a path inside the workspace");
     let run = toolcell(&cache, &["call", "read_file", r#"{"path": 1}"#, "--workspace", root]);
     assert_eq!(run.status, 1);
-    insta::assert_snapshot!(run.stderr, @r#"invalid-args: invalid arguments to `read_file`: `path`: 1 is not of type "string". Check the tool's input schema."#);
+    insta::assert_snapshot!(run.stderr, @r#"
+    invalid-args: invalid arguments to `read_file`: `path`: 1 is not of type "string".
+    hint: check `read_file`'s input schema (MCP `tools/list`, or `toolcell tools`) and send the arguments it describes
+    "#);
+    // With `--json`, the hint is a field of the error.
+    let run = toolcell(&cache, &["call", "read_file", r#"{"path": 1}"#, "--json", "--workspace", root]);
+    let result: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON");
+    assert_eq!(result["error"]["kind"], "invalid-args", "{result}");
+    assert!(result["error"]["hint"].as_str().is_some_and(|hint| hint.starts_with("check `read_file`'s input schema")), "{result}");
 }
 
 #[test]

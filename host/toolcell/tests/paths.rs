@@ -168,5 +168,12 @@ fn an_mcp_client_may_send_absolute_paths_and_file_uris() {
         client.call_tool("read_file", &serde_json::json!({"path": format!("{}/secret.txt", text(temp.path()))})).expect("tools/call");
     assert_eq!(outside["isError"], true, "{outside}");
     assert!(!outside.to_string().contains("outside\\n"), "{outside}");
+    // A hint reaches an MCP client in the text and, structured, in the result's `_meta`.
+    let missing = client.call_tool("read_file", &serde_json::json!({"path": "src\\main.rs"})).expect("tools/call");
+    assert_eq!(missing["isError"], true, "{missing}");
+    let error = &missing["_meta"]["toolcell/error"];
+    assert_eq!(error["kind"], "not-found", "{missing}");
+    assert!(error["hint"].as_str().is_some_and(|hint| hint.contains("as in `src/main.rs`")), "{missing}");
+    assert!(missing["content"][0]["text"].as_str().is_some_and(|text| text.contains("\nhint: `src\\main.rs` holds `\\`")), "{missing}");
     client.close().expect("the server exits when stdin closes");
 }

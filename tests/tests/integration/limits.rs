@@ -150,11 +150,14 @@ fn limits_come_from_the_policy_per_tool() {
 
     let error = call(json!({"action": "spin"})).result.expect_err("stopped");
     assert!(error.message.contains("deadline of 0.3 s"), "{}", error.message);
-    assert!(error.message.contains("`deadline_ms` under `[limits]` or `[limits.tools.misbehave]`"), "{}", error.message);
+    // What to do is the hint, for the CLI's `hint:` line and MCP's `_meta`.
+    let hint = error.hint.as_deref().unwrap_or_default();
+    assert!(hint.contains("`deadline_ms` under `[limits]` or `[limits.tools.misbehave]`"), "{error:?}");
 
     let error = call(json!({"action": "allocate", "bytes": 48 << 20})).result.expect_err("refused");
     assert_eq!(error.kind, ToolErrorKind::TooLarge);
-    assert!(error.message.contains("memory limit of 32 MiB") && error.message.contains("`memory_mib`"), "{}", error.message);
+    assert!(error.message.contains("memory limit of 32 MiB"), "{}", error.message);
+    assert!(error.hint.as_deref().is_some_and(|hint| hint.contains("`memory_mib`")), "{error:?}");
 
     let text = call(json!({"action": "big_output", "bytes": 64 << 10})).result.expect("cut").text;
     assert!(text.contains("[output truncated at 16 KiB"), "{}", &text[text.len() - 200..]);

@@ -101,7 +101,7 @@ impl Runtime {
             && error.kind == ToolErrorKind::NotFound
             && let Some(hint) = client_paths::separator_hint(request.args)
         {
-            error.message = format!("{} ({hint})", error.message);
+            error.hint = Some(hint);
         }
         Ok(self.finish(request, outcome, started))
     }
@@ -131,15 +131,13 @@ impl Runtime {
             return Ok(None);
         }
         let tools = role.tools().map(|tools| tools.join(", ")).unwrap_or_default();
-        Ok(Some(ToolError::new(
-            ToolErrorKind::Denied,
-            format!(
-                "role `{}` may not call `{}`; its tools are: {tools}. Use one of those, or ask the operator for a role that has `{}`.",
-                role.name(),
-                request.tool,
-                request.tool
-            ),
-        )))
+        Ok(Some(
+            ToolError::new(
+                ToolErrorKind::Denied,
+                format!("role `{}` may not call `{}`; its tools are: {tools}.", role.name(), request.tool),
+            )
+            .with_hint(format!("use one of those, or ask the operator for a role that has `{}`", request.tool)),
+        ))
     }
 
     /// The guard of one call: the policy for the caller's role, the audit sink, the host-owned
@@ -274,10 +272,7 @@ impl Runtime {
             }
         }
         if guard.audit_failures > 0 {
-            outcome.result = Err(ToolError::new(
-                ToolErrorKind::Failed,
-                "the audit trail cannot be written, so this call's result is withheld; tell the operator",
-            ));
+            outcome.result = Err(audit_withheld());
         }
         guard
     }
@@ -424,10 +419,13 @@ impl Runtime {
                 Err(ToolError::new(
                     ToolErrorKind::TooLarge,
                     format!(
-                        "`{tool}` needed more than its memory limit of {} MiB and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise `memory_mib` under `[limits]` or `[limits.tools.{tool}]` in the policy).",
+                        "`{tool}` needed more than its memory limit of {} MiB and was stopped; nothing it returned is used.",
                         limits.memory_bytes >> 20
                     ),
-                ))
+                )
+                .with_hint(format!(
+                    "give it less to do at once (the operator can raise `memory_mib` under `[limits]` or `[limits.tools.{tool}]` in the policy)"
+                )))
             }
             Ok(Err(error)) => Err(convert_error(error)),
             Err(trap) if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) => {
@@ -438,11 +436,9 @@ impl Runtime {
                 outcome.trapped = true;
                 Err(ToolError::new(
                     ToolErrorKind::Failed,
-                    format!(
-                        "the tool `{tool}` crashed ({}); nothing it returned is used. This is a bug in the tool; try another approach or report it.",
-                        trap.root_cause()
-                    ),
-                ))
+                    format!("the tool `{tool}` crashed ({}); nothing it returned is used.", trap.root_cause()),
+                )
+                .with_hint("this is a bug in the tool: try another approach, or report it"))
             }
         };
         let state = store.into_data();
@@ -457,10 +453,13 @@ impl Runtime {
         ToolError::new(
             ToolErrorKind::Failed,
             format!(
-                "`{tool}` ran past its deadline of {:.1} s and was stopped; nothing it returned is used. Give it less to do at once (the operator can raise `deadline_ms` under `[limits]` or `[limits.tools.{tool}]` in the policy).",
+                "`{tool}` ran past its deadline of {:.1} s and was stopped; nothing it returned is used.",
                 limits.deadline.as_secs_f64()
             ),
         )
+        .with_hint(format!(
+            "give it less to do at once (the operator can raise `deadline_ms` under `[limits]` or `[limits.tools.{tool}]` in the policy)"
+        ))
     }
 
     /// The limits of a call of `tool`: the runtime's, with the policy's over them.
@@ -560,11 +559,14 @@ impl Runtime {
                 || outcome.unrecorded_events > 0;
         let appended = if modified { log.append(&[record]) } else { log.append_deferrable(&[record]) };
         if appended.is_err() {
-            outcome.result = Err(ToolError::new(
-                ToolErrorKind::Failed,
-                "the audit trail cannot be written, so this call's result is withheld; tell the operator",
-            ));
+            outcome.result = Err(audit_withheld());
         }
         outcome
     }
+}
+
+/// A call whose audit record cannot be written: its result is withheld.
+fn audit_withheld() -> ToolError {
+    ToolError::new(ToolErrorKind::Failed, "the audit trail cannot be written, so this call's result is withheld")
+        .with_hint("tell the operator: nothing is answered until the audit trail can be written again")
 }

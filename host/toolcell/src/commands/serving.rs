@@ -52,7 +52,7 @@ pub(super) fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCod
     if args.json {
         let result = match &outcome.result {
             Ok(output) => json!({ "ok": true, "text": output.text, "structured": output.structured }),
-            Err(error) => json!({ "ok": false, "error": { "kind": error.kind, "message": error.message } }),
+            Err(error) => json!({ "ok": false, "error": error }),
         };
         let mut document = result;
         document["call_id"] = json!(outcome.call_id);
@@ -67,7 +67,7 @@ pub(super) fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCod
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            writeln!(std::io::stderr().lock(), "{}", toolcell_types::escape_terminal(&error.to_string()))?;
+            writeln!(std::io::stderr().lock(), "{}", toolcell_types::escape_terminal(&error.full_text()))?;
             Ok(ExitCode::from(EXIT_TOOL_ERROR))
         }
     }
