@@ -229,3 +229,13 @@ pub struct PinMismatch {
 pub(crate) fn describe(error: &wasmtime::Error) -> String {
     error.chain().map(ToString::to_string).collect::<Vec<_>>().join(": ")
 }
+
+impl From<toolcell_state::Error> for Error {
+    fn from(error: toolcell_state::Error) -> Self {
+        match error {
+            toolcell_state::Error::Insecure { path, reason } => Error::Insecure { path, reason },
+            toolcell_state::Error::State { path, source } => Error::State { path, source },
+            toolcell_state::Error::Audit { path, source } => Error::Audit { path, source },
+        }
+    }
+}

@@ -54,7 +54,6 @@ mod schema;
 mod state;
 
 // The guard on every filesystem call, and the opens that follow no symlink it acts through.
-mod beneath;
 mod guard;
 
 // Host state: the audit trail, the journal, locks, read versions, undo records, and where they
@@ -68,7 +67,6 @@ mod locks;
 mod memo;
 mod reads;
 mod recovery;
-mod storage;
 mod stubs;
 mod undo;
 mod work;
@@ -103,7 +101,7 @@ pub use workspace::Workspace;
 
 use outcome::to_wit_error;
 use runtime::{LoadedTool, ToolKind};
-use storage::{hex, replace_json, session_key};
+use toolcell_state::storage::{hex, replace_json, session_key};
 
 /// Host bindings generated from `wit/tool.wit` (world `plugin`; the WASI part of
 /// `tool-component` is linked from wasmtime-wasi).

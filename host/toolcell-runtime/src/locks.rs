@@ -12,8 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use toolcell_locks::{Lock, LockError, LockRequest, LockTable, Refusal};
 
-/// The lock tables' directory in the state directory.
-pub const LOCKS_DIR: &str = "locks";
+pub use toolcell_state::LOCKS_DIR;
 
 /// Why the lock table could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -199,7 +198,7 @@ impl LockStore {
             Backing::Directory(directory) => {
                 let (table, lock) = Self::files(directory, workspace);
                 let io = |source| LockStoreError::Io { path: table.clone(), source };
-                crate::storage::create_private_dirs(directory).map_err(io)?;
+                toolcell_state::storage::create_private_dirs(directory).map_err(io)?;
                 let guard = open_lock(&lock).map_err(io)?;
                 guard.lock().map_err(io)?;
                 let mut loaded = load(&table).map_err(io)?;
@@ -213,11 +212,11 @@ impl LockStore {
 }
 
 fn open_lock(path: &Path) -> std::io::Result<File> {
-    crate::storage::private_file().read(true).write(true).create(true).truncate(false).open(path)
+    toolcell_state::storage::private_file().read(true).write(true).create(true).truncate(false).open(path)
 }
 
 fn load(path: &Path) -> std::io::Result<LockTable> {
-    match crate::storage::read_host_file(path) {
+    match toolcell_state::storage::read_host_file(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,

@@ -179,7 +179,7 @@ pub(crate) struct ReadTracker {
 impl ReadTracker {
     pub(crate) fn new(state_dir: Option<&Path>) -> Self {
         ReadTracker {
-            directory: state_dir.map(|directory| directory.join("sessions")),
+            directory: state_dir.map(|directory| directory.join(toolcell_state::SESSIONS_DIR)),
             sessions: Mutex::new(HashMap::new()),
             updating: Mutex::new(()),
         }
@@ -273,7 +273,7 @@ impl ReadTracker {
         let line: std::collections::BTreeMap<&str, Option<Version>> = changes.into_iter().collect();
         let mut bytes = serde_json::to_vec(&line).map_err(std::io::Error::other)?;
         bytes.push(b'\n');
-        let mut file = crate::storage::open_append(&path)?;
+        let mut file = toolcell_state::storage::open_append(&path)?;
         std::io::Write::write_all(&mut file, &bytes)?;
         let size = file.metadata()?.len();
         drop(file);
@@ -282,7 +282,7 @@ impl ReadTracker {
             if size > COMPACT_FACTOR * whole.len() as u64 {
                 // One line holding everything, replacing the file at once.
                 whole.push(b'\n');
-                crate::storage::replace_bytes(&path, &whole, false)?;
+                toolcell_state::storage::replace_bytes(&path, &whole, false)?;
             }
         }
         // What this process wrote is what it knows: the next load reads only what others add.

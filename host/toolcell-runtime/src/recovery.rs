@@ -283,7 +283,7 @@ fn keep(journals: &Path, path: &Path, stem: &str, key: &JournalKey, kept: Vec<(H
         }
     }
     let new_path = journals.join(format!("{new_stem}.{JOURNAL_EXTENSION}"));
-    let written = crate::storage::private_file()
+    let written = toolcell_state::storage::private_file()
         .write(true)
         .create_new(true)
         .open(&new_path)

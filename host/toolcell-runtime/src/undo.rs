@@ -66,7 +66,7 @@ pub(crate) struct UndoStore {
 
 impl UndoStore {
     pub(crate) fn new(work_dir: &Path) -> Self {
-        UndoStore { directory: work_dir.join("undo"), lock: Mutex::new(HashMap::new()) }
+        UndoStore { directory: work_dir.join(toolcell_state::UNDO_DIR), lock: Mutex::new(HashMap::new()) }
     }
 
     /// The directory of `session`'s undo entries and blobs.
@@ -111,7 +111,7 @@ impl UndoStore {
                         continue;
                     };
                     let kept = format!("{call_id}-{blob}");
-                    crate::storage::create_private_dirs(&directory)?;
+                    toolcell_state::storage::create_private_dirs(&directory)?;
                     std::fs::rename(blob_dir.join(&blob), directory.join(&kept))?;
                     Prior::File { blob: kept, mode }
                 }
@@ -168,7 +168,7 @@ fn append(directory: &Path, lines: &[Line], counts: &mut HashMap<PathBuf, usize>
         bytes.push(b'\n');
     }
     let path = directory.join(LOG);
-    let mut log = crate::storage::open_append(&path)?;
+    let mut log = toolcell_state::storage::open_append(&path)?;
     // Counted once per process; other processes' appends are counted at the next compaction.
     let count = match counts.get(directory) {
         Some(count) => *count,
@@ -187,7 +187,7 @@ fn append(directory: &Path, lines: &[Line], counts: &mut HashMap<PathBuf, usize>
 
 /// The lines in the log `path` (0 if there is none).
 fn count_lines(path: &Path) -> usize {
-    crate::storage::read_host_file(path).map_or(0, |bytes| bytes.iter().filter(|&&byte| byte == b'\n').count())
+    toolcell_state::storage::read_host_file(path).map_or(0, |bytes| bytes.iter().filter(|&&byte| byte == b'\n').count())
 }
 
 /// Rewrite the log with only the entries it keeps, and remove the blobs nothing refers to.
@@ -202,7 +202,7 @@ fn compact(directory: &Path) -> std::io::Result<()> {
         serde_json::to_writer(&mut bytes, &Line::Record(entry)).map_err(std::io::Error::other)?;
         bytes.push(b'\n');
     }
-    crate::storage::replace_bytes(&directory.join(LOG), &bytes, false)?;
+    toolcell_state::storage::replace_bytes(&directory.join(LOG), &bytes, false)?;
     for entry in std::fs::read_dir(directory)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name != LOG && !name.ends_with(".tmp") && !blobs.contains(&name) {
@@ -215,7 +215,7 @@ fn compact(directory: &Path) -> std::io::Result<()> {
 /// The undoable changes in the log in `directory`, oldest first: of the last [`MAX_ENTRIES`]
 /// recorded, those not forgotten. A torn line (a crash mid-append) is skipped.
 fn load(directory: &Path) -> Vec<UndoEntry> {
-    let Ok(bytes) = crate::storage::read_host_file(&directory.join(LOG)) else {
+    let Ok(bytes) = toolcell_state::storage::read_host_file(&directory.join(LOG)) else {
         return Vec::new();
     };
     let lines: Vec<Line> = bytes.split(|&byte| byte == b'\n').filter_map(|line| serde_json::from_slice(line).ok()).collect();
@@ -261,7 +261,7 @@ impl UndoStore {
         let directory = self.session_dir(session, workspace);
         let entries = load(&directory);
         let content = |prior: &Prior| match prior {
-            Prior::File { blob, .. } => crate::storage::read_host_file(&directory.join(blob)).ok(),
+            Prior::File { blob, .. } => toolcell_state::storage::read_host_file(&directory.join(blob)).ok(),
             Prior::Inline { hex, .. } => crate::journal::unhex(hex).ok(),
             _ => None,
         };

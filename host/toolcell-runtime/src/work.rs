@@ -66,7 +66,7 @@ impl WorkDir {
     }
 
     pub(crate) fn journals(&self) -> PathBuf {
-        self.path.join("journal")
+        self.path.join(toolcell_state::JOURNAL_DIR)
     }
 }
 

@@ -11,16 +11,7 @@ use toolcell_audit::{Link, Prepared, Record};
 
 use crate::error::Error;
 
-/// The audit log's file name in the state directory.
-pub const AUDIT_FILE: &str = "audit.jsonl";
-/// The file beside the log that holds the chain's head (the last record's `seq` and hash) as
-/// a checkpoint tagged under the state key ([`toolcell_audit::checkpoint`]), rewritten with
-/// every append (under the log's lock; after each append to a shared store): a log whose last
-/// records were cut off, or that was rewritten and re-sealed, no longer matches it, and nobody
-/// without the key can make one that does ([`toolcell_audit::verify_checkpoint`]).
-pub const AUDIT_HEAD_FILE: &str = "audit.head";
-/// Where records wait, beside the log, for a shared store that could not take them.
-pub const AUDIT_SPOOL_FILE: &str = "audit.spool.jsonl";
+pub use toolcell_state::{AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE};
 /// How long an append waits for another's write by spinning before it sleeps.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// How much of the log's end is read to find the last record (grown if a record is longer).
@@ -138,14 +129,8 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] if the directory cannot be created.
     pub fn open(state_dir: &Path) -> Result<Self, Error> {
-        crate::storage::create_private_dirs(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
-        let directory = std::fs::canonicalize(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
-        // Whoever else can write here could plant journals the next start replays, or forge
-        // the trail.
-        crate::storage::check_private(&directory, 0o022, "the state directory")?;
-        let key_path = directory.join(crate::storage::STATE_KEY_FILE);
-        let key = crate::engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?;
-        Ok(AuditLog::new(directory, Some(key)))
+        let state = toolcell_state::StateDir::open(state_dir)?;
+        Ok(AuditLog::new(state.path().to_path_buf(), state.key().copied()))
     }
 
     /// A log kept by `backend`; `state_dir` (created if needed) is the host's state directory
@@ -167,19 +152,10 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] (`NotFound`) if the directory, or the log in it, does not exist.
     pub fn existing(state_dir: &Path) -> Result<Self, Error> {
-        let audit_error = |source| Error::Audit { path: state_dir.to_path_buf(), source };
-        let directory = std::fs::canonicalize(state_dir).map_err(audit_error)?;
-        let path = directory.join(AUDIT_FILE);
+        let state = toolcell_state::StateDir::existing(state_dir)?;
+        let path = state.join(AUDIT_FILE);
         std::fs::symlink_metadata(&path).map_err(|source| Error::Audit { path: path.clone(), source })?;
-        let key_path = directory.join(crate::storage::STATE_KEY_FILE);
-        let key = match std::fs::symlink_metadata(&key_path) {
-            Ok(_) => Some(crate::engine::load_or_create_key(&key_path, "the state key", |source| Error::State {
-                path: key_path.clone(),
-                source,
-            })?),
-            Err(_) => None,
-        };
-        Ok(AuditLog::new(directory, key))
+        Ok(AuditLog::new(state.path().to_path_buf(), state.key().copied()))
     }
 
     /// The log in the canonical state directory `directory`, nothing opened yet.
@@ -238,7 +214,7 @@ impl AuditLog {
         let Some(key) = &self.key else {
             return Err(tamper(format!(
                 "the state key (`{}`) is missing, so the checkpoint cannot be checked",
-                crate::storage::STATE_KEY_FILE
+                toolcell_state::STATE_KEY_FILE
             )));
         };
         toolcell_audit::verify_checkpoint(text.lines(), &checkpoint, key)
@@ -260,7 +236,7 @@ impl AuditLog {
 
     /// The checkpoint file, opened for rewriting in place.
     fn open_checkpoint(&self) -> std::io::Result<File> {
-        crate::storage::private_file().write(true).create(true).truncate(false).open(self.directory.join(AUDIT_HEAD_FILE))
+        toolcell_state::storage::private_file().write(true).create(true).truncate(false).open(self.directory.join(AUDIT_HEAD_FILE))
     }
 
     /// The log file.
@@ -356,7 +332,8 @@ impl AuditLog {
                     lines.push_str(&serde_json::to_string(record).map_err(std::io::Error::other)?);
                     lines.push('\n');
                 }
-                let spool = crate::storage::private_file().create(true).append(true).open(self.directory.join(AUDIT_SPOOL_FILE))?;
+                let spool =
+                    toolcell_state::storage::private_file().create(true).append(true).open(self.directory.join(AUDIT_SPOOL_FILE))?;
                 spool.lock()?;
                 let written = (&spool).write_all(lines.as_bytes()).and_then(|()| spool.sync_data());
                 let unlocked = spool.unlock();
@@ -417,7 +394,7 @@ impl AuditLog {
 
     fn append_locked<'a>(&self, appender: &mut Option<Appender>, records: impl Iterator<Item = &'a Prepared>) -> std::io::Result<()> {
         if appender.is_none() {
-            let file = crate::storage::private_file().read(true).append(true).create(true).open(&self.path)?;
+            let file = toolcell_state::storage::private_file().read(true).append(true).create(true).open(&self.path)?;
             let head = self.open_checkpoint()?;
             *appender = Some(Appender { file, head, link: Link::GENESIS, length: u64::MAX });
         }

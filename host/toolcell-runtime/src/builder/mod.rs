@@ -463,8 +463,11 @@ impl RuntimeBuilder {
         let journal_key = match audit.as_ref().and_then(|log| log.key()) {
             Some(key) => *key,
             None => {
-                let key_path = work.path().join(storage::STATE_KEY_FILE);
-                engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?
+                let key_path = work.path().join(toolcell_state::STATE_KEY_FILE);
+                toolcell_state::storage::load_or_create_key(&key_path, "the state key", |source| Error::State {
+                    path: key_path.clone(),
+                    source,
+                })?
             }
         };
         let journal =

@@ -18,7 +18,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
 use wasmtime_wasi::p2::bindings::sync::filesystem::types::OpenFlags;
 use wasmtime_wasi::p2::{FsError, FsResult};
 
-use crate::beneath;
+use toolcell_state::beneath;
 
 use super::*;
 

@@ -108,8 +108,9 @@ pub(crate) fn read(journals: &Path, key: &JournalKey) -> Ledger {
 /// Change the ledger under its lock: `change` gets the files it lists (none if it is missing
 /// or does not verify; it is then written anew) and edits them.
 pub(crate) fn update(journals: &Path, key: &JournalKey, change: impl FnOnce(&mut Vec<Entry>)) -> std::io::Result<()> {
-    crate::storage::create_private_dirs(journals)?;
-    let lock = crate::storage::private_file().read(true).write(true).create(true).truncate(false).open(journals.join(LEDGER_LOCK))?;
+    toolcell_state::storage::create_private_dirs(journals)?;
+    let lock =
+        toolcell_state::storage::private_file().read(true).write(true).create(true).truncate(false).open(journals.join(LEDGER_LOCK))?;
     lock.lock()?;
     let mut open = match read(journals, key) {
         Ledger::Verified(entries) => entries,
@@ -127,7 +128,7 @@ pub(crate) fn update(journals: &Path, key: &JournalKey, change: impl FnOnce(&mut
     bytes.extend_from_slice(crate::hex(&tag).as_bytes());
     bytes.push(b'\n');
     let temporary = journals.join(format!("{LEDGER}.rewrite"));
-    let written = crate::storage::private_file()
+    let written = toolcell_state::storage::private_file()
         .write(true)
         .create(true)
         .truncate(true)

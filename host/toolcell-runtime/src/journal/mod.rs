@@ -118,7 +118,7 @@ pub(crate) struct Header {
 }
 
 /// The key journal lines are authenticated with.
-pub(crate) type JournalKey = [u8; crate::engine::KEY_BYTES];
+pub(crate) type JournalKey = [u8; toolcell_state::storage::KEY_BYTES];
 
 type LineMac = hmac::Hmac<sha2::Sha256>;
 
@@ -223,12 +223,12 @@ impl JournalFile {
     /// Create this runtime's journal file in `journals`, locked, its lines authenticated with
     /// `key`.
     pub(crate) fn create(journals: &Path, key: JournalKey) -> std::io::Result<Arc<JournalFile>> {
-        crate::storage::create_private_dirs(journals)?;
+        toolcell_state::storage::create_private_dirs(journals)?;
         let mut nonce = [0u8; 8];
         rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty())?;
         let stem = format!("{}-{}", std::process::id(), crate::hex(&nonce));
         let path = journals.join(format!("{stem}.{JOURNAL_EXTENSION}"));
-        let file = crate::storage::private_file().create_new(true).read(true).append(true).open(&path)?;
+        let file = toolcell_state::storage::private_file().create_new(true).read(true).append(true).open(&path)?;
         // Recovery in another process takes an unlocked journal file for a dead runtime's;
         // this one is empty until locked, so that recovery would find nothing to undo in it.
         file.lock()?;
@@ -364,7 +364,7 @@ impl Journal {
     /// its directory opened without following a symlink, so a directory on the way swapped for
     /// one cannot put another file's content in the journal (a rollback would write it here).
     pub(crate) fn preserve(&mut self, root: &Dir, path: &str) -> std::io::Result<()> {
-        let (directory, name) = match crate::beneath::parent(root, path) {
+        let (directory, name) = match toolcell_state::beneath::parent(root, path) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 return self.append(Step { path: path.to_owned(), prior: Prior::Absent, identity: None });
             }
@@ -383,7 +383,7 @@ impl Journal {
                     .to_owned(),
             },
             Ok(metadata) if metadata.is_file() => {
-                let mut source = crate::beneath::open_in(&directory, name, rustix::fs::OFlags::RDONLY)?;
+                let mut source = toolcell_state::beneath::open_in(&directory, name, rustix::fs::OFlags::RDONLY)?;
                 let metadata = source.metadata()?;
                 if !metadata.is_file() {
                     return Err(std::io::Error::other("the file was replaced while it was being saved"));
@@ -396,11 +396,11 @@ impl Journal {
                     Prior::Inline { hex: crate::hex(&content), mode }
                 } else {
                     if self.blobs == 0 {
-                        crate::storage::create_private_dirs(&self.blob_dir)?;
+                        toolcell_state::storage::create_private_dirs(&self.blob_dir)?;
                     }
                     self.blobs += 1;
                     let blob = self.blobs.to_string();
-                    let mut copy = crate::storage::private_file().write(true).create_new(true).open(self.blob_dir.join(&blob))?;
+                    let mut copy = toolcell_state::storage::private_file().write(true).create_new(true).open(self.blob_dir.join(&blob))?;
                     std::io::copy(&mut source, &mut copy)?;
                     self.unsynced_blobs.push(copy);
                     Prior::File { blob, mode }

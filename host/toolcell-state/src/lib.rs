@@ -1,0 +1,29 @@
+//! What toolcell keeps for a workspace, on disk and without wasmtime: the state directory's
+//! layout and key ([`StateDir`]), the helpers that write there privately and read back bounded
+//! ([`storage`]), and the opens that follow no symlink ([`beneath`]).
+//!
+//! Only this crate and `toolcell-runtime` touch the disk.
+//!
+//! ```
+//! use toolcell_state::{AUDIT_FILE, StateDir};
+//!
+//! # fn main() -> Result<(), toolcell_state::Error> {
+//! let temp = std::env::temp_dir().join(format!("toolcell-state-doc-{}", std::process::id()));
+//! let state = StateDir::open(&temp)?;
+//! assert!(state.key().is_some(), "made on first use, mode 0600");
+//! assert_eq!(state.join(AUDIT_FILE), state.path().join("audit.jsonl"));
+//! # let _ = std::fs::remove_dir_all(&temp);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod beneath;
+mod dir;
+mod error;
+pub mod storage;
+
+pub use dir::{
+    AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, INDEX_DIR, JOURNAL_DIR, LOCATIONS_FILE, LOCATIONS_LOCK_FILE, LOCKS_DIR, SESSIONS_DIR,
+    SPAWNED_SESSIONS_DIR, STATE_KEY_FILE, StateDir, StateKey, UNDO_DIR,
+};
+pub use error::Error;
