@@ -193,7 +193,7 @@ pub enum Error {
 
     /// The lock table cannot be used, or refused a request.
     #[error(transparent)]
-    Lock(#[from] crate::locks::LockStoreError),
+    Lock(#[from] toolcell_state::LockStoreError),
 
     /// The host failed while running a call (not the tool: instantiation or a host bug).
     #[error("the host failed to run `{tool}`: {reason}")]

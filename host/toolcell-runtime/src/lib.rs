@@ -58,12 +58,10 @@ mod guard;
 
 // Host state: the audit trail, the journal, locks, read versions, undo records, and where they
 // live.
-mod audit;
 mod content_index;
 mod index_watch;
 mod inflight;
 mod journal;
-mod locks;
 mod memo;
 mod reads;
 mod recovery;
@@ -77,7 +75,6 @@ mod workflow;
 mod error;
 
 pub use adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
-pub use audit::{AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, AuditBackend, AuditLog};
 pub use builder::RuntimeBuilder;
 pub use call::STDIO_CAPACITY;
 pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
@@ -86,7 +83,6 @@ pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};
 pub use inventory::{default_cache_dir, default_state_dir, remember_locations};
 pub use limits::{EPOCH_TICK, Limits};
-pub use locks::{LOCKS_DIR, LockBackend, LockStore, LockStoreError};
 pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
 pub use recovery::{Recovery, RecoveryKind};
@@ -95,6 +91,10 @@ pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
+pub use toolcell_state::{
+    AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, AuditBackend, AuditLog, Error as StateError, LOCKS_DIR, LockBackend, LockStore,
+    LockStoreError,
+};
 pub use undo::SessionChange;
 pub use workflow::{MAX_SESSIONS_PER_TASK, MAX_SPAWNS_PER_CALL, SessionRecord, SessionState, SessionStore, Spawner, default_connect};
 pub use workspace::Workspace;

@@ -12,13 +12,13 @@ use toolcell_policy::Access;
 use toolcell_types::{Annotations, ToolError, ToolErrorKind, ToolInfo, ToolName, ToolOutput, escape_control};
 
 use crate::CallRequest;
-use crate::audit::AuditLog;
 use crate::guard::FsGuard;
 use crate::journal::{Prior, Step};
-use crate::locks::{LockStore, LockStoreError};
 use crate::reads::hash_of;
 use crate::schema::ArgsSchema;
 use crate::undo::UndoStore;
+use toolcell_state::AuditLog;
+use toolcell_state::{LockStore, LockStoreError};
 
 /// The name of the undo tool.
 pub(crate) const UNDO_EDIT: &str = "undo_edit";

@@ -12,8 +12,8 @@ use toolcell_locks::{Lock, LockRequest, Mode};
 use toolcell_policy::{Role, TaskBinding};
 use toolcell_types::{ToolError, ToolErrorKind};
 
-use crate::audit::AuditLog;
-use crate::locks::LockStore;
+use toolcell_state::AuditLog;
+use toolcell_state::LockStore;
 
 /// Where a session stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

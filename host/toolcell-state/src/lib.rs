@@ -1,6 +1,10 @@
 //! What toolcell keeps for a workspace, on disk and without wasmtime: the state directory's
-//! layout and key ([`StateDir`]), the helpers that write there privately and read back bounded
+//! layout and key ([`StateDir`]), the audit trail and its checkpoint ([`AuditLog`]), the lock
+//! tables ([`LockStore`]), the helpers that write there privately and read back bounded
 //! ([`storage`]), and the opens that follow no symlink ([`beneath`]).
+//!
+//! A shared store (PostgreSQL, in `toolcell-store-postgres`) implements [`AuditBackend`] and
+//! [`LockBackend`] and depends on this crate alone, not on the runtime.
 //!
 //! Only this crate and `toolcell-runtime` touch the disk.
 //!
@@ -17,13 +21,17 @@
 //! # }
 //! ```
 
+mod audit;
 pub mod beneath;
 mod dir;
 mod error;
+mod locks;
 pub mod storage;
 
+pub use audit::{AuditBackend, AuditLog};
 pub use dir::{
     AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, INDEX_DIR, JOURNAL_DIR, LOCATIONS_FILE, LOCATIONS_LOCK_FILE, LOCKS_DIR, SESSIONS_DIR,
     SPAWNED_SESSIONS_DIR, STATE_KEY_FILE, StateDir, StateKey, UNDO_DIR,
 };
 pub use error::Error;
+pub use locks::{LockBackend, LockStore, LockStoreError};

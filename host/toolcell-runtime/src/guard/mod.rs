@@ -41,7 +41,7 @@ use std::sync::Arc;
 use toolcell_policy::{Access, Effect, Policy};
 use toolcell_types::{ToolErrorKind, escape_control};
 
-use crate::audit::AuditLog;
+use toolcell_state::AuditLog;
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
 use wasmtime_wasi::p2::bindings::sync::filesystem::types::Descriptor;

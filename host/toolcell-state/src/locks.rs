@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use toolcell_locks::{Lock, LockError, LockRequest, LockTable, Refusal};
 
-pub use toolcell_state::LOCKS_DIR;
+use crate::LOCKS_DIR;
 
 /// Why the lock table could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +91,7 @@ impl LockStore {
     /// The table file and its lock file for `workspace`.
     fn files(directory: &Path, workspace: &Path) -> (PathBuf, PathBuf) {
         use sha2::Digest;
-        let name = crate::hex(&sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes()));
+        let name = crate::storage::hex(&sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes()));
         (directory.join(format!("{name}.json")), directory.join(format!("{name}.lock")))
     }
 
@@ -198,12 +198,12 @@ impl LockStore {
             Backing::Directory(directory) => {
                 let (table, lock) = Self::files(directory, workspace);
                 let io = |source| LockStoreError::Io { path: table.clone(), source };
-                toolcell_state::storage::create_private_dirs(directory).map_err(io)?;
+                crate::storage::create_private_dirs(directory).map_err(io)?;
                 let guard = open_lock(&lock).map_err(io)?;
                 guard.lock().map_err(io)?;
                 let mut loaded = load(&table).map_err(io)?;
                 let result = change(&mut loaded, now_ms())?;
-                crate::replace_json(&table, &loaded, true).map_err(io)?;
+                crate::storage::replace_json(&table, &loaded, true).map_err(io)?;
                 drop(guard);
                 Ok(result)
             }
@@ -212,11 +212,11 @@ impl LockStore {
 }
 
 fn open_lock(path: &Path) -> std::io::Result<File> {
-    toolcell_state::storage::private_file().read(true).write(true).create(true).truncate(false).open(path)
+    crate::storage::private_file().read(true).write(true).create(true).truncate(false).open(path)
 }
 
 fn load(path: &Path) -> std::io::Result<LockTable> {
-    match toolcell_state::storage::read_host_file(path) {
+    match crate::storage::read_host_file(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,

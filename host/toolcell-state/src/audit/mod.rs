@@ -11,7 +11,7 @@ use toolcell_audit::{Link, Prepared, Record};
 
 use crate::error::Error;
 
-pub use toolcell_state::{AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE};
+use crate::{AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE};
 /// How long an append waits for another's write by spinning before it sleeps.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// How much of the log's end is read to find the last record (grown if a record is longer).
@@ -62,7 +62,7 @@ pub struct AuditLog {
     /// Where the records go instead of `path`, if a shared store keeps them.
     shared: Option<std::sync::Arc<dyn AuditBackend>>,
     /// The state key, which tags the checkpoint (`None`: an existing log without one).
-    key: Option<crate::journal::JournalKey>,
+    key: Option<crate::StateKey>,
     /// The checkpoint file, open for rewriting in place, and the `seq` it names, for appends
     /// to a shared store (a local log keeps its own in its appender).
     checkpoint: Mutex<Option<(File, u64)>>,
@@ -129,7 +129,7 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] if the directory cannot be created.
     pub fn open(state_dir: &Path) -> Result<Self, Error> {
-        let state = toolcell_state::StateDir::open(state_dir)?;
+        let state = crate::StateDir::open(state_dir)?;
         Ok(AuditLog::new(state.path().to_path_buf(), state.key().copied()))
     }
 
@@ -152,14 +152,14 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] (`NotFound`) if the directory, or the log in it, does not exist.
     pub fn existing(state_dir: &Path) -> Result<Self, Error> {
-        let state = toolcell_state::StateDir::existing(state_dir)?;
+        let state = crate::StateDir::existing(state_dir)?;
         let path = state.join(AUDIT_FILE);
         std::fs::symlink_metadata(&path).map_err(|source| Error::Audit { path: path.clone(), source })?;
         Ok(AuditLog::new(state.path().to_path_buf(), state.key().copied()))
     }
 
     /// The log in the canonical state directory `directory`, nothing opened yet.
-    fn new(directory: PathBuf, key: Option<crate::journal::JournalKey>) -> Self {
+    fn new(directory: PathBuf, key: Option<crate::StateKey>) -> Self {
         let path = directory.join(AUDIT_FILE);
         AuditLog {
             directory,
@@ -212,17 +212,14 @@ impl AuditLog {
             Err(error) => return Err(tamper(format!("`{AUDIT_HEAD_FILE}` cannot be read: {error}"))),
         };
         let Some(key) = &self.key else {
-            return Err(tamper(format!(
-                "the state key (`{}`) is missing, so the checkpoint cannot be checked",
-                toolcell_state::STATE_KEY_FILE
-            )));
+            return Err(tamper(format!("the state key (`{}`) is missing, so the checkpoint cannot be checked", crate::STATE_KEY_FILE)));
         };
         toolcell_audit::verify_checkpoint(text.lines(), &checkpoint, key)
     }
 
     /// The state directory's key, if the log has it (the journals are authenticated with it
     /// too).
-    pub(crate) fn key(&self) -> Option<&crate::journal::JournalKey> {
+    pub fn key(&self) -> Option<&crate::StateKey> {
         self.key.as_ref()
     }
 
@@ -236,7 +233,7 @@ impl AuditLog {
 
     /// The checkpoint file, opened for rewriting in place.
     fn open_checkpoint(&self) -> std::io::Result<File> {
-        toolcell_state::storage::private_file().write(true).create(true).truncate(false).open(self.directory.join(AUDIT_HEAD_FILE))
+        crate::storage::private_file().write(true).create(true).truncate(false).open(self.directory.join(AUDIT_HEAD_FILE))
     }
 
     /// The log file.
@@ -332,8 +329,7 @@ impl AuditLog {
                     lines.push_str(&serde_json::to_string(record).map_err(std::io::Error::other)?);
                     lines.push('\n');
                 }
-                let spool =
-                    toolcell_state::storage::private_file().create(true).append(true).open(self.directory.join(AUDIT_SPOOL_FILE))?;
+                let spool = crate::storage::private_file().create(true).append(true).open(self.directory.join(AUDIT_SPOOL_FILE))?;
                 spool.lock()?;
                 let written = (&spool).write_all(lines.as_bytes()).and_then(|()| spool.sync_data());
                 let unlocked = spool.unlock();
@@ -394,7 +390,7 @@ impl AuditLog {
 
     fn append_locked<'a>(&self, appender: &mut Option<Appender>, records: impl Iterator<Item = &'a Prepared>) -> std::io::Result<()> {
         if appender.is_none() {
-            let file = toolcell_state::storage::private_file().read(true).append(true).create(true).open(&self.path)?;
+            let file = crate::storage::private_file().read(true).append(true).create(true).open(&self.path)?;
             let head = self.open_checkpoint()?;
             *appender = Some(Appender { file, head, link: Link::GENESIS, length: u64::MAX });
         }
