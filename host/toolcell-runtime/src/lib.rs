@@ -62,12 +62,9 @@ mod content_index;
 mod index_watch;
 mod inflight;
 mod journal;
-mod memo;
-mod reads;
 mod recovery;
 mod stubs;
 mod undo;
-mod work;
 
 // The task-chain workflow: spawned sessions and the capabilities of the `workflow` import.
 mod workflow;

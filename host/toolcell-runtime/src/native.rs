@@ -14,10 +14,10 @@ use toolcell_types::{Annotations, ToolError, ToolErrorKind, ToolInfo, ToolName, 
 use crate::CallRequest;
 use crate::guard::FsGuard;
 use crate::journal::{Prior, Step};
-use crate::reads::hash_of;
 use crate::schema::ArgsSchema;
 use crate::undo::UndoStore;
 use toolcell_state::AuditLog;
+use toolcell_state::reads::hash_of;
 use toolcell_state::{LockStore, LockStoreError};
 
 /// The name of the undo tool.

@@ -77,10 +77,10 @@ pub struct Runtime {
     /// maps one onto the workspace.
     pub(crate) text_editor_root: Option<String>,
     pub(crate) locks: Arc<LockStore>,
-    pub(crate) reads: reads::ReadTracker,
+    pub(crate) reads: toolcell_state::reads::ReadTracker,
     pub(crate) undo: undo::UndoStore,
     /// What tools remember between their calls in a session.
-    pub(crate) memos: Arc<memo::MemoStore>,
+    pub(crate) memos: Arc<toolcell_state::memo::MemoStore>,
     /// Content indexes in the state directory.
     pub(crate) indexes: Arc<content_index::IndexStore>,
     /// How many parts a call that splits itself (`context.split`) may run side by side.
@@ -94,7 +94,7 @@ pub struct Runtime {
     pub(crate) journal: Arc<journal::JournalFile>,
     /// The state directory, or a private temporary directory for journals and undo, removed
     /// with the runtime (after the journal file and the stores above, which write in it).
-    pub(crate) _work: work::WorkDir,
+    pub(crate) _work: toolcell_state::WorkDir,
     /// Sessions spawned for tasks, the platform's spawner, and what the `workflow` import
     /// shares between calls.
     pub(crate) workflow: Arc<workflow::WorkflowShared>,

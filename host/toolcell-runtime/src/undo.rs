@@ -16,7 +16,7 @@ use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};
 
 use crate::journal::{Prior, Step};
-use crate::reads::hash_of;
+use toolcell_state::reads::hash_of;
 
 /// Changes remembered per session.
 pub(crate) const MAX_ENTRIES: usize = 100;

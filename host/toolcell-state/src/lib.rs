@@ -1,6 +1,7 @@
 //! What toolcell keeps for a workspace, on disk and without wasmtime: the state directory's
 //! layout and key ([`StateDir`]), the audit trail and its checkpoint ([`AuditLog`]), the lock
-//! tables ([`LockStore`]), the helpers that write there privately and read back bounded
+//! tables ([`LockStore`]), what each session read ([`reads`]), what tools remember between
+//! calls ([`memo`]), where a runtime without a state directory works ([`WorkDir`]), the helpers that write there privately and read back bounded
 //! ([`storage`]), and the opens that follow no symlink ([`beneath`]).
 //!
 //! A shared store (PostgreSQL, in `toolcell-store-postgres`) implements [`AuditBackend`] and
@@ -26,7 +27,10 @@ pub mod beneath;
 mod dir;
 mod error;
 mod locks;
+pub mod memo;
+pub mod reads;
 pub mod storage;
+mod work;
 
 pub use audit::{AuditBackend, AuditLog};
 pub use dir::{
@@ -35,3 +39,4 @@ pub use dir::{
 };
 pub use error::Error;
 pub use locks::{LockBackend, LockStore, LockStoreError};
+pub use work::WorkDir;

@@ -448,7 +448,7 @@ impl RuntimeBuilder {
         if let Some(directory) = &state_dir {
             host_owned.push(HostOwned::directory(directory));
         }
-        let work = work::WorkDir::new(state_dir.as_deref())
+        let work = toolcell_state::WorkDir::new(state_dir.as_deref())
             .map_err(|source| Error::Audit { path: state_dir.clone().unwrap_or_else(std::env::temp_dir), source })?;
         if state_dir.is_none() {
             // The private directory of journals and undo records is the host's too (it lies in
@@ -495,7 +495,7 @@ impl RuntimeBuilder {
             limits: self.limits,
             text_editor_root: self.text_editor_root,
             locks,
-            reads: reads::ReadTracker::new(state_dir.as_deref()),
+            reads: toolcell_state::reads::ReadTracker::new(state_dir.as_deref()),
             undo: undo::UndoStore::new(work.path()),
             memos: Arc::default(),
             indexes: Arc::new(content_index::IndexStore::new(work.path(), self.index_freshness, self.build_index_on_first_search)),

@@ -7,8 +7,8 @@ use toolcell_policy::{Access, Durability, ReadBeforeWrite};
 use toolcell_types::{ToolErrorKind, escape_control};
 
 use crate::journal::Journal;
-use crate::reads::{MAX_TRACKED_READS, SessionReads, Version};
 use toolcell_state::LockStore;
+use toolcell_state::reads::{MAX_TRACKED_READS, SessionReads, Version};
 use wasmtime_wasi::p2::FsResult;
 
 use super::*;

@@ -42,14 +42,22 @@ fn remove_orphans(temp: &Path) {
     }
 }
 
+/// Where journals and undo records go: the state directory, or a private temporary directory
+/// removed when this is dropped.
 #[derive(Debug)]
-pub(crate) struct WorkDir {
+pub struct WorkDir {
     path: PathBuf,
     temporary: bool,
 }
 
 impl WorkDir {
-    pub(crate) fn new(state_dir: Option<&Path>) -> std::io::Result<WorkDir> {
+    /// The state directory `state_dir`, or a new private temporary directory (`rwx------`)
+    /// without one.
+    ///
+    /// # Errors
+    ///
+    /// Whatever creating the temporary directory fails with.
+    pub fn new(state_dir: Option<&Path>) -> std::io::Result<WorkDir> {
         if let Some(state_dir) = state_dir {
             return Ok(WorkDir { path: state_dir.to_path_buf(), temporary: false });
         }
@@ -61,12 +69,14 @@ impl WorkDir {
         Ok(WorkDir { path, temporary: true })
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    /// The directory.
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
-    pub(crate) fn journals(&self) -> PathBuf {
-        self.path.join(toolcell_state::JOURNAL_DIR)
+    /// Its journals' directory.
+    pub fn journals(&self) -> PathBuf {
+        self.path.join(crate::JOURNAL_DIR)
     }
 }
 
