@@ -61,10 +61,7 @@ mod guard;
 mod content_index;
 mod index_watch;
 mod inflight;
-mod journal;
-mod recovery;
 mod stubs;
-mod undo;
 
 // The task-chain workflow: spawned sessions and the capabilities of the `workflow` import.
 mod workflow;
@@ -82,17 +79,17 @@ pub use inventory::{default_cache_dir, default_state_dir, remember_locations};
 pub use limits::{EPOCH_TICK, Limits};
 pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
-pub use recovery::{Recovery, RecoveryKind};
 pub use runtime::{LoadedComponent, Runtime, SkippedPlugin};
 pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
+pub use toolcell_state::undo::SessionChange;
 pub use toolcell_state::{
     AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, AuditBackend, AuditLog, Error as StateError, LOCKS_DIR, LockBackend, LockStore,
     LockStoreError,
 };
-pub use undo::SessionChange;
+pub use toolcell_state::{Recovery, RecoveryKind};
 pub use workflow::{MAX_SESSIONS_PER_TASK, MAX_SPAWNS_PER_CALL, SessionRecord, SessionState, SessionStore, Spawner, default_connect};
 pub use workspace::Workspace;
 

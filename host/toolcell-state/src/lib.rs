@@ -2,7 +2,9 @@
 //! layout and key ([`StateDir`]), the audit trail and its checkpoint ([`AuditLog`]), the lock
 //! tables ([`LockStore`]), what each session read ([`reads`]), what tools remember between
 //! calls ([`memo`]), where a runtime without a state directory works ([`WorkDir`]), the helpers that write there privately and read back bounded
-//! ([`storage`]), and the opens that follow no symlink ([`beneath`]).
+//! ([`storage`]), the call journals and their recovery after a crash ([`journal`],
+//! [`recover`]), undo records ([`undo`]), the workspace's namespace lock ([`NamespaceLock`]),
+//! and the opens that follow no symlink ([`beneath`]).
 //!
 //! A shared store (PostgreSQL, in `toolcell-store-postgres`) implements [`AuditBackend`] and
 //! [`LockBackend`] and depends on this crate alone, not on the runtime.
@@ -26,10 +28,14 @@ mod audit;
 pub mod beneath;
 mod dir;
 mod error;
+pub mod journal;
 mod locks;
 pub mod memo;
+mod namespace;
 pub mod reads;
+mod recovery;
 pub mod storage;
+pub mod undo;
 mod work;
 
 pub use audit::{AuditBackend, AuditLog};
@@ -39,4 +45,6 @@ pub use dir::{
 };
 pub use error::Error;
 pub use locks::{LockBackend, LockStore, LockStoreError};
+pub use namespace::NamespaceLock;
+pub use recovery::{Recovery, RecoveryKind, recover};
 pub use work::WorkDir;

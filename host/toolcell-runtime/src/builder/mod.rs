@@ -470,8 +470,8 @@ impl RuntimeBuilder {
                 })?
             }
         };
-        let journal =
-            journal::JournalFile::create(&work.journals(), journal_key).map_err(|source| Error::State { path: work.journals(), source })?;
+        let journal = toolcell_state::journal::JournalFile::create(&work.journals(), journal_key)
+            .map_err(|source| Error::State { path: work.journals(), source })?;
         let locks = Arc::new(match (&self.shared_store, &state_dir) {
             (Some((backend, _)), _) => LockStore::shared(Arc::clone(backend)),
             (None, Some(directory)) => LockStore::in_directory(directory),
@@ -496,7 +496,7 @@ impl RuntimeBuilder {
             text_editor_root: self.text_editor_root,
             locks,
             reads: toolcell_state::reads::ReadTracker::new(state_dir.as_deref()),
-            undo: undo::UndoStore::new(work.path()),
+            undo: toolcell_state::undo::UndoStore::new(work.path()),
             memos: Arc::default(),
             indexes: Arc::new(content_index::IndexStore::new(work.path(), self.index_freshness, self.build_index_on_first_search)),
             parts: self

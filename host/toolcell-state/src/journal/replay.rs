@@ -13,7 +13,7 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
     parents.sort_unstable();
     parents.dedup();
     for parent in parents {
-        let Ok(opened) = toolcell_state::beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()) else {
+        let Ok(opened) = crate::beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()) else {
             continue;
         };
         let opened = Dir::from_std_file(File::from(opened));
@@ -36,9 +36,9 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
 /// Restore one step's path to its prior state. Every change is made in the path's directory
 /// opened without following a symlink: if a directory on the way was swapped for one, the
 /// restore fails (and the journal stays) rather than write where the symlink leads.
-pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()> {
+pub fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()> {
     let path = step.path.as_str();
-    let (parent, name) = match toolcell_state::beneath::parent(root, path) {
+    let (parent, name) = match crate::beneath::parent(root, path) {
         // Nothing to remove where there is no directory.
         Err(error) if error.kind() == std::io::ErrorKind::NotFound && step.prior == Prior::Absent => return Ok(()),
         result => result?,
@@ -86,7 +86,7 @@ pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Res
                 }
                 Err(_) => parent.create_dir(name)?,
             }
-            let restored = toolcell_state::beneath::open_in(&parent, name, rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY)?;
+            let restored = crate::beneath::open_in(&parent, name, rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY)?;
             restored.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(*mode))
         }
         Prior::Symlink { target } => {
@@ -95,7 +95,7 @@ pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Res
         }
         Prior::Moved { to } => {
             if parent.symlink_metadata(name).is_err() {
-                let (to_parent, to_name) = toolcell_state::beneath::parent(root, to)?;
+                let (to_parent, to_name) = crate::beneath::parent(root, to)?;
                 to_parent.rename(to_name, &parent, name)?;
             }
             Ok(())
@@ -111,7 +111,7 @@ fn is_untouched(parent: &Dir, name: &str, journal: &Path, step: &Step) -> std::i
     let (Some((device, inode)), Prior::File { mode, .. } | Prior::Inline { mode, .. }) = (step.identity, &step.prior) else {
         return Ok(false);
     };
-    let Ok(mut current) = toolcell_state::beneath::open_in(parent, name, rustix::fs::OFlags::RDONLY) else {
+    let Ok(mut current) = crate::beneath::open_in(parent, name, rustix::fs::OFlags::RDONLY) else {
         return Ok(false);
     };
     let metadata = current.metadata()?;

@@ -108,9 +108,8 @@ pub(crate) fn read(journals: &Path, key: &JournalKey) -> Ledger {
 /// Change the ledger under its lock: `change` gets the files it lists (none if it is missing
 /// or does not verify; it is then written anew) and edits them.
 pub(crate) fn update(journals: &Path, key: &JournalKey, change: impl FnOnce(&mut Vec<Entry>)) -> std::io::Result<()> {
-    toolcell_state::storage::create_private_dirs(journals)?;
-    let lock =
-        toolcell_state::storage::private_file().read(true).write(true).create(true).truncate(false).open(journals.join(LEDGER_LOCK))?;
+    crate::storage::create_private_dirs(journals)?;
+    let lock = crate::storage::private_file().read(true).write(true).create(true).truncate(false).open(journals.join(LEDGER_LOCK))?;
     lock.lock()?;
     let mut open = match read(journals, key) {
         Ledger::Verified(entries) => entries,
@@ -125,10 +124,10 @@ pub(crate) fn update(journals: &Path, key: &JournalKey, change: impl FnOnce(&mut
     let mut bytes = serde_json::to_vec(&Content { open }).map_err(std::io::Error::other)?;
     let tag = mac(key, &bytes).finalize().into_bytes();
     bytes.push(b'\t');
-    bytes.extend_from_slice(crate::hex(&tag).as_bytes());
+    bytes.extend_from_slice(crate::storage::hex(&tag).as_bytes());
     bytes.push(b'\n');
     let temporary = journals.join(format!("{LEDGER}.rewrite"));
-    let written = toolcell_state::storage::private_file()
+    let written = crate::storage::private_file()
         .write(true)
         .create(true)
         .truncate(true)
