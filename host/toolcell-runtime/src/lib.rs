@@ -53,14 +53,16 @@ mod outcome;
 mod schema;
 mod state;
 
-// The guard on every filesystem call, and the opens that follow no symlink it acts through.
+// The guard on every filesystem call (what it keeps on disk, and the opens that follow no
+// symlink, are in `toolcell-state`), and the paths each call has in flight.
 mod guard;
+mod inflight;
 
-// Host state: the audit trail, the journal, locks, read versions, undo records, and where they
-// live.
+// The content index's freshness.
 mod content_index;
 mod index_watch;
-mod inflight;
+
+// Imports a plugin may link as stubs that refuse every call.
 mod stubs;
 
 // The task-chain workflow: spawned sessions and the capabilities of the `workflow` import.

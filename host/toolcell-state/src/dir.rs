@@ -6,8 +6,11 @@
 //!                      waiting for a shared store)
 //! locks/               one lock table per workspace (`<hash>.json`, locked through `<hash>.lock`)
 //! sessions/            read versions, one file per session and workspace
-//! journal/             call journals, their blobs and the ledger of journals verified
-//! undo/                undo records, one directory per session and workspace
+//! journal/             call journals (`<pid>-<nonce>.jsonl`), their blobs (`<pid>-<nonce>.blobs/`)
+//!                      and the ledger of journals verified (ledger, ledger.lock,
+//!                      ledger.unverified)
+//! undo/                undo records, one directory per session and workspace (log.jsonl and
+//!                      the saved files)
 //! index/               content indexes, one per workspace
 //! spawned-sessions/    the task-chain workflow's spawned sessions
 //! locations            (default state directory only) locations other runs were told to use
@@ -37,8 +40,22 @@ pub const LOCKS_DIR: &str = "locks";
 pub const SESSIONS_DIR: &str = "sessions";
 /// The call journals' directory.
 pub const JOURNAL_DIR: &str = "journal";
+/// A journal file's extension in [`JOURNAL_DIR`].
+pub const JOURNAL_EXTENSION: &str = "jsonl";
+/// The extension of a journal's directory of blobs (files too big for a line).
+pub const BLOBS_EXTENSION: &str = "blobs";
+/// The ledger's file name in [`JOURNAL_DIR`] (no `.jsonl`: it is not a journal).
+pub const LEDGER_FILE: &str = "ledger";
+/// Held while the ledger is read and rewritten (by runtimes in any process).
+pub const LEDGER_LOCK_FILE: &str = "ledger.lock";
+/// Where a ledger that did not verify is set aside before a new one is written: while it is
+/// there, a journal the new ledger does not list is one that does not verify (it may be a
+/// crashed runtime's that the lost ledger listed), not a copy of one already replayed.
+pub const LEDGER_SET_ASIDE_FILE: &str = "ledger.unverified";
 /// The undo records' directory.
 pub const UNDO_DIR: &str = "undo";
+/// Each session's undo log, in its directory under [`UNDO_DIR`].
+pub const UNDO_LOG_FILE: &str = "log.jsonl";
 /// The content indexes' directory.
 pub const INDEX_DIR: &str = "index";
 /// The spawned sessions' directory.

@@ -22,7 +22,7 @@ use crate::reads::hash_of;
 pub const MAX_ENTRIES: usize = 100;
 /// The log is rewritten with only what it keeps once it holds this many lines.
 const COMPACT_LINES: usize = 4 * MAX_ENTRIES;
-const LOG: &str = "log.jsonl";
+use crate::dir::UNDO_LOG_FILE as LOG;
 
 /// One undoable change of one file.
 #[derive(Debug, Clone, Serialize, Deserialize)]

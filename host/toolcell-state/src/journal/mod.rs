@@ -41,9 +41,7 @@ use cap_std::fs::{Dir, PermissionsExt};
 use hmac::Mac as _;
 use serde::{Deserialize, Serialize};
 
-/// A journal file's extension, and its blob directory's.
-pub(crate) const JOURNAL_EXTENSION: &str = "jsonl";
-pub(crate) const BLOBS_EXTENSION: &str = "blobs";
+pub(crate) use crate::dir::{BLOBS_EXTENSION, JOURNAL_EXTENSION};
 /// A journal file with no call open is emptied once it is this big.
 const COMPACT_BYTES: u64 = 1 << 20;
 /// How often a call's rollback is tried before the call is left to recovery.
