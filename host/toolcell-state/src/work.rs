@@ -5,6 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::storage::{KEY_BYTES, load_or_create_key};
+use crate::{Error, STATE_KEY_FILE, StateDir, StateKey};
+
 /// Prefix of private work directories: `toolcell-<pid>-<nanos>`.
 const PREFIX: &str = "toolcell-";
 
@@ -42,31 +45,51 @@ fn remove_orphans(temp: &Path) {
     }
 }
 
-/// Where journals and undo records go: the state directory, or a private temporary directory
-/// removed when this is dropped.
+/// Where journals and undo records go, and the key that authenticates the journals: the state
+/// directory and its key, or a private temporary directory with a key of its own, removed when
+/// this is dropped.
 #[derive(Debug)]
 pub struct WorkDir {
     path: PathBuf,
     temporary: bool,
+    key: StateKey,
 }
 
 impl WorkDir {
-    /// The state directory `state_dir`, or a new private temporary directory (`rwx------`)
-    /// without one.
+    /// The state directory `state` (opened, so its key is read already), or without one a new
+    /// private temporary directory (`rwx------`) and a new key in it.
     ///
     /// # Errors
     ///
-    /// Whatever creating the temporary directory fails with.
-    pub fn new(state_dir: Option<&Path>) -> std::io::Result<WorkDir> {
-        if let Some(state_dir) = state_dir {
-            return Ok(WorkDir { path: state_dir.to_path_buf(), temporary: false });
+    /// [`Error::Audit`] naming the temporary directory if it cannot be created;
+    /// [`Error::State`] if its key cannot be made, or `state` has none (it was not opened
+    /// with [`StateDir::open`]).
+    pub fn new(state: Option<StateDir>) -> Result<WorkDir, Error> {
+        if let Some(state) = state {
+            let key = state.key().copied().ok_or_else(|| Error::State {
+                path: state.join(STATE_KEY_FILE),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "the state directory has no key"),
+            })?;
+            return Ok(WorkDir { path: state.path().to_path_buf(), temporary: false, key });
         }
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_nanos()).unwrap_or(0);
-        remove_orphans(&std::env::temp_dir());
-        let path = std::env::temp_dir().join(format!("{PREFIX}{}-{nanos:x}", std::process::id()));
+        let temp = std::env::temp_dir();
+        remove_orphans(&temp);
+        let path = temp.join(format!("{PREFIX}{}-{nanos:x}", std::process::id()));
         // Created new, never taken over: a directory someone else made there first fails.
-        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&path)?;
-        Ok(WorkDir { path, temporary: true })
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+            .create(&path)
+            .map_err(|source| Error::Audit { path: temp, source })?;
+        // Removed again (when dropped) if its key cannot be made.
+        let mut work = WorkDir { path, temporary: true, key: [0; KEY_BYTES] };
+        let key_path = work.path.join(STATE_KEY_FILE);
+        work.key = load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?;
+        Ok(work)
+    }
+
+    /// The key the journals here are authenticated with.
+    pub fn key(&self) -> &StateKey {
+        &self.key
     }
 
     /// The directory.

@@ -129,8 +129,21 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] if the directory cannot be created.
     pub fn open(state_dir: &Path) -> Result<Self, Error> {
-        let state = crate::StateDir::open(state_dir)?;
-        Ok(AuditLog::new(state.path().to_path_buf(), state.key().copied()))
+        Ok(AuditLog::in_state(&crate::StateDir::open(state_dir)?))
+    }
+
+    /// The log of the opened state directory `state`.
+    pub fn in_state(state: &crate::StateDir) -> Self {
+        AuditLog::new(state.path().to_path_buf(), state.key().copied())
+    }
+
+    /// A log kept by `backend`, with what is not shared (the checkpoint, the spool) in the
+    /// opened state directory `state`.
+    pub fn shared_in(backend: std::sync::Arc<dyn AuditBackend>, state: &crate::StateDir) -> Self {
+        let mut log = AuditLog::in_state(state);
+        log.path = PathBuf::from(backend.name());
+        log.shared = Some(backend);
+        log
     }
 
     /// A log kept by `backend`; `state_dir` (created if needed) is the host's state directory
@@ -140,10 +153,7 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] if the directory cannot be created.
     pub fn shared(backend: std::sync::Arc<dyn AuditBackend>, state_dir: &Path) -> Result<Self, Error> {
-        let mut log = AuditLog::open(state_dir)?;
-        log.path = PathBuf::from(backend.name());
-        log.shared = Some(backend);
-        Ok(log)
+        Ok(AuditLog::shared_in(backend, &crate::StateDir::open(state_dir)?))
     }
 
     /// The log of an existing state directory, for reading and verifying: nothing is created.
