@@ -119,6 +119,10 @@ pub fn parent(root: impl AsFd, path: &str) -> io::Result<(cap_std::fs::Dir, &str
 }
 
 /// Open `name` in `directory` without following it if it is a symlink (`ELOOP` then).
+///
+/// # Errors
+///
+/// `ELOOP` if `name` is a symlink, and whatever the open itself fails with.
 pub fn open_in(directory: impl AsFd, name: &str, flags: OFlags) -> io::Result<std::fs::File> {
     // `O_PATH` takes no other flags but these (`openat2` refuses the rest).
     let flags = if flags.contains(OFlags::PATH) {

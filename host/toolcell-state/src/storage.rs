@@ -10,12 +10,20 @@ pub const KEY_BYTES: usize = 32;
 
 /// Replace `path` with `value` as JSON: written beside it and renamed over it, so that a reader
 /// never sees half of it (synced first if `sync`).
+///
+/// # Errors
+///
+/// Whatever serializing, writing or renaming fails with; `path` is unchanged then.
 pub fn replace_json(path: &Path, value: &impl serde::Serialize, sync: bool) -> std::io::Result<()> {
     replace_bytes(path, &serde_json::to_vec(value).map_err(std::io::Error::other)?, sync)
 }
 
 /// Replace `path` with `bytes`: written beside it and renamed over it, so that a reader never
 /// sees half of it (synced first if `sync`).
+///
+/// # Errors
+///
+/// Whatever writing or renaming fails with; `path` is unchanged then.
 pub fn replace_bytes(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     use std::io::Write as _;
     let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
@@ -29,6 +37,10 @@ pub fn replace_bytes(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<(
 }
 
 /// `path` opened for appending, created (with its directory) if missing.
+///
+/// # Errors
+///
+/// Whatever creating the directory or opening the file fails with.
 pub fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
     let open = || private_file().create(true).append(true).open(path);
     match open() {
@@ -91,6 +103,10 @@ pub fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(), Erro
 }
 
 /// Create `path` and its missing parents, each new one `rwx------`.
+///
+/// # Errors
+///
+/// Whatever creating a directory fails with.
 pub fn create_private_dirs(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt as _;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
@@ -112,6 +128,10 @@ pub const MAX_HOST_FILE_BYTES: u64 = 1 << 30;
 /// Read a file the host keeps (index, undo records, sessions, locks): never through a
 /// symlink, only a regular file, at most [`MAX_HOST_FILE_BYTES`], so that something planted
 /// in its place (a link to `/dev/zero`, a FIFO) can neither hang nor exhaust the host.
+///
+/// # Errors
+///
+/// `InvalidData` if it is not a regular file, `FileTooLarge` if it is larger than [`MAX_HOST_FILE_BYTES`], `ELOOP` if it is a symlink, and whatever reading fails with.
 pub fn read_host_file(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;

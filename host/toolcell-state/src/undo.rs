@@ -146,6 +146,10 @@ impl UndoStore {
     }
 
     /// Forget the change `entry` (after it was undone), and its blob.
+    ///
+    /// # Errors
+    ///
+    /// Whatever appending to the session's undo log fails with.
     pub fn forget(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> std::io::Result<()> {
         let mut counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);

@@ -221,6 +221,10 @@ pub struct JournalFile {
 impl JournalFile {
     /// Create this runtime's journal file in `journals`, locked, its lines authenticated with
     /// `key`.
+    ///
+    /// # Errors
+    ///
+    /// Whatever creating the journal directory or the file fails with.
     pub fn create(journals: &Path, key: JournalKey) -> std::io::Result<Arc<JournalFile>> {
         crate::storage::create_private_dirs(journals)?;
         let mut nonce = [0u8; 8];
@@ -320,6 +324,10 @@ pub struct Journal {
 impl Journal {
     /// Start the journal of `call_id` in `file`. With `syncs`, its steps are synced by
     /// [`make_durable`](Self::make_durable).
+    ///
+    /// # Errors
+    ///
+    /// Whatever appending the call's first line fails with.
     pub fn begin(file: &Arc<JournalFile>, call_id: &str, session: &str, workspace: &Path, syncs: bool) -> std::io::Result<Journal> {
         let header = Header { version: 2, workspace: workspace.to_path_buf(), call_id: call_id.to_owned(), session: session.to_owned() };
         file.append(&Line::Begin(header), true)?;
@@ -338,6 +346,10 @@ impl Journal {
     /// Put every step written so far on the disk (blobs, the journal file, and once their
     /// directory entries), if durability asks for it: called before a change made in place,
     /// which a crash could leave half done without the journal to roll it back.
+    ///
+    /// # Errors
+    ///
+    /// Whatever syncing the journal (and its blobs) fails with.
     pub fn make_durable(&mut self) -> std::io::Result<()> {
         if !self.syncs || !self.unsynced {
             return Ok(());
@@ -367,6 +379,10 @@ impl Journal {
     /// Save the current state of `path` (canonical, in `root`) before it is mutated. Read in
     /// its directory opened without following a symlink, so a directory on the way swapped for
     /// one cannot put another file's content in the journal (a rollback would write it here).
+    ///
+    /// # Errors
+    ///
+    /// Whatever reading `path` or saving its prior state fails with; the mutation must not go ahead then.
     pub fn preserve(&mut self, root: &Dir, path: &str) -> std::io::Result<()> {
         let (directory, name) = match crate::beneath::parent(root, path) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -421,6 +437,10 @@ impl Journal {
     }
 
     /// Record that the directory `from` is about to be renamed to `to`.
+    ///
+    /// # Errors
+    ///
+    /// Whatever appending the step fails with; the move must not go ahead then.
     pub fn preserve_move(&mut self, from: &str, to: &str) -> std::io::Result<()> {
         self.append(Step { path: from.to_owned(), prior: Prior::Moved { to: to.to_owned() }, identity: None })
     }
@@ -438,6 +458,10 @@ impl Journal {
     /// Undo every step, newest first. On success the call's journal is ended; on failure it stays
     /// open in the runtime's journal file, for the next start to replay once this runtime is
     /// gone, and the error names the path that could not be restored.
+    ///
+    /// # Errors
+    ///
+    /// The first step that could not be restored (the call is then left to recovery).
     pub fn rollback(self, root: &Dir) -> Result<usize, String> {
         // A restore refuses to act through a symlink; another program that swaps a directory on
         // the way for one does so for a moment. The replay is idempotent, so it is tried again
