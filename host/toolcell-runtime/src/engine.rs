@@ -8,6 +8,8 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use toolcell_state::storage::{KEY_BYTES, load_or_create_key};
+
 use crate::error::{Error, describe};
 
 /// Instances that may be alive at once, across all concurrent calls. A Rust tool component
@@ -93,7 +95,6 @@ pub(crate) struct ComponentCache {
 
 /// The cache key's file name in the cache directory.
 pub(crate) const CACHE_KEY_FILE: &str = "cache.key";
-pub(crate) const KEY_BYTES: usize = 32;
 /// What every artifact file starts with; the tag follows, then the serialized component.
 const ARTIFACT_MAGIC: &[u8; 8] = b"TCCWASM1";
 const TAG_BYTES: usize = 32;
@@ -109,8 +110,8 @@ impl ComponentCache {
     /// key, belongs to another user or can be written (the key: read) by others.
     pub(crate) fn open(directory: &Path) -> Result<Self, Error> {
         let cache_error = |source| Error::Cache { path: directory.to_path_buf(), source };
-        crate::storage::create_private_dirs(directory).map_err(cache_error)?;
-        crate::storage::check_private(directory, 0o022, "the compiled-component cache")?;
+        toolcell_state::storage::create_private_dirs(directory).map_err(cache_error)?;
+        toolcell_state::storage::check_private(directory, 0o022, "the compiled-component cache")?;
         let key_path = directory.join(CACHE_KEY_FILE);
         let key = load_or_create_key(&key_path, "the cache key", |source| Error::Cache { path: key_path.clone(), source })?;
         Ok(ComponentCache { directory: directory.to_path_buf(), key })
@@ -205,49 +206,6 @@ impl ComponentCache {
             .map_err(|_| "its tag does not match its content: it was not written by this host, or was changed since")?;
         Ok(artifact)
     }
-}
-
-/// A host key (the cache's, the state directory's): read (it must be 32 bytes, this user's,
-/// mode 0600 or stricter), or made from the OS's random source if it does not exist yet. A new
-/// key is written whole to a file of its own and then linked into place, so that another
-/// process starting at the same moment never reads a key half written: exactly one key wins.
-/// `what` names it in messages; `io_error` says which part failed.
-pub(crate) fn load_or_create_key(path: &Path, what: &str, io_error: impl Fn(std::io::Error) -> Error) -> Result<[u8; KEY_BYTES], Error> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let cache_error = io_error;
-    let mut key = [0u8; KEY_BYTES];
-    if std::fs::symlink_metadata(path).is_err() {
-        let mut filled = 0;
-        while filled < KEY_BYTES {
-            filled += rustix::rand::getrandom(&mut key[filled..], rustix::rand::GetRandomFlags::empty())
-                .map_err(|errno| cache_error(std::io::Error::from(errno)))?;
-        }
-        let fresh = path.with_extension(format!("key.{}-{}.new", std::process::id(), unique_suffix()));
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&fresh)
-            .and_then(|mut file| file.write_all(&key).and_then(|()| file.sync_all()));
-        let linked = written.and_then(|()| std::fs::hard_link(&fresh, path));
-        let _ = std::fs::remove_file(&fresh);
-        match linked {
-            Ok(()) => return Ok(key),
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(error) => return Err(cache_error(error)),
-        }
-    }
-    crate::storage::check_private(path, 0o077, what)?;
-    let bytes = std::fs::read(path).map_err(cache_error)?;
-    key = bytes.as_slice().try_into().map_err(|_| Error::Insecure {
-        path: path.to_path_buf(),
-        reason: format!(
-            "{what} holds {} bytes instead of {KEY_BYTES}; remove it to make a new one (what it signed is then no longer trusted)",
-            bytes.len()
-        ),
-    })?;
-    Ok(key)
 }
 
 /// What [`RuntimeBuilder::on_progress`](crate::RuntimeBuilder::on_progress) is told while

@@ -193,7 +193,7 @@ pub enum Error {
 
     /// The lock table cannot be used, or refused a request.
     #[error(transparent)]
-    Lock(#[from] crate::locks::LockStoreError),
+    Lock(#[from] toolcell_state::LockStoreError),
 
     /// The host failed while running a call (not the tool: instantiation or a host bug).
     #[error("the host failed to run `{tool}`: {reason}")]
@@ -228,4 +228,14 @@ pub struct PinMismatch {
 /// A wasmtime error with its whole chain of causes, on one line.
 pub(crate) fn describe(error: &wasmtime::Error) -> String {
     error.chain().map(ToString::to_string).collect::<Vec<_>>().join(": ")
+}
+
+impl From<toolcell_state::Error> for Error {
+    fn from(error: toolcell_state::Error) -> Self {
+        match error {
+            toolcell_state::Error::Insecure { path, reason } => Error::Insecure { path, reason },
+            toolcell_state::Error::State { path, source } => Error::State { path, source },
+            toolcell_state::Error::Audit { path, source } => Error::Audit { path, source },
+        }
+    }
 }

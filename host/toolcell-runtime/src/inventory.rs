@@ -52,7 +52,7 @@ pub(crate) fn trusted_directories() -> Vec<PathBuf> {
 
 /// The file in the default state directory where runs record the locations they were told to
 /// use ([`remember_locations`]).
-const LOCATIONS_FILE: &str = "locations";
+use toolcell_state::LOCATIONS_FILE;
 
 /// The most locations [`remember_locations`] keeps (the newest).
 const MAX_REMEMBERED: usize = 256;
@@ -78,9 +78,14 @@ pub fn remember_locations(locations: &[PathBuf]) -> std::io::Result<()> {
     if new.iter().all(|location| remembered.contains(location)) {
         return Ok(());
     }
-    crate::storage::create_private_dirs(&state)?;
+    toolcell_state::storage::create_private_dirs(&state)?;
     // Under a lock of its own: two runs starting at once keep both their locations.
-    let lock = crate::storage::private_file().read(true).write(true).create(true).truncate(false).open(state.join("locations.lock"))?;
+    let lock = toolcell_state::storage::private_file()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(state.join(toolcell_state::LOCATIONS_LOCK_FILE))?;
     while let Err(errno) = rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive) {
         if errno != rustix::io::Errno::INTR {
             return Err(errno.into());
@@ -97,7 +102,7 @@ pub fn remember_locations(locations: &[PathBuf]) -> std::io::Result<()> {
             text.push('\n');
         }
     }
-    crate::storage::replace_bytes(&record, text.as_bytes(), false)
+    toolcell_state::storage::replace_bytes(&record, text.as_bytes(), false)
 }
 
 /// The locations runs recorded with [`remember_locations`] (absolute paths only).
@@ -105,7 +110,7 @@ pub(crate) fn remembered_locations() -> Vec<PathBuf> {
     let Some(record) = default_state_dir().map(|state| state.join(LOCATIONS_FILE)) else {
         return Vec::new();
     };
-    let Ok(bytes) = crate::storage::read_host_file(&record) else {
+    let Ok(bytes) = toolcell_state::storage::read_host_file(&record) else {
         return Vec::new();
     };
     String::from_utf8_lossy(&bytes).lines().map(PathBuf::from).filter(|location| location.is_absolute()).collect()

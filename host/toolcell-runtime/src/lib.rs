@@ -53,25 +53,17 @@ mod outcome;
 mod schema;
 mod state;
 
-// The guard on every filesystem call, and the opens that follow no symlink it acts through.
-mod beneath;
+// The guard on every filesystem call (what it keeps on disk, and the opens that follow no
+// symlink, are in `toolcell-state`), and the paths each call has in flight.
 mod guard;
+mod inflight;
 
-// Host state: the audit trail, the journal, locks, read versions, undo records, and where they
-// live.
-mod audit;
+// The content index's freshness.
 mod content_index;
 mod index_watch;
-mod inflight;
-mod journal;
-mod locks;
-mod memo;
-mod reads;
-mod recovery;
-mod storage;
+
+// Imports a plugin may link as stubs that refuse every call.
 mod stubs;
-mod undo;
-mod work;
 
 // The task-chain workflow: spawned sessions and the capabilities of the `workflow` import.
 mod workflow;
@@ -79,7 +71,6 @@ mod workflow;
 mod error;
 
 pub use adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
-pub use audit::{AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, AuditBackend, AuditLog};
 pub use builder::RuntimeBuilder;
 pub use call::STDIO_CAPACITY;
 pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
@@ -88,22 +79,25 @@ pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};
 pub use inventory::{default_cache_dir, default_state_dir, remember_locations};
 pub use limits::{EPOCH_TICK, Limits};
-pub use locks::{LOCKS_DIR, LockBackend, LockStore, LockStoreError};
 pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
-pub use recovery::{Recovery, RecoveryKind};
 pub use runtime::{LoadedComponent, Runtime, SkippedPlugin};
 pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
-pub use undo::SessionChange;
+pub use toolcell_state::undo::SessionChange;
+pub use toolcell_state::{
+    AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, AuditBackend, AuditLog, Error as StateError, LOCKS_DIR, LockBackend, LockStore,
+    LockStoreError,
+};
+pub use toolcell_state::{Recovery, RecoveryKind};
 pub use workflow::{MAX_SESSIONS_PER_TASK, MAX_SPAWNS_PER_CALL, SessionRecord, SessionState, SessionStore, Spawner, default_connect};
 pub use workspace::Workspace;
 
 use outcome::to_wit_error;
 use runtime::{LoadedTool, ToolKind};
-use storage::{hex, replace_json, session_key};
+use toolcell_state::storage::{hex, replace_json, session_key};
 
 /// Host bindings generated from `wit/tool.wit` (world `plugin`; the WASI part of
 /// `tool-component` is linked from wasmtime-wasi).

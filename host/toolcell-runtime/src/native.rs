@@ -12,13 +12,13 @@ use toolcell_policy::Access;
 use toolcell_types::{Annotations, ToolError, ToolErrorKind, ToolInfo, ToolName, ToolOutput, escape_control};
 
 use crate::CallRequest;
-use crate::audit::AuditLog;
 use crate::guard::FsGuard;
-use crate::journal::{Prior, Step};
-use crate::locks::{LockStore, LockStoreError};
-use crate::reads::hash_of;
 use crate::schema::ArgsSchema;
-use crate::undo::UndoStore;
+use toolcell_state::AuditLog;
+use toolcell_state::journal::{Prior, Step};
+use toolcell_state::reads::hash_of;
+use toolcell_state::undo::UndoStore;
+use toolcell_state::{LockStore, LockStoreError};
 
 /// The name of the undo tool.
 pub(crate) const UNDO_EDIT: &str = "undo_edit";
@@ -140,7 +140,7 @@ fn parse<T: for<'de> Deserialize<'de>>(args: &str) -> Result<T, ToolError> {
 /// Remove the directories the call of `entry` created above its path, deepest first, while
 /// they are empty and the policy lets the role delete them (the guard records each removal in
 /// the call's journal); returns those removed.
-fn remove_created_directories(call: &mut NativeCall<'_>, entry: &crate::undo::UndoEntry) -> Vec<String> {
+fn remove_created_directories(call: &mut NativeCall<'_>, entry: &toolcell_state::undo::UndoEntry) -> Vec<String> {
     let workspace = call.request.workspace.root();
     let session = call.request.session_id;
     let mut removed = Vec::new();
@@ -154,7 +154,7 @@ fn remove_created_directories(call: &mut NativeCall<'_>, entry: &crate::undo::Un
             break;
         };
         let step = Step { path: directory.path.clone(), prior: Prior::Absent, identity: None };
-        if crate::journal::restore(root, &call.undo.session_dir(session, workspace), &step).is_err() {
+        if toolcell_state::journal::restore(root, &call.undo.session_dir(session, workspace), &step).is_err() {
             break;
         }
         let _ = call.undo.forget(session, workspace, &directory);
@@ -227,7 +227,7 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
         return Err(ToolError::new(ToolErrorKind::Failed, "the call has no workspace"));
     };
     let step = Step { path: path.clone(), prior: entry.prior.clone(), identity: None };
-    crate::journal::restore(root, &call.undo.session_dir(session, workspace), &step)
+    toolcell_state::journal::restore(root, &call.undo.session_dir(session, workspace), &step)
         .map_err(|error| ToolError::new(ToolErrorKind::Failed, format!("cannot restore `{shown}`: {error}; nothing was changed")))?;
     // The change is undone whatever happens to the record; a stale record is refused later
     // because the file no longer matches it.

@@ -77,24 +77,24 @@ pub struct Runtime {
     /// maps one onto the workspace.
     pub(crate) text_editor_root: Option<String>,
     pub(crate) locks: Arc<LockStore>,
-    pub(crate) reads: reads::ReadTracker,
-    pub(crate) undo: undo::UndoStore,
+    pub(crate) reads: toolcell_state::reads::ReadTracker,
+    pub(crate) undo: toolcell_state::undo::UndoStore,
     /// What tools remember between their calls in a session.
-    pub(crate) memos: Arc<memo::MemoStore>,
+    pub(crate) memos: Arc<toolcell_state::memo::MemoStore>,
     /// Content indexes in the state directory.
     pub(crate) indexes: Arc<content_index::IndexStore>,
     /// How many parts a call that splits itself (`context.split`) may run side by side.
     pub(crate) parts: u32,
     /// What authenticates the journal lines this runtime writes and replays.
-    pub(crate) journal_key: journal::JournalKey,
+    pub(crate) journal_key: toolcell_state::journal::JournalKey,
     /// Each workspace whose interrupted calls this runtime has rolled back (see
     /// [`Runtime::recover`]), with what it found.
     pub(crate) recovered: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Vec<Recovery>>>,
     /// This runtime's journal file, where every call journals its changes.
-    pub(crate) journal: Arc<journal::JournalFile>,
+    pub(crate) journal: Arc<toolcell_state::journal::JournalFile>,
     /// The state directory, or a private temporary directory for journals and undo, removed
     /// with the runtime (after the journal file and the stores above, which write in it).
-    pub(crate) _work: work::WorkDir,
+    pub(crate) _work: toolcell_state::WorkDir,
     /// Sessions spawned for tasks, the platform's spawner, and what the `workflow` import
     /// shares between calls.
     pub(crate) workflow: Arc<workflow::WorkflowShared>,
@@ -245,7 +245,7 @@ impl Runtime {
         if let Some(found) = recovered.get(workspace.root()) {
             return found.clone();
         }
-        let found = recovery::recover(&self._work.journals(), &self.journal_key, workspace.root());
+        let found = toolcell_state::recover(&self._work.journals(), &self.journal_key, workspace.root());
         if let Some(log) = &self.audit {
             let records: Vec<_> = found
                 .iter()

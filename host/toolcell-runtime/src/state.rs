@@ -57,7 +57,7 @@ pub(crate) struct CallContext {
     pub(crate) image_bytes: usize,
     /// Where this tool's values for this session are kept (`remember`, `recall`); `None`
     /// where there is no session (`describe`, validators).
-    pub(crate) memo: Option<(Arc<crate::memo::MemoStore>, crate::memo::Scope)>,
+    pub(crate) memo: Option<(Arc<toolcell_state::memo::MemoStore>, toolcell_state::memo::Scope)>,
     /// The workspace's content index, for `search-candidates`; `None` where there is no call.
     pub(crate) index: Option<crate::content_index::IndexScope>,
     /// How many parts the host would run this call in (`split`); 0 where it runs none (a

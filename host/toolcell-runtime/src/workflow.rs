@@ -12,8 +12,8 @@ use toolcell_locks::{Lock, LockRequest, Mode};
 use toolcell_policy::{Role, TaskBinding};
 use toolcell_types::{ToolError, ToolErrorKind};
 
-use crate::audit::AuditLog;
-use crate::locks::LockStore;
+use toolcell_state::AuditLog;
+use toolcell_state::LockStore;
 
 /// Where a session stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,7 +81,7 @@ pub struct SessionStore {
 
 impl SessionStore {
     pub(crate) fn new(work_dir: &Path) -> Self {
-        SessionStore { directory: work_dir.join("spawned-sessions"), lock: std::sync::Mutex::new(()) }
+        SessionStore { directory: work_dir.join(toolcell_state::SPAWNED_SESSIONS_DIR), lock: std::sync::Mutex::new(()) }
     }
 
     fn file(&self, id: &str) -> PathBuf {
@@ -95,7 +95,7 @@ impl SessionStore {
     /// The filesystem's error; `AlreadyExists` if the id is taken.
     pub fn create(&self, record: &SessionRecord) -> std::io::Result<()> {
         let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        crate::storage::create_private_dirs(&self.directory)?;
+        toolcell_state::storage::create_private_dirs(&self.directory)?;
         let file = self.file(&record.id);
         if file.exists() {
             return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("session `{}` exists", record.id)));
@@ -105,7 +105,7 @@ impl SessionStore {
 
     /// The session `id`, if the host knows of it.
     pub fn get(&self, id: &str) -> Option<SessionRecord> {
-        crate::storage::read_host_file(&self.file(id)).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        toolcell_state::storage::read_host_file(&self.file(id)).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok())
     }
 
     /// Every known session, oldest first.
@@ -116,7 +116,7 @@ impl SessionStore {
         let mut records: Vec<SessionRecord> = entries
             .filter_map(Result::ok)
             .filter(|entry| entry.path().extension().is_some_and(|extension| extension == "json"))
-            .filter_map(|entry| crate::storage::read_host_file(&entry.path()).ok())
+            .filter_map(|entry| toolcell_state::storage::read_host_file(&entry.path()).ok())
             .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
             .collect();
         records.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)));

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use postgres::{Client, Config, NoTls};
 use toolcell_audit::{Link, Record, seal};
 use toolcell_locks::{Lapse, Lapsed, Lock, LockError, LockTable, Mode};
-use toolcell_runtime::{AuditBackend, LockBackend, LockStoreError};
+use toolcell_state::{AuditBackend, LockBackend, LockStoreError};
 
 /// The schema version this build needs.
 pub const SCHEMA_VERSION: i32 = 1;

@@ -161,7 +161,7 @@ pub(super) fn read_plugins(directory: &Path) -> Result<Vec<(String, Vec<u8>)>, E
         Err(source) => return Err(Error::Plugins { path: directory.to_path_buf(), source }),
     };
     // Whoever can write the directory chooses the code toolcell runs.
-    storage::check_private(directory, 0o022, "the plugin directory")?;
+    toolcell_state::storage::check_private(directory, 0o022, "the plugin directory")?;
     let mut paths: Vec<PathBuf> =
         entries.map(|entry| entry.map(|entry| entry.path())).collect::<Result<_, _>>().map_err(error(directory))?;
     paths.retain(|path| path.extension().is_some_and(|extension| extension == "wasm"));

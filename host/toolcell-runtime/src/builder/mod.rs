@@ -431,44 +431,39 @@ impl RuntimeBuilder {
                 }
             }
         }
-        let audit = match (&self.shared_store, self.audit_dir.as_deref()) {
-            (Some((_, backend)), Some(directory)) => Some(Arc::new(AuditLog::shared(Arc::clone(backend), directory)?)),
-            (Some(_), None) => {
-                return Err(Error::Audit {
-                    path: PathBuf::new(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        "a shared store needs a state directory too: journals, undo records and indexes stay on each host",
-                    ),
-                });
-            }
-            (None, directory) => directory.map(AuditLog::open).transpose()?.map(Arc::new),
-        };
-        let state_dir = audit.as_ref().map(|log| log.directory().to_path_buf());
+        if self.shared_store.is_some() && self.audit_dir.is_none() {
+            return Err(Error::Audit {
+                path: PathBuf::new(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a shared store needs a state directory too: journals, undo records and indexes stay on each host",
+                ),
+            });
+        }
+        // The state directory is opened once: created private, mode-checked, its key read.
+        let state = self.audit_dir.as_deref().map(toolcell_state::StateDir::open).transpose()?;
+        let audit = state.as_ref().map(|state| {
+            Arc::new(match &self.shared_store {
+                Some((_, backend)) => AuditLog::shared_in(Arc::clone(backend), state),
+                None => AuditLog::in_state(state),
+            })
+        });
+        let state_dir = state.as_ref().map(|state| state.path().to_path_buf());
         if let Some(directory) = &state_dir {
             host_owned.push(HostOwned::directory(directory));
         }
-        let work = work::WorkDir::new(state_dir.as_deref())
-            .map_err(|source| Error::Audit { path: state_dir.clone().unwrap_or_else(std::env::temp_dir), source })?;
+        // Journals are authenticated with the state directory's key; without a state directory,
+        // the private temporary one gets a key of its own. Calls a crash interrupted are undone
+        // workspace by workspace, when a call first opens each (`Runtime::recover`).
+        let work = toolcell_state::WorkDir::new(state)?;
         if state_dir.is_none() {
             // The private directory of journals and undo records is the host's too (it lies in
             // the temporary directory, which a workspace may contain).
             host_owned.push(HostOwned::directory(work.path()));
         }
-        // Journals are authenticated with the state directory's key; calls a crash interrupted
-        // are undone workspace by workspace, when a call first opens each
-        // (`Runtime::recover`).
-        // The audit trail has read the state directory's key already; without a state
-        // directory, the private temporary one gets a key of its own.
-        let journal_key = match audit.as_ref().and_then(|log| log.key()) {
-            Some(key) => *key,
-            None => {
-                let key_path = work.path().join(storage::STATE_KEY_FILE);
-                engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?
-            }
-        };
-        let journal =
-            journal::JournalFile::create(&work.journals(), journal_key).map_err(|source| Error::State { path: work.journals(), source })?;
+        let journal_key = *work.key();
+        let journal = toolcell_state::journal::JournalFile::create(&work.journals(), journal_key)
+            .map_err(|source| Error::State { path: work.journals(), source })?;
         let locks = Arc::new(match (&self.shared_store, &state_dir) {
             (Some((backend, _)), _) => LockStore::shared(Arc::clone(backend)),
             (None, Some(directory)) => LockStore::in_directory(directory),
@@ -492,8 +487,8 @@ impl RuntimeBuilder {
             limits: self.limits,
             text_editor_root: self.text_editor_root,
             locks,
-            reads: reads::ReadTracker::new(state_dir.as_deref()),
-            undo: undo::UndoStore::new(work.path()),
+            reads: toolcell_state::reads::ReadTracker::new(state_dir.as_deref()),
+            undo: toolcell_state::undo::UndoStore::new(work.path()),
             memos: Arc::default(),
             indexes: Arc::new(content_index::IndexStore::new(work.path(), self.index_freshness, self.build_index_on_first_search)),
             parts: self

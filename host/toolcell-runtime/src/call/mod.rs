@@ -212,7 +212,7 @@ impl Runtime {
                     }),
                     memo: Some((
                         Arc::clone(&self.memos),
-                        memo::Scope {
+                        toolcell_state::memo::Scope {
                             workspace: request.workspace.root().display().to_string(),
                             session: request.session_id.to_owned(),
                             tool: request.tool.to_owned(),

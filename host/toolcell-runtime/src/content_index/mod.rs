@@ -108,7 +108,7 @@ impl Runtime {
     /// [`Error::State`] if the index file exists but cannot be read.
     pub fn index_status(&self, workspace: &Workspace) -> Result<IndexStatus, Error> {
         let path = self.index_path(workspace);
-        let bytes = match crate::storage::read_host_file(&path) {
+        let bytes = match toolcell_state::storage::read_host_file(&path) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(IndexStatus::Absent),
             Err(source) => return Err(Error::State { path, source }),
@@ -178,7 +178,7 @@ pub(crate) struct IndexScope {
 impl IndexStore {
     pub(crate) fn new(state_dir: &std::path::Path, freshness: IndexFreshness, build_on_first_search: bool) -> Self {
         IndexStore {
-            directory: state_dir.join("index"),
+            directory: state_dir.join(toolcell_state::INDEX_DIR),
             freshness,
             build_on_first_search,
             live: Mutex::default(),
@@ -253,7 +253,7 @@ impl IndexStore {
 
 /// The index file at `path`, if it is there and passes its checks.
 fn read_index(path: &std::path::Path) -> Option<Index> {
-    Index::from_bytes(&crate::storage::read_host_file(path).ok()?).ok()
+    Index::from_bytes(&toolcell_state::storage::read_host_file(path).ok()?).ok()
 }
 
 impl IndexScope {

@@ -11,9 +11,9 @@ use super::*;
 pub(crate) const IN_FLIGHT_PATTERN: &str = ".toolcell-*";
 
 /// Whether a component of the workspace path `path` is a name the host reserves for what a
-/// call has in flight ([`IN_FLIGHT_PREFIX`](crate::journal::IN_FLIGHT_PREFIX)).
+/// call has in flight ([`IN_FLIGHT_PREFIX`](toolcell_state::journal::IN_FLIGHT_PREFIX)).
 pub(crate) fn is_in_flight(path: &str) -> bool {
-    const PREFIX: &str = crate::journal::IN_FLIGHT_PREFIX;
+    const PREFIX: &str = toolcell_state::journal::IN_FLIGHT_PREFIX;
     path.starts_with(PREFIX) || path.match_indices(PREFIX).any(|(at, _)| path.as_bytes()[at - 1] == b'/')
 }
 
@@ -151,7 +151,7 @@ impl FsGuard {
             }
             rule if rule.strip_prefix("protected:") == Some(IN_FLIGHT_PATTERN) => format!(
                 "{access} of `{path}` is refused: names starting with `{}` are reserved for what toolcell has in flight (a file a call is rewriting), which no tool may see or touch. Use another name.",
-                crate::journal::IN_FLIGHT_PREFIX
+                toolcell_state::journal::IN_FLIGHT_PREFIX
             ),
             rule if self.is_host_rule(rule) => {
                 format!(

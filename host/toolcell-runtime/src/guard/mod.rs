@@ -15,7 +15,6 @@ mod budget;
 mod decide;
 mod lookup;
 mod moves;
-mod namespace;
 mod operate;
 mod record;
 mod resolve;
@@ -28,11 +27,11 @@ pub(crate) use operate::GuardedFilesystem;
 
 use budget::Budget;
 use lookup::{descriptor_stat, special_kind};
-pub(crate) use namespace::NamespaceLock;
 use operate::{MAX_READ_BYTES, check_open_flags, follows, open_access, os_open_flags};
 pub(crate) use record::now;
 pub(crate) use resolve::canonical;
 use resolve::{MAX_SYMLINK_HOPS, Resolved, resolve};
+pub(crate) use toolcell_state::NamespaceLock;
 pub(crate) use transaction::Transaction;
 
 use std::collections::HashMap;
@@ -41,7 +40,7 @@ use std::sync::Arc;
 use toolcell_policy::{Access, Effect, Policy};
 use toolcell_types::{ToolErrorKind, escape_control};
 
-use crate::audit::AuditLog;
+use toolcell_state::AuditLog;
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
 use wasmtime_wasi::p2::bindings::sync::filesystem::types::Descriptor;

@@ -12,7 +12,7 @@ use wasmtime_wasi::p2::bindings::sync::filesystem::types::{Descriptor, Descripto
 use wasmtime_wasi::p2::{FsError, FsResult};
 use wasmtime_wasi::{FsPerms, OpenMode};
 
-use crate::beneath;
+use toolcell_state::beneath;
 
 use super::*;
 

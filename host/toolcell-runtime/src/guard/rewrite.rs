@@ -13,12 +13,12 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use toolcell_types::escape_control;
 
-use crate::journal::IN_FLIGHT_PREFIX;
+use toolcell_state::journal::IN_FLIGHT_PREFIX;
 use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
 use wasmtime_wasi::p2::bindings::sync::filesystem::types::OpenFlags;
 use wasmtime_wasi::p2::{FsError, FsResult};
 
-use crate::beneath;
+use toolcell_state::beneath;
 
 use super::*;
 

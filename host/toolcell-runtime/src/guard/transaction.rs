@@ -6,9 +6,9 @@ use std::sync::Arc;
 use toolcell_policy::{Access, Durability, ReadBeforeWrite};
 use toolcell_types::{ToolErrorKind, escape_control};
 
-use crate::journal::Journal;
-use crate::locks::LockStore;
-use crate::reads::{MAX_TRACKED_READS, SessionReads, Version};
+use toolcell_state::LockStore;
+use toolcell_state::journal::Journal;
+use toolcell_state::reads::{MAX_TRACKED_READS, SessionReads, Version};
 use wasmtime_wasi::p2::FsResult;
 
 use super::*;
@@ -27,7 +27,7 @@ pub(crate) struct Transaction {
     /// Whether the journal and new content are synced before they count.
     pub(crate) durability: Durability,
     /// The runtime's journal file, and what a call's journal needs to be replayed after a crash.
-    pub(crate) journals: Arc<crate::journal::JournalFile>,
+    pub(crate) journals: Arc<toolcell_state::journal::JournalFile>,
     pub(crate) workspace: std::path::PathBuf,
     pub(crate) session: String,
     pub(crate) call_id: String,
@@ -62,7 +62,7 @@ impl Transaction {
         seen: Arc<SessionReads>,
         read_before_write: ReadBeforeWrite,
         durability: Durability,
-        journals: Arc<crate::journal::JournalFile>,
+        journals: Arc<toolcell_state::journal::JournalFile>,
         workspace: std::path::PathBuf,
         session: String,
         call_id: String,

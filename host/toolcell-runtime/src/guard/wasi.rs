@@ -16,7 +16,7 @@ use wasmtime_wasi::p2::bindings::sync::filesystem::types::{
 use wasmtime_wasi::p2::bindings::sync::io::streams;
 use wasmtime_wasi::p2::{FsError, FsResult};
 
-use crate::beneath;
+use toolcell_state::beneath;
 
 use super::*;
 

@@ -43,7 +43,7 @@ pub(super) fn audit(args: &RuntimeArgs, command: &AuditCommand) -> anyhow::Resul
     };
     let log = match opened {
         Ok(log) => log,
-        Err(Error::Audit { path, source }) if source.kind() == std::io::ErrorKind::NotFound => {
+        Err(toolcell_runtime::StateError::Audit { path, source }) if source.kind() == std::io::ErrorKind::NotFound => {
             // A host on a shared store keeps its checkpoint of the chain here, not the chain.
             let shared = directory.join(toolcell_runtime::AUDIT_HEAD_FILE).exists();
             let hint = if shared {

@@ -63,7 +63,7 @@ impl RecoveryKind {
 /// alone; a journal file that does not verify under `key`, or that the ledger does not list
 /// (a copy of one already replayed), is left alone and reported when it names this workspace
 /// (or names none that can be read).
-pub(crate) fn recover(journals: &Path, key: &JournalKey, workspace: &Path) -> Vec<Recovery> {
+pub fn recover(journals: &Path, key: &JournalKey, workspace: &Path) -> Vec<Recovery> {
     let Ok(entries) = std::fs::read_dir(journals) else {
         return Vec::new();
     };
@@ -268,7 +268,7 @@ fn keep(journals: &Path, path: &Path, stem: &str, key: &JournalKey, kept: Vec<(H
     if rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty()).is_err() {
         return;
     }
-    let new_stem = format!("{}-{}", std::process::id(), crate::hex(&nonce));
+    let new_stem = format!("{}-{}", std::process::id(), crate::storage::hex(&nonce));
     let mut chain = Chain::new(&new_stem);
     let mut bytes = Vec::new();
     for (header, steps) in kept {
@@ -325,7 +325,7 @@ fn roll_back(header: &Header, steps: &[Step], blob_dir: &Path) -> Recovery {
         Ok(root) => {
             // Putting names back is a namespace change like any other: judged against by no
             // other call (of any process) while it is half done.
-            let namespace = crate::guard::NamespaceLock::acquire(&root);
+            let namespace = crate::NamespaceLock::acquire(&root);
             if let Err(error) = replay(&root, blob_dir, &recovery.call_id, steps) {
                 recovery.kind = RecoveryKind::Failed;
                 recovery.error = Some(format!(

@@ -11,16 +11,7 @@ use toolcell_audit::{Link, Prepared, Record};
 
 use crate::error::Error;
 
-/// The audit log's file name in the state directory.
-pub const AUDIT_FILE: &str = "audit.jsonl";
-/// The file beside the log that holds the chain's head (the last record's `seq` and hash) as
-/// a checkpoint tagged under the state key ([`toolcell_audit::checkpoint`]), rewritten with
-/// every append (under the log's lock; after each append to a shared store): a log whose last
-/// records were cut off, or that was rewritten and re-sealed, no longer matches it, and nobody
-/// without the key can make one that does ([`toolcell_audit::verify_checkpoint`]).
-pub const AUDIT_HEAD_FILE: &str = "audit.head";
-/// Where records wait, beside the log, for a shared store that could not take them.
-pub const AUDIT_SPOOL_FILE: &str = "audit.spool.jsonl";
+use crate::{AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE};
 /// How long an append waits for another's write by spinning before it sleeps.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// How much of the log's end is read to find the last record (grown if a record is longer).
@@ -71,7 +62,7 @@ pub struct AuditLog {
     /// Where the records go instead of `path`, if a shared store keeps them.
     shared: Option<std::sync::Arc<dyn AuditBackend>>,
     /// The state key, which tags the checkpoint (`None`: an existing log without one).
-    key: Option<crate::journal::JournalKey>,
+    key: Option<crate::StateKey>,
     /// The checkpoint file, open for rewriting in place, and the `seq` it names, for appends
     /// to a shared store (a local log keeps its own in its appender).
     checkpoint: Mutex<Option<(File, u64)>>,
@@ -138,14 +129,21 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] if the directory cannot be created.
     pub fn open(state_dir: &Path) -> Result<Self, Error> {
-        crate::storage::create_private_dirs(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
-        let directory = std::fs::canonicalize(state_dir).map_err(|source| Error::Audit { path: state_dir.to_path_buf(), source })?;
-        // Whoever else can write here could plant journals the next start replays, or forge
-        // the trail.
-        crate::storage::check_private(&directory, 0o022, "the state directory")?;
-        let key_path = directory.join(crate::storage::STATE_KEY_FILE);
-        let key = crate::engine::load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?;
-        Ok(AuditLog::new(directory, Some(key)))
+        Ok(AuditLog::in_state(&crate::StateDir::open(state_dir)?))
+    }
+
+    /// The log of the opened state directory `state`.
+    pub fn in_state(state: &crate::StateDir) -> Self {
+        AuditLog::new(state.path().to_path_buf(), state.key().copied())
+    }
+
+    /// A log kept by `backend`, with what is not shared (the checkpoint, the spool) in the
+    /// opened state directory `state`.
+    pub fn shared_in(backend: std::sync::Arc<dyn AuditBackend>, state: &crate::StateDir) -> Self {
+        let mut log = AuditLog::in_state(state);
+        log.path = PathBuf::from(backend.name());
+        log.shared = Some(backend);
+        log
     }
 
     /// A log kept by `backend`; `state_dir` (created if needed) is the host's state directory
@@ -155,10 +153,7 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] if the directory cannot be created.
     pub fn shared(backend: std::sync::Arc<dyn AuditBackend>, state_dir: &Path) -> Result<Self, Error> {
-        let mut log = AuditLog::open(state_dir)?;
-        log.path = PathBuf::from(backend.name());
-        log.shared = Some(backend);
-        Ok(log)
+        Ok(AuditLog::shared_in(backend, &crate::StateDir::open(state_dir)?))
     }
 
     /// The log of an existing state directory, for reading and verifying: nothing is created.
@@ -167,23 +162,14 @@ impl AuditLog {
     ///
     /// [`Error::Audit`] (`NotFound`) if the directory, or the log in it, does not exist.
     pub fn existing(state_dir: &Path) -> Result<Self, Error> {
-        let audit_error = |source| Error::Audit { path: state_dir.to_path_buf(), source };
-        let directory = std::fs::canonicalize(state_dir).map_err(audit_error)?;
-        let path = directory.join(AUDIT_FILE);
+        let state = crate::StateDir::existing(state_dir)?;
+        let path = state.join(AUDIT_FILE);
         std::fs::symlink_metadata(&path).map_err(|source| Error::Audit { path: path.clone(), source })?;
-        let key_path = directory.join(crate::storage::STATE_KEY_FILE);
-        let key = match std::fs::symlink_metadata(&key_path) {
-            Ok(_) => Some(crate::engine::load_or_create_key(&key_path, "the state key", |source| Error::State {
-                path: key_path.clone(),
-                source,
-            })?),
-            Err(_) => None,
-        };
-        Ok(AuditLog::new(directory, key))
+        Ok(AuditLog::new(state.path().to_path_buf(), state.key().copied()))
     }
 
     /// The log in the canonical state directory `directory`, nothing opened yet.
-    fn new(directory: PathBuf, key: Option<crate::journal::JournalKey>) -> Self {
+    fn new(directory: PathBuf, key: Option<crate::StateKey>) -> Self {
         let path = directory.join(AUDIT_FILE);
         AuditLog {
             directory,
@@ -236,17 +222,14 @@ impl AuditLog {
             Err(error) => return Err(tamper(format!("`{AUDIT_HEAD_FILE}` cannot be read: {error}"))),
         };
         let Some(key) = &self.key else {
-            return Err(tamper(format!(
-                "the state key (`{}`) is missing, so the checkpoint cannot be checked",
-                crate::storage::STATE_KEY_FILE
-            )));
+            return Err(tamper(format!("the state key (`{}`) is missing, so the checkpoint cannot be checked", crate::STATE_KEY_FILE)));
         };
         toolcell_audit::verify_checkpoint(text.lines(), &checkpoint, key)
     }
 
     /// The state directory's key, if the log has it (the journals are authenticated with it
     /// too).
-    pub(crate) fn key(&self) -> Option<&crate::journal::JournalKey> {
+    pub fn key(&self) -> Option<&crate::StateKey> {
         self.key.as_ref()
     }
 

@@ -23,13 +23,13 @@ use sha2::{Digest, Sha256};
 
 /// Calls that open more files than this for reading (searches, listings of content) record
 /// none of them as read.
-pub(crate) const MAX_TRACKED_READS: usize = 64;
+pub const MAX_TRACKED_READS: usize = 64;
 /// Files larger than this are tracked by metadata only.
 const MAX_HASHED_BYTES: u64 = 16 << 20;
 
 /// What a file was when the session last saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Version {
+pub struct Version {
     len: u64,
     mtime_ns: i128,
     ino: u64,
@@ -39,7 +39,7 @@ pub(crate) struct Version {
 
 impl Version {
     /// The metadata part of the version of the regular file `path`, or `None` if it is not one.
-    pub(crate) fn stat(root: &Dir, path: &str) -> Option<Version> {
+    pub fn stat(root: &Dir, path: &str) -> Option<Version> {
         let metadata = root.symlink_metadata(path).ok().filter(cap_std::fs::Metadata::is_file)?;
         Some(Version {
             len: metadata.len(),
@@ -50,7 +50,7 @@ impl Version {
     }
 
     /// The metadata part of the version of an open regular file, or `None` if it is not one.
-    pub(crate) fn of(stat: &rustix::fs::Stat) -> Option<Version> {
+    pub fn of(stat: &rustix::fs::Stat) -> Option<Version> {
         (rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile).then(|| Version {
             len: u64::try_from(stat.st_size).unwrap_or(0),
             mtime_ns: i128::from(stat.st_mtime) * 1_000_000_000 + i128::from(stat.st_mtime_nsec),
@@ -80,7 +80,7 @@ impl Version {
 
     /// Whether the file at `path`, whose metadata is now `current`, still has the content
     /// this version saw.
-    pub(crate) fn unchanged(&self, root: &Dir, path: &str, current: &Version) -> bool {
+    pub fn unchanged(&self, root: &Dir, path: &str, current: &Version) -> bool {
         if self.same_metadata(current) {
             return true;
         }
@@ -89,7 +89,8 @@ impl Version {
     }
 }
 
-pub(crate) fn hash_of(root: &Dir, path: &str) -> Option<String> {
+/// The SHA-256 (hex) of the content of `path` under `root`, or `None` if it cannot be read.
+pub fn hash_of(root: &Dir, path: &str) -> Option<String> {
     hash_file(&mut root.open(path).ok()?.into_std())
 }
 
@@ -106,7 +107,7 @@ fn hash_file(file: &mut std::fs::File) -> Option<String> {
             Err(_) => return None,
         }
     }
-    Some(crate::hex(&hasher.finalize()))
+    Some(crate::storage::hex(&hasher.finalize()))
 }
 
 /// The lines of a session file from byte `offset` on (a torn last line is ignored).
@@ -146,7 +147,7 @@ fn stamp_of(path: &Path) -> Option<Stamp> {
 }
 
 /// One session's file versions.
-pub(crate) type SessionReads = HashMap<String, Version>;
+pub type SessionReads = HashMap<String, Version>;
 
 /// A session file's size, modification time and inode (appended to, or replaced by rename when
 /// it is rewritten whole: a new inode).
@@ -166,7 +167,7 @@ struct Cached {
 
 /// Every session's reads.
 #[derive(Debug)]
-pub(crate) struct ReadTracker {
+pub struct ReadTracker {
     directory: Option<PathBuf>,
     /// Each session's versions, with the stamp of its file when it was read (so that an
     /// unchanged file is not parsed again, and an appended one is read from where it was).
@@ -177,17 +178,18 @@ pub(crate) struct ReadTracker {
 }
 
 impl ReadTracker {
-    pub(crate) fn new(state_dir: Option<&Path>) -> Self {
+    /// Versions kept in `state_dir/sessions`, or in memory without a state directory.
+    pub fn new(state_dir: Option<&Path>) -> Self {
         ReadTracker {
-            directory: state_dir.map(|directory| directory.join("sessions")),
+            directory: state_dir.map(|directory| directory.join(crate::SESSIONS_DIR)),
             sessions: Mutex::new(HashMap::new()),
             updating: Mutex::new(()),
         }
     }
 
     /// The versions `session` has seen in `workspace`.
-    pub(crate) fn load(&self, session: &str, workspace: &Path) -> Arc<SessionReads> {
-        self.load_key(&crate::session_key(session, workspace))
+    pub fn load(&self, session: &str, workspace: &Path) -> Arc<SessionReads> {
+        self.load_key(&crate::storage::session_key(session, workspace))
     }
 
     fn load_key(&self, key: &str) -> Arc<SessionReads> {
@@ -225,7 +227,7 @@ impl ReadTracker {
     /// After a call: record the files it read (with their versions when opened) and the
     /// current versions of the files it modified. `seen` is what the session had seen when the
     /// call started; nothing is written if the call taught it nothing new.
-    pub(crate) fn update(
+    pub fn update(
         &self,
         session: &str,
         workspace: &Path,
@@ -256,7 +258,7 @@ impl ReadTracker {
             return Ok(());
         }
         let _updating = self.updating.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = crate::session_key(session, workspace);
+        let key = crate::storage::session_key(session, workspace);
         let mut updated = (*self.load_key(&key)).clone();
         for (path, version) in &changes {
             match version {
@@ -319,7 +321,7 @@ mod tests {
         let other = ReadTracker::new(Some(&state));
         writer.update("s", &workspace, &root, &SessionReads::new(), &[read(&root, "f0.txt")], &[]).expect("update");
         assert!(other.load("s", &workspace).contains_key("f0.txt"));
-        let file = state.join("sessions").join(format!("{}.jsonl", crate::session_key("s", &workspace)));
+        let file = state.join("sessions").join(format!("{}.jsonl", crate::storage::session_key("s", &workspace)));
         let size = std::fs::metadata(&file).expect("session file").len();
         // A second call appends one line, which the other tracker folds into what it had.
         let seen = writer.load("s", &workspace);
@@ -342,7 +344,7 @@ mod tests {
         let workspace = temp.path().join("ws");
         let state = temp.path().join("state");
         let tracker = ReadTracker::new(Some(&state));
-        let file = state.join("sessions").join(format!("{}.jsonl", crate::session_key("s", &workspace)));
+        let file = state.join("sessions").join(format!("{}.jsonl", crate::storage::session_key("s", &workspace)));
         let mut largest = 0;
         for round in 0..2_000 {
             // The file changes every round, so every round appends a line.

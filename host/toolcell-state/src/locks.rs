@@ -12,8 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use toolcell_locks::{Lock, LockError, LockRequest, LockTable, Refusal};
 
-/// The lock tables' directory in the state directory.
-pub const LOCKS_DIR: &str = "locks";
+use crate::LOCKS_DIR;
 
 /// Why the lock table could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +91,7 @@ impl LockStore {
     /// The table file and its lock file for `workspace`.
     fn files(directory: &Path, workspace: &Path) -> (PathBuf, PathBuf) {
         use sha2::Digest;
-        let name = crate::hex(&sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes()));
+        let name = crate::storage::hex(&sha2::Sha256::digest(workspace.as_os_str().as_encoded_bytes()));
         (directory.join(format!("{name}.json")), directory.join(format!("{name}.lock")))
     }
 
@@ -204,7 +203,7 @@ impl LockStore {
                 guard.lock().map_err(io)?;
                 let mut loaded = load(&table).map_err(io)?;
                 let result = change(&mut loaded, now_ms())?;
-                crate::replace_json(&table, &loaded, true).map_err(io)?;
+                crate::storage::replace_json(&table, &loaded, true).map_err(io)?;
                 drop(guard);
                 Ok(result)
             }

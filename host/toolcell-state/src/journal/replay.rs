@@ -36,7 +36,11 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
 /// Restore one step's path to its prior state. Every change is made in the path's directory
 /// opened without following a symlink: if a directory on the way was swapped for one, the
 /// restore fails (and the journal stays) rather than write where the symlink leads.
-pub(crate) fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()> {
+///
+/// # Errors
+///
+/// Whatever restoring the path fails with.
+pub fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()> {
     let path = step.path.as_str();
     let (parent, name) = match crate::beneath::parent(root, path) {
         // Nothing to remove where there is no directory.

@@ -19,28 +19,28 @@ use crate::journal::{Prior, Step};
 use crate::reads::hash_of;
 
 /// Changes remembered per session.
-pub(crate) const MAX_ENTRIES: usize = 100;
+pub const MAX_ENTRIES: usize = 100;
 /// The log is rewritten with only what it keeps once it holds this many lines.
 const COMPACT_LINES: usize = 4 * MAX_ENTRIES;
-const LOG: &str = "log.jsonl";
+use crate::dir::UNDO_LOG_FILE as LOG;
 
 /// One undoable change of one file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct UndoEntry {
+pub struct UndoEntry {
     /// The canonical workspace-relative path.
-    pub(crate) path: String,
+    pub path: String,
     /// The call that made the change.
-    pub(crate) call_id: String,
+    pub call_id: String,
     /// What the file was before: absent, a small file's content inline, or a file whose
     /// content is the blob in this session's undo directory.
-    pub(crate) prior: Prior,
+    pub prior: Prior,
     /// SHA-256 of the content the call left, or `None` if it removed the file (empty for a
     /// directory).
-    pub(crate) after: Option<String>,
+    pub after: Option<String>,
     /// The entry is a directory the call created: undoing a file the call created in it
     /// removes it too, once it is empty.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) directory: bool,
+    pub directory: bool,
 }
 
 /// One line of a session's log.
@@ -57,7 +57,7 @@ enum Line {
 
 /// Every session's undoable changes.
 #[derive(Debug)]
-pub(crate) struct UndoStore {
+pub struct UndoStore {
     directory: PathBuf,
     /// Held while a log is read or written; the number of lines in each log this process has
     /// counted (so that deciding to compact does not read the log on every append).
@@ -65,18 +65,19 @@ pub(crate) struct UndoStore {
 }
 
 impl UndoStore {
-    pub(crate) fn new(work_dir: &Path) -> Self {
-        UndoStore { directory: work_dir.join("undo"), lock: Mutex::new(HashMap::new()) }
+    /// Undo records in `work_dir/undo`.
+    pub fn new(work_dir: &Path) -> Self {
+        UndoStore { directory: work_dir.join(crate::UNDO_DIR), lock: Mutex::new(HashMap::new()) }
     }
 
     /// The directory of `session`'s undo entries and blobs.
-    pub(crate) fn session_dir(&self, session: &str, workspace: &Path) -> PathBuf {
-        self.directory.join(crate::session_key(session, workspace))
+    pub fn session_dir(&self, session: &str, workspace: &Path) -> PathBuf {
+        self.directory.join(crate::storage::session_key(session, workspace))
     }
 
     /// Keep what a committed call's journal saved: the first prior state of each file it
     /// changed, with a hash of what the call left. Blobs are moved out of `blob_dir`.
-    pub(crate) fn record(
+    pub fn record(
         &self,
         session: &str,
         workspace: &Path,
@@ -123,14 +124,14 @@ impl UndoStore {
     }
 
     /// The latest undoable change of `path` by `session`.
-    pub(crate) fn last(&self, session: &str, workspace: &Path, path: &str) -> Option<UndoEntry> {
+    pub fn last(&self, session: &str, workspace: &Path, path: &str) -> Option<UndoEntry> {
         let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         load(&self.session_dir(session, workspace)).into_iter().rev().find(|entry| entry.path == path)
     }
 
     /// The directories the call of `entry` created above its path that are still undoable,
     /// deepest first.
-    pub(crate) fn created_directories(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> Vec<UndoEntry> {
+    pub fn created_directories(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> Vec<UndoEntry> {
         let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut directories: Vec<UndoEntry> = load(&self.session_dir(session, workspace))
             .into_iter()
@@ -145,7 +146,11 @@ impl UndoStore {
     }
 
     /// Forget the change `entry` (after it was undone), and its blob.
-    pub(crate) fn forget(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> std::io::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// Whatever appending to the session's undo log fails with.
+    pub fn forget(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> std::io::Result<()> {
         let mut counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
         append(&directory, &[Line::Forget { path: entry.path.clone(), call_id: entry.call_id.clone() }], &mut counts)?;
@@ -255,7 +260,7 @@ pub struct SessionChange {
 impl UndoStore {
     /// The changes `session` made in `workspace` that its undo records still hold (the last
     /// [`MAX_ENTRIES`]), oldest first.
-    pub(crate) fn changes(&self, session: &str, workspace: &Path, root: &Dir) -> Vec<SessionChange> {
+    pub fn changes(&self, session: &str, workspace: &Path, root: &Dir) -> Vec<SessionChange> {
         use sha2::Digest as _;
         let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
@@ -279,7 +284,7 @@ impl UndoStore {
                         Some(later) => content(&later.prior),
                         None => root.read(&entry.path).ok(),
                     };
-                    candidate.filter(|bytes| crate::hex(&sha2::Sha256::digest(bytes)) == *hash).map(Some)
+                    candidate.filter(|bytes| crate::storage::hex(&sha2::Sha256::digest(bytes)) == *hash).map(Some)
                 }
             };
             changes.push(SessionChange { call_id: entry.call_id.clone(), path: entry.path.clone(), before, after });
@@ -302,7 +307,7 @@ mod tests {
         let store = UndoStore::new(temp.path());
         let step = |content: &str| Step {
             path: "a.txt".to_owned(),
-            prior: Prior::Inline { hex: crate::hex(content.as_bytes()), mode: 0o644 },
+            prior: Prior::Inline { hex: crate::storage::hex(content.as_bytes()), mode: 0o644 },
             identity: None,
         };
         for index in 0..(COMPACT_LINES + 50) {

@@ -2,7 +2,7 @@
 use super::*;
 use crate::recovery::recover;
 
-const KEY: JournalKey = [7; crate::engine::KEY_BYTES];
+const KEY: JournalKey = [7; crate::storage::KEY_BYTES];
 
 use std::os::unix::fs::PermissionsExt as _;
 
@@ -146,7 +146,7 @@ fn recovery_replays_only_the_opened_workspace_and_only_what_verifies() {
 
     // A journal written under another key (planted, or forged by editing a line) is never
     // replayed, and says why.
-    let planted = dead_journal(&journals, &two, [9; crate::engine::KEY_BYTES]);
+    let planted = dead_journal(&journals, &two, [9; crate::storage::KEY_BYTES]);
     let refused = recover(&journals, &KEY, &two);
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert!(refused[0].error.as_deref().is_some_and(|error| error.contains("does not verify")), "{refused:?}");

@@ -33,7 +33,7 @@ const RETRIES: usize = 8;
 ///
 /// `ELOOP` if a component of `path` is a symlink, `EXDEV` if `path` would leave `root`, and
 /// whatever the open itself fails with.
-pub(crate) fn open(root: impl AsFd, path: &str, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+pub fn open(root: impl AsFd, path: &str, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
     // `O_PATH` takes no other flags but these (`openat2` refuses the rest).
     let flags = if flags.contains(OFlags::PATH) {
         flags | OFlags::CLOEXEC | OFlags::NOFOLLOW
@@ -112,14 +112,18 @@ fn open_by_walking(root: impl AsFd, path: &str, flags: OFlags, mode: Mode) -> io
 /// # Errors
 ///
 /// As [`open`] for the parent directory.
-pub(crate) fn parent(root: impl AsFd, path: &str) -> io::Result<(cap_std::fs::Dir, &str)> {
+pub fn parent(root: impl AsFd, path: &str) -> io::Result<(cap_std::fs::Dir, &str)> {
     let (parent, name) = path.rsplit_once('/').unwrap_or((".", path));
     let directory = open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
     Ok((cap_std::fs::Dir::from_std_file(std::fs::File::from(directory)), name))
 }
 
 /// Open `name` in `directory` without following it if it is a symlink (`ELOOP` then).
-pub(crate) fn open_in(directory: impl AsFd, name: &str, flags: OFlags) -> io::Result<std::fs::File> {
+///
+/// # Errors
+///
+/// `ELOOP` if `name` is a symlink, and whatever the open itself fails with.
+pub fn open_in(directory: impl AsFd, name: &str, flags: OFlags) -> io::Result<std::fs::File> {
     // `O_PATH` takes no other flags but these (`openat2` refuses the rest).
     let flags = if flags.contains(OFlags::PATH) {
         flags | OFlags::CLOEXEC | OFlags::NOFOLLOW
@@ -130,7 +134,7 @@ pub(crate) fn open_in(directory: impl AsFd, name: &str, flags: OFlags) -> io::Re
 }
 
 /// Whether `error` says a symlink is on the path.
-pub(crate) fn is_symlink_on_path(error: &io::Error) -> bool {
+pub fn is_symlink_on_path(error: &io::Error) -> bool {
     error.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
 }
 

@@ -1,22 +1,30 @@
-//! Small files the runtime keeps in its state directory, and their names.
+//! Small files toolcell keeps in its state directory: written whole or not at all, private to
+//! this user, read back bounded; and the host keys.
 
 use std::path::Path;
 
 use crate::error::Error;
 
-/// The state directory's key (mode 0600), which authenticates the journals replayed after a
-/// crash.
-pub(crate) const STATE_KEY_FILE: &str = "state.key";
+/// How long a host key is (the state key, the compiled-component cache's key).
+pub const KEY_BYTES: usize = 32;
 
 /// Replace `path` with `value` as JSON: written beside it and renamed over it, so that a reader
 /// never sees half of it (synced first if `sync`).
-pub(crate) fn replace_json(path: &Path, value: &impl serde::Serialize, sync: bool) -> std::io::Result<()> {
+///
+/// # Errors
+///
+/// Whatever serializing, writing or renaming fails with; `path` is unchanged then.
+pub fn replace_json(path: &Path, value: &impl serde::Serialize, sync: bool) -> std::io::Result<()> {
     replace_bytes(path, &serde_json::to_vec(value).map_err(std::io::Error::other)?, sync)
 }
 
 /// Replace `path` with `bytes`: written beside it and renamed over it, so that a reader never
 /// sees half of it (synced first if `sync`).
-pub(crate) fn replace_bytes(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
+///
+/// # Errors
+///
+/// Whatever writing or renaming fails with; `path` is unchanged then.
+pub fn replace_bytes(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     use std::io::Write as _;
     let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
     let temporary = path.with_file_name(format!("{name}.{}.tmp", std::process::id()));
@@ -29,7 +37,11 @@ pub(crate) fn replace_bytes(path: &Path, bytes: &[u8], sync: bool) -> std::io::R
 }
 
 /// `path` opened for appending, created (with its directory) if missing.
-pub(crate) fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
+///
+/// # Errors
+///
+/// Whatever creating the directory or opening the file fails with.
+pub fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
     let open = || private_file().create(true).append(true).open(path);
     match open() {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -44,7 +56,7 @@ pub(crate) fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// The key of one session's state in one workspace (read versions, undo records): a hash, so
 /// that neither the session id nor the workspace path becomes a file name.
-pub(crate) fn session_key(session: &str, workspace: &Path) -> String {
+pub fn session_key(session: &str, workspace: &Path) -> String {
     use sha2::Digest as _;
     let mut hasher = sha2::Sha256::new();
     hasher.update(workspace.as_os_str().as_encoded_bytes());
@@ -54,7 +66,7 @@ pub(crate) fn session_key(session: &str, workspace: &Path) -> String {
 }
 
 /// Lowercase hex of a digest.
-pub(crate) use toolcell_audit::hex;
+pub use toolcell_audit::hex;
 
 /// Refuse `path` if it belongs to another user or if any permission bit in `forbidden` is set
 /// (`0o022`: writable by group or others; `0o077`: any access by them): whoever else can
@@ -63,7 +75,7 @@ pub(crate) use toolcell_audit::hex;
 /// # Errors
 ///
 /// [`Error::Insecure`] naming the path, what is wrong and the `chmod` that fixes it.
-pub(crate) fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(), Error> {
+pub fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(), Error> {
     use std::os::unix::fs::MetadataExt as _;
     let insecure = |reason: String| Error::Insecure { path: path.to_path_buf(), reason };
     // Not followed: a symlink in place of a host-owned location is someone else's choice of
@@ -91,7 +103,11 @@ pub(crate) fn check_private(path: &Path, forbidden: u32, what: &str) -> Result<(
 }
 
 /// Create `path` and its missing parents, each new one `rwx------`.
-pub(crate) fn create_private_dirs(path: &Path) -> std::io::Result<()> {
+///
+/// # Errors
+///
+/// Whatever creating a directory fails with.
+pub fn create_private_dirs(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt as _;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)
 }
@@ -99,7 +115,7 @@ pub(crate) fn create_private_dirs(path: &Path) -> std::io::Result<()> {
 /// Options that create files readable and writable by this user alone: what the host keeps
 /// (undo records, journals, indexes, the audit trail) holds copies of files some roles may not
 /// read.
-pub(crate) fn private_file() -> std::fs::OpenOptions {
+pub fn private_file() -> std::fs::OpenOptions {
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut options = std::fs::OpenOptions::new();
     options.mode(0o600);
@@ -107,12 +123,16 @@ pub(crate) fn private_file() -> std::fs::OpenOptions {
 }
 
 /// The largest file the host reads back from its own state (an index, an undo record).
-pub(crate) const MAX_HOST_FILE_BYTES: u64 = 1 << 30;
+pub const MAX_HOST_FILE_BYTES: u64 = 1 << 30;
 
 /// Read a file the host keeps (index, undo records, sessions, locks): never through a
 /// symlink, only a regular file, at most [`MAX_HOST_FILE_BYTES`], so that something planted
 /// in its place (a link to `/dev/zero`, a FIFO) can neither hang nor exhaust the host.
-pub(crate) fn read_host_file(path: &Path) -> std::io::Result<Vec<u8>> {
+///
+/// # Errors
+///
+/// `InvalidData` if it is not a regular file, `FileTooLarge` if it is larger than [`MAX_HOST_FILE_BYTES`], `ELOOP` if it is a symlink, and whatever reading fails with.
+pub fn read_host_file(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
@@ -127,4 +147,61 @@ pub(crate) fn read_host_file(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
     file.take(MAX_HOST_FILE_BYTES).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// A host key (the cache's, the state directory's): read (it must be 32 bytes, this user's,
+/// mode 0600 or stricter), or made from the OS's random source if it does not exist yet. A new
+/// key is written whole to a file of its own and then linked into place, so that another
+/// process starting at the same moment never reads a key half written: exactly one key wins.
+/// `what` names it in messages; `io_error` says which part failed.
+///
+/// # Errors
+///
+/// `io_error` of what failed; [`Error::Insecure`] (converted) if the key is another user's, can
+/// be read by others, or is not [`KEY_BYTES`] long.
+pub fn load_or_create_key<E: From<Error>>(path: &Path, what: &str, io_error: impl Fn(std::io::Error) -> E) -> Result<[u8; KEY_BYTES], E> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let cache_error = io_error;
+    let mut key = [0u8; KEY_BYTES];
+    if std::fs::symlink_metadata(path).is_err() {
+        let mut filled = 0;
+        while filled < KEY_BYTES {
+            filled += rustix::rand::getrandom(&mut key[filled..], rustix::rand::GetRandomFlags::empty())
+                .map_err(|errno| cache_error(std::io::Error::from(errno)))?;
+        }
+        let fresh = path.with_extension(format!("key.{}-{}.new", std::process::id(), unique_suffix()));
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&fresh)
+            .and_then(|mut file| file.write_all(&key).and_then(|()| file.sync_all()));
+        let linked = written.and_then(|()| std::fs::hard_link(&fresh, path));
+        let _ = std::fs::remove_file(&fresh);
+        match linked {
+            Ok(()) => return Ok(key),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(cache_error(error)),
+        }
+    }
+    check_private(path, 0o077, what)?;
+    let bytes = std::fs::read(path).map_err(cache_error)?;
+    key = bytes.as_slice().try_into().map_err(|_| {
+        E::from(Error::Insecure {
+            path: path.to_path_buf(),
+            reason: format!(
+                "{what} holds {} bytes instead of {KEY_BYTES}; remove it to make a new one (what it signed is then no longer trusted)",
+                bytes.len()
+            ),
+        })
+    })?;
+    Ok(key)
+}
+
+/// A number no other call in this process gets, for names of files written beside others.
+fn unique_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    COUNTER.fetch_add(1, Ordering::Relaxed)
 }

@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// A value larger than this is not kept.
-pub(crate) const MAX_VALUE_BYTES: usize = 64 * 1024;
+pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 /// Keys one tool keeps in one session.
-pub(crate) const MAX_KEYS_PER_SCOPE: usize = 64;
+pub const MAX_KEYS_PER_SCOPE: usize = 64;
 /// Keys kept in all.
 const MAX_ENTRIES: usize = 4096;
 /// Bytes kept in all (values and keys).
@@ -19,14 +19,18 @@ const MAX_TOTAL_BYTES: usize = 32 * 1024 * 1024;
 
 /// Whose a value is: the workspace, the session and the tool.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Scope {
-    pub(crate) workspace: String,
-    pub(crate) session: String,
-    pub(crate) tool: String,
+pub struct Scope {
+    /// The workspace's path.
+    pub workspace: String,
+    /// The session id.
+    pub session: String,
+    /// The tool's name.
+    pub tool: String,
 }
 
+/// Every scope's values, shared by a runtime's calls.
 #[derive(Debug, Default)]
-pub(crate) struct MemoStore {
+pub struct MemoStore {
     inner: Mutex<Entries>,
 }
 
@@ -44,7 +48,8 @@ struct Entry {
 }
 
 impl MemoStore {
-    pub(crate) fn recall(&self, scope: &Scope, key: &str) -> Option<Vec<u8>> {
+    /// The value `scope` keeps under `key`, if it is still kept.
+    pub fn recall(&self, scope: &Scope, key: &str) -> Option<Vec<u8>> {
         let mut entries = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         entries.clock += 1;
         let now = entries.clock;
@@ -53,7 +58,9 @@ impl MemoStore {
         Some(entry.value.clone())
     }
 
-    pub(crate) fn remember(&self, scope: &Scope, key: String, value: Vec<u8>) {
+    /// Keep `value` under `key` for `scope` (not if it is too large), dropping the least
+    /// recently used values beyond the bounds.
+    pub fn remember(&self, scope: &Scope, key: String, value: Vec<u8>) {
         if value.len() > MAX_VALUE_BYTES || key.len() > MAX_VALUE_BYTES {
             return;
         }

@@ -28,7 +28,8 @@
 pub(crate) mod ledger;
 mod replay;
 
-pub(crate) use replay::{replay, restore, unhex};
+pub use replay::restore;
+pub(crate) use replay::{replay, unhex};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -40,9 +41,7 @@ use cap_std::fs::{Dir, PermissionsExt};
 use hmac::Mac as _;
 use serde::{Deserialize, Serialize};
 
-/// A journal file's extension, and its blob directory's.
-pub(crate) const JOURNAL_EXTENSION: &str = "jsonl";
-pub(crate) const BLOBS_EXTENSION: &str = "blobs";
+pub(crate) use crate::dir::{BLOBS_EXTENSION, JOURNAL_EXTENSION};
 /// A journal file with no call open is emptied once it is this big.
 const COMPACT_BYTES: u64 = 1 << 20;
 /// How often a call's rollback is tried before the call is left to recovery.
@@ -52,14 +51,14 @@ const INLINE_BYTES: u64 = 16 * 1024;
 /// Names the host reserves in a workspace for what a call has in flight: the name a whole-file
 /// rewrite lands under (a rollback removes the ones its call left) and a rollback's own
 /// temporary files. The guard refuses every call every access to a name starting with it.
-pub(crate) const IN_FLIGHT_PREFIX: &str = ".toolcell-";
+pub const IN_FLIGHT_PREFIX: &str = ".toolcell-";
 /// Prefix of the temporary files a rollback writes next to the file it restores.
-pub(crate) const RESTORE_PREFIX: &str = ".toolcell-restore-";
+pub const RESTORE_PREFIX: &str = ".toolcell-restore-";
 
 /// What a path was before a mutation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
-pub(crate) enum Prior {
+pub enum Prior {
     /// Nothing was there.
     Absent,
     /// A small regular file, its content in the step itself (hex), so that saving it costs
@@ -96,16 +95,16 @@ pub(crate) enum Prior {
 
 /// One mutated path and its prior state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Step {
+pub struct Step {
     /// The canonical workspace-relative path.
-    pub(crate) path: String,
+    pub path: String,
     /// What it was.
-    pub(crate) prior: Prior,
+    pub prior: Prior,
     /// The device and inode of the file saved in `prior`: a rollback leaves a file that is
     /// still that inode, with that mode and content, exactly as it is (the call journaled it but
     /// never changed it), instead of rewriting it as a new file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) identity: Option<(u64, u64)>,
+    pub identity: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -118,7 +117,7 @@ pub(crate) struct Header {
 }
 
 /// The key journal lines are authenticated with.
-pub(crate) type JournalKey = [u8; crate::engine::KEY_BYTES];
+pub type JournalKey = [u8; crate::storage::KEY_BYTES];
 
 type LineMac = hmac::Hmac<sha2::Sha256>;
 
@@ -144,12 +143,12 @@ pub(crate) struct Chain {
 
 impl Chain {
     /// The chain of a new (or emptied) file named `<stem>.jsonl`.
-    pub(crate) fn new(stem: &str) -> Chain {
+    pub fn new(stem: &str) -> Chain {
         Chain { stem: stem.to_owned(), previous: None }
     }
 
     /// The line with tag `tag` was written: the next one follows it.
-    pub(crate) fn previous_is(&mut self, tag: Vec<u8>) {
+    pub fn previous_is(&mut self, tag: Vec<u8>) {
         self.previous = Some(tag);
     }
 }
@@ -162,7 +161,7 @@ impl Line {
         let mut bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         let tag = line_mac(key, chain, &bytes).finalize().into_bytes().to_vec();
         bytes.push(b'\t');
-        bytes.extend_from_slice(crate::hex(&tag).as_bytes());
+        bytes.extend_from_slice(crate::storage::hex(&tag).as_bytes());
         bytes.push(b'\n');
         Ok((bytes, tag))
     }
@@ -206,7 +205,7 @@ fn line_mac(key: &JournalKey, chain: &Chain, json: &[u8]) -> LineMac {
 
 /// The journal file of one runtime, shared by its calls.
 #[derive(Debug)]
-pub(crate) struct JournalFile {
+pub struct JournalFile {
     path: PathBuf,
     /// `<stem>.blobs`: one directory per call that saved blobs.
     blobs: PathBuf,
@@ -222,11 +221,15 @@ pub(crate) struct JournalFile {
 impl JournalFile {
     /// Create this runtime's journal file in `journals`, locked, its lines authenticated with
     /// `key`.
-    pub(crate) fn create(journals: &Path, key: JournalKey) -> std::io::Result<Arc<JournalFile>> {
+    ///
+    /// # Errors
+    ///
+    /// Whatever creating the journal directory or the file fails with.
+    pub fn create(journals: &Path, key: JournalKey) -> std::io::Result<Arc<JournalFile>> {
         crate::storage::create_private_dirs(journals)?;
         let mut nonce = [0u8; 8];
         rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty())?;
-        let stem = format!("{}-{}", std::process::id(), crate::hex(&nonce));
+        let stem = format!("{}-{}", std::process::id(), crate::storage::hex(&nonce));
         let path = journals.join(format!("{stem}.{JOURNAL_EXTENSION}"));
         let file = crate::storage::private_file().create_new(true).read(true).append(true).open(&path)?;
         // Recovery in another process takes an unlocked journal file for a dead runtime's;
@@ -304,7 +307,7 @@ impl Drop for JournalFile {
 
 /// The journal of one running call.
 #[derive(Debug)]
-pub(crate) struct Journal {
+pub struct Journal {
     file: Arc<JournalFile>,
     call_id: String,
     /// `<journal file stem>.blobs/<call-id>`, made when the first blob is saved.
@@ -321,7 +324,11 @@ pub(crate) struct Journal {
 impl Journal {
     /// Start the journal of `call_id` in `file`. With `syncs`, its steps are synced by
     /// [`make_durable`](Self::make_durable).
-    pub(crate) fn begin(file: &Arc<JournalFile>, call_id: &str, session: &str, workspace: &Path, syncs: bool) -> std::io::Result<Journal> {
+    ///
+    /// # Errors
+    ///
+    /// Whatever appending the call's first line fails with.
+    pub fn begin(file: &Arc<JournalFile>, call_id: &str, session: &str, workspace: &Path, syncs: bool) -> std::io::Result<Journal> {
         let header = Header { version: 2, workspace: workspace.to_path_buf(), call_id: call_id.to_owned(), session: session.to_owned() };
         file.append(&Line::Begin(header), true)?;
         Ok(Journal {
@@ -339,7 +346,11 @@ impl Journal {
     /// Put every step written so far on the disk (blobs, the journal file, and once their
     /// directory entries), if durability asks for it: called before a change made in place,
     /// which a crash could leave half done without the journal to roll it back.
-    pub(crate) fn make_durable(&mut self) -> std::io::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// Whatever syncing the journal (and its blobs) fails with.
+    pub fn make_durable(&mut self) -> std::io::Result<()> {
         if !self.syncs || !self.unsynced {
             return Ok(());
         }
@@ -356,14 +367,23 @@ impl Journal {
     }
 
     /// How many steps the journal holds.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.steps.len()
+    }
+
+    /// Whether the journal holds no step yet.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
     }
 
     /// Save the current state of `path` (canonical, in `root`) before it is mutated. Read in
     /// its directory opened without following a symlink, so a directory on the way swapped for
     /// one cannot put another file's content in the journal (a rollback would write it here).
-    pub(crate) fn preserve(&mut self, root: &Dir, path: &str) -> std::io::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// Whatever reading `path` or saving its prior state fails with; the mutation must not go ahead then.
+    pub fn preserve(&mut self, root: &Dir, path: &str) -> std::io::Result<()> {
         let (directory, name) = match crate::beneath::parent(root, path) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 return self.append(Step { path: path.to_owned(), prior: Prior::Absent, identity: None });
@@ -393,7 +413,7 @@ impl Journal {
                 if metadata.len() <= INLINE_BYTES {
                     let mut content = Vec::new();
                     std::io::Read::read_to_end(&mut source, &mut content)?;
-                    Prior::Inline { hex: crate::hex(&content), mode }
+                    Prior::Inline { hex: crate::storage::hex(&content), mode }
                 } else {
                     if self.blobs == 0 {
                         crate::storage::create_private_dirs(&self.blob_dir)?;
@@ -417,7 +437,11 @@ impl Journal {
     }
 
     /// Record that the directory `from` is about to be renamed to `to`.
-    pub(crate) fn preserve_move(&mut self, from: &str, to: &str) -> std::io::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// Whatever appending the step fails with; the move must not go ahead then.
+    pub fn preserve_move(&mut self, from: &str, to: &str) -> std::io::Result<()> {
         self.append(Step { path: from.to_owned(), prior: Prior::Moved { to: to.to_owned() }, identity: None })
     }
 
@@ -434,7 +458,11 @@ impl Journal {
     /// Undo every step, newest first. On success the call's journal is ended; on failure it stays
     /// open in the runtime's journal file, for the next start to replay once this runtime is
     /// gone, and the error names the path that could not be restored.
-    pub(crate) fn rollback(self, root: &Dir) -> Result<usize, String> {
+    ///
+    /// # Errors
+    ///
+    /// The first step that could not be restored (the call is then left to recovery).
+    pub fn rollback(self, root: &Dir) -> Result<usize, String> {
         // A restore refuses to act through a symlink; another program that swaps a directory on
         // the way for one does so for a moment. The replay is idempotent, so it is tried again
         // a little later, a few times, before the call is left to recovery.
@@ -459,7 +487,7 @@ impl Journal {
     /// Keep the call's changes: end its journal (so that a crash from here on leaves nothing
     /// of it to replay). Returns the steps and the blob directory, if the call saved blobs,
     /// which the caller removes when it has taken what it wants from it.
-    pub(crate) fn commit(self) -> (Vec<Step>, Option<PathBuf>) {
+    pub fn commit(self) -> (Vec<Step>, Option<PathBuf>) {
         self.file.end(&self.call_id);
         (self.steps, (self.blobs > 0).then_some(self.blob_dir))
     }

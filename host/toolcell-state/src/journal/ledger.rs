@@ -20,14 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::JournalKey;
 
-/// The ledger's file name in the journal directory (no `.jsonl`: it is not a journal).
-const LEDGER: &str = "ledger";
-/// Held while the ledger is read and rewritten (by runtimes in any process).
-const LEDGER_LOCK: &str = "ledger.lock";
-/// Where a ledger that did not verify is set aside before a new one is written: while it is
-/// there, a journal the new ledger does not list is one that does not verify (it may be a
-/// crashed runtime's that the lost ledger listed), not a copy of one already replayed.
-const SET_ASIDE: &str = "ledger.unverified";
+use crate::dir::{LEDGER_FILE as LEDGER, LEDGER_LOCK_FILE as LEDGER_LOCK, LEDGER_SET_ASIDE_FILE as SET_ASIDE};
 
 /// One journal file that may be replayed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,7 +117,7 @@ pub(crate) fn update(journals: &Path, key: &JournalKey, change: impl FnOnce(&mut
     let mut bytes = serde_json::to_vec(&Content { open }).map_err(std::io::Error::other)?;
     let tag = mac(key, &bytes).finalize().into_bytes();
     bytes.push(b'\t');
-    bytes.extend_from_slice(crate::hex(&tag).as_bytes());
+    bytes.extend_from_slice(crate::storage::hex(&tag).as_bytes());
     bytes.push(b'\n');
     let temporary = journals.join(format!("{LEDGER}.rewrite"));
     let written = crate::storage::private_file()

@@ -15,7 +15,7 @@ use std::os::fd::OwnedFd;
 use rustix::fs::{FlockOperation, Mode, OFlags};
 
 /// Held while a namespace change is judged and made; released when dropped.
-pub(crate) struct NamespaceLock {
+pub struct NamespaceLock {
     _directory: OwnedFd,
 }
 
@@ -25,7 +25,7 @@ impl NamespaceLock {
     /// # Errors
     ///
     /// Whatever opening the workspace directory or locking it fails with.
-    pub(crate) fn acquire(root: &cap_std::fs::Dir) -> std::io::Result<Self> {
+    pub fn acquire(root: &cap_std::fs::Dir) -> std::io::Result<Self> {
         // A descriptor of its own: `flock` locks belong to an open file description, so two
         // calls sharing one would not exclude each other.
         let directory = rustix::fs::openat(root, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
