@@ -60,7 +60,6 @@ mod inflight;
 
 // The content index's freshness.
 mod content_index;
-mod index_watch;
 
 // Imports a plugin may link as stubs that refuse every call.
 mod stubs;

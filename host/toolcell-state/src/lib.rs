@@ -9,7 +9,9 @@
 //! A shared store (PostgreSQL, in `toolcell-store-postgres`) implements [`AuditBackend`] and
 //! [`LockBackend`] and depends on this crate alone, not on the runtime.
 //!
-//! Only this crate and `toolcell-runtime` touch the disk.
+//! Only this crate and `toolcell-runtime` touch the disk. The content index lives here too:
+//! the index file in the state directory, kept fresh from the workspace (inotify, or a walk),
+//! and the candidates a search asks for.
 //!
 //! ```
 //! use toolcell_state::{AUDIT_FILE, StateDir};
@@ -26,8 +28,10 @@
 
 mod audit;
 pub mod beneath;
+pub mod content_index;
 mod dir;
 mod error;
+mod index_watch;
 pub mod journal;
 mod locks;
 pub mod memo;

@@ -189,9 +189,9 @@ pub(super) fn build_into(root: &cap_std::fs::Dir, skip: &[String], path: &std::p
     let index = builder.build();
     let bytes = index.to_bytes();
     if let Some(directory) = path.parent() {
-        toolcell_state::storage::create_private_dirs(directory)?;
+        crate::storage::create_private_dirs(directory)?;
     }
-    toolcell_state::storage::replace_bytes(path, &bytes, false)?;
+    crate::storage::replace_bytes(path, &bytes, false)?;
     Ok((index, bytes.len()))
 }
 

@@ -25,7 +25,6 @@ use sha2::Digest as _;
 use toolcell_index::{Index, IndexBuilder, Stamp};
 
 use crate::index_watch::{Drained, Watcher};
-use crate::{Error, Runtime, Workspace};
 
 /// Files larger than this are not indexed (nor searched).
 const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
@@ -75,68 +74,54 @@ pub enum IndexStatus {
     },
 }
 
-impl Runtime {
-    /// Where the index of `workspace` is kept: a file in the state directory.
-    pub fn index_path(&self, workspace: &Workspace) -> PathBuf {
-        self.indexes.path_for(workspace.root())
-    }
-
-    /// The host's own paths inside `workspace`, which are never indexed.
-    pub(crate) fn never_indexed(&self, workspace: &Workspace) -> Result<Vec<String>, Error> {
-        self.host_paths_inside(workspace)
-    }
-
-    /// Build the content index of `workspace` from its text files and keep it in the state
+impl IndexStore {
+    /// Build the content index of the workspace at `root_path` (opened as `root`) from its text
+    /// files, leaving out `never_indexed` (the host's own paths in it), and keep it in the state
     /// directory, replacing any earlier one.
     ///
     /// # Errors
     ///
-    /// [`Error::State`] if the index cannot be written.
-    pub fn build_index(&self, workspace: &Workspace) -> Result<IndexReport, Error> {
+    /// The I/O error if the index cannot be written.
+    pub fn build(&self, root_path: &std::path::Path, root: &cap_std::fs::Dir, never_indexed: &[String]) -> std::io::Result<IndexReport> {
         let started = Instant::now();
-        let path = self.index_path(workspace);
-        let (index, bytes) = build_into(&workspace.directory, &self.never_indexed(workspace)?, &path)
-            .map_err(|source| Error::State { path: path.clone(), source })?;
+        let (index, bytes) = build_into(root, never_indexed, &self.path_for(root_path))?;
         Ok(IndexReport::of(&index, bytes, started.elapsed()))
     }
 
-    /// The index of `workspace` as the state directory holds it, checked whole, and how many
-    /// files changed since it was built.
+    /// The index of the workspace at `root_path` as the state directory holds it, checked
+    /// whole, and how many files changed since it was built.
     ///
     /// # Errors
     ///
-    /// [`Error::State`] if the index file exists but cannot be read.
-    pub fn index_status(&self, workspace: &Workspace) -> Result<IndexStatus, Error> {
-        let path = self.index_path(workspace);
-        let bytes = match toolcell_state::storage::read_host_file(&path) {
+    /// The I/O error if the index file exists but cannot be read.
+    pub fn status(&self, root_path: &std::path::Path, root: &cap_std::fs::Dir, never_indexed: &[String]) -> std::io::Result<IndexStatus> {
+        let bytes = match crate::storage::read_host_file(&self.path_for(root_path)) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(IndexStatus::Absent),
-            Err(source) => return Err(Error::State { path, source }),
+            Err(error) => return Err(error),
         };
         let index = match Index::from_bytes(&bytes) {
             Ok(index) => index,
             Err(reason) => return Ok(IndexStatus::Damaged(reason.to_string())),
         };
-        let now: HashMap<String, Stamp> =
-            walk(&workspace.directory, "", &self.never_indexed(workspace)?, None).into_iter().map(|file| (file.path, file.stamp)).collect();
+        let now: HashMap<String, Stamp> = walk(root, "", never_indexed, None).into_iter().map(|file| (file.path, file.stamp)).collect();
         let indexed: HashSet<&str> = index.files().map(|(file, _)| file).collect();
         // Changed or gone since; then text files that are new.
         let mut changed = index.files().filter(|(file, stamp)| now.get(*file) != Some(stamp)).count();
-        changed += now.keys().filter(|file| !indexed.contains(file.as_str()) && !is_binary(&workspace.directory, file)).count();
+        changed += now.keys().filter(|file| !indexed.contains(file.as_str()) && !is_binary(root, file)).count();
         Ok(IndexStatus::Present { report: IndexReport::of(&index, bytes.len(), Duration::ZERO), changed })
     }
 
-    /// Remove the index of `workspace`; whether there was one.
+    /// Remove the index of the workspace at `root_path`; whether there was one.
     ///
     /// # Errors
     ///
-    /// [`Error::State`] if it exists and cannot be removed.
-    pub fn drop_index(&self, workspace: &Workspace) -> Result<bool, Error> {
-        let path = self.index_path(workspace);
-        match std::fs::remove_file(&path) {
+    /// The I/O error if it exists and cannot be removed.
+    pub fn remove(&self, root_path: &std::path::Path) -> std::io::Result<bool> {
+        match std::fs::remove_file(self.path_for(root_path)) {
             Ok(()) => Ok(true),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(source) => Err(Error::State { path, source }),
+            Err(error) => Err(error),
         }
     }
 }
@@ -157,7 +142,7 @@ pub enum IndexFreshness {
 /// with what changed in its workspace since it was built; shared with the calls, whose tools
 /// ask it for search candidates.
 #[derive(Debug)]
-pub(crate) struct IndexStore {
+pub struct IndexStore {
     directory: PathBuf,
     freshness: IndexFreshness,
     build_on_first_search: bool,
@@ -170,15 +155,19 @@ pub(crate) struct IndexStore {
 
 /// What a call needs to ask for search candidates: the store and the workspace.
 #[derive(Debug, Clone)]
-pub(crate) struct IndexScope {
-    pub(crate) store: Arc<IndexStore>,
-    pub(crate) workspace: PathBuf,
+pub struct IndexScope {
+    /// The indexes.
+    pub store: Arc<IndexStore>,
+    /// The canonical host path of the workspace.
+    pub workspace: PathBuf,
 }
 
 impl IndexStore {
-    pub(crate) fn new(state_dir: &std::path::Path, freshness: IndexFreshness, build_on_first_search: bool) -> Self {
+    /// The indexes kept under `state_dir`, kept fresh as `freshness` says, and built in the
+    /// background on a search that finds none when `build_on_first_search`.
+    pub fn new(state_dir: &std::path::Path, freshness: IndexFreshness, build_on_first_search: bool) -> Self {
         IndexStore {
-            directory: state_dir.join(toolcell_state::INDEX_DIR),
+            directory: state_dir.join(crate::INDEX_DIR),
             freshness,
             build_on_first_search,
             live: Mutex::default(),
@@ -187,9 +176,9 @@ impl IndexStore {
         }
     }
 
-    /// Where the index of the workspace at `root` is kept.
-    fn path_for(&self, root: &std::path::Path) -> PathBuf {
-        let key = crate::hex(&sha2::Sha256::digest(root.as_os_str().as_encoded_bytes()));
+    /// Where the index of the workspace at `root` is kept: a file in the state directory.
+    pub fn path_for(&self, root: &std::path::Path) -> PathBuf {
+        let key = toolcell_audit::hex(&sha2::Sha256::digest(root.as_os_str().as_encoded_bytes()));
         self.directory.join(format!("{}.idx", &key[..32]))
     }
 
@@ -204,7 +193,7 @@ impl IndexStore {
     /// finds the host's own writes indexed. Work moved ahead of the search only: the commit's
     /// own notifications name the same paths, so when a search holds the index (the commit
     /// does not wait for it) they are left to the next one.
-    pub(crate) fn note_written(&self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String], paths: &[String]) {
+    pub fn note_written(&self, root_path: &std::path::Path, root: &cap_std::fs::Dir, skip: &[String], paths: &[String]) {
         if paths.is_empty() {
             return;
         }
@@ -253,7 +242,7 @@ impl IndexStore {
 
 /// The index file at `path`, if it is there and passes its checks.
 fn read_index(path: &std::path::Path) -> Option<Index> {
-    Index::from_bytes(&toolcell_state::storage::read_host_file(path).ok()?).ok()
+    Index::from_bytes(&crate::storage::read_host_file(path).ok()?).ok()
 }
 
 impl IndexScope {
@@ -261,7 +250,7 @@ impl IndexScope {
     /// candidates among the files as they were indexed, and the files added or changed since
     /// that may match (read by the host once per version). `None` without a usable index or
     /// for a pattern the index cannot read. Who may see which file is the caller's to filter.
-    pub(crate) fn candidates(
+    pub fn candidates(
         &self,
         root: &cap_std::fs::Dir,
         host_paths: &[String],
