@@ -35,7 +35,6 @@
 mod builder;
 mod engine;
 mod imports;
-mod inventory;
 
 // The runtime every call shares, and the workspace a call may touch.
 mod runtime;
@@ -76,7 +75,6 @@ pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
 pub use engine::{CacheOutcome, LoadProgress, MAX_LIVE_INSTANCES};
 pub use error::{Error, PinMismatch};
 pub use guard::{Approver, Denial, FsEvent};
-pub use inventory::{default_cache_dir, default_state_dir, remember_locations};
 pub use limits::{EPOCH_TICK, Limits};
 pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
@@ -85,6 +83,7 @@ pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
+pub use toolcell_state::inventory::{default_cache_dir, default_state_dir, remember_locations};
 pub use toolcell_state::undo::SessionChange;
 pub use toolcell_state::{
     AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, AuditBackend, AuditLog, Error as StateError, LOCKS_DIR, LockBackend, LockStore,

@@ -32,6 +32,7 @@ pub mod content_index;
 mod dir;
 mod error;
 mod index_watch;
+pub mod inventory;
 pub mod journal;
 mod locks;
 pub mod memo;

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use toolcell_state::inventory;
 use toolcell_types::{Annotations, ToolInfo, ToolName};
 use wasmtime::Engine;
 use wasmtime::Store;
@@ -523,30 +524,6 @@ impl HostOwned {
     }
 
     pub(crate) fn new(path: &Path, is_directory: bool) -> Self {
-        HostOwned { path: canonical_lenient(path), is_directory, links: inventory::symlinks_on_the_way(path) }
-    }
-}
-
-/// `path` with its longest existing ancestor canonicalized and the missing rest appended: a
-/// location that does not exist yet (a plugin directory) must be protected where it would be
-/// created.
-pub(crate) fn canonical_lenient(path: &Path) -> PathBuf {
-    let Ok(absolute) = std::path::absolute(path) else {
-        return path.to_path_buf();
-    };
-    let mut missing = Vec::new();
-    let mut current = absolute.as_path();
-    loop {
-        if let Ok(mut canonical) = std::fs::canonicalize(current) {
-            canonical.extend(missing.iter().rev());
-            return canonical;
-        }
-        match (current.file_name(), current.parent()) {
-            (Some(name), Some(parent)) => {
-                missing.push(name);
-                current = parent;
-            }
-            _ => return absolute,
-        }
+        HostOwned { path: inventory::canonical_lenient(path), is_directory, links: inventory::symlinks_on_the_way(path) }
     }
 }

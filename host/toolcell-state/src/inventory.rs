@@ -6,7 +6,7 @@
 //! protects these: the next run with the defaults trusts what it finds there (it executes
 //! cached machine code, replays journals signed with the state key, loads plugins), so no tool
 //! of any run may read or write them. The runtime adds them to its host-owned paths whatever it
-//! was configured with ([`RuntimeBuilder::build`](crate::RuntimeBuilder::build)).
+//! was configured with (`RuntimeBuilder::build`).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -32,7 +32,7 @@ pub fn default_state_dir() -> Option<PathBuf> {
 /// [`default_cache_dir`] and [`default_state_dir`] (not only the first that is set: another run
 /// may have another environment), the configuration directory, and the same under the home
 /// directory the password database names (a run whose `$HOME` differs).
-pub(crate) fn trusted_directories() -> Vec<PathBuf> {
+pub fn trusted_directories() -> Vec<PathBuf> {
     let mut directories = Vec::new();
     directories.extend(from_env("TOOLCELL_CACHE_DIR"));
     directories.extend(from_env("TOOLCELL_STATE_DIR"));
@@ -52,7 +52,7 @@ pub(crate) fn trusted_directories() -> Vec<PathBuf> {
 
 /// The file in the default state directory where runs record the locations they were told to
 /// use ([`remember_locations`]).
-use toolcell_state::LOCATIONS_FILE;
+use crate::LOCATIONS_FILE;
 
 /// The most locations [`remember_locations`] keeps (the newest).
 const MAX_REMEMBERED: usize = 256;
@@ -73,19 +73,15 @@ pub fn remember_locations(locations: &[PathBuf]) -> std::io::Result<()> {
         return Ok(());
     };
     let record = state.join(LOCATIONS_FILE);
-    let new: Vec<PathBuf> = locations.iter().map(|location| crate::builder::canonical_lenient(location)).collect();
+    let new: Vec<PathBuf> = locations.iter().map(|location| canonical_lenient(location)).collect();
     let remembered = remembered_locations();
     if new.iter().all(|location| remembered.contains(location)) {
         return Ok(());
     }
-    toolcell_state::storage::create_private_dirs(&state)?;
+    crate::storage::create_private_dirs(&state)?;
     // Under a lock of its own: two runs starting at once keep both their locations.
-    let lock = toolcell_state::storage::private_file()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(state.join(toolcell_state::LOCATIONS_LOCK_FILE))?;
+    let lock =
+        crate::storage::private_file().read(true).write(true).create(true).truncate(false).open(state.join(crate::LOCATIONS_LOCK_FILE))?;
     while let Err(errno) = rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive) {
         if errno != rustix::io::Errno::INTR {
             return Err(errno.into());
@@ -102,22 +98,22 @@ pub fn remember_locations(locations: &[PathBuf]) -> std::io::Result<()> {
             text.push('\n');
         }
     }
-    toolcell_state::storage::replace_bytes(&record, text.as_bytes(), false)
+    crate::storage::replace_bytes(&record, text.as_bytes(), false)
 }
 
 /// The locations runs recorded with [`remember_locations`] (absolute paths only).
-pub(crate) fn remembered_locations() -> Vec<PathBuf> {
+pub fn remembered_locations() -> Vec<PathBuf> {
     let Some(record) = default_state_dir().map(|state| state.join(LOCATIONS_FILE)) else {
         return Vec::new();
     };
-    let Ok(bytes) = toolcell_state::storage::read_host_file(&record) else {
+    let Ok(bytes) = crate::storage::read_host_file(&record) else {
         return Vec::new();
     };
     String::from_utf8_lossy(&bytes).lines().map(PathBuf::from).filter(|location| location.is_absolute()).collect()
 }
 
 /// The running executable: a tool that could rewrite it would run as the host next time.
-pub(crate) fn executable() -> Option<PathBuf> {
+pub fn executable() -> Option<PathBuf> {
     std::env::current_exe().ok()
 }
 
@@ -125,7 +121,7 @@ pub(crate) fn executable() -> Option<PathBuf> {
 /// when it names no directory (as a shell finds it). The next start runs whatever stands under
 /// that name, so replacing a symlink there (or on its way, [`symlinks_on_the_way`]) is as good
 /// as rewriting the executable.
-pub(crate) fn started_by() -> Option<PathBuf> {
+pub fn started_by() -> Option<PathBuf> {
     let invoked = std::env::args_os().next().map(PathBuf::from)?;
     if invoked.parent().is_some_and(|parent| !parent.as_os_str().is_empty()) {
         return Some(invoked);
@@ -141,7 +137,7 @@ pub(crate) fn started_by() -> Option<PathBuf> {
 /// directories resolved, the link itself not followed), in the order met. A run finds its
 /// directories through these names: a tool that could remove or replace one would send the
 /// next run to a directory it filled, so each is protected as the location itself is.
-pub(crate) fn symlinks_on_the_way(path: &Path) -> Vec<PathBuf> {
+pub fn symlinks_on_the_way(path: &Path) -> Vec<PathBuf> {
     const MAX_HOPS: usize = 40;
     let mut found = Vec::new();
     let Ok(absolute) = std::path::absolute(path) else {
@@ -199,6 +195,30 @@ fn password_home() -> Option<PathBuf> {
         let fields: Vec<&str> = line.split(':').collect();
         (fields.len() >= 7 && fields[2] == uid && fields[5].starts_with('/')).then(|| PathBuf::from(fields[5]))
     })
+}
+
+/// `path` with its longest existing ancestor canonicalized and the missing rest appended: a
+/// location that does not exist yet (a plugin directory) must be protected where it would be
+/// created.
+pub fn canonical_lenient(path: &Path) -> PathBuf {
+    let Ok(absolute) = std::path::absolute(path) else {
+        return path.to_path_buf();
+    };
+    let mut missing = Vec::new();
+    let mut current = absolute.as_path();
+    loop {
+        if let Ok(mut canonical) = std::fs::canonicalize(current) {
+            canonical.extend(missing.iter().rev());
+            return canonical;
+        }
+        match (current.file_name(), current.parent()) {
+            (Some(name), Some(parent)) => {
+                missing.push(name);
+                current = parent;
+            }
+            _ => return absolute,
+        }
+    }
 }
 
 #[cfg(test)]
