@@ -26,6 +26,9 @@ pub(crate) struct RawPolicy {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPlugin {
     pub(crate) sha256: Option<Spanned<String>>,
+    /// Where the component came from (`oci://HOST/NAME:TAG@sha256:…`), for `tools update`;
+    /// the `sha256` pin is what loads are checked against.
+    pub(crate) source: Option<Spanned<String>>,
     #[serde(default)]
     stub_imports: Vec<Spanned<String>>,
 }
