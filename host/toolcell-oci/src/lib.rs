@@ -109,6 +109,9 @@ pub struct Annotations {
     pub description: Option<String>,
     /// `org.opencontainers.image.source`.
     pub source: Option<String>,
+    /// The layer's `org.opencontainers.image.title`, the name OCI tools give the file on disk
+    /// (wkg: the pushed file's name; without it, the repository's, `/` as `_`, and `.wasm`).
+    pub title: Option<String>,
 }
 
 /// A component fetched from a registry (or the cache), every digest checked.
@@ -174,8 +177,10 @@ impl Registry {
     /// [`Error::NotComponent`] if `wasm` is not a component; [`Error::Registry`] if the
     /// registry refuses it.
     pub async fn push(&self, reference: &Reference, wasm: Vec<u8>, annotations: &Annotations) -> Result<Reference, Error> {
-        let (config, layer) = oci_wasm::WasmConfig::from_raw_component(wasm, None)
+        let (config, mut layer) = oci_wasm::WasmConfig::from_raw_component(wasm, None)
             .map_err(|error| Error::NotComponent { reference: reference.to_string(), reason: format!("{error:#}") })?;
+        let title = annotations.title.clone().unwrap_or_else(|| format!("{}.wasm", reference.repository().replace('/', "_")));
+        layer.annotations = Some(std::collections::BTreeMap::from([("org.opencontainers.image.title".to_owned(), title)]));
         let mut manifest_annotations = std::collections::BTreeMap::new();
         for (key, value) in [("version", &annotations.version), ("description", &annotations.description), ("source", &annotations.source)]
         {

@@ -253,6 +253,7 @@ fn a_tool_pushed_to_a_registry_is_added_by_tag_and_by_digest_and_pinned() {
     assert_eq!(layers.len(), 1, "{manifest}");
     assert_eq!(layers[0]["mediaType"], "application/wasm");
     assert_eq!(layers[0]["digest"], format!("sha256:{}", sha256_hex(wasm)));
+    assert_eq!(layers[0]["annotations"]["org.opencontainers.image.title"], "misbehave.wasm");
     assert_eq!(manifest["annotations"]["org.opencontainers.image.version"], "1.0.0");
     assert_eq!(manifest["annotations"]["org.opencontainers.image.description"], "misbehaves on request");
     assert_eq!(manifest["annotations"]["org.opencontainers.image.source"], "https://example.com/misbehave");
@@ -455,4 +456,72 @@ fn plain_http_is_refused_for_a_registry_on_another_machine() {
         "{}",
         bad.stderr
     );
+}
+
+/// wkg as `.ci/run` installs it (`TOOLCELL_WKG`), or `None` (after saying why) when it is
+/// missing and `TOOLCELL_REQUIRE_WKG` is not set.
+fn wkg() -> Option<PathBuf> {
+    let found = std::env::var_os("TOOLCELL_WKG").map(PathBuf::from).filter(|path| path.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("TOOLCELL_REQUIRE_WKG").is_none(),
+            "wkg is required (TOOLCELL_REQUIRE_WKG) but `TOOLCELL_WKG` names no file: `.ci/run` installs it under target/wkg"
+        );
+        let _ = writeln!(std::io::stderr(), "skipped: wkg is not installed (`TOOLCELL_WKG`); `.ci/run` installs it");
+    }
+    found
+}
+
+#[test]
+fn wkg_and_toolcell_read_each_others_artifacts() {
+    let Some(wkg) = wkg() else { return };
+    let Some(registry) = Registry::start(None) else { return };
+    let site = Site::new();
+    let wasm = toolcell_tests::guest_program("misbehave");
+    std::fs::write(site.path("misbehave.wasm"), wasm).expect("write");
+    let run_wkg = |args: &[&str]| {
+        let output = Command::new(&wkg)
+            .args(args)
+            .env("HOME", site.path("home"))
+            .env("XDG_CONFIG_HOME", site.path("home/.config"))
+            .env("XDG_CACHE_HOME", site.path("home/.cache"))
+            .env("DOCKER_CONFIG", site.path("docker"))
+            .env_remove("WKG_OCI_USERNAME")
+            .env_remove("WKG_OCI_PASSWORD")
+            .output()
+            .expect("run wkg");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "wkg {args:?}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+        stdout
+    };
+
+    // wkg pushes, toolcell adds.
+    let by_wkg = format!("{}/wkg/misbehave:1", registry.address);
+    let pushed = run_wkg(&["oci", "push", "--insecure", &registry.address, &by_wkg, &site.text("misbehave.wasm")]);
+    let wkg_digest = field(&pushed, "digest:").to_owned();
+    let added = site.run(&["tools", "add", "--insecure", "--force", &format!("oci://{by_wkg}")]);
+    assert_eq!(added.status, 0, "{}", added.stderr);
+    assert!(added.stdout.contains(&format!("source = \"oci://{by_wkg}@{wkg_digest}\"")), "{}", added.stdout);
+    assert_eq!(std::fs::read(site.path("state/plugins/misbehave.wasm")).expect("installed"), wasm);
+
+    // toolcell pushes, wkg pulls.
+    let by_toolcell = format!("{}/toolcell/misbehave:1", registry.address);
+    let pushed = site.run(&["tools", "push", "--insecure", &site.text("misbehave.wasm"), &format!("oci://{by_toolcell}")]);
+    assert_eq!(pushed.status, 0, "{}", pushed.stderr);
+    run_wkg(&["oci", "pull", "--insecure", &registry.address, &by_toolcell, "--output", &site.text("from-wkg.wasm")]);
+    assert_eq!(std::fs::read(site.path("from-wkg.wasm")).expect("pulled by wkg"), wasm);
+
+    // The two artifacts have the same shape: media types, the layer's digest and title, and
+    // the config's fields (its `created` time aside).
+    let shape = |repository: &str| {
+        let (status, manifest, _) = registry.get(&format!("/v2/{repository}/manifests/1"), None);
+        assert_eq!(status, 200);
+        let manifest: serde_json::Value = serde_json::from_slice(&manifest).expect("JSON manifest");
+        let config_digest = manifest["config"]["digest"].as_str().expect("config digest").to_owned();
+        let (_, config, _) = registry.get(&format!("/v2/{repository}/blobs/{config_digest}"), None);
+        let mut config: serde_json::Value = serde_json::from_slice(&config).expect("JSON config");
+        config.as_object_mut().expect("an object").remove("created");
+        (manifest["mediaType"].clone(), manifest["config"]["mediaType"].clone(), manifest["layers"].clone(), config)
+    };
+    assert_eq!(shape("toolcell/misbehave"), shape("wkg/misbehave"));
 }

@@ -87,7 +87,12 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Tools { command: Some(ToolsCommand::Push { component, reference, version, description, source, insecure }), .. } =
         &cli.command
     {
-        let annotations = toolcell_oci::Annotations { version: version.clone(), description: description.clone(), source: source.clone() };
+        let annotations = toolcell_oci::Annotations {
+            version: version.clone(),
+            description: description.clone(),
+            source: source.clone(),
+            title: component.file_name().map(|name| name.to_string_lossy().into_owned()),
+        };
         return registry::push(&cli.runtime, component, reference, &annotations, *insecure);
     }
     if let Command::Tools { command: Some(ToolsCommand::Pull { reference, output, insecure }), .. } = &cli.command {
