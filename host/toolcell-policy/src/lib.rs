@@ -439,7 +439,7 @@ mod mentions;
 mod network;
 mod parse;
 
-pub use mentions::{ToolMentions, pin_span};
+pub use mentions::{ToolMentions, pin_span, plugin_sources, source_span};
 pub use network::{
     Cidr, Destination, NetworkDecision, NetworkEffect, NetworkRule, NetworkRules, Scheme, SecretHeader, SecretSource, normalize_host,
     special_range,

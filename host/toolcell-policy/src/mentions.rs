@@ -115,6 +115,29 @@ pub fn pin_span(file: &str, text: &str, tool: &str) -> Result<Option<std::ops::R
     Ok(raw.plugins.get(tool).and_then(|plugin| plugin.sha256.as_ref()).map(Spanned::span))
 }
 
+/// The span of the `source` of `[plugins.TOOL]` in the policy `text` (its quoted value), to
+/// rewrite it in place beside its pin, and its value.
+///
+/// # Errors
+///
+/// [`PolicyError`] with the line, for TOML that does not parse.
+pub fn source_span(file: &str, text: &str, tool: &str) -> Result<Option<(std::ops::Range<usize>, String)>, PolicyError> {
+    let error = located(file, text);
+    let raw: RawPinsOnly = toml::from_str(text).map_err(|parse_error| error(parse_error.span(), toml_message(text, &parse_error)))?;
+    Ok(raw.plugins.get(tool).and_then(|plugin| plugin.source.as_ref()).map(|source| (source.span(), source.get_ref().clone())))
+}
+
+/// The `source` of every `[plugins.NAME]` table that has one, by tool name.
+///
+/// # Errors
+///
+/// [`PolicyError`] with the line, for TOML that does not parse.
+pub fn plugin_sources(file: &str, text: &str) -> Result<BTreeMap<String, String>, PolicyError> {
+    let error = located(file, text);
+    let raw: RawPinsOnly = toml::from_str(text).map_err(|parse_error| error(parse_error.span(), toml_message(text, &parse_error)))?;
+    Ok(raw.plugins.into_iter().filter_map(|(tool, plugin)| plugin.source.map(|source| (tool, source.into_inner()))).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +161,11 @@ mod tests {
         let span = pin_span("p.toml", text, "pinned").expect("reads").expect("a pin");
         assert_eq!(&text[span], "\"ab\"");
         assert_eq!(pin_span("p.toml", text, "limited").expect("reads"), None);
+        let sourced = "[plugins.echo]\nsha256 = \"ab\"\nsource = \"oci://localhost:5000/echo:1\"\n";
+        let (span, source) = source_span("p.toml", sourced, "echo").expect("reads").expect("a source");
+        assert_eq!((&sourced[span], source.as_str()), ("\"oci://localhost:5000/echo:1\"", "oci://localhost:5000/echo:1"));
+        assert_eq!(source_span("p.toml", text, "pinned").expect("reads"), None);
+        let sources = plugin_sources("p.toml", sourced).expect("reads");
+        assert_eq!(sources.get("echo").map(String::as_str), Some("oci://localhost:5000/echo:1"));
     }
 }

@@ -26,6 +26,9 @@ pub(crate) struct RawPolicy {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPlugin {
     pub(crate) sha256: Option<Spanned<String>>,
+    /// Where the component came from (`oci://HOST/NAME:TAG@sha256:…`), for `tools update`;
+    /// the `sha256` pin is what loads are checked against.
+    pub(crate) source: Option<Spanned<String>>,
     #[serde(default)]
     stub_imports: Vec<Spanned<String>>,
 }
@@ -327,6 +330,19 @@ impl Policy {
             let patterns = stub_patterns(tool.get_ref(), raw_plugin).map_err(|(span, reason)| error(Some(span), reason))?;
             if !patterns.is_empty() {
                 stubs.insert(tool.get_ref().clone(), patterns);
+            }
+            if let Some(source) = &raw_plugin.source {
+                let digest = source.get_ref().rsplit_once("@sha256:").map(|(_, hex)| hex).unwrap_or_default();
+                let pins_a_digest = digest.len() == 64 && digest.bytes().all(|byte| byte.is_ascii_hexdigit());
+                if !source.get_ref().starts_with("oci://") || !pins_a_digest || raw_plugin.sha256.is_none() {
+                    return Err(error(
+                        Some(source.span()),
+                        format!(
+                            "`source` of `[plugins.{}]` must be a registry reference pinned to its manifest digest (`oci://HOST/NAME:TAG@sha256:…`) beside a `sha256`: write the two lines `toolcell tools add oci://…` printed",
+                            tool.get_ref()
+                        ),
+                    ));
+                }
             }
             let Some(raw_sha256) = &raw_plugin.sha256 else {
                 continue;

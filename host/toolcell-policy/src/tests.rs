@@ -300,12 +300,18 @@ fn plugin_pins_are_checked_for_shape_and_tool() {
     let sha = "ab".repeat(32);
     let text = format!("version = 1\n[plugins.read_file]\nsha256 = \"{}\"\n{MINIMAL_ROLE}", sha.to_uppercase());
     let policy = Policy::parse("p.toml", &text, TOOLS).expect("parses");
-    assert_eq!(policy.pin("read_file"), Some(&Pin { sha256: sha, line: 3 }));
+    assert_eq!(policy.pin("read_file"), Some(&Pin { sha256: sha.clone(), line: 3 }));
     assert_eq!(policy.pin("write_file"), None);
+    let sourced =
+        format!("version = 1\n[plugins.read_file]\nsha256 = \"{sha}\"\nsource = \"oci://localhost:5000/a:1@sha256:{sha}\"\n{MINIMAL_ROLE}");
+    Policy::parse("p.toml", &sourced, TOOLS).expect("a pinned source parses");
     for (section, reason) in [
         ("[plugins.read_file]\nsha256 = \"abc\"\n", "must be 64 hex digits"),
         ("[plugins.grep]\nsha256 = \"abc\"\n", "pins a tool that is not loaded"),
         ("[plugins.read_file]\nsha = \"abc\"\n", "unknown field `sha`"),
+        ("[plugins.read_file]\nsource = \"oci://localhost/a:1\"\n", "pinned to its manifest digest"),
+        (&format!("[plugins.read_file]\nsha256 = \"{sha}\"\nsource = \"oci://localhost/a:1\"\n"), "pinned to its manifest digest"),
+        (&format!("[plugins.read_file]\nsha256 = \"{sha}\"\nsource = \"localhost/a@sha256:{sha}\"\n"), "pinned to its manifest digest"),
     ] {
         let text = format!("version = 1\n{section}{MINIMAL_ROLE}");
         let error = Policy::parse("p.toml", &text, TOOLS).expect_err(section);

@@ -233,13 +233,62 @@ pub enum ToolsCommand {
     ///
     /// Exit status: 0 installed (or already there), 1 refused by the conformance suite, 2 not
     /// loadable.
+    ///
+    /// From a registry (`oci://HOST[:PORT]/NAME:TAG` or `…@sha256:DIGEST`): a tag is resolved
+    /// once, and the pin printed holds the manifest digest (`source`) beside the sha256.
     Add {
-        /// The component (`.wasm`, built for wasm32-wasip2 against `wit/tool.wit`).
-        component: PathBuf,
+        /// The component (`.wasm`, built for wasm32-wasip2 against `wit/tool.wit`), or a
+        /// registry reference `oci://…`.
+        component: String,
 
         /// Install it even if conformance checks fail (they are printed as warnings).
         #[arg(long)]
         force: bool,
+
+        /// Plain HTTP to a registry on this machine (`localhost`).
+        #[arg(long)]
+        insecure: bool,
+    },
+
+    /// Push a tool component to an OCI registry as `wkg oci push` does (one `application/wasm`
+    /// layer, a `application/vnd.wasm.config.v0+json` config); prints the pinned reference.
+    Push {
+        /// The component (`.wasm`).
+        component: PathBuf,
+
+        /// Where to: `oci://HOST[:PORT]/NAME:TAG`.
+        reference: String,
+
+        /// `org.opencontainers.image.version`.
+        #[arg(long)]
+        version: Option<String>,
+
+        /// `org.opencontainers.image.description`.
+        #[arg(long)]
+        description: Option<String>,
+
+        /// `org.opencontainers.image.source` (the source repository's URL).
+        #[arg(long)]
+        source: Option<String>,
+
+        /// Plain HTTP to a registry on this machine (`localhost`).
+        #[arg(long)]
+        insecure: bool,
+    },
+
+    /// Download a tool component from an OCI registry, checking every blob's digest, into the
+    /// cache (and `--output`); prints its manifest digest and sha256.
+    Pull {
+        /// `oci://HOST[:PORT]/NAME:TAG` or `…@sha256:DIGEST`.
+        reference: String,
+
+        /// Write the component to this file too.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+
+        /// Plain HTTP to a registry on this machine (`localhost`).
+        #[arg(long)]
+        insecure: bool,
     },
 
     /// Replace an installed plugin with another build of it, and its pin in the policy
@@ -253,12 +302,17 @@ pub enum ToolsCommand {
         /// The installed plugin's tool name (`line_count`).
         name: String,
 
-        /// The new build (`.wasm`).
-        component: PathBuf,
+        /// The new build (`.wasm`); without it, a plugin added from a registry has its tag
+        /// (the policy's `source`) resolved again.
+        component: Option<PathBuf>,
 
         /// Install it even if conformance checks fail (they are printed as warnings).
         #[arg(long)]
         force: bool,
+
+        /// Plain HTTP to a registry on this machine (`localhost`).
+        #[arg(long)]
+        insecure: bool,
     },
 
     /// Remove an installed plugin by its tool name.

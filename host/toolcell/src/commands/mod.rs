@@ -4,6 +4,7 @@
 mod governance;
 mod plugins;
 mod records;
+mod registry;
 mod serving;
 
 use governance::*;
@@ -80,14 +81,34 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Conformance { component, json, stub_imports } = &cli.command {
         return conformance(&cli.runtime, component, *json, stub_imports);
     }
-    if let Command::Tools { command: Some(ToolsCommand::Add { component, force }), .. } = &cli.command {
-        return tools_add(&cli.runtime, component, *force);
+    if let Command::Tools { command: Some(ToolsCommand::Add { component, force, insecure }), .. } = &cli.command {
+        return tools_add(&cli.runtime, component, *force, *insecure);
+    }
+    if let Command::Tools { command: Some(ToolsCommand::Push { component, reference, version, description, source, insecure }), .. } =
+        &cli.command
+    {
+        let annotations = toolcell_oci::Annotations {
+            version: version.clone(),
+            description: description.clone(),
+            source: source.clone(),
+            title: component.file_name().map(|name| name.to_string_lossy().into_owned()),
+        };
+        return registry::push(&cli.runtime, component, reference, &annotations, *insecure);
+    }
+    if let Command::Tools { command: Some(ToolsCommand::Pull { reference, output, insecure }), .. } = &cli.command {
+        return registry::pull(&cli.runtime, reference, output.as_deref(), *insecure);
     }
     if let Command::Tools { command: Some(ToolsCommand::Remove { name }), .. } = &cli.command {
         return tools_remove(&cli.runtime, name);
     }
-    if let Command::Tools { command: Some(ToolsCommand::Update { name, component, force }), .. } = &cli.command {
-        return tools_update(&cli.runtime, name, component, *force);
+    if let Command::Tools { command: Some(ToolsCommand::Update { name, component, force, insecure }), .. } = &cli.command {
+        return match component {
+            Some(component) => {
+                let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
+                tools_update(&cli.runtime, name, &component.display().to_string(), wasm, *force, None)
+            }
+            None => registry::update(&cli.runtime, name, *force, *insecure),
+        };
     }
     let runtime = build_runtime(&cli.runtime)?;
     match cli.command {

@@ -24,10 +24,27 @@ pub(super) fn conformance(
     Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TOOL_ERROR) })
 }
 
-pub(super) fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: bool) -> anyhow::Result<ExitCode> {
+/// `toolcell tools add FILE` or `toolcell tools add oci://…`.
+pub(super) fn tools_add(args: &RuntimeArgs, component: &str, force: bool, insecure: bool) -> anyhow::Result<ExitCode> {
+    if component.starts_with("oci://") {
+        return registry::add(args, component, force, insecure);
+    }
+    let path = std::path::Path::new(component);
+    let wasm = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    add_component(args, &path.display().to_string(), wasm, force, None)
+}
+
+/// Check and install `wasm` (from `origin`: a file or a registry reference), then print the
+/// pin to put in the policy, with `source` (the pinned registry reference) if given.
+pub(super) fn add_component(
+    args: &RuntimeArgs,
+    origin: &str,
+    wasm: Vec<u8>,
+    force: bool,
+    source: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let directory = plugin_dir(args).context("no plugin directory: pass --plugin-dir or --state-dir")?;
     let _lock = lock_plugins(&directory)?;
-    let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
     // The same bytes installed already: nothing to do.
     let installed = std::fs::read_dir(&directory)
         .into_iter()
@@ -40,9 +57,9 @@ pub(super) fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: 
         writeln!(std::io::stdout(), "`{}` is installed already, with the same bytes; nothing changed", installed.display())?;
         return Ok(ExitCode::SUCCESS);
     }
-    // Named by the file given, so that a collision with the installed `plugin:NAME.wasm`
-    // names two different things.
-    let origin = component.display().to_string();
+    // Named by the file or reference given, so that a collision with the installed
+    // `plugin:NAME.wasm` names two different things.
+    let origin = origin.to_owned();
     // Loaded beside everything else: its imports, description and schema are checked, and a
     // name collision or a pin mismatch is refused before anything is installed.
     let runtime = build_runtime_with(args, Some(Candidate::Added { origin: origin.clone(), wasm: wasm.clone() }), false, &[])?;
@@ -55,7 +72,7 @@ pub(super) fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: 
             tool = added.tool
         );
     }
-    if !passes_conformance(args, &runtime, added.tool.as_str(), component, &wasm, force)? {
+    if !passes_conformance(args, &runtime, added.tool.as_str(), &origin, &wasm, force)? {
         return Ok(ExitCode::from(EXIT_TOOL_ERROR));
     }
     stage(&directory, &wasm, None)
@@ -69,13 +86,16 @@ pub(super) fn tools_add(args: &RuntimeArgs, component: &std::path::Path, force: 
     let has_table = runtime
         .policy()
         .is_some_and(|policy| policy.pin(added.tool.as_str()).is_some() || !policy.stub_imports(added.tool.as_str()).is_empty());
+    let source_line = source.map(|source| format!("\nsource = \"{source}\"")).unwrap_or_default();
     if has_table {
         writeln!(
             stdout,
-            "pin it in the policy's existing [plugins.{}] table (replacing any `sha256` there), and give it to the roles that may call it:
+            "pin it in the policy's existing [plugins.{}] table (replacing any `sha256`{} there), and give it to the roles that may call it:
 
-sha256 = \"{}\"",
-            added.tool, added.sha256
+sha256 = \"{}\"{source_line}",
+            added.tool,
+            if source.is_some() { " and `source`" } else { "" },
+            added.sha256
         )?;
     } else {
         writeln!(
@@ -83,7 +103,7 @@ sha256 = \"{}\"",
             "pin it in the policy, and give it to the roles that may call it:
 
 [plugins.{}]
-sha256 = \"{}\"",
+sha256 = \"{}\"{source_line}",
             added.tool, added.sha256
         )?;
     }
@@ -97,7 +117,7 @@ fn passes_conformance(
     args: &RuntimeArgs,
     runtime: &Runtime,
     tool: &str,
-    component: &std::path::Path,
+    component: &str,
     wasm: &[u8],
     force: bool,
 ) -> anyhow::Result<bool> {
@@ -105,7 +125,7 @@ fn passes_conformance(
         cache_dir: if args.no_cache { None } else { args.cache_dir.clone().or_else(toolcell_runtime::default_cache_dir) },
         stub_imports: runtime.policy().map(|policy| policy.stub_imports(tool).to_vec()).unwrap_or_default(),
     };
-    let report = toolcell_conformance::check(&component.display().to_string(), wasm, &options);
+    let report = toolcell_conformance::check(component, wasm, &options);
     if report.passed() {
         return Ok(true);
     }
@@ -119,7 +139,7 @@ fn passes_conformance(
             stderr,
             "refused: {} conformance check(s) of `{tool}` failed (`toolcell conformance {}` shows them all); fix the tool, or add it anyway with --force",
             failed.len(),
-            component.display()
+            component
         )?;
     }
     Ok(force)
@@ -206,7 +226,17 @@ fn facts_of(runtime: &Runtime, origin: &str) -> Result<PluginFacts, String> {
 /// `toolcell tools update NAME FILE`: check the new build in the old one's place (under the
 /// policy with its new pin), show what changes, then replace the file and the pin; on any
 /// failure both stay as they were.
-pub(super) fn tools_update(args: &RuntimeArgs, name: &str, component: &std::path::Path, force: bool) -> anyhow::Result<ExitCode> {
+///
+/// `component` names the new build (a file or a registry reference) in messages; `new_source`,
+/// if given, replaces the pin's `source` too.
+pub(super) fn tools_update(
+    args: &RuntimeArgs,
+    name: &str,
+    component: &str,
+    wasm: Vec<u8>,
+    force: bool,
+    new_source: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let directory = plugin_dir(args).context("no plugin directory: pass --plugin-dir or --state-dir")?;
     // Held until the plugin and its pin are both replaced: another update reads the policy
     // only after this one has written it.
@@ -219,10 +249,9 @@ pub(super) fn tools_update(args: &RuntimeArgs, name: &str, component: &std::path
             "no plugin `{}` is installed in `{}`: add it with `toolcell tools add {}`",
             name.escape_default(),
             directory.display(),
-            component.display()
+            component
         );
     }
-    let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
     let old_wasm = std::fs::read(&target).with_context(|| format!("cannot read `{}`", target.display()))?;
     if old_wasm == wasm {
         writeln!(std::io::stdout(), "`{}` is installed already, with the same bytes; nothing changed", target.display())?;
@@ -237,7 +266,17 @@ pub(super) fn tools_update(args: &RuntimeArgs, name: &str, component: &std::path
         let shown = path.file_name().map_or_else(|| "policy.toml".to_owned(), |name| name.to_string_lossy().into_owned());
         if let Some(span) = toolcell_policy::pin_span(&shown, &text, name)? {
             let line = text[..span.start].matches('\n').count() + 1;
-            new_policy = Some((path.clone(), format!("{}\"{sha256}\"{}", &text[..span.start], &text[span.end..]), line));
+            // Both values rewritten in place, the later one first so the earlier span holds.
+            let mut edits = vec![(span, format!("\"{sha256}\""))];
+            if let (Some(source), Some((source_span, _))) = (new_source, toolcell_policy::source_span(&shown, &text, name)?) {
+                edits.push((source_span, format!("\"{source}\"")));
+            }
+            edits.sort_by_key(|(span, _)| std::cmp::Reverse(span.start));
+            let mut new_text = text.clone();
+            for (span, value) in edits {
+                new_text.replace_range(span, &value);
+            }
+            new_policy = Some((path.clone(), new_text, line));
         }
     }
     // What loads today, and what would load with the new build and pin.
@@ -255,7 +294,7 @@ pub(super) fn tools_update(args: &RuntimeArgs, name: &str, component: &std::path
     if after.info.name.as_str() != name {
         anyhow::bail!(
             "refused: `{}` provides the tool `{}`, not `{name}`; nothing changed (`toolcell tools add` installs another tool)",
-            component.display(),
+            component,
             after.info.name
         );
     }

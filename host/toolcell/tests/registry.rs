@@ -1,0 +1,527 @@
+//! Tools from an OCI registry through the real `toolcell` binary and a real registry (Debian's
+//! `docker-registry`, started here on a free port in a temporary directory): push, pull, add by
+//! tag and by digest, the manifest read back over HTTP, a tampered blob and a moved tag refused,
+//! a private registry with basic-auth credentials, and the cache answering once the registry is
+//! stopped. `.ci/run` installs the package; elsewhere a test without it says so and passes,
+//! unless `TOOLCELL_REQUIRE_REGISTRY` is set (as CI sets it), when it fails.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const REGISTRY_BINARY: &str = "/usr/bin/docker-registry";
+
+struct Run {
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// A registry serving from a temporary directory, stopped when dropped.
+struct Registry {
+    directory: tempfile::TempDir,
+    child: Option<Child>,
+    /// `127.0.0.1:PORT`.
+    address: String,
+}
+
+impl Registry {
+    /// Start a registry (with basic-auth for `user`/`password` if given), or `None` (after
+    /// saying why) when the package is missing and not required.
+    fn start(basic_auth: Option<(&str, &str)>) -> Option<Registry> {
+        if !Path::new(REGISTRY_BINARY).is_file() {
+            assert!(
+                std::env::var_os("TOOLCELL_REQUIRE_REGISTRY").is_none(),
+                "an OCI registry is required (TOOLCELL_REQUIRE_REGISTRY) but {REGISTRY_BINARY} is missing: install the `docker-registry` package"
+            );
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: {REGISTRY_BINARY} is not installed; `.ci/run` installs the `docker-registry` package"
+            );
+            return None;
+        }
+        let directory = tempfile::Builder::new().prefix("tc-oci").tempdir().expect("a directory for the registry");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port();
+        let address = format!("127.0.0.1:{port}");
+        let mut config = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {address}\n",
+            directory.path().join("data").display()
+        );
+        if let Some((user, password)) = basic_auth {
+            let htpasswd = Command::new("htpasswd").args(["-Bbn", user, password]).output().expect("run htpasswd (apache2-utils)");
+            assert!(htpasswd.status.success(), "htpasswd failed");
+            std::fs::write(directory.path().join("htpasswd"), &htpasswd.stdout).expect("write htpasswd");
+            config.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: toolcell-tests\n    path: {}\n",
+                directory.path().join("htpasswd").display()
+            ));
+        }
+        let config_path = directory.path().join("config.yml");
+        std::fs::write(&config_path, config).expect("write the registry's configuration");
+        let child = Command::new(REGISTRY_BINARY)
+            .arg("serve")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(directory.path().join("registry.log")).expect("log file"))
+            .spawn()
+            .expect("start docker-registry");
+        let registry = Registry { directory, child: Some(child), address };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(&registry.address).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the registry did not start: {}", registry.log());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Some(registry)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.directory.path().join("registry.log")).unwrap_or_default()
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The file the registry keeps the blob of `digest` (`sha256:HEX`) in.
+    fn blob(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+        self.directory.path().join("data/docker/registry/v2/blobs/sha256").join(&hex[..2]).join(hex).join("data")
+    }
+
+    /// GET `path` on the registry, as an OCI client asks for an image manifest.
+    fn get(&self, path: &str, credentials: Option<(&str, &str)>) -> (u16, Vec<u8>, String) {
+        let mut request = ureq::get(&format!("http://{}{path}", self.address))
+            .header("Accept", "application/vnd.oci.image.manifest.v1+json")
+            .config()
+            .http_status_as_error(false)
+            .build();
+        if let Some((user, password)) = credentials {
+            let token = base64_encode(format!("{user}:{password}").as_bytes());
+            request = request.header("Authorization", &format!("Basic {token}"));
+        }
+        let mut response = request.call().expect("GET the registry");
+        let status = response.status().as_u16();
+        let content_type = response.headers().get("content-type").and_then(|value| value.to_str().ok()).unwrap_or_default().to_owned();
+        (status, response.body_mut().read_to_vec().expect("read the body"), content_type)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut text = String::new();
+    for chunk in bytes.chunks(3) {
+        let word = u32::from(chunk[0]) << 16 | u32::from(*chunk.get(1).unwrap_or(&0)) << 8 | u32::from(*chunk.get(2).unwrap_or(&0));
+        for (index, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if index <= chunk.len() {
+                text.push(char::from(ALPHABET[(word >> shift & 63) as usize]));
+            } else {
+                text.push('=');
+            }
+        }
+    }
+    text
+}
+
+/// A user's machine: a state directory, a cache, a Docker configuration directory, policies.
+struct Site {
+    base: tempfile::TempDir,
+}
+
+impl Site {
+    fn new() -> Site {
+        let site = Site { base: tempfile::tempdir().expect("temporary directory") };
+        std::fs::create_dir_all(site.path("docker")).expect("docker config directory");
+        std::fs::create_dir_all(site.path("workspace")).expect("workspace");
+        site
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.base.path().join(name)
+    }
+
+    fn text(&self, name: &str) -> String {
+        self.path(name).to_str().expect("UTF-8").to_owned()
+    }
+
+    fn run_with(&self, args: &[&str], environment: &[(&str, &str)]) -> Run {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
+        command
+            .arg("--cache-dir")
+            .arg(self.path("cache"))
+            .arg("--state-dir")
+            .arg(self.path("state"))
+            .args(args)
+            .env("DOCKER_CONFIG", self.path("docker"))
+            .env_remove("WKG_OCI_USERNAME")
+            .env_remove("WKG_OCI_PASSWORD")
+            .env_remove("TOOLCELL_CACHE_DIR")
+            .env_remove("TOOLCELL_STATE_DIR")
+            .env_remove("TOOLCELL_PLUGIN_DIR")
+            .env_remove("TOOLCELL_POLICY");
+        for (key, value) in environment {
+            command.env(key, value);
+        }
+        let output = command.output().expect("run toolcell");
+        Run {
+            status: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
+            stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        self.run_with(args, &[])
+    }
+}
+
+/// The value after `prefix ` on a line of `text`.
+fn field<'a>(text: &'a str, prefix: &str) -> &'a str {
+    text.lines()
+        .find_map(|line| line.strip_prefix(prefix).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{text}"))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    toolcell_oci_digest(bytes).trim_start_matches("sha256:").to_owned()
+}
+
+fn toolcell_oci_digest(bytes: &[u8]) -> String {
+    let output = Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().and_then(|mut child| {
+        child.stdin.take().expect("stdin").write_all(bytes)?;
+        child.wait_with_output()
+    });
+    let hex = String::from_utf8(output.expect("run sha256sum").stdout).expect("UTF-8");
+    format!("sha256:{}", hex.split_whitespace().next().expect("a hash"))
+}
+
+/// `wasm` with a custom section appended: another build, still a valid component.
+fn rebuilt(wasm: &[u8], tag: &[u8; 4]) -> Vec<u8> {
+    let mut bytes = wasm.to_vec();
+    bytes.extend_from_slice(&[0x00, 0x05, 0x04]);
+    bytes.extend_from_slice(tag);
+    bytes
+}
+
+#[test]
+fn a_tool_pushed_to_a_registry_is_added_by_tag_and_by_digest_and_pinned() {
+    let Some(mut registry) = Registry::start(None) else { return };
+    let site = Site::new();
+    // `misbehave` fails the conformance suite on purpose: `--force` where it is added.
+    let wasm = toolcell_tests::guest_program("misbehave");
+    std::fs::write(site.path("misbehave.wasm"), wasm).expect("write");
+    let tagged = format!("oci://{}/tools/misbehave:1.0", registry.address);
+
+    // Plain HTTP only when asked for.
+    let refused = site.run(&["tools", "push", &site.text("misbehave.wasm"), &tagged]);
+    assert_eq!(refused.status, 2, "{}", refused.stderr);
+    let pushed = site.run(&[
+        "tools",
+        "push",
+        "--insecure",
+        "--version",
+        "1.0.0",
+        "--description",
+        "misbehaves on request",
+        "--source",
+        "https://example.com/misbehave",
+        &site.text("misbehave.wasm"),
+        &tagged,
+    ]);
+    assert_eq!(pushed.status, 0, "{}\n{}", pushed.stderr, registry.log());
+    let manifest_digest = field(&pushed.stdout, "manifest").to_owned();
+    assert_eq!(field(&pushed.stdout, "sha256"), sha256_hex(wasm));
+    assert_eq!(field(&pushed.stdout, "pushed"), format!("{tagged}@{manifest_digest}"));
+
+    // The manifest as any OCI client reads it: wkg's artifact.
+    let (status, manifest_bytes, content_type) = registry.get("/v2/tools/misbehave/manifests/1.0", None);
+    assert_eq!(status, 200);
+    assert_eq!(content_type, "application/vnd.oci.image.manifest.v1+json");
+    assert_eq!(toolcell_oci_digest(&manifest_bytes), manifest_digest);
+    let manifest: serde_json::Value = serde_json::from_slice(&manifest_bytes).expect("JSON manifest");
+    assert_eq!(manifest["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+    assert_eq!(manifest["config"]["mediaType"], "application/vnd.wasm.config.v0+json");
+    let layers = manifest["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 1, "{manifest}");
+    assert_eq!(layers[0]["mediaType"], "application/wasm");
+    assert_eq!(layers[0]["digest"], format!("sha256:{}", sha256_hex(wasm)));
+    assert_eq!(layers[0]["annotations"]["org.opencontainers.image.title"], "misbehave.wasm");
+    assert_eq!(manifest["annotations"]["org.opencontainers.image.version"], "1.0.0");
+    assert_eq!(manifest["annotations"]["org.opencontainers.image.description"], "misbehaves on request");
+    assert_eq!(manifest["annotations"]["org.opencontainers.image.source"], "https://example.com/misbehave");
+    let config_digest = manifest["config"]["digest"].as_str().expect("config digest");
+    let (status, config, _) = registry.get(&format!("/v2/tools/misbehave/blobs/{config_digest}"), None);
+    assert_eq!(status, 200);
+    let config: serde_json::Value = serde_json::from_slice(&config).expect("JSON config");
+    assert_eq!((config["architecture"].as_str(), config["os"].as_str()), (Some("wasm"), Some("wasip2")), "{config}");
+    assert!(config["component"]["exports"].to_string().contains("toolcell:tool/"), "{config}");
+    assert!(config["component"]["imports"].is_array(), "{config}");
+    assert_eq!(config["layerDigests"][0], format!("sha256:{}", sha256_hex(wasm)));
+
+    // Pulled: every digest checked; the bytes are the component.
+    let pulled = site.run(&["tools", "pull", "--insecure", "--output", &site.text("pulled.wasm"), &tagged]);
+    assert_eq!(pulled.status, 0, "{}", pulled.stderr);
+    assert_eq!(field(&pulled.stdout, "manifest"), manifest_digest);
+    assert_eq!(std::fs::read(site.path("pulled.wasm")).expect("read"), wasm);
+
+    // Added by tag: the tag resolved once, the pin holds the digest and the sha256.
+    let added = site.run(&["tools", "add", "--insecure", "--force", &tagged]);
+    assert_eq!(added.status, 0, "{}", added.stderr);
+    let pinned = format!("{tagged}@{manifest_digest}");
+    assert!(
+        added.stdout.contains(&format!("[plugins.misbehave]\nsha256 = \"{}\"\nsource = \"{pinned}\"", sha256_hex(wasm))),
+        "{}",
+        added.stdout
+    );
+    assert_eq!(std::fs::read(site.path("state/plugins/misbehave.wasm")).expect("installed"), wasm);
+    let policy_text = format!(
+        "version = 1\n[plugins.misbehave]\nsha256 = \"{}\"\nsource = \"{pinned}\"\n[roles.impl]\ntools = [\"read_file\", \"misbehave\"]\n",
+        sha256_hex(wasm)
+    );
+    std::fs::write(site.path("policy.toml"), &policy_text).expect("write the policy");
+    let policy = site.text("policy.toml");
+    let workspace = site.text("workspace");
+    let called = site.run(&["--policy", &policy, "call", "misbehave", r#"{"action": "ok"}"#, "--workspace", &workspace]);
+    assert_eq!(called.stdout.trim(), "ok", "{}", called.stderr);
+
+    // Added by digest elsewhere: the same bytes.
+    let elsewhere = Site::new();
+    let by_digest = format!("oci://{}/tools/misbehave@{manifest_digest}", registry.address);
+    let added = elsewhere.run(&["tools", "add", "--insecure", "--force", &by_digest]);
+    assert_eq!(added.status, 0, "{}", added.stderr);
+    assert_eq!(std::fs::read(elsewhere.path("state/plugins/misbehave.wasm")).expect("installed"), wasm);
+
+    // The tag moves to another build: adding by the tag is refused while the policy pins the
+    // old digest; `tools update` shows the change and pins the new build and digest.
+    let second = rebuilt(wasm, b"two!");
+    std::fs::write(site.path("second.wasm"), &second).expect("write");
+    let moved = site.run(&["tools", "push", "--insecure", &site.text("second.wasm"), &tagged]);
+    assert_eq!(moved.status, 0, "{}", moved.stderr);
+    let new_digest = field(&moved.stdout, "manifest").to_owned();
+    let refused = site.run(&["--policy", &policy, "tools", "add", "--insecure", "--force", &tagged]);
+    assert_eq!(refused.status, 2, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains(&format!(
+            "the tag `{tagged}` moved: the policy pins `misbehave` to `{manifest_digest}`, the registry now serves `{new_digest}`"
+        )),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(std::fs::read(site.path("state/plugins/misbehave.wasm")).expect("installed"), wasm);
+    let updated = site.run(&["--policy", &policy, "tools", "update", "--insecure", "--force", "misbehave"]);
+    assert_eq!(updated.status, 0, "{}\n{}", updated.stdout, updated.stderr);
+    assert!(updated.stdout.contains(&format!("moved: {manifest_digest} -> {new_digest}")), "{}", updated.stdout);
+    assert!(updated.stdout.contains(&format!("sha256: {} -> {}", sha256_hex(wasm), sha256_hex(&second))), "{}", updated.stdout);
+    let new_policy = std::fs::read_to_string(site.path("policy.toml")).expect("read");
+    assert_eq!(
+        new_policy,
+        policy_text.replace(&sha256_hex(wasm), &sha256_hex(&second)).replace(&manifest_digest, &new_digest),
+        "{}",
+        updated.stdout
+    );
+    assert_eq!(std::fs::read(site.path("state/plugins/misbehave.wasm")).expect("installed"), second);
+    let again = site.run(&["--policy", &policy, "tools", "update", "--insecure", "misbehave"]);
+    assert!(again.stdout.contains("nothing changed"), "{}", again.stdout);
+
+    // Stopped: a pinned digest already pulled comes from the cache; a tag needs the registry.
+    registry.stop();
+    let offline = Site::new();
+    std::fs::create_dir_all(offline.path("cache")).expect("cache");
+    let cached = site.run(&["tools", "pull", "--insecure", &pinned]);
+    assert_eq!(cached.status, 0, "{}", cached.stderr);
+    assert!(cached.stdout.contains("(from the cache)"), "{}", cached.stdout);
+    let third = Site::new();
+    let copied = Command::new("cp").arg("-r").arg(site.path("cache")).arg(third.path("cache")).status().expect("cp");
+    assert!(copied.success());
+    let added = third.run(&["tools", "add", "--insecure", "--force", &pinned]);
+    assert_eq!(added.status, 0, "{}", added.stderr);
+    assert_eq!(std::fs::read(third.path("state/plugins/misbehave.wasm")).expect("installed"), wasm);
+    let unreachable = site.run(&["tools", "pull", "--insecure", &tagged]);
+    assert_eq!(unreachable.status, 2, "{}", unreachable.stdout);
+    assert!(unreachable.stderr.contains(&format!("registry `{}`", registry.address)), "{}", unreachable.stderr);
+}
+
+#[test]
+fn a_registry_serving_other_bytes_under_a_digest_is_refused() {
+    let Some(registry) = Registry::start(None) else { return };
+    let site = Site::new();
+    let wasm = toolcell_tests::guest_program("misbehave");
+    std::fs::write(site.path("misbehave.wasm"), wasm).expect("write");
+    let tagged = format!("oci://{}/tools/misbehave:1.0", registry.address);
+    let pushed = site.run(&["tools", "push", "--insecure", &site.text("misbehave.wasm"), &tagged]);
+    assert_eq!(pushed.status, 0, "{}", pushed.stderr);
+    let manifest_digest = field(&pushed.stdout, "manifest").to_owned();
+    let layer = format!("sha256:{}", sha256_hex(wasm));
+    // The component's blob altered in the registry's storage: one byte flipped.
+    let blob = registry.blob(&layer);
+    let mut bytes = std::fs::read(&blob).expect("the layer's blob");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&blob, &bytes).expect("tamper");
+    for reference in [tagged.clone(), format!("oci://{}/tools/misbehave@{manifest_digest}", registry.address)] {
+        let pulled = site.run(&["tools", "pull", "--insecure", &reference]);
+        assert_eq!(pulled.status, 2, "{reference}: {}", pulled.stdout);
+        assert!(pulled.stderr.contains("the registry served a component whose digest is `sha256:"), "{}", pulled.stderr);
+        assert!(pulled.stderr.contains(&format!("not `{layer}`; refused")), "{}", pulled.stderr);
+        let added = site.run(&["tools", "add", "--insecure", "--force", &reference]);
+        assert_eq!(added.status, 2, "{}", added.stdout);
+        assert!(!site.path("state/plugins/misbehave.wasm").exists());
+    }
+    // Other bytes under the manifest's own digest.
+    let manifest_blob = registry.blob(&manifest_digest);
+    let mut manifest = std::fs::read(&manifest_blob).expect("the manifest's blob");
+    manifest.push(b'\n');
+    std::fs::write(&manifest_blob, &manifest).expect("tamper");
+    let by_digest = format!("oci://{}/tools/misbehave@{manifest_digest}", registry.address);
+    let pulled = site.run(&["tools", "pull", "--insecure", &by_digest]);
+    assert_eq!(pulled.status, 2, "{}", pulled.stdout);
+    assert!(pulled.stderr.contains(&format!("`{by_digest}`: the registry served a manifest whose digest is")), "{}", pulled.stderr);
+}
+
+#[test]
+fn a_private_registry_takes_the_credentials_wkg_would_use_and_never_shows_them() {
+    let password = "s3cret-Pa55word";
+    let Some(registry) = Registry::start(Some(("builder", password))) else { return };
+    let site = Site::new();
+    let wasm = toolcell_tests::guest_program("misbehave");
+    std::fs::write(site.path("misbehave.wasm"), wasm).expect("write");
+    let tagged = format!("oci://{}/private/misbehave:1", registry.address);
+    let push = |site: &Site, environment: &[(&str, &str)]| {
+        site.run_with(&["tools", "push", "--insecure", &site.text("misbehave.wasm"), &tagged], environment)
+    };
+    let no_secret = |run: &Run| assert!(!run.stdout.contains(password) && !run.stderr.contains(password), "{}{}", run.stdout, run.stderr);
+
+    // Without credentials: refused.
+    let anonymous = push(&site, &[]);
+    assert_eq!(anonymous.status, 2, "{}", anonymous.stdout);
+    assert!(anonymous.stderr.contains(&format!("registry `{}`", registry.address)), "{}", anonymous.stderr);
+    // A wrong password: refused, and not shown.
+    let wrong = push(&site, &[("WKG_OCI_USERNAME", "builder"), ("WKG_OCI_PASSWORD", "not-it-at-all")]);
+    assert_eq!(wrong.status, 2, "{}", wrong.stdout);
+    assert!(!wrong.stderr.contains("not-it-at-all"), "{}", wrong.stderr);
+    // wkg's environment variables.
+    let from_environment = push(&site, &[("WKG_OCI_USERNAME", "builder"), ("WKG_OCI_PASSWORD", password)]);
+    assert_eq!(from_environment.status, 0, "{}", from_environment.stderr);
+    no_secret(&from_environment);
+    // Docker's `config.json` `auths`.
+    let auth = base64_encode(format!("builder:{password}").as_bytes());
+    std::fs::write(site.path("docker/config.json"), format!(r#"{{"auths": {{"{}": {{"auth": "{auth}"}}}}}}"#, registry.address))
+        .expect("write config.json");
+    let pulled = site.run(&["tools", "pull", "--insecure", &tagged]);
+    assert_eq!(pulled.status, 0, "{}", pulled.stderr);
+    assert_eq!(field(&pulled.stdout, "sha256"), sha256_hex(wasm));
+    no_secret(&pulled);
+    // A credential helper (`credsStore`), run as `docker-credential-NAME get`.
+    let helper = site.path("bin/docker-credential-toolcelltest");
+    std::fs::create_dir_all(site.path("bin")).expect("bin");
+    std::fs::write(
+        &helper,
+        format!("#!/bin/sh\nread server\nprintf '{{\"ServerURL\": \"%s\", \"Username\": \"builder\", \"Secret\": \"{password}\"}}' \"$server\"\n"),
+    )
+    .expect("write the helper");
+    Command::new("chmod").arg("755").arg(&helper).status().expect("chmod");
+    std::fs::write(site.path("docker/config.json"), r#"{"credsStore": "toolcelltest"}"#).expect("write config.json");
+    let path = format!("{}:{}", site.text("bin"), std::env::var("PATH").unwrap_or_default());
+    let added = site.run_with(&["tools", "add", "--insecure", "--force", &tagged], &[("PATH", &path)]);
+    assert_eq!(added.status, 0, "{}", added.stderr);
+    no_secret(&added);
+    assert_eq!(std::fs::read(site.path("state/plugins/misbehave.wasm")).expect("installed"), wasm);
+    // A helper that fails is named, its output is not shown.
+    std::fs::write(&helper, format!("#!/bin/sh\ncat >/dev/null\necho 'leaked {password}'\nexit 1\n")).expect("write the helper");
+    let failed = site.run_with(&["tools", "pull", "--insecure", &tagged], &[("PATH", &path)]);
+    assert_eq!(failed.status, 2, "{}", failed.stdout);
+    assert!(failed.stderr.contains("`docker-credential-toolcelltest` failed"), "{}", failed.stderr);
+    no_secret(&failed);
+}
+
+#[test]
+fn plain_http_is_refused_for_a_registry_on_another_machine() {
+    let site = Site::new();
+    std::fs::write(site.path("x.wasm"), toolcell_tests::guest_program("misbehave")).expect("write");
+    let run = site.run(&["tools", "push", "--insecure", &site.text("x.wasm"), "oci://registry.example.com/tools/x:1"]);
+    assert_eq!(run.status, 2);
+    assert!(run.stderr.contains("plain HTTP to `registry.example.com` refused"), "{}", run.stderr);
+    let bad = site.run(&["tools", "pull", "registry.example.com/tools/x:1"]);
+    assert_eq!(bad.status, 2);
+    assert!(
+        bad.stderr.contains("`registry.example.com/tools/x:1` is not a registry reference: it does not start with `oci://`"),
+        "{}",
+        bad.stderr
+    );
+}
+
+/// wkg as `.ci/run` installs it (`TOOLCELL_WKG`), or `None` (after saying why) when it is
+/// missing and `TOOLCELL_REQUIRE_WKG` is not set.
+fn wkg() -> Option<PathBuf> {
+    let found = std::env::var_os("TOOLCELL_WKG").map(PathBuf::from).filter(|path| path.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("TOOLCELL_REQUIRE_WKG").is_none(),
+            "wkg is required (TOOLCELL_REQUIRE_WKG) but `TOOLCELL_WKG` names no file: `.ci/run` installs it under target/wkg"
+        );
+        let _ = writeln!(std::io::stderr(), "skipped: wkg is not installed (`TOOLCELL_WKG`); `.ci/run` installs it");
+    }
+    found
+}
+
+#[test]
+fn wkg_and_toolcell_read_each_others_artifacts() {
+    let Some(wkg) = wkg() else { return };
+    let Some(registry) = Registry::start(None) else { return };
+    let site = Site::new();
+    let wasm = toolcell_tests::guest_program("misbehave");
+    std::fs::write(site.path("misbehave.wasm"), wasm).expect("write");
+    let run_wkg = |args: &[&str]| {
+        let output = Command::new(&wkg)
+            .args(args)
+            .env("HOME", site.path("home"))
+            .env("XDG_CONFIG_HOME", site.path("home/.config"))
+            .env("XDG_CACHE_HOME", site.path("home/.cache"))
+            .env("DOCKER_CONFIG", site.path("docker"))
+            .env_remove("WKG_OCI_USERNAME")
+            .env_remove("WKG_OCI_PASSWORD")
+            .output()
+            .expect("run wkg");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(output.status.success(), "wkg {args:?}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
+        stdout
+    };
+
+    // wkg pushes, toolcell adds.
+    let by_wkg = format!("{}/wkg/misbehave:1", registry.address);
+    let pushed = run_wkg(&["oci", "push", "--insecure", &registry.address, &by_wkg, &site.text("misbehave.wasm")]);
+    let wkg_digest = field(&pushed, "digest:").to_owned();
+    let added = site.run(&["tools", "add", "--insecure", "--force", &format!("oci://{by_wkg}")]);
+    assert_eq!(added.status, 0, "{}", added.stderr);
+    assert!(added.stdout.contains(&format!("source = \"oci://{by_wkg}@{wkg_digest}\"")), "{}", added.stdout);
+    assert_eq!(std::fs::read(site.path("state/plugins/misbehave.wasm")).expect("installed"), wasm);
+
+    // toolcell pushes, wkg pulls.
+    let by_toolcell = format!("{}/toolcell/misbehave:1", registry.address);
+    let pushed = site.run(&["tools", "push", "--insecure", &site.text("misbehave.wasm"), &format!("oci://{by_toolcell}")]);
+    assert_eq!(pushed.status, 0, "{}", pushed.stderr);
+    run_wkg(&["oci", "pull", "--insecure", &registry.address, &by_toolcell, "--output", &site.text("from-wkg.wasm")]);
+    assert_eq!(std::fs::read(site.path("from-wkg.wasm")).expect("pulled by wkg"), wasm);
+
+    // The two artifacts have the same shape: media types, the layer's digest and title, and
+    // the config's fields (its `created` time aside).
+    let shape = |repository: &str| {
+        let (status, manifest, _) = registry.get(&format!("/v2/{repository}/manifests/1"), None);
+        assert_eq!(status, 200);
+        let manifest: serde_json::Value = serde_json::from_slice(&manifest).expect("JSON manifest");
+        let config_digest = manifest["config"]["digest"].as_str().expect("config digest").to_owned();
+        let (_, config, _) = registry.get(&format!("/v2/{repository}/blobs/{config_digest}"), None);
+        let mut config: serde_json::Value = serde_json::from_slice(&config).expect("JSON config");
+        config.as_object_mut().expect("an object").remove("created");
+        (manifest["mediaType"].clone(), manifest["config"]["mediaType"].clone(), manifest["layers"].clone(), config)
+    };
+    assert_eq!(shape("toolcell/misbehave"), shape("wkg/misbehave"));
+}
