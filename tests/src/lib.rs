@@ -66,6 +66,26 @@ pub fn guest_program(name: &str) -> &'static [u8] {
         .unwrap_or_else(|| panic!("no guest test program named {name}"))
 }
 
+/// The sha256 of `bytes` in hex, computed by the system's `sha256sum`: apart from toolcell's
+/// own hashing, which the tests check.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let output = Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().and_then(|mut child| {
+        child.stdin.take().expect("stdin").write_all(bytes)?;
+        child.wait_with_output()
+    });
+    String::from_utf8(output.expect("run sha256sum").stdout).expect("UTF-8").split_whitespace().next().expect("a hash").to_owned()
+}
+
+/// `wasm` with a custom section appended: another build of the same component, still valid.
+pub fn rebuilt_component(wasm: &[u8], tag: &[u8; 4]) -> Vec<u8> {
+    let mut bytes = wasm.to_vec();
+    bytes.extend_from_slice(&[0x00, 0x05, 0x04]);
+    bytes.extend_from_slice(tag);
+    bytes
+}
+
 /// A compiled-component cache shared by the tests, so that each test binary compiles once.
 pub fn shared_cache_dir() -> PathBuf {
     Path::new(env!("OUT_DIR")).join("test-component-cache")

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use toolcell_tests::{rebuilt_component, sha256_hex};
 
 use serde_json::json;
 
@@ -55,23 +56,6 @@ impl Site {
     }
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    use std::io::Write as _;
-    let mut child =
-        Command::new("sha256sum").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("sha256sum");
-    child.stdin.take().expect("stdin").write_all(bytes).expect("write");
-    let output = child.wait_with_output().expect("sha256sum");
-    String::from_utf8_lossy(&output.stdout).split_whitespace().next().expect("a hash").to_owned()
-}
-
-/// `wasm` with a custom section appended: another build, still a valid component.
-fn rebuilt(wasm: &[u8], tag: &[u8; 4]) -> Vec<u8> {
-    let mut bytes = wasm.to_vec();
-    bytes.extend_from_slice(&[0x00, 0x05, 0x04]);
-    bytes.extend_from_slice(tag);
-    bytes
-}
-
 /// FINDING: `tools update` writes the new policy to `.POLICY.tmp` beside the policy with
 /// `std::fs::write`, which follows a symlink there, copies the policy's mode onto whatever it
 /// points at, then renames the symlink over the policy. A tool (here the pinned plugin
@@ -109,7 +93,7 @@ fn tools_update_does_not_write_through_a_symlink_planted_beside_the_policy() {
 
     // The operator updates the plugin, as the book says.
     let build = site.path("fs_probe.wasm");
-    std::fs::write(&build, rebuilt(probe, b"two!")).expect("write");
+    std::fs::write(&build, rebuilt_component(probe, b"two!")).expect("write");
     let updated = site.run(&state, &["--policy", policy, "tools", "update", "fs_probe", build.to_str().expect("UTF-8"), "--force"]);
 
     let policy_is_a_file = std::fs::symlink_metadata(policy).is_ok_and(|metadata| metadata.file_type().is_file());
@@ -221,8 +205,8 @@ fn two_updates_at_once_leave_every_pin_matching_its_plugin() {
     )
     .expect("policy");
     let policy = policy.to_str().expect("UTF-8").to_owned();
-    std::fs::write(site.path("fs_probe.wasm"), rebuilt(probe, b"new1")).expect("write");
-    std::fs::write(site.path("misbehave.wasm"), rebuilt(misbehave, b"new2")).expect("write");
+    std::fs::write(site.path("fs_probe.wasm"), rebuilt_component(probe, b"new1")).expect("write");
+    std::fs::write(site.path("misbehave.wasm"), rebuilt_component(misbehave, b"new2")).expect("write");
     let state = site.path("state");
     let runs: Vec<Run> = std::thread::scope(|scope| {
         let handles: Vec<_> = ["fs_probe", "misbehave"]

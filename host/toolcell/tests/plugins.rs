@@ -5,6 +5,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use toolcell_tests::{rebuilt_component, sha256_hex};
 
 struct Run {
     status: i32,
@@ -113,22 +114,6 @@ impl Site {
 /// Lines of `stderr` that are warnings.
 fn warnings(stderr: &str) -> Vec<&str> {
     stderr.lines().filter(|line| line.starts_with("warning:")).collect()
-}
-
-/// `wasm` with a custom section appended: another build, still a valid component.
-fn rebuilt(wasm: &[u8], tag: &[u8; 4]) -> Vec<u8> {
-    let mut bytes = wasm.to_vec();
-    bytes.extend_from_slice(&[0x00, 0x05, 0x04]);
-    bytes.extend_from_slice(tag);
-    bytes
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    let output = Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().and_then(|mut child| {
-        child.stdin.take().expect("stdin").write_all(bytes)?;
-        child.wait_with_output()
-    });
-    String::from_utf8(output.expect("run sha256sum").stdout).expect("UTF-8").split_whitespace().next().expect("a hash").to_owned()
 }
 
 #[test]
@@ -246,7 +231,7 @@ fn a_rebuilt_plugin_is_updated_with_its_pin_in_one_step() {
     let call = || site.run(&["--policy", &policy, "call", "misbehave", r#"{"action": "ok"}"#, "--workspace", &workspace]);
     assert_eq!(call().stdout.trim(), "ok");
 
-    let rebuilt_bytes = rebuilt(original, b"two!");
+    let rebuilt_bytes = rebuilt_component(original, b"two!");
     let second = site.path("build/misbehave.wasm");
     std::fs::create_dir_all(site.path("build")).expect("mkdir");
     std::fs::write(&second, &rebuilt_bytes).expect("write");

@@ -8,6 +8,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use toolcell_tests::{rebuilt_component, sha256_hex};
 
 const REGISTRY_BINARY: &str = "/usr/bin/docker-registry";
 
@@ -190,27 +191,6 @@ fn field<'a>(text: &'a str, prefix: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{text}"))
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    toolcell_oci_digest(bytes).trim_start_matches("sha256:").to_owned()
-}
-
-fn toolcell_oci_digest(bytes: &[u8]) -> String {
-    let output = Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().and_then(|mut child| {
-        child.stdin.take().expect("stdin").write_all(bytes)?;
-        child.wait_with_output()
-    });
-    let hex = String::from_utf8(output.expect("run sha256sum").stdout).expect("UTF-8");
-    format!("sha256:{}", hex.split_whitespace().next().expect("a hash"))
-}
-
-/// `wasm` with a custom section appended: another build, still a valid component.
-fn rebuilt(wasm: &[u8], tag: &[u8; 4]) -> Vec<u8> {
-    let mut bytes = wasm.to_vec();
-    bytes.extend_from_slice(&[0x00, 0x05, 0x04]);
-    bytes.extend_from_slice(tag);
-    bytes
-}
-
 #[test]
 fn a_tool_pushed_to_a_registry_is_added_by_tag_and_by_digest_and_pinned() {
     let Some(mut registry) = Registry::start(None) else { return };
@@ -245,7 +225,7 @@ fn a_tool_pushed_to_a_registry_is_added_by_tag_and_by_digest_and_pinned() {
     let (status, manifest_bytes, content_type) = registry.get("/v2/tools/misbehave/manifests/1.0", None);
     assert_eq!(status, 200);
     assert_eq!(content_type, "application/vnd.oci.image.manifest.v1+json");
-    assert_eq!(toolcell_oci_digest(&manifest_bytes), manifest_digest);
+    assert_eq!(format!("sha256:{}", sha256_hex(&manifest_bytes)), manifest_digest);
     let manifest: serde_json::Value = serde_json::from_slice(&manifest_bytes).expect("JSON manifest");
     assert_eq!(manifest["mediaType"], "application/vnd.oci.image.manifest.v1+json");
     assert_eq!(manifest["config"]["mediaType"], "application/vnd.wasm.config.v0+json");
@@ -301,7 +281,7 @@ fn a_tool_pushed_to_a_registry_is_added_by_tag_and_by_digest_and_pinned() {
 
     // The tag moves to another build: adding by the tag is refused while the policy pins the
     // old digest; `tools update` shows the change and pins the new build and digest.
-    let second = rebuilt(wasm, b"two!");
+    let second = rebuilt_component(wasm, b"two!");
     std::fs::write(site.path("second.wasm"), &second).expect("write");
     let moved = site.run(&["tools", "push", "--insecure", &site.text("second.wasm"), &tagged]);
     assert_eq!(moved.status, 0, "{}", moved.stderr);
