@@ -37,8 +37,12 @@ pub(crate) struct Roots<'a> {
 /// workspace-relative form, and `file://` URIs to paths; the rewritten arguments, or `None`
 /// if nothing changed.
 pub(crate) fn rewrite(args: &str, roots: &Roots<'_>) -> Option<String> {
-    // Cheap test first: most calls send neither.
-    if !args.contains('/') {
+    // Cheap test first, so that a call's arguments are not parsed twice (the schema check
+    // parses them too): one that names no root and no URI, with no escape that could spell
+    // one, has nothing to rewrite.
+    let names_a_root =
+        [Some(roots.canonical), roots.given].into_iter().flatten().any(|root| root.to_str().is_none_or(|root| args.contains(root)));
+    if !names_a_root && !args.contains("file:") && !args.contains('\\') {
         return None;
     }
     let mut value: Value = serde_json::from_str(args).ok()?;
