@@ -7,6 +7,15 @@
 use crate::Error;
 use oci_client::secrets::RegistryAuth;
 
+/// The key Docker keeps a registry's credentials under: Docker Hub's is its index URL (what
+/// `docker login` writes, and what credential helpers are asked for), any other the host.
+fn docker_server(registry: &str) -> &str {
+    match registry {
+        "docker.io" | "index.docker.io" | "registry-1.docker.io" => "https://index.docker.io/v1/",
+        registry => registry,
+    }
+}
+
 /// Where a registry's credentials came from, for messages (never the credential itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CredentialSource {
@@ -40,7 +49,7 @@ pub(crate) fn credentials(registry: &str) -> Result<(RegistryAuth, CredentialSou
     if directory.is_none_or(|directory| !directory.join("config.json").exists()) {
         return Ok((RegistryAuth::Anonymous, CredentialSource::Anonymous));
     }
-    match docker_credential::get_credential(registry) {
+    match docker_credential::get_credential(docker_server(registry)) {
         Ok(DockerCredential::UsernamePassword(username, password)) => {
             Ok((RegistryAuth::Basic(username, password), CredentialSource::DockerConfig))
         }
@@ -60,5 +69,19 @@ pub(crate) fn credentials(registry: &str) -> Result<(RegistryAuth, CredentialSou
         Err(Retrieval::HelperCommunicationError) => {
             Err(fail("its credential helper could not be run; is `docker-credential-NAME` on `PATH`?".to_owned()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn docker_hub_credentials_are_found_under_the_key_docker_login_writes() {
+        for registry in ["docker.io", "index.docker.io", "registry-1.docker.io"] {
+            assert_eq!(super::docker_server(registry), "https://index.docker.io/v1/");
+        }
+        assert_eq!(super::docker_server("localhost:5000"), "localhost:5000");
+        let config = br#"{"auths": {"https://index.docker.io/v1/": {"auth": "dXNlcjpwYXNz"}}}"#;
+        let found = docker_credential::get_credential_from_reader(&config[..], super::docker_server("docker.io"));
+        assert_eq!(found, Ok(docker_credential::DockerCredential::UsernamePassword("user".to_owned(), "pass".to_owned())));
     }
 }

@@ -16,6 +16,27 @@ impl Cache {
         Self { root: root.into() }
     }
 
+    /// The cache's directory.
+    pub(crate) fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+
+    /// Write `bytes` to `path` (inside the cache) in one step.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cache`] if the file cannot be written.
+    pub(crate) fn put_file(&self, path: &std::path::Path, bytes: &[u8]) -> Result<(), Error> {
+        use std::io::Write as _;
+        let directory = path.parent().unwrap_or(&self.root);
+        let fail = |source: std::io::Error| Error::Cache { path: directory.to_path_buf(), source };
+        std::fs::create_dir_all(directory).map_err(fail)?;
+        let mut staged = tempfile::NamedTempFile::new_in(directory).map_err(fail)?;
+        staged.write_all(bytes).map_err(fail)?;
+        staged.persist(path).map_err(|error| fail(error.error))?;
+        Ok(())
+    }
+
     fn path(&self, digest: &str) -> Option<std::path::PathBuf> {
         let hex = digest.strip_prefix("sha256:")?;
         (hex.len() == 64 && hex.bytes().all(|byte| byte.is_ascii_hexdigit())).then(|| self.root.join("blobs/sha256").join(hex))
@@ -40,15 +61,9 @@ impl Cache {
     ///
     /// [`Error::Cache`] if the file cannot be written.
     pub fn put(&self, bytes: &[u8]) -> Result<String, Error> {
-        use std::io::Write as _;
         let digest = sha256_digest(bytes);
         let Some(path) = self.path(&digest) else { return Ok(digest) };
-        let directory = path.parent().unwrap_or(&self.root);
-        let fail = |source: std::io::Error| Error::Cache { path: directory.to_path_buf(), source };
-        std::fs::create_dir_all(directory).map_err(fail)?;
-        let mut staged = tempfile::NamedTempFile::new_in(directory).map_err(fail)?;
-        staged.write_all(bytes).map_err(fail)?;
-        staged.persist(&path).map_err(|error| fail(error.error))?;
+        self.put_file(&path, bytes)?;
         Ok(digest)
     }
 }

@@ -19,10 +19,12 @@
 mod auth;
 mod cache;
 mod reference;
+mod signature;
 
 pub use auth::CredentialSource;
 pub use cache::{Cache, sha256_digest};
 pub use reference::Reference;
+pub use signature::{PublicKeys, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, Signed, SigningKey, signature_tag, verify_cached};
 
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::manifest::OciImageManifest;
@@ -88,6 +90,25 @@ pub enum Error {
         /// The reference pulled.
         reference: String,
         /// What is wrong with it.
+        reason: String,
+    },
+    /// A key file that is not a key toolcell reads.
+    #[error("the key `{name}`: {reason}")]
+    Key {
+        /// The key's name (its file).
+        name: String,
+        /// What is wrong with it (never its bytes).
+        reason: String,
+    },
+    /// Signatures are published for a manifest, and none is a valid signature of it by a
+    /// trusted key.
+    #[error(
+        "`{reference}`: refused: its signatures do not hold: {reason}. Either it was altered after it was signed, or it was signed by a key the policy does not trust (`[registry] signature_keys`); do not use it"
+    )]
+    Signature {
+        /// The reference checked.
+        reference: String,
+        /// Why no signature holds.
         reason: String,
     },
     /// The cache cannot be written.

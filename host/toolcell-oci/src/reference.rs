@@ -96,6 +96,11 @@ impl Reference {
         self.tag.as_ref().map(|_| Self { digest: None, ..self.clone() })
     }
 
+    /// The tag `tag` in the same repository (for the signatures of a manifest).
+    pub(crate) fn tagged(reference: &Self, tag: &str) -> Self {
+        Self { tag: Some(tag.to_owned()), digest: None, ..reference.clone() }
+    }
+
     /// Whether the registry is on this machine: the only place plain HTTP may be used.
     pub fn is_local(&self) -> bool {
         let host = match self.registry.strip_prefix('[') {

@@ -438,13 +438,15 @@ mod index;
 mod mentions;
 mod network;
 mod parse;
+mod registry;
 
-pub use mentions::{ToolMentions, pin_span, plugin_sources, source_span};
+pub use mentions::{PluginPin, ToolMentions, pin_span, plugin_pins, plugin_sources, source_span};
 pub use network::{
     Cidr, Destination, NetworkDecision, NetworkEffect, NetworkRule, NetworkRules, Scheme, SecretHeader, SecretSource, normalize_host,
     special_range,
 };
 pub use parse::stub_imports;
+pub use registry::{RegistrySettings, registry_settings};
 
 pub use bind::{TaskBinding, canonical_tool_name};
 pub use decide::Verdict;

@@ -138,6 +138,32 @@ pub fn plugin_sources(file: &str, text: &str) -> Result<BTreeMap<String, String>
     Ok(raw.plugins.into_iter().filter_map(|(tool, plugin)| plugin.source.map(|source| (tool, source.into_inner()))).collect())
 }
 
+/// What a `[plugins.NAME]` table pins.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginPin {
+    /// `sha256`: the component's SHA-256 (hex).
+    pub sha256: Option<String>,
+    /// `source`: the registry reference it came from.
+    pub source: Option<String>,
+}
+
+/// The pins of every `[plugins.NAME]` table, by tool name.
+///
+/// # Errors
+///
+/// [`PolicyError`] with the line, for TOML that does not parse.
+pub fn plugin_pins(file: &str, text: &str) -> Result<BTreeMap<String, PluginPin>, PolicyError> {
+    let error = located(file, text);
+    let raw: RawPinsOnly = toml::from_str(text).map_err(|parse_error| error(parse_error.span(), toml_message(text, &parse_error)))?;
+    Ok(raw
+        .plugins
+        .into_iter()
+        .map(|(tool, plugin)| {
+            (tool, PluginPin { sha256: plugin.sha256.map(Spanned::into_inner), source: plugin.source.map(Spanned::into_inner) })
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

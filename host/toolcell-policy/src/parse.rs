@@ -20,6 +20,8 @@ pub(crate) struct RawPolicy {
     plugins: BTreeMap<Spanned<String>, RawPlugin>,
     #[serde(default)]
     validators: Vec<Spanned<RawValidator>>,
+    #[serde(default)]
+    registry: Option<registry::RawRegistry>,
 }
 
 #[derive(Deserialize)]
@@ -313,6 +315,10 @@ impl Policy {
             }
             let table = format!("[limits.tools.{}]", tool.get_ref());
             tool_limits.insert(tool.get_ref().clone(), compile_limits(raw_tool, &table).map_err(|(span, reason)| error(span, reason))?);
+        }
+        // Read by the registry commands; a mistake in it still fails the start, with its line.
+        if let Some(raw_registry) = &raw.registry {
+            raw_registry.compile(file, text)?;
         }
         let mut pins = BTreeMap::new();
         let mut stubs = BTreeMap::new();

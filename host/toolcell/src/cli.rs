@@ -315,6 +315,23 @@ pub enum ToolsCommand {
         insecure: bool,
     },
 
+    /// Sign a tool component in an OCI registry as `cosign sign --key` does: a signature of
+    /// its manifest digest (a tag is resolved first) under the tag `sha256-DIGEST.sig`. Policies
+    /// check it with `[registry] signature_keys` (and `require_signatures`).
+    Sign {
+        /// `oci://HOST[:PORT]/NAME:TAG` or `…@sha256:DIGEST`.
+        reference: String,
+
+        /// The private key: a PEM `PRIVATE KEY` or `EC PRIVATE KEY` of an ECDSA P-256 key
+        /// (`openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`).
+        #[arg(long)]
+        key: PathBuf,
+
+        /// Plain HTTP to a registry on this machine (`localhost`).
+        #[arg(long)]
+        insecure: bool,
+    },
+
     /// Remove an installed plugin by its tool name.
     Remove {
         /// The tool's name (`word_count`).

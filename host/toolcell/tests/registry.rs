@@ -505,3 +505,252 @@ fn wkg_and_toolcell_read_each_others_artifacts() {
     };
     assert_eq!(shape("toolcell/misbehave"), shape("wkg/misbehave"));
 }
+
+/// Run `openssl` with `args`, which must succeed; its stdout.
+fn openssl(args: &[&str]) -> Vec<u8> {
+    let output = Command::new("openssl").args(args).output().expect("run openssl");
+    assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    output.stdout
+}
+
+/// An ECDSA P-256 key pair made by OpenSSL: `NAME.pem` (private) and `NAME.pub`.
+fn key_pair(site: &Site, name: &str) {
+    let private = site.text(&format!("{name}.pem"));
+    openssl(&["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", &private]);
+    openssl(&["pkey", "-in", &private, "-pubout", "-out", &site.text(&format!("{name}.pub"))]);
+}
+
+impl Registry {
+    /// Upload `bytes` as a blob of `repository`, as any OCI client does; returns its digest.
+    fn upload(&self, repository: &str, bytes: &[u8]) -> String {
+        let digest = format!("sha256:{}", sha256_hex(bytes));
+        let started = ureq::post(&format!("http://{}/v2/{repository}/blobs/uploads/", self.address))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .send_empty()
+            .expect("start an upload");
+        assert_eq!(started.status().as_u16(), 202);
+        let location = started.headers().get("location").and_then(|value| value.to_str().ok()).expect("an upload location").to_owned();
+        let location = if location.starts_with("http") { location } else { format!("http://{}{location}", self.address) };
+        let separator = if location.contains('?') { '&' } else { '?' };
+        let put = ureq::put(&format!("{location}{separator}digest={digest}"))
+            .header("Content-Type", "application/octet-stream")
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .send(bytes)
+            .expect("upload the blob");
+        assert_eq!(put.status().as_u16(), 201);
+        digest
+    }
+
+    /// Put `manifest` under `tag` in `repository`.
+    fn put_manifest(&self, repository: &str, tag: &str, manifest: &serde_json::Value) {
+        let put = ureq::put(&format!("http://{}/v2/{repository}/manifests/{tag}", self.address))
+            .header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .send(manifest.to_string().as_bytes())
+            .expect("put the manifest");
+        assert_eq!(put.status().as_u16(), 201);
+    }
+
+    /// Sign the manifest `digest` of `repository` as cosign does, with OpenSSL and the private
+    /// key `key` (a PEM file), written here by hand from cosign's format: a simple-signing
+    /// payload as one layer of a manifest tagged `sha256-HEX.sig`, its signature in the layer's
+    /// annotation.
+    fn cosign_by_hand(&self, site: &Site, repository: &str, digest: &str, key: &str) {
+        let payload = serde_json::json!({
+            "critical": {
+                "identity": { "docker-reference": format!("{}/{repository}", self.address) },
+                "image": { "docker-manifest-digest": digest },
+                "type": "cosign container image signature",
+            },
+            "optional": null,
+        })
+        .to_string();
+        std::fs::write(site.path("payload.json"), &payload).expect("write the payload");
+        let signature = openssl(&["dgst", "-sha256", "-sign", key, &site.text("payload.json")]);
+        let payload_digest = self.upload(repository, payload.as_bytes());
+        let config_digest = self.upload(repository, b"{}");
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": 2 },
+            "layers": [{
+                "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                "digest": payload_digest,
+                "size": payload.len(),
+                "annotations": { "dev.cosignproject.cosign/signature": base64_encode(&signature) },
+            }],
+        });
+        self.put_manifest(repository, &format!("{}.sig", digest.replacen(':', "-", 1)), &manifest);
+    }
+}
+
+#[test]
+fn where_the_policy_requires_signatures_only_a_component_signed_by_a_trusted_key_is_added() {
+    let Some(mut registry) = Registry::start(None) else { return };
+    let site = Site::new();
+    key_pair(&site, "trusted");
+    key_pair(&site, "stranger");
+    let wasm = toolcell_tests::guest_program("misbehave");
+    std::fs::write(site.path("misbehave.wasm"), wasm).expect("write");
+    std::fs::create_dir_all(site.path("keys")).expect("keys directory");
+    std::fs::copy(site.path("trusted.pub"), site.path("keys/trusted.pub")).expect("copy the key");
+    // Plain HTTP by the policy's word, not a flag; the key beside the policy.
+    let policy = site.text("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version = 1\n[registry]\ninsecure = [\"{}\"]\nsignature_keys = [\"keys/trusted.pub\"]\nrequire_signatures = true\n[roles.agent]\ntools = [\"read_file\"]\n[[roles.agent.rules]]\naccess = [\"read\"]\npaths = [\"**\"]\neffect = \"allow\"\n",
+            registry.address
+        ),
+    )
+    .expect("write the policy");
+    let tagged = format!("oci://{}/tools/misbehave:1.0", registry.address);
+    let pushed = site.run(&["--policy", &policy, "tools", "push", &site.text("misbehave.wasm"), &tagged]);
+    assert_eq!(pushed.status, 0, "{}", pushed.stderr);
+    let digest = field(&pushed.stdout, "manifest").to_owned();
+    let add = |reference: &str| site.run(&["--policy", &policy, "tools", "add", "--force", reference]);
+
+    // Unsigned: refused, nothing installed.
+    let unsigned = add(&tagged);
+    assert_eq!(unsigned.status, 2, "{}", unsigned.stdout);
+    assert!(unsigned.stderr.contains("carries no signature, and the policy requires one"), "{}", unsigned.stderr);
+    assert!(!site.path("state/plugins/misbehave.wasm").exists());
+    // A file cannot be added at all while signatures are required.
+    let file = site.run(&["--policy", &policy, "tools", "add", "--force", &site.text("misbehave.wasm")]);
+    assert_eq!(file.status, 2, "{}", file.stdout);
+    assert!(file.stderr.contains("is a file, which carries no signature"), "{}", file.stderr);
+
+    // Signed by a key the policy does not trust (toolcell's own signer): refused.
+    let stranger = site.run(&["--policy", &policy, "tools", "sign", "--key", &site.text("stranger.pem"), &tagged]);
+    assert_eq!(stranger.status, 0, "{}", stranger.stderr);
+    assert_eq!(field(&stranger.stdout, "signed"), format!("{tagged}@{digest}"));
+    let wrong = add(&tagged);
+    assert_eq!(wrong.status, 2, "{}", wrong.stdout);
+    assert!(
+        wrong.stderr.contains("its signatures do not hold") && wrong.stderr.contains("does not verify under any trusted key"),
+        "{}",
+        wrong.stderr
+    );
+    assert!(!site.path("state/plugins/misbehave.wasm").exists());
+
+    // Signed by the trusted key, the signature written by hand with OpenSSL from cosign's
+    // format: added, by tag and by digest.
+    registry.cosign_by_hand(&site, "tools/misbehave", &digest, &site.text("trusted.pem"));
+    let signed = add(&tagged);
+    assert_eq!(signed.status, 0, "{}", signed.stderr);
+    assert!(signed.stdout.contains("signed by `keys/trusted.pub`"), "{}", signed.stdout);
+    assert!(site.path("state/plugins/misbehave.wasm").exists());
+
+    // toolcell's signature is cosign's format too: OpenSSL verifies what `tools sign` wrote.
+    let other = format!("oci://{}/tools/other:1.0", registry.address);
+    let pushed = site.run(&["--policy", &policy, "tools", "push", &site.text("misbehave.wasm"), &other]);
+    let other_digest = field(&pushed.stdout, "manifest").to_owned();
+    let ours = site.run(&["--policy", &policy, "tools", "sign", "--key", &site.text("trusted.pem"), &other]);
+    assert_eq!(ours.status, 0, "{}", ours.stderr);
+    let (status, manifest, _) = registry.get(&format!("/v2/tools/other/manifests/{}.sig", other_digest.replacen(':', "-", 1)), None);
+    assert_eq!(status, 200);
+    let manifest: serde_json::Value = serde_json::from_slice(&manifest).expect("JSON");
+    let layer = &manifest["layers"][0];
+    assert_eq!(layer["mediaType"], "application/vnd.dev.cosign.simplesigning.v1+json");
+    let (_, payload, _) = registry.get(&format!("/v2/tools/other/blobs/{}", layer["digest"].as_str().expect("digest")), None);
+    let claims: serde_json::Value = serde_json::from_slice(&payload).expect("JSON payload");
+    assert_eq!(claims["critical"]["image"]["docker-manifest-digest"], other_digest.as_str());
+    std::fs::write(site.path("their-payload.json"), &payload).expect("write");
+    let signature = layer["annotations"]["dev.cosignproject.cosign/signature"].as_str().expect("a signature");
+    std::fs::write(site.path("signature.b64"), signature).expect("write");
+    openssl(&["base64", "-d", "-A", "-in", &site.text("signature.b64"), "-out", &site.text("signature.der")]);
+    let verified = openssl(&[
+        "dgst",
+        "-sha256",
+        "-verify",
+        &site.text("trusted.pub"),
+        "-signature",
+        &site.text("signature.der"),
+        &site.text("their-payload.json"),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&verified).trim(), "Verified OK");
+
+    // The signature is kept with the component: a pinned add verifies with the registry gone.
+    registry.stop();
+    std::fs::remove_file(site.path("state/plugins/misbehave.wasm")).expect("remove the plugin");
+    let offline = add(&format!("{tagged}@{digest}"));
+    assert_eq!(offline.status, 0, "{}", offline.stderr);
+    assert!(offline.stdout.contains("(from the cache)") && offline.stdout.contains("signed by `keys/trusted.pub`"), "{}", offline.stdout);
+
+    // Each start checks every installed plugin, offline: first it is not pinned in the policy.
+    let workspace = site.text("workspace");
+    let call =
+        || site.run(&["--policy", &policy, "call", "read_file", r#"{"path": "a.txt"}"#, "--role", "agent", "--workspace", &workspace]);
+    std::fs::write(site.path("workspace/a.txt"), "hello\n").expect("write");
+    let unpinned = call();
+    assert_eq!(unpinned.status, 2, "{}", unpinned.stdout);
+    assert!(
+        unpinned.stderr.contains("is not shown signed by a trusted key") && unpinned.stderr.contains("pins its sha256"),
+        "{}",
+        unpinned.stderr
+    );
+    // Pinned with its source: it starts, the registry still gone.
+    let pin = &offline.stdout[offline.stdout.find("[plugins.misbehave]").expect("the pin")..];
+    let pin: String = pin.lines().take(3).map(|line| format!("{line}\n")).collect();
+    let text = std::fs::read_to_string(&policy).expect("read the policy");
+    std::fs::write(&policy, format!("{text}{pin}")).expect("pin");
+    let started = call();
+    assert_eq!(started.status, 0, "{}", started.stderr);
+    assert!(started.stdout.contains("hello"), "{}", started.stdout);
+    // The signature kept in the cache gone: the start is refused, not taken on trust.
+    std::fs::remove_dir_all(site.path("cache/oci/signatures")).expect("drop the kept signatures");
+    let unproven = call();
+    assert_eq!(unproven.status, 2, "{}", unproven.stdout);
+    assert!(unproven.stderr.contains("no signature of"), "{}", unproven.stderr);
+}
+
+#[test]
+fn a_signature_altered_in_the_registry_is_refused_even_where_signatures_are_not_required() {
+    let Some(registry) = Registry::start(None) else { return };
+    let site = Site::new();
+    key_pair(&site, "trusted");
+    let wasm = toolcell_tests::guest_program("misbehave");
+    std::fs::write(site.path("misbehave.wasm"), wasm).expect("write");
+    let policy = site.text("policy.toml");
+    std::fs::write(&policy, "version = 1\n[registry]\nsignature_keys = [\"trusted.pub\"]\n[roles.agent]\ntools = [\"read_file\"]\n")
+        .expect("write the policy");
+    let tagged = format!("oci://{}/tools/misbehave:1.0", registry.address);
+    let pushed = site.run(&["tools", "push", "--insecure", &site.text("misbehave.wasm"), &tagged]);
+    let digest = field(&pushed.stdout, "manifest").to_owned();
+    // Unsigned and not required: added, and said so.
+    let unsigned = site.run(&["--policy", &policy, "tools", "pull", "--insecure", &tagged]);
+    assert_eq!(unsigned.status, 0, "{}", unsigned.stderr);
+    assert!(unsigned.stdout.contains("unsigned (the policy does not require signatures)"), "{}", unsigned.stdout);
+    // A valid signature of another manifest, moved under this one's signature tag: refused.
+    let other = format!("oci://{}/tools/misbehave:2.0", registry.address);
+    std::fs::write(site.path("other.wasm"), toolcell_tests::guest_program("fs_probe")).expect("write");
+    let pushed = site.run(&["tools", "push", "--insecure", &site.text("other.wasm"), &other]);
+    let other_digest = field(&pushed.stdout, "manifest").to_owned();
+    let signed = site.run(&["tools", "sign", "--insecure", "--key", &site.text("trusted.pem"), &other]);
+    assert_eq!(signed.status, 0, "{}", signed.stderr);
+    let (_, manifest, _) = registry.get(&format!("/v2/tools/misbehave/manifests/{}.sig", other_digest.replacen(':', "-", 1)), None);
+    let manifest: serde_json::Value = serde_json::from_slice(&manifest).expect("JSON");
+    registry.put_manifest("tools/misbehave", &format!("{}.sig", digest.replacen(':', "-", 1)), &manifest);
+    let moved = site.run(&["--policy", &policy, "tools", "add", "--insecure", "--force", &tagged]);
+    assert_eq!(moved.status, 2, "{}", moved.stdout);
+    assert!(moved.stderr.contains("a signature is of another manifest"), "{}", moved.stderr);
+    // A policy naming a registry elsewhere for plain HTTP fails with its line.
+    std::fs::write(&policy, "version = 1\n[registry]\ninsecure = [\"registry.example.com\"]\n[roles.agent]\ntools = [\"read_file\"]\n")
+        .expect("write the policy");
+    let remote = site.run(&["--policy", &policy, "tools", "pull", &tagged]);
+    assert_eq!(remote.status, 2);
+    assert!(
+        remote.stderr.contains("policy.toml line 3") && remote.stderr.contains("`registry.example.com`, which is not on this machine"),
+        "{}",
+        remote.stderr
+    );
+    let started = site.run(&["--policy", &policy, "call", "read_file", r#"{"path": "x"}"#, "--workspace", &site.text("workspace")]);
+    assert_eq!(started.status, 2, "{}", started.stdout);
+    assert!(started.stderr.contains("which is not on this machine"), "{}", started.stderr);
+}

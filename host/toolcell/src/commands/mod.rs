@@ -98,12 +98,16 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Tools { command: Some(ToolsCommand::Pull { reference, output, insecure }), .. } = &cli.command {
         return registry::pull(&cli.runtime, reference, output.as_deref(), *insecure);
     }
+    if let Command::Tools { command: Some(ToolsCommand::Sign { reference, key, insecure }), .. } = &cli.command {
+        return registry::sign(&cli.runtime, reference, key, *insecure);
+    }
     if let Command::Tools { command: Some(ToolsCommand::Remove { name }), .. } = &cli.command {
         return tools_remove(&cli.runtime, name);
     }
     if let Command::Tools { command: Some(ToolsCommand::Update { name, component, force, insecure }), .. } = &cli.command {
         return match component {
             Some(component) => {
+                registry::refuse_unsigned_file(&cli.runtime, &component.display().to_string())?;
                 let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
                 tools_update(&cli.runtime, name, &component.display().to_string(), wasm, *force, None)
             }
@@ -220,6 +224,9 @@ fn build_runtime_watching(
         builder = builder.shared_store(Arc::clone(&store) as Arc<dyn toolcell_runtime::LockBackend>, store);
     }
     if let Some(directory) = plugin_dir(args) {
+        if extra.is_none() {
+            registry::check_installed_signatures(args, &directory)?;
+        }
         builder = builder.plugin_dir(directory);
     }
     let mut new_policy = None;

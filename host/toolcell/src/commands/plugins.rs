@@ -30,6 +30,7 @@ pub(super) fn tools_add(args: &RuntimeArgs, component: &str, force: bool, insecu
         return registry::add(args, component, force, insecure);
     }
     let path = std::path::Path::new(component);
+    registry::refuse_unsigned_file(args, component)?;
     let wasm = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
     add_component(args, &path.display().to_string(), wasm, force, None)
 }

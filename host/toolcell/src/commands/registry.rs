@@ -1,8 +1,9 @@
-//! `toolcell tools push|pull|add|update` with OCI registries: the artifact wkg writes, digests
-//! checked as blobs arrive, tags resolved once and pinned, pulled components kept in the cache.
+//! `toolcell tools push|pull|add|update|sign` with OCI registries: the artifact wkg writes,
+//! digests checked as blobs arrive, tags resolved once and pinned, pulled components kept in the
+//! cache, and cosign-style signatures checked against the policy's `[registry]` keys.
 
 use super::*;
-use toolcell_oci::{Annotations, Cache, Pulled, Reference, Registry};
+use toolcell_oci::{Annotations, Cache, PublicKeys, Pulled, Reference, Registry, Signed, SigningKey};
 
 /// The registry cache: `oci` in the cache directory, unless `--no-cache`.
 fn cache(args: &RuntimeArgs) -> Option<Cache> {
@@ -22,10 +23,132 @@ fn parse(reference: &str) -> anyhow::Result<Reference> {
     Ok(reference.parse::<Reference>()?)
 }
 
-/// Pull `reference` (from the cache when it pins a digest already pulled).
+/// The policy's `[registry]` table, with its keys read (relative to the policy file).
+struct RegistryPolicy {
+    settings: toolcell_policy::RegistrySettings,
+    keys: PublicKeys,
+}
+
+impl RegistryPolicy {
+    fn read(args: &RuntimeArgs) -> anyhow::Result<Self> {
+        let Some((shown, text)) = policy_text(args)? else {
+            return Ok(Self { settings: toolcell_policy::RegistrySettings::default(), keys: PublicKeys::default() });
+        };
+        let settings = toolcell_policy::registry_settings(&shown, &text)?;
+        let base = args.policy.as_deref().and_then(std::path::Path::parent).unwrap_or(std::path::Path::new("."));
+        let mut keys = PublicKeys::default();
+        for key in &settings.signature_keys {
+            let path = base.join(key);
+            let pem = std::fs::read_to_string(&path).with_context(|| {
+                format!(
+                    "cannot read the signature key `{key}` named in `{shown}` `[registry] signature_keys` (looked for `{}`)",
+                    path.display()
+                )
+            })?;
+            keys.add_pem(key, &pem)?;
+        }
+        Ok(Self { settings, keys })
+    }
+
+    /// Plain HTTP when asked for on the command line or by the policy, for this registry.
+    fn insecure(&self, reference: &Reference, flag: bool) -> bool {
+        flag || self.settings.is_insecure(reference.registry())
+    }
+
+    /// Check the signatures of what was pulled: a signature that does not hold is always
+    /// refused; an unsigned component is refused when the policy requires signatures.
+    fn check(&self, registry: &Registry, pulled: &Pulled) -> anyhow::Result<()> {
+        if self.keys.is_empty() {
+            return Ok(());
+        }
+        let signed = block_on(registry.verify(&pulled.reference, &self.keys))??;
+        let mut stdout = std::io::stdout().lock();
+        match signed {
+            Signed::By(key) => writeln!(stdout, "signed by `{key}`")?,
+            Signed::Unsigned if self.settings.require_signatures => anyhow::bail!(
+                "refused: `{}` carries no signature, and the policy requires one (`[registry] require_signatures = true`); ask its publisher to sign it (`cosign sign --key` or `toolcell tools sign`), or take it from a file you checked yourself after turning the requirement off",
+                pulled.reference
+            ),
+            Signed::Unsigned => writeln!(stdout, "unsigned (the policy does not require signatures)")?,
+        }
+        Ok(())
+    }
+}
+
+/// Where the policy requires signatures, every installed plugin must be a component pinned in
+/// `[plugins]` with a registry `source`, whose signature by a trusted key is in the cache (it
+/// was checked when the component was added): checked at each start, without the network.
+pub(super) fn check_installed_signatures(args: &RuntimeArgs, plugin_dir: &std::path::Path) -> anyhow::Result<()> {
+    let policy = RegistryPolicy::read(args)?;
+    if !policy.settings.require_signatures {
+        return Ok(());
+    }
+    let Some((shown, text)) = policy_text(args)? else { return Ok(()) };
+    let pins = toolcell_policy::plugin_pins(&shown, &text)?;
+    let Ok(entries) = std::fs::read_dir(plugin_dir) else { return Ok(()) };
+    for path in entries.filter_map(Result::ok).map(|entry| entry.path()) {
+        if path.extension().is_none_or(|extension| extension != "wasm") {
+            continue;
+        }
+        let file = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        let wasm = std::fs::read(&path).with_context(|| format!("cannot read the plugin `{file}`"))?;
+        let sha256 = toolcell_oci::sha256_digest(&wasm).trim_start_matches("sha256:").to_owned();
+        let source = pins.values().find_map(|pin| (pin.sha256.as_deref() == Some(sha256.as_str())).then(|| pin.source.clone()));
+        let why = match source {
+            None => format!("no `[plugins.NAME]` table in `{shown}` pins its sha256 `{sha256}`"),
+            Some(None) => format!("its pin in `{shown}` has no registry `source`, so no signature can vouch for it"),
+            Some(Some(source)) => match source.parse::<Reference>() {
+                Err(error) => error.to_string(),
+                Ok(reference) => match cache(args) {
+                    None => "the cache is off (`--no-cache`), and the signature checked when it was added is kept there".to_owned(),
+                    Some(cache) => match toolcell_oci::verify_cached(&cache, &reference, &sha256, &policy.keys) {
+                        Ok(_) => continue,
+                        Err(why) => why,
+                    },
+                },
+            },
+        };
+        anyhow::bail!(
+            "refused to start: the plugin `{file}` is not shown signed by a trusted key, and the policy requires signatures (`[registry] require_signatures = true`): {why}. Add it again from its registry (`toolcell tools add oci://…`, then put the printed pin in the policy), or remove it (`toolcell tools remove NAME`)"
+        );
+    }
+    Ok(())
+}
+
+/// A component from a file cannot be added where the policy requires signatures.
+pub(super) fn refuse_unsigned_file(args: &RuntimeArgs, origin: &str) -> anyhow::Result<()> {
+    let policy = RegistryPolicy::read(args)?;
+    anyhow::ensure!(
+        !policy.settings.require_signatures,
+        "refused: `{origin}` is a file, which carries no signature, and the policy requires signed components (`[registry] require_signatures = true`); push it to a registry, sign it there (`toolcell tools sign`), and add it by its reference"
+    );
+    Ok(())
+}
+
+/// Pull `reference` (from the cache when it pins a digest already pulled), then check its
+/// signatures as the policy says.
 fn fetch(args: &RuntimeArgs, reference: &Reference, insecure: bool) -> anyhow::Result<Pulled> {
-    let registry = Registry::new(reference, insecure, cache(args))?;
-    Ok(block_on(registry.pull(reference))??)
+    let policy = RegistryPolicy::read(args)?;
+    let registry = Registry::new(reference, policy.insecure(reference, insecure), cache(args))?;
+    let pulled = block_on(registry.pull(reference))??;
+    policy.check(&registry, &pulled)?;
+    Ok(pulled)
+}
+
+/// `toolcell tools sign REF --key KEY`: sign the manifest REF names (a tag is resolved to its
+/// digest first) as `cosign sign --key` does.
+pub(super) fn sign(args: &RuntimeArgs, reference: &str, key: &std::path::Path, insecure: bool) -> anyhow::Result<ExitCode> {
+    let reference = parse(reference)?;
+    let pem = std::fs::read_to_string(key).with_context(|| format!("cannot read the key `{}`", key.display()))?;
+    let key = SigningKey::from_pem(&key.display().to_string(), &pem)?;
+    let policy = RegistryPolicy::read(args)?;
+    let registry = Registry::new(&reference, policy.insecure(&reference, insecure), cache(args))?;
+    let pulled = block_on(registry.pull(&reference))??;
+    let signature = block_on(registry.sign(&pulled.reference, &key))??;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "signed {}", pulled.reference)?;
+    writeln!(stdout, "signature {signature}")?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `toolcell tools push FILE REF`.
@@ -42,6 +165,7 @@ pub(super) fn push(
     }
     let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
     let sha256 = toolcell_oci::sha256_digest(&wasm);
+    let insecure = RegistryPolicy::read(args)?.insecure(&reference, insecure);
     let registry = Registry::new(&reference, insecure, cache(args))?;
     let pinned = block_on(registry.push(&reference, wasm, annotations))??;
     let mut stdout = std::io::stdout().lock();
