@@ -18,6 +18,7 @@
 
 mod auth;
 mod cache;
+mod capped;
 mod reference;
 mod signature;
 
@@ -262,17 +263,9 @@ impl Registry {
             });
         }
         let manifest = self.component_manifest(reference, &manifest_bytes)?;
-        let mut config = Vec::new();
-        self.client
-            .pull_blob(&client_reference, &manifest.config, &mut config)
-            .await
-            .map_err(|error| self.blob_error(reference, "config", &manifest.config.digest, error))?;
+        let config = self.capped_blob(reference, &client_reference, &manifest.config, "config", capped::MAX_CONFIG).await?;
         let layer = &manifest.layers[0];
-        let mut wasm = Vec::new();
-        self.client
-            .pull_blob(&client_reference, layer, &mut wasm)
-            .await
-            .map_err(|error| self.blob_error(reference, "component", &layer.digest, error))?;
+        let wasm = self.capped_blob(reference, &client_reference, layer, "component", capped::MAX_COMPONENT).await?;
         // Checked here too: the pin toolcell keeps is this digest.
         let actual = sha256_digest(&wasm);
         if actual != layer.digest {
@@ -335,6 +328,27 @@ impl Registry {
             [layer] => Err(fail(format!("its layer's media type is `{}`, not `{WASM_LAYER_MEDIA_TYPE}`", layer.media_type))),
             layers => Err(fail(format!("it has {} layers, not exactly one", layers.len()))),
         }
+    }
+
+    /// The blob of `descriptor`, at most its declared size and at most `max` bytes, its digest
+    /// checked as it arrives.
+    pub(crate) async fn capped_blob(
+        &self,
+        reference: &Reference,
+        client_reference: &oci_client::Reference,
+        descriptor: &oci_client::manifest::OciDescriptor,
+        what: &'static str,
+        max: u64,
+    ) -> Result<Vec<u8>, Error> {
+        let mut sink = capped::Capped::new(descriptor.size, max).map_err(|reason| Error::NotComponent {
+            reference: reference.to_string(),
+            reason: format!("its {what} `{}`: {reason}", descriptor.digest),
+        })?;
+        self.client
+            .pull_blob(client_reference, descriptor, &mut sink)
+            .await
+            .map_err(|error| self.blob_error(reference, what, &descriptor.digest, error))?;
+        Ok(sink.bytes)
     }
 
     fn blob_error(

@@ -120,14 +120,26 @@ impl Reference {
     }
 }
 
+/// `NAME[:PORT]` (letters, digits, `.` and `-`) or `[IPV6][:PORT]`, nothing else: what a URL
+/// parser reads as the host is then exactly what [`Reference::is_local`] judged.
 fn is_registry(registry: &str) -> bool {
-    let (host, port) = match registry.rsplit_once(':') {
-        Some((host, port)) if !host.ends_with(':') && !port.contains(']') => (host, Some(port)),
-        _ => (registry, None),
+    let (host_ok, port) = match registry.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((address, rest)) => (address.parse::<std::net::Ipv6Addr>().is_ok(), rest),
+            None => return false,
+        },
+        None => {
+            let (host, port) = registry.find(':').map_or((registry, ""), |at| registry.split_at(at));
+            let name_ok = !host.is_empty()
+                && host.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'-'))
+                && !host.starts_with(['.', '-']);
+            (name_ok, port)
+        }
     };
-    let host_ok =
-        !host.is_empty() && host.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'-' | b'[' | b']' | b':'));
-    let port_ok = port.is_none_or(|port| !port.is_empty() && port.len() <= 5 && port.bytes().all(|byte| byte.is_ascii_digit()));
+    let port_ok = match port.strip_prefix(':') {
+        Some(digits) => !digits.is_empty() && digits.len() <= 5 && digits.bytes().all(|byte| byte.is_ascii_digit()),
+        None => port.is_empty(),
+    };
     host_ok && port_ok
 }
 
@@ -166,6 +178,10 @@ mod tests {
             ("oci://localhost:5000/a@sha256:12".to_owned(), Err("64 lowercase hex")),
             ("oci://localhost:5000/a@md5:12".to_owned(), Err("the digest is not")),
             ("oci://local host/a:1".to_owned(), Err("the registry is not")),
+            ("oci://localhost:evil.com:5000/a:1".to_owned(), Err("the registry is not")),
+            ("oci://[::1].evil.com:5000/a:1".to_owned(), Err("the registry is not")),
+            ("oci://[localhost]evil.com:5000/a:1".to_owned(), Err("the registry is not")),
+            ("oci://[::1]:5000/a:1".to_owned(), Ok(("[::1]:5000", "a", Some("1"), None))),
             ("oci://localhost:5000/a:-x".to_owned(), Err("the tag is not")),
         ]
         .map(|(text, expected)| (text.to_string(), expected))

@@ -28,7 +28,7 @@ const PAYLOAD_TYPE: &str = "cosign container image signature";
 /// Layers read from one signature manifest, at most: a registry cannot make a check endless.
 const MAX_SIGNATURES: usize = 16;
 /// Bytes of one payload, at most.
-const MAX_PAYLOAD: usize = 64 * 1024;
+const MAX_PAYLOAD: u64 = 64 * 1024;
 
 /// The public keys signatures are checked against, each with the name errors show (its file).
 #[derive(Default)]
@@ -130,27 +130,56 @@ fn payload(reference: &Reference, digest: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// The manifest digest a payload vouches for, if it is a cosign payload.
-fn vouched_digest(payload: &[u8]) -> Option<String> {
+/// The manifest digest and the repository (`HOST/NAME`) a payload vouches for, if it is a
+/// cosign payload.
+fn vouched(payload: &[u8]) -> Option<(String, String)> {
     let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
     let critical = value.get("critical")?;
     (critical.get("type")?.as_str()? == PAYLOAD_TYPE).then_some(())?;
-    Some(critical.get("image")?.get("docker-manifest-digest")?.as_str()?.to_owned())
+    let digest = critical.get("image")?.get("docker-manifest-digest")?.as_str()?.to_owned();
+    let identity = critical.get("identity")?.get("docker-reference")?.as_str()?.to_owned();
+    Some((digest, identity))
+}
+
+/// `HOST/NAME` as signatures name a repository: Docker Hub's hosts as one.
+fn repository_identity(identity: &str) -> String {
+    let (host, name) = identity.split_once('/').unwrap_or((identity, ""));
+    let host = match host {
+        "docker.io" | "registry-1.docker.io" => "index.docker.io",
+        host => host,
+    };
+    format!("{host}/{name}")
 }
 
 /// What the signature manifest and its layers say, read from the registry or the cache.
 struct SignatureSet {
     layers: Vec<(Vec<u8>, Option<String>)>,
+    /// Layers that could not be read within their declared size and the payload cap.
+    unreadable: usize,
 }
 
 impl SignatureSet {
-    /// Check each payload against `digest` and each signature against `keys`; the first key
-    /// that verifies a payload naming `digest`, else why none did.
-    fn check(&self, digest: &str, keys: &PublicKeys) -> Result<String, String> {
+    /// Check each payload against `digest` of `reference`'s repository and each signature
+    /// against `keys`; the first key that verifies a payload naming both, else why none did.
+    /// The repository counts: a signed build of one tool served under another's name, or by
+    /// another registry, is not signed there.
+    fn check(&self, reference: &Reference, digest: &str, keys: &PublicKeys) -> Result<String, String> {
+        let repository = repository_identity(&format!("{}/{}", reference.registry(), reference.repository()));
         let mut reasons = Vec::new();
         for (payload, signature) in &self.layers {
-            if vouched_digest(payload).as_deref() != Some(digest) {
+            let Some((vouched_digest, identity)) = vouched(payload) else {
+                reasons.push("a signature payload is not a cosign payload".to_owned());
+                continue;
+            };
+            if vouched_digest != digest {
                 reasons.push("a signature is of another manifest".to_owned());
+                continue;
+            }
+            if repository_identity(&identity) != repository {
+                reasons.push(format!(
+                    "a signature is of this manifest in another repository (`{}`), not `{repository}`",
+                    identity.escape_default()
+                ));
                 continue;
             }
             let Some(signature) = signature
@@ -166,9 +195,26 @@ impl SignatureSet {
                 None => reasons.push("a signature does not verify under any trusted key".to_owned()),
             }
         }
+        if self.unreadable > 0 {
+            reasons.push(format!(
+                "{} signature payload(s) could not be read within the declared size and the {MAX_PAYLOAD}-byte cap",
+                self.unreadable
+            ));
+        }
         reasons.dedup();
+        if reasons.is_empty() {
+            reasons.push("the signature manifest holds no simple-signing layer".to_owned());
+        }
         Err(reasons.join("; "))
     }
+}
+
+/// The simple-signing layers of a signature manifest, the newest (last) [`MAX_SIGNATURES`] of
+/// them: signing appends, so junk pushed before a signature cannot hide it.
+fn newest_signatures(manifest: &OciImageManifest) -> impl Iterator<Item = &oci_client::manifest::OciDescriptor> {
+    let layers: Vec<_> = manifest.layers.iter().filter(|layer| layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE).collect();
+    let skip = layers.len().saturating_sub(MAX_SIGNATURES);
+    layers.into_iter().skip(skip)
 }
 
 /// Where the cache keeps, for a manifest digest, the digest of its signature manifest.
@@ -231,13 +277,13 @@ impl Registry {
     pub async fn verify(&self, reference: &Reference, keys: &PublicKeys) -> Result<Signed, Error> {
         let digest = pinned_digest(reference)?;
         if let Some(set) = self.cache.as_ref().and_then(|cache| cached_signatures(cache, &digest))
-            && let Ok(name) = set.check(&digest, keys)
+            && let Ok(name) = set.check(reference, &digest, keys)
         {
             return Ok(Signed::By(name));
         }
         let target = Reference::tagged(reference, &signature_tag(&digest));
         let Some(set) = self.signature_set(&target).await? else { return Ok(Signed::Unsigned) };
-        set.check(&digest, keys).map(Signed::By).map_err(|reason| Error::Signature { reference: reference.to_string(), reason })
+        set.check(reference, &digest, keys).map(Signed::By).map_err(|reason| Error::Signature { reference: reference.to_string(), reason })
     }
 
     /// The signature manifest at `target` and its payloads, or `None` if there is none.
@@ -266,30 +312,20 @@ impl Registry {
         let manifest: OciImageManifest =
             serde_json::from_slice(&bytes).map_err(|error| fail(format!("the signature manifest does not parse ({error})")))?;
         let mut layers = Vec::new();
-        for layer in manifest.layers.iter().filter(|layer| layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE).take(MAX_SIGNATURES) {
-            if usize::try_from(layer.size).map_or(true, |size| size > MAX_PAYLOAD) {
-                return Err(fail(format!("a signature payload of {} bytes is over the {MAX_PAYLOAD} allowed", layer.size)));
-            }
-            let mut payload = Vec::new();
-            self.client
-                .pull_blob(&client_reference, layer, &mut payload)
-                .await
-                .map_err(|error| self.failed(format!("pulling the signature payload `{}`", layer.digest))(error))?;
-            if sha256_digest(&payload) != layer.digest {
-                return Err(Error::DigestMismatch {
-                    reference: target.to_string(),
-                    what: "signature payload",
-                    expected: layer.digest.clone(),
-                    actual: sha256_digest(&payload),
-                });
-            }
+        let mut unreadable = 0;
+        for layer in newest_signatures(&manifest) {
+            // A payload over the cap is not a signature toolcell reads; the others still count.
+            let Ok(payload) = self.capped_blob(target, &client_reference, layer, "signature payload", MAX_PAYLOAD).await else {
+                unreadable += 1;
+                continue;
+            };
             let signature = layer.annotations.as_ref().and_then(|annotations| annotations.get(SIGNATURE_ANNOTATION)).cloned();
             layers.push((payload, signature));
         }
         if let Some(cache) = &self.cache {
             self.keep_signatures(cache, target, &bytes, &layers)?;
         }
-        Ok(Some(SignatureSet { layers }))
+        Ok(Some(SignatureSet { layers, unreadable }))
     }
 
     /// Keep a signature manifest and its payloads in the cache, with a pointer from the signed
@@ -316,11 +352,12 @@ fn cached_signatures(cache: &Cache, digest: &str) -> Option<SignatureSet> {
     let pointer = std::fs::read_to_string(cached_pointer(cache, digest)?).ok()?;
     let manifest: OciImageManifest = serde_json::from_slice(&cache.get(pointer.trim())?).ok()?;
     let mut layers = Vec::new();
-    for layer in manifest.layers.iter().filter(|layer| layer.media_type == SIMPLE_SIGNING_MEDIA_TYPE).take(MAX_SIGNATURES) {
-        let payload = cache.get(&layer.digest)?;
+    for layer in newest_signatures(&manifest) {
+        // Only the payloads that were read (within the cap) were kept.
+        let Some(payload) = cache.get(&layer.digest) else { continue };
         layers.push((payload, layer.annotations.as_ref().and_then(|annotations| annotations.get(SIGNATURE_ANNOTATION)).cloned()));
     }
-    Some(SignatureSet { layers })
+    Some(SignatureSet { layers, unreadable: 0 })
 }
 
 /// From the cache alone, without the network: whether the component of sha256 `sha256` (hex)
@@ -341,7 +378,7 @@ pub fn verify_cached(cache: &Cache, reference: &Reference, sha256: &str, keys: &
         return Err(format!("the manifest `{reference}` pins is not of the component `{sha256}`"));
     }
     let set = cached_signatures(cache, digest).ok_or_else(|| format!("no signature of `{reference}` is in the cache"))?;
-    set.check(digest, keys)
+    set.check(reference, digest, keys)
 }
 
 fn pinned_digest(reference: &Reference) -> Result<String, Error> {
@@ -362,7 +399,7 @@ mod tests {
         let key = SigningKey::from_pem("key.pem", PRIVATE).expect("a P-256 key");
         let signature: p256::ecdsa::Signature = key.0.sign(&payload);
         let encoded = base64::engine::general_purpose::STANDARD.encode(signature.to_der().as_bytes());
-        SignatureSet { layers: vec![(payload, Some(encoded))] }
+        SignatureSet { layers: vec![(payload, Some(encoded))], unreadable: 0 }
     }
 
     #[test]
@@ -371,13 +408,24 @@ mod tests {
         let digest = format!("sha256:{}", "a".repeat(64));
         let mut keys = PublicKeys::default();
         keys.add_pem("cosign.pub", PUBLIC).expect("a public key");
-        assert_eq!(signed_set(payload(&reference, &digest)).check(&digest, &keys), Ok("cosign.pub".to_owned()));
+        assert_eq!(signed_set(payload(&reference, &digest)).check(&reference, &digest, &keys), Ok("cosign.pub".to_owned()));
         let other = format!("sha256:{}", "b".repeat(64));
-        assert!(signed_set(payload(&reference, &other)).check(&digest, &keys).expect_err("refused").contains("another manifest"));
+        assert!(
+            signed_set(payload(&reference, &other)).check(&reference, &digest, &keys).expect_err("refused").contains("another manifest")
+        );
+        let elsewhere: Reference = "oci://localhost:5000/tools/b:1".parse().expect("a reference");
+        let moved = signed_set(payload(&reference, &digest)).check(&elsewhere, &digest, &keys).expect_err("refused");
+        assert!(moved.contains("another repository (`localhost:5000/tools/a`)"), "{moved}");
         let mut altered = signed_set(payload(&reference, &digest));
         altered.layers[0].0.push(b' ');
-        assert!(altered.check(&digest, &keys).expect_err("refused").contains("does not verify"));
-        assert!(signed_set(payload(&reference, &digest)).check(&digest, &PublicKeys::default()).is_err());
+        assert!(altered.check(&reference, &digest, &keys).expect_err("refused").contains("does not verify"));
+        assert!(signed_set(payload(&reference, &digest)).check(&reference, &digest, &PublicKeys::default()).is_err());
+        assert!(
+            SignatureSet { layers: Vec::new(), unreadable: 0 }
+                .check(&reference, &digest, &keys)
+                .expect_err("refused")
+                .contains("no simple-signing layer")
+        );
     }
 
     #[test]

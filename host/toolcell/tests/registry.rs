@@ -740,6 +740,50 @@ fn a_signature_altered_in_the_registry_is_refused_even_where_signatures_are_not_
     let moved = site.run(&["--policy", &policy, "tools", "add", "--insecure", "--force", &tagged]);
     assert_eq!(moved.status, 2, "{}", moved.stdout);
     assert!(moved.stderr.contains("a signature is of another manifest"), "{}", moved.stderr);
+    // This manifest and its valid signature copied to another repository: the signature names
+    // the repository it was made for, so it does not vouch for the copy.
+    let (_, this_manifest, _) = registry.get(&format!("/v2/tools/misbehave/manifests/{digest}"), None);
+    let this_manifest: serde_json::Value = serde_json::from_slice(&this_manifest).expect("JSON");
+    let signed = site.run(&[
+        "tools",
+        "sign",
+        "--insecure",
+        "--key",
+        &site.text("trusted.pem"),
+        &format!("oci://{}/tools/misbehave@{digest}", registry.address),
+    ]);
+    assert_eq!(signed.status, 0, "{}", signed.stderr);
+    let (_, signature, _) = registry.get(&format!("/v2/tools/misbehave/manifests/{}.sig", digest.replacen(':', "-", 1)), None);
+    let signature: serde_json::Value = serde_json::from_slice(&signature).expect("JSON");
+    for blob in
+        [&this_manifest["config"], &this_manifest["layers"][0], &signature["config"], &signature["layers"][0], &signature["layers"][1]]
+    {
+        let digest = blob["digest"].as_str().expect("a digest");
+        let (_, bytes, _) = registry.get(&format!("/v2/tools/misbehave/blobs/{digest}"), None);
+        registry.upload("tools/impostor", &bytes);
+    }
+    registry.put_manifest("tools/impostor", "1.0", &this_manifest);
+    registry.put_manifest("tools/impostor", &format!("{}.sig", digest.replacen(':', "-", 1)), &signature);
+    let impostor =
+        site.run(&["--policy", &policy, "tools", "pull", "--insecure", &format!("oci://{}/tools/impostor:1.0", registry.address)]);
+    assert_eq!(impostor.status, 2, "{}", impostor.stdout);
+    assert!(impostor.stderr.contains("another repository"), "{}", impostor.stderr);
+    // A signature layer that declares a few bytes and holds more is cut off, not read whole.
+    let big = vec![b'x'; 200 * 1024];
+    let big_digest = registry.upload("tools/misbehave", &big);
+    let mut lying = signature.clone();
+    lying["layers"] = serde_json::json!([{
+        "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+        "digest": big_digest,
+        "size": 10,
+        "annotations": { "dev.cosignproject.cosign/signature": "AAAA" },
+    }]);
+    registry.put_manifest("tools/misbehave", &format!("{}.sig", digest.replacen(':', "-", 1)), &lying);
+    let _ = std::fs::remove_dir_all(site.path("cache/oci/signatures"));
+    let cut = site.run(&["--policy", &policy, "tools", "pull", "--insecure", &tagged]);
+    assert_eq!(cut.status, 2, "{}", cut.stdout);
+    assert!(cut.stderr.contains("could not be read within the declared size"), "{}", cut.stderr);
+
     // A policy naming a registry elsewhere for plain HTTP fails with its line.
     std::fs::write(&policy, "version = 1\n[registry]\ninsecure = [\"registry.example.com\"]\n[roles.agent]\ntools = [\"read_file\"]\n")
         .expect("write the policy");

@@ -224,9 +224,12 @@ fn build_runtime_watching(
         builder = builder.shared_store(Arc::clone(&store) as Arc<dyn toolcell_runtime::LockBackend>, store);
     }
     if let Some(directory) = plugin_dir(args) {
-        if extra.is_none() {
-            registry::check_installed_signatures(args, &directory)?;
-        }
+        // The plugin an update replaces is checked as the new build, not as the old file.
+        let replaced = match &extra {
+            Some(Candidate::Replacing { file_name, .. }) => Some(file_name.as_str()),
+            _ => None,
+        };
+        registry::check_installed_signatures(args, &directory, replaced)?;
         builder = builder.plugin_dir(directory);
     }
     let mut new_policy = None;

@@ -78,7 +78,7 @@ impl RegistryPolicy {
 /// Where the policy requires signatures, every installed plugin must be a component pinned in
 /// `[plugins]` with a registry `source`, whose signature by a trusted key is in the cache (it
 /// was checked when the component was added): checked at each start, without the network.
-pub(super) fn check_installed_signatures(args: &RuntimeArgs, plugin_dir: &std::path::Path) -> anyhow::Result<()> {
+pub(super) fn check_installed_signatures(args: &RuntimeArgs, plugin_dir: &std::path::Path, replaced: Option<&str>) -> anyhow::Result<()> {
     let policy = RegistryPolicy::read(args)?;
     if !policy.settings.require_signatures {
         return Ok(());
@@ -91,6 +91,9 @@ pub(super) fn check_installed_signatures(args: &RuntimeArgs, plugin_dir: &std::p
             continue;
         }
         let file = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        if replaced == Some(file.as_str()) {
+            continue;
+        }
         let wasm = std::fs::read(&path).with_context(|| format!("cannot read the plugin `{file}`"))?;
         let sha256 = toolcell_oci::sha256_digest(&wasm).trim_start_matches("sha256:").to_owned();
         let source = pins.values().find_map(|pin| (pin.sha256.as_deref() == Some(sha256.as_str())).then(|| pin.source.clone()));
