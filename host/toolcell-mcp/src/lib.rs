@@ -26,6 +26,7 @@ pub mod config;
 pub mod http;
 mod logging;
 pub mod operator;
+pub mod resources;
 mod sessions;
 
 use std::sync::Arc;
@@ -63,6 +64,8 @@ pub struct McpServer {
     binding: Binding,
     /// The least severe log level the client wants (`logging/setLevel`).
     log_level: LogLevel,
+    /// The resources this connection subscribed to.
+    subscriptions: resources::Subscriptions,
 }
 
 enum Binding {
@@ -86,11 +89,11 @@ impl McpServer {
     /// Serve the tools `session`'s role may call.
     pub fn new(session: Session) -> Self {
         let tools = Arc::new(tools_of(&session));
-        McpServer { binding: Binding::Session { session, tools }, log_level: LogLevel::default() }
+        McpServer { binding: Binding::Session { session, tools }, log_level: LogLevel::default(), subscriptions: Default::default() }
     }
 
     fn for_service(service: Arc<http::Service>) -> Self {
-        McpServer { binding: Binding::Service(service), log_level: LogLevel::default() }
+        McpServer { binding: Binding::Service(service), log_level: LogLevel::default(), subscriptions: Default::default() }
     }
 
     /// The tools served to a one-session server, as MCP describes them (empty for the service,
@@ -110,6 +113,17 @@ impl McpServer {
                 let parts = context.extensions.get::<::http::request::Parts>();
                 service.session_for(parts).map_err(|reason| McpError::invalid_request(reason, None))
             }
+        }
+    }
+
+    /// The session of a resource request, if its role is served resources (else the method is
+    /// not found, as on a server without them).
+    fn resource_session(&self, context: &RequestContext<RoleServer>) -> Result<Session, McpError> {
+        let (session, _) = self.session_for(context)?;
+        if resources::is_served(&session) {
+            Ok(session)
+        } else {
+            Err(McpError::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, "this role may not read files: it has no resources", None))
         }
     }
 
@@ -285,6 +299,13 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
+/// Run blocking work (governed calls) on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, McpError> + Send + 'static) -> Result<T, McpError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|_| {
+        Err(McpError::internal_error("the host failed while serving a resource request; the operator's log has the details", None))
+    })
+}
+
 fn writeln_stderr(text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     writeln!(std::io::stderr(), "{text}")
@@ -302,7 +323,13 @@ impl ServerHandler for McpServer {
                  to the workspace root. Every filesystem access is checked against the policy; a refusal says which rule refused it."
                 .to_owned(),
         };
-        ServerConfig::new(logging::capabilities())
+        // The service's roles are known per request: it declares resources, and answers a role
+        // without the reading tools as a server without them.
+        let resources_served = match &self.binding {
+            Binding::Session { session, .. } => resources::is_served(session),
+            Binding::Service(_) => true,
+        };
+        ServerConfig::new(if resources_served { resources::capabilities() } else { logging::capabilities() })
             .with_server_info(Implementation::new("toolcell", env!("CARGO_PKG_VERSION")))
             .with_instructions(instructions)
     }
@@ -333,7 +360,7 @@ impl ServerHandler for McpServer {
         Ok(())
     }
 
-    // What this server does not declare (prompts, resources, completions) it does not answer
+    // What this server does not declare (prompts) it does not answer
     // with empty results either: -32601, as for any method it does not serve.
 
     async fn list_prompts(
@@ -346,26 +373,55 @@ impl ServerHandler for McpServer {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        Err(McpError::method_not_found::<rmcp::model::ListResourcesRequestMethod>())
+        let session = self.resource_session(&context)?;
+        self.subscriptions.watch(&session, context.peer.clone());
+        blocking(move || resources::list(&session, request.as_ref())).await
     }
 
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
-        Err(McpError::method_not_found::<rmcp::model::ListResourceTemplatesRequestMethod>())
+        self.resource_session(&context)?;
+        Ok(resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        let session = self.resource_session(&context)?;
+        Ok(blocking(move || resources::read(&session, &request.uri)).await?.into())
+    }
+
+    async fn subscribe(&self, request: rmcp::model::SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
+        let session = self.resource_session(&context)?;
+        let (peer, subscriptions) = (context.peer.clone(), self.subscriptions.clone());
+        blocking(move || subscriptions.subscribe(&session, &request.uri, peer)).await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.resource_session(&context)?;
+        self.subscriptions.unsubscribe(&request.uri);
+        Ok(())
     }
 
     async fn complete(
         &self,
-        _request: rmcp::model::CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
+        request: rmcp::model::CompleteRequestParams,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
-        Err(McpError::method_not_found::<rmcp::model::CompleteRequestMethod>())
+        let session = self.resource_session(&context)?;
+        blocking(move || resources::complete(&session, &request)).await
     }
 
     /// rmcp hands over a request whose method it knows but whose parameters it could not
