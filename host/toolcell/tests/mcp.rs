@@ -252,15 +252,14 @@ fn malformed_tool_calls_are_invalid_params_and_unknown_methods_are_not_found() {
         ("tools/call", serde_json::json!({"arguments": {}}), "-32602", "`name` is missing"),
         ("tools/call", serde_json::json!({"name": 7}), "-32602", "`name` is a number"),
         ("resources/subscribe/nothing", serde_json::json!({}), "-32601", "resources/subscribe/nothing"),
-        // Not declared, so not answered: the capabilities are `tools` and `logging` only.
+        // Not declared, so not answered: there are no prompts (resources and completion are
+        // served to a role that may read, see resources.rs), and none to complete.
         ("prompts/list", serde_json::json!({}), "-32601", "prompts/list"),
-        ("resources/list", serde_json::json!({}), "-32601", "resources/list"),
-        ("resources/templates/list", serde_json::json!({}), "-32601", "resources/templates/list"),
         (
             "completion/complete",
             serde_json::json!({"ref": {"type": "ref/prompt", "name": "x"}, "argument": {"name": "a", "value": "b"}}),
-            "-32601",
-            "completion/complete",
+            "-32602",
+            "it has no prompts",
         ),
         // Removed in 2026-07-28: a request made under it finds no `logging/setLevel`.
         (
