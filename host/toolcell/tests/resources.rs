@@ -291,3 +291,76 @@ fn a_role_without_the_reading_tools_has_no_resources() {
     drop(stdin);
     let _ = child.wait();
 }
+
+/// Run `tests/mcp-clients/roots.py` in `mode` with the client's `roots` against `toolcell mcp`
+/// started with `server` (after the global options).
+fn roots_client(mode: &str, roots: &[String], state: &Path, server: &[&str]) -> Value {
+    let mut command = Command::new(python_with_mcp());
+    command.arg(client_script("roots.py")).arg(mode).args(roots).arg("--").arg(env!("CARGO_BIN_EXE_toolcell"));
+    command.arg("--cache-dir").arg(toolcell_tests::shared_cache_dir()).arg("--state-dir").arg(state).arg("mcp").args(server);
+    run(command, "Python roots client")
+}
+
+fn file_uri(path: &Path) -> String {
+    format!("file://{}", path.to_str().expect("a UTF-8 temporary path").replace(' ', "%20"))
+}
+
+/// Without `--workspace`, the workspace is the client's first root, and follows it when the
+/// roots change.
+#[test]
+fn the_clients_first_root_is_the_workspace_and_is_followed() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (first, next) = (temp.path().join("first"), temp.path().join("next"));
+    std::fs::create_dir_all(&first).expect("first");
+    std::fs::create_dir_all(&next).expect("next");
+    std::fs::write(first.join("notes.txt"), "from the first root\n").expect("write");
+    std::fs::write(next.join("notes.txt"), "from the next root\n").expect("write");
+    std::fs::write(next.join("other.txt"), "other\n").expect("write");
+    let report = roots_client("follow", &[file_uri(&first), file_uri(&next)], &temp.path().join("state"), &["--role", "impl"]);
+    assert_eq!(report["first"], json!(["toolcell://workspace/notes.txt"]), "{report}");
+    assert_eq!(report["read"], "     1\tfrom the first root", "{report}");
+    assert_eq!(report["next"], json!(["toolcell://workspace/notes.txt", "toolcell://workspace/other.txt"]), "{report}");
+    assert_eq!(report["seen"], json!(["list_changed"]), "{report}");
+}
+
+/// A root that is not a local directory is refused, saying why; a client without roots is
+/// told to give `--workspace`.
+#[test]
+fn a_root_that_is_not_a_local_directory_is_refused_and_without_roots_the_workspace_is_asked_for() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let file = temp.path().join("notes.txt");
+    std::fs::write(&file, "a file, not a directory\n").expect("write");
+    let state = temp.path().join("state");
+    for (root, why) in [
+        ("file://fileserver/share".to_owned(), "it names another host"),
+        (file_uri(&file), "it is not a directory"),
+        (file_uri(&temp.path().join("missing")), "no such directory"),
+    ] {
+        let report = roots_client("refused", std::slice::from_ref(&root), &state, &[]);
+        for request in ["list", "call"] {
+            let message = report[request]["message"].as_str().unwrap_or_else(|| panic!("{root} {request}: {report}"));
+            assert!(message.starts_with(&format!("root `{root}` is refused: {why};")), "{root} {request}: {message}");
+        }
+    }
+    let report = roots_client("none", &[], &state, &[]);
+    for request in ["list", "call"] {
+        let message = report[request]["message"].as_str().unwrap_or_else(|| panic!("{request}: {report}"));
+        assert!(message.contains("declares no `roots`") && message.contains("--workspace DIR"), "{request}: {message}");
+    }
+}
+
+/// With `--workspace`, roots are advisory: a root elsewhere is never served.
+#[test]
+fn with_a_workspace_given_a_root_elsewhere_is_never_served() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (given, elsewhere) = (temp.path().join("given"), temp.path().join("elsewhere"));
+    std::fs::create_dir_all(&given).expect("given");
+    std::fs::create_dir_all(&elsewhere).expect("elsewhere");
+    std::fs::write(given.join("notes.txt"), "given\n").expect("write");
+    std::fs::write(elsewhere.join("notes.txt"), "elsewhere\n").expect("write");
+    std::fs::write(elsewhere.join("secret.txt"), "elsewhere\n").expect("write");
+    let report =
+        roots_client("advisory", &[file_uri(&elsewhere)], &temp.path().join("state"), &["--workspace", path(&given), "--role", "impl"]);
+    assert_eq!(report["first"], json!(["toolcell://workspace/notes.txt"]), "{report}");
+    assert_eq!(report["read"], "     1\tgiven", "{report}");
+}

@@ -41,8 +41,13 @@ const TOOLS: [&str; 3] = ["list_files", "file_info", "read_file"];
 
 /// Whether `session`'s role may call the tools resources are served through.
 pub(crate) fn is_served(session: &Session) -> bool {
-    let tools = session.tools();
-    TOOLS.iter().all(|wanted| tools.iter().any(|tool| tool.name.as_str() == *wanted))
+    is_served_by(session.tools().iter().map(|tool| tool.name.as_str()))
+}
+
+/// Whether a role with the tools `names` is served resources.
+pub(crate) fn is_served_by<'a>(names: impl Iterator<Item = &'a str>) -> bool {
+    let names: Vec<&str> = names.collect();
+    TOOLS.iter().all(|wanted| names.contains(wanted))
 }
 
 /// The server capabilities when resources are served (logging as without them).

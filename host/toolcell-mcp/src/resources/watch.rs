@@ -41,6 +41,8 @@ struct Shared {
     paths: BTreeSet<String>,
     /// Whether the watcher runs.
     watching: bool,
+    /// Bumped when the workspace changes: a watcher of an earlier one stops.
+    generation: u64,
 }
 
 impl Subscriptions {
@@ -76,21 +78,30 @@ impl Subscriptions {
         }
     }
 
+    /// Forget every subscription and stop the watcher (the workspace changed).
+    pub(crate) fn reset(&self) {
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.paths.clear();
+        shared.watching = false;
+        shared.generation += 1;
+    }
+
     /// Start telling `peer` about changes, once per connection (at its first listing or
     /// subscription); the watcher stops with the connection.
     pub(crate) fn watch(&self, session: &Session, peer: Peer<RoleServer>) {
-        {
+        let generation = {
             let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
             if shared.watching {
                 return;
             }
             shared.watching = true;
-        }
+            shared.generation
+        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let (shared, session) = (Arc::downgrade(&self.shared), session.clone());
         let spawned = std::thread::Builder::new()
             .name("toolcell-resources".to_owned())
-            .spawn(move || Telling { shared, session, peer, runtime }.run());
+            .spawn(move || Telling { shared, generation, session, peer, runtime }.run());
         if let Err(error) = spawned {
             let _ = crate::writeln_stderr(&format!("toolcell mcp: cannot watch the workspace for resource changes: {error}"));
         }
@@ -100,6 +111,7 @@ impl Subscriptions {
 /// The watcher of one connection.
 struct Telling {
     shared: Weak<Mutex<Shared>>,
+    generation: u64,
     session: Session,
     peer: Peer<RoleServer>,
     runtime: tokio::runtime::Handle,
@@ -122,7 +134,7 @@ impl Telling {
         let (mut first, mut last) = (None::<Instant>, Instant::now());
         loop {
             std::thread::sleep(POLL);
-            if self.shared.strong_count() == 0 || self.peer.is_transport_closed() {
+            if !self.is_current() || self.peer.is_transport_closed() {
                 return;
             }
             match watcher.drain() {
@@ -156,7 +168,13 @@ impl Telling {
                 let _ = self.runtime.block_on(self.peer.notify_resource_list_changed());
             }
             let subscribed = match self.shared.upgrade() {
-                Some(shared) => shared.lock().unwrap_or_else(PoisonError::into_inner).paths.clone(),
+                Some(shared) => {
+                    let shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    if shared.generation != self.generation {
+                        return;
+                    }
+                    shared.paths.clone()
+                }
                 None => return,
             };
             let changed: Vec<&String> = if lost { subscribed.iter().collect() } else { subscribed.intersection(&pending).collect() };
@@ -166,6 +184,11 @@ impl Telling {
             pending.clear();
             lost = false;
         }
+    }
+
+    /// Whether this watcher's connection is open on the workspace it watches.
+    fn is_current(&self) -> bool {
+        self.shared.upgrade().is_some_and(|shared| shared.lock().unwrap_or_else(PoisonError::into_inner).generation == self.generation)
     }
 
     /// The files of `files` the role may read, by the policy its tools run under.
