@@ -323,6 +323,29 @@ fn the_clients_first_root_is_the_workspace_and_is_followed() {
     assert_eq!(report["seen"], json!(["list_changed"]), "{report}");
 }
 
+/// The same with the TypeScript SDK's client.
+#[test]
+fn the_typescript_sdk_sets_and_changes_the_workspace_through_roots() {
+    let Some(node) = node_tool("TOOLCELL_CONFORMANCE_NODE") else { return };
+    let Some(sdk) = node_tool("TOOLCELL_TS_SDK") else { return };
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (first, next) = (temp.path().join("first"), temp.path().join("next"));
+    std::fs::create_dir_all(&first).expect("first");
+    std::fs::create_dir_all(&next).expect("next");
+    std::fs::write(first.join("notes.txt"), "from the first root\n").expect("write");
+    std::fs::write(next.join("notes.txt"), "from the next root\n").expect("write");
+    std::fs::write(next.join("other.txt"), "other\n").expect("write");
+    let mut command = Command::new(node);
+    command.arg(client_script("roots.mjs")).arg(sdk).arg(file_uri(&first)).arg(file_uri(&next)).arg("--");
+    command.arg(env!("CARGO_BIN_EXE_toolcell")).arg("--cache-dir").arg(toolcell_tests::shared_cache_dir());
+    command.arg("--state-dir").arg(temp.path().join("state")).args(["mcp", "--role", "impl"]);
+    let report = run(command, "TypeScript roots client");
+    assert_eq!(report["first"], json!(["toolcell://workspace/notes.txt"]), "{report}");
+    assert_eq!(report["read"], "     1\tfrom the first root", "{report}");
+    assert_eq!(report["next"], json!(["toolcell://workspace/notes.txt", "toolcell://workspace/other.txt"]), "{report}");
+    assert_eq!(report["seen"], json!(["list_changed"]), "{report}");
+}
+
 /// A root that is not a local directory is refused, saying why; a client without roots is
 /// told to give `--workspace`.
 #[test]
