@@ -387,3 +387,41 @@ fn with_a_workspace_given_a_root_elsewhere_is_never_served() {
     assert_eq!(report["first"], json!(["toolcell://workspace/notes.txt"]), "{report}");
     assert_eq!(report["read"], "     1\tgiven", "{report}");
 }
+
+/// One connection holds at most 256 subscriptions; the next is refused saying what to do,
+/// and unsubscribing makes room.
+#[test]
+fn subscriptions_are_capped_per_connection_with_a_clear_error() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let workspace = temp.path().join("workspace");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    for index in 0..257 {
+        std::fs::write(workspace.join(format!("f{index:03}.txt")), "x\n").expect("write");
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
+    command
+        .arg("--cache-dir")
+        .arg(toolcell_tests::shared_cache_dir())
+        .arg("--state-dir")
+        .arg(temp.path().join("state"))
+        .args(["mcp", "--role", "impl", "--workspace"])
+        .arg(&workspace)
+        .stderr(Stdio::null());
+    let (mut client, _) = toolcell_mcp::client::StdioClient::spawn(&mut command).expect("start toolcell mcp");
+    let uri = |index: usize| format!("toolcell://workspace/f{index:03}.txt");
+    for index in 0..256 {
+        client.request("resources/subscribe", json!({ "uri": uri(index) })).expect("subscribe");
+    }
+    // Subscribing again to one already held takes no more room.
+    client.request("resources/subscribe", json!({ "uri": uri(0) })).expect("subscribe again");
+    let refused = client.request("resources/subscribe", json!({ "uri": uri(256) })).expect_err("the 257th").to_string();
+    assert!(
+        refused.contains("subscribed to 256 resources, the most it may be")
+            && refused.contains("`resources/unsubscribe`")
+            && refused.contains(&format!("`{}`", uri(256))),
+        "{refused}"
+    );
+    client.request("resources/unsubscribe", json!({ "uri": uri(0) })).expect("unsubscribe");
+    client.request("resources/subscribe", json!({ "uri": uri(256) })).expect("room again");
+    client.close().expect("the server exits when stdin closes");
+}
