@@ -26,6 +26,8 @@ pub mod config;
 pub mod http;
 mod logging;
 pub mod operator;
+pub mod resources;
+pub mod roots;
 mod sessions;
 
 use std::sync::Arc;
@@ -63,6 +65,8 @@ pub struct McpServer {
     binding: Binding,
     /// The least severe log level the client wants (`logging/setLevel`).
     log_level: LogLevel,
+    /// The resources this connection subscribed to.
+    subscriptions: resources::Subscriptions,
 }
 
 enum Binding {
@@ -70,12 +74,18 @@ enum Binding {
     Session { session: Session, tools: Arc<Vec<Tool>> },
     /// The session comes from each request's principal and MCP session id.
     Service(Arc<http::Service>),
+    /// The workspace is the client's first root (no `--workspace`).
+    Roots(Arc<roots::FromRoots>),
 }
 
 /// The MCP description of `session`'s tools.
 fn tools_of(session: &Session) -> Vec<Tool> {
-    session
-        .tools()
+    mcp_tools(session.tools())
+}
+
+/// The MCP description of `tools`.
+fn mcp_tools<'a>(tools: impl IntoIterator<Item = &'a toolcell_host::ToolInfo>) -> Vec<Tool> {
+    tools
         .into_iter()
         // The MCP shape comes from the same renderer as `toolcell schema --format mcp`.
         .filter_map(|tool| serde_json::from_value(schemas::mcp_tool(tool)).ok())
@@ -86,11 +96,19 @@ impl McpServer {
     /// Serve the tools `session`'s role may call.
     pub fn new(session: Session) -> Self {
         let tools = Arc::new(tools_of(&session));
-        McpServer { binding: Binding::Session { session, tools }, log_level: LogLevel::default() }
+        McpServer { binding: Binding::Session { session, tools }, log_level: LogLevel::default(), subscriptions: Default::default() }
+    }
+
+    /// Serve `tools` (a role's) on the workspace the client's first root names, once it has
+    /// said; `factory` makes the session on that directory.
+    pub fn from_roots(tools: Vec<&toolcell_host::ToolInfo>, factory: roots::SessionFactory) -> Self {
+        let resources_served = resources::is_served_by(tools.iter().map(|tool| tool.name.as_str()));
+        let from_roots = roots::FromRoots::new(mcp_tools(tools), resources_served, factory);
+        McpServer { binding: Binding::Roots(Arc::new(from_roots)), log_level: LogLevel::default(), subscriptions: Default::default() }
     }
 
     fn for_service(service: Arc<http::Service>) -> Self {
-        McpServer { binding: Binding::Service(service), log_level: LogLevel::default() }
+        McpServer { binding: Binding::Service(service), log_level: LogLevel::default(), subscriptions: Default::default() }
     }
 
     /// The tools served to a one-session server, as MCP describes them (empty for the service,
@@ -98,14 +116,16 @@ impl McpServer {
     pub fn tools(&self) -> &[Tool] {
         match &self.binding {
             Binding::Session { tools, .. } => tools,
+            Binding::Roots(roots) => &roots.tools,
             Binding::Service(_) => &[],
         }
     }
 
     /// The session a request acts in, with its tools.
-    fn session_for(&self, context: &RequestContext<RoleServer>) -> Result<(Session, Arc<Vec<Tool>>), McpError> {
+    async fn session_for(&self, context: &RequestContext<RoleServer>) -> Result<(Session, Arc<Vec<Tool>>), McpError> {
         match &self.binding {
             Binding::Session { session, tools } => Ok((session.clone(), Arc::clone(tools))),
+            Binding::Roots(roots) => Ok((roots.session().await?, Arc::clone(&roots.tools))),
             Binding::Service(service) => {
                 let parts = context.extensions.get::<::http::request::Parts>();
                 service.session_for(parts).map_err(|reason| McpError::invalid_request(reason, None))
@@ -113,11 +133,22 @@ impl McpServer {
         }
     }
 
+    /// The session of a resource request, if its role is served resources (else the method is
+    /// not found, as on a server without them).
+    async fn resource_session(&self, context: &RequestContext<RoleServer>) -> Result<Session, McpError> {
+        let (session, _) = self.session_for(context).await?;
+        if resources::is_served(&session) {
+            Ok(session)
+        } else {
+            Err(McpError::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, "this role may not read files: it has no resources", None))
+        }
+    }
+
     /// A slot for a call of the service (none for a one-session server), held until the call's
     /// instance is released.
     fn call_slot(&self, context: &RequestContext<RoleServer>) -> Result<Option<bounds::Slot>, McpError> {
         match &self.binding {
-            Binding::Session { .. } => Ok(None),
+            Binding::Session { .. } | Binding::Roots(_) => Ok(None),
             Binding::Service(service) => match service.take_call(context.extensions.get::<::http::request::Parts>()) {
                 Ok(slot) => Ok(Some(slot)),
                 Err(http::CallRefused::Bound(refusal)) => Err({
@@ -285,6 +316,13 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
+/// Run blocking work (governed calls) on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T, McpError> + Send + 'static) -> Result<T, McpError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|_| {
+        Err(McpError::internal_error("the host failed while serving a resource request; the operator's log has the details", None))
+    })
+}
+
 fn writeln_stderr(text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     writeln!(std::io::stderr(), "{text}")
@@ -298,11 +336,21 @@ impl ServerHandler for McpServer {
                  Every filesystem access is checked against the policy; a refusal says which rule refused it.",
                 session.role()
             ),
+            Binding::Roots(_) => "File tools over the workspace your first root names. Paths are relative to the workspace root. \
+                 Every filesystem access is checked against the policy; a refusal says which rule refused it."
+                .to_owned(),
             Binding::Service(_) => "File tools over the workspace your token is for, with the tools of its role. Paths are relative \
                  to the workspace root. Every filesystem access is checked against the policy; a refusal says which rule refused it."
                 .to_owned(),
         };
-        ServerConfig::new(logging::capabilities())
+        // The service's roles are known per request: it declares resources, and answers a role
+        // without the reading tools as a server without them.
+        let resources_served = match &self.binding {
+            Binding::Session { session, .. } => resources::is_served(session),
+            Binding::Roots(roots) => roots.resources_served,
+            Binding::Service(_) => true,
+        };
+        ServerConfig::new(if resources_served { resources::capabilities() } else { logging::capabilities() })
             .with_server_info(Implementation::new("toolcell", env!("CARGO_PKG_VERSION")))
             .with_instructions(instructions)
     }
@@ -312,12 +360,16 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let (_, tools) = self.session_for(&context)?;
+        let tools = match &self.binding {
+            // Known before the workspace is: they are the role's.
+            Binding::Roots(roots) => Arc::clone(&roots.tools),
+            _ => self.session_for(&context).await?.1,
+        };
         Ok(ListToolsResult::with_all_items(tools.as_ref().clone()))
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
-        let (session, _) = self.session_for(&context)?;
+        let (session, _) = self.session_for(&context).await?;
         let slot = self.call_slot(&context)?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         Ok(self.run(session, (request.name.into_owned(), arguments), slot, &context).await.into())
@@ -333,7 +385,7 @@ impl ServerHandler for McpServer {
         Ok(())
     }
 
-    // What this server does not declare (prompts, resources, completions) it does not answer
+    // What this server does not declare (prompts) it does not answer
     // with empty results either: -32601, as for any method it does not serve.
 
     async fn list_prompts(
@@ -346,26 +398,76 @@ impl ServerHandler for McpServer {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        Err(McpError::method_not_found::<rmcp::model::ListResourcesRequestMethod>())
+        let session = self.resource_session(&context).await?;
+        self.subscriptions.watch(&session, context.peer.clone());
+        blocking(move || resources::list(&session, request.as_ref())).await
     }
 
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
-        Err(McpError::method_not_found::<rmcp::model::ListResourceTemplatesRequestMethod>())
+        self.resource_session(&context).await?;
+        Ok(resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        let session = self.resource_session(&context).await?;
+        Ok(blocking(move || resources::read(&session, &request.uri)).await?.into())
+    }
+
+    async fn subscribe(&self, request: rmcp::model::SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
+        let session = self.resource_session(&context).await?;
+        let (peer, subscriptions) = (context.peer.clone(), self.subscriptions.clone());
+        blocking(move || subscriptions.subscribe(&session, &request.uri, peer)).await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.resource_session(&context).await?;
+        self.subscriptions.unsubscribe(&request.uri);
+        Ok(())
     }
 
     async fn complete(
         &self,
-        _request: rmcp::model::CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
+        request: rmcp::model::CompleteRequestParams,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
-        Err(McpError::method_not_found::<rmcp::model::CompleteRequestMethod>())
+        let session = self.resource_session(&context).await?;
+        blocking(move || resources::complete(&session, &request)).await
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        if let Binding::Roots(roots) = &self.binding {
+            let (roots, peer) = (Arc::clone(roots), context.peer.clone());
+            // Not awaited here: the client answers `roots/list` while this handler would wait.
+            tokio::spawn(async move { roots.follow(&peer).await });
+        }
+    }
+
+    async fn on_roots_list_changed(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        if let Binding::Roots(roots) = &self.binding {
+            let (roots, peer, subscriptions) = (Arc::clone(roots), context.peer.clone(), self.subscriptions.clone());
+            tokio::spawn(async move {
+                if roots.follow(&peer).await {
+                    // Another workspace: its files are other resources.
+                    subscriptions.reset();
+                    let _ = peer.notify_resource_list_changed().await;
+                }
+            });
+        }
     }
 
     /// rmcp hands over a request whose method it knows but whose parameters it could not

@@ -33,7 +33,7 @@ fn interesting() -> WatchFlags {
 
 /// The watches on a workspace's directories.
 #[derive(Debug)]
-pub(crate) struct Watcher {
+pub struct Watcher {
     fd: OwnedFd,
     /// The workspace's host path (watches are added by path).
     root: PathBuf,
@@ -44,7 +44,7 @@ pub(crate) struct Watcher {
 }
 
 /// What draining the queue found.
-pub(crate) enum Drained {
+pub enum Drained {
     /// Workspace-relative paths whose entries (files or directories) may have changed.
     Changed(Vec<String>),
     /// The kernel dropped events (or the watches could not follow the tree): what changed is
@@ -54,7 +54,7 @@ pub(crate) enum Drained {
 
 impl Watcher {
     /// Watches on `root` (the workspace's host path) and on each of `directories` (relative).
-    pub(crate) fn start(root: &Path, directories: impl IntoIterator<Item = String>) -> std::io::Result<Watcher> {
+    pub fn start(root: &Path, directories: impl IntoIterator<Item = String>) -> std::io::Result<Watcher> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
         let mut watcher = Watcher { fd, root: root.to_path_buf(), directories: HashMap::new(), watches: HashMap::new() };
         watcher.watch(String::new())?;
@@ -65,7 +65,7 @@ impl Watcher {
     }
 
     /// Watch the directory at `relative`.
-    pub(crate) fn watch(&mut self, relative: String) -> std::io::Result<()> {
+    pub fn watch(&mut self, relative: String) -> std::io::Result<()> {
         let path = if relative.is_empty() { self.root.clone() } else { self.root.join(&relative) };
         let wd = inotify::add_watch(&self.fd, &path, interesting())?;
         if let Some(previous) = self.directories.insert(wd, relative.clone())
@@ -97,7 +97,7 @@ impl Watcher {
     /// not watched here: the caller walks them (which finds their files and directories) and
     /// calls [`watch`](Self::watch) for each, after which nothing created in them is missed
     /// (what was created before the watch, the walk sees).
-    pub(crate) fn drain(&mut self) -> Drained {
+    pub fn drain(&mut self) -> Drained {
         let mut buffer = [MaybeUninit::<u8>::uninit(); 16 * 1024];
         let mut reader = inotify::Reader::new(&self.fd, &mut buffer);
         let mut changed = Vec::new();
@@ -153,12 +153,12 @@ impl Watcher {
 
     /// A second descriptor of the notification queue, to wait on for events without holding
     /// the watcher (it reads nothing).
-    pub(crate) fn queue(&self) -> std::io::Result<OwnedFd> {
+    pub fn queue(&self) -> std::io::Result<OwnedFd> {
         self.fd.try_clone()
     }
 
     /// Whether `relative` is watched.
-    pub(crate) fn watches(&self, relative: &str) -> bool {
+    pub fn watches(&self, relative: &str) -> bool {
         self.watches.contains_key(relative)
     }
 }

@@ -31,7 +31,7 @@ pub mod beneath;
 pub mod content_index;
 mod dir;
 mod error;
-mod index_watch;
+pub mod index_watch;
 pub mod inventory;
 pub mod journal;
 mod locks;

@@ -401,9 +401,10 @@ pub enum LockCommand {
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// The workspace directory the tools may touch.
+    /// The workspace directory the tools may touch [default: the first root the client
+    /// declares (MCP `roots`), followed when they change].
     #[arg(long, value_name = "DIR")]
-    pub workspace: PathBuf,
+    pub workspace: Option<PathBuf>,
 
     /// The role the client acts as: it sees only this role's tools.
     #[arg(long, default_value = "impl")]

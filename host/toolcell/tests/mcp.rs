@@ -252,15 +252,14 @@ fn malformed_tool_calls_are_invalid_params_and_unknown_methods_are_not_found() {
         ("tools/call", serde_json::json!({"arguments": {}}), "-32602", "`name` is missing"),
         ("tools/call", serde_json::json!({"name": 7}), "-32602", "`name` is a number"),
         ("resources/subscribe/nothing", serde_json::json!({}), "-32601", "resources/subscribe/nothing"),
-        // Not declared, so not answered: the capabilities are `tools` and `logging` only.
+        // Not declared, so not answered: there are no prompts (resources and completion are
+        // served to a role that may read, see resources.rs), and none to complete.
         ("prompts/list", serde_json::json!({}), "-32601", "prompts/list"),
-        ("resources/list", serde_json::json!({}), "-32601", "resources/list"),
-        ("resources/templates/list", serde_json::json!({}), "-32601", "resources/templates/list"),
         (
             "completion/complete",
             serde_json::json!({"ref": {"type": "ref/prompt", "name": "x"}, "argument": {"name": "a", "value": "b"}}),
-            "-32601",
-            "completion/complete",
+            "-32602",
+            "it has no prompts",
         ),
         // Removed in 2026-07-28: a request made under it finds no `logging/setLevel`.
         (
@@ -494,10 +493,11 @@ fn node_tool(name: &str) -> Option<PathBuf> {
 /// one of which must pass. The suite's other server scenarios call tools of its own reference
 /// server (`test_tool_with_logging`, `test_tool_with_progress`, `json_schema_2020_12_tool`,
 /// the image/audio/resource/sampling/elicitation tools, and the reconnection tool of
-/// `server-sse-polling`) or exercise resources, prompts and completions, which toolcell does
-/// not offer; the README lists them.
-const CONFORMANCE_SCENARIOS: [&str; 7] = [
+/// `server-sse-polling`), read, subscribe to or complete the reference server's own `test://`
+/// resources, or exercise prompts, which toolcell does not offer; the book lists them.
+const CONFORMANCE_SCENARIOS: [&str; 8] = [
     "server-initialize",
+    "resources-list",
     "ping",
     "tools-list",
     "tools-call-error",
@@ -509,8 +509,9 @@ const CONFORMANCE_SCENARIOS: [&str; 7] = [
 /// The scenarios of the suite's newest release (beside the pinned one) that apply to a server of
 /// tools: the pinned ones, the session lifecycle, the 2026-07-28 header validation and the
 /// resource-not-found error. The README lists the others with the reason each does not apply.
-const NEXT_CONFORMANCE_SCENARIOS: [&str; 10] = [
+const NEXT_CONFORMANCE_SCENARIOS: [&str; 11] = [
     "server-initialize",
+    "resources-list",
     "server-session-lifecycle",
     "ping",
     "tools-list",

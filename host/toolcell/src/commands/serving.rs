@@ -76,7 +76,8 @@ pub(super) fn call(runtime: &Runtime, args: &CallArgs) -> anyhow::Result<ExitCod
 pub(super) fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
     let runtime = build_serving_runtime(args, &[], None).context("cannot start the toolcell host")?;
     let approver: Option<Arc<dyn Approver>> = if mcp.approve { Some(Arc::new(ApproveAll)) } else { None };
-    let host = toolcell_host::Host::new(runtime, Workspace::open(&mcp.workspace)?, approver);
+    let Some(workspace) = &mcp.workspace else { return mcp_on_roots(runtime, approver, mcp) };
+    let host = toolcell_host::Host::new(runtime, Workspace::open(workspace)?, approver);
     let session_id = mcp.session.clone().unwrap_or_else(|| format!("mcp-{}", std::process::id()));
     let spawned = host.runtime().sessions().get(&session_id).is_some();
     let session = if spawned {
@@ -106,7 +107,7 @@ pub(super) fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode>
         "toolcell mcp: serving {} tools for role `{}` on stdio (workspace {}, policy {})",
         server.tools().len(),
         mcp.role,
-        mcp.workspace.display(),
+        workspace.display(),
         host.runtime().policy().map_or("(none)", |policy| policy.file())
     )?;
     let executor = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
@@ -116,6 +117,39 @@ pub(super) fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode>
         let _ = host.runtime().sessions().set_state(&session_id, SessionState::Ended);
     }
     served?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolcell mcp` without `--workspace`: the workspace is the client's first root.
+fn mcp_on_roots(runtime: Runtime, approver: Option<Arc<dyn Approver>>, mcp: &McpArgs) -> anyhow::Result<ExitCode> {
+    if mcp.task.is_some() {
+        anyhow::bail!("`--task` needs `--workspace`: a task's chain lives in one workspace");
+    }
+    let runtime = Arc::new(runtime);
+    let session_id = mcp.session.clone().unwrap_or_else(|| format!("mcp-{}", std::process::id()));
+    if runtime.sessions().get(&session_id).is_some() {
+        anyhow::bail!("session `{session_id}` was spawned for a task: start it with `--workspace` (the task's workspace)");
+    }
+    let tools = toolcell_host::tools_for_role(&runtime, &mcp.role);
+    if tools.is_empty() && runtime.policy().is_some_and(|policy| policy.role(&mcp.role).is_none()) {
+        anyhow::bail!("the policy has no role `{}`: pick one of its roles with `--role`", mcp.role);
+    }
+    let (role, for_factory) = (mcp.role.clone(), Arc::clone(&runtime));
+    let factory: toolcell_mcp::roots::SessionFactory = Box::new(move |directory| {
+        let workspace = Workspace::open(directory).map_err(|error| format!("the client's root cannot be the workspace: {error}"))?;
+        let host = toolcell_host::Host::shared(Arc::clone(&for_factory), workspace, approver.clone());
+        host.session(&role, &session_id).map_err(|error| error.to_string())
+    });
+    let server = toolcell_mcp::McpServer::from_roots(tools, factory);
+    writeln!(
+        std::io::stderr(),
+        "toolcell mcp: serving {} tools for role `{}` on stdio (workspace: the client's first root, policy {})",
+        server.tools().len(),
+        mcp.role,
+        runtime.policy().map_or("(none)", |policy| policy.file())
+    )?;
+    let executor = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+    executor.block_on(toolcell_mcp::serve_stdio(server))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,0 +1,201 @@
+//! Resource subscriptions of one MCP connection, and the watcher that tells it about changes:
+//! `notifications/resources/updated` for a subscribed file that changed,
+//! `notifications/resources/list_changed` when the set of files the role may read changed.
+//!
+//! The changes come from the kernel through the same inotify watcher the content index keeps
+//! ([`toolcell_state::index_watch`]), on the directories `list_files` shows the role (never a
+//! hidden host-owned one). Events are gathered until the workspace has been quiet for
+//! [`QUIET`] (at most [`GATHER_AT_MOST`]), so one edit, however many writes it took, is one
+//! notification. Whether a file counts is decided by the policy the tools run under: nothing
+//! is sent about a file the role may not read.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use rmcp::model::ResourceUpdatedNotificationParam;
+use rmcp::{ErrorData as McpError, Peer, RoleServer};
+use toolcell_host::{Access, Session};
+use toolcell_state::index_watch::{Drained, Watcher};
+
+use super::{Called, call, listing, not_found, path_of, uri_of};
+
+/// The most resources one connection may be subscribed to.
+pub const MAX_SUBSCRIPTIONS: usize = 256;
+/// How long the workspace must be quiet before gathered changes are told,
+const QUIET: Duration = Duration::from_millis(150);
+/// and how long changes are gathered at most while it is not.
+const GATHER_AT_MOST: Duration = Duration::from_secs(1);
+/// How often the watcher's queue is drained.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The subscriptions of one MCP connection.
+#[derive(Default, Clone)]
+pub(crate) struct Subscriptions {
+    shared: Arc<Mutex<Shared>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Workspace-relative paths subscribed to.
+    paths: BTreeSet<String>,
+    /// Whether the watcher runs.
+    watching: bool,
+    /// Bumped when the workspace changes: a watcher of an earlier one stops.
+    generation: u64,
+}
+
+impl Subscriptions {
+    /// `resources/subscribe`: `uri` must name a file the role may read (else it answers as a
+    /// missing one); at most [`MAX_SUBSCRIPTIONS`].
+    pub(crate) fn subscribe(&self, session: &Session, uri: &str, peer: Peer<RoleServer>) -> Result<(), McpError> {
+        let path = path_of(uri).ok_or_else(|| not_found(uri))?;
+        match call(session, "file_info", &serde_json::json!({ "path": path }))? {
+            Called::Done(info, _, _) if info["type"] == "file" && info["access"]["read"] == "allow" => {}
+            _ => return Err(not_found(uri)),
+        }
+        {
+            let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            if !shared.paths.contains(&path) && shared.paths.len() >= MAX_SUBSCRIPTIONS {
+                return Err(McpError::invalid_request(
+                    format!(
+                        "this session is subscribed to {MAX_SUBSCRIPTIONS} resources, the most it may be: \
+                         unsubscribe from one (`resources/unsubscribe`) before subscribing to `{uri}`"
+                    ),
+                    Some(serde_json::json!({ "uri": uri, "max_subscriptions": MAX_SUBSCRIPTIONS })),
+                ));
+            }
+            shared.paths.insert(path);
+        }
+        self.watch(session, peer);
+        Ok(())
+    }
+
+    /// `resources/unsubscribe` (a URI not subscribed to is no error).
+    pub(crate) fn unsubscribe(&self, uri: &str) {
+        if let Some(path) = path_of(uri) {
+            self.shared.lock().unwrap_or_else(PoisonError::into_inner).paths.remove(&path);
+        }
+    }
+
+    /// Forget every subscription and stop the watcher (the workspace changed).
+    pub(crate) fn reset(&self) {
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.paths.clear();
+        shared.watching = false;
+        shared.generation += 1;
+    }
+
+    /// Start telling `peer` about changes, once per connection (at its first listing or
+    /// subscription); the watcher stops with the connection.
+    pub(crate) fn watch(&self, session: &Session, peer: Peer<RoleServer>) {
+        let generation = {
+            let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+            if shared.watching {
+                return;
+            }
+            shared.watching = true;
+            shared.generation
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (shared, session) = (Arc::downgrade(&self.shared), session.clone());
+        let spawned = std::thread::Builder::new()
+            .name("toolcell-resources".to_owned())
+            .spawn(move || Telling { shared, generation, session, peer, runtime }.run());
+        if let Err(error) = spawned {
+            let _ = crate::writeln_stderr(&format!("toolcell mcp: cannot watch the workspace for resource changes: {error}"));
+        }
+    }
+}
+
+/// The watcher of one connection.
+struct Telling {
+    shared: Weak<Mutex<Shared>>,
+    generation: u64,
+    session: Session,
+    peer: Peer<RoleServer>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Telling {
+    fn run(self) {
+        let Ok((files, directories)) = listing(&self.session) else { return };
+        let root = self.session.host().workspace().root().to_path_buf();
+        let mut watcher = match Watcher::start(&root, directories) {
+            Ok(watcher) => watcher,
+            Err(error) => {
+                let _ = crate::writeln_stderr(&format!("toolcell mcp: cannot watch the workspace for resource changes: {error}"));
+                return;
+            }
+        };
+        let mut known = self.readable(files);
+        let mut pending = BTreeSet::new();
+        let mut lost = false;
+        let (mut first, mut last) = (None::<Instant>, Instant::now());
+        loop {
+            std::thread::sleep(POLL);
+            if !self.is_current() || self.peer.is_transport_closed() {
+                return;
+            }
+            match watcher.drain() {
+                Drained::Changed(paths) if paths.is_empty() => {}
+                Drained::Changed(paths) => {
+                    pending.extend(paths);
+                    last = Instant::now();
+                    first.get_or_insert(last);
+                }
+                Drained::Lost => {
+                    lost = true;
+                    last = Instant::now();
+                    first.get_or_insert(last);
+                }
+            }
+            let Some(started) = first else { continue };
+            if last.elapsed() < QUIET && started.elapsed() < GATHER_AT_MOST {
+                continue;
+            }
+            first = None;
+            let Ok((files, directories)) = listing(&self.session) else { return };
+            for directory in directories {
+                if !watcher.watches(&directory) {
+                    // A directory that went again before it could be watched has nothing to tell.
+                    let _ = watcher.watch(directory);
+                }
+            }
+            let now = self.readable(files);
+            if now != known {
+                known = now;
+                let _ = self.runtime.block_on(self.peer.notify_resource_list_changed());
+            }
+            let subscribed = match self.shared.upgrade() {
+                Some(shared) => {
+                    let shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    if shared.generation != self.generation {
+                        return;
+                    }
+                    shared.paths.clone()
+                }
+                None => return,
+            };
+            let changed: Vec<&String> = if lost { subscribed.iter().collect() } else { subscribed.intersection(&pending).collect() };
+            for path in changed {
+                let _ = self.runtime.block_on(self.peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri_of(path))));
+            }
+            pending.clear();
+            lost = false;
+        }
+    }
+
+    /// Whether this watcher's connection is open on the workspace it watches.
+    fn is_current(&self) -> bool {
+        self.shared.upgrade().is_some_and(|shared| shared.lock().unwrap_or_else(PoisonError::into_inner).generation == self.generation)
+    }
+
+    /// The files of `files` the role may read, by the policy its tools run under.
+    fn readable(&self, files: Vec<String>) -> BTreeSet<String> {
+        let runtime = self.session.host().runtime();
+        let Some(policy) = runtime.policy() else { return files.into_iter().collect() };
+        let Some(role) = policy.role(self.session.role()) else { return BTreeSet::new() };
+        files.into_iter().filter(|path| policy.verdict(role, Access::Read, path).effect() == toolcell_policy::Effect::Allow).collect()
+    }
+}
