@@ -65,6 +65,7 @@ do {
 report.templates = (await client.listResourceTemplates()).resourceTemplates.map((template) => template.uriTemplate);
 report.text = (await client.readResource({ uri: "toolcell://workspace/notes.txt" })).contents;
 report.image = (await client.readResource({ uri: "toolcell://workspace/img.png" })).contents;
+report.binary = (await client.readResource({ uri: "toolcell://workspace/data.bin" })).contents;
 
 report.errors = {};
 for (const [label, file] of [["missing", "nope.txt"], ["denied", ".env"], ["hidden", ".toolcell-state/audit.jsonl"], ["foreign", null]]) {

@@ -51,6 +51,8 @@ async def scenario(session, workspace, seen):
     report["text"] = [content.model_dump(exclude_none=True, by_alias=True) for content in text.contents]
     image = await session.read_resource("toolcell://workspace/img.png")
     report["image"] = [content.model_dump(exclude_none=True, by_alias=True) for content in image.contents]
+    binary = await session.read_resource("toolcell://workspace/data.bin")
+    report["binary"] = [content.model_dump(exclude_none=True, by_alias=True) for content in binary.contents]
 
     async def error_of(coroutine):
         try:

@@ -1,4 +1,6 @@
-//! `read_file`: a window of a text file as numbered lines.
+//! `read_file`: a window of a text file as numbered lines (or, with `raw`, of any file's bytes).
+
+mod raw;
 
 use serde::Deserialize;
 use serde_json::json;
@@ -21,6 +23,9 @@ struct Args {
     offset: Option<u64>,
     limit: Option<u64>,
     tail: Option<u64>,
+    #[serde(default)]
+    raw: bool,
+    byte_offset: Option<u64>,
 }
 
 struct ReadFile;
@@ -43,8 +48,9 @@ impl Tool for ReadFile {
              `encoding` (and `bom` for a byte-order mark); edit_file, insert_text and write_file \
              keep it. A PNG, JPEG, GIF or WebP image (up to 5 \
              MiB) is returned as an image you can see. Refuses other \
-             binary files, directories (use list_files) and special files. Paths are relative to \
-             the workspace root.",
+             binary files (unless `raw`), directories (use list_files) and special files. \
+             `raw: true` returns a file's exact bytes instead, base64-encoded in the structured \
+             result, 512 KiB at a time from `byte_offset`. Paths are relative to the workspace root.",
         )
         .schema(json!({
             "type": "object",
@@ -67,17 +73,37 @@ impl Tool for ReadFile {
                     "type": "integer",
                     "minimum": 1,
                     "description": "Read the last `tail` lines instead (for logs); not with `offset` or `limit`."
+                },
+                "raw": {
+                    "type": "boolean",
+                    "description": "Return the file's exact bytes, base64-encoded in the structured result (`base64`), for binary files or byte-exact copies; not with `offset`, `limit` or `tail`. Default: false."
+                },
+                "byte_offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "With `raw`: the first byte to return (0-based). Default: 0."
                 }
             },
             "required": ["path"],
             "additionalProperties": false
         }))
         .read_only()
-        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "image": {"type": "object", "description": "For an image: what it is (its bytes are shown as an image).", "properties": {"mime_type": {"type": "string"}, "bytes": {"type": "integer", "minimum": 0}, "width": {"type": "integer", "minimum": 0}, "height": {"type": "integer", "minimum": 0}}, "required": ["mime_type", "bytes"]}, "start_line": {"type": "integer", "minimum": 0, "description": "First line returned (0 for an empty file)."}, "end_line": {"type": "integer", "minimum": 0, "description": "Last line returned."}, "total_lines": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean", "description": "More lines follow than were returned."}, "clipped_lines": {"type": "integer", "minimum": 0, "description": "Lines cut at 2000 characters."}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` that reads on, when more lines follow."}, "encoding": {"type": "string", "description": "The file's encoding when it is not UTF-8 (`utf-16le`, `windows-1252`, ...): the lines are shown decoded."}, "bom": {"type": "boolean", "description": "The file starts with a byte-order mark (not shown)."}, "undecodable_lines": {"type": "integer", "minimum": 0, "description": "Lines shown with bytes that are not valid UTF-8 replaced by U+FFFD."}}, "required": ["path"], "description": "A text file's window has the line fields (`start_line`, `end_line`, `total_lines`, `truncated`, `clipped_lines`); an image has `image`."}))
+        .output(json!({"type": "object", "properties": {"path": {"type": "string"}, "image": {"type": "object", "description": "For an image: what it is (its bytes are shown as an image).", "properties": {"mime_type": {"type": "string"}, "bytes": {"type": "integer", "minimum": 0}, "width": {"type": "integer", "minimum": 0}, "height": {"type": "integer", "minimum": 0}}, "required": ["mime_type", "bytes"]}, "start_line": {"type": "integer", "minimum": 0, "description": "First line returned (0 for an empty file)."}, "end_line": {"type": "integer", "minimum": 0, "description": "Last line returned."}, "total_lines": {"type": "integer", "minimum": 0}, "truncated": {"type": "boolean", "description": "More lines follow than were returned."}, "clipped_lines": {"type": "integer", "minimum": 0, "description": "Lines cut at 2000 characters."}, "next_offset": {"type": "integer", "minimum": 0, "description": "The `offset` that reads on, when more lines follow."}, "encoding": {"type": "string", "description": "The file's encoding when it is not UTF-8 (`utf-16le`, `windows-1252`, ...): the lines are shown decoded."}, "bom": {"type": "boolean", "description": "The file starts with a byte-order mark (not shown)."}, "undecodable_lines": {"type": "integer", "minimum": 0, "description": "Lines shown with bytes that are not valid UTF-8 replaced by U+FFFD."}, "base64": {"type": "string", "description": "With `raw`: the bytes, base64-encoded."}, "byte_offset": {"type": "integer", "minimum": 0, "description": "With `raw`: the first byte returned."}, "bytes": {"type": "integer", "minimum": 0, "description": "With `raw`: how many bytes were returned."}, "total_bytes": {"type": "integer", "minimum": 0, "description": "With `raw`: the file's size."}, "next_byte_offset": {"type": "integer", "minimum": 0, "description": "With `raw`: the `byte_offset` that reads on, when more bytes follow."}}, "required": ["path"], "description": "A text file's window has the line fields (`start_line`, `end_line`, `total_lines`, `truncated`, `clipped_lines`); an image has `image`; a raw read has `base64`, `byte_offset`, `bytes` and `total_bytes`."}))
     }
 
     fn call(args: Args) -> Result<Output, ToolError> {
         let path = WorkspacePath::parse(&args.path)?;
+        if args.raw {
+            if args.offset.is_some() || args.limit.is_some() || args.tail.is_some() {
+                return Err(ToolError::InvalidArgs(
+                    "`raw` reads bytes, not lines: leave out `offset`, `limit` and `tail` (use `byte_offset`)".to_owned(),
+                ));
+            }
+            return raw::read_raw(&path, args.byte_offset.unwrap_or(0));
+        }
+        if args.byte_offset.is_some() {
+            return Err(ToolError::InvalidArgs("`byte_offset` is for `raw: true` reads; for lines, give `offset`".to_owned()));
+        }
         if let Some(mime_type) = image_type_of(&path)? {
             if args.offset.is_some() || args.limit.is_some() || args.tail.is_some() {
                 return Err(ToolError::InvalidArgs(format!(

@@ -61,7 +61,10 @@ fn workspace(root: &Path) -> PathBuf {
     let workspace = root.join("workspace");
     std::fs::create_dir_all(workspace.join("src")).expect("src");
     std::fs::create_dir_all(workspace.join("many")).expect("many");
-    std::fs::write(workspace.join("notes.txt"), "hello\nworld\n").expect("write");
+    // Line ends as written, and no final newline: a resource is the file's exact bytes.
+    std::fs::write(workspace.join("notes.txt"), "hello\r\nworld").expect("write");
+    // Not text and not an image: 600 KiB, more than one raw window of `read_file`.
+    std::fs::write(workspace.join("data.bin"), binary_fixture()).expect("write");
     std::fs::write(workspace.join("img.png"), b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").expect("write");
     std::fs::write(workspace.join("src/main.rs"), "fn main() {}\n").expect("write");
     std::fs::write(workspace.join(".env"), "TOKEN=secret\n").expect("write");
@@ -69,6 +72,11 @@ fn workspace(root: &Path) -> PathBuf {
         std::fs::write(workspace.join(format!("many/f{index:02}.txt")), format!("{index}\n")).expect("write");
     }
     workspace
+}
+
+/// Bytes that are not UTF-8, 600 KiB of them.
+fn binary_fixture() -> Vec<u8> {
+    (0..600 * 1024_u32).map(|index| (index.wrapping_mul(2_654_435_761) >> 24) as u8).collect()
 }
 
 /// The stdio server's command line for `workspace` (state inside it, hidden).
@@ -126,10 +134,10 @@ fn check(client: &str, report: &Value) {
     assert!(report["capabilities"]["completions"].is_object(), "{client}: {report}");
 
     // Every readable file, in pages of 50, and nothing else.
-    assert_eq!(report["pages"], json!([50, 23]), "{client}");
+    assert_eq!(report["pages"], json!([50, 24]), "{client}");
     let listed: Vec<&str> =
         report["resources"].as_array().expect("resources").iter().map(|entry| entry["uri"].as_str().expect("uri")).collect();
-    let mut expected = vec!["toolcell://workspace/img.png".to_owned()];
+    let mut expected = vec!["toolcell://workspace/data.bin".to_owned(), "toolcell://workspace/img.png".to_owned()];
     expected.extend((0..70).map(|index| format!("toolcell://workspace/many/f{index:02}.txt")));
     expected.extend(["toolcell://workspace/notes.txt".to_owned(), "toolcell://workspace/src/main.rs".to_owned()]);
     assert_eq!(listed, expected, "{client}: neither `.env` nor the state directory is listed");
@@ -144,7 +152,7 @@ fn check(client: &str, report: &Value) {
     // Text as text, the image as a base64 blob.
     assert_eq!(
         report["text"],
-        json!([{ "uri": "toolcell://workspace/notes.txt", "mimeType": "text/plain", "text": "hello\nworld\n" }]),
+        json!([{ "uri": "toolcell://workspace/notes.txt", "mimeType": "text/plain", "text": "hello\r\nworld" }]),
         "{client}"
     );
     assert_eq!(
@@ -152,6 +160,17 @@ fn check(client: &str, report: &Value) {
         json!([{ "uri": "toolcell://workspace/img.png", "mimeType": "image/png", "blob": "iVBORw0KGgoAAAANSUhEUg==" }]),
         "{client}"
     );
+
+    // Any other binary file as a base64 blob of its exact bytes.
+    let binary = &report["binary"][0];
+    assert_eq!(
+        (&binary["uri"], &binary["mimeType"]),
+        (&json!("toolcell://workspace/data.bin"), &json!("application/octet-stream")),
+        "{client}"
+    );
+    let blob = binary["blob"].as_str().expect("a blob");
+    assert_eq!(blob.len(), (600 * 1024_usize).div_ceil(3) * 4, "{client}");
+    assert_eq!(toolcell_tests::sha256_hex(&base64_decode(blob)), toolcell_tests::sha256_hex(&binary_fixture()), "{client}");
 
     // Denied, hidden and foreign answer exactly as missing: the same code, the same message
     // with only the URI changed, the URI in `data`; for reads and subscriptions alike.
@@ -183,7 +202,7 @@ fn check(client: &str, report: &Value) {
     assert_eq!(completions["."]["values"], json!([]), "{client}: no `.env`, no state directory");
     assert_eq!(completions["many/f0"]["values"].as_array().expect("values").len(), 10, "{client}");
     let all = completions[""]["values"].as_array().expect("values");
-    assert_eq!(completions[""]["total"], 74, "{client}: the 73 files and fresh.txt");
+    assert_eq!(completions[""]["total"], 75, "{client}: the 74 files and fresh.txt");
     assert!(all.iter().all(|value| !value.as_str().expect("value").starts_with('.')), "{client}: {all:?}");
     assert!(!all.iter().any(|value| value == "secret.pem"), "{client}: {all:?}");
 }
@@ -424,4 +443,23 @@ fn subscriptions_are_capped_per_connection_with_a_clear_error() {
     client.request("resources/unsubscribe", json!({ "uri": uri(0) })).expect("unsubscribe");
     client.request("resources/subscribe", json!({ "uri": uri(256) })).expect("room again");
     client.close().expect("the server exits when stdin closes");
+}
+
+/// The bytes of standard base64 `text`.
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |byte: u8| match byte {
+        b'A'..=b'Z' => byte - b'A',
+        b'a'..=b'z' => byte - b'a' + 26,
+        b'0'..=b'9' => byte - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {byte}"),
+    };
+    let mut bytes = Vec::new();
+    for chunk in text.as_bytes().chunks(4) {
+        let digits: Vec<u8> = chunk.iter().copied().filter(|&byte| byte != b'=').map(value).collect();
+        let word = digits.iter().enumerate().fold(0_u32, |word, (index, digit)| word | u32::from(*digit) << (18 - 6 * index));
+        bytes.extend(word.to_be_bytes()[1..digits.len()].iter());
+    }
+    bytes
 }

@@ -33,9 +33,9 @@ pub const URI_TEMPLATE: &str = "toolcell://workspace/{+path}";
 pub const PAGE_SIZE: usize = 50;
 /// The most files a listing looks at (`list_files`' own maximum).
 const MAX_LISTED: u64 = 10_000;
-/// The most text one `resources/read` returns; a longer file is read with `read_file`'s
-/// `offset` and `limit`.
-pub const MAX_TEXT_BYTES: usize = 8 * 1024 * 1024;
+/// The most bytes one `resources/read` returns; a larger file is read in parts with
+/// `read_file`.
+pub const MAX_BYTES: usize = 8 * 1024 * 1024;
 /// The tools resources are served through: a role without all of them has no resources.
 const TOOLS: [&str; 3] = ["list_files", "file_info", "read_file"];
 
@@ -107,8 +107,8 @@ pub(crate) fn not_found(uri: &str) -> McpError {
 
 /// What a governed call of one of the role's tools gave.
 pub(crate) enum Called {
-    /// The tool's structured result, its text, and the images it showed.
-    Done(Value, String, Vec<toolcell_host::Image>),
+    /// The tool's structured result.
+    Done(Value),
     /// The tool's error.
     Refused(ToolErrorKind, String),
 }
@@ -120,7 +120,7 @@ pub(crate) fn call(session: &Session, tool: &str, arguments: &Value) -> Result<C
         McpError::internal_error(format!("the host could not run `{tool}`; the operator's log has the details"), None)
     })?;
     Ok(match call.output {
-        Ok(output) => Called::Done(output.structured.unwrap_or(Value::Null), output.text, call.images),
+        Ok(output) => Called::Done(output.structured.unwrap_or(Value::Null)),
         Err(error) => Called::Refused(error.kind, error.message),
     })
 }
@@ -130,7 +130,7 @@ pub(crate) fn call(session: &Session, tool: &str, arguments: &Value) -> Result<C
 pub(crate) fn listing(session: &Session) -> Result<(Vec<String>, Vec<String>), McpError> {
     let arguments = json!({ "recursive": true, "max_results": MAX_LISTED });
     let structured = match call(session, "list_files", &arguments)? {
-        Called::Done(structured, _, _) => structured,
+        Called::Done(structured) => structured,
         Called::Refused(_, message) => return Err(McpError::internal_error(format!("listing the workspace failed: {message}"), None)),
     };
     let (mut files, mut directories) = (Vec::new(), Vec::new());
@@ -150,7 +150,7 @@ pub(crate) fn listing(session: &Session) -> Result<(Vec<String>, Vec<String>), M
 /// `file_info` of `path` when the role may read it (its structured result), else `None`.
 fn readable_info(session: &Session, path: &str) -> Result<Option<Value>, McpError> {
     Ok(match call(session, "file_info", &json!({ "path": path }))? {
-        Called::Done(info, _, _) if info["type"] == "file" && info["access"]["read"] == "allow" => Some(info),
+        Called::Done(info) if info["type"] == "file" && info["access"]["read"] == "allow" => Some(info),
         _ => None,
     })
 }
@@ -223,18 +223,17 @@ pub(crate) fn templates() -> ListResourceTemplatesResult {
     ListResourceTemplatesResult::with_all_items(vec![template])
 }
 
-/// `resources/read`: the file as `read_file` reads it, page after page: text (decoded, lines
-/// joined by `\n`), or an image as a base64 blob. Another binary file is refused as
-/// `read_file` refuses it.
+/// `resources/read`: the file's exact bytes, read with `read_file`'s `raw` mode window after
+/// window (each an audited call under the policy): text when they are UTF-8, else a base64
+/// blob.
 pub(crate) fn read(session: &Session, uri: &str) -> Result<ReadResourceResult, McpError> {
+    use base64::Engine as _;
     let path = path_of(uri).ok_or_else(|| not_found(uri))?;
-    let mut text = String::new();
-    let mut offset = 1_u64;
+    let mut bytes = Vec::new();
     loop {
-        // The first window without `offset`: `read_file` reads an image only whole.
-        let arguments = if offset == 1 { json!({ "path": path }) } else { json!({ "path": path, "offset": offset }) };
-        let (structured, shown, images) = match call(session, "read_file", &arguments)? {
-            Called::Done(structured, shown, images) => (structured, shown, images),
+        let arguments = json!({ "path": path, "raw": true, "byte_offset": bytes.len() });
+        let structured = match call(session, "read_file", &arguments)? {
+            Called::Done(structured) => structured,
             Called::Refused(ToolErrorKind::NotFound | ToolErrorKind::Denied, _) => return Err(not_found(uri)),
             Called::Refused(kind, message) => {
                 // Only a file the role may read gets here: the tool's message names nothing else.
@@ -245,39 +244,34 @@ pub(crate) fn read(session: &Session, uri: &str) -> Result<ReadResourceResult, M
                 ));
             }
         };
-        if let Some(image) = images.into_iter().next() {
-            use base64::Engine as _;
-            let blob = base64::engine::general_purpose::STANDARD.encode(&image.data);
-            return Ok(ReadResourceResult::new(vec![ResourceContents::blob(blob, uri).with_mime_type(image.mime_type)]));
-        }
-        append_lines(&mut text, &shown);
-        let (end, total) = (structured["end_line"].as_u64().unwrap_or(0), structured["total_lines"].as_u64().unwrap_or(0));
-        if end >= total || end < offset {
-            break;
-        }
-        if text.len() > MAX_TEXT_BYTES {
+        let window = structured["base64"]
+            .as_str()
+            .and_then(|text| base64::engine::general_purpose::STANDARD.decode(text).ok())
+            .ok_or_else(|| McpError::internal_error(format!("`read_file` gave no bytes for `{uri}`"), None))?;
+        bytes.extend_from_slice(&window);
+        if bytes.len() > MAX_BYTES {
             return Err(McpError::invalid_params(
-                format!("`{uri}` is over {MAX_TEXT_BYTES} bytes of text: read it in parts with `read_file` (`offset` and `limit`)"),
-                Some(json!({ "uri": uri, "max_bytes": MAX_TEXT_BYTES })),
+                format!(
+                    "`{uri}` is over {MAX_BYTES} bytes: read it in parts with `read_file` (`offset` and `limit`, or `raw` and `byte_offset`)"
+                ),
+                Some(json!({ "uri": uri, "max_bytes": MAX_BYTES })),
             ));
         }
-        offset = end + 1;
-    }
-    let mime = mime_type(&path, &json!({ "encoding": "utf-8" }));
-    Ok(ReadResourceResult::new(vec![ResourceContents::text(text, uri).with_mime_type(mime)]))
-}
-
-/// Append the lines `read_file` showed (each after its number and a tab; its notes, such as
-/// where it stopped, have no number and are left out).
-fn append_lines(text: &mut String, shown: &str) {
-    for line in shown.lines() {
-        if let Some((number, content)) = line.split_once('\t')
-            && number.trim_start().parse::<u64>().is_ok()
-        {
-            text.push_str(content);
-            text.push('\n');
+        match structured["next_byte_offset"].as_u64() {
+            Some(next) if next == bytes.len() as u64 && !window.is_empty() => {}
+            _ => break,
         }
     }
+    Ok(ReadResourceResult::new(vec![match String::from_utf8(bytes) {
+        Ok(text) => {
+            let mime = mime_type(&path, &json!({ "encoding": "utf-8" }));
+            ResourceContents::text(text, uri).with_mime_type(mime)
+        }
+        Err(binary) => {
+            let mime = mime_type(&path, &Value::Null);
+            ResourceContents::blob(base64::engine::general_purpose::STANDARD.encode(binary.as_bytes()), uri).with_mime_type(mime)
+        }
+    }]))
 }
 
 #[cfg(test)]

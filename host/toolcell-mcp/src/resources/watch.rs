@@ -51,7 +51,7 @@ impl Subscriptions {
     pub(crate) fn subscribe(&self, session: &Session, uri: &str, peer: Peer<RoleServer>) -> Result<(), McpError> {
         let path = path_of(uri).ok_or_else(|| not_found(uri))?;
         match call(session, "file_info", &serde_json::json!({ "path": path }))? {
-            Called::Done(info, _, _) if info["type"] == "file" && info["access"]["read"] == "allow" => {}
+            Called::Done(info) if info["type"] == "file" && info["access"]["read"] == "allow" => {}
             _ => return Err(not_found(uri)),
         }
         {
