@@ -72,6 +72,14 @@ pub enum NetError {
         /// The address, its range, and the `cidrs` line that would allow it.
         message: String,
     },
+    /// An extra root bundle the operator configured is not PEM certificates.
+    #[error("the certificate authorities in `{bundle}` cannot be used: {reason}; give PEM `CERTIFICATE` blocks in `[network] roots`")]
+    Roots {
+        /// The bundle's name (as the policy writes it).
+        bundle: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The host name could not be resolved.
     #[error("`{host}` could not be resolved: {reason}; check the name, or ask the operator for a `--resolve {host}=ADDRESS`")]
     Resolve {

@@ -60,9 +60,9 @@ impl OutboundBuilder {
     ///
     /// # Errors
     ///
-    /// [`NetError::Tls`] when an extra root bundle is not PEM certificates.
+    /// [`NetError::Roots`] when an extra root bundle is not PEM certificates.
     pub fn build(self) -> Result<Outbound, NetError> {
-        let tls = tls::client_config(&self.roots).map_err(|reason| NetError::Tls { host: String::new(), reason })?;
+        let tls = tls::client_config(&self.roots)?;
         Ok(Outbound {
             shared: Arc::new(Shared {
                 tls: tokio_rustls::TlsConnector::from(tls),
@@ -258,6 +258,12 @@ impl CallNet {
     {
         let (parts, body) = request.into_parts();
         let target = Target::parse(&parts.uri)?;
+        if parts.method == http::Method::CONNECT {
+            return Err(NetError::InvalidRequest {
+                uri: target.display,
+                reason: "`CONNECT` opens a tunnel, which the host does not; send the request itself".to_owned(),
+            });
+        }
         record.scheme = target.scheme.as_str().to_owned();
         record.host.clone_from(&target.host);
         record.port = target.port;

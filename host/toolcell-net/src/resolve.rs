@@ -75,7 +75,7 @@ impl StaticResolver {
             .trim_end_matches(']')
             .parse::<IpAddr>()
             .map_err(|_| invalid("the part after `=` is not an IP address"))?;
-        self.insert(name, address)
+        self.insert(name, address).map_err(|_| invalid("the part before `=` is not a host name"))
     }
 
     /// Names without an entry go to `fallback`.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use toolcell_net::{Decision, Limit, NetError, NetLimits, Outbound, RequestRecord};
+use toolcell_net::{Decision, Limit, NetError, NetLimits, Outbound, RequestRecord, Resolve, StaticResolver, SystemResolver};
 
 use support::*;
 
@@ -350,6 +350,71 @@ async fn a_record_is_finished_when_the_body_is_dropped_early() {
         assert_eq!(records[0].status, Some(200));
         assert!(records[0].reason.as_deref().is_some_and(|reason| reason.contains("dropped")), "{records:?}");
         assert!(records[0].bytes_received < 64 * 1024 + 200);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn resolvers_answer_from_flags_a_fallback_and_the_system() {
+    bounded(async {
+        let mut flags = StaticResolver::new();
+        flags.insert_flag("API.test.=127.0.0.2").expect("NAME=ADDRESS");
+        flags.insert_flag("v6.test=[::1]").expect("a bracketed IPv6 address");
+        for bad in ["api.test", "api.test=not-an-address", "bad name=127.0.0.1"] {
+            let refused = flags.insert_flag(bad).expect_err(bad);
+            assert!(refused.to_string().contains(&format!("`{bad}`")), "{refused}");
+        }
+        assert_eq!(flags.resolve("api.test").await.expect("an entry"), [PUBLIC]);
+        assert!(flags.resolve("unknown.test").await.is_err(), "no entry and no fallback");
+        let fallback = StaticResolver::new().with_fallback(Arc::new(flags));
+        assert_eq!(fallback.resolve("v6.test").await.expect("from the fallback"), ["::1".parse::<std::net::IpAddr>().expect("::1")]);
+        let system = SystemResolver.resolve("localhost").await.expect("localhost resolves");
+        assert!(!system.is_empty() && system.iter().all(|address| address.is_loopback()), "{system:?}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_roots_and_connect_requests_are_refused() {
+    bounded(async {
+        let refused = Outbound::builder().extra_roots_pem("ca.pem", b"not a certificate").build().expect_err("no PEM");
+        assert!(matches!(refused, NetError::Roots { ref bundle, .. } if bundle == "ca.pem"), "{refused:?}");
+        let outbound = outbound(&[("api.test", PUBLIC)], NetLimits::default(), None);
+        let call = outbound.call("fetcher", "http_fetch", rules(&public_rule("\"api.test\"", 8080)));
+        let connect = http::Request::connect("http://api.test:8080/").body(http_body_util::Empty::<Bytes>::new()).expect("a request");
+        let refused = call.send(connect).await.expect_err("no tunnels");
+        assert!(matches!(refused, NetError::InvalidRequest { .. }), "{refused:?}");
+        let credentials = call.send(get("http://user:pass@api.test:8080/")).await.expect_err("no userinfo");
+        assert!(credentials.to_string().contains("credentials"), "{credentials}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_connect_time_cap_stops_a_server_that_does_not_accept() {
+    bounded(async {
+        // A listener with a backlog of one that never accepts: once its queue is full, the
+        // kernel drops further SYNs and a connection attempt hangs.
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket.bind(std::net::SocketAddr::new(PUBLIC, 0)).expect("binds");
+        let listener = socket.listen(1).expect("listens");
+        let address = listener.local_addr().expect("an address");
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            match tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(address)).await {
+                Ok(Ok(stream)) => held.push(stream),
+                _ => break,
+            }
+        }
+        let limits = NetLimits { connect_timeout: Duration::from_millis(300), ..NetLimits::default() };
+        let outbound = outbound(&[("api.test", PUBLIC)], limits, None);
+        let call = outbound.call("fetcher", "http_fetch", rules(&public_rule("\"api.test\"", address.port())));
+        let started = Instant::now();
+        let stopped = call.send(get(&format!("http://api.test:{}/", address.port()))).await.expect_err("never accepted");
+        assert!(matches!(stopped, NetError::LimitReached { limit: Limit::ConnectTime, .. }), "{stopped:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert!(stopped.to_string().contains("`[network] connect_timeout_ms`"), "{stopped}");
+        drop(held);
     })
     .await;
 }
