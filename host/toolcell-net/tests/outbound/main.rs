@@ -242,7 +242,7 @@ async fn the_injected_secret_reaches_the_server_and_nothing_else() {
         );
         let outbound = Outbound::builder()
             .resolver(Arc::new({
-                let mut resolver = toolcell_net::StaticResolver::new();
+                let mut resolver = StaticResolver::new();
                 resolver.insert_flag("api.test=127.0.0.2").expect("an entry");
                 resolver
             }))
