@@ -62,4 +62,21 @@ mod tests {
         assert_eq!((limits.requests, limits.total_time), (2, Duration::from_millis(5)));
         assert_eq!(limits.sent_bytes, NetLimits::default().sent_bytes);
     }
+
+    #[test]
+    fn the_book_states_the_defaults() {
+        let book = include_str!("../../../docs/src/network.md");
+        let defaults = NetLimits::default();
+        for (key, value) in [
+            ("requests", defaults.requests),
+            ("sent_kib", defaults.sent_bytes >> 10),
+            ("received_kib", defaults.received_bytes >> 10),
+            ("connect_timeout_ms", u64::try_from(defaults.connect_timeout.as_millis()).unwrap_or(u64::MAX)),
+            ("total_ms", u64::try_from(defaults.total_time.as_millis()).unwrap_or(u64::MAX)),
+            ("connections", defaults.connections as u64),
+        ] {
+            let row = format!("| `{key}` | {value} |");
+            assert!(book.contains(&row), "docs/src/network.md has the row `{row}`");
+        }
+    }
 }

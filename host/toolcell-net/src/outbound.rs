@@ -315,7 +315,6 @@ impl CallNet {
         let headers = self.headers(&parts.headers, rule, &target).await?;
         let path = parts.uri.path_and_query().map_or("/", |path| path.as_str());
         let head_bytes = (parts.method.as_str().len() + path.len() + 12 + header_bytes(&headers)) as u64;
-        exchange.sent.fetch_add(head_bytes, Ordering::Relaxed);
         self.budget.take_sent(head_bytes).map_err(|detail| limit(Limit::SentBytes, detail))?;
         let permit = self.budget.connections.clone().try_acquire_owned().map_err(|_| {
             limit(
@@ -373,6 +372,8 @@ impl CallNet {
                 limit(Limit::TotalTime, format!("the call's requests took longer than {} ms together", limits.total_time.as_millis()))
             })?
             .map_err(|error| NetError::Http { host: host.to_owned(), reason: error_chain(&error) })?;
+        // The head went out with the request (the budget took it before connecting).
+        exchange.sent.fetch_add(head_bytes, Ordering::Relaxed);
         let (response_parts, incoming) = response.into_parts();
         record.status = Some(response_parts.status.as_u16());
         let head_bytes = (17 + response_parts.status.canonical_reason().map_or(0, str::len) + header_bytes(&response_parts.headers)) as u64;

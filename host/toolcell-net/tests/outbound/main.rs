@@ -418,3 +418,27 @@ async fn the_connect_time_cap_stops_a_server_that_does_not_accept() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn address_literals_are_checked_as_resolved_names_are() {
+    bounded(async {
+        let private = serve(PRIVATE, 0, None).await;
+        let port = private.port();
+        let outbound = outbound(&[], NetLimits::default(), None);
+        let policy = format!(
+            "[[roles.fetcher.network]]\nid = \"literal\"\neffect = \"allow\"\nhosts = [\"127.0.0.3\", \"::ffff:127.0.0.3\"]\nschemes = [\"http\"]\nports = [{port}]\n"
+        );
+        let call = outbound.call("fetcher", "http_fetch", rules(&policy));
+        for uri in [format!("http://127.0.0.3:{port}/"), format!("http://[::ffff:127.0.0.3]:{port}/")] {
+            let refused = call.send(get(&uri)).await.expect_err(&uri);
+            assert!(matches!(refused, NetError::AddressRefused { ref rule, .. } if rule == "literal"), "{uri}: {refused:?}");
+            assert!(refused.to_string().contains("a loopback address"), "{refused}");
+        }
+        assert!(private.seen.all().is_empty());
+        let call = outbound.call("fetcher", "http_fetch", rules(&format!("{policy}cidrs = [\"127.0.0.3/32\"]\n")));
+        let response = call.send(get(&format!("http://127.0.0.3:{port}/"))).await.expect("a CIDR rule allows it");
+        assert_eq!(text(response).await.expect("a body"), "hello");
+        assert_eq!(private.seen.all()[0].headers.get("host").expect("a host"), &format!("127.0.0.3:{port}"));
+    })
+    .await;
+}
