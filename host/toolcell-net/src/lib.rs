@@ -20,6 +20,19 @@
 //! request, checked again. Every request, refused or not, leaves a [`RequestRecord`] without any
 //! header value in it.
 //!
+//! For the runtime (wired by the runtime): build one [`Outbound`] at start (limits from
+//! [`NetLimits::from_settings`] of the policy's `[network]` table, its `roots`, the `--resolve`
+//! entries in a [`StaticResolver`] over the [`SystemResolver`]), one [`CallNet`] per tool call
+//! with the role's rules, and in `send_request` spawn `call.clone().send(request)`. Suggested
+//! `wasi:http` error codes: `Refused`, `AddressRefused`, `UnsupportedScheme` →
+//! `HTTP-request-denied` (the message, which says how to grant, goes to the agent through the
+//! call's result and audit); `Resolve` → `DNS-error`; `Connect` → `connection-refused`;
+//! `LimitReached` → `connection-timeout` (connect time), `connection-read-timeout` (total
+//! time), `HTTP-request-body-size`, `HTTP-response-body-size`, `connection-limit-reached`
+//! (connections, requests); `Tls` → `TLS-certificate-error`; `Http`, `RequestBody` →
+//! `HTTP-protocol-error`; `InvalidRequest` → `HTTP-request-URI-invalid`. Drain
+//! [`CallNet::records`] at the end of the call onto its audit chain.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use toolcell_net::{Decision, NetError, Outbound, StaticResolver};

@@ -161,7 +161,9 @@ impl Budget {
 }
 
 /// One call's outbound HTTP: the role's rules, the call's budget, and the records of its
-/// requests.
+/// requests. A clone is the same call (it shares the budget and the records), for a task
+/// that sends a request while the call goes on.
+#[derive(Clone)]
 pub struct CallNet {
     shared: Arc<Shared>,
     role: String,

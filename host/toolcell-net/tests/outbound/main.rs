@@ -442,3 +442,21 @@ async fn address_literals_are_checked_as_resolved_names_are() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_clone_of_the_call_sends_from_another_task_into_the_same_budget_and_records() {
+    bounded(async {
+        let server = serve(PUBLIC, 0, None).await;
+        let outbound = outbound(&[("api.test", PUBLIC)], NetLimits { requests: 1, ..NetLimits::default() }, None);
+        let call = outbound.call("fetcher", "http_fetch", rules(&public_rule("\"api.test\"", server.port())));
+        let uri = format!("http://api.test:{}/", server.port());
+        let sending = call.clone();
+        let spawned_uri = uri.clone();
+        let body = tokio::spawn(async move { text(sending.send(get(&spawned_uri)).await?).await }).await.expect("the task ran");
+        assert_eq!(body.expect("served"), "hello");
+        let refused = call.send(get(&uri)).await.expect_err("the clone used the call's one request");
+        assert!(matches!(refused, NetError::LimitReached { limit: Limit::Requests, .. }), "{refused:?}");
+        assert_eq!(call.records().len(), 2);
+    })
+    .await;
+}
