@@ -437,6 +437,7 @@ mod decide;
 mod index;
 mod mentions;
 mod network;
+mod network_settings;
 mod parse;
 mod registry;
 
@@ -445,6 +446,7 @@ pub use network::{
     Cidr, Destination, NetworkDecision, NetworkEffect, NetworkRule, NetworkRules, Scheme, SecretHeader, SecretSource, normalize_host,
     special_range,
 };
+pub use network_settings::{NetworkSettings, network_settings};
 pub use parse::stub_imports;
 pub use registry::{RegistrySettings, registry_settings};
 

@@ -22,6 +22,8 @@ pub(crate) struct RawPolicy {
     validators: Vec<Spanned<RawValidator>>,
     #[serde(default)]
     registry: Option<registry::RawRegistry>,
+    #[serde(default)]
+    network: Option<network_settings::RawNetworkSettings>,
 }
 
 #[derive(Deserialize)]
@@ -319,6 +321,10 @@ impl Policy {
         // Read by the registry commands; a mistake in it still fails the start, with its line.
         if let Some(raw_registry) = &raw.registry {
             raw_registry.compile(file, text)?;
+        }
+        // Read by the runtime's network setup; checked here so a mistake fails the start.
+        if let Some(raw_network) = &raw.network {
+            raw_network.compile(file, text)?;
         }
         let mut pins = BTreeMap::new();
         let mut stubs = BTreeMap::new();
