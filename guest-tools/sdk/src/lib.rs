@@ -41,6 +41,7 @@
 pub mod chain;
 pub mod encoding;
 mod entry;
+pub mod http;
 pub mod path;
 pub mod read;
 pub mod scan;
