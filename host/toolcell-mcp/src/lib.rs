@@ -402,8 +402,13 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
         let session = self.resource_session(&context).await?;
-        self.subscriptions.watch(&session, context.peer.clone());
-        blocking(move || resources::list(&session, request.as_ref())).await
+        // A resource request costs what a tool call does, and counts against the same bounds.
+        let slot = self.call_slot(&context)?;
+        // Without a watcher to spare, the listing still answers; `list_changed` waits for one.
+        let _ = self.subscriptions.watch(&session, context.peer.clone());
+        let listed = blocking(move || resources::list(&session, request.as_ref())).await;
+        drop(slot);
+        listed
     }
 
     async fn list_resource_templates(
@@ -421,13 +426,19 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
         let session = self.resource_session(&context).await?;
-        Ok(blocking(move || resources::read(&session, &request.uri)).await?.into())
+        let slot = self.call_slot(&context)?;
+        let read = blocking(move || resources::read(&session, &request.uri)).await;
+        drop(slot);
+        Ok(read?.into())
     }
 
     async fn subscribe(&self, request: rmcp::model::SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
         let session = self.resource_session(&context).await?;
+        let slot = self.call_slot(&context)?;
         let (peer, subscriptions) = (context.peer.clone(), self.subscriptions.clone());
-        blocking(move || subscriptions.subscribe(&session, &request.uri, peer)).await
+        let subscribed = blocking(move || subscriptions.subscribe(&session, &request.uri, peer)).await;
+        drop(slot);
+        subscribed
     }
 
     async fn unsubscribe(
@@ -446,7 +457,10 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
         let session = self.resource_session(&context).await?;
-        blocking(move || resources::complete(&session, &request)).await
+        let slot = self.call_slot(&context)?;
+        let completed = blocking(move || resources::complete(&session, &request)).await;
+        drop(slot);
+        completed
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {

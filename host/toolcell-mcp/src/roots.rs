@@ -73,7 +73,7 @@ impl FromRoots {
             Ok((directory, session))
         });
         if let Err(reason) = &next {
-            let _ = crate::writeln_stderr(&format!("toolcell mcp: {reason}"));
+            let _ = crate::writeln_stderr(&format!("toolcell mcp: {}", toolcell_types::escape_control(reason)));
         }
         let mut changed = false;
         self.current.send_modify(|current| {
@@ -83,7 +83,9 @@ impl FromRoots {
             if let Ok((directory, _)) = &next
                 && before.as_ref() != Some(directory)
             {
-                let _ = crate::writeln_stderr(&format!("toolcell mcp: serving the client's root {}", directory.display()));
+                let shown = directory.display().to_string();
+                let _ =
+                    crate::writeln_stderr(&format!("toolcell mcp: serving the client's root {}", toolcell_types::escape_control(&shown)));
             }
             *current = Some(next);
         });
@@ -119,10 +121,42 @@ pub fn directory_of(uri: &str) -> Result<PathBuf, String> {
         return Err(refused("its path is not absolute"));
     }
     match std::fs::metadata(&path) {
-        Ok(metadata) if metadata.is_dir() => Ok(path),
-        Ok(_) => Err(refused("it is not a directory")),
-        Err(_) => Err(refused("no such directory")),
+        Ok(metadata) if metadata.is_dir() => {}
+        Ok(_) => return Err(refused("it is not a directory")),
+        Err(_) => return Err(refused("no such directory")),
     }
+    let canonical = std::fs::canonicalize(&path).map_err(|_| refused("it cannot be resolved"))?;
+    vet(&canonical, std::env::var_os("HOME").map(PathBuf::from).as_deref()).map_err(|why| refused(&why))?;
+    Ok(canonical)
+}
+
+/// Directories that are never a project: the machine's own.
+const SYSTEM: [&str; 12] = ["/proc", "/sys", "/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/run", "/var/lib"];
+/// Directories that hold projects but are none themselves.
+const CONTAINERS: [&str; 6] = ["/", "/tmp", "/var", "/home", "/root", "/srv"];
+
+/// Whether `root` (canonical) may be a workspace: the policy's paths start at the workspace, so
+/// a root inside a project would move them (root `REPO/docs` escapes a `docs/**` rule, root
+/// `REPO/.git` the `.git/**` protection). Refused: the machine's own directories, a directory
+/// that holds projects (`/`, `/home`, the home directory itself), anything in a `.git`
+/// directory, and a directory inside a git work tree that is not its top.
+fn vet(root: &Path, home: Option<&Path>) -> Result<(), String> {
+    if let Some(system) = SYSTEM.iter().find(|system| root.starts_with(system)) {
+        return Err(format!("it is in `{system}`, a directory of the machine, not a project"));
+    }
+    if CONTAINERS.iter().any(|container| root == Path::new(container)) || home.is_some_and(|home| root == home) {
+        return Err("it holds projects rather than being one: open the project's own folder".to_owned());
+    }
+    if root.components().any(|component| component.as_os_str() == ".git") {
+        return Err("it is in a `.git` directory: open the repository's top folder".to_owned());
+    }
+    if let Some(top) = root.ancestors().skip(1).find(|ancestor| ancestor.join(".git").exists()) {
+        return Err(format!(
+            "it is inside the git repository `{}` but not its top folder, and the policy's paths start at the workspace: open the repository's top folder, or start toolcell mcp with `--workspace`",
+            top.display()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -131,7 +165,8 @@ mod tests {
 
     #[test]
     fn only_local_directories_are_roots() {
-        let directory = std::env::temp_dir();
+        let base = tempfile::tempdir().expect("a directory");
+        let directory = std::fs::canonicalize(base.path()).expect("canonical");
         let uri = format!("file://{}", directory.display());
         assert_eq!(directory_of(&uri).as_deref(), Ok(directory.as_path()));
         for (uri, why) in [
@@ -140,9 +175,24 @@ mod tests {
             ("file:///no/such/directory/anywhere", "no such directory"),
             ("file:///etc/hostname", "not a directory"),
             ("file:///tmp/%zz", "percent-encoding"),
+            ("file:///", "holds projects"),
+            ("file:///proc/self", "a directory of the machine"),
+            ("file:///etc", "a directory of the machine"),
         ] {
             let refused = directory_of(uri).expect_err(uri);
             assert!(refused.contains(why) && refused.contains(uri), "{uri}: {refused}");
         }
+    }
+
+    #[test]
+    fn a_root_inside_a_project_or_its_git_directory_is_refused() {
+        let base = tempfile::tempdir().expect("a directory");
+        let repository = std::fs::canonicalize(base.path()).expect("canonical").join("repo");
+        std::fs::create_dir_all(repository.join(".git/hooks")).expect("a repository");
+        std::fs::create_dir_all(repository.join("docs")).expect("docs");
+        assert_eq!(vet(&repository, None), Ok(()));
+        assert!(vet(&repository.join("docs"), None).expect_err("inside").contains("inside the git repository"));
+        assert!(vet(&repository.join(".git/hooks"), None).expect_err("in .git").contains("`.git` directory"));
+        assert!(vet(&repository, Some(&repository)).expect_err("home").contains("holds projects"));
     }
 }

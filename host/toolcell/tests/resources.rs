@@ -373,15 +373,23 @@ fn a_root_that_is_not_a_local_directory_is_refused_and_without_roots_the_workspa
     let file = temp.path().join("notes.txt");
     std::fs::write(&file, "a file, not a directory\n").expect("write");
     let state = temp.path().join("state");
+    let repository = std::fs::canonicalize(temp.path()).expect("canonical").join("repo");
+    std::fs::create_dir_all(repository.join(".git")).expect("a repository");
+    std::fs::create_dir_all(repository.join("docs")).expect("docs");
     for (root, why) in [
         ("file://fileserver/share".to_owned(), "it names another host"),
         (file_uri(&file), "it is not a directory"),
         (file_uri(&temp.path().join("missing")), "no such directory"),
+        // The policy's paths start at the workspace: a root inside a project would move them.
+        (file_uri(&repository.join("docs")), "it is inside the git repository"),
+        (file_uri(&repository.join(".git")), "it is in a `.git` directory"),
+        ("file:///".to_owned(), "it holds projects rather than being one"),
+        ("file:///proc/self".to_owned(), "it is in `/proc`, a directory of the machine"),
     ] {
         let report = roots_client("refused", std::slice::from_ref(&root), &state, &[]);
         for request in ["list", "call"] {
             let message = report[request]["message"].as_str().unwrap_or_else(|| panic!("{root} {request}: {report}"));
-            assert!(message.starts_with(&format!("root `{root}` is refused: {why};")), "{root} {request}: {message}");
+            assert!(message.starts_with(&format!("root `{root}` is refused: {why}")), "{root} {request}: {message}");
         }
     }
     let report = roots_client("none", &[], &state, &[]);

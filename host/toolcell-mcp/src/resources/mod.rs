@@ -133,8 +133,16 @@ pub(crate) fn listing(session: &Session) -> Result<(Vec<String>, Vec<String>), M
         Called::Done(structured) => structured,
         Called::Refused(_, message) => return Err(McpError::internal_error(format!("listing the workspace failed: {message}"), None)),
     };
+    // No entries at all means the listing did not fit the call's output cap: an error, not an
+    // empty workspace.
+    let entries = structured["entries"].as_array().ok_or_else(|| {
+        McpError::internal_error(
+            "listing the workspace gave no entries (over the output cap of a call?): the operator can raise `[limits] output_kib`",
+            None,
+        )
+    })?;
     let (mut files, mut directories) = (Vec::new(), Vec::new());
-    for entry in structured["entries"].as_array().into_iter().flatten() {
+    for entry in entries {
         let Some(path) = entry["path"].as_str() else { continue };
         match entry["type"].as_str() {
             Some("file") => files.push(path.to_owned()),

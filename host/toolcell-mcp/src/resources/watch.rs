@@ -28,6 +28,28 @@ const QUIET: Duration = Duration::from_millis(150);
 const GATHER_AT_MOST: Duration = Duration::from_secs(1);
 /// How often the watcher's queue is drained.
 const POLL: Duration = Duration::from_millis(50);
+/// The most connections of this process watched at once: each watcher holds an inotify
+/// instance, which the user's processes share a small number of.
+pub const MAX_WATCHERS: usize = 32;
+
+/// Connections of this process watched now.
+static WATCHERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One of the [`MAX_WATCHERS`], given back when its watcher stops.
+struct WatcherSlot;
+
+impl WatcherSlot {
+    fn take() -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        WATCHERS.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| (now < MAX_WATCHERS).then_some(now + 1)).ok().map(|_| WatcherSlot)
+    }
+}
+
+impl Drop for WatcherSlot {
+    fn drop(&mut self) {
+        WATCHERS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
 
 /// The subscriptions of one MCP connection.
 #[derive(Default, Clone)]
@@ -65,9 +87,12 @@ impl Subscriptions {
                     Some(serde_json::json!({ "uri": uri, "max_subscriptions": MAX_SUBSCRIPTIONS })),
                 ));
             }
-            shared.paths.insert(path);
+            shared.paths.insert(path.clone());
         }
-        self.watch(session, peer);
+        if let Err(refused) = self.watch(session, peer) {
+            self.shared.lock().unwrap_or_else(PoisonError::into_inner).paths.remove(&path);
+            return Err(McpError::invalid_request(refused, Some(serde_json::json!({ "uri": uri, "max_watchers": MAX_WATCHERS }))));
+        }
         Ok(())
     }
 
@@ -88,23 +113,51 @@ impl Subscriptions {
 
     /// Start telling `peer` about changes, once per connection (at its first listing or
     /// subscription); the watcher stops with the connection.
-    pub(crate) fn watch(&self, session: &Session, peer: Peer<RoleServer>) {
-        let generation = {
+    ///
+    /// # Errors
+    ///
+    /// Why no watcher runs: [`MAX_WATCHERS`] connections are watched already, or its thread
+    /// could not start.
+    pub(crate) fn watch(&self, session: &Session, peer: Peer<RoleServer>) -> Result<(), String> {
+        let busy = || {
+            format!(
+                "the server already watches {MAX_WATCHERS} connections for resource changes, the most it may: try again once one has closed"
+            )
+        };
+        let slot = {
             let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
             if shared.watching {
-                return;
+                return Ok(());
             }
+            let slot = WatcherSlot::take().ok_or_else(busy)?;
             shared.watching = true;
-            shared.generation
+            (slot, shared.generation)
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (slot, generation) = slot;
+        let fail = |reason: String| {
+            self.shared.lock().unwrap_or_else(PoisonError::into_inner).watching = false;
+            let _ = crate::writeln_stderr(&format!("toolcell mcp: cannot watch the workspace for resource changes: {reason}"));
+            "the server cannot watch the workspace for resource changes now; the operator's log says why".to_owned()
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return Err(fail("no async runtime".to_owned())) };
         let (shared, session) = (Arc::downgrade(&self.shared), session.clone());
-        let spawned = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("toolcell-resources".to_owned())
-            .spawn(move || Telling { shared, generation, session, peer, runtime }.run());
-        if let Err(error) = spawned {
-            let _ = crate::writeln_stderr(&format!("toolcell mcp: cannot watch the workspace for resource changes: {error}"));
-        }
+            .spawn(move || {
+                let _slot = slot;
+                let after = shared.clone();
+                Telling { shared, generation, session, peer, runtime }.run();
+                // Stopped (the connection closed, or the watcher failed): a later request of a
+                // still-open connection may start another.
+                if let Some(shared) = after.upgrade() {
+                    let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    if shared.generation == generation {
+                        shared.watching = false;
+                    }
+                }
+            })
+            .map(drop)
+            .map_err(|error| fail(error.to_string()))
     }
 }
 
