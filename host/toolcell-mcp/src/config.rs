@@ -23,6 +23,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use oauth::{OauthConfig, ScopedRole, check_fetchable};
+
+mod oauth;
+
 /// Requests larger than this are refused unless the configuration says otherwise.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// An MCP session idle this long ends (its locks then expire on their own leases).
@@ -71,6 +75,8 @@ pub struct ServiceConfig {
     /// `[store] url`: the PostgreSQL store of locks and the audit trail shared with other
     /// hosts, unless `--store` says otherwise.
     pub store: Option<String>,
+    /// `[oauth]`: JWT access tokens of one issuer, beside the static tokens.
+    pub oauth: Option<OauthConfig>,
 }
 
 /// The bounds `serve` keeps, each held for the life of what it counts (see
@@ -154,6 +160,7 @@ struct RawConfig {
     #[serde(default)]
     principals: Vec<Spanned<RawPrincipal>>,
     store: Option<RawStore>,
+    oauth: Option<oauth::RawOauth>,
 }
 
 #[derive(Deserialize)]
@@ -355,8 +362,13 @@ impl ServiceConfig {
                 ));
             }
         }
-        if principals.is_empty() {
-            return Err(error(None, "no [[principals]]: define at least one, with a `token_sha256` from `toolcell token`".to_owned()));
+        let oauth = raw.oauth.as_ref().map(|oauth| oauth::parse_oauth(oauth, &workspaces, &error)).transpose()?;
+        if principals.is_empty() && oauth.is_none() {
+            return Err(error(
+                None,
+                "no [[principals]] and no [oauth]: define a principal, with a `token_sha256` from `toolcell token`, or an [oauth] issuer"
+                    .to_owned(),
+            ));
         }
         Ok(ServiceConfig {
             file: file.to_owned(),
@@ -371,6 +383,7 @@ impl ServiceConfig {
             principals,
             anonymous,
             store: raw.store.map(|store| store.url),
+            oauth,
         })
     }
 

@@ -46,7 +46,8 @@ use toolcell_host::{Host, Session, TaskBinding};
 
 use crate::body::{Asks, Deadline, Holding, Unread};
 use crate::bounds::{Kind, Ledger, Refusal, Slot};
-use crate::config::{Principal, ServiceConfig, token_hash};
+use crate::config::{Principal, ServiceConfig};
+use crate::oauth::Verifier;
 use crate::operator::{Event, OperatorLog};
 use crate::sessions::Owners;
 use crate::{McpServer, ServeError, tools_of};
@@ -58,6 +59,10 @@ const LOOPBACK_ORIGINS: [&str; 6] =
 /// A client gets this long to send a request's headers (a connection not yet authenticated
 /// holds one of `max_connections` no longer than this).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+mod front;
+
+pub use front::ReadinessCheck;
 
 type Mcp = StreamableHttpService<McpServer, LocalSessionManager>;
 type Answer = Response<BoxBody<Bytes, Infallible>>;
@@ -75,7 +80,7 @@ pub struct Service {
     hosts: BTreeMap<String, Host>,
     /// Toolcell sessions by id, with their tools.
     sessions: Mutex<HashMap<String, Served>>,
-    /// The tools of each principal's role, by principal (one list for all its sessions).
+    /// The tools of each role, by `WORKSPACE/ROLE` (one list for all its sessions).
     tools: Mutex<HashMap<String, Arc<Vec<Tool>>>>,
     /// The MCP sessions: their owners, use, and state kept across restarts.
     owners: Arc<Owners>,
@@ -83,6 +88,11 @@ pub struct Service {
     ledger: Arc<Ledger>,
     /// Where refusals are told to the operator.
     log: Arc<OperatorLog>,
+    /// The checker of OAuth access tokens (with `[oauth]`; built when serving begins, with the
+    /// operator's log).
+    oauth: Option<Arc<Verifier>>,
+    /// What `/readyz` checks besides the policy (the store); `None`: nothing more.
+    readiness: Option<Arc<ReadinessCheck>>,
 }
 
 /// A session and the tools its role may call.
@@ -114,6 +124,15 @@ impl Service {
                 TaskBinding::parse(task).map_err(|reason| format!("{at}: task: {reason}"))?;
             }
         }
+        if let Some(oauth) = &config.oauth {
+            let host = hosts
+                .get(&oauth.workspace)
+                .ok_or_else(|| format!("{}: [oauth] workspace `{}` is not served", config.file, oauth.workspace))?;
+            for scoped in &oauth.roles {
+                host.session(&scoped.role, "oauth")
+                    .map_err(|error| format!("{}: [[oauth.roles]] role `{}`: {error}", config.file, scoped.role))?;
+            }
+        }
         let ledger = Ledger::new(config.bounds, config.principals.iter().map(|principal| principal.name.as_str()));
         let owners = Owners::load(directory, &ledger).map_err(|error| format!("the session directory cannot be created: {error}"))?;
         let principals: Vec<Arc<Principal>> = config.principals.iter().cloned().map(Arc::new).collect();
@@ -131,6 +150,8 @@ impl Service {
             owners,
             ledger,
             log: Arc::new(OperatorLog::default()),
+            oauth: None,
+            readiness: None,
         })
     }
 
@@ -138,6 +159,13 @@ impl Service {
     #[must_use]
     pub fn with_operator_log(mut self, log: Arc<OperatorLog>) -> Self {
         self.log = log;
+        self
+    }
+
+    /// The service, answering `/readyz` with `check` (whether the store can be reached, say).
+    #[must_use]
+    pub fn with_readiness(mut self, check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Self {
+        self.readiness = Some(Arc::new(check));
         self
     }
 
@@ -157,6 +185,14 @@ impl Service {
         };
         let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((session, tools)) = sessions.get(&id) {
+            if session.role() != principal.role {
+                // An OAuth token of the same subject, with another role.
+                return Err(format!(
+                    "this session acts in role `{}`; a token for role `{}` needs a session of its own",
+                    session.role(),
+                    principal.role
+                ));
+            }
             return Ok((session.clone(), Arc::clone(tools)));
         }
         let host = self.hosts.get(&principal.workspace).ok_or("the principal's workspace is not served")?;
@@ -171,7 +207,7 @@ impl Service {
             self.tools
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .entry(principal.name.clone())
+                .entry(format!("{}/{}", principal.workspace, principal.role))
                 .or_insert_with(|| Arc::new(tools_of(&session))),
         );
         sessions.insert(id, (session.clone(), Arc::clone(&tools)));
@@ -183,24 +219,6 @@ impl Service {
     pub(crate) fn take_call(&self, parts: Option<&http::request::Parts>) -> Result<Slot, CallRefused> {
         let principal = authenticated(parts).map_err(CallRefused::Unauthenticated)?;
         self.ledger.take(&principal.name, Kind::Call).map_err(CallRefused::Bound)
-    }
-
-    /// Who presents `headers`' bearer token, or the anonymous principal without one.
-    fn authenticate(&self, headers: &http::HeaderMap) -> Result<Arc<Principal>, &'static str> {
-        let principal = match headers.get(http::header::AUTHORIZATION) {
-            None => self.anonymous.as_ref(),
-            Some(value) => {
-                let token = value
-                    .to_str()
-                    .ok()
-                    .and_then(|value| value.split_once(' '))
-                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-                    .map(|(_, token)| token.trim())
-                    .ok_or("the Authorization header is not `Bearer TOKEN`")?;
-                self.by_token.get(&token_hash(token))
-            }
-        };
-        principal.cloned().ok_or("a bearer token this service knows is required")
     }
 
     /// The MCP session `id` of `principal` ended (or expired): release the locks taken in it
@@ -254,11 +272,17 @@ impl Service {
         (connection, peer): (Arc<Mutex<Option<Slot>>>, std::net::SocketAddr),
         request: Request<Incoming>,
     ) -> Answer {
-        let principal = match self.authenticate(request.headers()) {
+        if let Some(answer) = self.probe(request.method(), request.uri().path()).await {
+            return answer;
+        }
+        if request.method() == Method::GET && request.uri().path().starts_with("/.well-known/oauth-protected-resource") {
+            return self.resource_metadata();
+        }
+        let principal = match self.authorize(request.headers()).await {
             Ok(principal) => principal,
-            Err(reason) => {
-                self.log.note(Event::Unauthorized, &format!("401 from {peer}: {reason}"));
-                return unauthorized(reason);
+            Err(denied) => {
+                self.log.note(denied.event(), &format!("{} from {peer}: {}", denied.status().as_u16(), denied.reason()));
+                return self.denied(&denied);
             }
         };
         let refuse = |refusal: &Refusal| {
@@ -418,12 +442,6 @@ fn too_large(max_bytes: usize, drained: bool) -> Answer {
     response
 }
 
-fn unauthorized(reason: &'static str) -> Answer {
-    let mut response = plain(StatusCode::UNAUTHORIZED, reason.to_owned());
-    response.headers_mut().insert(http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"toolcell\""));
-    response
-}
-
 /// A request past one of its principal's bounds: `429`, naming the bound, with a hint to come
 /// back in a second.
 fn too_many(refusal: &Refusal) -> Answer {
@@ -437,7 +455,16 @@ fn too_many(refusal: &Refusal) -> Answer {
 /// # Errors
 ///
 /// [`ServeError`] if accepting connections fails.
-pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> Result<(), ServeError> {
+pub async fn serve_http(mut service: Service, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> Result<(), ServeError> {
+    if let Some(oauth) = service.config.oauth.clone() {
+        let log = Arc::clone(&service.log);
+        let verifier = Verifier::new(oauth, move |line| log.note(Event::Unavailable, line)).map_err(|reason| ServeError { reason })?;
+        let verifier = Arc::new(verifier);
+        // The first token need not wait for the keys.
+        let early = Arc::clone(&verifier);
+        tokio::spawn(async move { early.prefetch().await });
+        service.oauth = Some(verifier);
+    }
     let service = Arc::new(service);
     let config = &service.config;
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(str::to_owned).to_vec();

@@ -25,6 +25,7 @@ pub mod client;
 pub mod config;
 pub mod http;
 mod logging;
+pub mod oauth;
 pub mod operator;
 mod sessions;
 

@@ -32,6 +32,8 @@ pub enum Event {
     StoreDown,
     /// The shared store is back.
     StoreBack,
+    /// `503`, or a failed fetch behind it: the OAuth issuer's keys cannot be fetched.
+    Unavailable,
 }
 
 impl Event {
@@ -44,6 +46,7 @@ impl Event {
             Event::TooMany => "429 refusals",
             Event::StoreDown => "store outage lines",
             Event::StoreBack => "store recovery lines",
+            Event::Unavailable => "issuer outage lines",
         }
     }
 }

@@ -142,7 +142,10 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     let sessions = state_dir(args).map(|state| state.join("mcp-sessions"));
     let principals = config.principals.len();
     let served = served_line(args, &config.workspaces);
-    let service = toolcell_mcp::http::Service::new(config, hosts, sessions).map_err(anyhow::Error::msg)?.with_operator_log(log);
+    let service = toolcell_mcp::http::Service::new(config, hosts, sessions)
+        .map_err(anyhow::Error::msg)?
+        .with_operator_log(log)
+        .with_readiness(readiness(args));
     let executor = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     executor.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
@@ -162,6 +165,27 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `/readyz` checks: that the store of locks and the audit trail can be reached (a query
+/// on PostgreSQL; the state directory, else). Its reasons name neither paths nor workspaces.
+fn readiness(args: &RuntimeArgs) -> Box<dyn Fn() -> Result<(), String> + Send + Sync> {
+    match store_url(args) {
+        Some(url) => {
+            let store = toolcell_store_postgres::PostgresStore::open(&url).ok();
+            Box::new(move || match &store {
+                Some(store) => store.schema_version().map(|_| ()).map_err(|_| "the store cannot be reached".to_owned()),
+                None => Err("the store's URL does not parse".to_owned()),
+            })
+        }
+        None => {
+            let state = state_dir(args);
+            Box::new(move || match &state {
+                Some(state) if !state.is_dir() => Err("the state directory is gone".to_owned()),
+                _ => Ok(()),
+            })
+        }
+    }
 }
 
 /// Where `serve` keeps locks and the audit trail, and the workspaces it serves, for its
