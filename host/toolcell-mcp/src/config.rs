@@ -77,6 +77,8 @@ pub struct ServiceConfig {
     pub store: Option<String>,
     /// `[oauth]`: JWT access tokens of one issuer, beside the static tokens.
     pub oauth: Option<OauthConfig>,
+    /// The SHA-256 of the token `GET /metrics` needs (`None`: no `/metrics`).
+    pub metrics_token_sha256: Option<[u8; 32]>,
 }
 
 /// The bounds `serve` keeps, each held for the life of what it counts (see
@@ -161,6 +163,7 @@ struct RawConfig {
     principals: Vec<Spanned<RawPrincipal>>,
     store: Option<RawStore>,
     oauth: Option<oauth::RawOauth>,
+    metrics_token_sha256: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -362,6 +365,24 @@ impl ServiceConfig {
                 ));
             }
         }
+        let metrics_token_sha256 = match &raw.metrics_token_sha256 {
+            Some(hash) => {
+                let parsed = parse_hash(hash.get_ref()).ok_or_else(|| {
+                    error(
+                        Some(hash.span()),
+                        "`metrics_token_sha256` must be 64 lowercase hex digits: `toolcell token` prints a token and its hash".to_owned(),
+                    )
+                })?;
+                if let Some(twin) = principals.iter().find(|principal| principal.token_sha256 == Some(parsed)) {
+                    return Err(error(
+                        Some(hash.span()),
+                        format!("`metrics_token_sha256` is the token of principal `{}`: give /metrics a token of its own", twin.name),
+                    ));
+                }
+                Some(parsed)
+            }
+            None => None,
+        };
         let oauth = raw.oauth.as_ref().map(|oauth| oauth::parse_oauth(oauth, &workspaces, &error)).transpose()?;
         if principals.is_empty() && oauth.is_none() {
             return Err(error(
@@ -384,6 +405,7 @@ impl ServiceConfig {
             anonymous,
             store: raw.store.map(|store| store.url),
             oauth,
+            metrics_token_sha256,
         })
     }
 

@@ -47,6 +47,7 @@ use toolcell_host::{Host, Session, TaskBinding};
 use crate::body::{Asks, Deadline, Holding, Unread};
 use crate::bounds::{Kind, Ledger, Refusal, Slot};
 use crate::config::{Principal, ServiceConfig};
+use crate::metrics::Metrics;
 use crate::oauth::Verifier;
 use crate::operator::{Event, OperatorLog};
 use crate::sessions::Owners;
@@ -93,6 +94,10 @@ pub struct Service {
     oauth: Option<Arc<Verifier>>,
     /// What `/readyz` checks besides the policy (the store); `None`: nothing more.
     readiness: Option<Arc<ReadinessCheck>>,
+    /// What the service counts, for `/metrics`.
+    metrics: Arc<Metrics>,
+    /// The index states `/metrics` showed last, and when they were found.
+    index_states: tokio::sync::Mutex<Option<front::IndexStates>>,
 }
 
 /// A session and the tools its role may call.
@@ -152,6 +157,8 @@ impl Service {
             log: Arc::new(OperatorLog::default()),
             oauth: None,
             readiness: None,
+            metrics: Arc::new(Metrics::new()),
+            index_states: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -167,6 +174,11 @@ impl Service {
     pub fn with_readiness(mut self, check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Self {
         self.readiness = Some(Arc::new(check));
         self
+    }
+
+    /// What the service counts.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// A tool call of `parts`' principal refused at one of its bounds (a JSON-RPC error, the
@@ -274,6 +286,9 @@ impl Service {
     ) -> Answer {
         if let Some(answer) = self.probe(request.method(), request.uri().path()).await {
             return answer;
+        }
+        if request.uri().path() == "/metrics" {
+            return self.serve_metrics(request.headers()).await;
         }
         if request.method() == Method::GET && request.uri().path().starts_with("/.well-known/oauth-protected-resource") {
             return self.resource_metadata();
@@ -458,13 +473,15 @@ fn too_many(refusal: &Refusal) -> Answer {
 pub async fn serve_http(mut service: Service, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> Result<(), ServeError> {
     if let Some(oauth) = service.config.oauth.clone() {
         let log = Arc::clone(&service.log);
-        let verifier = Verifier::new(oauth, move |line| log.note(Event::Unavailable, line)).map_err(|reason| ServeError { reason })?;
+        let verifier = Verifier::new(oauth, move |line| log.note(Event::IssuerDown, line)).map_err(|reason| ServeError { reason })?;
         let verifier = Arc::new(verifier);
         // The first token need not wait for the keys.
         let early = Arc::clone(&verifier);
         tokio::spawn(async move { early.prefetch().await });
         service.oauth = Some(verifier);
     }
+    let metrics = Arc::clone(&service.metrics);
+    service.log.count_with(move |event| metrics.event(event));
     let service = Arc::new(service);
     let config = &service.config;
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(str::to_owned).to_vec();

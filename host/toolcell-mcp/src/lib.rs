@@ -25,6 +25,7 @@ pub mod client;
 pub mod config;
 pub mod http;
 mod logging;
+pub mod metrics;
 pub mod oauth;
 pub mod operator;
 mod sessions;
@@ -114,6 +115,14 @@ impl McpServer {
         }
     }
 
+    /// The service's counters (none for a one-session server).
+    fn metrics(&self) -> Option<&Arc<metrics::Metrics>> {
+        match &self.binding {
+            Binding::Session { .. } => None,
+            Binding::Service(service) => Some(service.metrics()),
+        }
+    }
+
     /// A slot for a call of the service (none for a one-session server), held until the call's
     /// instance is released.
     fn call_slot(&self, context: &RequestContext<RoleServer>) -> Result<Option<bounds::Slot>, McpError> {
@@ -177,6 +186,10 @@ impl McpServer {
         };
         match joined {
             Ok(Ok(call)) => {
+                if let Some(metrics) = self.metrics() {
+                    metrics.audit_append();
+                    metrics.policy_denials(call.denials.len());
+                }
                 for warning in &call.warnings {
                     self.log_level
                         .send(context, Severity::Warning, json!({ "tool": name, "call_id": call.call_id, "warning": warning }))
@@ -257,6 +270,22 @@ fn removes_logging(context: &RequestContext<RoleServer>, params: Option<&Value>)
         .is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28)
 }
 
+/// A call's outcome for the metrics: `ok`, or its error's kind (a word of the runtime's own).
+fn outcome_of(result: &CallToolResult) -> String {
+    if result.is_error != Some(true) {
+        return "ok".to_owned();
+    }
+    result
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.0.get("toolcell/error"))
+        .and_then(|error| error.get("kind"))
+        .and_then(Value::as_str)
+        .filter(|kind| kind.len() <= 32 && kind.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'-' || byte == b'_'))
+        .unwrap_or("failed")
+        .to_owned()
+}
+
 /// What is wrong with the parameters of a `tools/call` that rmcp could not read.
 fn invalid_call_params(params: Option<&Value>) -> String {
     let problem = match params {
@@ -318,10 +347,28 @@ impl ServerHandler for McpServer {
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
-        let (session, _) = self.session_for(&context)?;
-        let slot = self.call_slot(&context)?;
+        let (session, tools) = self.session_for(&context)?;
+        // Counted by tool name only for the tools of the policy: any other name is a label
+        // a caller could make up.
+        let meter = self.metrics().map(|metrics| {
+            let known = tools.iter().any(|tool| tool.name == request.name);
+            metrics.call(if known { &request.name } else { "unknown" }, session.role())
+        });
+        let slot = match self.call_slot(&context) {
+            Ok(slot) => slot,
+            Err(error) => {
+                if let Some(meter) = meter {
+                    meter.finish("refused");
+                }
+                return Err(error);
+            }
+        };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        Ok(self.run(session, (request.name.into_owned(), arguments), slot, &context).await.into())
+        let result = self.run(session, (request.name.into_owned(), arguments), slot, &context).await;
+        if let Some(meter) = meter {
+            meter.finish(&outcome_of(&result));
+        }
+        Ok(result.into())
     }
 
     #[expect(deprecated, reason = "MCP logging is deprecated by SEP-2577, but clients still ask for it")]

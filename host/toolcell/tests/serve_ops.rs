@@ -1,5 +1,5 @@
 //! `toolcell serve` as a platform runs it, through the real binary over HTTP on 127.0.0.1:
-//! health and readiness probes.
+//! health and readiness probes, and metrics.
 //!
 //! Waits are generous (a loaded 2-core CI): a test waits for an outcome, never for a time.
 
@@ -58,4 +58,109 @@ fn health_and_readiness_answer_without_a_token_and_readiness_follows_the_store()
     assert_eq!(get(&format!("{}healthz", served.url)).0, 200);
     std::fs::rename(&moved, &state).expect("move it back");
     assert_eq!(get(&format!("{}readyz", served.url)), (200, "ready\n".to_owned()));
+}
+
+/// POST a JSON-RPC `body` with `token` in `session`: status, `Mcp-Session-Id`, body.
+fn post(url: &str, token: &str, session: Option<&str>, body: &serde_json::Value) -> (u16, Option<String>, String) {
+    let mut request = agent()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .header("Authorization", &format!("Bearer {token}"));
+    if let Some(session) = session {
+        request = request.header("Mcp-Session-Id", session);
+    }
+    let mut response = request.send(body.to_string()).expect("POST");
+    let session = response.headers().get("mcp-session-id").and_then(|value| value.to_str().ok()).map(str::to_owned);
+    (response.status().as_u16(), session, response.body_mut().read_to_string().unwrap_or_default())
+}
+
+/// Open a session for `token` and call `tool` with `arguments`; the answer's body.
+fn call(url: &str, token: &str, tool: &str, arguments: serde_json::Value) -> String {
+    use serde_json::json;
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "ops", "version": "1"}}});
+    let (status, session, text) = post(url, token, None, &initialize);
+    assert_eq!(status, 200, "{text}");
+    let session = session.expect("a session");
+    post(url, token, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let called = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
+    post(url, token, Some(&session), &called).2
+}
+
+/// `promtool check metrics` (Debian's `prometheus` package, which `.ci/run` installs) on `text`.
+fn promtool_check(text: &str) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's `prometheus` package; `.ci/run` installs it) must be on PATH");
+    child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write to promtool");
+    let output = child.wait_with_output().expect("promtool");
+    assert!(
+        output.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The value of the sample of `name` whose labels include each of `labels` (`key="value"`).
+fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines().filter(|line| !line.starts_with('#')).find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+        (metric == name && labels.iter().all(|label| rest.contains(label))).then(|| value.parse().ok())?
+    })
+}
+
+#[test]
+fn metrics_need_their_own_token_pass_promtool_and_count_without_identifying_labels() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, alice) = fixture(temp.path());
+    let (metrics_token, metrics_line) = token();
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("metrics_{metrics_line}\n{text}")).expect("config");
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
+    let url = format!("{}metrics", served.url);
+    let scrape = |token: &str| {
+        let mut response = agent().get(&url).header("Authorization", &format!("Bearer {token}")).call().expect("GET");
+        (response.status().as_u16(), response.body_mut().read_to_string().unwrap_or_default())
+    };
+    // A principal's token does not open the metrics, nor does none.
+    assert_eq!(get(&url).0, 401);
+    assert_eq!(scrape(&alice).0, 401);
+
+    let read = call(&served.url, &alice, "read_file", serde_json::json!({"path": "notes.txt"}));
+    assert!(read.contains("hello"), "{read}");
+    let missing = call(&served.url, &alice, "read_file", serde_json::json!({"path": "no-such-file.txt"}));
+    assert!(missing.contains("isError"), "{missing}");
+    call(&served.url, &alice, "made_up_tool_name", serde_json::json!({}));
+    let (status, _, _) = post(&served.url, "tc_not-a-token-of-this-service", None, &serde_json::json!({}));
+    assert_eq!(status, 401);
+
+    let (status, text) = scrape(&metrics_token);
+    assert_eq!(status, 200, "{text}");
+    promtool_check(&text);
+    let ok = sample(&text, "toolcell_tool_calls_total", &["tool=\"read_file\"", "role=\"impl\"", "outcome=\"ok\""]);
+    assert_eq!(ok, Some(1.0), "{text}");
+    let failed = sample(&text, "toolcell_tool_calls_total", &["tool=\"read_file\"", "outcome=\"not-found\""]);
+    assert_eq!(failed, Some(1.0), "{text}");
+    assert_eq!(sample(&text, "toolcell_tool_calls_total", &["tool=\"unknown\""]), Some(1.0), "a made-up name is no label: {text}");
+    assert_eq!(sample(&text, "toolcell_tool_call_duration_seconds_count", &["tool=\"read_file\""]), Some(2.0), "{text}");
+    assert_eq!(sample(&text, "toolcell_tool_calls_in_flight", &[]), Some(0.0), "{text}");
+    assert!(sample(&text, "toolcell_denials_total", &["kind=\"unauthorized\""]) >= Some(3.0), "{text}");
+    assert_eq!(sample(&text, "toolcell_denials_total", &["kind=\"policy\""]), Some(0.0), "{text}");
+    assert_eq!(sample(&text, "toolcell_sessions_open", &[]), Some(3.0), "{text}");
+    assert_eq!(sample(&text, "toolcell_audit_appends_total", &[]), Some(2.0), "{text}");
+    assert_eq!(sample(&text, "toolcell_store_outages_total", &[]), Some(0.0), "{text}");
+    assert_eq!(sample(&text, "toolcell_index_workspaces", &["state=\"absent\""]), Some(1.0), "{text}");
+    // Nothing identifying in the exposition.
+    for secret in [alice.as_str(), metrics_token.as_str(), "alice", "notes.txt", "made_up_tool_name", &temp.path().display().to_string()] {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
 }

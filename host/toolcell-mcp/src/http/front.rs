@@ -187,6 +187,66 @@ fn probe_answer(status: StatusCode, text: String) -> Answer {
     response
 }
 
+/// The index states `/metrics` showed last (how many workspaces in each), and when they were found.
+pub(super) type IndexStates = (std::time::Instant, Vec<(&'static str, usize)>);
+
+/// How long the index states shown by `/metrics` are kept (finding them walks each workspace).
+const INDEX_STATES_KEPT: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl Service {
+    /// `GET /metrics` with the `metrics_token_sha256` token: the Prometheus text format (404
+    /// when the configuration names no metrics token, 401 for any other token).
+    pub(super) async fn serve_metrics(&self, headers: &http::HeaderMap) -> Answer {
+        let Some(expected) = self.config.metrics_token_sha256 else {
+            return plain(StatusCode::NOT_FOUND, "Not Found: set `metrics_token_sha256` in service.toml to serve /metrics".to_owned());
+        };
+        let presented = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token_hash(token.trim()));
+        if presented != Some(expected) {
+            self.log.note(Event::Unauthorized, "401 for /metrics: the metrics token is required");
+            let mut response = plain(StatusCode::UNAUTHORIZED, "/metrics needs the metrics token (`metrics_token_sha256`)".to_owned());
+            response.headers_mut().insert(http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"toolcell-metrics\""));
+            return response;
+        }
+        let index = self.index_states().await;
+        let text = self.metrics.render(self.owners.count(), &index);
+        let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+        response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+        response
+    }
+
+    /// How many served workspaces have their content index in each state.
+    async fn index_states(&self) -> Vec<(&'static str, usize)> {
+        if let Some((at, states)) = &*self.index_states.lock().await
+            && at.elapsed() < INDEX_STATES_KEPT
+        {
+            return states.clone();
+        }
+        let hosts: Vec<toolcell_host::Host> = self.hosts.values().cloned().collect();
+        let states = tokio::task::spawn_blocking(move || {
+            let mut counts = [("absent", 0), ("damaged", 0), ("current", 0), ("stale", 0)];
+            for host in hosts {
+                let index = match host.runtime().index_status(host.workspace()) {
+                    Ok(toolcell_host::IndexStatus::Absent) => 0,
+                    Ok(toolcell_host::IndexStatus::Present { changed: 0, .. }) => 2,
+                    Ok(toolcell_host::IndexStatus::Present { .. }) => 3,
+                    _ => 1,
+                };
+                counts[index].1 += 1;
+            }
+            counts.to_vec()
+        })
+        .await
+        .unwrap_or_default();
+        *self.index_states.lock().await = Some((std::time::Instant::now(), states.clone()));
+        states
+    }
+}
+
 /// `text` fit for a quoted string of a header: no quotes, backslashes or control characters.
 fn quoted(text: &str) -> String {
     text.chars()
