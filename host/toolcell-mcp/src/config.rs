@@ -33,6 +33,8 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 /// How long a client has to send a request's whole body, unless the configuration says.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// On SIGTERM, calls in flight get this long to finish, unless the configuration says.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// The bounds of what one principal, and the whole service, may hold at once, unless the
 /// configuration says otherwise.
 pub const DEFAULT_BOUNDS: Bounds = Bounds {
@@ -79,6 +81,8 @@ pub struct ServiceConfig {
     pub oauth: Option<OauthConfig>,
     /// The SHA-256 of the token `GET /metrics` needs (`None`: no `/metrics`).
     pub metrics_token_sha256: Option<[u8; 32]>,
+    /// On SIGTERM, how long calls in flight get to finish before the process exits anyway.
+    pub shutdown_grace: Duration,
 }
 
 /// The bounds `serve` keeps, each held for the life of what it counts (see
@@ -164,6 +168,7 @@ struct RawConfig {
     store: Option<RawStore>,
     oauth: Option<oauth::RawOauth>,
     metrics_token_sha256: Option<Spanned<String>>,
+    shutdown_grace: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -268,6 +273,14 @@ impl ServiceConfig {
             "1s and 1h",
             "30s",
             DEFAULT_BODY_TIMEOUT,
+        )?;
+        let shutdown_grace = duration(
+            "shutdown_grace",
+            &raw.shutdown_grace,
+            Duration::ZERO..=Duration::from_secs(3600),
+            "0s and 1h",
+            "30s",
+            DEFAULT_SHUTDOWN_GRACE,
         )?;
         let bounds = parse_bounds(&raw, raw.principals.len(), &error)?;
         for origin in &raw.allowed_origins {
@@ -406,6 +419,7 @@ impl ServiceConfig {
             store: raw.store.map(|store| store.url),
             oauth,
             metrics_token_sha256,
+            shutdown_grace,
         })
     }
 

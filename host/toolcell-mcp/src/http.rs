@@ -480,6 +480,9 @@ pub async fn serve_http(mut service: Service, listener: tokio::net::TcpListener,
         tokio::spawn(async move { early.prefetch().await });
         service.oauth = Some(verifier);
     }
+    // rmcp's sessions and streams end once the calls in flight have drained, not when the
+    // service stops accepting.
+    let drained = CancellationToken::new();
     let metrics = Arc::clone(&service.metrics);
     service.log.count_with(move |event| metrics.event(event));
     let service = Arc::new(service);
@@ -491,7 +494,7 @@ pub async fn serve_http(mut service: Service, listener: tokio::net::TcpListener,
         .with_allowed_origins(LOOPBACK_ORIGINS.iter().map(|origin| (*origin).to_owned()).chain(config.allowed_origins.iter().cloned()))
         .enforce_origin_validation()
         .with_max_request_body_bytes(config.max_request_bytes)
-        .with_cancellation_token(shutdown.child_token());
+        .with_cancellation_token(drained.clone());
     if let Some(store) = service.owners.store() {
         mcp_config.session_store = Some(Arc::new(store));
     }
@@ -559,10 +562,46 @@ pub async fn serve_http(mut service: Service, listener: tokio::net::TcpListener,
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
-                () = shutdown.cancelled() => connection.as_mut().graceful_shutdown(),
+                () = shutdown.cancelled() => {
+                    // No new request on it; the one in flight is answered (its call drained).
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.as_mut().await;
+                }
             }
         });
     };
     expiry.abort();
+    drop(listener);
+    drain(&service, service.config.shutdown_grace).await;
+    drained.cancel();
     served
+}
+
+/// Wait, up to `grace`, until no tool call runs and their answers are sent; say what was cut
+/// off past it (a call killed then is rolled back whole, as any call that does not finish).
+async fn drain(service: &Service, grace: Duration) {
+    let deadline = tokio::time::Instant::now() + grace;
+    let calls = || service.ledger.total(Kind::Call);
+    let running = calls();
+    if running > 0 {
+        let _ = crate::writeln_stderr(&format!(
+            "toolcell serve: stopping: no new connections; {running} calls in flight get up to {} to finish (`shutdown_grace`)",
+            humantime::format_duration(grace)
+        ));
+    }
+    while calls() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The answers of the last calls are on their way: a moment for them (streams a client
+    // keeps open are ended after it).
+    let flush = (tokio::time::Instant::now() + Duration::from_secs(1)).min(deadline);
+    while service.ledger.total(Kind::Request) > 0 && tokio::time::Instant::now() < flush {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = calls();
+    let _ = crate::writeln_stderr(&if left == 0 {
+        "toolcell serve: stopped".to_owned()
+    } else {
+        format!("toolcell serve: stopped with {left} calls still running past `shutdown_grace`: they are rolled back")
+    });
 }

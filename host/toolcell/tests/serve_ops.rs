@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[path = "served/mod.rs"]
-#[expect(dead_code, reason = "these tests need no server address")]
 mod served;
 use served::{serve, token};
 
@@ -163,4 +162,98 @@ fn metrics_need_their_own_token_pass_promtool_and_count_without_identifying_labe
     for secret in [alice.as_str(), metrics_token.as_str(), "alice", "notes.txt", "made_up_tool_name", &temp.path().display().to_string()] {
         assert!(!text.contains(secret), "{secret} in {text}");
     }
+}
+
+/// A service whose `impl` role may call the `misbehave` plugin, whose spinning calls run for
+/// `deadline_ms`; with `settings`, a metrics token. Alice's token and the metrics token.
+fn spinning(root: &Path, settings: &str, deadline_ms: u64) -> (served::Served, String, String) {
+    let (config, alice) = fixture(root);
+    let (metrics_token, metrics_line) = token();
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, format!("{settings}\nmetrics_{metrics_line}\n{text}")).expect("config");
+    let plugins = root.join("plugins");
+    std::fs::create_dir(&plugins).expect("plugins");
+    std::fs::write(plugins.join("misbehave.wasm"), toolcell_tests::guest_program("misbehave")).expect("plugin");
+    let policy = root.join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version = 1\n[limits]\ndeadline_ms = {deadline_ms}\n[roles.impl]\ntools = [\"*\"]\n[[roles.impl.rules]]\naccess = [\"read\", \"list\", \"write\"]\npaths = [\"**\"]\neffect = \"allow\"\n"
+        ),
+    )
+    .expect("policy");
+    let served =
+        serve(&config, &root.join("state"), &["--policy".as_ref(), policy.as_os_str(), "--plugin-dir".as_ref(), plugins.as_os_str()]);
+    (served, alice, metrics_token)
+}
+
+/// Start a spinning call of `alice` on a thread, and wait until `/metrics` counts it in flight.
+fn spin_in_flight(served: &served::Served, alice: &str, metrics_token: &str) -> std::thread::JoinHandle<String> {
+    let (url, alice_token) = (served.url.clone(), alice.to_owned());
+    let spinning = std::thread::spawn(move || call(&url, &alice_token, "misbehave", serde_json::json!({"action": "spin"})));
+    let started = std::time::Instant::now();
+    loop {
+        let mut response =
+            agent().get(&format!("{}metrics", served.url)).header("Authorization", &format!("Bearer {metrics_token}")).call().expect("GET");
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        if sample(&text, "toolcell_tool_calls_in_flight", &[]) == Some(1.0) {
+            return spinning;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "the call never ran: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Send SIGTERM to `served` (with kill(1): a real signal, as a platform sends it).
+fn terminate(served: &served::Served) {
+    let status = std::process::Command::new("kill").args(["-TERM", &served.child.id().to_string()]).status().expect("kill");
+    assert!(status.success());
+}
+
+/// Wait (up to a minute) for `served` to exit; its status.
+fn exited(served: &mut served::Served) -> std::process::ExitStatus {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = served.child.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "still running: {:#?}", served.lines());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn on_sigterm_no_new_connections_are_taken_and_a_call_in_flight_finishes_before_the_exit() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (mut served, alice, metrics_token) = spinning(temp.path(), "shutdown_grace = \"2m\"", 3000);
+    let call = spin_in_flight(&served, &alice, &metrics_token);
+    terminate(&served);
+    served.wait_for(|line| line.contains("stopping: no new connections; 1 calls in flight get up to 2m to finish"));
+    // The listener is closed at once.
+    let refused = (0..200).any(|_| {
+        let closed = std::net::TcpStream::connect(&served.address).is_err();
+        if !closed {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        closed
+    });
+    assert!(refused, "new connections are still taken");
+    // The call runs to its end (its deadline) and its answer reaches the client.
+    let answer = call.join().expect("the call's answer");
+    assert!(answer.contains("\"id\":1") && answer.contains("deadline"), "{answer}");
+    assert!(exited(&mut served).success());
+    assert!(served.lines().iter().any(|line| line == "toolcell serve: stopped"), "{:#?}", served.lines());
+}
+
+#[test]
+fn past_shutdown_grace_the_process_exits_and_the_call_is_cut_off() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (mut served, alice, metrics_token) = spinning(temp.path(), "shutdown_grace = \"1s\"", 60_000);
+    let _call = spin_in_flight(&served, &alice, &metrics_token);
+    let signalled = std::time::Instant::now();
+    terminate(&served);
+    assert!(exited(&mut served).success());
+    assert!(signalled.elapsed() < Duration::from_secs(30), "it waited for the call: {:?}", signalled.elapsed());
+    let lines = served.lines();
+    assert!(lines.iter().any(|line| line.contains("stopped with 1 calls still running past `shutdown_grace`")), "{lines:#?}");
 }

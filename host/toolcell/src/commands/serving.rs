@@ -147,7 +147,7 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         .with_operator_log(log)
         .with_readiness(readiness(args));
     let executor = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
-    executor.block_on(async {
+    let served = executor.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         let bound = listener.local_addr()?;
         writeln!(
@@ -158,13 +158,37 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         let shutdown = tokio_util::sync::CancellationToken::new();
         let stop = shutdown.clone();
         tokio::spawn(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            stopped(&stop).await;
             stop.cancel();
         });
         toolcell_mcp::http::serve_http(service, listener, shutdown).await?;
         anyhow::Ok(())
-    })?;
+    });
+    // Calls still running past `shutdown_grace` are not waited for: the process ends, and
+    // they with it (each is rolled back whole, as any call that does not finish).
+    executor.shutdown_timeout(std::time::Duration::from_millis(100));
+    served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Until SIGTERM or SIGINT (Ctrl-C), or `stop` is cancelled otherwise.
+async fn stopped(stop: &tokio_util::sync::CancellationToken) {
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+        () = stop.cancelled() => {}
+    }
 }
 
 /// What `/readyz` checks: that the store of locks and the audit trail can be reached (a query
