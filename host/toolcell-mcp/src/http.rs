@@ -62,7 +62,9 @@ const LOOPBACK_ORIGINS: [&str; 6] =
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 mod drain;
+mod ending;
 mod front;
+mod roster;
 
 pub use front::ReadinessCheck;
 
@@ -73,12 +75,8 @@ type Answer = Response<BoxBody<Bytes, Infallible>>;
 /// seen so far.
 pub struct Service {
     config: ServiceConfig,
-    /// The principals by the SHA-256 of their token, shared with every request they make.
-    by_token: HashMap<[u8; 32], Arc<Principal>>,
-    /// The principals by name.
-    by_name: HashMap<String, Arc<Principal>>,
-    /// The principal of requests without a token, if the configuration names one.
-    anonymous: Option<Arc<Principal>>,
+    /// The principals of the static tokens (replaced on reload).
+    roster: std::sync::RwLock<Arc<roster::Roster>>,
     hosts: BTreeMap<String, Host>,
     /// Toolcell sessions by id, with their tools.
     sessions: Mutex<HashMap<String, Served>>,
@@ -122,14 +120,7 @@ impl Service {
     /// the policy does not define, or whose task is malformed; or the directory that cannot be
     /// created.
     pub fn new(config: ServiceConfig, hosts: BTreeMap<String, Host>, directory: Option<PathBuf>) -> Result<Service, String> {
-        for principal in &config.principals {
-            let at = format!("{} line {}: principal `{}`", config.file, principal.line, principal.name);
-            let host = hosts.get(&principal.workspace).ok_or_else(|| format!("{at}: workspace `{}` is not served", principal.workspace))?;
-            host.session(&principal.role, &principal.name).map_err(|error| format!("{at}: {error}"))?;
-            if let Some(task) = &principal.task {
-                TaskBinding::parse(task).map_err(|reason| format!("{at}: task: {reason}"))?;
-            }
-        }
+        Service::check_principals(&config, &hosts)?;
         if let Some(oauth) = &config.oauth {
             let host = hosts
                 .get(&oauth.workspace)
@@ -141,15 +132,10 @@ impl Service {
         }
         let ledger = Ledger::new(config.bounds, config.principals.iter().map(|principal| principal.name.as_str()));
         let owners = Owners::load(directory, &ledger).map_err(|error| format!("the session directory cannot be created: {error}"))?;
-        let principals: Vec<Arc<Principal>> = config.principals.iter().cloned().map(Arc::new).collect();
-        let by_token = principals.iter().filter_map(|principal| Some((principal.token_sha256?, Arc::clone(principal)))).collect();
-        let by_name = principals.iter().map(|principal| (principal.name.clone(), Arc::clone(principal))).collect();
-        let anonymous = config.anonymous.as_ref().and_then(|name| principals.iter().find(|principal| &principal.name == name).cloned());
+        let roster = std::sync::RwLock::new(Arc::new(roster::Roster::of(&config)));
         Ok(Service {
             config,
-            by_token,
-            by_name,
-            anonymous,
+            roster,
             hosts,
             sessions: Mutex::new(HashMap::new()),
             tools: Mutex::new(HashMap::new()),
@@ -161,6 +147,20 @@ impl Service {
             metrics: Arc::new(Metrics::new()),
             index_states: tokio::sync::Mutex::new(None),
         })
+    }
+
+    /// Whether each principal of `config` has a served workspace, a role of the policy and a
+    /// well-formed task.
+    fn check_principals(config: &ServiceConfig, hosts: &BTreeMap<String, Host>) -> Result<(), String> {
+        for principal in &config.principals {
+            let at = format!("{} line {}: principal `{}`", config.file, principal.line, principal.name);
+            let host = hosts.get(&principal.workspace).ok_or_else(|| format!("{at}: workspace `{}` is not served", principal.workspace))?;
+            host.session(&principal.role, &principal.name).map_err(|error| format!("{at}: {error}"))?;
+            if let Some(task) = &principal.task {
+                TaskBinding::parse(task).map_err(|reason| format!("{at}: task: {reason}"))?;
+            }
+        }
+        Ok(())
     }
 
     /// The service, telling refusals to `log` (by default, a log of its own on stderr).
@@ -232,36 +232,6 @@ impl Service {
     pub(crate) fn take_call(&self, parts: Option<&http::request::Parts>) -> Result<Slot, CallRefused> {
         let principal = authenticated(parts).map_err(CallRefused::Unauthenticated)?;
         self.ledger.take(&principal.name, Kind::Call).map_err(CallRefused::Bound)
-    }
-
-    /// The MCP session `id` of `principal` ended (or expired): release the locks taken in it
-    /// and forget it.
-    fn end(&self, id: &str, principal: &Principal) {
-        let key = session_key(principal, id);
-        let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
-        let session = match session {
-            Some(session) => Some(session),
-            // Never called since this process started: end it all the same.
-            None => self.hosts.get(&principal.workspace).and_then(|host| host.session(&principal.role, &key).ok()),
-        };
-        if let Some(session) = session
-            && let Err(error) = session.end()
-        {
-            let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
-        }
-        self.owners.remove(id);
-    }
-
-    /// End the sessions idle, with nothing in flight, for `session_idle`.
-    async fn expire(&self, manager: &LocalSessionManager) {
-        for (id, principal) in self.owners.take_expired(self.config.session_idle) {
-            let _ = manager.close_session(&Arc::from(id.as_str())).await;
-            if let Some(principal) = self.by_name.get(&principal) {
-                self.end(&id, principal);
-            } else {
-                self.owners.remove(&id);
-            }
-        }
     }
 
     /// `connection` counts for `principal` from its first request on (again if another
@@ -466,12 +436,18 @@ fn too_many(refusal: &Refusal) -> Answer {
     response
 }
 
-/// Serve `service` on `listener` until `shutdown` is cancelled.
+/// Serve `service` on `listener` until `shutdown` is cancelled, taking the principals of each
+/// configuration `reloads` sends.
 ///
 /// # Errors
 ///
 /// [`ServeError`] if accepting connections fails.
-pub async fn serve_http(mut service: Service, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> Result<(), ServeError> {
+pub async fn serve_http(
+    mut service: Service,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+    mut reloads: tokio::sync::mpsc::UnboundedReceiver<ServiceConfig>,
+) -> Result<(), ServeError> {
     if let Some(oauth) = service.config.oauth.clone() {
         let log = Arc::clone(&service.log);
         let verifier = Verifier::new(oauth, move |line| log.note(Event::IssuerDown, line)).map_err(|reason| ServeError { reason })?;
@@ -521,6 +497,16 @@ pub async fn serve_http(mut service: Service, listener: tokio::net::TcpListener,
                 tokio::select! {
                     _ = ticks.tick() => service.expire(&manager).await,
                     _ = flushes.tick() => service.log.flush(),
+                    Some(config) = reloads.recv() => {
+                        let said = match service.reload(&config) {
+                            Ok(count) => format!(
+                                "toolcell serve: reloaded {}: {count} principals (sessions kept; workspaces, bounds, [oauth] and the policy take a restart)",
+                                config.file
+                            ),
+                            Err(reason) => format!("toolcell serve: not reloaded, the principals in use are kept: {reason}"),
+                        };
+                        let _ = crate::writeln_stderr(&said);
+                    }
                     () = shutdown.cancelled() => break,
                 }
             }

@@ -257,3 +257,52 @@ fn past_shutdown_grace_the_process_exits_and_the_call_is_cut_off() {
     let lines = served.lines();
     assert!(lines.iter().any(|line| line.contains("stopped with 1 calls still running past `shutdown_grace`")), "{lines:#?}");
 }
+
+#[test]
+fn on_sighup_the_principals_are_reloaded_sessions_stay_and_a_broken_file_changes_nothing() {
+    use serde_json::json;
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, alice) = fixture(temp.path());
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
+    let hangup = || {
+        let status = std::process::Command::new("kill").args(["-HUP", &served.child.id().to_string()]).status().expect("kill");
+        assert!(status.success());
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "ops", "version": "1"}}});
+    let (_, session, _) = post(&served.url, &alice, None, &initialize);
+    let session = session.expect("a session");
+    post(&served.url, &alice, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let read =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "notes.txt"}}});
+
+    // Bob is added.
+    let original = std::fs::read_to_string(&config).expect("config");
+    let (bob, bob_line) = token();
+    std::fs::write(&config, format!("{original}\n[[principals]]\nname = \"bob\"\n{bob_line}\nworkspace = \"app\"\nrole = \"impl\"\n"))
+        .expect("config");
+    hangup();
+    served.wait_for(|line| line.starts_with("toolcell serve: reloaded service.toml: 2 principals"));
+    assert_eq!(post(&served.url, &bob, None, &initialize).0, 200);
+    // Alice's session goes on.
+    let (status, _, text) = post(&served.url, &alice, Some(&session), &read);
+    assert!(status == 200 && text.contains("hello"), "{status} {text}");
+
+    // A file that does not parse changes nothing, and the operator is told why.
+    std::fs::write(&config, "[workspaces\napp = ").expect("config");
+    hangup();
+    let lines = served.wait_for(|line| line.contains("not reloaded, the configuration in use is kept: service.toml line 1"));
+    assert!(!lines.iter().any(|line| line.contains(&bob) || line.contains(&alice)), "{lines:#?}");
+    assert_eq!(post(&served.url, &bob, None, &initialize).0, 200);
+
+    // Alice is removed: her token no longer opens anything.
+    std::fs::write(
+        &config,
+        format!("[workspaces]\napp = \"workspace\"\n\n[[principals]]\nname = \"bob\"\n{bob_line}\nworkspace = \"app\"\nrole = \"impl\"\n"),
+    )
+    .expect("config");
+    hangup();
+    served.wait_for(|line| line.starts_with("toolcell serve: reloaded service.toml: 1 principals"));
+    assert_eq!(post(&served.url, &alice, Some(&session), &read).0, 401);
+    assert_eq!(post(&served.url, &bob, None, &initialize).0, 200);
+}

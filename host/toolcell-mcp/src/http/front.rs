@@ -52,7 +52,7 @@ impl Service {
     /// Who presents `headers`' bearer token, or the anonymous principal without one.
     pub(super) async fn authorize(&self, headers: &http::HeaderMap) -> Result<Arc<Principal>, Denied> {
         let Some(value) = headers.get(http::header::AUTHORIZATION) else {
-            return self.anonymous.clone().ok_or_else(|| Denied::unauthorized("a bearer token this service knows is required"));
+            return self.roster().anonymous.clone().ok_or_else(|| Denied::unauthorized("a bearer token this service knows is required"));
         };
         let token = value
             .to_str()
@@ -61,7 +61,8 @@ impl Service {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim())
             .ok_or_else(|| Denied::unauthorized("the Authorization header is not `Bearer TOKEN`"))?;
-        if let Some(principal) = self.by_token.get(&token_hash(token)) {
+        let roster = self.roster();
+        if let Some(principal) = roster.by_token.get(&token_hash(token)) {
             return Ok(Arc::clone(principal));
         }
         let Some(verifier) = &self.oauth else {
@@ -74,7 +75,7 @@ impl Service {
             }
             Rejection::Unavailable(reason) => Denied { status: StatusCode::SERVICE_UNAVAILABLE, reason, error: None, scope: None },
         })?;
-        if self.by_name.contains_key(&grant.principal) {
+        if roster.by_name.contains_key(&grant.principal) {
             // A token must not act as a principal of the configuration, whose sessions and
             // bounds are its own.
             return Err(Denied {

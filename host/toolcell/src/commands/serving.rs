@@ -150,18 +150,46 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     let served = executor.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         let bound = listener.local_addr()?;
+        // The signals are taken before the listening line: one sent as soon as it is read
+        // finds its handler in place.
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let stop = shutdown.clone();
+        #[cfg(unix)]
+        let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::spawn(async move {
+            #[cfg(unix)]
+            stopped(terminate, &stop).await;
+            #[cfg(not(unix))]
+            stopped(&stop).await;
+            stop.cancel();
+        });
+        let (reload, reloads) = tokio::sync::mpsc::unbounded_channel();
+        #[cfg(unix)]
+        {
+            let file = serve.config.clone();
+            let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+            tokio::spawn(async move {
+                // SIGHUP: read the configuration again; one that does not parse changes nothing.
+                while hangups.recv().await.is_some() {
+                    match toolcell_mcp::config::ServiceConfig::load(&file) {
+                        Ok(config) => {
+                            let _ = reload.send(config);
+                        }
+                        Err(error) => {
+                            let _ = writeln!(std::io::stderr(), "toolcell serve: not reloaded, the configuration in use is kept: {error}");
+                        }
+                    }
+                }
+            });
+        }
+        #[cfg(not(unix))]
+        drop(reload);
         writeln!(
             std::io::stderr(),
             "toolcell serve: listening on http://{bound}/ ({principals} principals, policy {}, {served})",
             runtime.policy().map_or("(none)", |policy| policy.file())
         )?;
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            stopped(&stop).await;
-            stop.cancel();
-        });
-        toolcell_mcp::http::serve_http(service, listener, shutdown).await?;
+        toolcell_mcp::http::serve_http(service, listener, shutdown, reloads).await?;
         anyhow::Ok(())
     });
     // Calls still running past `shutdown_grace` are not waited for: the process ends, and
@@ -171,22 +199,21 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-/// Until SIGTERM or SIGINT (Ctrl-C), or `stop` is cancelled otherwise.
-async fn stopped(stop: &tokio_util::sync::CancellationToken) {
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                terminate.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
+/// Until SIGTERM (`terminate`) or SIGINT (Ctrl-C), or `stop` is cancelled otherwise.
+#[cfg(unix)]
+async fn stopped(mut terminate: tokio::signal::unix::Signal, stop: &tokio_util::sync::CancellationToken) {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
+        _ = terminate.recv() => {}
+        () = stop.cancelled() => {}
+    }
+}
+
+/// Until Ctrl-C, or `stop` is cancelled otherwise.
+#[cfg(not(unix))]
+async fn stopped(stop: &tokio_util::sync::CancellationToken) {
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
         () = stop.cancelled() => {}
     }
 }
