@@ -160,6 +160,9 @@ impl McpServer {
         // stopped at its next epoch check and rolled back.
         let cancel = Arc::new(AtomicBool::new(false));
         let cancel_call = Arc::clone(&cancel);
+        // For the call's log line (never its arguments: they may hold what a caller keeps private).
+        let (session_id, principal, role) =
+            (session.id().to_owned(), session.principal().unwrap_or_default().to_owned(), session.role().to_owned());
         let mut call = tokio::task::spawn_blocking(move || {
             let _slot = slot;
             session.call_cancellable(&tool, &args, Some(&cancel_call))
@@ -186,6 +189,22 @@ impl McpServer {
         };
         match joined {
             Ok(Ok(call)) => {
+                let outcome = match &call.output {
+                    Ok(_) => "ok".to_owned(),
+                    Err(error) => json!(error)["kind"].as_str().unwrap_or("failed").to_owned(),
+                };
+                tracing::info!(
+                    target: "toolcell::call",
+                    call_id = %call.call_id,
+                    session = %session_id,
+                    principal = %principal,
+                    role = %role,
+                    tool = %name,
+                    outcome = %outcome,
+                    denials = call.denials.len(),
+                    duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "call"
+                );
                 if let Some(metrics) = self.metrics() {
                     metrics.audit_append();
                     metrics.policy_denials(call.denials.len());

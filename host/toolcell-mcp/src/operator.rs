@@ -84,6 +84,13 @@ impl Default for OperatorLog {
 }
 
 impl OperatorLog {
+    /// A log whose lines are `tracing` events (target `toolcell::operator`, level warn), for
+    /// a subscriber that writes JSON, say.
+    #[must_use]
+    pub fn traced() -> Self {
+        OperatorLog::new(|line| tracing::warn!(target: "toolcell::operator", "{line}"))
+    }
+
     /// A log whose lines go to `write` (the default: stderr).
     pub fn new(write: impl Fn(&str) + Send + Sync + 'static) -> Self {
         OperatorLog { windows: Mutex::new(HashMap::new()), write: Box::new(write), count: std::sync::OnceLock::new() }

@@ -417,6 +417,11 @@ pub struct ServeArgs {
     /// picks a free port; the address is printed on stderr.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+
+    /// How stderr is written: `text` lines, or `json` (one object per line, with `call_id`,
+    /// `session`, `principal` on every call's line).
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
 }
 
 #[derive(Debug, Subcommand)]

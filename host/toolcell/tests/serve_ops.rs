@@ -306,3 +306,34 @@ fn on_sighup_the_principals_are_reloaded_sessions_stay_and_a_broken_file_changes
     assert_eq!(post(&served.url, &alice, Some(&session), &read).0, 401);
     assert_eq!(post(&served.url, &bob, None, &initialize).0, 200);
 }
+
+#[test]
+fn json_logs_carry_the_call_id_session_and_principal_and_never_a_token() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, alice) = fixture(temp.path());
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolcell"));
+    command.arg("--cache-dir").arg(toolcell_tests::shared_cache_dir()).arg("--state-dir").arg(temp.path().join("state"));
+    command.args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--config"]).arg(&config);
+    let served = served::spawn(command);
+    let read = call(&served.url, &alice, "read_file", serde_json::json!({"path": "notes.txt"}));
+    assert!(read.contains("hello"), "{read}");
+    let wrong = "tc_a-token-that-must-never-be-logged";
+    assert_eq!(post(&served.url, wrong, None, &serde_json::json!({})).0, 401);
+    served.wait_for(|line| line.contains("401 from"));
+    let lines = served.wait_for(|line| line.contains("\"call_id\""));
+    let parsed: Vec<serde_json::Value> =
+        lines.iter().map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not a JSON line: {line}"))).collect();
+    let call = parsed.iter().find(|line| line["target"] == "toolcell::call").expect("the call's line");
+    assert_eq!(
+        (&call["principal"], &call["tool"], &call["outcome"], &call["role"]),
+        (&serde_json::json!("alice"), &serde_json::json!("read_file"), &serde_json::json!("ok"), &serde_json::json!("impl")),
+        "{call}"
+    );
+    assert!(call["session"].as_str().is_some_and(|session| session.starts_with("alice:")), "{call}");
+    assert!(call["call_id"].as_str().is_some_and(|id| !id.is_empty()), "{call}");
+    let refused = parsed.iter().find(|line| line["target"] == "toolcell::operator").expect("the refusal's line");
+    assert_eq!(refused["level"], "WARN", "{refused}");
+    for line in &lines {
+        assert!(!line.contains(&alice) && !line.contains(wrong), "a token in {line}");
+    }
+}

@@ -131,7 +131,12 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         }
         _ => args,
     };
-    let log = Arc::new(toolcell_mcp::operator::OperatorLog::default());
+    let json_logs = serve.log_format == "json";
+    let subscriber = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false);
+    // Only the first subscriber of the process counts; `serve` starts once.
+    let _ = if json_logs { subscriber.json().flatten_event(true).try_init() } else { subscriber.try_init() };
+    let log =
+        Arc::new(if json_logs { toolcell_mcp::operator::OperatorLog::traced() } else { toolcell_mcp::operator::OperatorLog::default() });
     let runtime = Arc::new(build_serving_runtime(args, &[serve.config.as_path()], Some(&log)).context("cannot start the toolcell host")?);
     let mut hosts = std::collections::BTreeMap::new();
     for (name, directory) in &config.workspaces {
@@ -184,11 +189,15 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         }
         #[cfg(not(unix))]
         drop(reload);
-        writeln!(
-            std::io::stderr(),
+        let listening = format!(
             "toolcell serve: listening on http://{bound}/ ({principals} principals, policy {}, {served})",
             runtime.policy().map_or("(none)", |policy| policy.file())
-        )?;
+        );
+        if json_logs {
+            tracing::info!(target: "toolcell::serve", "{listening}");
+        } else {
+            writeln!(std::io::stderr(), "{listening}")?;
+        }
         toolcell_mcp::http::serve_http(service, listener, shutdown, reloads).await?;
         anyhow::Ok(())
     });
