@@ -337,3 +337,40 @@ fn json_logs_carry_the_call_id_session_and_principal_and_never_a_token() {
         assert!(!line.contains(&alice) && !line.contains(wrong), "a token in {line}");
     }
 }
+
+/// POST `body` with `headers` and alice's token: status and body.
+fn post_with(url: &str, token: &str, headers: &[(&str, &str)], body: &serde_json::Value) -> (u16, String) {
+    let mut request = agent()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("Authorization", &format!("Bearer {token}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut response = request.send(body.to_string()).expect("POST");
+    (response.status().as_u16(), response.body_mut().read_to_string().unwrap_or_default())
+}
+
+#[test]
+fn the_same_service_speaks_2026_07_28_stateless_beside_2025_06_18_and_2025_03_26_sessions() {
+    use serde_json::json;
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, alice) = fixture(temp.path());
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
+    // 2026-07-28: no `initialize`, no session; each request says who the client is.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+                      "io.modelcontextprotocol/clientInfo": {"name": "ops", "version": "1"}});
+    let stateless = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": {"name": "read_file", "arguments": {"path": "notes.txt"}, "_meta": meta}});
+    let headers = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", "read_file")];
+    let (status, text) = post_with(&served.url, &alice, &headers, &stateless);
+    assert!(status == 200 && text.contains("hello") && text.contains("\"isError\":false"), "{status} {text}");
+    // The session protocols, each negotiated by `initialize`.
+    for version in ["2025-06-18", "2025-03-26"] {
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "ops", "version": "1"}}});
+        let (status, text) = post_with(&served.url, &alice, &[], &initialize);
+        assert!(status == 200 && text.contains(&format!("\"protocolVersion\":\"{version}\"")), "{version}: {status} {text}");
+    }
+}
