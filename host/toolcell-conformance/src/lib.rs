@@ -31,6 +31,7 @@ use toolcell_types::{ToolErrorKind, ToolOutput};
 
 mod behaviour;
 mod generate;
+mod junit;
 
 use behaviour::*;
 

@@ -42,8 +42,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use toolcell_runtime::{
-    Access, Approver, CacheOutcome, Denial, Error, Lock, LockMode, LockRequest, MAX_LIVE_INSTANCES, Runtime, RuntimeBuilder, SessionRecord,
-    SessionState, Spawner, TaskBinding, Workspace,
+    Access, Approver, CacheOutcome, Denial, Error, IndexStatus, Lock, LockMode, LockRequest, MAX_LIVE_INSTANCES, Runtime, RuntimeBuilder,
+    SessionRecord, SessionState, Spawner, TaskBinding, Workspace,
 };
 pub use toolcell_types::{Image, ToolError, ToolErrorKind, ToolInfo, ToolOutput};
 

@@ -216,6 +216,11 @@ impl Ledger {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).held.contains_key(principal)
     }
 
+    /// What all principals hold of `kind`.
+    pub(crate) fn total(&self, kind: Kind) -> usize {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).total[kind.index()]
+    }
+
     /// What `principal` holds of `kind`.
     #[cfg(test)]
     pub(crate) fn held(&self, principal: &str, kind: Kind) -> usize {

@@ -23,12 +23,18 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use oauth::{OauthConfig, ScopedRole, check_fetchable};
+
+mod oauth;
+
 /// Requests larger than this are refused unless the configuration says otherwise.
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// An MCP session idle this long ends (its locks then expire on their own leases).
 pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 /// How long a client has to send a request's whole body, unless the configuration says.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// On SIGTERM, calls in flight get this long to finish, unless the configuration says.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// The bounds of what one principal, and the whole service, may hold at once, unless the
 /// configuration says otherwise.
 pub const DEFAULT_BOUNDS: Bounds = Bounds {
@@ -71,6 +77,12 @@ pub struct ServiceConfig {
     /// `[store] url`: the PostgreSQL store of locks and the audit trail shared with other
     /// hosts, unless `--store` says otherwise.
     pub store: Option<String>,
+    /// `[oauth]`: JWT access tokens of one issuer, beside the static tokens.
+    pub oauth: Option<OauthConfig>,
+    /// The SHA-256 of the token `GET /metrics` needs (`None`: no `/metrics`).
+    pub metrics_token_sha256: Option<[u8; 32]>,
+    /// On SIGTERM, how long calls in flight get to finish before the process exits anyway.
+    pub shutdown_grace: Duration,
 }
 
 /// The bounds `serve` keeps, each held for the life of what it counts (see
@@ -154,6 +166,9 @@ struct RawConfig {
     #[serde(default)]
     principals: Vec<Spanned<RawPrincipal>>,
     store: Option<RawStore>,
+    oauth: Option<oauth::RawOauth>,
+    metrics_token_sha256: Option<Spanned<String>>,
+    shutdown_grace: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -259,6 +274,14 @@ impl ServiceConfig {
             "30s",
             DEFAULT_BODY_TIMEOUT,
         )?;
+        let shutdown_grace = duration(
+            "shutdown_grace",
+            &raw.shutdown_grace,
+            Duration::ZERO..=Duration::from_secs(3600),
+            "0s and 1h",
+            "30s",
+            DEFAULT_SHUTDOWN_GRACE,
+        )?;
         let bounds = parse_bounds(&raw, raw.principals.len(), &error)?;
         for origin in &raw.allowed_origins {
             let value = origin.get_ref();
@@ -355,8 +378,31 @@ impl ServiceConfig {
                 ));
             }
         }
-        if principals.is_empty() {
-            return Err(error(None, "no [[principals]]: define at least one, with a `token_sha256` from `toolcell token`".to_owned()));
+        let metrics_token_sha256 = match &raw.metrics_token_sha256 {
+            Some(hash) => {
+                let parsed = parse_hash(hash.get_ref()).ok_or_else(|| {
+                    error(
+                        Some(hash.span()),
+                        "`metrics_token_sha256` must be 64 lowercase hex digits: `toolcell token` prints a token and its hash".to_owned(),
+                    )
+                })?;
+                if let Some(twin) = principals.iter().find(|principal| principal.token_sha256 == Some(parsed)) {
+                    return Err(error(
+                        Some(hash.span()),
+                        format!("`metrics_token_sha256` is the token of principal `{}`: give /metrics a token of its own", twin.name),
+                    ));
+                }
+                Some(parsed)
+            }
+            None => None,
+        };
+        let oauth = raw.oauth.as_ref().map(|oauth| oauth::parse_oauth(oauth, &workspaces, &error)).transpose()?;
+        if principals.is_empty() && oauth.is_none() {
+            return Err(error(
+                None,
+                "no [[principals]] and no [oauth]: define a principal, with a `token_sha256` from `toolcell token`, or an [oauth] issuer"
+                    .to_owned(),
+            ));
         }
         Ok(ServiceConfig {
             file: file.to_owned(),
@@ -371,6 +417,9 @@ impl ServiceConfig {
             principals,
             anonymous,
             store: raw.store.map(|store| store.url),
+            oauth,
+            metrics_token_sha256,
+            shutdown_grace,
         })
     }
 

@@ -46,7 +46,9 @@ use toolcell_host::{Host, Session, TaskBinding};
 
 use crate::body::{Asks, Deadline, Holding, Unread};
 use crate::bounds::{Kind, Ledger, Refusal, Slot};
-use crate::config::{Principal, ServiceConfig, token_hash};
+use crate::config::{Principal, ServiceConfig};
+use crate::metrics::Metrics;
+use crate::oauth::Verifier;
 use crate::operator::{Event, OperatorLog};
 use crate::sessions::Owners;
 use crate::{McpServer, ServeError, tools_of};
@@ -59,6 +61,13 @@ const LOOPBACK_ORIGINS: [&str; 6] =
 /// holds one of `max_connections` no longer than this).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+mod drain;
+mod ending;
+mod front;
+mod roster;
+
+pub use front::ReadinessCheck;
+
 type Mcp = StreamableHttpService<McpServer, LocalSessionManager>;
 type Answer = Response<BoxBody<Bytes, Infallible>>;
 
@@ -66,16 +75,12 @@ type Answer = Response<BoxBody<Bytes, Infallible>>;
 /// seen so far.
 pub struct Service {
     config: ServiceConfig,
-    /// The principals by the SHA-256 of their token, shared with every request they make.
-    by_token: HashMap<[u8; 32], Arc<Principal>>,
-    /// The principals by name.
-    by_name: HashMap<String, Arc<Principal>>,
-    /// The principal of requests without a token, if the configuration names one.
-    anonymous: Option<Arc<Principal>>,
+    /// The principals of the static tokens (replaced on reload).
+    roster: std::sync::RwLock<Arc<roster::Roster>>,
     hosts: BTreeMap<String, Host>,
     /// Toolcell sessions by id, with their tools.
     sessions: Mutex<HashMap<String, Served>>,
-    /// The tools of each principal's role, by principal (one list for all its sessions).
+    /// The tools of each role, by `WORKSPACE/ROLE` (one list for all its sessions).
     tools: Mutex<HashMap<String, Arc<Vec<Tool>>>>,
     /// The MCP sessions: their owners, use, and state kept across restarts.
     owners: Arc<Owners>,
@@ -83,6 +88,15 @@ pub struct Service {
     ledger: Arc<Ledger>,
     /// Where refusals are told to the operator.
     log: Arc<OperatorLog>,
+    /// The checker of OAuth access tokens (with `[oauth]`; built when serving begins, with the
+    /// operator's log).
+    oauth: Option<Arc<Verifier>>,
+    /// What `/readyz` checks besides the policy (the store); `None`: nothing more.
+    readiness: Option<Arc<ReadinessCheck>>,
+    /// What the service counts, for `/metrics`.
+    metrics: Arc<Metrics>,
+    /// The index states `/metrics` showed last, and when they were found.
+    index_states: tokio::sync::Mutex<Option<front::IndexStates>>,
 }
 
 /// A session and the tools its role may call.
@@ -106,6 +120,38 @@ impl Service {
     /// the policy does not define, or whose task is malformed; or the directory that cannot be
     /// created.
     pub fn new(config: ServiceConfig, hosts: BTreeMap<String, Host>, directory: Option<PathBuf>) -> Result<Service, String> {
+        Service::check_principals(&config, &hosts)?;
+        if let Some(oauth) = &config.oauth {
+            let host = hosts
+                .get(&oauth.workspace)
+                .ok_or_else(|| format!("{}: [oauth] workspace `{}` is not served", config.file, oauth.workspace))?;
+            for scoped in &oauth.roles {
+                host.session(&scoped.role, "oauth")
+                    .map_err(|error| format!("{}: [[oauth.roles]] role `{}`: {error}", config.file, scoped.role))?;
+            }
+        }
+        let ledger = Ledger::new(config.bounds, config.principals.iter().map(|principal| principal.name.as_str()));
+        let owners = Owners::load(directory, &ledger).map_err(|error| format!("the session directory cannot be created: {error}"))?;
+        let roster = std::sync::RwLock::new(Arc::new(roster::Roster::of(&config)));
+        Ok(Service {
+            config,
+            roster,
+            hosts,
+            sessions: Mutex::new(HashMap::new()),
+            tools: Mutex::new(HashMap::new()),
+            owners,
+            ledger,
+            log: Arc::new(OperatorLog::default()),
+            oauth: None,
+            readiness: None,
+            metrics: Arc::new(Metrics::new()),
+            index_states: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// Whether each principal of `config` has a served workspace, a role of the policy and a
+    /// well-formed task.
+    fn check_principals(config: &ServiceConfig, hosts: &BTreeMap<String, Host>) -> Result<(), String> {
         for principal in &config.principals {
             let at = format!("{} line {}: principal `{}`", config.file, principal.line, principal.name);
             let host = hosts.get(&principal.workspace).ok_or_else(|| format!("{at}: workspace `{}` is not served", principal.workspace))?;
@@ -114,24 +160,7 @@ impl Service {
                 TaskBinding::parse(task).map_err(|reason| format!("{at}: task: {reason}"))?;
             }
         }
-        let ledger = Ledger::new(config.bounds, config.principals.iter().map(|principal| principal.name.as_str()));
-        let owners = Owners::load(directory, &ledger).map_err(|error| format!("the session directory cannot be created: {error}"))?;
-        let principals: Vec<Arc<Principal>> = config.principals.iter().cloned().map(Arc::new).collect();
-        let by_token = principals.iter().filter_map(|principal| Some((principal.token_sha256?, Arc::clone(principal)))).collect();
-        let by_name = principals.iter().map(|principal| (principal.name.clone(), Arc::clone(principal))).collect();
-        let anonymous = config.anonymous.as_ref().and_then(|name| principals.iter().find(|principal| &principal.name == name).cloned());
-        Ok(Service {
-            config,
-            by_token,
-            by_name,
-            anonymous,
-            hosts,
-            sessions: Mutex::new(HashMap::new()),
-            tools: Mutex::new(HashMap::new()),
-            owners,
-            ledger,
-            log: Arc::new(OperatorLog::default()),
-        })
+        Ok(())
     }
 
     /// The service, telling refusals to `log` (by default, a log of its own on stderr).
@@ -139,6 +168,18 @@ impl Service {
     pub fn with_operator_log(mut self, log: Arc<OperatorLog>) -> Self {
         self.log = log;
         self
+    }
+
+    /// The service, answering `/readyz` with `check` (whether the store can be reached, say).
+    #[must_use]
+    pub fn with_readiness(mut self, check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Self {
+        self.readiness = Some(Arc::new(check));
+        self
+    }
+
+    /// What the service counts.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// A tool call of `parts`' principal refused at one of its bounds (a JSON-RPC error, the
@@ -157,6 +198,14 @@ impl Service {
         };
         let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((session, tools)) = sessions.get(&id) {
+            if session.role() != principal.role {
+                // An OAuth token of the same subject, with another role.
+                return Err(format!(
+                    "this session acts in role `{}`; a token for role `{}` needs a session of its own",
+                    session.role(),
+                    principal.role
+                ));
+            }
             return Ok((session.clone(), Arc::clone(tools)));
         }
         let host = self.hosts.get(&principal.workspace).ok_or("the principal's workspace is not served")?;
@@ -171,7 +220,7 @@ impl Service {
             self.tools
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .entry(principal.name.clone())
+                .entry(format!("{}/{}", principal.workspace, principal.role))
                 .or_insert_with(|| Arc::new(tools_of(&session))),
         );
         sessions.insert(id, (session.clone(), Arc::clone(&tools)));
@@ -183,54 +232,6 @@ impl Service {
     pub(crate) fn take_call(&self, parts: Option<&http::request::Parts>) -> Result<Slot, CallRefused> {
         let principal = authenticated(parts).map_err(CallRefused::Unauthenticated)?;
         self.ledger.take(&principal.name, Kind::Call).map_err(CallRefused::Bound)
-    }
-
-    /// Who presents `headers`' bearer token, or the anonymous principal without one.
-    fn authenticate(&self, headers: &http::HeaderMap) -> Result<Arc<Principal>, &'static str> {
-        let principal = match headers.get(http::header::AUTHORIZATION) {
-            None => self.anonymous.as_ref(),
-            Some(value) => {
-                let token = value
-                    .to_str()
-                    .ok()
-                    .and_then(|value| value.split_once(' '))
-                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-                    .map(|(_, token)| token.trim())
-                    .ok_or("the Authorization header is not `Bearer TOKEN`")?;
-                self.by_token.get(&token_hash(token))
-            }
-        };
-        principal.cloned().ok_or("a bearer token this service knows is required")
-    }
-
-    /// The MCP session `id` of `principal` ended (or expired): release the locks taken in it
-    /// and forget it.
-    fn end(&self, id: &str, principal: &Principal) {
-        let key = session_key(principal, id);
-        let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
-        let session = match session {
-            Some(session) => Some(session),
-            // Never called since this process started: end it all the same.
-            None => self.hosts.get(&principal.workspace).and_then(|host| host.session(&principal.role, &key).ok()),
-        };
-        if let Some(session) = session
-            && let Err(error) = session.end()
-        {
-            let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
-        }
-        self.owners.remove(id);
-    }
-
-    /// End the sessions idle, with nothing in flight, for `session_idle`.
-    async fn expire(&self, manager: &LocalSessionManager) {
-        for (id, principal) in self.owners.take_expired(self.config.session_idle) {
-            let _ = manager.close_session(&Arc::from(id.as_str())).await;
-            if let Some(principal) = self.by_name.get(&principal) {
-                self.end(&id, principal);
-            } else {
-                self.owners.remove(&id);
-            }
-        }
     }
 
     /// `connection` counts for `principal` from its first request on (again if another
@@ -254,11 +255,20 @@ impl Service {
         (connection, peer): (Arc<Mutex<Option<Slot>>>, std::net::SocketAddr),
         request: Request<Incoming>,
     ) -> Answer {
-        let principal = match self.authenticate(request.headers()) {
+        if let Some(answer) = self.probe(request.method(), request.uri().path()).await {
+            return answer;
+        }
+        if request.uri().path() == "/metrics" {
+            return self.serve_metrics(request.headers()).await;
+        }
+        if request.method() == Method::GET && request.uri().path().starts_with("/.well-known/oauth-protected-resource") {
+            return self.resource_metadata();
+        }
+        let principal = match self.authorize(request.headers()).await {
             Ok(principal) => principal,
-            Err(reason) => {
-                self.log.note(Event::Unauthorized, &format!("401 from {peer}: {reason}"));
-                return unauthorized(reason);
+            Err(denied) => {
+                self.log.note(denied.event(), &format!("{} from {peer}: {}", denied.status().as_u16(), denied.reason()));
+                return self.denied(&denied);
             }
         };
         let refuse = |refusal: &Refusal| {
@@ -418,12 +428,6 @@ fn too_large(max_bytes: usize, drained: bool) -> Answer {
     response
 }
 
-fn unauthorized(reason: &'static str) -> Answer {
-    let mut response = plain(StatusCode::UNAUTHORIZED, reason.to_owned());
-    response.headers_mut().insert(http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"toolcell\""));
-    response
-}
-
 /// A request past one of its principal's bounds: `429`, naming the bound, with a hint to come
 /// back in a second.
 fn too_many(refusal: &Refusal) -> Answer {
@@ -432,12 +436,32 @@ fn too_many(refusal: &Refusal) -> Answer {
     response
 }
 
-/// Serve `service` on `listener` until `shutdown` is cancelled.
+/// Serve `service` on `listener` until `shutdown` is cancelled, taking the principals of each
+/// configuration `reloads` sends.
 ///
 /// # Errors
 ///
 /// [`ServeError`] if accepting connections fails.
-pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> Result<(), ServeError> {
+pub async fn serve_http(
+    mut service: Service,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+    mut reloads: tokio::sync::mpsc::UnboundedReceiver<ServiceConfig>,
+) -> Result<(), ServeError> {
+    if let Some(oauth) = service.config.oauth.clone() {
+        let log = Arc::clone(&service.log);
+        let verifier = Verifier::new(oauth, move |line| log.note(Event::IssuerDown, line)).map_err(|reason| ServeError { reason })?;
+        let verifier = Arc::new(verifier);
+        // The first token need not wait for the keys.
+        let early = Arc::clone(&verifier);
+        tokio::spawn(async move { early.prefetch().await });
+        service.oauth = Some(verifier);
+    }
+    // rmcp's sessions and streams end once the calls in flight have drained, not when the
+    // service stops accepting.
+    let drained = CancellationToken::new();
+    let metrics = Arc::clone(&service.metrics);
+    service.log.count_with(move |event| metrics.event(event));
     let service = Arc::new(service);
     let config = &service.config;
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(str::to_owned).to_vec();
@@ -447,7 +471,7 @@ pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shu
         .with_allowed_origins(LOOPBACK_ORIGINS.iter().map(|origin| (*origin).to_owned()).chain(config.allowed_origins.iter().cloned()))
         .enforce_origin_validation()
         .with_max_request_body_bytes(config.max_request_bytes)
-        .with_cancellation_token(shutdown.child_token());
+        .with_cancellation_token(drained.clone());
     if let Some(store) = service.owners.store() {
         mcp_config.session_store = Some(Arc::new(store));
     }
@@ -473,6 +497,16 @@ pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shu
                 tokio::select! {
                     _ = ticks.tick() => service.expire(&manager).await,
                     _ = flushes.tick() => service.log.flush(),
+                    Some(config) = reloads.recv() => {
+                        let said = match service.reload(&config) {
+                            Ok(count) => format!(
+                                "toolcell serve: reloaded {}: {count} principals (sessions kept; workspaces, bounds, [oauth] and the policy take a restart)",
+                                config.file
+                            ),
+                            Err(reason) => format!("toolcell serve: not reloaded, the principals in use are kept: {reason}"),
+                        };
+                        let _ = crate::writeln_stderr(&said);
+                    }
                     () = shutdown.cancelled() => break,
                 }
             }
@@ -515,10 +549,17 @@ pub async fn serve_http(service: Service, listener: tokio::net::TcpListener, shu
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
-                () = shutdown.cancelled() => connection.as_mut().graceful_shutdown(),
+                () = shutdown.cancelled() => {
+                    // No new request on it; the one in flight is answered (its call drained).
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.as_mut().await;
+                }
             }
         });
     };
     expiry.abort();
+    drop(listener);
+    drain::drain(&service, service.config.shutdown_grace).await;
+    drained.cancel();
     served
 }

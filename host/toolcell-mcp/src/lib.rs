@@ -25,6 +25,8 @@ pub mod client;
 pub mod config;
 pub mod http;
 mod logging;
+pub mod metrics;
+pub mod oauth;
 pub mod operator;
 pub mod resources;
 pub mod roots;
@@ -144,6 +146,14 @@ impl McpServer {
         }
     }
 
+    /// The service's counters (none for a one-session server).
+    fn metrics(&self) -> Option<&Arc<metrics::Metrics>> {
+        match &self.binding {
+            Binding::Session { .. } | Binding::Roots(_) => None,
+            Binding::Service(service) => Some(service.metrics()),
+        }
+    }
+
     /// A slot for a call of the service (none for a one-session server), held until the call's
     /// instance is released.
     fn call_slot(&self, context: &RequestContext<RoleServer>) -> Result<Option<bounds::Slot>, McpError> {
@@ -181,6 +191,9 @@ impl McpServer {
         // stopped at its next epoch check and rolled back.
         let cancel = Arc::new(AtomicBool::new(false));
         let cancel_call = Arc::clone(&cancel);
+        // For the call's log line (never its arguments: they may hold what a caller keeps private).
+        let (session_id, principal, role) =
+            (session.id().to_owned(), session.principal().unwrap_or_default().to_owned(), session.role().to_owned());
         let mut call = tokio::task::spawn_blocking(move || {
             let _slot = slot;
             session.call_cancellable(&tool, &args, Some(&cancel_call))
@@ -207,6 +220,26 @@ impl McpServer {
         };
         match joined {
             Ok(Ok(call)) => {
+                let outcome = match &call.output {
+                    Ok(_) => "ok".to_owned(),
+                    Err(error) => json!(error)["kind"].as_str().unwrap_or("failed").to_owned(),
+                };
+                tracing::info!(
+                    target: "toolcell::call",
+                    call_id = %call.call_id,
+                    session = %session_id,
+                    principal = %principal,
+                    role = %role,
+                    tool = %name,
+                    outcome = %outcome,
+                    denials = call.denials.len(),
+                    duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "call"
+                );
+                if let Some(metrics) = self.metrics() {
+                    metrics.audit_append();
+                    metrics.policy_denials(call.denials.len());
+                }
                 for warning in &call.warnings {
                     self.log_level
                         .send(context, Severity::Warning, json!({ "tool": name, "call_id": call.call_id, "warning": warning }))
@@ -285,6 +318,22 @@ fn removes_logging(context: &RequestContext<RoleServer>, params: Option<&Value>)
         .or_else(from_params)
         .or_else(|| context.protocol_version())
         .is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28)
+}
+
+/// A call's outcome for the metrics: `ok`, or its error's kind (a word of the runtime's own).
+fn outcome_of(result: &CallToolResult) -> String {
+    if result.is_error != Some(true) {
+        return "ok".to_owned();
+    }
+    result
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.0.get("toolcell/error"))
+        .and_then(|error| error.get("kind"))
+        .and_then(Value::as_str)
+        .filter(|kind| kind.len() <= 32 && kind.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'-' || byte == b'_'))
+        .unwrap_or("failed")
+        .to_owned()
 }
 
 /// What is wrong with the parameters of a `tools/call` that rmcp could not read.
@@ -369,10 +418,28 @@ impl ServerHandler for McpServer {
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
-        let (session, _) = self.session_for(&context).await?;
-        let slot = self.call_slot(&context)?;
+        let (session, tools) = self.session_for(&context).await?;
+        // Counted by tool name only for the tools of the policy: any other name is a label
+        // a caller could make up.
+        let meter = self.metrics().map(|metrics| {
+            let known = tools.iter().any(|tool| tool.name == request.name);
+            metrics.call(if known { &request.name } else { "unknown" }, session.role())
+        });
+        let slot = match self.call_slot(&context) {
+            Ok(slot) => slot,
+            Err(error) => {
+                if let Some(meter) = meter {
+                    meter.finish("refused");
+                }
+                return Err(error);
+            }
+        };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        Ok(self.run(session, (request.name.into_owned(), arguments), slot, &context).await.into())
+        let result = self.run(session, (request.name.into_owned(), arguments), slot, &context).await;
+        if let Some(meter) = meter {
+            meter.finish(&outcome_of(&result));
+        }
+        Ok(result.into())
     }
 
     #[expect(deprecated, reason = "MCP logging is deprecated by SEP-2577, but clients still ask for it")]

@@ -32,6 +32,10 @@ pub enum Event {
     StoreDown,
     /// The shared store is back.
     StoreBack,
+    /// `503`: the OAuth issuer's keys cannot be fetched.
+    Unavailable,
+    /// A fetch of the OAuth issuer's keys failed.
+    IssuerDown,
 }
 
 impl Event {
@@ -44,6 +48,8 @@ impl Event {
             Event::TooMany => "429 refusals",
             Event::StoreDown => "store outage lines",
             Event::StoreBack => "store recovery lines",
+            Event::Unavailable => "503 refusals",
+            Event::IssuerDown => "issuer outage lines",
         }
     }
 }
@@ -59,6 +65,8 @@ struct Window {
 pub struct OperatorLog {
     windows: Mutex<HashMap<Event, Window>>,
     write: Box<dyn Fn(&str) + Send + Sync>,
+    /// Told every event, before the rate limit (the metrics).
+    count: std::sync::OnceLock<Box<dyn Fn(Event) + Send + Sync>>,
 }
 
 impl std::fmt::Debug for OperatorLog {
@@ -76,9 +84,16 @@ impl Default for OperatorLog {
 }
 
 impl OperatorLog {
+    /// A log whose lines are `tracing` events (target `toolcell::operator`, level warn), for
+    /// a subscriber that writes JSON, say.
+    #[must_use]
+    pub fn traced() -> Self {
+        OperatorLog::new(|line| tracing::warn!(target: "toolcell::operator", "{line}"))
+    }
+
     /// A log whose lines go to `write` (the default: stderr).
     pub fn new(write: impl Fn(&str) + Send + Sync + 'static) -> Self {
-        OperatorLog { windows: Mutex::new(HashMap::new()), write: Box::new(write) }
+        OperatorLog { windows: Mutex::new(HashMap::new()), write: Box::new(write), count: std::sync::OnceLock::new() }
     }
 
     /// Write `text` as a line of kind `event`, unless this interval already had its lines of it.
@@ -86,7 +101,16 @@ impl OperatorLog {
         self.note_at(event, text, Instant::now());
     }
 
+    /// Tell `count` every event from now on, before the rate limit (only the first one set is
+    /// kept).
+    pub fn count_with(&self, count: impl Fn(Event) + Send + Sync + 'static) {
+        let _ = self.count.set(Box::new(count));
+    }
+
     fn note_at(&self, event: Event, text: &str, now: Instant) {
+        if let Some(count) = self.count.get() {
+            count(event);
+        }
         let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
         let window = windows.entry(event).or_insert(Window { started: now, written: 0, suppressed: 0 });
         if now.duration_since(window.started) >= INTERVAL {

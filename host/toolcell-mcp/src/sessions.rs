@@ -85,6 +85,11 @@ impl Owners {
         self.records.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned(), owned);
     }
 
+    /// How many sessions there are.
+    pub(crate) fn count(&self) -> usize {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
     /// The session `id` ended: forget it, and its state on disk.
     pub(crate) fn remove(&self, id: &str) {
         self.records.lock().unwrap_or_else(PoisonError::into_inner).remove(id);

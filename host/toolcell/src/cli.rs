@@ -142,9 +142,13 @@ pub enum Command {
         /// The component (`.wasm`).
         component: PathBuf,
 
-        /// Print the report as JSON.
-        #[arg(long)]
+        /// Print the report as JSON (the same as `--format json`).
+        #[arg(long, conflicts_with = "format")]
         json: bool,
+
+        /// How to print the report: `text`, `json`, or `junit` (JUnit XML, for CI systems).
+        #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json", "junit"])]
+        format: String,
 
         /// Let the component link these imports as stubs that refuse every call
         /// (`wasi:sockets/*`), as `[plugins.NAME] stub_imports` in a policy does.
@@ -435,6 +439,11 @@ pub struct ServeArgs {
     /// picks a free port; the address is printed on stderr.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
+
+    /// How stderr is written: `text` lines, or `json` (one object per line, with `call_id`,
+    /// `session`, `principal` on every call's line).
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
 }
 
 #[derive(Debug, Subcommand)]

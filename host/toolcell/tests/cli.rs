@@ -773,6 +773,19 @@ fn conformance_reports_and_exits_by_the_verdict() {
         .collect();
     assert_eq!(failing, ["never traps on schema-generated arguments", "stays within its deadline and memory"]);
 
+    // For CI systems: JUnit XML, a test case per check, a failure per failed check; the same
+    // exit status.
+    let junit = toolcell(&cache, &["conformance", bad.to_str().expect("UTF-8"), "--format", "junit"]);
+    assert_eq!(junit.status, 1);
+    let checks = report["checks"].as_array().expect("checks").len();
+    assert!(junit.stdout.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites "), "{}", junit.stdout);
+    assert!(junit.stdout.contains(&format!("tests=\"{checks}\" failures=\"2\"")), "{}", junit.stdout);
+    assert_eq!(junit.stdout.matches("<testcase ").count(), checks, "{}", junit.stdout);
+    assert_eq!(junit.stdout.matches("<failure message=").count(), 2, "{}", junit.stdout);
+    assert!(junit.stdout.contains("name=\"stays within its deadline and memory\">"), "{}", junit.stdout);
+    let as_format = toolcell(&cache, &["conformance", bad.to_str().expect("UTF-8"), "--format", "json"]);
+    assert_eq!(as_format.stdout, failed.stdout);
+
     let missing = toolcell(&cache, &["conformance", "/nonexistent/tool.wasm"]);
     assert_eq!(missing.status, 2);
     assert!(missing.stderr.contains("cannot read `/nonexistent/tool.wasm`"), "{}", missing.stderr);

@@ -124,3 +124,36 @@ fn an_anonymous_principal_needs_no_token() {
     assert_eq!(config.anonymous.as_deref(), Some("alice"));
     assert_eq!(config.principals[0].token_sha256, None);
 }
+
+#[test]
+fn an_oauth_table_is_checked_and_names_what_to_fix() {
+    let oauth = |rest: &str| {
+        format!(
+            "[workspaces]\napp = \"repos/app\"\n\n[oauth]\nissuer = \"https://id.example.com\"\nresource = \"https://tools.example.com/mcp\"\nworkspace = \"app\"\n{rest}"
+        )
+    };
+    let roles = "\n[[oauth.roles]]\nscope = \"toolcell:write\"\nrole = \"impl\"\n";
+    // `[oauth]` alone admits callers: no static principal is needed.
+    let config = parse(&oauth(roles)).expect("valid");
+    let parsed = config.oauth.expect("oauth");
+    assert_eq!(
+        (parsed.principal_claim.as_str(), parsed.leeway, parsed.scopes().as_str()),
+        ("sub", Duration::from_secs(30), "toolcell:write")
+    );
+    for (text, says) in [
+        (oauth(""), "[oauth] has no [[oauth.roles]]"),
+        (
+            oauth(&format!("jwks_uri = \"http://keys.example.com/jwks\"\n{roles}")),
+            "`oauth.jwks_uri`: `http://keys.example.com/jwks` is plain http",
+        ),
+        (oauth(&format!("leeway = \"1h\"\n{roles}")), "`oauth.leeway = \"1h\"` is not a duration between 0s and 5m"),
+        (oauth(&format!("jwks_refresh = \"2h\"\n{roles}")), "longer than `oauth.jwks_max_age`"),
+        (oauth(&format!("{roles}{roles}")), "role `impl` is listed twice"),
+        (oauth("\n[[oauth.roles]]\nscope = \"two words\"\nrole = \"impl\"\n"), "`scope = \"two words\"` is not a scope"),
+        (oauth(roles).replace("workspace = \"app\"", "workspace = \"other\""), "`oauth.workspace = \"other\"` is not a workspace"),
+        (oauth(roles).replace("https://id.example.com", "id.example.com"), "`id.example.com` is not a URL"),
+    ] {
+        let error = parse(&text).expect_err(says).to_string();
+        assert!(error.starts_with("service.toml line ") && error.contains(says), "{error}");
+    }
+}

@@ -78,8 +78,8 @@ pub fn run(mut cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Demo { workspace } = &cli.command {
         return crate::demo::run(&cli.runtime, workspace.clone());
     }
-    if let Command::Conformance { component, json, stub_imports } = &cli.command {
-        return conformance(&cli.runtime, component, *json, stub_imports);
+    if let Command::Conformance { component, json, format, stub_imports } = &cli.command {
+        return conformance(&cli.runtime, component, if *json { "json" } else { format }, stub_imports);
     }
     if let Command::Tools { command: Some(ToolsCommand::Add { component, force, insecure }), .. } = &cli.command {
         return tools_add(&cli.runtime, component, *force, *insecure);

@@ -6,7 +6,7 @@ use super::*;
 pub(super) fn conformance(
     args: &RuntimeArgs,
     component: &std::path::Path,
-    as_json: bool,
+    format: &str,
     stub_imports: &[String],
 ) -> anyhow::Result<ExitCode> {
     let wasm = std::fs::read(component).with_context(|| format!("cannot read `{}`", component.display()))?;
@@ -16,10 +16,10 @@ pub(super) fn conformance(
     };
     let report = toolcell_conformance::check(&component.display().to_string(), &wasm, &options);
     let mut stdout = std::io::stdout().lock();
-    if as_json {
-        writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?)?;
-    } else {
-        write!(stdout, "{}", report.render())?;
+    match format {
+        "json" => writeln!(stdout, "{}", serde_json::to_string_pretty(&report)?)?,
+        "junit" => write!(stdout, "{}", report.junit())?,
+        _ => write!(stdout, "{}", report.render())?,
     }
     Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_TOOL_ERROR) })
 }

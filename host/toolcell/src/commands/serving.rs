@@ -165,7 +165,12 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         }
         _ => args,
     };
-    let log = Arc::new(toolcell_mcp::operator::OperatorLog::default());
+    let json_logs = serve.log_format == "json";
+    let subscriber = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false);
+    // Only the first subscriber of the process counts; `serve` starts once.
+    let _ = if json_logs { subscriber.json().flatten_event(true).try_init() } else { subscriber.try_init() };
+    let log =
+        Arc::new(if json_logs { toolcell_mcp::operator::OperatorLog::traced() } else { toolcell_mcp::operator::OperatorLog::default() });
     let runtime = Arc::new(build_serving_runtime(args, &[serve.config.as_path()], Some(&log)).context("cannot start the toolcell host")?);
     let mut hosts = std::collections::BTreeMap::new();
     for (name, directory) in &config.workspaces {
@@ -176,26 +181,105 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     let sessions = state_dir(args).map(|state| state.join("mcp-sessions"));
     let principals = config.principals.len();
     let served = served_line(args, &config.workspaces);
-    let service = toolcell_mcp::http::Service::new(config, hosts, sessions).map_err(anyhow::Error::msg)?.with_operator_log(log);
+    let service = toolcell_mcp::http::Service::new(config, hosts, sessions)
+        .map_err(anyhow::Error::msg)?
+        .with_operator_log(log)
+        .with_readiness(readiness(args));
     let executor = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
-    executor.block_on(async {
+    let served = executor.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         let bound = listener.local_addr()?;
-        writeln!(
-            std::io::stderr(),
-            "toolcell serve: listening on http://{bound}/ ({principals} principals, policy {}, {served})",
-            runtime.policy().map_or("(none)", |policy| policy.file())
-        )?;
+        // The signals are taken before the listening line: one sent as soon as it is read
+        // finds its handler in place.
         let shutdown = tokio_util::sync::CancellationToken::new();
         let stop = shutdown.clone();
+        #[cfg(unix)]
+        let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::spawn(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            #[cfg(unix)]
+            stopped(terminate, &stop).await;
+            #[cfg(not(unix))]
+            stopped(&stop).await;
             stop.cancel();
         });
-        toolcell_mcp::http::serve_http(service, listener, shutdown).await?;
+        let (reload, reloads) = tokio::sync::mpsc::unbounded_channel();
+        #[cfg(unix)]
+        {
+            let file = serve.config.clone();
+            let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+            tokio::spawn(async move {
+                // SIGHUP: read the configuration again; one that does not parse changes nothing.
+                while hangups.recv().await.is_some() {
+                    match toolcell_mcp::config::ServiceConfig::load(&file) {
+                        Ok(config) => {
+                            let _ = reload.send(config);
+                        }
+                        Err(error) => {
+                            let _ = writeln!(std::io::stderr(), "toolcell serve: not reloaded, the configuration in use is kept: {error}");
+                        }
+                    }
+                }
+            });
+        }
+        #[cfg(not(unix))]
+        drop(reload);
+        let listening = format!(
+            "toolcell serve: listening on http://{bound}/ ({principals} principals, policy {}, {served})",
+            runtime.policy().map_or("(none)", |policy| policy.file())
+        );
+        if json_logs {
+            tracing::info!(target: "toolcell::serve", "{listening}");
+        } else {
+            writeln!(std::io::stderr(), "{listening}")?;
+        }
+        toolcell_mcp::http::serve_http(service, listener, shutdown, reloads).await?;
         anyhow::Ok(())
-    })?;
+    });
+    // Calls still running past `shutdown_grace` are not waited for: the process ends, and
+    // they with it (each is rolled back whole, as any call that does not finish).
+    executor.shutdown_timeout(std::time::Duration::from_millis(100));
+    served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Until SIGTERM (`terminate`) or SIGINT (Ctrl-C), or `stop` is cancelled otherwise.
+#[cfg(unix)]
+async fn stopped(mut terminate: tokio::signal::unix::Signal, stop: &tokio_util::sync::CancellationToken) {
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+        () = stop.cancelled() => {}
+    }
+}
+
+/// Until Ctrl-C, or `stop` is cancelled otherwise.
+#[cfg(not(unix))]
+async fn stopped(stop: &tokio_util::sync::CancellationToken) {
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = stop.cancelled() => {}
+    }
+}
+
+/// What `/readyz` checks: that the store of locks and the audit trail can be reached (a query
+/// on PostgreSQL; the state directory, else). Its reasons name neither paths nor workspaces.
+fn readiness(args: &RuntimeArgs) -> Box<dyn Fn() -> Result<(), String> + Send + Sync> {
+    match store_url(args) {
+        Some(url) => {
+            let store = toolcell_store_postgres::PostgresStore::open(&url).ok();
+            Box::new(move || match &store {
+                Some(store) => store.schema_version().map(|_| ()).map_err(|_| "the store cannot be reached".to_owned()),
+                None => Err("the store's URL does not parse".to_owned()),
+            })
+        }
+        None => {
+            let state = state_dir(args);
+            Box::new(move || match &state {
+                Some(state) if !state.is_dir() => Err("the state directory is gone".to_owned()),
+                _ => Ok(()),
+            })
+        }
+    }
 }
 
 /// Where `serve` keeps locks and the audit trail, and the workspaces it serves, for its

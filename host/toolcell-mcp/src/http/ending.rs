@@ -1,0 +1,55 @@
+//! The end of an MCP session of `serve` (HTTP `DELETE`, or expiry): the locks taken in it are
+//! released and it is forgotten.
+
+use std::sync::{Arc, PoisonError};
+
+use rmcp::transport::streamable_http_server::session::SessionManager as _;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
+use super::{Service, session_key};
+use crate::config::Principal;
+
+impl Service {
+    /// The MCP session `id` of `principal` ended (or expired): release the locks taken in it
+    /// and forget it.
+    pub(super) fn end(&self, id: &str, principal: &Principal) {
+        let key = session_key(principal, id);
+        let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
+        let session = match session {
+            Some(session) => Some(session),
+            // Never called since this process started: end it all the same.
+            None => self.hosts.get(&principal.workspace).and_then(|host| host.session(&principal.role, &key).ok()),
+        };
+        if let Some(session) = session
+            && let Err(error) = session.end()
+        {
+            let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
+        }
+        self.owners.remove(id);
+    }
+
+    /// The MCP session `id` of the principal named `name` ended: release the locks taken in it
+    /// if it was used since this process started, and forget it.
+    fn end_named(&self, id: &str, name: &str) {
+        let key = format!("{name}:{id}");
+        let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
+        if let Some(session) = session
+            && let Err(error) = session.end()
+        {
+            let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
+        }
+        self.owners.remove(id);
+    }
+
+    /// End the sessions idle, with nothing in flight, for `session_idle`.
+    pub(super) async fn expire(&self, manager: &LocalSessionManager) {
+        for (id, principal) in self.owners.take_expired(self.config.session_idle) {
+            let _ = manager.close_session(&Arc::from(id.as_str())).await;
+            match self.roster().by_name.get(&principal) {
+                Some(principal) => self.end(&id, principal),
+                // An OAuth principal, or one reloaded away: its session ends all the same.
+                None => self.end_named(&id, &principal),
+            }
+        }
+    }
+}
