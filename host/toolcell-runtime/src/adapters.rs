@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolcell_types::{Annotations, ToolErrorKind, ToolInfo, ToolName, ToolOutput};
 
-use crate::schema::ArgsSchema;
 use crate::{CallOutcome, CallRequest, Error, Runtime};
+use toolcell_args::ArgsSchema;
 
 /// The name of Anthropic's text editor tool (`text_editor_20250728` and later).
 pub const TEXT_EDITOR: &str = "str_replace_based_edit_tool";

@@ -45,17 +45,14 @@ mod workspace;
 mod adapters;
 mod call;
 mod capture;
-mod client_paths;
 mod limits;
 mod native;
 mod outcome;
-mod schema;
 mod state;
 
 // The guard on every filesystem call (what it keeps on disk, and the opens that follow no
 // symlink, are in `toolcell-state`), and the paths each call has in flight.
 mod guard;
-mod inflight;
 
 // The content index's freshness.
 mod content_index;
@@ -64,7 +61,6 @@ mod content_index;
 mod stubs;
 
 // The task-chain workflow: spawned sessions and the capabilities of the `workflow` import.
-mod workflow;
 
 mod error;
 
@@ -79,23 +75,24 @@ pub use limits::{EPOCH_TICK, Limits};
 pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
 pub use runtime::{LoadedComponent, Runtime, SkippedPlugin};
-pub use schema::MAX_ARGS_BYTES;
 pub use state::Captured;
+pub use toolcell_args::MAX_ARGS_BYTES;
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
 pub use toolcell_state::inventory::{default_cache_dir, default_state_dir, remember_locations};
+pub use toolcell_state::sessions::{SessionRecord, SessionState, SessionStore, Spawner, default_connect};
 pub use toolcell_state::undo::SessionChange;
+pub use toolcell_state::workflow::{MAX_SESSIONS_PER_TASK, MAX_SPAWNS_PER_CALL};
 pub use toolcell_state::{
     AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, AuditBackend, AuditLog, Error as StateError, LOCKS_DIR, LockBackend, LockStore,
     LockStoreError,
 };
 pub use toolcell_state::{Recovery, RecoveryKind};
-pub use workflow::{MAX_SESSIONS_PER_TASK, MAX_SPAWNS_PER_CALL, SessionRecord, SessionState, SessionStore, Spawner, default_connect};
 pub use workspace::Workspace;
 
 use outcome::to_wit_error;
 use runtime::{LoadedTool, ToolKind};
-use toolcell_state::storage::{hex, replace_json, session_key};
+use toolcell_state::storage::hex;
 
 /// Host bindings generated from `wit/tool.wit` (world `plugin`; the WASI part of
 /// `tool-component` is linked from wasmtime-wasi).

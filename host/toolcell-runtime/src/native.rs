@@ -13,7 +13,7 @@ use toolcell_types::{Annotations, ToolError, ToolErrorKind, ToolInfo, ToolName, 
 
 use crate::CallRequest;
 use crate::guard::FsGuard;
-use crate::schema::ArgsSchema;
+use toolcell_args::ArgsSchema;
 use toolcell_state::AuditLog;
 use toolcell_state::journal::{Prior, Step};
 use toolcell_state::reads::hash_of;

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use toolcell_types::{ToolInfo, ToolName};
 use wasmtime::Engine;
 
-use crate::schema::ArgsSchema;
 use std::sync::Arc;
+use toolcell_args::ArgsSchema;
 
 use crate::builder::HostOwned;
 use crate::*;
@@ -97,7 +97,7 @@ pub struct Runtime {
     pub(crate) _work: toolcell_state::WorkDir,
     /// Sessions spawned for tasks, the platform's spawner, and what the `workflow` import
     /// shares between calls.
-    pub(crate) workflow: Arc<workflow::WorkflowShared>,
+    pub(crate) workflow: Arc<toolcell_state::workflow::WorkflowShared>,
     /// Roles bound for a tool and a task (`Policy::bind`), kept between calls.
     pub(crate) bound_roles: std::sync::Mutex<std::collections::HashMap<BoundRoleKey, Arc<toolcell_policy::Role>>>,
     /// Advances the epoch for deadlines; stops when the runtime is dropped.

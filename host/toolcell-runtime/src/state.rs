@@ -48,7 +48,7 @@ pub(crate) struct CallContext {
     pub(crate) task: Option<String>,
     /// The `workflow` import's view of this call; `None` where no workflow is offered
     /// (`describe`, validators): every capability is then refused.
-    pub(crate) workflow: Option<Arc<crate::workflow::WorkflowCall>>,
+    pub(crate) workflow: Option<Arc<toolcell_state::workflow::WorkflowCall>>,
     pub(crate) notes: Vec<String>,
     pub(crate) note_bytes: usize,
     pub(crate) notes_cut: bool,
@@ -304,7 +304,7 @@ impl ContextView<'_> {
         &mut self,
         operation: &'static str,
         subject: &str,
-    ) -> wasmtime::Result<Result<Arc<crate::workflow::WorkflowCall>, WitError>> {
+    ) -> wasmtime::Result<Result<Arc<toolcell_state::workflow::WorkflowCall>, WitError>> {
         if let Err(reason) = self.guard.spend_capability(operation) {
             if self.guard.flooded().is_some() {
                 return Err(wasmtime::format_err!("{reason}"));
@@ -329,7 +329,7 @@ impl ContextView<'_> {
         &mut self,
         operation: &'static str,
         subject: &str,
-        decided: Result<Result<T, toolcell_types::ToolError>, crate::workflow::Refusal>,
+        decided: Result<Result<T, toolcell_types::ToolError>, toolcell_state::workflow::Refusal>,
     ) -> wasmtime::Result<Result<T, WitError>> {
         match decided {
             Err(refusal) => {
@@ -339,14 +339,14 @@ impl ContextView<'_> {
             }
             Ok(Err(error)) => Ok(Err(crate::to_wit_error(error.kind, error.message))),
             Ok(Ok(value)) => {
-                self.guard.record_capability(operation, subject, crate::workflow::grant_of(operation));
+                self.guard.record_capability(operation, subject, toolcell_state::workflow::grant_of(operation));
                 Ok(Ok(value))
             }
         }
     }
 
-    fn caller(&self) -> crate::workflow::Caller<'_> {
-        crate::workflow::Caller { role: &self.context.role, session_id: &self.context.session_id, call_id: &self.context.call_id }
+    fn caller(&self) -> toolcell_state::workflow::Caller<'_> {
+        toolcell_state::workflow::Caller { role: &self.context.role, session_id: &self.context.session_id, call_id: &self.context.call_id }
     }
 
     fn stop_if_flooded(&self) -> wasmtime::Result<()> {
@@ -358,7 +358,7 @@ impl ContextView<'_> {
 }
 
 fn lock_info(lock: &toolcell_locks::Lock) -> bindings::toolcell::tool::workflow::LockInfo {
-    let (pattern, owner, session, mode, expires) = crate::workflow::lock_info(lock);
+    let toolcell_state::workflow::LockInfo { pattern, owner, session, mode, expires } = lock.into();
     bindings::toolcell::tool::workflow::LockInfo { pattern, owner, session, mode, expires }
 }
 

@@ -23,9 +23,9 @@ use wasmtime_wasi::WasiCtxBuilder;
 
 use crate::error::describe;
 use crate::guard::FsGuard;
-use crate::schema::ArgsSchema;
 use crate::state::{CallContext, CallState};
 use std::sync::Arc;
+use toolcell_args::ArgsSchema;
 
 use crate::*;
 
@@ -470,7 +470,7 @@ impl RuntimeBuilder {
             (None, Some(directory)) => LockStore::in_directory(directory),
             (None, None) => LockStore::in_memory(),
         });
-        let workflow = Arc::new(workflow::WorkflowShared {
+        let workflow = Arc::new(toolcell_state::workflow::WorkflowShared {
             locks: Arc::clone(&locks),
             sessions: Arc::new(SessionStore::new(work.path())),
             spawner: self.spawner,

@@ -25,12 +25,12 @@ use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use crate::client_paths;
 use crate::error::describe;
 use crate::guard::{AuditSink, FsGuard, Transaction};
 use crate::state::{CallContext, CallState, CapturePipe};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use toolcell_args::client_paths;
 
 use crate::outcome::{convert_error, convert_output, denied_result, new_call_id, only_reads_refused, refusal_warnings};
 use crate::*;
@@ -191,7 +191,7 @@ impl Runtime {
         match &tool.kind {
             ToolKind::Component(code) => {
                 let pre = code.get(&self.engine, &tool.origin)?;
-                let workflow = workflow::WorkflowCall {
+                let workflow = toolcell_state::workflow::WorkflowCall {
                     shared: Arc::clone(&self.workflow),
                     workspace: request.workspace.root().to_path_buf(),
                     policy: self.policy.clone(),

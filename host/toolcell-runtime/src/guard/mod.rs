@@ -29,7 +29,6 @@ use budget::Budget;
 use lookup::{descriptor_stat, special_kind};
 use operate::{MAX_READ_BYTES, check_open_flags, follows, open_access, os_open_flags};
 pub(crate) use record::now;
-pub(crate) use resolve::canonical;
 use resolve::{MAX_SYMLINK_HOPS, Resolved, resolve};
 pub(crate) use toolcell_state::NamespaceLock;
 pub(crate) use transaction::Transaction;
