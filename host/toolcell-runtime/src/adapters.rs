@@ -12,7 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolcell_types::{Annotations, ToolErrorKind, ToolInfo, ToolName, ToolOutput};
 
-use crate::{CallOutcome, CallRequest, Error, Runtime};
+use crate::error::Error;
+use crate::outcome::{CallOutcome, CallRequest};
 use toolcell_args::ArgsSchema;
 
 /// The name of Anthropic's text editor tool (`text_editor_20250728` and later).
@@ -98,18 +99,25 @@ impl Adapter {
     /// `refuse` makes (and audits) the outcome of a call refused before any tool ran.
     pub(crate) fn call(
         self,
-        runtime: &Runtime,
+        governed: &Governed<'_>,
         request: &CallRequest<'_>,
         refuse: &dyn Fn(ToolErrorKind, String) -> CallOutcome,
     ) -> Result<CallOutcome, Error> {
         match self {
-            Adapter::TextEditor => text_editor(runtime, request, refuse),
+            Adapter::TextEditor => text_editor(governed, request, refuse),
         }
     }
 }
 
+/// What an adapter calls: the governed tools (a call as any other), and the root the
+/// embedder put the text editor's paths under.
+pub(crate) struct Governed<'a> {
+    pub(crate) call: &'a dyn Fn(&CallRequest<'_>) -> Result<CallOutcome, Error>,
+    pub(crate) text_editor_root: Option<&'a str>,
+}
+
 fn text_editor(
-    runtime: &Runtime,
+    governed: &Governed<'_>,
     request: &CallRequest<'_>,
     refused: &dyn Fn(ToolErrorKind, String) -> CallOutcome,
 ) -> Result<CallOutcome, Error> {
@@ -119,12 +127,12 @@ fn text_editor(
     };
     let call = |tool: &str, args: Value| {
         let args = args.to_string();
-        runtime.call(&CallRequest { tool, args: &args, ..*request })
+        (governed.call)(&CallRequest { tool, args: &args, ..*request })
     };
     // The path as the model wrote it is how every message names it; the tools get it
     // relative to the workspace (under the embedder's root, if it gave one).
     let shown = command.path().to_owned();
-    let path = match workspace_path(runtime.text_editor_root.as_deref(), &shown) {
+    let path = match workspace_path(governed.text_editor_root, &shown) {
         Ok(path) => path,
         Err(message) => return Ok(refused(ToolErrorKind::InvalidArgs, message)),
     };

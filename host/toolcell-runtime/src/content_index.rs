@@ -5,9 +5,10 @@
 use std::path::PathBuf;
 
 pub use toolcell_state::content_index::{IndexFreshness, IndexReport, IndexStatus};
-pub(crate) use toolcell_state::content_index::{IndexScope, IndexStore};
 
-use crate::{Error, Runtime, Workspace};
+use crate::error::Error;
+use crate::runtime::Runtime;
+use crate::workspace::Workspace;
 
 impl Runtime {
     /// Where the index of `workspace` is kept: a file in the state directory.

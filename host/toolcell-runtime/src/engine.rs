@@ -10,6 +10,10 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use toolcell_state::storage::{KEY_BYTES, load_or_create_key};
 
+use std::sync::Arc;
+
+use crate::bindings;
+use crate::capabilities::CallState;
 use crate::error::{Error, describe};
 
 /// Instances that may be alive at once, across all concurrent calls. A Rust tool component
@@ -72,7 +76,7 @@ pub enum CacheOutcome {
     /// Loaded from the compiled form built into the program (the built-in tools).
     Embedded,
     /// Compiled now because the cached artifact failed authentication (it was discarded;
-    /// see [`Runtime::warnings`](crate::Runtime::warnings)).
+    /// see `Runtime::warnings`).
     Rejected,
 }
 
@@ -208,7 +212,7 @@ impl ComponentCache {
     }
 }
 
-/// What [`RuntimeBuilder::on_progress`](crate::RuntimeBuilder::on_progress) is told while
+/// What `RuntimeBuilder::on_progress` is told while
 /// components load: compiling one for this machine takes seconds where loading one takes
 /// milliseconds, so a person waiting should hear of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,7 +274,7 @@ fn cache_key(engine: &Engine, wasm: &[u8]) -> String {
     hasher.0.update(env!("CARGO_PKG_VERSION").as_bytes());
     hasher.0.update((wasm.len() as u64).to_le_bytes());
     hasher.0.update(wasm);
-    crate::hex(&hasher.0.finalize())
+    toolcell_state::storage::hex(&hasher.0.finalize())
 }
 
 fn unique_suffix() -> u64 {
@@ -291,6 +295,53 @@ impl Hasher for DigestHasher {
     fn write(&mut self, bytes: &[u8]) {
         self.0.update(bytes);
     }
+}
+
+/// A component's code, linked: ready from load, or (a built-in tool) deserialized again from
+/// the binary on the tool's first call. A built-in's code is some hundreds of KiB to MiBs once
+/// deserialized, and a session calls a few of the 27; they are described at load and dropped.
+pub(crate) struct ComponentCode {
+    ready: std::sync::OnceLock<bindings::PluginPre<CallState>>,
+    /// The built-in's compiled form and the linker it links with, for `ready`'s first use.
+    embedded: Option<(&'static [u8], Arc<wasmtime::component::Linker<CallState>>)>,
+}
+
+impl ComponentCode {
+    /// A built-in's code, deserialized from `artifact` on its first call.
+    pub(crate) fn embedded(artifact: &'static [u8], linker: Arc<wasmtime::component::Linker<CallState>>) -> Self {
+        Self { ready: std::sync::OnceLock::new(), embedded: Some((artifact, linker)) }
+    }
+
+    pub(crate) fn ready(pre: bindings::PluginPre<CallState>) -> Self {
+        Self { ready: std::sync::OnceLock::from(pre), embedded: None }
+    }
+
+    /// The linked component of the tool loaded from `origin`, deserialized now if this is its
+    /// first use.
+    pub(crate) fn get(&self, engine: &Engine, origin: &str) -> Result<&bindings::PluginPre<CallState>, Error> {
+        if let Some(pre) = self.ready.get() {
+            return Ok(pre);
+        }
+        let load_error = |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: describe(&error) };
+        let Some((artifact, linker)) = &self.embedded else {
+            return Err(load_error(wasmtime::format_err!("its code was not kept")));
+        };
+        let component = deserialize_embedded(engine, artifact).map_err(load_error)?;
+        let pre = bindings::PluginPre::new(linker.instantiate_pre(&component).map_err(load_error)?).map_err(load_error)?;
+        // Two first calls at once both deserialize; one's result is kept.
+        Ok(self.ready.get_or_init(|| pre))
+    }
+}
+
+/// Deserialize a built-in tool's compiled form, then give its pages in the binary back.
+pub(crate) fn deserialize_embedded(engine: &Engine, artifact: &'static [u8]) -> Result<Component, wasmtime::Error> {
+    // SAFETY: `precompiled_component`'s caller vouched that the artifact comes from this
+    // program's own build; wasmtime checks that it was made for this engine and CPU.
+    #[expect(unsafe_code, reason = "the built-in tools' artifacts are part of the trusted binary")]
+    let component = unsafe { Component::deserialize(engine, artifact) };
+    // wasmtime copied it: its pages in the binary are not needed again.
+    crate::pages::release_pages(artifact);
+    component
 }
 
 #[cfg(test)]

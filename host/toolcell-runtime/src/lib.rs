@@ -35,47 +35,46 @@
 mod builder;
 mod engine;
 mod imports;
+mod pages;
+// Imports a plugin may link as stubs that refuse every call.
+mod stubs;
 
 // The runtime every call shares, and the workspace a call may touch.
 mod runtime;
 mod workspace;
 
-// One call, top to bottom (`call`), what it is and produces (`outcome`), its limits, its
-// store (`state`), its arguments (`schema`) and the tools the host implements (`native`).
+// The host capabilities, one module each (filesystem: the guard; context; workflow; clocks),
+// and the bindings generated from `wit/`.
+mod bindings;
+mod capabilities;
+
+// One call, top to bottom (`call`), what it is and produces (`outcome`), its limits, the
+// stdout and stderr it captures, and the tools the host implements (`native`) or adapts
+// from a provider (`adapters`).
 mod adapters;
 mod call;
 mod capture;
 mod limits;
 mod native;
 mod outcome;
-mod state;
 
-// The guard on every filesystem call (what it keeps on disk, and the opens that follow no
-// symlink, are in `toolcell-state`), and the paths each call has in flight.
-mod guard;
-
-// The content index's freshness.
+// The content index: the CLI's and embedders' operations on it.
 mod content_index;
-
-// Imports a plugin may link as stubs that refuse every call.
-mod stubs;
-
-// The task-chain workflow: spawned sessions and the capabilities of the `workflow` import.
 
 mod error;
 
 pub use adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
 pub use builder::RuntimeBuilder;
 pub use call::STDIO_CAPACITY;
+pub use capabilities::filesystem::{Approver, Denial, FsEvent};
+pub use capture::Captured;
 pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
 pub use engine::{CacheOutcome, LoadProgress, MAX_LIVE_INSTANCES};
 pub use error::{Error, PinMismatch};
-pub use guard::{Approver, Denial, FsEvent};
 pub use limits::{EPOCH_TICK, Limits};
 pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
 pub use runtime::{LoadedComponent, Runtime, SkippedPlugin};
-pub use state::Captured;
 pub use toolcell_args::MAX_ARGS_BYTES;
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
@@ -89,24 +88,3 @@ pub use toolcell_state::{
 };
 pub use toolcell_state::{Recovery, RecoveryKind};
 pub use workspace::Workspace;
-
-use outcome::to_wit_error;
-use runtime::{LoadedTool, ToolKind};
-use toolcell_state::storage::hex;
-
-/// Host bindings generated from `wit/tool.wit` (world `plugin`; the WASI part of
-/// `tool-component` is linked from wasmtime-wasi).
-mod bindings {
-    wasmtime::component::bindgen!({
-        world: "plugin",
-        path: "../../wit",
-        // The host stops a component that floods the audit trail through `inspect` or the
-        // workflow capabilities.
-        imports: {
-            "toolcell:tool/context.inspect": trappable,
-            "toolcell:tool/workflow.lock-for-task": trappable,
-            "toolcell:tool/workflow.release-task": trappable,
-            "toolcell:tool/workflow.spawn-session": trappable,
-        },
-    });
-}

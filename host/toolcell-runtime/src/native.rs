@@ -11,8 +11,8 @@ use toolcell_locks::{Lock, LockRequest, Mode};
 use toolcell_policy::Access;
 use toolcell_types::{Annotations, ToolError, ToolErrorKind, ToolInfo, ToolName, ToolOutput, escape_control};
 
-use crate::CallRequest;
-use crate::guard::FsGuard;
+use crate::capabilities::filesystem::FsGuard;
+use crate::outcome::CallRequest;
 use toolcell_args::ArgsSchema;
 use toolcell_state::AuditLog;
 use toolcell_state::journal::{Prior, Step};
@@ -388,7 +388,17 @@ fn audit_locks(call: &NativeCall<'_>, event: &str, locks: &[Lock]) {
     };
     let records: Vec<Record> = locks
         .iter()
-        .map(|lock| Record::lock(&crate::guard::now(), &lock.session, &lock.owner, event, &lock.pattern, lock.mode.as_str(), lock.fence))
+        .map(|lock| {
+            Record::lock(
+                &crate::capabilities::filesystem::now(),
+                &lock.session,
+                &lock.owner,
+                event,
+                &lock.pattern,
+                lock.mode.as_str(),
+                lock.fence,
+            )
+        })
         .map(|record| record.at(&call.request.workspace.root().display().to_string(), call.request.principal))
         .collect();
     // The call's own record says whether the trail could be written.

@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::*;
+use crate::error::Error;
+use toolcell_state::LockStoreError;
 
 /// The workspace a call may touch: a directory on the host, granted to the component as its
 /// only preopen, named `.`.

@@ -2,12 +2,10 @@
 //! description, links it, reads the policy, and records what the host itself owns.
 
 mod load;
-mod pages;
 mod skip;
 
-pub(crate) use load::ComponentCode;
+use crate::pages::release_pages;
 use load::*;
-use pages::release_pages;
 use skip::{PluginFailures, tool_of_file};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -21,13 +19,21 @@ use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::WasiCtxBuilder;
 
+use crate::capabilities::filesystem::FsGuard;
+use crate::capabilities::{CallContext, CallState};
 use crate::error::describe;
-use crate::guard::FsGuard;
-use crate::state::{CallContext, CallState};
 use std::sync::Arc;
 use toolcell_args::ArgsSchema;
 
-use crate::*;
+use crate::engine::LoadProgress;
+use crate::error::{Error, PinMismatch};
+use crate::limits::Limits;
+use crate::runtime::{HostOwned, LoadedComponent, LoadedTool, Runtime, ToolKind};
+use crate::{adapters, engine, limits, native};
+use toolcell_policy::{Policy, PolicyError};
+use toolcell_state::content_index::IndexFreshness;
+use toolcell_state::sessions::{SessionStore, Spawner};
+use toolcell_state::{AuditBackend, AuditLog, LockBackend, LockStore};
 
 /// Configures and builds a [`Runtime`].
 #[derive(Default)]
@@ -332,7 +338,7 @@ impl RuntimeBuilder {
         let engine = engine::new_engine()?;
         let ticker = limits::EpochTicker::start(&engine)
             .map_err(|error| Error::Engine { reason: format!("cannot start the deadline ticker thread: {error}") })?;
-        let linker = Arc::new(state::linker(&engine, !self.unguarded)?);
+        let linker = Arc::new(crate::capabilities::linker(&engine, !self.unguarded)?);
         let cache = self.cache_dir.as_deref().map(engine::ComponentCache::open).transpose()?;
         if let Some(directory) = &self.cache_dir {
             host_owned.push(HostOwned::directory(directory));
@@ -368,7 +374,7 @@ impl RuntimeBuilder {
                 origin: origin.clone(),
                 tool: info.name.clone(),
                 cache: cache_outcome,
-                sha256: hex(&<sha2::Sha256 as sha2::Digest>::digest(wasm.as_ref())),
+                sha256: toolcell_state::storage::hex(&<sha2::Sha256 as sha2::Digest>::digest(wasm.as_ref())),
                 imports,
             });
             // A built-in's bytes are part of the binary, read once for their hash.
@@ -491,7 +497,11 @@ impl RuntimeBuilder {
             reads: toolcell_state::reads::ReadTracker::new(state_dir.as_deref()),
             undo: toolcell_state::undo::UndoStore::new(work.path()),
             memos: Arc::default(),
-            indexes: Arc::new(content_index::IndexStore::new(work.path(), self.index_freshness, self.build_index_on_first_search)),
+            indexes: Arc::new(toolcell_state::content_index::IndexStore::new(
+                work.path(),
+                self.index_freshness,
+                self.build_index_on_first_search,
+            )),
             parts: self
                 .parts
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |cores| u32::try_from(cores.get()).unwrap_or(1)).min(8)),
@@ -503,27 +513,5 @@ impl RuntimeBuilder {
             _work: work,
             _ticker: ticker,
         })
-    }
-}
-
-/// A location the host reads and trusts: hidden from every tool (not readable, listable,
-/// searchable or statable, let alone writable), whatever the policy says.
-#[derive(Debug)]
-pub(crate) struct HostOwned {
-    /// Canonical (as far as it exists).
-    pub(crate) path: PathBuf,
-    pub(crate) is_directory: bool,
-    /// The symlinks on the way to it as it was named (each itself, not followed): a run finds
-    /// it through them, so they are protected with it.
-    pub(crate) links: Vec<PathBuf>,
-}
-
-impl HostOwned {
-    pub(crate) fn directory(path: &Path) -> Self {
-        HostOwned::new(path, true)
-    }
-
-    pub(crate) fn new(path: &Path, is_directory: bool) -> Self {
-        HostOwned { path: inventory::canonical_lenient(path), is_directory, links: inventory::symlinks_on_the_way(path) }
     }
 }

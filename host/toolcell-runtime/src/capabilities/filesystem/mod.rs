@@ -13,6 +13,7 @@
 
 mod budget;
 mod decide;
+mod linking;
 mod lookup;
 mod moves;
 mod operate;
@@ -22,6 +23,7 @@ mod rewrite;
 mod transaction;
 mod wasi;
 
+pub(crate) use linking::add_to_linker;
 pub(crate) use lookup::Listing;
 pub(crate) use operate::GuardedFilesystem;
 
