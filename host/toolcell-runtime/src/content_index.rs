@@ -31,7 +31,7 @@ impl Runtime {
         let never_indexed = self.never_indexed(workspace)?;
         self.indexes
             .build(workspace.root(), &workspace.directory, &never_indexed)
-            .map_err(|source| Error::State { path: self.index_path(workspace), source })
+            .map_err(|source| Error::State(toolcell_state::Error::State { path: self.index_path(workspace), source }))
     }
 
     /// The index of `workspace` as the state directory holds it, checked whole, and how many
@@ -44,7 +44,7 @@ impl Runtime {
         let never_indexed = self.never_indexed(workspace)?;
         self.indexes
             .status(workspace.root(), &workspace.directory, &never_indexed)
-            .map_err(|source| Error::State { path: self.index_path(workspace), source })
+            .map_err(|source| Error::State(toolcell_state::Error::State { path: self.index_path(workspace), source }))
     }
 
     /// Remove the index of `workspace`; whether there was one.
@@ -53,6 +53,8 @@ impl Runtime {
     ///
     /// [`Error::State`] if it exists and cannot be removed.
     pub fn drop_index(&self, workspace: &Workspace) -> Result<bool, Error> {
-        self.indexes.remove(workspace.root()).map_err(|source| Error::State { path: self.index_path(workspace), source })
+        self.indexes
+            .remove(workspace.root())
+            .map_err(|source| Error::State(toolcell_state::Error::State { path: self.index_path(workspace), source }))
     }
 }

@@ -62,10 +62,18 @@ pub(crate) struct CallContext {
 
 type WitOutput = bindings::toolcell::tool::types::ToolOutput;
 
-/// A `search-candidates` question (pattern, case-insensitive, under) and its answer.
+/// A `search-candidates` question.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct SearchQuestion {
+    pattern: String,
+    case_insensitive: bool,
+    under: String,
+}
+
+/// A `search-candidates` question and its answer.
 #[derive(Debug)]
 pub(crate) struct GivenCandidates {
-    question: (String, bool, String),
+    question: SearchQuestion,
     paths: Vec<String>,
 }
 
@@ -155,7 +163,7 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
         }
         if self.context.shard.is_some() {
             let given = self.context.candidates_given.lock().ok()?;
-            let given = given.as_ref().filter(|given| given.question == (pattern, case_insensitive, under))?;
+            let given = given.as_ref().filter(|given| given.question == SearchQuestion { pattern, case_insensitive, under })?;
             self.guard.spend_capability("search-candidates").ok()?;
             return Some(given.paths.clone());
         }
@@ -184,7 +192,7 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
         };
         let paths: Vec<String> = candidates.into_iter().filter(|path| reachable(path)).collect();
         if let Ok(mut given) = self.context.candidates_given.lock() {
-            *given = Some(GivenCandidates { question: (pattern, case_insensitive, under), paths: paths.clone() });
+            *given = Some(GivenCandidates { question: SearchQuestion { pattern, case_insensitive, under }, paths: paths.clone() });
         }
         Some(paths)
     }

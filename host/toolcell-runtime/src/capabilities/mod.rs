@@ -2,10 +2,10 @@
 //! `crates/wasi` lays out its own: each keeps its per-call state, the view its host traits are
 //! implemented on, and its `add_to_linker`.
 //!
-//! - [`filesystem`]: `wasi:filesystem` behind the guard (judge, transaction, adapters);
-//! - [`context`]: `toolcell:tool/context`;
-//! - [`workflow`]: `toolcell:tool/workflow`;
-//! - [`clocks`]: `wasi:clocks`, waits ending at the call's deadline;
+//! - `filesystem`, `wasi:filesystem` behind the guard (judge, transaction, adapters);
+//! - `context`, `toolcell:tool/context`;
+//! - `workflow`, `toolcell:tool/workflow`;
+//! - `clocks`, `wasi:clocks`, waits ending at the call's deadline;
 //! - the rest of the world (`wasi:io`, `wasi:random`, `wasi:cli`) is wasmtime-wasi's, linked
 //!   here.
 //!
