@@ -1,6 +1,7 @@
 //! A tool call's arguments before any component runs, without wasmtime and without the disk:
 //! the tool's compiled argument schema ([`schema::ArgsSchema`]), and the paths clients send
-//! made workspace-relative ([`client_paths`]).
+//! made workspace-relative ([`client_paths`]), and the provider tools the host adapts to calls of
+//! its governed tools ([`adapters`]).
 //!
 //! ```
 //! use toolcell_args::client_paths::{Roots, rewrite};
@@ -14,6 +15,7 @@
 //! assert_eq!(rewrite(r#"{"path": "/home/me/repo/src/main.rs"}"#, &roots).as_deref(), Some(r#"{"path":"src/main.rs"}"#));
 //! ```
 
+pub mod adapters;
 pub mod client_paths;
 pub mod schema;
 

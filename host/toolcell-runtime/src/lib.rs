@@ -50,8 +50,7 @@ mod capabilities;
 
 // One call, top to bottom (`call`), what it is and produces (`outcome`), its limits, the
 // stdout and stderr it captures, and the tools the host implements (`native`) or adapts
-// from a provider (`adapters`).
-mod adapters;
+// from a provider (`toolcell_args::adapters`).
 mod call;
 mod capture;
 mod limits;
@@ -63,7 +62,6 @@ mod content_index;
 
 mod error;
 
-pub use adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
 pub use builder::RuntimeBuilder;
 pub use call::STDIO_CAPACITY;
 pub use capabilities::filesystem::{Approver, Denial, FsEvent};
@@ -76,6 +74,7 @@ pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
 pub use runtime::{LoadedComponent, Runtime, SkippedPlugin};
 pub use toolcell_args::MAX_ARGS_BYTES;
+pub use toolcell_args::adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
 pub use toolcell_state::inventory::{default_cache_dir, default_state_dir, remember_locations};

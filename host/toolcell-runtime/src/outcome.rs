@@ -207,3 +207,17 @@ pub(crate) fn new_call_id() -> String {
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("c-{nanos:x}-{:x}-{count:x}", std::process::id())
 }
+
+impl toolcell_args::adapters::Outcome for CallOutcome {
+    fn result(&self) -> &Result<ToolOutput, ToolError> {
+        &self.result
+    }
+
+    fn result_mut(&mut self) -> &mut Result<ToolOutput, ToolError> {
+        &mut self.result
+    }
+
+    fn has_images(&self) -> bool {
+        !self.images.is_empty()
+    }
+}

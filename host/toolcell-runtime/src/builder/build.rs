@@ -21,7 +21,8 @@ use crate::error::{Error, PinMismatch};
 use crate::limits;
 use crate::pages::release_pages;
 use crate::runtime::{HostOwned, LoadedComponent, LoadedTool, Runtime, ToolKind};
-use crate::{adapters, capabilities, native};
+use crate::{capabilities, native};
+use toolcell_args::adapters;
 
 /// The policy file's name (never a host path: it reaches agents in refusals) and its text.
 type PolicyText = Option<(String, String)>;

@@ -40,7 +40,8 @@ use crate::outcome::{CallOutcome, CallRequest};
 use crate::outcome::{denied_result, new_call_id, only_reads_refused, refusal_warnings};
 use crate::runtime::{LoadedTool, Runtime, ToolKind};
 use crate::workspace::Workspace;
-use crate::{adapters, bindings, limits, native};
+use crate::{bindings, limits, native};
+use toolcell_args::adapters;
 use toolcell_policy::{Access, Effect};
 
 /// Bytes of stdout and of stderr kept per call; the rest is counted and dropped.
@@ -99,8 +100,11 @@ impl Runtime {
                 refused.result = Err(ToolError::new(kind, message));
                 self.finish(request, refused, started)
             };
-            let governed = adapters::Governed { call: &|request| self.call(request), text_editor_root: self.text_editor_root.as_deref() };
-            return adapter.call(&governed, request, &refuse);
+            let call = |tool: &str, args: &str| self.call(&CallRequest { tool, args, ..*request });
+            let is_directory = |path: &str| request.workspace.directory.symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir());
+            let governed =
+                adapters::Governed { call: &call, text_editor_root: self.text_editor_root.as_deref(), is_directory: &is_directory };
+            return adapter.call(&governed, request.args, &refuse);
         }
         let guard = self.guard_for(request, &outcome.call_id)?;
         let guard = self.run(tool, request, guard, &mut outcome)?;
