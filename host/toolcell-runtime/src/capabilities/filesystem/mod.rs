@@ -16,6 +16,7 @@ mod decide;
 mod linking;
 mod lookup;
 mod moves;
+mod open;
 mod operate;
 mod record;
 mod resolve;
@@ -29,7 +30,7 @@ pub(crate) use operate::GuardedFilesystem;
 
 use budget::Budget;
 use lookup::{descriptor_stat, special_kind};
-use operate::{MAX_READ_BYTES, check_open_flags, follows, open_access, os_open_flags};
+use operate::{MAX_READ_BYTES, follows};
 pub(crate) use record::now;
 use resolve::{MAX_SYMLINK_HOPS, Resolved, resolve};
 pub(crate) use toolcell_state::NamespaceLock;
