@@ -14,6 +14,7 @@ use toolcell_types::{Annotations, ToolErrorKind, ToolInfo, ToolName, ToolOutput}
 
 use toolcell_types::ToolError;
 
+use crate::host_tools::UNDO_EDIT;
 use crate::schema::ArgsSchema;
 
 /// What an adapter reads and rewords of a governed call's outcome.
@@ -25,9 +26,6 @@ pub trait Outcome {
     /// Whether the call attached images (a `view` of an image shows them as they are).
     fn has_images(&self) -> bool;
 }
-
-/// The name of the host's undo tool, which `undo_edit` calls.
-const UNDO_EDIT: &str = "undo_edit";
 
 /// The name of Anthropic's text editor tool (`text_editor_20250728` and later).
 pub const TEXT_EDITOR: &str = "str_replace_based_edit_tool";

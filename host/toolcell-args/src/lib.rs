@@ -1,7 +1,8 @@
 //! A tool call's arguments before any component runs, without wasmtime and without the disk:
 //! the tool's compiled argument schema ([`schema::ArgsSchema`]), and the paths clients send
 //! made workspace-relative ([`client_paths`]), and the provider tools the host adapts to calls of
-//! its governed tools ([`adapters`]).
+//! its governed tools ([`adapters`]), and how the tools the host implements describe themselves
+//! ([`host_tools`]).
 //!
 //! ```
 //! use toolcell_args::client_paths::{Roots, rewrite};
@@ -17,6 +18,7 @@
 
 pub mod adapters;
 pub mod client_paths;
+pub mod host_tools;
 pub mod schema;
 
 pub use schema::{ArgsSchema, MAX_ARGS_BYTES};

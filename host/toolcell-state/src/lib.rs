@@ -28,6 +28,7 @@
 //! # }
 //! ```
 
+pub mod artifacts;
 mod audit;
 pub mod beneath;
 pub mod content_index;

@@ -242,14 +242,17 @@ impl Runtime {
                     _ => Ok(guard),
                 }
             }
-            ToolKind::Native(native) => {
-                outcome.result = native.run(&mut native::NativeCall {
-                    request,
-                    guard: &mut guard,
-                    locks: &self.locks,
-                    undo: &self.undo,
-                    audit: self.audit.as_deref(),
-                });
+            ToolKind::Native(tool) => {
+                outcome.result = native::run(
+                    *tool,
+                    &mut native::NativeCall {
+                        request,
+                        guard: &mut guard,
+                        locks: &self.locks,
+                        undo: &self.undo,
+                        audit: self.audit.as_deref(),
+                    },
+                );
                 Ok(guard)
             }
             // `call` hands an adapter its request before any guard exists.
