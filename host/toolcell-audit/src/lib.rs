@@ -325,6 +325,11 @@ fn split_hash(line: &str) -> Option<(String, &str)> {
     Some((format!("{head}}}"), hash))
 }
 
+/// The current time as RFC 3339 UTC with milliseconds, as records are stamped.
+pub fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
 /// Lowercase hex of `bytes`: how the log writes its hashes (and the runtime names its state
 /// files).
 pub fn hex(bytes: &[u8]) -> String {

@@ -5,9 +5,10 @@
 use std::path::PathBuf;
 
 pub use toolcell_state::content_index::{IndexFreshness, IndexReport, IndexStatus};
-pub(crate) use toolcell_state::content_index::{IndexScope, IndexStore};
 
-use crate::{Error, Runtime, Workspace};
+use crate::error::Error;
+use crate::runtime::Runtime;
+use crate::workspace::Workspace;
 
 impl Runtime {
     /// Where the index of `workspace` is kept: a file in the state directory.
@@ -30,7 +31,7 @@ impl Runtime {
         let never_indexed = self.never_indexed(workspace)?;
         self.indexes
             .build(workspace.root(), &workspace.directory, &never_indexed)
-            .map_err(|source| Error::State { path: self.index_path(workspace), source })
+            .map_err(|source| Error::State(toolcell_state::Error::State { path: self.index_path(workspace), source }))
     }
 
     /// The index of `workspace` as the state directory holds it, checked whole, and how many
@@ -43,7 +44,7 @@ impl Runtime {
         let never_indexed = self.never_indexed(workspace)?;
         self.indexes
             .status(workspace.root(), &workspace.directory, &never_indexed)
-            .map_err(|source| Error::State { path: self.index_path(workspace), source })
+            .map_err(|source| Error::State(toolcell_state::Error::State { path: self.index_path(workspace), source }))
     }
 
     /// Remove the index of `workspace`; whether there was one.
@@ -52,6 +53,8 @@ impl Runtime {
     ///
     /// [`Error::State`] if it exists and cannot be removed.
     pub fn drop_index(&self, workspace: &Workspace) -> Result<bool, Error> {
-        self.indexes.remove(workspace.root()).map_err(|source| Error::State { path: self.index_path(workspace), source })
+        self.indexes
+            .remove(workspace.root())
+            .map_err(|source| Error::State(toolcell_state::Error::State { path: self.index_path(workspace), source }))
     }
 }

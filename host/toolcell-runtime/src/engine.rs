@@ -2,14 +2,19 @@
 //! components.
 
 use std::hash::Hasher;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use toolcell_state::storage::{KEY_BYTES, load_or_create_key};
+use toolcell_state::artifacts::ArtifactStore;
+use toolcell_state::storage::load_or_create_key;
 
+use std::sync::Arc;
+
+use crate::bindings;
+use crate::capabilities::CallState;
 use crate::error::{Error, describe};
 
 /// Instances that may be alive at once, across all concurrent calls. A Rust tool component
@@ -72,7 +77,7 @@ pub enum CacheOutcome {
     /// Loaded from the compiled form built into the program (the built-in tools).
     Embedded,
     /// Compiled now because the cached artifact failed authentication (it was discarded;
-    /// see [`Runtime::warnings`](crate::Runtime::warnings)).
+    /// see `Runtime::warnings`).
     Rejected,
 }
 
@@ -89,18 +94,11 @@ pub enum CacheOutcome {
 /// tool call that would write it (see `Runtime::call`).
 #[derive(Debug, Clone)]
 pub(crate) struct ComponentCache {
-    directory: PathBuf,
-    key: [u8; KEY_BYTES],
+    artifacts: ArtifactStore,
 }
 
 /// The cache key's file name in the cache directory.
 pub(crate) const CACHE_KEY_FILE: &str = "cache.key";
-/// What every artifact file starts with; the tag follows, then the serialized component.
-const ARTIFACT_MAGIC: &[u8; 8] = b"TCCWASM1";
-const TAG_BYTES: usize = 32;
-
-type ArtifactMac = hmac::Hmac<Sha256>;
-
 impl ComponentCache {
     /// Use `directory` (created `rwx------` if missing) and its key (created if missing).
     ///
@@ -114,7 +112,7 @@ impl ComponentCache {
         toolcell_state::storage::check_private(directory, 0o022, "the compiled-component cache")?;
         let key_path = directory.join(CACHE_KEY_FILE);
         let key = load_or_create_key(&key_path, "the cache key", |source| Error::Cache { path: key_path.clone(), source })?;
-        Ok(ComponentCache { directory: directory.to_path_buf(), key })
+        Ok(ComponentCache { artifacts: ArtifactStore::new(directory, key) })
     }
 
     /// The compiled component for `wasm`, from the cache if it holds an authentic artifact,
@@ -127,10 +125,10 @@ impl ComponentCache {
         progress: &Progress,
     ) -> Result<(Component, CacheOutcome, Option<String>), Error> {
         let name = format!("{}.cwasm", cache_key(engine, wasm));
-        let path = self.directory.join(&name);
+        let path = self.artifacts.path(&name);
         let mut warning = None;
         match std::fs::read(&path) {
-            Ok(bytes) => match self.authenticate(&name, &bytes) {
+            Ok(bytes) => match self.artifacts.authenticate(&name, &bytes) {
                 Ok(artifact) => {
                     // SAFETY: the bytes are exactly what this host serialized for this
                     // component and engine (the tag covers the name, which commits to both,
@@ -160,55 +158,13 @@ impl ComponentCache {
             origin: origin.to_owned(),
             reason: format!("cannot serialise the compiled component: {}", describe(&error)),
         })?;
-        let mut bytes = Vec::with_capacity(ARTIFACT_MAGIC.len() + TAG_BYTES + artifact.len());
-        bytes.extend_from_slice(ARTIFACT_MAGIC);
-        bytes.extend_from_slice(&self.tag(&name, &artifact));
-        bytes.extend_from_slice(&artifact);
-        // Write beside, then rename: another process never sees a half-written artifact.
-        let temporary = self.directory.join(format!(".{}.{}.tmp", std::process::id(), unique_suffix()));
-        let written = std::fs::write(&temporary, &bytes).and_then(|()| std::fs::rename(&temporary, &path));
-        if let Err(source) = written {
-            let _ = std::fs::remove_file(&temporary);
-            return Err(Error::Cache { path, source });
-        }
+        self.artifacts.store(&name, &artifact).map_err(|source| Error::Cache { path, source })?;
         let outcome = if warning.is_some() { CacheOutcome::Rejected } else { CacheOutcome::Compiled };
         Ok((component, outcome, warning))
     }
-
-    /// The MAC over the artifact `artifact` stored as `name`.
-    fn mac(&self, name: &str, artifact: &[u8]) -> ArtifactMac {
-        use hmac::{KeyInit as _, Mac as _};
-        let mut mac = ArtifactMac::new_from_slice(&self.key).unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
-        mac.update(b"toolcell compiled component\0");
-        mac.update(name.as_bytes());
-        mac.update(b"\0");
-        mac.update(artifact);
-        mac
-    }
-
-    /// The tag of the artifact `artifact` stored as `name`.
-    fn tag(&self, name: &str, artifact: &[u8]) -> [u8; TAG_BYTES] {
-        use hmac::Mac as _;
-        self.mac(name, artifact).finalize().into_bytes().into()
-    }
-
-    /// The serialized component inside an artifact file, if its tag is this host's.
-    fn authenticate<'a>(&self, name: &str, bytes: &'a [u8]) -> Result<&'a [u8], &'static str> {
-        use hmac::Mac as _;
-        let rest = bytes.strip_prefix(ARTIFACT_MAGIC.as_slice()).ok_or("it does not start as toolcell's artifacts do")?;
-        if rest.len() < TAG_BYTES {
-            return Err("it is too short to hold a tag");
-        }
-        let (tag, artifact) = rest.split_at(TAG_BYTES);
-        // Compared in constant time.
-        self.mac(name, artifact)
-            .verify_slice(tag)
-            .map_err(|_| "its tag does not match its content: it was not written by this host, or was changed since")?;
-        Ok(artifact)
-    }
 }
 
-/// What [`RuntimeBuilder::on_progress`](crate::RuntimeBuilder::on_progress) is told while
+/// What `RuntimeBuilder::on_progress` is told while
 /// components load: compiling one for this machine takes seconds where loading one takes
 /// milliseconds, so a person waiting should hear of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,13 +226,7 @@ fn cache_key(engine: &Engine, wasm: &[u8]) -> String {
     hasher.0.update(env!("CARGO_PKG_VERSION").as_bytes());
     hasher.0.update((wasm.len() as u64).to_le_bytes());
     hasher.0.update(wasm);
-    crate::hex(&hasher.0.finalize())
-}
-
-fn unique_suffix() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    COUNTER.fetch_add(1, Ordering::Relaxed)
+    toolcell_state::storage::hex(&hasher.0.finalize())
 }
 
 /// Feeds a `Hash` value into SHA-256, so that the engine's compatibility hash, which is only
@@ -293,6 +243,53 @@ impl Hasher for DigestHasher {
     }
 }
 
+/// A component's code, linked: ready from load, or (a built-in tool) deserialized again from
+/// the binary on the tool's first call. A built-in's code is some hundreds of KiB to MiBs once
+/// deserialized, and a session calls a few of the 27; they are described at load and dropped.
+pub(crate) struct ComponentCode {
+    ready: std::sync::OnceLock<bindings::PluginPre<CallState>>,
+    /// The built-in's compiled form and the linker it links with, for `ready`'s first use.
+    embedded: Option<(&'static [u8], Arc<wasmtime::component::Linker<CallState>>)>,
+}
+
+impl ComponentCode {
+    /// A built-in's code, deserialized from `artifact` on its first call.
+    pub(crate) fn embedded(artifact: &'static [u8], linker: Arc<wasmtime::component::Linker<CallState>>) -> Self {
+        Self { ready: std::sync::OnceLock::new(), embedded: Some((artifact, linker)) }
+    }
+
+    pub(crate) fn ready(pre: bindings::PluginPre<CallState>) -> Self {
+        Self { ready: std::sync::OnceLock::from(pre), embedded: None }
+    }
+
+    /// The linked component of the tool loaded from `origin`, deserialized now if this is its
+    /// first use.
+    pub(crate) fn get(&self, engine: &Engine, origin: &str) -> Result<&bindings::PluginPre<CallState>, Error> {
+        if let Some(pre) = self.ready.get() {
+            return Ok(pre);
+        }
+        let load_error = |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: describe(&error) };
+        let Some((artifact, linker)) = &self.embedded else {
+            return Err(load_error(wasmtime::format_err!("its code was not kept")));
+        };
+        let component = deserialize_embedded(engine, artifact).map_err(load_error)?;
+        let pre = bindings::PluginPre::new(linker.instantiate_pre(&component).map_err(load_error)?).map_err(load_error)?;
+        // Two first calls at once both deserialize; one's result is kept.
+        Ok(self.ready.get_or_init(|| pre))
+    }
+}
+
+/// Deserialize a built-in tool's compiled form, then give its pages in the binary back.
+pub(crate) fn deserialize_embedded(engine: &Engine, artifact: &'static [u8]) -> Result<Component, wasmtime::Error> {
+    // SAFETY: `precompiled_component`'s caller vouched that the artifact comes from this
+    // program's own build; wasmtime checks that it was made for this engine and CPU.
+    #[expect(unsafe_code, reason = "the built-in tools' artifacts are part of the trusted binary")]
+    let component = unsafe { Component::deserialize(engine, artifact) };
+    // wasmtime copied it: its pages in the binary are not needed again.
+    crate::pages::release_pages(artifact);
+    component
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,7 +299,7 @@ mod tests {
         for _ in 0..20 {
             let cache = tempfile::tempdir().expect("cache");
             let path = cache.path().join(CACHE_KEY_FILE);
-            let keys: Vec<[u8; KEY_BYTES]> = std::thread::scope(|scope| {
+            let keys: Vec<[u8; toolcell_state::storage::KEY_BYTES]> = std::thread::scope(|scope| {
                 let handles: Vec<_> = (0..8)
                     .map(|_| {
                         scope.spawn(|| {

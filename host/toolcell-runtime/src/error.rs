@@ -160,22 +160,19 @@ pub enum Error {
         reason: String,
     },
 
-    /// The state directory (journals, undo records, read versions) cannot be used.
-    #[error("cannot use the state directory at `{}`: {source}; check that it exists and this user may write it", path.display())]
-    State {
-        /// The directory.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    /// What toolcell keeps for a workspace (the state directory, its journals, undo records,
+    /// read versions, audit trail, index) cannot be used.
+    #[error(transparent)]
+    State(toolcell_state::Error),
 
-    /// The audit trail's directory cannot be used.
-    #[error("cannot use the audit trail at `{}`: {source}", path.display())]
-    Audit {
-        /// The state directory or log file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+    /// Settings given to the builder that do not go together: a mistake in how the host is
+    /// configured, reported before anything is opened.
+    #[error("{problem}; {hint}")]
+    Configuration {
+        /// What does not go together.
+        problem: String,
+        /// What to do.
+        hint: String,
     },
 
     /// A component's bytes differ from the SHA-256 the policy pins for its tool.
@@ -233,9 +230,10 @@ pub(crate) fn describe(error: &wasmtime::Error) -> String {
 impl From<toolcell_state::Error> for Error {
     fn from(error: toolcell_state::Error) -> Self {
         match error {
+            // A host-owned location others could change is the runtime's own refusal too (the
+            // cache, the plugin directory): one variant for all of them.
             toolcell_state::Error::Insecure { path, reason } => Error::Insecure { path, reason },
-            toolcell_state::Error::State { path, source } => Error::State { path, source },
-            toolcell_state::Error::Audit { path, source } => Error::Audit { path, source },
+            error => Error::State(error),
         }
     }
 }

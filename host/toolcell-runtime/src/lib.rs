@@ -35,81 +35,55 @@
 mod builder;
 mod engine;
 mod imports;
+mod pages;
+// Imports a plugin may link as stubs that refuse every call.
+mod stubs;
 
 // The runtime every call shares, and the workspace a call may touch.
 mod runtime;
 mod workspace;
 
-// One call, top to bottom (`call`), what it is and produces (`outcome`), its limits, its
-// store (`state`), its arguments (`schema`) and the tools the host implements (`native`).
-mod adapters;
+// The host capabilities, one module each (filesystem: the guard; context; workflow; clocks),
+// and the bindings generated from `wit/`.
+mod bindings;
+mod capabilities;
+
+// One call, top to bottom (`call`), what it is and produces (`outcome`), its limits, the
+// stdout and stderr it captures, and the tools the host implements (`native`) or adapts
+// from a provider (`toolcell_args::adapters`).
 mod call;
 mod capture;
-mod client_paths;
 mod limits;
 mod native;
 mod outcome;
-mod schema;
-mod state;
 
-// The guard on every filesystem call (what it keeps on disk, and the opens that follow no
-// symlink, are in `toolcell-state`), and the paths each call has in flight.
-mod guard;
-mod inflight;
-
-// The content index's freshness.
+// The content index: the CLI's and embedders' operations on it.
 mod content_index;
-
-// Imports a plugin may link as stubs that refuse every call.
-mod stubs;
-
-// The task-chain workflow: spawned sessions and the capabilities of the `workflow` import.
-mod workflow;
 
 mod error;
 
-pub use adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
 pub use builder::RuntimeBuilder;
 pub use call::STDIO_CAPACITY;
+pub use capabilities::filesystem::{Approver, Denial, FsEvent};
+pub use capture::Captured;
 pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
 pub use engine::{CacheOutcome, LoadProgress, MAX_LIVE_INSTANCES};
 pub use error::{Error, PinMismatch};
-pub use guard::{Approver, Denial, FsEvent};
 pub use limits::{EPOCH_TICK, Limits};
-pub use native::{NATIVE_TOOLS, lock_json};
 pub use outcome::{CallOutcome, CallRequest};
 pub use runtime::{LoadedComponent, Runtime, SkippedPlugin};
-pub use schema::MAX_ARGS_BYTES;
-pub use state::Captured;
+pub use toolcell_args::MAX_ARGS_BYTES;
+pub use toolcell_args::adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
+pub use toolcell_args::host_tools::{NATIVE_TOOLS, lock_json};
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
 pub use toolcell_state::inventory::{default_cache_dir, default_state_dir, remember_locations};
+pub use toolcell_state::sessions::{SessionRecord, SessionState, SessionStore, Spawner, default_connect};
 pub use toolcell_state::undo::SessionChange;
+pub use toolcell_state::workflow::{MAX_SESSIONS_PER_TASK, MAX_SPAWNS_PER_CALL};
 pub use toolcell_state::{
     AUDIT_FILE, AUDIT_HEAD_FILE, AUDIT_SPOOL_FILE, AuditBackend, AuditLog, Error as StateError, LOCKS_DIR, LockBackend, LockStore,
     LockStoreError,
 };
 pub use toolcell_state::{Recovery, RecoveryKind};
-pub use workflow::{MAX_SESSIONS_PER_TASK, MAX_SPAWNS_PER_CALL, SessionRecord, SessionState, SessionStore, Spawner, default_connect};
 pub use workspace::Workspace;
-
-use outcome::to_wit_error;
-use runtime::{LoadedTool, ToolKind};
-use toolcell_state::storage::{hex, replace_json, session_key};
-
-/// Host bindings generated from `wit/tool.wit` (world `plugin`; the WASI part of
-/// `tool-component` is linked from wasmtime-wasi).
-mod bindings {
-    wasmtime::component::bindgen!({
-        world: "plugin",
-        path: "../../wit",
-        // The host stops a component that floods the audit trail through `inspect` or the
-        // workflow capabilities.
-        imports: {
-            "toolcell:tool/context.inspect": trappable,
-            "toolcell:tool/workflow.lock-for-task": trappable,
-            "toolcell:tool/workflow.release-task": trappable,
-            "toolcell:tool/workflow.spawn-session": trappable,
-        },
-    });
-}

@@ -8,7 +8,10 @@ use toolcell_types::{ToolError, ToolErrorKind, ToolOutput};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::*;
+use crate::capabilities::filesystem::{Approver, Denial, FsEvent};
+use crate::capture::Captured;
+use crate::workspace::Workspace;
+use toolcell_policy::{Access, TaskBinding};
 
 /// One tool call.
 #[derive(Clone, Copy)]
@@ -168,7 +171,7 @@ pub(crate) fn refusal_warnings(denials: &[Denial]) -> Vec<String> {
 pub(crate) fn only_reads_refused(denials: &[Denial]) -> bool {
     denials.iter().all(|denial| {
         matches!(denial.event.access, Access::Read | Access::List)
-            && (denial.kind == ToolErrorKind::Denied || denial.event.rule == guard::DESCRIPTOR_MOVED)
+            && (denial.kind == ToolErrorKind::Denied || denial.event.rule == crate::capabilities::filesystem::DESCRIPTOR_MOVED)
     })
 }
 
@@ -196,65 +199,6 @@ pub(crate) fn denied_result(denials: &[Denial], returned: &Result<ToolOutput, To
     ToolError::new(kind, text)
 }
 
-/// The component's output for the agent: the text cut at `output_bytes`, and the structured
-/// result parsed (dropped if it is larger than `output_bytes`).
-pub(crate) fn convert_output(
-    tool: &str,
-    output: bindings::toolcell::tool::types::ToolOutput,
-    output_bytes: usize,
-) -> Result<ToolOutput, ToolError> {
-    let mut text = output.text;
-    limits::cap_output(&mut text, output_bytes);
-    let structured = match output.structured {
-        None => None,
-        Some(json) if json.len() > output_bytes => None,
-        Some(text) => Some(serde_json::from_str(&text).map_err(|error| {
-            ToolError::new(
-                ToolErrorKind::Failed,
-                format!("the tool `{tool}` returned structured output that is not JSON ({error}); this is a bug in the tool"),
-            )
-        })?),
-    };
-    Ok(ToolOutput { text, structured })
-}
-
-pub(crate) fn convert_error(error: bindings::toolcell::tool::types::ToolError) -> ToolError {
-    use bindings::toolcell::tool::types::ToolError as Wit;
-    let (kind, message) = match error {
-        Wit::InvalidArgs(message) => (ToolErrorKind::InvalidArgs, message),
-        Wit::NotFound(message) => (ToolErrorKind::NotFound, message),
-        Wit::Denied(message) => (ToolErrorKind::Denied, message),
-        Wit::Conflict(message) => (ToolErrorKind::Conflict, message),
-        Wit::TooLarge(message) => (ToolErrorKind::TooLarge, message),
-        Wit::Unsupported(message) => (ToolErrorKind::Unsupported, message),
-        Wit::Failed(message) => (ToolErrorKind::Failed, message),
-    };
-    ToolError::new(kind, message)
-}
-
-/// A host error as the WIT `tool-error` a component receives.
-/// A result as the contract carries it (for the assembly of a split call).
-pub(crate) fn to_wit_output(output: &ToolOutput) -> bindings::toolcell::tool::types::ToolOutput {
-    bindings::toolcell::tool::types::ToolOutput {
-        text: output.text.clone(),
-        structured: output.structured.as_ref().map(ToString::to_string),
-    }
-}
-
-pub(crate) fn to_wit_error(kind: ToolErrorKind, message: String) -> bindings::toolcell::tool::types::ToolError {
-    use bindings::toolcell::tool::types::ToolError as Wit;
-    match kind {
-        ToolErrorKind::InvalidArgs => Wit::InvalidArgs(message),
-        ToolErrorKind::NotFound => Wit::NotFound(message),
-        ToolErrorKind::Denied => Wit::Denied(message),
-        ToolErrorKind::Conflict => Wit::Conflict(message),
-        ToolErrorKind::TooLarge => Wit::TooLarge(message),
-        ToolErrorKind::Unsupported => Wit::Unsupported(message),
-        // `Failed`, and any kind added later.
-        _ => Wit::Failed(message),
-    }
-}
-
 /// A call id unique across calls and processes: time, process and a counter.
 pub(crate) fn new_call_id() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -262,4 +206,18 @@ pub(crate) fn new_call_id() -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_nanos()).unwrap_or(0);
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("c-{nanos:x}-{:x}-{count:x}", std::process::id())
+}
+
+impl toolcell_args::adapters::Outcome for CallOutcome {
+    fn result(&self) -> &Result<ToolOutput, ToolError> {
+        &self.result
+    }
+
+    fn result_mut(&mut self) -> &mut Result<ToolOutput, ToolError> {
+        &mut self.result
+    }
+
+    fn has_images(&self) -> bool {
+        !self.images.is_empty()
+    }
 }

@@ -6,11 +6,20 @@ use std::collections::BTreeMap;
 use toolcell_types::{ToolInfo, ToolName};
 use wasmtime::Engine;
 
-use crate::schema::ArgsSchema;
 use std::sync::Arc;
+use toolcell_args::ArgsSchema;
 
-use crate::builder::HostOwned;
-use crate::*;
+use crate::engine::CacheOutcome;
+use crate::error::Error;
+use crate::limits::Limits;
+use crate::workspace::Workspace;
+use crate::{limits, native};
+use toolcell_args::adapters;
+use toolcell_locks::{Lock, LockRequest};
+use toolcell_policy::{Policy, TaskBinding, canonical_tool_name};
+use toolcell_state::sessions::SessionStore;
+use toolcell_state::undo::SessionChange;
+use toolcell_state::{AuditLog, LockStore, Recovery, RecoveryKind};
 
 /// One component the runtime loaded, and whether it came from the cache.
 #[derive(Debug, Clone)]
@@ -48,7 +57,7 @@ pub(crate) struct LoadedTool {
 
 pub(crate) enum ToolKind {
     /// A tool component.
-    Component(builder::ComponentCode),
+    Component(crate::engine::ComponentCode),
     /// A tool the host itself implements (undo, locks): it needs host state no component has.
     Native(native::Native),
     /// A provider's built-in tool, carried out by calls of the other tools.
@@ -82,7 +91,7 @@ pub struct Runtime {
     /// What tools remember between their calls in a session.
     pub(crate) memos: Arc<toolcell_state::memo::MemoStore>,
     /// Content indexes in the state directory.
-    pub(crate) indexes: Arc<content_index::IndexStore>,
+    pub(crate) indexes: Arc<toolcell_state::content_index::IndexStore>,
     /// How many parts a call that splits itself (`context.split`) may run side by side.
     pub(crate) parts: u32,
     /// What authenticates the journal lines this runtime writes and replays.
@@ -97,7 +106,7 @@ pub struct Runtime {
     pub(crate) _work: toolcell_state::WorkDir,
     /// Sessions spawned for tasks, the platform's spawner, and what the `workflow` import
     /// shares between calls.
-    pub(crate) workflow: Arc<workflow::WorkflowShared>,
+    pub(crate) workflow: Arc<toolcell_state::workflow::WorkflowShared>,
     /// Roles bound for a tool and a task (`Policy::bind`), kept between calls.
     pub(crate) bound_roles: std::sync::Mutex<std::collections::HashMap<BoundRoleKey, Arc<toolcell_policy::Role>>>,
     /// Advances the epoch for deadlines; stops when the runtime is dropped.
@@ -215,7 +224,7 @@ impl Runtime {
     fn audit_lock(&self, workspace: &Workspace, event: &str, lock: &Lock) {
         if let Some(log) = &self.audit {
             let record = toolcell_audit::Record::lock(
-                &guard::now(),
+                &toolcell_audit::now(),
                 &lock.session,
                 &lock.owner,
                 event,
@@ -251,7 +260,7 @@ impl Runtime {
                 .iter()
                 .map(|recovery| {
                     toolcell_audit::Record::recovery(
-                        &guard::now(),
+                        &toolcell_audit::now(),
                         &recovery.session,
                         &recovery.call_id,
                         recovery.steps as u64,
@@ -297,7 +306,7 @@ impl Runtime {
         };
         operator_message(workspace.root(), &recovery);
         if let Some(log) = &self.audit {
-            let record = toolcell_audit::Record::recovery(&guard::now(), session, call_id, 0, recovery.error.as_deref())
+            let record = toolcell_audit::Record::recovery(&toolcell_audit::now(), session, call_id, 0, recovery.error.as_deref())
                 .at(&workspace.root().display().to_string(), None);
             let _ = log.append(&[record]);
         }
@@ -331,4 +340,30 @@ fn operator_message(workspace: &std::path::Path, recovery: &Recovery) {
         RecoveryKind::Failed | RecoveryKind::Unverified => "writes to this workspace are stopped",
     };
     eprintln!("toolcell: recovery in `{}`: {what}: {}", workspace.display(), recovery.error.as_deref().unwrap_or_default());
+}
+
+/// A location the host reads and trusts: hidden from every tool (not readable, listable,
+/// searchable or statable, let alone writable), whatever the policy says.
+#[derive(Debug)]
+pub(crate) struct HostOwned {
+    /// Canonical (as far as it exists).
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) is_directory: bool,
+    /// The symlinks on the way to it as it was named (each itself, not followed): a run finds
+    /// it through them, so they are protected with it.
+    pub(crate) links: Vec<std::path::PathBuf>,
+}
+
+impl HostOwned {
+    pub(crate) fn directory(path: &std::path::Path) -> Self {
+        HostOwned::new(path, true)
+    }
+
+    pub(crate) fn new(path: &std::path::Path, is_directory: bool) -> Self {
+        HostOwned {
+            path: toolcell_state::inventory::canonical_lenient(path),
+            is_directory,
+            links: toolcell_state::inventory::symlinks_on_the_way(path),
+        }
+    }
 }

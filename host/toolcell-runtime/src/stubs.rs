@@ -14,8 +14,8 @@ use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker, ResourceType, Type, Val};
 use wasmtime::{Engine, StoreContextMut};
 
+use crate::capabilities::CallState;
 use crate::error::{Error, describe};
-use crate::state::CallState;
 
 /// The host type standing for every stubbed resource: none is ever made.
 struct StubResource;

@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::*;
+use crate::error::Error;
+use toolcell_state::LockStoreError;
 
 /// The workspace a call may touch: a directory on the host, granted to the component as its
 /// only preopen, named `.`.
@@ -64,8 +65,8 @@ impl Workspace {
     }
 
     /// The host paths a client may name the workspace root by.
-    pub(crate) fn roots(&self) -> client_paths::Roots<'_> {
-        client_paths::Roots { canonical: &self.root, given: self.given.as_deref() }
+    pub(crate) fn roots(&self) -> toolcell_args::client_paths::Roots<'_> {
+        toolcell_args::client_paths::Roots { canonical: &self.root, given: self.given.as_deref() }
     }
 
     /// The canonical form of a lock pattern given relative to the workspace: a glob is
@@ -76,16 +77,7 @@ impl Workspace {
     ///
     /// [`Error::Lock`] if the pattern leads outside the workspace.
     pub fn lock_pattern(&self, pattern: &str) -> Result<String, Error> {
-        let outside = || {
-            Error::Lock(LockStoreError::Lock(LockError::Pattern {
-                pattern: pattern.escape_default().to_string(),
-                reason: "it leads outside the workspace; lock paths inside it".to_owned(),
-            }))
-        };
-        if pattern.contains(['*', '?', '[', '{']) {
-            return toolcell_policy::join_lexically(".", pattern).ok_or_else(outside);
-        }
-        guard::canonical(&self.directory, pattern).ok_or_else(outside)
+        toolcell_state::workflow::lock_pattern(&self.directory, pattern).map_err(|error| Error::Lock(LockStoreError::Lock(error)))
     }
 
     /// A handle of its own on the workspace directory, for one call of `tool`.

@@ -11,7 +11,9 @@
 //!
 //! Only this crate and `toolcell-runtime` touch the disk. The content index lives here too:
 //! the index file in the state directory, kept fresh from the workspace (inotify, or a walk),
-//! and the candidates a search asks for.
+//! and the candidates a search asks for. So do the sessions spawned for tasks ([`sessions`]),
+//! what the `workflow` import decides ([`workflow`]) and the paths each call has in flight
+//! ([`inflight`]).
 //!
 //! ```
 //! use toolcell_state::{AUDIT_FILE, StateDir};
@@ -26,12 +28,14 @@
 //! # }
 //! ```
 
+pub mod artifacts;
 mod audit;
 pub mod beneath;
 pub mod content_index;
 mod dir;
 mod error;
 pub mod index_watch;
+pub mod inflight;
 pub mod inventory;
 pub mod journal;
 mod locks;
@@ -39,9 +43,11 @@ pub mod memo;
 mod namespace;
 pub mod reads;
 mod recovery;
+pub mod sessions;
 pub mod storage;
 pub mod undo;
 mod work;
+pub mod workflow;
 
 pub use audit::{AuditBackend, AuditLog};
 pub use dir::{

@@ -3,6 +3,9 @@
 //! once.
 
 use super::*;
+use crate::engine::{CacheOutcome, ComponentCode, deserialize_embedded};
+use crate::error::Error;
+use crate::{bindings, engine, imports, limits, stubs};
 
 /// How long a component's `describe()` may take at load.
 pub(super) const DESCRIBE_DEADLINE: Duration = Duration::from_secs(10);
@@ -18,48 +21,6 @@ pub(super) struct Prepared {
     pub(super) warning: Option<String>,
     /// What the component imports, in its order.
     pub(super) imports: Vec<String>,
-}
-
-/// A component's code, linked: ready from load, or (a built-in tool) deserialized again from
-/// the binary on the tool's first call. A built-in's code is some hundreds of KiB to MiBs once
-/// deserialized, and a session calls a few of the 27; they are described at load and dropped.
-pub(crate) struct ComponentCode {
-    ready: std::sync::OnceLock<bindings::PluginPre<CallState>>,
-    /// The built-in's compiled form and the linker it links with, for `ready`'s first use.
-    embedded: Option<(&'static [u8], Arc<wasmtime::component::Linker<CallState>>)>,
-}
-
-impl ComponentCode {
-    fn ready(pre: bindings::PluginPre<CallState>) -> Self {
-        Self { ready: std::sync::OnceLock::from(pre), embedded: None }
-    }
-
-    /// The linked component of the tool loaded from `origin`, deserialized now if this is its
-    /// first use.
-    pub(crate) fn get(&self, engine: &Engine, origin: &str) -> Result<&bindings::PluginPre<CallState>, Error> {
-        if let Some(pre) = self.ready.get() {
-            return Ok(pre);
-        }
-        let load_error = |error: wasmtime::Error| Error::Load { origin: origin.to_owned(), reason: describe(&error) };
-        let Some((artifact, linker)) = &self.embedded else {
-            return Err(load_error(wasmtime::format_err!("its code was not kept")));
-        };
-        let component = deserialize_embedded(engine, artifact).map_err(load_error)?;
-        let pre = bindings::PluginPre::new(linker.instantiate_pre(&component).map_err(load_error)?).map_err(load_error)?;
-        // Two first calls at once both deserialize; one's result is kept.
-        Ok(self.ready.get_or_init(|| pre))
-    }
-}
-
-/// Deserialize a built-in tool's compiled form, then give its pages in the binary back.
-fn deserialize_embedded(engine: &Engine, artifact: &'static [u8]) -> Result<wasmtime::component::Component, wasmtime::Error> {
-    // SAFETY: `precompiled_component`'s caller vouched that the artifact comes from this
-    // program's own build; wasmtime checks that it was made for this engine and CPU.
-    #[expect(unsafe_code, reason = "the built-in tools' artifacts are part of the trusted binary")]
-    let component = unsafe { wasmtime::component::Component::deserialize(engine, artifact) };
-    // wasmtime copied it: its pages in the binary are not needed again.
-    release_pages(artifact);
-    component
 }
 
 /// How components are linked: the shared linker, and the policy's `stub_imports` by tool.
@@ -90,7 +51,7 @@ pub(super) fn prepare(
         linking.linker.instantiate_pre(&component).map_err(load_error)?
     } else {
         // A linker of its own: no other component sees the stubs.
-        let mut linker = state::linker(engine, linking.guarded)?;
+        let mut linker = crate::capabilities::linker(engine, linking.guarded)?;
         stubs::define(&mut linker, engine, &component, &stubbed)?;
         linker.instantiate_pre(&component).map_err(load_error)?
     };
@@ -104,7 +65,7 @@ pub(super) fn prepare(
     let code = match source.artifact {
         // A built-in that links with the shared linker: its code waits for its first call.
         Some(artifact) if cache_outcome == CacheOutcome::Embedded && stubbed.is_empty() => {
-            ComponentCode { ready: std::sync::OnceLock::new(), embedded: Some((artifact, Arc::clone(linking.linker))) }
+            ComponentCode::embedded(artifact, Arc::clone(linking.linker))
         }
         _ => ComponentCode::ready(pre),
     };
@@ -180,7 +141,7 @@ pub(super) fn read_plugins(directory: &Path) -> Result<Vec<(String, Vec<u8>)>, E
 pub(super) fn describe_tool(engine: &Engine, pre: &bindings::PluginPre<CallState>, origin: &str) -> Result<(ToolInfo, ArgsSchema), Error> {
     // What the component writes on stderr while it describes itself (a Python traceback, a
     // Rust panic message) is the reason for a failure, in its own language's terms.
-    let stderr = state::CapturePipe::new(DESCRIBE_STDERR_BYTES);
+    let stderr = crate::capabilities::CapturePipe::new(DESCRIBE_STDERR_BYTES);
     let state = CallState {
         wasi: WasiCtxBuilder::new().stderr(stderr.clone()).build(),
         table: ResourceTable::new(),

@@ -1,33 +1,33 @@
 //! Load time: [`RuntimeBuilder`] compiles or loads every component, checks its imports and its
 //! description, links it, reads the policy, and records what the host itself owns.
 
+mod build;
 mod load;
-mod pages;
 mod skip;
 
-pub(crate) use load::ComponentCode;
-use load::*;
-use pages::release_pages;
-use skip::{PluginFailures, tool_of_file};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use toolcell_state::inventory;
 use toolcell_types::{Annotations, ToolInfo, ToolName};
 use wasmtime::Engine;
 use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::WasiCtxBuilder;
 
+use crate::capabilities::filesystem::FsGuard;
+use crate::capabilities::{CallContext, CallState};
 use crate::error::describe;
-use crate::guard::FsGuard;
-use crate::schema::ArgsSchema;
-use crate::state::{CallContext, CallState};
 use std::sync::Arc;
+use toolcell_args::ArgsSchema;
 
-use crate::*;
+use crate::engine;
+use crate::engine::LoadProgress;
+use crate::limits::Limits;
+use toolcell_state::content_index::IndexFreshness;
+use toolcell_state::sessions::Spawner;
+use toolcell_state::{AuditBackend, LockBackend};
 
 /// Configures and builds a [`Runtime`].
 #[derive(Default)]
@@ -262,268 +262,5 @@ impl RuntimeBuilder {
     pub fn policy_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.policy = Some(PolicySource::File(path.into()));
         self
-    }
-
-    /// Compile or load every component, check its imports and its description, and link it.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::ForbiddenImport`] naming the import, [`Error::Load`],
-    /// [`Error::InvalidDescription`], [`Error::DuplicateTool`], [`Error::NeededPlugin`] (a
-    /// plugin the policy needs that cannot be loaded), [`Error::Policy`],
-    /// [`Error::Cache`] or [`Error::Engine`].
-    pub fn build(mut self) -> Result<Runtime, Error> {
-        // What any run of this user trusts, whatever this one is configured with.
-        let mut host_owned: Vec<HostOwned> = inventory::trusted_directories().iter().map(|path| HostOwned::directory(path)).collect();
-        host_owned.extend(inventory::executable().map(|path| HostOwned::new(&path, false)));
-        // The names it was started by: the symlinks on their way are protected with them.
-        host_owned.extend(inventory::started_by().map(|path| HostOwned::new(&path, false)));
-        // What other runs were told to use instead of the defaults, as they recorded it.
-        for path in inventory::remembered_locations().into_iter().chain(std::mem::take(&mut self.protected)) {
-            let is_directory = std::fs::metadata(&path).is_ok_and(|metadata| metadata.is_dir());
-            host_owned.push(HostOwned::new(&path, is_directory));
-        }
-        if let Some(directory) = self.plugin_dir.take() {
-            host_owned.push(HostOwned::directory(&directory));
-            for (origin, wasm) in read_plugins(&directory)? {
-                let wasm = self.replacements.remove(origin.strip_prefix("plugin:").unwrap_or(&origin)).unwrap_or(wasm);
-                self.components.push(ComponentSource { origin, wasm: Cow::Owned(wasm), artifact: None, is_plugin: true });
-            }
-        }
-        for (file, wasm) in std::mem::take(&mut self.replacements) {
-            self.components.push(ComponentSource {
-                origin: format!("plugin:{file}"),
-                wasm: Cow::Owned(wasm),
-                artifact: None,
-                is_plugin: true,
-            });
-        }
-        if self.limits.memory_bytes > engine::MAX_MEMORY_BYTES {
-            return Err(Error::Engine {
-                reason: format!(
-                    "the memory limit of {} MiB exceeds the most a tool's memory can grow to ({} MiB)",
-                    self.limits.memory_bytes >> 20,
-                    engine::MAX_MEMORY_BYTES >> 20
-                ),
-            });
-        }
-        // The policy's text now: its `stub_imports` decide how components link.
-        let policy_text = match self.policy.take() {
-            Some(PolicySource::Text { file, text }) => Some((file, text)),
-            Some(PolicySource::File(path)) => {
-                host_owned.push(HostOwned::new(&path, false));
-                let text = std::fs::read_to_string(&path).map_err(|source| Error::PolicyFile { path: path.clone(), source })?;
-                // Named by its file name alone: the name reaches agents in refusals, and a
-                // host path must not.
-                let name = path.file_name().map_or_else(|| "policy.toml".to_owned(), |name| name.to_string_lossy().into_owned());
-                Some((name, text))
-            }
-            None => None,
-        };
-        let mut stub_rules = match &policy_text {
-            Some((file, text)) => toolcell_policy::stub_imports(file, text)?,
-            None => BTreeMap::new(),
-        };
-        let mentions = policy_text.as_ref().map(|(file, text)| toolcell_policy::ToolMentions::read(file, text)).transpose()?;
-        let mut failures = PluginFailures { mentions: mentions.as_ref(), skipped: Vec::new() };
-        for (tool, patterns) in std::mem::take(&mut self.stub_imports) {
-            stub_rules.entry(tool).or_default().extend(patterns);
-        }
-        let engine = engine::new_engine()?;
-        let ticker = limits::EpochTicker::start(&engine)
-            .map_err(|error| Error::Engine { reason: format!("cannot start the deadline ticker thread: {error}") })?;
-        let linker = Arc::new(state::linker(&engine, !self.unguarded)?);
-        let cache = self.cache_dir.as_deref().map(engine::ComponentCache::open).transpose()?;
-        if let Some(directory) = &self.cache_dir {
-            host_owned.push(HostOwned::directory(directory));
-        }
-        let mut warnings = Vec::new();
-        let mut tools: BTreeMap<String, LoadedTool> = BTreeMap::new();
-        let mut loaded = Vec::new();
-        // Components load independently (read or compile, authenticate, check imports, link,
-        // describe), so they load on every core; they are then taken in their given order.
-        let quiet = |_: LoadProgress<'_>| {};
-        let progress: &engine::Progress = self.progress.as_deref().unwrap_or(&quiet);
-        let linking = Linking { linker: &linker, guarded: !self.unguarded, stub_rules: &stub_rules };
-        let prepared = load_all(&self.components, |source| prepare(&engine, &linking, cache.as_ref(), source, progress));
-        for (ComponentSource { origin, wasm, artifact, is_plugin }, prepared) in self.components.iter().zip(prepared) {
-            let Prepared { code, info, schema, cache: cache_outcome, warning, imports } = match prepared {
-                Ok(prepared) => prepared,
-                Err(error) if *is_plugin => {
-                    failures.fail_or_skip(origin, tool_of_file(origin), error)?;
-                    continue;
-                }
-                Err(error) => return Err(error),
-            };
-            warnings.extend(warning);
-            if let Some(existing) = tools.get(info.name.as_str()) {
-                let error = Error::DuplicateTool { name: info.name.to_string(), first: existing.origin.clone(), second: origin.clone() };
-                if *is_plugin {
-                    failures.fail_or_skip(origin, info.name.as_str(), error)?;
-                    continue;
-                }
-                return Err(error);
-            }
-            loaded.push(LoadedComponent {
-                origin: origin.clone(),
-                tool: info.name.clone(),
-                cache: cache_outcome,
-                sha256: hex(&<sha2::Sha256 as sha2::Digest>::digest(wasm.as_ref())),
-                imports,
-            });
-            // A built-in's bytes are part of the binary, read once for their hash.
-            if let (Some(_), Cow::Borrowed(bytes)) = (artifact, wasm) {
-                release_pages(bytes);
-            }
-            tools.insert(info.name.to_string(), LoadedTool { info, schema, kind: ToolKind::Component(code), origin: origin.clone() });
-        }
-        // The tools the host implements, and the providers' built-in tools it adapts.
-        let host_tools = native::Native::ALL
-            .into_iter()
-            .map(|native| (native.describe(), ToolKind::Native(native)))
-            .chain(adapters::Adapter::ALL.into_iter().map(|adapter| (adapter.describe(), ToolKind::Adapter(adapter))));
-        for ((info, schema), kind) in host_tools {
-            if let Some(existing) = tools.get(info.name.as_str()) {
-                let error =
-                    Error::DuplicateTool { name: info.name.to_string(), first: "builtin:host".to_owned(), second: existing.origin.clone() };
-                let origin = existing.origin.clone();
-                if !origin.starts_with("plugin:") {
-                    return Err(error);
-                }
-                failures.fail_or_skip(&origin, info.name.as_str(), error)?;
-                loaded.retain(|component| component.origin != origin);
-            }
-            tools.insert(info.name.to_string(), LoadedTool { info, schema, kind, origin: "builtin:host".to_owned() });
-        }
-        warnings.extend(failures.warnings());
-        let names: Vec<&str> = tools.keys().map(String::as_str).collect();
-        let policy = match policy_text {
-            Some((file, text)) => Some(Arc::new(Policy::parse(&file, &text, &names)?)),
-            None => None,
-        };
-        if let Some(policy) = &policy {
-            for component in &loaded {
-                if let Some(pin) = policy.pin(component.tool.as_str())
-                    && pin.sha256 != component.sha256
-                {
-                    return Err(Error::PinMismatch(Box::new(PinMismatch {
-                        tool: component.tool.to_string(),
-                        origin: component.origin.clone(),
-                        expected: pin.sha256.clone(),
-                        actual: component.sha256.clone(),
-                        policy: policy.file().to_owned(),
-                        line: pin.line,
-                    })));
-                }
-            }
-            for tool in tools.keys() {
-                if let Some(memory) = policy.limits_for(tool).memory_bytes
-                    && memory > engine::MAX_MEMORY_BYTES
-                {
-                    return Err(Error::Policy(PolicyError {
-                        file: policy.file().to_owned(),
-                        line: None,
-                        reason: format!(
-                            "the memory limit of {} MiB for `{tool}` exceeds the most a tool's memory can grow to ({} MiB)",
-                            memory >> 20,
-                            engine::MAX_MEMORY_BYTES >> 20
-                        ),
-                    }));
-                }
-            }
-        }
-        if self.shared_store.is_some() && self.audit_dir.is_none() {
-            return Err(Error::Audit {
-                path: PathBuf::new(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "a shared store needs a state directory too: journals, undo records and indexes stay on each host",
-                ),
-            });
-        }
-        // The state directory is opened once: created private, mode-checked, its key read.
-        let state = self.audit_dir.as_deref().map(toolcell_state::StateDir::open).transpose()?;
-        let audit = state.as_ref().map(|state| {
-            Arc::new(match &self.shared_store {
-                Some((_, backend)) => AuditLog::shared_in(Arc::clone(backend), state),
-                None => AuditLog::in_state(state),
-            })
-        });
-        let state_dir = state.as_ref().map(|state| state.path().to_path_buf());
-        if let Some(directory) = &state_dir {
-            host_owned.push(HostOwned::directory(directory));
-        }
-        // Journals are authenticated with the state directory's key; without a state directory,
-        // the private temporary one gets a key of its own. Calls a crash interrupted are undone
-        // workspace by workspace, when a call first opens each (`Runtime::recover`).
-        let work = toolcell_state::WorkDir::new(state)?;
-        if state_dir.is_none() {
-            // The private directory of journals and undo records is the host's too (it lies in
-            // the temporary directory, which a workspace may contain).
-            host_owned.push(HostOwned::directory(work.path()));
-        }
-        let journal_key = *work.key();
-        let journal = toolcell_state::journal::JournalFile::create(&work.journals(), journal_key)
-            .map_err(|source| Error::State { path: work.journals(), source })?;
-        let locks = Arc::new(match (&self.shared_store, &state_dir) {
-            (Some((backend, _)), _) => LockStore::shared(Arc::clone(backend)),
-            (None, Some(directory)) => LockStore::in_directory(directory),
-            (None, None) => LockStore::in_memory(),
-        });
-        let workflow = Arc::new(workflow::WorkflowShared {
-            locks: Arc::clone(&locks),
-            sessions: Arc::new(SessionStore::new(work.path())),
-            spawner: self.spawner,
-            audit: audit.clone(),
-        });
-        Ok(Runtime {
-            engine,
-            tools,
-            loaded,
-            policy,
-            host_owned,
-            warnings,
-            skipped: failures.skipped,
-            audit,
-            limits: self.limits,
-            text_editor_root: self.text_editor_root,
-            locks,
-            reads: toolcell_state::reads::ReadTracker::new(state_dir.as_deref()),
-            undo: toolcell_state::undo::UndoStore::new(work.path()),
-            memos: Arc::default(),
-            indexes: Arc::new(content_index::IndexStore::new(work.path(), self.index_freshness, self.build_index_on_first_search)),
-            parts: self
-                .parts
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |cores| u32::try_from(cores.get()).unwrap_or(1)).min(8)),
-            workflow,
-            bound_roles: std::sync::Mutex::default(),
-            journal_key,
-            recovered: std::sync::Mutex::default(),
-            journal,
-            _work: work,
-            _ticker: ticker,
-        })
-    }
-}
-
-/// A location the host reads and trusts: hidden from every tool (not readable, listable,
-/// searchable or statable, let alone writable), whatever the policy says.
-#[derive(Debug)]
-pub(crate) struct HostOwned {
-    /// Canonical (as far as it exists).
-    pub(crate) path: PathBuf,
-    pub(crate) is_directory: bool,
-    /// The symlinks on the way to it as it was named (each itself, not followed): a run finds
-    /// it through them, so they are protected with it.
-    pub(crate) links: Vec<PathBuf>,
-}
-
-impl HostOwned {
-    pub(crate) fn directory(path: &Path) -> Self {
-        HostOwned::new(path, true)
-    }
-
-    pub(crate) fn new(path: &Path, is_directory: bool) -> Self {
-        HostOwned { path: inventory::canonical_lenient(path), is_directory, links: inventory::symlinks_on_the_way(path) }
     }
 }

@@ -5,8 +5,8 @@
 use toolcell_policy::ToolMentions;
 use toolcell_types::escape_control;
 
-use crate::SkippedPlugin;
 use crate::error::Error;
+use crate::runtime::SkippedPlugin;
 
 /// The plugins left out so far, and what decides it.
 pub(super) struct PluginFailures<'a> {

@@ -25,15 +25,24 @@ use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use crate::client_paths;
+use crate::capabilities::filesystem::{self, AuditSink, FsGuard, Transaction};
+use crate::capabilities::{CallContext, CallState, CapturePipe};
 use crate::error::describe;
-use crate::guard::{AuditSink, FsGuard, Transaction};
-use crate::state::{CallContext, CallState, CapturePipe};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use toolcell_args::client_paths;
 
-use crate::outcome::{convert_error, convert_output, denied_result, new_call_id, only_reads_refused, refusal_warnings};
-use crate::*;
+use crate::bindings::to_wit_error;
+use crate::bindings::{convert_error, convert_output};
+use crate::error::Error;
+use crate::limits::{EPOCH_TICK, Limits};
+use crate::outcome::{CallOutcome, CallRequest};
+use crate::outcome::{denied_result, new_call_id, only_reads_refused, refusal_warnings};
+use crate::runtime::{LoadedTool, Runtime, ToolKind};
+use crate::workspace::Workspace;
+use crate::{bindings, limits, native};
+use toolcell_args::adapters;
+use toolcell_policy::{Access, Effect};
 
 /// Bytes of stdout and of stderr kept per call; the rest is counted and dropped.
 pub const STDIO_CAPACITY: usize = 64 * 1024;
@@ -91,7 +100,11 @@ impl Runtime {
                 refused.result = Err(ToolError::new(kind, message));
                 self.finish(request, refused, started)
             };
-            return adapter.call(self, request, &refuse);
+            let call = |tool: &str, args: &str| self.call(&CallRequest { tool, args, ..*request });
+            let is_directory = |path: &str| request.workspace.directory.symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir());
+            let governed =
+                adapters::Governed { call: &call, text_editor_root: self.text_editor_root.as_deref(), is_directory: &is_directory };
+            return adapter.call(&governed, request.args, &refuse);
         }
         let guard = self.guard_for(request, &outcome.call_id)?;
         let guard = self.run(tool, request, guard, &mut outcome)?;
@@ -191,7 +204,7 @@ impl Runtime {
         match &tool.kind {
             ToolKind::Component(code) => {
                 let pre = code.get(&self.engine, &tool.origin)?;
-                let workflow = workflow::WorkflowCall {
+                let workflow = toolcell_state::workflow::WorkflowCall {
                     shared: Arc::clone(&self.workflow),
                     workspace: request.workspace.root().to_path_buf(),
                     policy: self.policy.clone(),
@@ -206,7 +219,7 @@ impl Runtime {
                     call_id: outcome.call_id.clone(),
                     task: request.task.map(ToString::to_string),
                     workflow: Some(Arc::new(workflow)),
-                    index: Some(content_index::IndexScope {
+                    index: Some(toolcell_state::content_index::IndexScope {
                         store: Arc::clone(&self.indexes),
                         workspace: request.workspace.root().to_path_buf(),
                     }),
@@ -229,14 +242,17 @@ impl Runtime {
                     _ => Ok(guard),
                 }
             }
-            ToolKind::Native(native) => {
-                outcome.result = native.run(&mut native::NativeCall {
-                    request,
-                    guard: &mut guard,
-                    locks: &self.locks,
-                    undo: &self.undo,
-                    audit: self.audit.as_deref(),
-                });
+            ToolKind::Native(tool) => {
+                outcome.result = native::run(
+                    *tool,
+                    &mut native::NativeCall {
+                        request,
+                        guard: &mut guard,
+                        locks: &self.locks,
+                        undo: &self.undo,
+                        audit: self.audit.as_deref(),
+                    },
+                );
                 Ok(guard)
             }
             // `call` hands an adapter its request before any guard exists.
@@ -327,7 +343,8 @@ impl Runtime {
                 failed = Some(ran.result);
                 continue;
             }
-            results.push(ran.result.map(|output| outcome::to_wit_output(&output)).map_err(|error| to_wit_error(error.kind, error.message)));
+            results
+                .push(ran.result.map(|output| bindings::to_wit_output(&output)).map_err(|error| to_wit_error(error.kind, error.message)));
         }
         if let Some(failure) = failed {
             outcome.trapped = true;
@@ -365,7 +382,7 @@ impl Runtime {
         let mut wasi = WasiCtxBuilder::new();
         // The host runs calls on plain threads, so blocking filesystem calls run in place
         // instead of hopping to a worker thread.
-        wasi.allow_blocking_current_thread(guard::BLOCKING_IN_PLACE).stdout(stdout.clone()).stderr(stderr.clone());
+        wasi.allow_blocking_current_thread(filesystem::BLOCKING_IN_PLACE).stdout(stdout.clone()).stderr(stderr.clone());
         wasi.preopened_dir(workspace.root(), ".", FsPerms::ReadWrite).map_err(host_error)?;
         let limits = self.limits_for(tool);
         let mut guard = guard;
@@ -542,7 +559,7 @@ impl Runtime {
             (Err(error), _, _) => error.kind.as_str().to_owned(),
         };
         let mut record =
-            toolcell_audit::Record::call(&guard::now(), request.session_id, request.role, request.tool, &outcome.call_id, &status)
+            toolcell_audit::Record::call(&toolcell_audit::now(), request.session_id, request.role, request.tool, &outcome.call_id, &status)
                 .at(&request.workspace.root().display().to_string(), request.principal);
         let reads = outcome.events.iter().filter(|event| matches!(event.access, Access::Read | Access::List)).count();
         record.reads = Some(reads as u64 + outcome.unrecorded_events);

@@ -3,6 +3,9 @@
 //! recorded.
 
 use super::*;
+use crate::native;
+use crate::outcome::{CallOutcome, CallRequest};
+use crate::runtime::{LoadedTool, Runtime, ToolKind};
 
 impl Runtime {
     /// End the call's transaction: validate what it wrote, then keep its changes (and what

@@ -203,15 +203,25 @@ fn line_mac(key: &JournalKey, chain: &Chain, json: &[u8]) -> LineMac {
     mac
 }
 
+/// The journal file as its writers share it.
+#[derive(Debug)]
+struct OpenJournal {
+    /// Append-only, locked while the [`JournalFile`] lives.
+    file: File,
+    /// Calls that began and have not ended in it.
+    open_calls: usize,
+    /// The chain its next line continues.
+    chain: Chain,
+}
+
 /// The journal file of one runtime, shared by its calls.
 #[derive(Debug)]
 pub struct JournalFile {
     path: PathBuf,
     /// `<stem>.blobs`: one directory per call that saved blobs.
     blobs: PathBuf,
-    /// The file (append-only, locked while this value lives), the calls open in it, and the
-    /// chain its next line continues.
-    file: Mutex<(File, usize, Chain)>,
+    /// The file, the calls open in it, and the chain its next line continues.
+    file: Mutex<OpenJournal>,
     /// Whether the file's directory entry has been synced.
     listed: AtomicBool,
     /// What its lines are authenticated with.
@@ -244,7 +254,7 @@ impl JournalFile {
         Ok(Arc::new(JournalFile {
             path,
             blobs: journals.join(format!("{stem}.{BLOBS_EXTENSION}")),
-            file: Mutex::new((file, 0, Chain::new(&stem))),
+            file: Mutex::new(OpenJournal { file, open_calls: 0, chain: Chain::new(&stem) }),
             listed: AtomicBool::new(false),
             key,
         }))
@@ -252,11 +262,11 @@ impl JournalFile {
 
     fn append(&self, line: &Line, opens: bool) -> std::io::Result<()> {
         let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (bytes, tag) = line.encode(&self.key, &file.2)?;
-        file.0.write_all(&bytes)?;
-        file.2.previous_is(tag);
+        let (bytes, tag) = line.encode(&self.key, &file.chain)?;
+        file.file.write_all(&bytes)?;
+        file.chain.previous_is(tag);
         if opens {
-            file.1 += 1;
+            file.open_calls += 1;
         }
         Ok(())
     }
@@ -264,22 +274,23 @@ impl JournalFile {
     /// Append a call's last line; once no call is open, a big file is emptied.
     fn end(&self, call: &str) {
         let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Ok((bytes, tag)) = (Line::End { call: call.to_owned() }).encode(&self.key, &file.2) else {
+        let Ok((bytes, tag)) = (Line::End { call: call.to_owned() }).encode(&self.key, &file.chain) else {
             return;
         };
         // Best effort, as the commit it records: the call's changes stand either way; without
         // this line a crash before the file is emptied would roll the call back at restart.
-        if file.0.write_all(&bytes).is_ok() {
-            file.2.previous_is(tag);
+        if file.file.write_all(&bytes).is_ok() {
+            file.chain.previous_is(tag);
         }
-        file.1 = file.1.saturating_sub(1);
-        if file.1 == 0 && file.0.metadata().is_ok_and(|metadata| metadata.len() > COMPACT_BYTES) && file.0.set_len(0).is_ok() {
-            file.2.previous = None;
+        file.open_calls = file.open_calls.saturating_sub(1);
+        if file.open_calls == 0 && file.file.metadata().is_ok_and(|metadata| metadata.len() > COMPACT_BYTES) && file.file.set_len(0).is_ok()
+        {
+            file.chain.previous = None;
         }
     }
 
     fn sync(&self) -> std::io::Result<()> {
-        self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.sync_data()?;
+        self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner).file.sync_data()?;
         if !self.listed.load(Ordering::Acquire) {
             if let Some(journals) = self.path.parent() {
                 File::open(journals)?.sync_all()?;
@@ -293,7 +304,7 @@ impl JournalFile {
 impl Drop for JournalFile {
     fn drop(&mut self) {
         // Every call has ended (the runtime is gone): nothing in it is to be replayed.
-        let (open, stem) = self.file.get_mut().map_or((1, String::new()), |file| (file.1, file.2.stem.clone()));
+        let (open, stem) = self.file.get_mut().map_or((1, String::new()), |file| (file.open_calls, file.chain.stem.clone()));
         if open == 0 {
             let _ = std::fs::remove_file(&self.path);
             let _ = std::fs::remove_dir_all(&self.blobs);

@@ -50,7 +50,7 @@ pub(crate) struct Transaction {
     /// could not be rolled back), if they are: every write and delete is refused with it.
     pub(crate) stopped: Option<String>,
     /// The paths this call journaled, which no other call may change until this one ends.
-    pub(crate) in_flight: crate::inflight::InFlight,
+    pub(crate) in_flight: toolcell_state::inflight::InFlight,
 }
 
 impl Transaction {
@@ -67,7 +67,7 @@ impl Transaction {
         session: String,
         call_id: String,
     ) -> Self {
-        let in_flight = crate::inflight::InFlight::new(workspace.clone(), call_id.clone());
+        let in_flight = toolcell_state::inflight::InFlight::new(workspace.clone(), call_id.clone());
         Transaction {
             in_flight,
             locks,

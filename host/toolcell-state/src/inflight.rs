@@ -18,20 +18,21 @@ static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(Mutex::default);
 
 /// The paths one call has in flight; they are released when it is dropped (the call ended).
 #[derive(Debug)]
-pub(crate) struct InFlight {
+pub struct InFlight {
     workspace: PathBuf,
     call_id: String,
     paths: Vec<String>,
 }
 
 impl InFlight {
-    pub(crate) fn new(workspace: PathBuf, call_id: String) -> InFlight {
+    /// Nothing in flight yet for `call_id` in `workspace`.
+    pub fn new(workspace: PathBuf, call_id: String) -> InFlight {
         InFlight { workspace, call_id, paths: Vec::new() }
     }
 
     /// Claim the canonical `path` for this call before it journals it: `false` if another call
     /// in flight has journaled it, a path inside it, or a directory it lies in.
-    pub(crate) fn claim(&mut self, path: &str) -> bool {
+    pub fn claim(&mut self, path: &str) -> bool {
         let mut table = TABLE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let paths = table.entry(self.workspace.clone()).or_default();
         let others = |owners: &Vec<String>| owners.iter().any(|owner| *owner != self.call_id);

@@ -22,21 +22,23 @@ const PATH_KEYS: &[&str] = &["path", "paths", "source", "destination", "director
 const PATH_KEY_SUFFIXES: &[&str] = &["_path", "_paths", "_file", "_files", "_dir", "_directory"];
 
 /// Whether a key of a call's arguments names a path.
-pub(crate) fn is_path_key(key: &str) -> bool {
+pub fn is_path_key(key: &str) -> bool {
     PATH_KEYS.contains(&key) || PATH_KEY_SUFFIXES.iter().any(|suffix| key.ends_with(suffix))
 }
 
 /// The host paths that name the workspace root: its canonical path and the absolute path it
 /// was opened by, when that differs (a root under a symlink such as macOS's `/tmp`).
-pub(crate) struct Roots<'a> {
-    pub(crate) canonical: &'a Path,
-    pub(crate) given: Option<&'a Path>,
+pub struct Roots<'a> {
+    /// The workspace root's canonical path.
+    pub canonical: &'a Path,
+    /// The absolute path it was opened by, when that differs.
+    pub given: Option<&'a Path>,
 }
 
 /// Rewrite the path arguments of `args` that lead into the workspace to their
 /// workspace-relative form, and `file://` URIs to paths; the rewritten arguments, or `None`
 /// if nothing changed.
-pub(crate) fn rewrite(args: &str, roots: &Roots<'_>) -> Option<String> {
+pub fn rewrite(args: &str, roots: &Roots<'_>) -> Option<String> {
     // Cheap test first, so that a call's arguments are not parsed twice (the schema check
     // parses them too): one that names no root and no URI, with no escape that could spell
     // one, has nothing to rewrite.
@@ -104,7 +106,7 @@ fn rewrite_patch_headers(patch: &mut String, roots: &Roots<'_>) -> bool {
 /// `text` as the component should see it: the workspace-relative path of an absolute path
 /// or `file://` URI inside the workspace (`.` for the root); the absolute path of a `file://`
 /// URI that leads elsewhere; `None` to leave it as it is.
-pub(crate) fn as_workspace_path(text: &str, roots: &Roots<'_>) -> Option<String> {
+pub fn as_workspace_path(text: &str, roots: &Roots<'_>) -> Option<String> {
     let absolute = if text.starts_with("file:") { file_uri_path(text)? } else { PathBuf::from(text) };
     if !absolute.is_absolute() {
         return None;
@@ -157,7 +159,7 @@ fn names(path: &Path) -> Vec<&std::ffi::OsStr> {
 
 /// A hint for a not-found answer to a call whose path arguments hold a `\`: toolcell paths
 /// are separated by `/`.
-pub(crate) fn separator_hint(args: &str) -> Option<String> {
+pub fn separator_hint(args: &str) -> Option<String> {
     if !args.contains("\\\\") {
         return None;
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use toolcell_policy::{Access, Effect};
+use toolcell_policy::Access;
 use toolcell_types::{ToolErrorKind, escape_control};
 
 use wasmtime::component::Resource;
@@ -16,8 +16,7 @@ use wasmtime_wasi::p2::bindings::sync::filesystem::types::{
 use wasmtime_wasi::p2::bindings::sync::io::streams;
 use wasmtime_wasi::p2::{FsError, FsResult};
 
-use toolcell_state::beneath;
-
+use super::open::Open;
 use super::*;
 
 impl preopens::Host for GuardedFilesystem<'_> {
@@ -248,114 +247,12 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             // No workspace: nothing to guard (and nothing to open).
             return fs::HostDescriptor::open_at(&mut self.inner, fd, path_flags, path, open_flags, flags);
         }
-        check_open_flags(open_flags, flags, os_open_flags(open_flags, flags).1, perms)?;
-        let access = open_access(open_flags, flags);
-        // A directory is judged when it is listed, not when it is opened to reach its children.
-        let directory = open_flags.contains(OpenFlags::DIRECTORY) && access == Access::Read;
-
-        // The common case: a read of a path without `..` that the policy allows. Opened as it
-        // is written; if the open meets no symlink, that path is the canonical one and the
-        // judgment stands. A symlink on the way sends it through resolution below.
-        if access == Access::Read
-            && let Some(plain) = self.guard.plain_path(&fd, &path)?
-        {
-            // Judged as written (a directory is not judged until it is listed); a refusal is
-            // left to the full resolution below, which judges where a symlink leads instead.
-            let judged = (!directory).then(|| self.guard.judge(Access::Read, &plain));
-            let allowed = match &judged {
-                Some((effect, _)) => *effect == Effect::Allow,
-                None => !self.guard.is_hidden(&plain),
-            };
-            if allowed {
-                self.guard.land(&plain)?;
-                self.guard.check_open_files("open-at", &plain)?;
-                match self.open_beneath(&plain, open_flags, flags) {
-                    Err(error) if beneath::is_symlink_on_path(&error) => {}
-                    Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
-                        return Err(self.refused_by_filesystem("open-at", &plain, access));
-                    }
-                    opened => {
-                        if let Some((_, decision)) = judged {
-                            self.guard.record_allowed("open-at", &plain, Access::Read, decision);
-                        }
-                        if let Some(file) = opened? {
-                            return self.admit_opened(file, plain, access, open_flags, flags, perms);
-                        }
-                    }
-                }
-            }
+        let open = Open::decode(path_flags, open_flags, flags, perms)?;
+        if let Some(opened) = self.open_plain(&fd, &path, &open)? {
+            return Ok(opened);
         }
-
-        // Creating a name is a namespace change: judged and made under the namespace lock.
-        if open_flags.contains(OpenFlags::CREATE) {
-            let grants_read = os_open_flags(open_flags, flags).1.contains(wasmtime_wasi::OpenMode::READ);
-            if access == Access::Write && grants_read && !open_flags.contains(OpenFlags::DIRECTORY) {
-                self.guard.approve_before_lock("open-at", &fd, &path, follows(path_flags), Access::Read)?;
-            }
-            self.guard.approve_before_lock("open-at", &fd, &path, follows(path_flags), access)?;
-        }
-        let _namespace = if open_flags.contains(OpenFlags::CREATE) { self.guard.lock_namespace()? } else { None };
-        let canonical = self.guard.resolve_at("open-at", &fd, &path, follows(path_flags), access)?;
-        // An open for writing that also grants reading (`read` with `write` or
-        // `mutate-directory`) is judged for the read too, first: reads through the descriptor
-        // are not judged again, so a role that may write a file but not read it must not get
-        // it open for reading. A directory's reading is its listing, judged when it is listed.
-        let grants_read = os_open_flags(open_flags, flags).1.contains(wasmtime_wasi::OpenMode::READ);
-        if access == Access::Write && grants_read && !open_flags.contains(OpenFlags::DIRECTORY) && !self.guard.is_directory(&canonical) {
-            self.guard.check("open-at", &canonical, Access::Read)?;
-        }
-        if !directory {
-            self.guard.check("open-at", &canonical, access)?;
-        } else if self.guard.is_hidden(&canonical) {
-            // What the open would answer (not a directory, not found) tells what is there.
-            self.guard.check("open-at", &canonical, Access::Read)?;
-        }
-        self.guard.land(&canonical)?;
-        self.guard.check_openable("open-at", &canonical, access)?;
-        self.guard.check_open_files("open-at", &canonical)?;
-        if access == Access::Write {
-            if open_flags.contains(OpenFlags::CREATE) && !self.guard.exists(&canonical) {
-                self.guard.check_new_name("open-at", &canonical)?;
-            }
-            self.guard.check_single_link("open-at", &canonical)?;
-            self.check_writable("open-at", &canonical)?;
-            let whole = self.guard.rewrites_whole(&canonical, open_flags);
-            if whole {
-                self.guard.before_rewrite("open-at", &canonical)?;
-            } else {
-                self.guard.before_mutation("open-at", &canonical, true)?;
-            }
-            if whole {
-                // Written to a new file with no name, which replaces the file at once.
-                let file = self.guard.shadow(&canonical, os_open_flags(open_flags, flags).0)?;
-                return self.admit_opened(file, canonical, access, open_flags, flags, perms);
-            }
-        }
-        // Open what was judged: the canonical path, from the workspace root, following no
-        // symlink, so a directory on the way swapped for a symlink since cannot redirect it.
-        match self.open_beneath(&canonical, open_flags, flags) {
-            Ok(Some(file)) => self.admit_opened(file, canonical, access, open_flags, flags, perms),
-            Ok(None) => Err(ErrorCode::Access.into()),
-            Err(error) if beneath::is_symlink_on_path(&error) => {
-                let names_a_symlink = !follows(path_flags)
-                    && self
-                        .guard
-                        .root
-                        .as_ref()
-                        .and_then(|root| root.symlink_metadata(&canonical).ok())
-                        .is_some_and(|metadata| metadata.is_symlink());
-                if names_a_symlink {
-                    // `O_NOFOLLOW` on a symlink, as the component asked.
-                    Err(ErrorCode::Loop.into())
-                } else {
-                    Err(self.changed_underfoot("open-at", &canonical, access))
-                }
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
-                Err(self.refused_by_filesystem("open-at", &canonical, access))
-            }
-            Err(error) => Err(error.into()),
-        }
+        let (canonical, _namespace) = self.judge_open(&fd, &path, &open)?;
+        self.open_judged(canonical, &open)
     }
 
     fn drop(&mut self, fd: Resource<Descriptor>) -> wasmtime::Result<()> {

@@ -207,7 +207,4 @@ impl FsGuard {
     }
 }
 
-/// The current time as RFC 3339 UTC with milliseconds.
-pub(crate) fn now() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
-}
+pub(crate) use toolcell_audit::now;

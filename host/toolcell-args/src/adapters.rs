@@ -12,8 +12,20 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolcell_types::{Annotations, ToolErrorKind, ToolInfo, ToolName, ToolOutput};
 
+use toolcell_types::ToolError;
+
+use crate::host_tools::UNDO_EDIT;
 use crate::schema::ArgsSchema;
-use crate::{CallOutcome, CallRequest, Error, Runtime};
+
+/// What an adapter reads and rewords of a governed call's outcome.
+pub trait Outcome {
+    /// The call's result.
+    fn result(&self) -> &Result<ToolOutput, ToolError>;
+    /// The call's result, to reword.
+    fn result_mut(&mut self) -> &mut Result<ToolOutput, ToolError>;
+    /// Whether the call attached images (a `view` of an image shows them as they are).
+    fn has_images(&self) -> bool;
+}
 
 /// The name of Anthropic's text editor tool (`text_editor_20250728` and later).
 pub const TEXT_EDITOR: &str = "str_replace_based_edit_tool";
@@ -21,8 +33,10 @@ pub const TEXT_EDITOR: &str = "str_replace_based_edit_tool";
 /// Every adapter, by name.
 pub const ADAPTER_TOOLS: &[&str] = &[TEXT_EDITOR];
 
+/// A provider's built-in tool the host adapts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Adapter {
+pub enum Adapter {
+    /// [`TEXT_EDITOR`].
     TextEditor,
 }
 
@@ -38,10 +52,11 @@ enum EditorCommand {
 }
 
 impl Adapter {
-    pub(crate) const ALL: [Adapter; 1] = [Adapter::TextEditor];
+    /// Every adapter.
+    pub const ALL: [Adapter; 1] = [Adapter::TextEditor];
 
     /// The adapter's description and compiled schema.
-    pub(crate) fn describe(self) -> (ToolInfo, ArgsSchema) {
+    pub fn describe(self) -> (ToolInfo, ArgsSchema) {
         let schema = json!({
             "type": "object",
             "properties": {
@@ -96,35 +111,44 @@ impl Adapter {
     /// Carry out one call: each command as calls of the governed tools in the caller's
     /// session; the outcome is the last of them, its result worded as the provider documents.
     /// `refuse` makes (and audits) the outcome of a call refused before any tool ran.
-    pub(crate) fn call(
+    ///
+    /// # Errors
+    ///
+    /// What a governed call failed with (the host's error, not the tool's).
+    pub fn call<O: Outcome, E>(
         self,
-        runtime: &Runtime,
-        request: &CallRequest<'_>,
-        refuse: &dyn Fn(ToolErrorKind, String) -> CallOutcome,
-    ) -> Result<CallOutcome, Error> {
+        governed: &Governed<'_, O, E>,
+        args: &str,
+        refuse: &dyn Fn(ToolErrorKind, String) -> O,
+    ) -> Result<O, E> {
         match self {
-            Adapter::TextEditor => text_editor(runtime, request, refuse),
+            Adapter::TextEditor => text_editor(governed, args, refuse),
         }
     }
 }
 
-fn text_editor(
-    runtime: &Runtime,
-    request: &CallRequest<'_>,
-    refused: &dyn Fn(ToolErrorKind, String) -> CallOutcome,
-) -> Result<CallOutcome, Error> {
-    let command: EditorCommand = match serde_json::from_str(request.args) {
+/// What an adapter calls: the governed tools in the caller's session (a call as any other, by
+/// tool name and arguments), the root the embedder put the text editor's paths under, and
+/// whether a workspace path is a directory.
+pub struct Governed<'a, O, E> {
+    /// Call a governed tool.
+    pub call: &'a dyn Fn(&str, &str) -> Result<O, E>,
+    /// The root the text editor's paths are under, relative to the workspace.
+    pub text_editor_root: Option<&'a str>,
+    /// Whether the workspace path is a directory.
+    pub is_directory: &'a dyn Fn(&str) -> bool,
+}
+
+fn text_editor<O: Outcome, E>(governed: &Governed<'_, O, E>, args: &str, refused: &dyn Fn(ToolErrorKind, String) -> O) -> Result<O, E> {
+    let command: EditorCommand = match serde_json::from_str(args) {
         Ok(command) => command,
         Err(error) => return Ok(refused(ToolErrorKind::InvalidArgs, format!("invalid arguments to `{TEXT_EDITOR}`: {error}"))),
     };
-    let call = |tool: &str, args: Value| {
-        let args = args.to_string();
-        runtime.call(&CallRequest { tool, args: &args, ..*request })
-    };
+    let call = |tool: &str, args: Value| (governed.call)(tool, &args.to_string());
     // The path as the model wrote it is how every message names it; the tools get it
     // relative to the workspace (under the embedder's root, if it gave one).
     let shown = command.path().to_owned();
-    let path = match workspace_path(runtime.text_editor_root.as_deref(), &shown) {
+    let path = match workspace_path(governed.text_editor_root, &shown) {
         Ok(path) => path,
         Err(message) => return Ok(refused(ToolErrorKind::InvalidArgs, message)),
     };
@@ -151,7 +175,7 @@ fn text_editor(
                 args["limit"] = json!(limit.unwrap_or(i64::from(u32::MAX)));
             }
             let outcome = call("read_file", args)?;
-            match &outcome.result {
+            match outcome.result() {
                 Err(error) if error.kind == ToolErrorKind::Unsupported && error.message.contains("is a directory") => {
                     if view_range.is_some() {
                         return Ok(refused(
@@ -162,7 +186,7 @@ fn text_editor(
                     // As the reference lists one (`find PATH -maxdepth 2 -not -path '*/.*'`): the
                     // directory, then every path up to two levels below it, hidden ones left out.
                     let mut listed = call("directory_tree", json!({ "path": path, "depth": 2 }))?;
-                    if let Ok(output) = &mut listed.result {
+                    if let Ok(output) = listed.result_mut() {
                         let mut lines = vec![shown.clone()];
                         let tree = output.structured.as_ref().and_then(|tree| tree.get("children")).and_then(Value::as_array);
                         list_paths(tree.map_or(&[][..], Vec::as_slice), &shown_path(&shown, ""), &mut lines);
@@ -174,7 +198,7 @@ fn text_editor(
                     ("view", "directory_tree", listed)
                 }
                 // An image is shown as one, with read_file's own line about it.
-                _ if !outcome.images.is_empty() => ("view", "read_file", outcome),
+                _ if outcome.has_images() => ("view", "read_file", outcome),
                 _ => {
                     let mut read = outcome;
                     reword(&mut read, |text| {
@@ -188,7 +212,7 @@ fn text_editor(
                         };
                         format!("Here's the result of running `cat -n` on {shown}:\n{text}\n")
                     });
-                    if let (Err(error), Some(range)) = (&mut read.result, view_range.as_deref())
+                    if let (Err(error), Some(range)) = (read.result_mut(), view_range.as_deref())
                         && let Some(lines) = line_count_of(&error.message)
                     {
                         error.message = format!(
@@ -202,7 +226,7 @@ fn text_editor(
         }
         EditorCommand::Create { file_text, .. } => {
             let mut outcome = call("write_file", json!({ "path": path, "content": file_text, "create_only": true }))?;
-            if let Err(error) = &mut outcome.result
+            if let Err(error) = outcome.result_mut()
                 && error.kind == ToolErrorKind::Conflict
             {
                 error.message = format!(
@@ -215,7 +239,7 @@ fn text_editor(
         EditorCommand::StrReplace { old_str, new_str, .. } => {
             let args = json!({ "path": path, "old_string": old_str, "new_string": new_str.unwrap_or_default() });
             let mut outcome = call("edit_file", args)?;
-            if let Err(error) = &mut outcome.result
+            if let Err(error) = outcome.result_mut()
                 && error.kind == ToolErrorKind::Conflict
             {
                 if error.message.contains("was not found") {
@@ -241,7 +265,7 @@ fn text_editor(
                 return Ok(refused(ToolErrorKind::InvalidArgs, "Parameter `insert_text` is required for command: insert".to_owned()));
             };
             let mut outcome = call("insert_text", json!({ "path": path, "line": insert_line, "text": text }))?;
-            if let Err(error) = &mut outcome.result
+            if let Err(error) = outcome.result_mut()
                 && let Some(lines) = line_count_of(&error.message)
             {
                 error.message = format!(
@@ -257,29 +281,26 @@ fn text_editor(
             ("insert", "insert_text", outcome)
         }
         EditorCommand::UndoEdit { .. } => {
-            let mut outcome = call(crate::native::UNDO_EDIT, json!({ "path": path }))?;
-            if let Err(error) = &mut outcome.result
+            let mut outcome = call(UNDO_EDIT, json!({ "path": path }))?;
+            if let Err(error) = outcome.result_mut()
                 && error.kind == ToolErrorKind::NotFound
             {
                 error.message = format!("No edit history found for {shown}.");
             }
             reword(&mut outcome, |text| format!("Last edit to {shown} undone successfully. {text}"));
-            ("undo_edit", crate::native::UNDO_EDIT, outcome)
+            ("undo_edit", UNDO_EDIT, outcome)
         }
     };
     // What every command may meet, in the reference's words.
-    if let Err(error) = &mut outcome.result {
+    if let Err(error) = outcome.result_mut() {
         if error.kind == ToolErrorKind::NotFound && error.message.contains("does not exist") {
             error.message = format!("The path {shown} does not exist. Please provide a valid path.");
-        } else if error.kind == ToolErrorKind::Unsupported
-            && name != "view"
-            && request.workspace.directory.symlink_metadata(&path).is_ok_and(|metadata| metadata.is_dir())
-        {
+        } else if error.kind == ToolErrorKind::Unsupported && name != "view" && (governed.is_directory)(&path) {
             // Seen by the tool already (it would have been refused, not unsupported, if hidden).
             error.message = format!("The path {shown} is a directory and only the `view` command can be used on directories");
         }
     }
-    if let Ok(output) = &mut outcome.result {
+    if let Ok(output) = outcome.result_mut() {
         let result = output.structured.take().unwrap_or(Value::Null);
         output.structured = Some(json!({ "command": name, "tool": tool, "result": result }));
     }
@@ -343,8 +364,8 @@ fn line_count_of(message: &str) -> Option<u64> {
 }
 
 /// Rewrite a successful outcome's text.
-fn reword(outcome: &mut CallOutcome, wording: impl FnOnce(&str) -> String) {
-    if let Ok(ToolOutput { text, .. }) = &mut outcome.result {
+fn reword<O: Outcome>(outcome: &mut O, wording: impl FnOnce(&str) -> String) {
+    if let Ok(ToolOutput { text, .. }) = outcome.result_mut() {
         *text = wording(text);
     }
 }

@@ -13,8 +13,10 @@
 
 mod budget;
 mod decide;
+mod linking;
 mod lookup;
 mod moves;
+mod open;
 mod operate;
 mod record;
 mod resolve;
@@ -22,14 +24,14 @@ mod rewrite;
 mod transaction;
 mod wasi;
 
+pub(crate) use linking::add_to_linker;
 pub(crate) use lookup::Listing;
 pub(crate) use operate::GuardedFilesystem;
 
 use budget::Budget;
 use lookup::{descriptor_stat, special_kind};
-use operate::{MAX_READ_BYTES, check_open_flags, follows, open_access, os_open_flags};
+use operate::{MAX_READ_BYTES, follows};
 pub(crate) use record::now;
-pub(crate) use resolve::canonical;
 use resolve::{MAX_SYMLINK_HOPS, Resolved, resolve};
 pub(crate) use toolcell_state::NamespaceLock;
 pub(crate) use transaction::Transaction;

@@ -1,164 +1,48 @@
-//! The task-chain workflow's host side: the sessions spawned for tasks (kept in `spawned-sessions/` of
-//! the state directory), the platform's [`Spawner`], and the `workflow` import a component
-//! calls, each capability granted by the caller's role in the policy (`may_lock_for_chains`,
-//! `may_spawn`) and every decision audited.
+//! The task-chain workflow's host side, without wasmtime: what the `workflow` import a
+//! component calls decides and does, each capability granted by the caller's role in the policy
+//! (`may_lock_for_chains`, `may_spawn`) and every decision audited. The runtime's `workflow`
+//! capability adapts it to the WIT types.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use toolcell_locks::{Lock, LockRequest, Mode};
+use toolcell_locks::{Lock, LockError, LockRequest, Mode};
 use toolcell_policy::{Role, TaskBinding};
 use toolcell_types::{ToolError, ToolErrorKind};
 
-use toolcell_state::AuditLog;
-use toolcell_state::LockStore;
-
-/// Where a session stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SessionState {
-    /// Spawned; no agent has connected yet.
-    Pending,
-    /// An agent connected to it.
-    Active,
-    /// Its agent disconnected, or the platform ended it.
-    Ended,
-}
-
-impl SessionState {
-    /// The name shown in listings.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SessionState::Pending => "pending",
-            SessionState::Active => "active",
-            SessionState::Ended => "ended",
-        }
-    }
-}
-
-/// A session the host knows of: one spawned for a task, or one started with a task binding.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionRecord {
-    /// The session id.
-    pub id: String,
-    /// Its role.
-    pub role: String,
-    /// The task it is bound to (`CHAIN-ID/NNN-slug`).
-    pub task: Option<String>,
-    /// Who it writes for in the lock table (the task's chain).
-    pub owner: Option<String>,
-    /// The session that spawned it.
-    pub parent: Option<String>,
-    /// When it was created, RFC 3339 UTC.
-    pub created: String,
-    /// Where it stands.
-    pub state: SessionState,
-    /// The workspace (a host path: for the operator's listings, never shown to a tool).
-    pub workspace: PathBuf,
-}
-
-/// Starts the agent that will run a spawned session. An embedding platform supplies one
-/// (`HostBuilder::spawner`); without one, the session is recorded as pending and the spawning
-/// agent is told the `toolcell mcp` command that runs it.
-pub trait Spawner: Send + Sync {
-    /// Start, or arrange, an agent for `session`. The text returned tells the spawning agent
-    /// how the session will run (shown to it: it must not contain host paths).
-    ///
-    /// # Errors
-    ///
-    /// Why the agent cannot be started; the spawn then fails and the session is ended.
-    fn spawn(&self, session: &SessionRecord) -> Result<String, String>;
-}
-
-/// The sessions of every workspace sharing a state directory.
-#[derive(Debug)]
-pub struct SessionStore {
-    directory: PathBuf,
-    lock: std::sync::Mutex<()>,
-}
-
-impl SessionStore {
-    pub(crate) fn new(work_dir: &Path) -> Self {
-        SessionStore { directory: work_dir.join(toolcell_state::SPAWNED_SESSIONS_DIR), lock: std::sync::Mutex::new(()) }
-    }
-
-    fn file(&self, id: &str) -> PathBuf {
-        self.directory.join(format!("{}.json", crate::session_key(id, Path::new(""))))
-    }
-
-    /// Record a new session.
-    ///
-    /// # Errors
-    ///
-    /// The filesystem's error; `AlreadyExists` if the id is taken.
-    pub fn create(&self, record: &SessionRecord) -> std::io::Result<()> {
-        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        toolcell_state::storage::create_private_dirs(&self.directory)?;
-        let file = self.file(&record.id);
-        if file.exists() {
-            return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("session `{}` exists", record.id)));
-        }
-        crate::replace_json(&file, record, true)
-    }
-
-    /// The session `id`, if the host knows of it.
-    pub fn get(&self, id: &str) -> Option<SessionRecord> {
-        toolcell_state::storage::read_host_file(&self.file(id)).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok())
-    }
-
-    /// Every known session, oldest first.
-    pub fn list(&self) -> Vec<SessionRecord> {
-        let Ok(entries) = std::fs::read_dir(&self.directory) else {
-            return Vec::new();
-        };
-        let mut records: Vec<SessionRecord> = entries
-            .filter_map(Result::ok)
-            .filter(|entry| entry.path().extension().is_some_and(|extension| extension == "json"))
-            .filter_map(|entry| toolcell_state::storage::read_host_file(&entry.path()).ok())
-            .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
-            .collect();
-        records.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)));
-        records
-    }
-
-    /// Move the session `id` to `state`.
-    ///
-    /// # Errors
-    ///
-    /// `NotFound` for an unknown session; the filesystem's error.
-    pub fn set_state(&self, id: &str, state: SessionState) -> std::io::Result<SessionRecord> {
-        let _guard = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut record = self.get(id).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("no session `{id}`")))?;
-        record.state = state;
-        crate::replace_json(&self.file(id), &record, true)?;
-        Ok(record)
-    }
-}
+use crate::sessions::{SessionRecord, SessionState, SessionStore, Spawner, default_connect};
+use crate::{AuditLog, LockStore};
 
 /// What the workflow capabilities share across calls (held by the runtime).
-pub(crate) struct WorkflowShared {
-    pub(crate) locks: Arc<LockStore>,
-    pub(crate) sessions: Arc<SessionStore>,
-    pub(crate) spawner: Option<Arc<dyn Spawner>>,
-    pub(crate) audit: Option<Arc<AuditLog>>,
+pub struct WorkflowShared {
+    /// The lock table chains lock in.
+    pub locks: Arc<LockStore>,
+    /// The sessions spawned for tasks.
+    pub sessions: Arc<SessionStore>,
+    /// The platform's spawner, if it gave one.
+    pub spawner: Option<Arc<dyn Spawner>>,
+    /// The audit trail every decision goes to.
+    pub audit: Option<Arc<AuditLog>>,
 }
 
 /// What the `workflow` import works with during one call.
-pub(crate) struct WorkflowCall {
-    pub(crate) shared: Arc<WorkflowShared>,
+pub struct WorkflowCall {
+    /// What every call shares.
+    pub shared: Arc<WorkflowShared>,
     /// The workspace's canonical root.
-    pub(crate) workspace: PathBuf,
+    pub workspace: PathBuf,
     /// The policy and the caller's role as bound for this call; `None` without a policy
     /// (nothing is granted).
-    pub(crate) policy: Option<Arc<toolcell_policy::Policy>>,
-    pub(crate) role: Option<Arc<Role>>,
-    pub(crate) tool: String,
+    pub policy: Option<Arc<toolcell_policy::Policy>>,
+    /// The role bound for this call.
+    pub role: Option<Arc<Role>>,
+    /// The calling tool.
+    pub tool: String,
     /// Who the caller authenticated as.
-    pub(crate) principal: Option<String>,
+    pub principal: Option<String>,
     /// Sessions this call spawned so far.
-    pub(crate) spawned: std::sync::atomic::AtomicU32,
+    pub spawned: std::sync::atomic::AtomicU32,
 }
 
 /// Sessions one call may spawn.
@@ -169,14 +53,17 @@ pub const MAX_SESSIONS_PER_TASK: usize = 4;
 const IN_PROGRESS_DIR: &str = "docs/tasks/in-progress";
 
 /// Who calls a capability: the call's identity, as its context holds it.
-pub(crate) struct Caller<'a> {
-    pub(crate) role: &'a str,
-    pub(crate) session_id: &'a str,
-    pub(crate) call_id: &'a str,
+pub struct Caller<'a> {
+    /// The caller's role.
+    pub role: &'a str,
+    /// The caller's session.
+    pub session_id: &'a str,
+    /// The call.
+    pub call_id: &'a str,
 }
 
 /// The policy grant a workflow operation needs: the rule its decisions are recorded under.
-pub(crate) fn grant_of(operation: &str) -> &'static str {
+pub fn grant_of(operation: &str) -> &'static str {
     if operation == "spawn-session" { "may_spawn" } else { "may_lock_for_chains" }
 }
 
@@ -186,13 +73,35 @@ impl std::fmt::Debug for WorkflowCall {
     }
 }
 
-/// The `lock-info` of one lock, without the WIT types.
-pub(crate) fn lock_info(lock: &Lock) -> (String, String, String, String, String) {
-    (lock.pattern.clone(), lock.owner.clone(), lock.session.clone(), lock.mode.as_str().to_owned(), lock.expires_at())
+/// What the `workflow` import tells of one lock, before the WIT types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The locked path or glob, workspace-relative.
+    pub pattern: String,
+    /// Who holds it (a chain, for a task's locks).
+    pub owner: String,
+    /// The session that took it.
+    pub session: String,
+    /// `exclusive` or `shared`.
+    pub mode: String,
+    /// When the lease ends, RFC 3339 UTC.
+    pub expires: String,
+}
+
+impl From<&Lock> for LockInfo {
+    fn from(lock: &Lock) -> Self {
+        LockInfo {
+            pattern: lock.pattern.clone(),
+            owner: lock.owner.clone(),
+            session: lock.session.clone(),
+            mode: lock.mode.as_str().to_owned(),
+            expires: lock.expires_at(),
+        }
+    }
 }
 
 /// How the lock table names the taker of a task's locks.
-pub(crate) fn task_session(task: &TaskBinding) -> String {
+pub fn task_session(task: &TaskBinding) -> String {
     format!("task:{task}")
 }
 
@@ -201,11 +110,15 @@ fn parse_task(task: &str) -> Result<TaskBinding, ToolError> {
 }
 
 /// A refusal of a workflow capability: its rule, for the audit trail, and the message.
-pub(crate) struct Refusal {
-    pub(crate) operation: &'static str,
-    pub(crate) subject: String,
-    pub(crate) rule: String,
-    pub(crate) message: String,
+pub struct Refusal {
+    /// The refused operation (`spawn-session`).
+    pub operation: &'static str,
+    /// What it was asked for (the task).
+    pub subject: String,
+    /// The grant it lacked.
+    pub rule: String,
+    /// What the caller is told.
+    pub message: String,
 }
 
 impl WorkflowCall {
@@ -227,7 +140,7 @@ impl WorkflowCall {
 
     /// The live locks of the workspace on paths the caller may see (a lock on a hidden
     /// directory would name it).
-    pub(crate) fn locks(&self) -> Vec<Lock> {
+    pub fn locks(&self) -> Vec<Lock> {
         let mut locks = self.shared.locks.live(&self.workspace).unwrap_or_default();
         if let Some(policy) = &self.policy {
             locks.retain(|lock| {
@@ -246,7 +159,7 @@ impl WorkflowCall {
     }
 
     /// Lock `patterns` for the chain of `task`, all or none.
-    pub(crate) fn lock_for_task(
+    pub fn lock_for_task(
         &self,
         caller: &Caller<'_>,
         task: &str,
@@ -271,12 +184,11 @@ impl WorkflowCall {
         if patterns.is_empty() || patterns.len() > 64 {
             return Err(ToolError::new(ToolErrorKind::InvalidArgs, "give 1 to 64 paths or globs to lock"));
         }
-        let workspace = crate::Workspace::open(&self.workspace)
+        let workspace = open_workspace(&self.workspace)
             .map_err(|_| ToolError::new(ToolErrorKind::Failed, "the workspace cannot be opened to lock paths in it; tell the operator"))?;
         let mut taken: Vec<Lock> = Vec::new();
         for pattern in patterns {
-            let attempt = workspace
-                .lock_pattern(pattern)
+            let attempt = lock_pattern(&workspace, pattern)
                 .map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, error.to_string()))
                 .and_then(|pattern| {
                     let request = LockRequest {
@@ -310,7 +222,7 @@ impl WorkflowCall {
     }
 
     /// Release the locks taken for `task`.
-    pub(crate) fn release_task(&self, caller: &Caller<'_>, task: &str) -> Result<Result<u32, ToolError>, Refusal> {
+    pub fn release_task(&self, caller: &Caller<'_>, task: &str) -> Result<Result<u32, ToolError>, Refusal> {
         let granted = self.role.as_ref().is_some_and(|role| role.may_lock_for_chains());
         self.grant(caller, "release-task", task, granted, "release a chain's locks")?;
         let binding = match parse_task(task) {
@@ -330,12 +242,7 @@ impl WorkflowCall {
     }
 
     /// Spawn a session of `role` bound to `task`.
-    pub(crate) fn spawn_session(
-        &self,
-        caller: &Caller<'_>,
-        role: &str,
-        task: &str,
-    ) -> Result<Result<(String, String), ToolError>, Refusal> {
+    pub fn spawn_session(&self, caller: &Caller<'_>, role: &str, task: &str) -> Result<Result<(String, String), ToolError>, Refusal> {
         let granted = self.role.as_ref().is_some_and(|caller| caller.may_spawn(role));
         self.grant(caller, "spawn-session", task, granted, &format!("start `{}` sessions", role.escape_default()))?;
         let binding = match parse_task(task) {
@@ -355,7 +262,7 @@ impl WorkflowCall {
                 Err(_) => return Ok(Err(ToolError::new(ToolErrorKind::Failed, "no randomness for a session id; tell the operator"))),
             }
         }
-        let unique = crate::hex(&random);
+        let unique = crate::storage::hex(&random);
         let id = format!("{role}-{}-{}-{unique}", number(binding.chain()), number(binding.task()));
         let record = SessionRecord {
             id: id.clone(),
@@ -363,7 +270,7 @@ impl WorkflowCall {
             task: Some(binding.to_string()),
             owner: Some(binding.chain().to_owned()),
             parent: Some(caller.session_id.to_owned()),
-            created: crate::guard::now(),
+            created: toolcell_audit::now(),
             state: SessionState::Pending,
             workspace: self.workspace.clone(),
         };
@@ -372,7 +279,7 @@ impl WorkflowCall {
         }
         if let Some(log) = &self.shared.audit {
             let audited = toolcell_audit::Record::spawn(
-                &crate::guard::now(),
+                &toolcell_audit::now(),
                 caller.session_id,
                 caller.role,
                 &self.tool,
@@ -411,9 +318,9 @@ impl WorkflowCall {
         if pending.contains(&file) {
             return Ok(());
         }
-        let in_progress = crate::Workspace::open(&self.workspace)
+        let in_progress = open_workspace(&self.workspace)
             .ok()
-            .and_then(|workspace| workspace.directory.symlink_metadata(&file).ok())
+            .and_then(|workspace| workspace.symlink_metadata(&file).ok())
             .is_some_and(|metadata| metadata.is_file());
         if in_progress {
             return Ok(());
@@ -459,7 +366,7 @@ impl WorkflowCall {
     fn audit_lock(&self, event: &str, lock: &Lock) {
         if let Some(log) = &self.shared.audit {
             let record = toolcell_audit::Record::lock(
-                &crate::guard::now(),
+                &toolcell_audit::now(),
                 &lock.session,
                 &lock.owner,
                 event,
@@ -473,13 +380,25 @@ impl WorkflowCall {
     }
 }
 
-/// How an agent runs a spawned session without a platform's spawner: `toolcell mcp` from the
-/// workspace root, with the same policy and state directory as the spawning host.
-pub fn default_connect(record: &SessionRecord) -> String {
-    format!(
-        "toolcell mcp --workspace . --role {} --session {} --task {} (from the workspace root, with the same --policy and --state-dir as this host)",
-        record.role,
-        record.id,
-        record.task.as_deref().unwrap_or_default()
-    )
+/// The workspace at its canonical root, opened for one operation.
+fn open_workspace(root: &Path) -> std::io::Result<cap_std::fs::Dir> {
+    cap_std::fs::Dir::open_ambient_dir(root, cap_std::ambient_authority())
+}
+
+/// The canonical form of a lock pattern given relative to the workspace `root`: a glob is
+/// normalised lexically (`./src//**` is `src/**`); a literal path is resolved through its
+/// symlinks, as the guard resolves the paths it judges.
+///
+/// # Errors
+///
+/// [`LockError::Pattern`] if the pattern leads outside the workspace.
+pub fn lock_pattern(root: &cap_std::fs::Dir, pattern: &str) -> Result<String, LockError> {
+    let outside = || LockError::Pattern {
+        pattern: pattern.escape_default().to_string(),
+        reason: "it leads outside the workspace; lock paths inside it".to_owned(),
+    };
+    if pattern.contains(['*', '?', '[', '{']) {
+        return toolcell_policy::join_lexically(".", pattern).ok_or_else(outside);
+    }
+    crate::beneath::canonical(root, pattern).ok_or_else(outside)
 }

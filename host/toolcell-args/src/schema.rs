@@ -11,7 +11,7 @@ const MAX_LISTED_VIOLATIONS: usize = 5;
 const MAX_VIOLATION_CHARS: usize = 300;
 
 /// A tool's compiled argument schema.
-pub(crate) struct ArgsSchema {
+pub struct ArgsSchema {
     validator: jsonschema::Validator,
     /// The schema itself, for finding the optional properties a call sends as `null`.
     schema: serde_json::Value,
@@ -23,7 +23,7 @@ impl ArgsSchema {
     /// # Errors
     ///
     /// A reason, if the text is not JSON, not an object schema, or not a valid JSON Schema.
-    pub(crate) fn compile(text: &str) -> Result<(Self, serde_json::Value), String> {
+    pub fn compile(text: &str) -> Result<(Self, serde_json::Value), String> {
         let schema: serde_json::Value = serde_json::from_str(text).map_err(|error| format!("its input schema is not JSON: {error}"))?;
         if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
             return Err("its input schema must have `\"type\": \"object\"` (tool arguments are a JSON object)".to_owned());
@@ -38,7 +38,7 @@ impl ArgsSchema {
     /// # Errors
     ///
     /// A reason naming what is wrong.
-    pub(crate) fn output(text: &str) -> Result<serde_json::Value, String> {
+    pub fn output(text: &str) -> Result<serde_json::Value, String> {
         let schema: serde_json::Value = serde_json::from_str(text).map_err(|error| format!("its output schema is not JSON: {error}"))?;
         if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
             return Err("its output schema must have `\"type\": \"object\"` (MCP's structured content is a JSON object)".to_owned());
@@ -55,7 +55,7 @@ impl ArgsSchema {
     /// # Errors
     ///
     /// `too-large` over [`MAX_ARGS_BYTES`]; `invalid-args` naming each offending field.
-    pub(crate) fn check(&self, tool: &str, args: &str) -> Result<Option<String>, ToolError> {
+    pub fn check(&self, tool: &str, args: &str) -> Result<Option<String>, ToolError> {
         if args.len() > MAX_ARGS_BYTES {
             return Err(ToolError::new(
                 ToolErrorKind::TooLarge,
