@@ -1,11 +1,20 @@
-//! Credentials, found where wkg finds them: `WKG_OCI_USERNAME` and `WKG_OCI_PASSWORD`, then
-//! Docker's `config.json` (`$DOCKER_CONFIG` or `~/.docker`): its `auths`, and the credential
-//! helpers of `credsStore` and `credHelpers`, run as `docker-credential-NAME get`.
+//! Credentials, found where wkg finds them: a bearer token in
+//! `WKG_REGISTRY_<REGISTRY>_AUTH_BEARER` (the registry upper-cased, every character other than
+//! a letter or digit as `_`: `WKG_REGISTRY_GHCR_IO_AUTH_BEARER`), then `WKG_OCI_USERNAME` and
+//! `WKG_OCI_PASSWORD`, then Docker's `config.json` (`$DOCKER_CONFIG` or `~/.docker`): its
+//! `auths`, and the credential helpers of `credsStore` and `credHelpers`, run as
+//! `docker-credential-NAME get`.
 //! A credential is never put in an error or a log line: errors name the registry and the
 //! source only.
 
 use crate::Error;
 use oci_client::secrets::RegistryAuth;
+
+/// The variable wkg reads a bearer token for `registry` from.
+pub fn bearer_variable(registry: &str) -> String {
+    let sanitized: String = registry.chars().map(|character| if character.is_ascii_alphanumeric() { character } else { '_' }).collect();
+    format!("WKG_REGISTRY_{}_AUTH_BEARER", sanitized.to_ascii_uppercase())
+}
 
 /// The key Docker keeps a registry's credentials under: Docker Hub's is its index URL (what
 /// `docker login` writes, and what credential helpers are asked for), any other the host.
@@ -21,7 +30,7 @@ fn docker_server(registry: &str) -> &str {
 pub enum CredentialSource {
     /// No credentials: an anonymous pull or push.
     Anonymous,
-    /// `WKG_OCI_USERNAME` and `WKG_OCI_PASSWORD`.
+    /// `WKG_REGISTRY_<REGISTRY>_AUTH_BEARER`, or `WKG_OCI_USERNAME` and `WKG_OCI_PASSWORD`.
     Environment,
     /// Docker's `config.json` or one of its credential helpers.
     DockerConfig,
@@ -35,6 +44,11 @@ pub enum CredentialSource {
 /// cannot be read, or if its credential helper fails.
 pub(crate) fn credentials(registry: &str) -> Result<(RegistryAuth, CredentialSource), Error> {
     let fail = |reason: String| Error::Credentials { registry: registry.to_owned(), reason };
+    if let Ok(token) = std::env::var(bearer_variable(registry))
+        && !token.is_empty()
+    {
+        return Ok((RegistryAuth::Bearer(token), CredentialSource::Environment));
+    }
     match (std::env::var("WKG_OCI_USERNAME"), std::env::var("WKG_OCI_PASSWORD")) {
         (Ok(username), Ok(password)) => return Ok((RegistryAuth::Basic(username, password), CredentialSource::Environment)),
         (Ok(_), Err(_)) => return Err(fail("`WKG_OCI_USERNAME` is set without `WKG_OCI_PASSWORD`; set both, or neither".to_owned())),
@@ -74,6 +88,13 @@ pub(crate) fn credentials(registry: &str) -> Result<(RegistryAuth, CredentialSou
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn bearer_tokens_are_read_from_the_variable_wkg_names() {
+        assert_eq!(super::bearer_variable("ghcr.io"), "WKG_REGISTRY_GHCR_IO_AUTH_BEARER");
+        assert_eq!(super::bearer_variable("localhost:5000"), "WKG_REGISTRY_LOCALHOST_5000_AUTH_BEARER");
+        assert_eq!(super::bearer_variable("[::1]:5000"), "WKG_REGISTRY_____1__5000_AUTH_BEARER");
+    }
+
     #[test]
     fn docker_hub_credentials_are_found_under_the_key_docker_login_writes() {
         for registry in ["docker.io", "index.docker.io", "registry-1.docker.io"] {

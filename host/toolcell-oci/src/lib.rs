@@ -22,7 +22,7 @@ mod capped;
 mod reference;
 mod signature;
 
-pub use auth::CredentialSource;
+pub use auth::{CredentialSource, bearer_variable};
 pub use cache::{Cache, sha256_digest};
 pub use reference::Reference;
 pub use signature::{PublicKeys, SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, Signed, SigningKey, signature_tag, verify_cached};

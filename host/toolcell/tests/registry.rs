@@ -798,3 +798,38 @@ fn a_signature_altered_in_the_registry_is_refused_even_where_signatures_are_not_
     assert_eq!(started.status, 2, "{}", started.stdout);
     assert!(started.stderr.contains("which is not on this machine"), "{}", started.stderr);
 }
+
+#[test]
+fn a_bearer_token_in_wkgs_variable_for_the_registry_is_sent_and_never_shown() {
+    use std::io::{BufRead as _, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let address = listener.local_addr().expect("its address");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&seen);
+    // A registry that knows nothing: it records each request's Authorization and answers 404.
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(8).map_while(Result::ok) {
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|read| read > 0) && line != "\r\n" {
+                if line.to_ascii_lowercase().starts_with("authorization:") {
+                    kept.lock().expect("lock").push(line.trim().to_owned());
+                }
+                line.clear();
+            }
+            let _ = (&stream).write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    let site = Site::new();
+    let token = "tok-Very-s3cret";
+    let variable = format!("WKG_REGISTRY_127_0_0_1_{}_AUTH_BEARER", address.port());
+    let run = site.run_with(&["tools", "pull", "--insecure", &format!("oci://{address}/tools/x:1")], &[(&variable, token)]);
+    assert_eq!(run.status, 2, "{}", run.stdout);
+    assert!(!run.stdout.contains(token) && !run.stderr.contains(token), "{}{}", run.stdout, run.stderr);
+    let seen = seen.lock().expect("lock").clone();
+    assert!(
+        seen.iter()
+            .any(|header| header == &format!("authorization: Bearer {token}") || header == &format!("Authorization: Bearer {token}")),
+        "{seen:?}"
+    );
+}
