@@ -92,7 +92,7 @@ mod tests {
     fn bearer_tokens_are_read_from_the_variable_wkg_names() {
         assert_eq!(super::bearer_variable("ghcr.io"), "WKG_REGISTRY_GHCR_IO_AUTH_BEARER");
         assert_eq!(super::bearer_variable("localhost:5000"), "WKG_REGISTRY_LOCALHOST_5000_AUTH_BEARER");
-        assert_eq!(super::bearer_variable("[::1]:5000"), "WKG_REGISTRY_____1__5000_AUTH_BEARER");
+        assert_eq!(super::bearer_variable("[::1]:5000"), "WKG_REGISTRY____1__5000_AUTH_BEARER");
     }
 
     #[test]
