@@ -156,6 +156,7 @@ pub struct Pulled {
 /// A client for one registry, with its credentials.
 pub struct Registry {
     client: oci_wasm::WasmClient,
+    insecure: bool,
     auth: oci_client::secrets::RegistryAuth,
     registry: String,
     cache: Option<Cache>,
@@ -184,7 +185,52 @@ impl Registry {
         let protocol = if insecure { ClientProtocol::HttpsExcept(vec![reference.registry().to_owned()]) } else { ClientProtocol::Https };
         let client = oci_wasm::WasmClient::new(oci_client::Client::new(ClientConfig { protocol, ..ClientConfig::default() }));
         let (auth, _) = auth::credentials(reference.registry())?;
-        Ok(Self { client, auth, registry: reference.registry().to_owned(), cache })
+        Ok(Self { client, insecure, auth, registry: reference.registry().to_owned(), cache })
+    }
+
+    /// Before credentials go anywhere: ask the registry for its challenge, without following
+    /// redirects, and refuse a token service it names over plain HTTP on another machine, or a
+    /// redirect elsewhere. The registry client would send the credentials to that token
+    /// service as named, and it has no policy of its own for either. (A registry that answers
+    /// otherwise later is trusted with the credentials anyway; this keeps a mistaken one from
+    /// sending them in clear text.)
+    async fn preflight(&self, reference: &Reference) -> Result<(), Error> {
+        if matches!(self.auth, oci_client::secrets::RegistryAuth::Anonymous) {
+            return Ok(());
+        }
+        let refuse = |reason: String| Error::Credentials { registry: self.registry.clone(), reason };
+        let scheme = if self.insecure { "http" } else { "https" };
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .map_err(|error| refuse(format!("the HTTP client cannot start ({error})")))?;
+        let answer = client.get(format!("{scheme}://{}/v2/", reference.registry())).send().await.map_err(|error| Error::Registry {
+            registry: self.registry.clone(),
+            action: "asking for its authentication challenge".to_owned(),
+            message: error.without_url().to_string(),
+        })?;
+        if answer.status().is_redirection() {
+            return Err(refuse(format!(
+                "it answers `/v2/` with a redirect ({}), and credentials are not sent after one; name the registry it redirects to",
+                answer.status()
+            )));
+        }
+        for challenge in answer.headers().get_all(reqwest::header::WWW_AUTHENTICATE) {
+            let challenge = challenge.to_str().unwrap_or_default();
+            let Some(realm) = challenge.split("realm=\"").nth(1).and_then(|rest| rest.split('"').next()) else { continue };
+            let Some(rest) = realm.strip_prefix("http://") else { continue };
+            let host = rest.split(['/', '?']).next().unwrap_or_default();
+            let local = format!("oci://{host}/x:1").parse::<Reference>().is_ok_and(|token_service| token_service.is_local());
+            if !local || !self.insecure {
+                return Err(refuse(format!(
+                    "it names a token service over plain HTTP (`{}`), which would receive the credentials in clear text; refused",
+                    realm.escape_default()
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn failed(&self, action: String) -> impl FnOnce(oci_client::errors::OciDistributionError) -> Error + '_ {
@@ -211,6 +257,7 @@ impl Registry {
             }
         }
         let annotations = (!manifest_annotations.is_empty()).then_some(manifest_annotations);
+        self.preflight(reference).await?;
         self.client.push(&reference.to_client(), &self.auth, layer, config, annotations).await.map_err(|error| Error::Registry {
             registry: self.registry.clone(),
             action: format!("pushing to `{reference}`"),
@@ -245,6 +292,7 @@ impl Registry {
         if let Some(pulled) = self.cached(reference) {
             return Ok(pulled);
         }
+        self.preflight(reference).await?;
         let client_reference = reference.to_client();
         let (manifest_bytes, _) = self
             .client

@@ -289,6 +289,7 @@ impl Registry {
     /// The signature manifest at `target` and its payloads, or `None` if there is none.
     async fn signature_set(&self, target: &Reference) -> Result<Option<SignatureSet>, Error> {
         use oci_client::errors::OciDistributionError as Failure;
+        self.preflight(target).await?;
         let client_reference = target.to_client();
         let (bytes, digest) = match self.client.pull_manifest_raw(&client_reference, &self.auth, &[OCI_IMAGE_MEDIA_TYPE]).await {
             Ok(found) => found,

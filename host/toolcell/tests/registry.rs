@@ -833,3 +833,45 @@ fn a_bearer_token_in_wkgs_variable_for_the_registry_is_sent_and_never_shown() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn credentials_are_not_sent_to_a_token_service_over_plain_http_elsewhere_nor_after_a_redirect() {
+    use std::io::{BufRead as _, BufReader};
+    for (answer, refused) in [
+        (
+            "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"http://198.51.100.7/token\",service=\"x\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            "names a token service over plain HTTP (`http://198.51.100.7/token`)",
+        ),
+        (
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://198.51.100.7/v2/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            "with a redirect",
+        ),
+    ] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let address = listener.local_addr().expect("its address");
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&requests);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(4).map_while(Result::ok) {
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut line = String::new();
+                let _ = reader.read_line(&mut line);
+                kept.lock().expect("lock").push(line.trim().to_owned());
+                while reader.read_line(&mut line).is_ok_and(|read| read > 2) {
+                    line.clear();
+                }
+                let _ = (&stream).write_all(answer.as_bytes());
+            }
+        });
+        let site = Site::new();
+        let run = site.run_with(
+            &["tools", "pull", "--insecure", &format!("oci://{address}/tools/x:1")],
+            &[("WKG_OCI_USERNAME", "builder"), ("WKG_OCI_PASSWORD", "pa55-Word-x")],
+        );
+        assert_eq!(run.status, 2, "{}", run.stdout);
+        assert!(run.stderr.contains(refused), "{}", run.stderr);
+        assert!(!run.stderr.contains("pa55-Word-x"), "{}", run.stderr);
+        // Only the challenge was asked for: nothing else reached the registry.
+        assert_eq!(requests.lock().expect("lock").as_slice(), ["GET /v2/ HTTP/1.1"], "{}", run.stderr);
+    }
+}
