@@ -105,8 +105,11 @@ pub(crate) struct Ledger {
 
 #[derive(Default)]
 struct State {
-    /// What each principal holds, by kind.
+    /// What each principal holds, by kind: every configured principal, and each other one
+    /// (an OAuth subject) while it holds anything.
     held: HashMap<String, [usize; Kind::ALL.len()]>,
+    /// The configured principals, whose shares stay reserved whether they hold anything or not.
+    configured: std::collections::HashSet<String>,
     /// What all hold, by kind.
     total: [usize; Kind::ALL.len()],
 }
@@ -147,6 +150,11 @@ impl Drop for Slot {
         let index = self.kind.index();
         if let Some(held) = state.held.get_mut(&self.principal) {
             held[index] = held[index].saturating_sub(1);
+            // A principal not in the configuration counts only while it holds something:
+            // subjects seen once must not keep a share from the ones who come after.
+            if held.iter().all(|count| *count == 0) && !state.configured.contains(&self.principal) {
+                state.held.remove(&self.principal);
+            }
         }
         state.total[index] = state.total[index].saturating_sub(1);
     }
@@ -155,8 +163,9 @@ impl Drop for Slot {
 impl Ledger {
     /// A ledger of `principals` (by name), none holding anything.
     pub(crate) fn new<'a>(bounds: Bounds, principals: impl IntoIterator<Item = &'a str>) -> Arc<Ledger> {
-        let held = principals.into_iter().map(|name| (name.to_owned(), [0; Kind::ALL.len()])).collect();
-        Arc::new(Ledger { bounds, state: Mutex::new(State { held, total: [0; Kind::ALL.len()] }) })
+        let configured: std::collections::HashSet<String> = principals.into_iter().map(str::to_owned).collect();
+        let held = configured.iter().map(|name| (name.clone(), [0; Kind::ALL.len()])).collect();
+        Arc::new(Ledger { bounds, state: Mutex::new(State { held, configured, total: [0; Kind::ALL.len()] }) })
     }
 
     fn limits(&self, kind: Kind) -> (usize, Option<usize>) {
@@ -179,7 +188,8 @@ impl Ledger {
         let (cap, shared) = self.limits(kind);
         let index = kind.index();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let principals = state.held.len().max(1);
+        // The requester counts, whether it holds anything yet or not.
+        let principals = (state.held.len() + usize::from(!state.held.contains_key(principal))).max(1);
         let mine = state.held.get(principal).map_or(0, |held| held[index]);
         if mine >= cap {
             let (setting, _, _) = kind.describe();
@@ -251,6 +261,23 @@ mod tests {
         drop(held);
         assert_eq!(ledger.held("alice", Kind::Call), 0);
         ledger.take("alice", Kind::Call).expect("free again");
+    }
+
+    #[test]
+    fn principals_outside_the_configuration_keep_no_share_once_they_hold_nothing() {
+        let ledger = Ledger::new(DEFAULT_BOUNDS, ["alice"]);
+        // Many subjects, one after another, each holding a connection for a while.
+        for index in 0..64 {
+            let subject = format!("user-{index}");
+            let slot = ledger.take(&subject, Kind::Connection).unwrap_or_else(|refusal| panic!("{subject}: {refusal}"));
+            drop(slot);
+            assert!(!ledger.knows(&subject), "{subject} kept an entry");
+        }
+        assert!(ledger.knows("alice"));
+        // While they hold slots, they share the bound as configured principals do.
+        let held: Vec<Slot> = (0..4).map(|index| ledger.take(&format!("busy-{index}"), Kind::Connection).expect("a share")).collect();
+        assert!(ledger.take("newcomer", Kind::Connection).is_ok());
+        drop(held);
     }
 
     #[test]

@@ -84,6 +84,9 @@ pub struct Verifier {
     config: OauthConfig,
     client: reqwest::Client,
     keys: tokio::sync::Mutex<Keys>,
+    /// Held while the keys are fetched: a token whose key is not known yet waits for a fetch
+    /// in flight; one whose key is known never does.
+    fetching: tokio::sync::Mutex<()>,
     /// Where failed fetches are told (the operator's log).
     report: Box<dyn Fn(&str) + Send + Sync>,
 }
@@ -106,7 +109,13 @@ impl Verifier {
             .timeout(FETCH_TIMEOUT)
             .build()
             .map_err(|error| format!("no HTTP client for the OAuth issuer: {error}"))?;
-        Ok(Verifier { config, client, keys: tokio::sync::Mutex::new(Keys::default()), report: Box::new(report) })
+        Ok(Verifier {
+            config,
+            client,
+            keys: tokio::sync::Mutex::new(Keys::default()),
+            fetching: tokio::sync::Mutex::new(()),
+            report: Box::new(report),
+        })
     }
 
     /// The configuration.
@@ -151,6 +160,10 @@ impl Verifier {
     pub async fn verify(&self, token: &str) -> Result<Grant, Rejection> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| {
             Rejection::Invalid(match unaccepted_algorithm(token) {
+                // A known algorithm: the header holds something else the library refuses.
+                Some(algorithm) if algorithm.parse::<Algorithm>().is_ok() => {
+                    "the token's header has a field this server does not accept (a duplicate, `crit`, or one it does not know)".to_owned()
+                }
                 // `none`, or one the library does not know: either way, nothing it could check.
                 Some(algorithm) => format!("the token's `alg` {algorithm:?} is not a signature algorithm this server accepts"),
                 None => "the bearer token is neither a token of this service nor a JWT".to_owned(),
@@ -162,7 +175,12 @@ impl Verifier {
             .ok_or_else(|| Rejection::Invalid("the token has no `kid`: its issuer must name the key that signed it".to_owned()))?;
         let key = self.key_for(kid).await?;
         if !key.algorithms.contains(&header.alg) {
-            return Err(Rejection::Invalid(format!("the token's `alg` {:?} does not fit key `{kid}` (an {} key)", header.alg, key.family)));
+            return Err(Rejection::Invalid(format!(
+                "the token's `alg` {:?} does not fit key `{}` (an {} key)",
+                header.alg,
+                shown(kid),
+                key.family
+            )));
         }
         let mut validation = Validation::new(header.alg);
         validation.algorithms = vec![header.alg];
@@ -229,41 +247,62 @@ impl Verifier {
         Rejection::Invalid(reason)
     }
 
-    /// The key `kid`, fetching the keys again if they are old or do not have it.
+    /// The key `kid`, fetching the keys again if they are old or do not have it. The lock is
+    /// not held while the issuer is asked: a slow issuer delays only the token that needed a
+    /// fetch, never the tokens whose keys are known.
     async fn key_for(&self, kid: &str) -> Result<Arc<Key>, Rejection> {
-        let mut keys = self.keys.lock().await;
         let now = Instant::now();
-        let stale = keys.fetched.is_none_or(|fetched| now.duration_since(fetched) >= self.config.jwks_refresh);
-        let unknown = !keys.by_kid.contains_key(kid);
-        let every = REFETCH_EVERY.min(self.config.jwks_refresh);
-        let may_fetch = keys.tried.is_none_or(|tried| now.duration_since(tried) >= every);
-        if (stale || unknown) && may_fetch {
-            keys.tried = Some(now);
-            match self.fetch(&mut keys).await {
-                Ok(fetched) => {
+        let (discovered, wait) = {
+            let mut keys = self.keys.lock().await;
+            let stale = keys.fetched.is_none_or(|fetched| now.duration_since(fetched) >= self.config.jwks_refresh);
+            let unknown = !keys.by_kid.contains_key(kid);
+            let every = REFETCH_EVERY.min(self.config.jwks_refresh);
+            let may_fetch = keys.tried.is_none_or(|tried| now.duration_since(tried) >= every);
+            if (stale || unknown) && may_fetch {
+                keys.tried = Some(now);
+                (Some(keys.discovered.clone()), false)
+            } else {
+                (None, unknown)
+            }
+        };
+        if wait {
+            // Another request is fetching (or just did): its keys may hold this one.
+            drop(self.fetching.lock().await);
+        }
+        if let Some(discovered) = discovered {
+            let _fetching = self.fetching.lock().await;
+            match self.fetch(discovered).await {
+                Ok((fetched, discovered)) => {
+                    let mut keys = self.keys.lock().await;
                     keys.by_kid = fetched;
+                    keys.discovered = discovered;
                     keys.fetched = Some(Instant::now());
                 }
                 Err(reason) => (self.report)(&format!("the keys of OAuth issuer `{}` cannot be fetched: {reason}", self.config.issuer)),
             }
         }
+        let keys = self.keys.lock().await;
         if keys.fetched.is_none_or(|fetched| now.duration_since(fetched) > self.config.jwks_max_age) {
             return Err(Rejection::Unavailable(format!(
                 "the keys of issuer `{}` cannot be fetched (none fetched within `jwks_max_age`): try again later",
                 self.config.issuer
             )));
         }
-        keys.by_kid.get(kid).cloned().ok_or_else(|| Rejection::Invalid(format!("the token's key `{kid}` is not one of the issuer's keys")))
+        keys.by_kid
+            .get(kid)
+            .cloned()
+            .ok_or_else(|| Rejection::Invalid(format!("the token's key `{}` is not one of the issuer's keys", shown(kid))))
     }
 
     /// The issuer's keys, by `kid`.
-    async fn fetch(&self, keys: &mut Keys) -> Result<HashMap<String, Arc<Key>>, String> {
-        let jwks_uri = match (&self.config.jwks_uri, &keys.discovered) {
-            (Some(uri), _) | (None, Some(uri)) => uri.clone(),
+    /// With the `jwks_uri` discovered before, if any; returns it (discovered now if need be).
+    async fn fetch(&self, discovered: Option<String>) -> Result<(HashMap<String, Arc<Key>>, Option<String>), String> {
+        let (jwks_uri, discovered) = match (&self.config.jwks_uri, discovered) {
+            (Some(uri), discovered) => (uri.clone(), discovered),
+            (None, Some(uri)) => (uri.clone(), Some(uri)),
             (None, None) => {
                 let found = self.discover().await?;
-                keys.discovered = Some(found.clone());
-                found
+                (found.clone(), Some(found))
             }
         };
         let set = self.get_json(&jwks_uri).await?;
@@ -271,9 +310,9 @@ impl Verifier {
         let by_kid: HashMap<String, Arc<Key>> =
             listed.iter().filter_map(|jwk| serde_json::from_value::<Jwk>(jwk.clone()).ok()).filter_map(|jwk| key_of(&jwk)).collect();
         if by_kid.is_empty() {
-            return Err(format!("`{jwks_uri}` has no signature key with a `kid` (RSA, EC or Ed25519)"));
+            return Err(format!("`{jwks_uri}` has no signature key with a `kid` (RSA of 2048 bits or more, EC or Ed25519)"));
         }
-        Ok(by_kid)
+        Ok((by_kid, discovered))
     }
 
     /// The issuer's `jwks_uri`, from its RFC 8414 metadata, else its OpenID configuration.
@@ -314,9 +353,18 @@ impl Verifier {
         if !response.status().is_success() {
             return Err(format!("`{url}` answered {}", response.status()));
         }
-        let body = response.bytes().await.map_err(|_| format!("`{url}`: the body was cut off"))?;
-        if body.len() > MAX_DOCUMENT_BYTES {
-            return Err(format!("`{url}` is over {MAX_DOCUMENT_BYTES} bytes"));
+        let over = || format!("`{url}` is over {MAX_DOCUMENT_BYTES} bytes");
+        if response.content_length().is_some_and(|length| length > MAX_DOCUMENT_BYTES as u64) {
+            return Err(over());
+        }
+        // Read as it arrives, and no further than the cap: a body that never ends costs no more.
+        let mut response = response;
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|_| format!("`{url}`: the body was cut off"))? {
+            if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
+                return Err(over());
+            }
+            body.extend_from_slice(&chunk);
         }
         serde_json::from_slice(&body).map_err(|_| format!("`{url}` is not JSON"))
     }
@@ -331,7 +379,11 @@ fn key_of(jwk: &Jwk) -> Option<(String, Arc<Key>)> {
         return None;
     }
     let (family, algorithms) = match &jwk.algorithm {
-        AlgorithmParameters::RSA(_) => {
+        AlgorithmParameters::RSA(parameters) => {
+            // A modulus under 2048 bits can be factored: such a key vouches for nothing.
+            if rsa_bits(&parameters.n)? < 2048 {
+                return None;
+            }
             ("RSA", vec![Algorithm::RS256, Algorithm::RS384, Algorithm::RS512, Algorithm::PS256, Algorithm::PS384, Algorithm::PS512])
         }
         AlgorithmParameters::EllipticCurve(parameters) => match parameters.curve {
@@ -357,6 +409,22 @@ fn key_of(jwk: &Jwk) -> Option<(String, Arc<Key>)> {
     Some((kid, Arc::new(Key { decoding, algorithms, family })))
 }
 
+/// The bits of an RSA modulus given as base64url (its leading zero bytes not counted).
+fn rsa_bits(modulus: &str) -> Option<usize> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(modulus.trim_end_matches('=')).ok()?;
+    let significant = bytes.iter().skip_while(|byte| **byte == 0).count();
+    let top = bytes.iter().find(|byte| **byte != 0).map_or(0, |byte| 8 - byte.leading_zeros() as usize);
+    Some(significant.saturating_sub(1) * 8 + top)
+}
+
+/// A value a caller sent (a `kid`), as messages and logs show it: escaped, at most 64
+/// characters.
+fn shown(value: &str) -> String {
+    let escaped: String = value.escape_default().take(64).collect();
+    if value.escape_default().count() > 64 { format!("{escaped}…") } else { escaped }
+}
+
 /// The `alg` a JWT's header names, if it has one (for the message refusing it).
 fn unaccepted_algorithm(token: &str) -> Option<String> {
     use base64::Engine as _;
@@ -376,13 +444,16 @@ fn scopes(claims: &Map<String, Value>) -> Vec<&str> {
     }
 }
 
-/// The principal named `claim`: as is if it is a name (1 to 64 of `A-Z a-z 0-9 - _ . @`, not
-/// starting with a dot), else `sub-` and the first 16 hex digits of its SHA-256.
+/// The principal named `claim`, in a namespace of its own: `oauth:` and the claim if it is a
+/// name (1 to 64 of `A-Z a-z 0-9 - _ . @`, not starting with a dot), else `oauth#` and the first
+/// 16 hex digits of its SHA-256. No configured principal's name has a `:` or `#`, and no claim
+/// can spell a hashed name, so a token can never stand for a configured principal (even one
+/// removed at a reload, whose sessions may still be open) or for another subject.
 fn principal_name(claim: &str) -> String {
     let is_name = claim.len() <= 64
         && !claim.starts_with('.')
         && claim.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'@'));
-    if is_name { claim.to_owned() } else { format!("sub-{}", &crate::config::hex(&crate::config::token_hash(claim))[..16]) }
+    if is_name { format!("oauth:{claim}") } else { format!("oauth#{}", &crate::config::hex(&crate::config::token_hash(claim))[..16]) }
 }
 
 #[cfg(test)]
@@ -391,9 +462,16 @@ mod tests {
 
     #[test]
     fn a_claim_that_is_not_a_name_becomes_a_hash() {
-        assert_eq!(principal_name("alice@example.com"), "alice@example.com");
-        assert_eq!(principal_name("auth0|1234"), format!("sub-{}", &crate::config::hex(&crate::config::token_hash("auth0|1234"))[..16]));
-        assert!(principal_name(".hidden").starts_with("sub-"));
+        assert_eq!(principal_name("alice@example.com"), "oauth:alice@example.com");
+        assert_eq!(principal_name("auth0|1234"), format!("oauth#{}", &crate::config::hex(&crate::config::token_hash("auth0|1234"))[..16]));
+        assert!(principal_name(".hidden").starts_with("oauth#"));
+        // A claim that spells a hashed name stays a name, in the other form.
+        let hashed = principal_name("auth0|1234");
+        assert_ne!(principal_name(&hashed), hashed);
+        assert_eq!(principal_name("alice"), "oauth:alice");
+        assert_eq!(rsa_bits("AQAB"), Some(17));
+        assert_eq!(shown("a\nb"), "a\\nb");
+        assert!(shown(&"k".repeat(100)).ends_with('…'));
     }
 
     #[test]

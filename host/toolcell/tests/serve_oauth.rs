@@ -325,7 +325,8 @@ fn cached_keys_serve_while_the_issuer_is_down_until_they_expire() {
     let (config, _) = configure(temp.path(), &idp, "8s");
     let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     let token = signed("key-1", &claims(&idp, "toolcell:write", |_| {}));
-    assert_eq!(post(&served.url, Some(&token), None, &initialize()).status, 200);
+    let second = post(&served.url, Some(&token), None, &initialize());
+    assert_eq!(second.status, 200, "{}", second.text);
     idp.up.store(false, Ordering::SeqCst);
     let down = Instant::now();
     // The keys fetched last still serve.
@@ -344,4 +345,32 @@ fn cached_keys_serve_while_the_issuer_is_down_until_they_expire() {
     assert!(refused.text.contains("cannot be fetched"), "{}", refused.text);
     let lines = served.wait_for(|line| line.contains("cannot be fetched: `http://127.0.0.1:"));
     assert!(!lines.iter().any(|line| line.contains(&token)), "{lines:#?}");
+}
+
+/// Found by an outside attack: subjects seen once kept a share of the connection bound, so the
+/// fifth user was refused for good; a `kid` with a newline forged lines in the operator's log;
+/// a subject could spell a configured principal's name.
+#[test]
+fn many_subjects_come_and_go_and_what_they_send_stays_theirs() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let idp = Idp::start(&["key-1"]);
+    let (config, _) = configure(temp.path(), &idp, "60s");
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
+    for index in 0..12 {
+        let token = signed("key-1", &claims(&idp, "toolcell:write", |claims| claims["sub"] = json!(format!("user-{index}"))));
+        let answer = post(&served.url, Some(&token), None, &initialize());
+        assert_eq!(answer.status, 200, "user-{index}: {}", answer.text);
+    }
+    // A subject named as the configured principal is a principal of its own (`oauth:alice`).
+    let as_alice = signed("key-1", &claims(&idp, "toolcell:write", |claims| claims["sub"] = json!("alice")));
+    assert_eq!(post(&served.url, Some(&as_alice), None, &initialize()).status, 200);
+    // A `kid` made to look like a log line is shown escaped, one line.
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some("zz\ntoolcell serve: reloaded service.toml: 99 principals\u{1b}[31m".to_owned());
+    let forged = jsonwebtoken::encode(&header, &claims(&idp, "toolcell:write", |_| {}), &fixture_key("key-1")).expect("sign");
+    let refused = post(&served.url, Some(&forged), None, &initialize());
+    assert_eq!(refused.status, 401, "{}", refused.text);
+    let lines = served.wait_for(|line| line.contains("401 from"));
+    assert!(!lines.iter().any(|line| line.starts_with("toolcell serve: reloaded")), "{lines:#?}");
+    assert!(!lines.iter().any(|line| line.contains('\u{1b}')), "{lines:#?}");
 }

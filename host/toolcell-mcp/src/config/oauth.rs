@@ -96,20 +96,25 @@ struct RawRole {
 /// Whether `url` may be fetched from: `https`, or `http` to a loopback host only (a test's
 /// identity provider, a sidecar); the reason if not.
 pub fn check_fetchable(url: &str) -> Result<(), String> {
-    let (scheme, rest) = url.split_once("://").ok_or_else(|| format!("`{url}` is not a URL: write e.g. \"https://id.example.com\""))?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-    let host = if host.starts_with('[') {
-        host.split(']').next().map(|host| &host[1..]).unwrap_or_default()
-    } else {
-        host.split(':').next().unwrap_or_default()
-    };
-    if host.is_empty() {
+    // Parsed as the HTTP client parses it (WHATWG URL rules), so that the host judged here is
+    // the host it connects to (`http://a\\@127.0.0.1/` is `a`, not loopback).
+    let parsed = reqwest::Url::parse(url).map_err(|_| format!("`{url}` is not a URL: write e.g. \"https://id.example.com\""))?;
+    // `https:///jwks` is read as the host `jwks`; as written it names none.
+    if url.split_once("://").is_some_and(|(_, rest)| rest.starts_with(['/', '\\'])) {
         return Err(format!("`{url}` has no host"));
     }
-    match scheme {
+    let loopback = match parsed.host() {
+        None => return Err(format!("`{url}` has no host")),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(address)) => address.is_loopback(),
+        Some(url::Host::Ipv6(address)) => address.is_loopback(),
+    };
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!("`{url}` carries credentials in the URL: leave them out"));
+    }
+    match parsed.scheme() {
         "https" => Ok(()),
-        "http" if host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|address| address.is_loopback()) => Ok(()),
+        "http" if loopback => Ok(()),
         "http" => Err(format!("`{url}` is plain http to a host that is not loopback: use https")),
         _ => Err(format!("`{url}` is not an http(s) URL: write e.g. \"https://id.example.com\"")),
     }
@@ -228,6 +233,10 @@ mod tests {
             ("ftp://127.0.0.1/", false),
             ("id.example.com", false),
             ("https:///jwks", false),
+            // What the HTTP client reads as the host is what is judged.
+            ("http://192.0.2.2:18902\\@127.0.0.1/jwks", false),
+            ("http://user:pass@127.0.0.1/jwks", false),
+            ("http://127.1/jwks", true),
         ] {
             assert_eq!(check_fetchable(url).is_ok(), fetchable, "{url}");
         }

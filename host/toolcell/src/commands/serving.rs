@@ -167,14 +167,40 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     };
     let json_logs = serve.log_format == "json";
     let subscriber = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false);
-    // Only the first subscriber of the process counts; `serve` starts once.
-    let _ = if json_logs { subscriber.json().flatten_event(true).try_init() } else { subscriber.try_init() };
+    // rmcp's own lines only from warnings up: at info it names session ids (which a caller
+    // could take over a session with) and echoes what clients send, unbounded.
+    let targets = tracing_subscriber::filter::Targets::new()
+        .with_default(tracing::Level::INFO)
+        .with_target("rmcp", tracing::Level::WARN)
+        .with_target("hyper", tracing::Level::WARN);
+    {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        // Only the first subscriber of the process counts; `serve` starts once.
+        let _ = if json_logs {
+            subscriber.json().flatten_event(true).finish().with(targets).try_init()
+        } else {
+            subscriber.finish().with(targets).try_init()
+        };
+    }
     let log =
         Arc::new(if json_logs { toolcell_mcp::operator::OperatorLog::traced() } else { toolcell_mcp::operator::OperatorLog::default() });
     let runtime = Arc::new(build_serving_runtime(args, &[serve.config.as_path()], Some(&log)).context("cannot start the toolcell host")?);
     let mut hosts = std::collections::BTreeMap::new();
     for (name, directory) in &config.workspaces {
         let workspace = Workspace::open(directory).with_context(|| format!("{}: workspace `{name}`", config.file))?;
+        // A call cut off when the last run stopped is rolled back now, before anyone reads.
+        for recovery in runtime.recover(&workspace) {
+            let what = match recovery.kind {
+                toolcell_runtime::RecoveryKind::RolledBack => format!("rolled back call `{}` ({} steps)", recovery.call_id, recovery.steps),
+                _ => format!(
+                    "could not roll back call `{}`: {}",
+                    recovery.call_id,
+                    recovery.error.as_deref().unwrap_or("see the audit trail")
+                ),
+            };
+            writeln!(std::io::stderr(), "toolcell serve: workspace `{name}`: {}", toolcell_types::escape_control(&what))?;
+        }
         hosts.insert(name.clone(), toolcell_host::Host::shared(Arc::clone(&runtime), workspace, None));
     }
     let listen = serve.listen.or(config.listen).unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 8750)));
