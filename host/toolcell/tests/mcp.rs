@@ -7,27 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The Python MCP SDK version the test pins.
-const MCP_SDK: &str = "mcp==2.3.0";
-
-fn python_with_mcp() -> PathBuf {
-    if let Some(python) = std::env::var_os("TOOLCELL_TEST_PYTHON") {
-        return PathBuf::from(python);
-    }
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
-    let python = venv.join("bin/python");
-    let ready = venv.join(".installed");
-    if !ready.exists() {
-        let status = Command::new("python3").arg("-m").arg("venv").arg(&venv).status().expect("run python3 -m venv");
-        assert!(status.success(), "cannot create a virtual environment with python3");
-        let status = Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", MCP_SDK])
-            .status()
-            .expect("run pip");
-        assert!(status.success(), "cannot install {MCP_SDK} from PyPI");
-        std::fs::write(&ready, MCP_SDK).expect("mark the environment ready");
-    }
-    python
-}
+#[path = "python_mcp/mod.rs"]
+mod python_mcp;
+use python_mcp::python_with_mcp;
 
 /// Run the Python client `script` (in `tests/`) against `toolcell mcp` on `workspace`, with its
 /// state in `state`; what it printed, as JSON.
