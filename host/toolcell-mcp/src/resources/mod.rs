@@ -93,7 +93,11 @@ pub fn path_of(uri: &str) -> Option<String> {
         }
     }
     let path = String::from_utf8(bytes).ok()?;
-    (!path.is_empty()).then_some(path)
+    // One spelling per file: the workspace-relative path as `list_files` gives it (no `.`,
+    // `..` or empty part, no leading or trailing `/`), so that a subscription's key is the
+    // path its changes are told under.
+    let canonical = !path.is_empty() && path.split('/').all(|part| !part.is_empty() && part != "." && part != "..");
+    canonical.then_some(path)
 }
 
 /// The answer to a URI that names no file the role may read: missing, denied, hidden and
@@ -297,9 +301,18 @@ mod tests {
             assert_eq!(uri_of(path), uri);
             assert_eq!(path_of(uri).as_deref(), Some(path));
         }
-        for foreign in
-            ["file:///etc/passwd", "toolcell://workspace/", "toolcell://other/a", "toolcell://workspace/%zz", "toolcell://workspace/%C3"]
-        {
+        for foreign in [
+            "file:///etc/passwd",
+            "toolcell://workspace/",
+            "toolcell://other/a",
+            "toolcell://workspace/%zz",
+            "toolcell://workspace/%C3",
+            "toolcell://workspace/./a.txt",
+            "toolcell://workspace/sub/../a.txt",
+            "toolcell://workspace/a.txt/",
+            "toolcell://workspace//a.txt",
+            "toolcell://workspace/%2e%2e/a.txt",
+        ] {
             assert_eq!(path_of(foreign), None, "{foreign}");
         }
     }
