@@ -126,6 +126,8 @@ pub(crate) struct FsGuard {
     approved: std::collections::HashSet<(Access, String)>,
     /// `None`: no policy, only the workspace boundary applies.
     policy: Option<Arc<Policy>>,
+    /// Which reload of the policy `policy` is (0: the one loaded at start).
+    policy_generation: u64,
     role: String,
     /// The role as bound for this call (the rules naming its tool, the session's task);
     /// `None`: the policy's role by name.
@@ -175,6 +177,7 @@ impl FsGuard {
             audited: std::collections::HashSet::new(),
             approved: std::collections::HashSet::new(),
             policy,
+            policy_generation: 0,
             role: role.to_owned(),
             bound: None,
             approver,
@@ -205,6 +208,18 @@ impl FsGuard {
     pub(crate) fn with_role(mut self, role: Option<Arc<toolcell_policy::Role>>) -> Self {
         self.bound = role;
         self
+    }
+
+    /// Judge by the policy `in_force` (what the call took when it started).
+    pub(crate) fn with_policy(mut self, in_force: &crate::reload::InForce) -> Self {
+        self.policy.clone_from(&in_force.policy);
+        self.policy_generation = in_force.generation;
+        self
+    }
+
+    /// The policy this call goes by, as it took it when it started.
+    pub(crate) fn in_force(&self) -> crate::reload::InForce {
+        crate::reload::InForce { generation: self.policy_generation, policy: self.policy.clone() }
     }
 
     /// The role as bound for this call, if one was given.
