@@ -356,3 +356,25 @@ fn host_files_planted_as_links_or_devices_are_not_read() {
     assert_eq!(search.result.expect("searched by a walk").text, "a.txt");
     assert!(started.elapsed() < std::time::Duration::from_secs(60), "nothing hung");
 }
+
+#[test]
+fn a_file_with_several_hard_links_is_not_offered_as_readable_by_inspect() {
+    let Governed { runtime, workspace, root, state, .. } = &governed(DROPBOX_POLICY, &[("a.txt", "alone\n"), ("b.txt", "twice\n")]);
+    std::fs::hard_link(root.join("b.txt"), root.join("b-again.txt")).expect("hard link");
+    // Reading it is refused, under either name.
+    let read = call(runtime, workspace, "read_file", &json!({"path": "b.txt"}));
+    assert!(read.result.is_err() && read.denials.iter().any(|denial| denial.event.rule == "hard-link"), "{:?}", read.result);
+    // `inspect` (here through `file_info`) judges it as the read is judged, with the guard's
+    // reason, and the refusal is audited like any other.
+    for path in ["b.txt", "b-again.txt"] {
+        let info = call(runtime, workspace, "file_info", &json!({"path": path}));
+        let error = info.result.as_ref().expect_err("file_info of a hard-linked file is refused");
+        assert_eq!(error.kind, toolcell_types::ToolErrorKind::Denied, "{error:?}");
+        assert!(error.message.contains("hard links") && error.message.contains(path), "{}", error.message);
+        assert!(info.denials.iter().any(|denial| denial.event.rule == "hard-link"), "{:?}", info.denials);
+        assert_audited(state, &info, &format!("file_info of `{path}`"));
+    }
+    // A file with one link still reads `allow`.
+    let info = call(runtime, workspace, "file_info", &json!({"path": "a.txt"})).result.expect("file_info").structured.expect("structured");
+    assert_eq!(info["access"]["read"], "allow", "{info}");
+}

@@ -66,6 +66,13 @@ impl FsGuard {
         if self.check_lookup("inspect", &canonical, Some(metadata.is_dir())).is_err() {
             return Err(self.last_refusal(ToolErrorKind::Denied));
         }
+        // A file with several hard links is never opened (`refuse_linked`): its facts say so
+        // as the guard would, with the guard's reason, so no listing offers it as readable.
+        let links = cap_std::fs::MetadataExt::nlink(&metadata);
+        if metadata.is_file() && links > 1 {
+            self.refuse_linked("inspect", &canonical, Access::Read, links);
+            return Err(self.last_refusal(ToolErrorKind::Denied));
+        }
         use cap_std::fs::PermissionsExt as _;
         Ok(Inspected {
             mode: metadata.permissions().mode(),
