@@ -378,3 +378,49 @@ fn a_file_with_several_hard_links_is_not_offered_as_readable_by_inspect() {
     let info = call(runtime, workspace, "file_info", &json!({"path": "a.txt"})).result.expect("file_info").structured.expect("structured");
     assert_eq!(info["access"]["read"], "allow", "{info}");
 }
+
+/// A policy whose rules are named as the host names its own judgments.
+const LOOKALIKE_POLICY: &str = r#"
+version = 1
+
+[roles.impl]
+tools = ["*"]
+
+[[roles.impl.rules]]
+id = "all"
+access = ["read", "list", "write", "delete"]
+paths = ["**"]
+effect = "allow"
+
+[[roles.impl.rules]]
+id = "read-only-call"
+access = ["read", "write"]
+paths = ["a.txt"]
+effect = "deny"
+
+[[roles.impl.rules]]
+id = "protected:.toolcell-*"
+access = ["read", "write"]
+paths = ["b.txt"]
+effect = "deny"
+
+[[roles.impl.rules]]
+id = "default-deny"
+access = ["read", "write"]
+paths = ["c.txt"]
+effect = "deny"
+"#;
+
+#[test]
+fn a_refusal_is_worded_from_what_decided_it_not_from_the_rule_name() {
+    let Governed { runtime, workspace, .. } = &governed(LOOKALIKE_POLICY, &[("a.txt", "a\n"), ("b.txt", "b\n"), ("c.txt", "c\n")]);
+    for (path, rule, line) in [("a.txt", "read-only-call", 13), ("b.txt", "protected:.toolcell-*", 19), ("c.txt", "default-deny", 25)] {
+        let read = call(runtime, workspace, "read_file", &json!({"path": path}));
+        let message = &read.result.as_ref().expect_err("denied by the policy's rule").message;
+        assert!(
+            message.contains(&format!("read of `{path}` is denied for role `impl` by rule `{rule}`, dropbox.toml line {line}")),
+            "{message}"
+        );
+        assert!(read.denials.iter().any(|denial| denial.event.rule == rule), "{:?}", read.denials);
+    }
+}

@@ -364,7 +364,13 @@ impl FsGuard {
     /// Decide `access` to the canonical `path`.
     fn check(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
         self.within_deadline()?;
-        let decision = self.decide(access, path);
+        // The refusal is worded from the typed judgment, while it is at hand.
+        let (decision, denial) = {
+            let judgment = self.judgment(access, path);
+            let decision = judgment.to_decision();
+            let denial = (decision.effect == Effect::Deny).then(|| self.denial_message(access, path, &judgment));
+            (decision, denial)
+        };
         let mut event =
             FsEvent { operation, path: path.to_owned(), access, effect: decision.effect, rule: decision.rule.clone(), asked: false };
         if decision.effect == Effect::Ask {
@@ -386,8 +392,7 @@ impl FsGuard {
                 return Err(self.refuse(event, message));
             }
         }
-        if event.effect == Effect::Deny {
-            let message = self.denial_message(access, path, &decision);
+        if let Some(message) = denial {
             return Err(self.refuse(event, message));
         }
         if matches!(access, Access::Write | Access::Delete) {
