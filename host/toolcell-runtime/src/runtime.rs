@@ -36,17 +36,7 @@ pub struct LoadedComponent {
     pub imports: Vec<String>,
 }
 
-/// A plugin that could not be loaded and that the policy does not need: left out, never
-/// callable, and named in a warning.
-#[derive(Debug, Clone)]
-pub struct SkippedPlugin {
-    /// Where it came from (`plugin:line_count.wasm`).
-    pub origin: String,
-    /// Its tool's name, or its file's name when it did not get as far as describing itself.
-    pub tool: String,
-    /// Why it could not be loaded, on one line.
-    pub reason: String,
-}
+pub use toolcell_outcome::SkippedPlugin;
 
 pub(crate) struct LoadedTool {
     pub(crate) info: ToolInfo,

@@ -14,7 +14,6 @@ use toolcell_state::{AuditLog, LockStore};
 use wasmtime::Engine;
 
 use super::load::{Linking, Prepared, load_all, prepare, read_plugins};
-use super::skip::{PluginFailures, tool_of_file};
 use super::{ComponentSource, PolicySource, RuntimeBuilder};
 use crate::capabilities::CallState;
 use crate::engine::{self, ComponentCache, LoadProgress};
@@ -24,6 +23,7 @@ use crate::pages::release_pages;
 use crate::runtime::{HostOwned, LoadedComponent, LoadedTool, Runtime, ToolKind};
 use crate::{capabilities, native};
 use toolcell_args::adapters;
+use toolcell_outcome::plugins::{PluginFailures, tool_of_file};
 
 /// The policy file's name (never a host path: it reaches agents in refusals) and its text.
 type PolicyText = Option<(String, String)>;

@@ -3,7 +3,6 @@
 
 mod build;
 mod load;
-mod skip;
 
 pub(crate) use build::{compile_policy, policy_name};
 

@@ -62,40 +62,7 @@ pub trait Approver: Send + Sync {
     fn approve(&self, role: &str, access: Access, path: &str, rule: &str) -> bool;
 }
 
-/// One decision the guard made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FsEvent {
-    /// The WASI operation (`open-at`, `unlink-file-at`, ...).
-    pub operation: &'static str,
-    /// The canonical workspace-relative path, or the path as the component wrote it if it
-    /// leads outside the workspace.
-    pub path: String,
-    /// What the operation does to the path.
-    pub access: Access,
-    /// What was decided (an approved `ask` is `allow`).
-    pub effect: Effect,
-    /// The deciding rule, `default-deny`, `protected:...`, `workspace-boundary`, `hard-link`
-    /// or `symlink-target`.
-    pub rule: String,
-    /// Whether the policy asked and the approver answered.
-    pub asked: bool,
-}
-
-/// The rule of a refusal to act through a handle whose object was moved or replaced since it
-/// was opened.
-pub(crate) const DESCRIPTOR_MOVED: &str = "descriptor-moved";
-
-/// A refusal, with the message the agent sees.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denial {
-    /// The decision.
-    pub event: FsEvent,
-    /// Why, and what to do: names the path and the rule, never a host path.
-    pub message: String,
-    /// `denied` (the policy or the sandbox) or `conflict` (a lock, or a file changed since the
-    /// session read it).
-    pub kind: ToolErrorKind,
-}
+pub use toolcell_outcome::{DESCRIPTOR_MOVED, Denial, FsEvent};
 
 /// Where the guard writes its records, and who the call is for.
 pub(crate) struct AuditSink {
