@@ -359,20 +359,26 @@ fn host_files_planted_as_links_or_devices_are_not_read() {
 
 #[test]
 fn a_file_with_several_hard_links_is_not_offered_as_readable_by_inspect() {
-    let Governed { runtime, workspace, root, state, .. } = &governed(DROPBOX_POLICY, &[("a.txt", "alone\n"), ("b.txt", "twice\n")]);
+    let Governed { runtime, workspace, root, .. } = &governed(DROPBOX_POLICY, &[("a.txt", "alone\n"), ("b.txt", "twice\n")]);
     std::fs::hard_link(root.join("b.txt"), root.join("b-again.txt")).expect("hard link");
     // Reading it is refused, under either name.
     let read = call(runtime, workspace, "read_file", &json!({"path": "b.txt"}));
     assert!(read.result.is_err() && read.denials.iter().any(|denial| denial.event.rule == "hard-link"), "{:?}", read.result);
-    // `inspect` (here through `file_info`) judges it as the read is judged, with the guard's
-    // reason, and the refusal is audited like any other.
+    // `inspect` (here through `file_info`) judges it as the guard judges each access, and
+    // says why beside the result (the tool's own attempt to read the file is refused as any).
     for path in ["b.txt", "b-again.txt"] {
         let info = call(runtime, workspace, "file_info", &json!({"path": path}));
-        let error = info.result.as_ref().expect_err("file_info of a hard-linked file is refused");
-        assert_eq!(error.kind, toolcell_types::ToolErrorKind::Denied, "{error:?}");
-        assert!(error.message.contains("hard links") && error.message.contains(path), "{}", error.message);
-        assert!(info.denials.iter().any(|denial| denial.event.rule == "hard-link"), "{:?}", info.denials);
-        assert_audited(state, &info, &format!("file_info of `{path}`"));
+        let output = info.result.as_ref().expect("file_info of a hard-linked file answers");
+        let access = &output.structured.as_ref().expect("structured")["access"];
+        assert_eq!((&access["read"], &access["write"], &access["delete"]), (&json!("deny"), &json!("deny"), &json!("deny")), "{access}");
+        assert!(
+            info.warnings.iter().any(|warning| warning.contains(&format!("`{path}` has 2 hard links")))
+                && output.text.contains("hard links"),
+            "{:?} {}",
+            info.warnings,
+            output.text
+        );
+        assert!(info.denials.iter().all(|denial| denial.event.rule == "hard-link"), "{:?}", info.denials);
     }
     // A file with one link still reads `allow`.
     let info = call(runtime, workspace, "file_info", &json!({"path": "a.txt"})).result.expect("file_info").structured.expect("structured");

@@ -66,14 +66,21 @@ impl FsGuard {
         if self.check_lookup("inspect", &canonical, Some(metadata.is_dir())).is_err() {
             return Err(self.last_refusal(ToolErrorKind::Denied));
         }
-        // A file with several hard links is never opened (`refuse_linked`): its facts say so
-        // as the guard would, with the guard's reason, so no listing offers it as readable.
+        use cap_std::fs::PermissionsExt as _;
+        // A file with several hard links is never opened under any of its names
+        // (`refuse_linked`, `check_single_link`): its facts say so as the guard would judge
+        // each access, and the reason goes to the agent beside the result, so no listing
+        // built on them offers it as readable. Nothing was refused yet: nothing is recorded.
         let links = cap_std::fs::MetadataExt::nlink(&metadata);
         if metadata.is_file() && links > 1 {
-            self.refuse_linked("inspect", &canonical, Access::Read, links);
-            return Err(self.last_refusal(ToolErrorKind::Denied));
+            let warning = format!(
+                "Note: `{shown}` has {links} hard links, so it is not opened under any of its names (reading, writing and deleting it are refused): its other names may lie outside the workspace or where your role may not go. Ask the operator to replace it with a copy (or remove its other links)."
+            );
+            if !self.warnings.contains(&warning) {
+                self.warnings.push(warning);
+            }
+            return Ok(Inspected { mode: metadata.permissions().mode(), read: Effect::Deny, write: Effect::Deny, delete: Effect::Deny });
         }
-        use cap_std::fs::PermissionsExt as _;
         Ok(Inspected {
             mode: metadata.permissions().mode(),
             read: self.decide(read, &canonical).effect,
