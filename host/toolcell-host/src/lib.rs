@@ -88,7 +88,8 @@ pub fn builtin_runtime() -> RuntimeBuilder {
 /// The tools `role` may call on `runtime`, sorted by name: all of them without a policy, none
 /// for a role the policy does not define.
 pub fn tools_for_role<'a>(runtime: &'a Runtime, role: &str) -> Vec<&'a ToolInfo> {
-    let policy_role = runtime.policy().map(|policy| policy.role(role));
+    let policy = runtime.policy();
+    let policy_role = policy.as_deref().map(|policy| policy.role(role));
     runtime
         .tools()
         .filter(|tool| match policy_role {

@@ -500,7 +500,7 @@ pub async fn serve_http(
                     Some(config) = reloads.recv() => {
                         let said = match service.reload(&config) {
                             Ok(count) => format!(
-                                "toolcell serve: reloaded {}: {count} principals (sessions kept; workspaces, bounds, [oauth] and the policy take a restart)",
+                                "toolcell serve: reloaded {}: {count} principals (sessions kept; workspaces, bounds and [oauth] take a restart)",
                                 config.file
                             ),
                             Err(reason) => format!("toolcell serve: not reloaded, the principals in use are kept: {reason}"),

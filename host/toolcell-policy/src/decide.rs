@@ -65,10 +65,39 @@ pub(crate) enum Source<'a> {
     DefaultDeny,
 }
 
-impl Verdict<'_> {
+/// What decided a [`Verdict`], typed: a host words its refusal from this, never from the
+/// decision's rule string (a rule's id is the policy author's, and may be any word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy<'a> {
+    /// The role's rule `id`, at `line` of the policy file.
+    Rule {
+        /// The rule's id.
+        id: &'a str,
+        /// Its line in the policy file.
+        line: usize,
+    },
+    /// A protected path no rule names explicitly (only modifications are protected).
+    Protected {
+        /// The protected pattern.
+        pattern: &'a str,
+    },
+    /// No rule matched: default deny.
+    DefaultDeny,
+}
+
+impl<'a> Verdict<'a> {
     /// Allow, ask or deny.
     pub fn effect(&self) -> Effect {
         self.effect
+    }
+
+    /// What decided it.
+    pub fn decided_by(&self) -> DecidedBy<'a> {
+        match self.source {
+            Source::Rule(rule) => DecidedBy::Rule { id: &rule.id, line: rule.line },
+            Source::Protected(protected) => DecidedBy::Protected { pattern: &protected.pattern },
+            Source::DefaultDeny => DecidedBy::DefaultDeny,
+        }
     }
 
     /// The decision, owning its rule's id.

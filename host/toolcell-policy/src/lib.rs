@@ -451,7 +451,7 @@ pub use parse::stub_imports;
 pub use registry::{RegistrySettings, registry_settings};
 
 pub use bind::{TaskBinding, canonical_tool_name};
-pub use decide::Verdict;
+pub use decide::{DecidedBy, Verdict};
 pub use index::{PathGlob, join_lexically};
 
 use bind::{is_templated, substitute, unknown_variable};

@@ -6,15 +6,7 @@ use std::sync::{Arc, Mutex};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
-/// What a component wrote to stdout or stderr: the first `capacity` bytes, and how many more
-/// were dropped.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Captured {
-    /// The kept bytes.
-    pub bytes: Vec<u8>,
-    /// Bytes written past the capacity and dropped.
-    pub dropped: u64,
-}
+pub use toolcell_outcome::Captured;
 
 /// A capture pipe that keeps the first `capacity` bytes and counts the rest. Unlike a pipe
 /// that fails when full, it never breaks the guest's `println!`.

@@ -40,6 +40,7 @@ mod pages;
 mod stubs;
 
 // The runtime every call shares, and the workspace a call may touch.
+mod reload;
 mod runtime;
 mod workspace;
 

@@ -36,17 +36,7 @@ pub struct LoadedComponent {
     pub imports: Vec<String>,
 }
 
-/// A plugin that could not be loaded and that the policy does not need: left out, never
-/// callable, and named in a warning.
-#[derive(Debug, Clone)]
-pub struct SkippedPlugin {
-    /// Where it came from (`plugin:line_count.wasm`).
-    pub origin: String,
-    /// Its tool's name, or its file's name when it did not get as far as describing itself.
-    pub tool: String,
-    /// Why it could not be loaded, on one line.
-    pub reason: String,
-}
+pub use toolcell_outcome::SkippedPlugin;
 
 pub(crate) struct LoadedTool {
     pub(crate) info: ToolInfo,
@@ -64,15 +54,16 @@ pub(crate) enum ToolKind {
     Adapter(adapters::Adapter),
 }
 
-/// A role bound for a call: the role, the tool, the session's task.
-pub(crate) type BoundRoleKey = (String, String, Option<TaskBinding>);
+/// A role bound for a call: the policy's generation, the role, the tool, the session's task.
+pub(crate) type BoundRoleKey = (u64, String, String, Option<TaskBinding>);
 
 /// Loaded tool components, ready to run calls. Cheap to share between threads.
 pub struct Runtime {
     pub(crate) engine: Engine,
     pub(crate) tools: BTreeMap<String, LoadedTool>,
     pub(crate) loaded: Vec<LoadedComponent>,
-    pub(crate) policy: Option<Arc<Policy>>,
+    /// The policy in force: replaced whole by [`Runtime::reload_policy`].
+    pub(crate) policy: crate::reload::PolicySlot,
     /// What the host itself reads and trusts (state directory, cache and its key, plugin
     /// directory, policy file), canonical: no call may change it.
     pub(crate) host_owned: Vec<HostOwned>,
@@ -129,9 +120,9 @@ impl Runtime {
         self.audit.as_deref()
     }
 
-    /// The policy governing calls, if any.
-    pub fn policy(&self) -> Option<&Policy> {
-        self.policy.as_deref()
+    /// The policy governing calls that start now, if any (a reload replaces it).
+    pub fn policy(&self) -> Option<Arc<Policy>> {
+        self.policy.current()
     }
 
     /// The changes `session` made to files of `workspace` that its undo records still hold,
@@ -153,13 +144,20 @@ impl Runtime {
     }
 
     /// The role `role` as it stands for a call of `tool` by a session bound to `task`
-    /// ([`Policy::bind`]), cached; `None` without a policy or for an unknown role.
-    pub(crate) fn bound_role(&self, role: &str, tool: &str, task: Option<&TaskBinding>) -> Option<Arc<toolcell_policy::Role>> {
-        let policy = self.policy.as_ref()?;
+    /// under the policy `in_force` ([`Policy::bind`]), cached; `None` without a policy or for
+    /// an unknown role.
+    pub(crate) fn bound_role(
+        &self,
+        in_force: &crate::reload::InForce,
+        role: &str,
+        tool: &str,
+        task: Option<&TaskBinding>,
+    ) -> Option<Arc<toolcell_policy::Role>> {
+        let policy = in_force.policy.as_ref()?;
         if !policy.role(role)?.has_scoped_rules() {
             return policy.bind(role, tool, None);
         }
-        let key = (role.to_owned(), tool.to_owned(), task.cloned());
+        let key = (in_force.generation, role.to_owned(), tool.to_owned(), task.cloned());
         let mut cache = self.bound_roles.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(bound) = cache.get(&key) {
             return Some(Arc::clone(bound));

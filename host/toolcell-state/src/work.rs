@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::storage::{KEY_BYTES, load_or_create_key};
 use crate::{Error, STATE_KEY_FILE, StateDir, StateKey};
 
 /// Prefix of private work directories: `toolcell-<pid>-<nanos>`.
@@ -45,19 +44,19 @@ fn remove_orphans(temp: &Path) {
     }
 }
 
-/// Where journals and undo records go, and the key that authenticates the journals: the state
-/// directory and its key, or a private temporary directory with a key of its own, removed when
-/// this is dropped.
+/// Where journals and undo records go, laid out as [`StateDir`] lays out a state directory
+/// (one owner of the layout): the state directory itself, or a private temporary directory
+/// opened as one (with a key of its own), removed when this is dropped.
 #[derive(Debug)]
 pub struct WorkDir {
-    path: PathBuf,
-    temporary: bool,
+    state: StateDir,
     key: StateKey,
+    temporary: bool,
 }
 
 impl WorkDir {
     /// The state directory `state` (opened, so its key is read already), or without one a new
-    /// private temporary directory (`rwx------`) and a new key in it.
+    /// private temporary directory (`rwx------`) opened as a state directory.
     ///
     /// # Errors
     ///
@@ -70,7 +69,7 @@ impl WorkDir {
                 path: state.join(STATE_KEY_FILE),
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "the state directory has no key"),
             })?;
-            return Ok(WorkDir { path: state.path().to_path_buf(), temporary: false, key });
+            return Ok(WorkDir { state, key, temporary: false });
         }
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_nanos()).unwrap_or(0);
         let temp = std::env::temp_dir();
@@ -80,11 +79,21 @@ impl WorkDir {
         std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
             .create(&path)
             .map_err(|source| Error::Audit { path: temp, source })?;
-        // Removed again (when dropped) if its key cannot be made.
-        let mut work = WorkDir { path, temporary: true, key: [0; KEY_BYTES] };
-        let key_path = work.path.join(STATE_KEY_FILE);
-        work.key = load_or_create_key(&key_path, "the state key", |source| Error::State { path: key_path.clone(), source })?;
-        Ok(work)
+        // Removed again if it cannot be opened as a state directory (its key made).
+        let opened = StateDir::open(&path).and_then(|state| {
+            let key = state.key().copied().ok_or_else(|| Error::State {
+                path: state.join(STATE_KEY_FILE),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "the work directory has no key"),
+            })?;
+            Ok((state, key))
+        });
+        match opened {
+            Ok((state, key)) => Ok(WorkDir { state, key, temporary: true }),
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&path);
+                Err(error)
+            }
+        }
     }
 
     /// The key the journals here are authenticated with.
@@ -94,19 +103,24 @@ impl WorkDir {
 
     /// The directory.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.state.path()
+    }
+
+    /// The directory as a state directory: every name in it is [`StateDir`]'s.
+    pub fn state(&self) -> &StateDir {
+        &self.state
     }
 
     /// Its journals' directory.
     pub fn journals(&self) -> PathBuf {
-        self.path.join(crate::JOURNAL_DIR)
+        self.state.join(crate::JOURNAL_DIR)
     }
 }
 
 impl Drop for WorkDir {
     fn drop(&mut self) {
         if self.temporary {
-            let _ = std::fs::remove_dir_all(&self.path);
+            let _ = std::fs::remove_dir_all(self.state.path());
         }
     }
 }

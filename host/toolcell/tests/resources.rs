@@ -453,3 +453,49 @@ fn base64_decode(text: &str) -> Vec<u8> {
     }
     bytes
 }
+
+#[test]
+fn a_file_with_several_hard_links_is_not_listed_as_a_resource() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let workspace = temp.path().join("workspace");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("alone.txt"), "one name\n").expect("write");
+    std::fs::write(workspace.join("linked.txt"), "two names\n").expect("write");
+    std::fs::hard_link(workspace.join("linked.txt"), workspace.join("linked-again.txt")).expect("hard link");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .arg("--cache-dir")
+        .arg(toolcell_tests::shared_cache_dir())
+        .arg("--state-dir")
+        .arg(temp.path().join("state"))
+        .args(["mcp", "--workspace"])
+        .arg(&workspace)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start toolcell mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut exchange = |message: Value| -> Option<Value> {
+        writeln!(stdin, "{message}").expect("send");
+        message.get("id")?;
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("receive");
+        Some(serde_json::from_str(&line).expect("a JSON-RPC answer"))
+    };
+    exchange(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}))
+    .expect("answer");
+    exchange(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let listed = exchange(json!({"jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {}})).expect("answer");
+    let uris: Vec<&str> =
+        listed["result"]["resources"].as_array().expect("resources").iter().filter_map(|resource| resource["uri"].as_str()).collect();
+    // Every read of it is refused, under either name: it is not offered.
+    assert_eq!(uris, ["toolcell://workspace/alone.txt"], "{listed}");
+    let subscribed =
+        exchange(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/subscribe", "params": {"uri": "toolcell://workspace/linked.txt"}}))
+            .expect("answer");
+    assert!(subscribed.get("error").is_some(), "{subscribed}");
+    drop(stdin);
+    let _ = child.wait();
+}

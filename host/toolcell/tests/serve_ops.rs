@@ -374,3 +374,63 @@ fn the_same_service_speaks_2026_07_28_stateless_beside_2025_06_18_and_2025_03_26
         assert!(status == 200 && text.contains(&format!("\"protocolVersion\":\"{version}\"")), "{version}: {status} {text}");
     }
 }
+
+/// A policy whose `impl` role may read everything but the files `denied` names.
+fn reading_policy(denied: &str) -> String {
+    format!(
+        "version = 1\n[roles.impl]\ntools = [\"read_file\"]\n[[roles.impl.rules]]\nid = \"all\"\naccess = [\"read\", \"list\"]\npaths = [\"**\"]\neffect = \"allow\"\n[[roles.impl.rules]]\nid = \"closed\"\naccess = [\"read\", \"list\"]\npaths = [{denied}]\neffect = \"deny\"\n"
+    )
+}
+
+#[test]
+fn on_sighup_the_policy_is_reloaded_for_new_calls_sessions_stay_and_a_broken_policy_changes_nothing() {
+    use serde_json::json;
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, alice) = fixture(temp.path());
+    let policy = temp.path().join("policy.toml");
+    std::fs::write(&policy, reading_policy("\"nothing\"")).expect("policy");
+    let served = serve(&config, &temp.path().join("state"), &[std::ffi::OsStr::new("--policy"), policy.as_os_str()]);
+    let hangup = || {
+        let status = std::process::Command::new("kill").args(["-HUP", &served.child.id().to_string()]).status().expect("kill");
+        assert!(status.success());
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "ops", "version": "1"}}});
+    let (_, session, _) = post(&served.url, &alice, None, &initialize);
+    let session = session.expect("a session");
+    post(&served.url, &alice, Some(&session), &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let read = |id: u64| {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "notes.txt"}}});
+        let (status, _, text) = post(&served.url, &alice, Some(&session), &call);
+        assert_eq!(status, 200, "{text}");
+        text
+    };
+    let before = read(1);
+    assert!(before.contains("hello") && !before.contains("denied"), "{before}");
+
+    // The file is closed: the same session's next call is refused by the new rule.
+    std::fs::write(&policy, reading_policy("\"notes.txt\"")).expect("policy");
+    hangup();
+    served.wait_for(|line| line.starts_with("toolcell serve: reloaded the policy policy.toml: calls that start from now on go by it"));
+    let after = read(2);
+    assert!(!after.contains("hello") && after.contains("closed"), "{after}");
+
+    // A policy that does not parse changes nothing (the file stays closed), and the operator
+    // is told why.
+    std::fs::write(&policy, "version = 1\n[roles.impl\n").expect("policy");
+    hangup();
+    served.wait_for(|line| {
+        line.starts_with("toolcell serve: policy not reloaded, the one in use is kept: cannot load the policy: policy.toml line 2")
+    });
+    let kept = read(3);
+    assert!(!kept.contains("hello") && kept.contains("closed"), "{kept}");
+
+    // A policy naming a tool that is not loaded is refused all the same, the name escaped.
+    std::fs::write(&policy, reading_policy("\"nothing\"").replace("[\"read_file\"]", "[\"read_file\", \"no_such\\u001btool\"]"))
+        .expect("policy");
+    hangup();
+    let lines = served.wait_for(|line| line.contains("policy not reloaded") && line.contains("no_such"));
+    let said = lines.iter().find(|line| line.contains("no_such")).expect("the line");
+    assert!(!said.contains('\u{1b}') && said.contains("policy.toml"), "{said}");
+    assert!(!read(4).contains("hello"));
+}

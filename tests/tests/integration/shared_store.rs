@@ -331,3 +331,21 @@ fn while_the_database_is_down_writes_fail_closed_reads_go_on_and_work_resumes() 
     assert!(chain.contains(&read.call_id), "the read made while the store was down is in the chain");
     assert_eq!(std::fs::read_to_string(&spool).unwrap_or_default(), "");
 }
+
+#[test]
+fn a_shared_store_without_a_state_directory_is_a_configuration_error() {
+    // Never connected: the builder refuses before anything is opened.
+    let store = Arc::new(PostgresStore::open("postgresql://toolcell@127.0.0.1:1/toolcell").expect("the URL parses"));
+    let built = builtin_runtime_builder()
+        .policy("policy.toml", TEST_POLICY)
+        .shared_store(Arc::clone(&store) as Arc<dyn toolcell_runtime::LockBackend>, store as Arc<dyn toolcell_runtime::AuditBackend>)
+        .build();
+    let Err(error) = built else { panic!("a shared store without a state directory must not build") };
+    assert!(matches!(error, toolcell_runtime::Error::Configuration { .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.starts_with("a shared store (`shared_store`) was given without a state directory (`audit_dir`)")
+            && text.contains("give the state directory too (`RuntimeBuilder::audit_dir`, `--state-dir` on the command line)"),
+        "{text}"
+    );
+}

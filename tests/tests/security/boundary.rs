@@ -356,3 +356,77 @@ fn host_files_planted_as_links_or_devices_are_not_read() {
     assert_eq!(search.result.expect("searched by a walk").text, "a.txt");
     assert!(started.elapsed() < std::time::Duration::from_secs(60), "nothing hung");
 }
+
+#[test]
+fn a_file_with_several_hard_links_is_not_offered_as_readable_by_inspect() {
+    let Governed { runtime, workspace, root, .. } = &governed(DROPBOX_POLICY, &[("a.txt", "alone\n"), ("b.txt", "twice\n")]);
+    std::fs::hard_link(root.join("b.txt"), root.join("b-again.txt")).expect("hard link");
+    // Reading it is refused, under either name.
+    let read = call(runtime, workspace, "read_file", &json!({"path": "b.txt"}));
+    assert!(read.result.is_err() && read.denials.iter().any(|denial| denial.event.rule == "hard-link"), "{:?}", read.result);
+    // `inspect` (here through `file_info`) judges it as the guard judges each access, and
+    // says why beside the result (the tool's own attempt to read the file is refused as any).
+    for path in ["b.txt", "b-again.txt"] {
+        let info = call(runtime, workspace, "file_info", &json!({"path": path}));
+        let output = info.result.as_ref().expect("file_info of a hard-linked file answers");
+        let access = &output.structured.as_ref().expect("structured")["access"];
+        assert_eq!((&access["read"], &access["write"], &access["delete"]), (&json!("deny"), &json!("deny"), &json!("deny")), "{access}");
+        assert!(
+            info.warnings.iter().any(|warning| warning.contains(&format!("`{path}` has 2 hard links")))
+                && output.text.contains("hard links"),
+            "{:?} {}",
+            info.warnings,
+            output.text
+        );
+        assert!(info.denials.iter().all(|denial| denial.event.rule == "hard-link"), "{:?}", info.denials);
+    }
+    // A file with one link still reads `allow`.
+    let info = call(runtime, workspace, "file_info", &json!({"path": "a.txt"})).result.expect("file_info").structured.expect("structured");
+    assert_eq!(info["access"]["read"], "allow", "{info}");
+}
+
+/// A policy whose rules are named as the host names its own judgments.
+const LOOKALIKE_POLICY: &str = r#"
+version = 1
+
+[roles.impl]
+tools = ["*"]
+
+[[roles.impl.rules]]
+id = "all"
+access = ["read", "list", "write", "delete"]
+paths = ["**"]
+effect = "allow"
+
+[[roles.impl.rules]]
+id = "read-only-call"
+access = ["read", "write"]
+paths = ["a.txt"]
+effect = "deny"
+
+[[roles.impl.rules]]
+id = "protected:.toolcell-*"
+access = ["read", "write"]
+paths = ["b.txt"]
+effect = "deny"
+
+[[roles.impl.rules]]
+id = "default-deny"
+access = ["read", "write"]
+paths = ["c.txt"]
+effect = "deny"
+"#;
+
+#[test]
+fn a_refusal_is_worded_from_what_decided_it_not_from_the_rule_name() {
+    let Governed { runtime, workspace, .. } = &governed(LOOKALIKE_POLICY, &[("a.txt", "a\n"), ("b.txt", "b\n"), ("c.txt", "c\n")]);
+    for (path, rule, line) in [("a.txt", "read-only-call", 13), ("b.txt", "protected:.toolcell-*", 19), ("c.txt", "default-deny", 25)] {
+        let read = call(runtime, workspace, "read_file", &json!({"path": path}));
+        let message = &read.result.as_ref().expect_err("denied by the policy's rule").message;
+        assert!(
+            message.contains(&format!("read of `{path}` is denied for role `impl` by rule `{rule}`, dropbox.toml line {line}")),
+            "{message}"
+        );
+        assert!(read.denials.iter().any(|denial| denial.event.rule == rule), "{:?}", read.denials);
+    }
+}

@@ -31,7 +31,8 @@ pub(crate) fn complete(session: &Session, request: &CompleteRequestParams) -> Re
     let typed = request.argument.value.as_str();
     let (files, _) = listing(session)?;
     let runtime = session.host().runtime();
-    let role = runtime.policy().map(|policy| (policy, policy.role(session.role())));
+    let policy = runtime.policy();
+    let role = policy.as_deref().map(|policy| (policy, policy.role(session.role())));
     let readable = |path: &str| match role {
         None => true,
         Some((_, None)) => false,

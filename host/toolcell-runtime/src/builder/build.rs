@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use toolcell_policy::{Policy, PolicyError, ToolMentions};
@@ -13,7 +14,6 @@ use toolcell_state::{AuditLog, LockStore};
 use wasmtime::Engine;
 
 use super::load::{Linking, Prepared, load_all, prepare, read_plugins};
-use super::skip::{PluginFailures, tool_of_file};
 use super::{ComponentSource, PolicySource, RuntimeBuilder};
 use crate::capabilities::CallState;
 use crate::engine::{self, ComponentCache, LoadProgress};
@@ -23,6 +23,7 @@ use crate::pages::release_pages;
 use crate::runtime::{HostOwned, LoadedComponent, LoadedTool, Runtime, ToolKind};
 use crate::{capabilities, native};
 use toolcell_args::adapters;
+use toolcell_outcome::plugins::{PluginFailures, tool_of_file};
 
 /// The policy file's name (never a host path: it reaches agents in refusals) and its text.
 type PolicyText = Option<(String, String)>;
@@ -75,7 +76,7 @@ impl RuntimeBuilder {
         let mut tools = self.load_components(&engine, &stub_rules, &mut failures)?;
         add_host_tools(&mut tools, &mut failures)?;
         tools.warnings.extend(failures.warnings());
-        let policy = compile_policy(policy_text, &tools)?;
+        let policy = compile_policy(policy_text, &tools.by_name, &tools.components)?;
         self.check_configuration()?;
         let state = self.open_state(&mut host_owned)?;
         Ok(self.assemble(engine, tools, policy, host_owned, failures.skipped, state))
@@ -133,10 +134,7 @@ impl RuntimeBuilder {
             Some(PolicySource::File(path)) => {
                 host_owned.push(HostOwned::new(&path, false));
                 let text = std::fs::read_to_string(&path).map_err(|source| Error::PolicyFile { path: path.clone(), source })?;
-                // Named by its file name alone: the name reaches agents in refusals, and a
-                // host path must not.
-                let name = path.file_name().map_or_else(|| "policy.toml".to_owned(), |name| name.to_string_lossy().into_owned());
-                Some((name, text))
+                Some((policy_name(&path), text))
             }
             None => None,
         })
@@ -282,7 +280,7 @@ impl RuntimeBuilder {
             engine: engine.engine,
             tools: tools.by_name,
             loaded: tools.components,
-            policy,
+            policy: crate::reload::PolicySlot::new(policy),
             host_owned,
             warnings: tools.warnings,
             skipped,
@@ -334,16 +332,26 @@ fn add_host_tools(tools: &mut Tools, failures: &mut PluginFailures<'_>) -> Resul
     Ok(())
 }
 
+/// A policy file's name in refusals and audit records: its file name alone (the name reaches
+/// agents, and a host path must not).
+pub(crate) fn policy_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| "policy.toml".to_owned(), |name| name.to_string_lossy().into_owned())
+}
+
 /// The policy compiled against the loaded tools' names, each component checked against its
 /// pin, and each memory limit against what a tool's memory can grow to.
-fn compile_policy(policy_text: PolicyText, tools: &Tools) -> Result<Option<Arc<Policy>>, Error> {
-    let names: Vec<&str> = tools.by_name.keys().map(String::as_str).collect();
+pub(crate) fn compile_policy(
+    policy_text: PolicyText,
+    by_name: &BTreeMap<String, LoadedTool>,
+    components: &[LoadedComponent],
+) -> Result<Option<Arc<Policy>>, Error> {
+    let names: Vec<&str> = by_name.keys().map(String::as_str).collect();
     let policy = match policy_text {
         Some((file, text)) => Some(Arc::new(Policy::parse(&file, &text, &names)?)),
         None => None,
     };
     if let Some(policy) = &policy {
-        for component in &tools.components {
+        for component in components {
             if let Some(pin) = policy.pin(component.tool.as_str())
                 && pin.sha256 != component.sha256
             {
@@ -357,7 +365,7 @@ fn compile_policy(policy_text: PolicyText, tools: &Tools) -> Result<Option<Arc<P
                 })));
             }
         }
-        for tool in tools.by_name.keys() {
+        for tool in by_name.keys() {
             if let Some(memory) = policy.limits_for(tool).memory_bytes
                 && memory > engine::MAX_MEMORY_BYTES
             {

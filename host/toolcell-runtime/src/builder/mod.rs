@@ -3,7 +3,8 @@
 
 mod build;
 mod load;
-mod skip;
+
+pub(crate) use build::{compile_policy, policy_name};
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

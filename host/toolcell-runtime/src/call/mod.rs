@@ -38,11 +38,12 @@ use crate::error::Error;
 use crate::limits::{EPOCH_TICK, Limits};
 use crate::outcome::{CallOutcome, CallRequest};
 use crate::outcome::{denied_result, new_call_id, only_reads_refused, refusal_warnings};
+use crate::reload::InForce;
 use crate::runtime::{LoadedTool, Runtime, ToolKind};
 use crate::workspace::Workspace;
 use crate::{bindings, limits, native};
 use toolcell_args::adapters;
-use toolcell_policy::{Access, Effect};
+use toolcell_policy::{Access, Effect, Policy};
 
 /// Bytes of stdout and of stderr kept per call; the rest is counted and dropped.
 pub const STDIO_CAPACITY: usize = 64 * 1024;
@@ -68,9 +69,12 @@ impl Runtime {
             }
             _ => request,
         };
-        let tool = self.tool_for(request)?;
+        // The policy in force when the call starts is the call's to its end, whatever a reload
+        // puts in force meanwhile.
+        let in_force = self.policy.in_force();
+        let tool = self.tool_for(request, in_force.policy.as_deref())?;
         let mut outcome = CallOutcome::new(new_call_id());
-        if let Some(refusal) = self.gate(request)? {
+        if let Some(refusal) = self.gate(request, in_force.policy.as_deref())? {
             outcome.gated = true;
             outcome.result = Err(refusal);
             return Ok(self.finish(request, outcome, started));
@@ -106,7 +110,7 @@ impl Runtime {
                 adapters::Governed { call: &call, text_editor_root: self.text_editor_root.as_deref(), is_directory: &is_directory };
             return adapter.call(&governed, request.args, &refuse);
         }
-        let guard = self.guard_for(request, &outcome.call_id)?;
+        let guard = self.guard_for(request, &in_force, &outcome.call_id)?;
         let guard = self.run(tool, request, guard, &mut outcome)?;
         let guard = self.account(tool, guard, &mut outcome);
         self.settle(request, &mut outcome, guard);
@@ -121,9 +125,9 @@ impl Runtime {
 
     /// The loaded tool a request names; the error lists only the tools the caller's role may
     /// call (the others are not the caller's to know of).
-    fn tool_for(&self, request: &CallRequest<'_>) -> Result<&LoadedTool, Error> {
-        let role = self.policy.as_ref().and_then(|policy| policy.role(request.role));
-        let callable = |name: &&String| self.policy.is_none() || role.is_some_and(|role| role.may_call(name));
+    fn tool_for(&self, request: &CallRequest<'_>, policy: Option<&Policy>) -> Result<&LoadedTool, Error> {
+        let role = policy.and_then(|policy| policy.role(request.role));
+        let callable = |name: &&String| policy.is_none() || role.is_some_and(|role| role.may_call(name));
         self.tools.get(request.tool).ok_or_else(|| Error::UnknownTool {
             name: request.tool.escape_default().to_string(),
             available: self.tools.keys().filter(callable).map(String::as_str).collect::<Vec<_>>().join(", "),
@@ -132,8 +136,8 @@ impl Runtime {
 
     /// Tool gating: the refusal if the caller's role may not call the tool (no instance is
     /// made); an error if the policy has no such role.
-    fn gate(&self, request: &CallRequest<'_>) -> Result<Option<ToolError>, Error> {
-        let Some(policy) = &self.policy else {
+    fn gate(&self, request: &CallRequest<'_>, policy: Option<&Policy>) -> Result<Option<ToolError>, Error> {
+        let Some(policy) = policy else {
             return Ok(None);
         };
         let role = policy.role(request.role).ok_or_else(|| Error::UnknownRole {
@@ -156,8 +160,8 @@ impl Runtime {
     /// The guard of one call: the policy for the caller's role, the audit sink, the host-owned
     /// paths inside the workspace, and the transaction (locks, what the session read, the
     /// journal's place).
-    fn guard_for(&self, request: &CallRequest<'_>, call_id: &str) -> Result<FsGuard, Error> {
-        let read_before_write = self.policy.as_ref().map_or(ReadBeforeWrite::Off, |policy| policy.read_before_write());
+    fn guard_for(&self, request: &CallRequest<'_>, in_force: &InForce, call_id: &str) -> Result<FsGuard, Error> {
+        let read_before_write = in_force.policy.as_ref().map_or(ReadBeforeWrite::Off, |policy| policy.read_before_write());
         let seen = if read_before_write == ReadBeforeWrite::Off {
             Arc::default()
         } else {
@@ -169,31 +173,32 @@ impl Runtime {
             request.fences.to_vec(),
             seen,
             read_before_write,
-            self.policy.as_ref().map_or_else(Durability::default, |policy| policy.durability()),
+            in_force.policy.as_ref().map_or_else(Durability::default, |policy| policy.durability()),
             Arc::clone(&self.journal),
             request.workspace.root().to_path_buf(),
             request.session_id.to_owned(),
             call_id.to_owned(),
         );
         transaction.stopped = self.writes_stopped(request.workspace);
-        Ok(self.read_only_guard(request, call_id)?.with_transaction(transaction))
+        Ok(self.read_only_guard(request, in_force, call_id)?.with_transaction(transaction))
     }
 
     /// The guard of a call that may only read (a part of a split call): the policy for the
     /// caller's role, the audit sink and the host-owned paths, and no transaction, so every
     /// write and delete is refused.
-    fn read_only_guard(&self, request: &CallRequest<'_>, call_id: &str) -> Result<FsGuard, Error> {
+    fn read_only_guard(&self, request: &CallRequest<'_>, in_force: &InForce, call_id: &str) -> Result<FsGuard, Error> {
         let directory = request.workspace.reopen(request.tool)?;
-        let bound = match &self.policy {
+        let bound = match &in_force.policy {
             None => None,
             // Closed: a role whose scoped rules could not be bound must not run as the role
             // without them.
-            Some(_) => Some(self.bound_role(request.role, request.tool, request.task).ok_or_else(|| Error::Call {
+            Some(_) => Some(self.bound_role(in_force, request.role, request.tool, request.task).ok_or_else(|| Error::Call {
                 tool: request.tool.to_owned(),
                 reason: format!("the policy's rules for role `{}` could not be bound for this call", request.role.escape_default()),
             })?),
         };
-        Ok(FsGuard::new(self.policy.clone(), request.role, request.approver.cloned(), Some(directory))
+        Ok(FsGuard::new(None, request.role, request.approver.cloned(), Some(directory))
+            .with_policy(in_force)
             .with_role(bound)
             .with_audit(self.audit_sink(request, call_id), self.host_paths_inside(request.workspace)?))
     }
@@ -207,7 +212,7 @@ impl Runtime {
                 let workflow = toolcell_state::workflow::WorkflowCall {
                     shared: Arc::clone(&self.workflow),
                     workspace: request.workspace.root().to_path_buf(),
-                    policy: self.policy.clone(),
+                    policy: guard.in_force().policy,
                     role: guard.bound_role(),
                     tool: request.tool.to_owned(),
                     principal: request.principal.map(str::to_owned),
@@ -311,10 +316,12 @@ impl Runtime {
         let call_id = outcome.call_id.clone();
         // The parts share the call's memory limit: a split does not multiply it.
         let memory_pool = Some(Arc::default());
+        let in_force = guard.in_force();
         let part = |shard: Option<(u32, u32)>, shard_results| -> Result<(CallOutcome, FsGuard), Error> {
             let mut part = CallOutcome::new(call_id.clone());
             let context = CallContext { parts: 0, shard, shard_results, memory_pool: memory_pool.clone(), ..context.clone() };
-            let (guard, _) = self.run_component(pre, request, context, self.read_only_guard(request, &call_id)?, &mut part, deadline)?;
+            let (guard, _) =
+                self.run_component(pre, request, context, self.read_only_guard(request, &in_force, &call_id)?, &mut part, deadline)?;
             Ok((part, guard))
         };
         let ran: Vec<Result<(CallOutcome, FsGuard), Error>> = std::thread::scope(|scope| {
@@ -481,7 +488,7 @@ impl Runtime {
 
     /// The limits of a call of `tool`: the runtime's, with the policy's over them.
     fn limits_for(&self, tool: &str) -> Limits {
-        let Some(policy) = &self.policy else {
+        let Some(policy) = self.policy.current() else {
             return self.limits;
         };
         let set = policy.limits_for(tool);

@@ -106,7 +106,7 @@ impl Runtime {
 
     /// Run the policy's validators on every file the call wrote.
     pub(super) fn validate(&self, request: &CallRequest<'_>, root: &cap_std::fs::Dir, modified: &[String]) -> Result<(), ToolError> {
-        let Some(policy) = &self.policy else {
+        let Some(policy) = self.policy.current() else {
             return Ok(());
         };
         for path in modified {

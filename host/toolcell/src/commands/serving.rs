@@ -108,7 +108,7 @@ pub(super) fn mcp(args: &RuntimeArgs, mcp: &McpArgs) -> anyhow::Result<ExitCode>
         server.tools().len(),
         mcp.role,
         workspace.display(),
-        host.runtime().policy().map_or("(none)", |policy| policy.file())
+        host.runtime().policy().map_or_else(|| "(none)".to_owned(), |policy| policy.file().to_owned())
     )?;
     let executor = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     let served = executor.block_on(toolcell_mcp::serve_stdio(server));
@@ -146,7 +146,7 @@ fn mcp_on_roots(runtime: Runtime, approver: Option<Arc<dyn Approver>>, mcp: &Mcp
         "toolcell mcp: serving {} tools for role `{}` on stdio (workspace: the client's first root, policy {})",
         server.tools().len(),
         mcp.role,
-        runtime.policy().map_or("(none)", |policy| policy.file())
+        runtime.policy().map_or_else(|| "(none)".to_owned(), |policy| policy.file().to_owned())
     )?;
     let executor = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     executor.block_on(toolcell_mcp::serve_stdio(server))?;
@@ -232,6 +232,9 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         #[cfg(unix)]
         {
             let file = serve.config.clone();
+            // The policy file, when it is one (a shipped policy does not change).
+            let policy = args.policy.clone().filter(|path| builtin_policy_name(path).is_none());
+            let runtime = Arc::clone(&runtime);
             let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
             tokio::spawn(async move {
                 // SIGHUP: read the configuration again; one that does not parse changes nothing.
@@ -244,6 +247,9 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
                             let _ = writeln!(std::io::stderr(), "toolcell serve: not reloaded, the configuration in use is kept: {error}");
                         }
                     }
+                    if let Some(policy) = &policy {
+                        let _ = writeln!(std::io::stderr(), "{}", reload_policy(&runtime, policy));
+                    }
                 }
             });
         }
@@ -251,7 +257,7 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         drop(reload);
         let listening = format!(
             "toolcell serve: listening on http://{bound}/ ({principals} principals, policy {}, {served})",
-            runtime.policy().map_or("(none)", |policy| policy.file())
+            runtime.policy().map_or_else(|| "(none)".to_owned(), |policy| policy.file().to_owned())
         );
         if json_logs {
             tracing::info!(target: "toolcell::serve", "{listening}");
@@ -266,6 +272,21 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     executor.shutdown_timeout(std::time::Duration::from_millis(100));
     served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// SIGHUP: put the policy file at `path` in force for the calls that start from now on; the
+/// line that tells the operator what came of it. A policy that does not parse, or does not
+/// fit the loaded tools, changes nothing.
+fn reload_policy(runtime: &Runtime, path: &std::path::Path) -> String {
+    match runtime.reload_policy_file(path) {
+        Ok(()) => format!(
+            "toolcell serve: reloaded the policy {}: calls that start from now on go by it (sessions kept)",
+            toolcell_types::escape_control(&runtime.policy().map_or_else(String::new, |policy| policy.file().to_owned()))
+        ),
+        Err(error) => {
+            format!("toolcell serve: policy not reloaded, the one in use is kept: {}", toolcell_types::escape_control(&error.to_string()))
+        }
+    }
 }
 
 /// Until SIGTERM (`terminate`) or SIGINT (Ctrl-C), or `stop` is cancelled otherwise.

@@ -1,7 +1,7 @@
 //! The decision: what the policy, the call's own limits and the host-owned paths say about an
 //! access to a canonical path. Pure: nothing here touches the filesystem.
 
-use toolcell_policy::{Access, Decision, Effect, Verdict};
+use toolcell_policy::{Access, DecidedBy, Decision, Effect, Verdict};
 use toolcell_types::escape_control;
 
 use super::*;
@@ -21,6 +21,9 @@ pub(crate) fn is_in_flight(path: &str) -> bool {
 pub(super) enum Judgment<'a> {
     /// A modification in a call that may not modify anything.
     ReadOnlyCall,
+    /// Any access to a name the host reserves for what a call has in flight
+    /// ([`IN_FLIGHT_PATTERN`]).
+    InFlight,
     /// Any access to a host-owned location (state directory, cache, plugins, policy) under
     /// this workspace path.
     StatePath(&'a str),
@@ -35,7 +38,7 @@ pub(super) enum Judgment<'a> {
 impl Judgment<'_> {
     pub(super) fn effect(&self) -> Effect {
         match self {
-            Judgment::ReadOnlyCall | Judgment::StatePath(_) | Judgment::UnknownRole => Effect::Deny,
+            Judgment::ReadOnlyCall | Judgment::InFlight | Judgment::StatePath(_) | Judgment::UnknownRole => Effect::Deny,
             Judgment::NoPolicy => Effect::Allow,
             Judgment::Policy(verdict) => verdict.effect(),
         }
@@ -44,6 +47,7 @@ impl Judgment<'_> {
     pub(super) fn to_decision(&self) -> Decision {
         let rule = match self {
             Judgment::ReadOnlyCall => "read-only-call".to_owned(),
+            Judgment::InFlight => format!("protected:{IN_FLIGHT_PATTERN}"),
             Judgment::StatePath(state) => format!("protected:{state}"),
             Judgment::NoPolicy => "no-policy".to_owned(),
             Judgment::UnknownRole => "unknown-role".to_owned(),
@@ -68,6 +72,9 @@ impl FsGuard {
     pub(super) fn judgment(&self, access: Access, path: &str) -> Judgment<'_> {
         if self.is_read_only_refusal(access) {
             return Judgment::ReadOnlyCall;
+        }
+        if is_in_flight(path) {
+            return Judgment::InFlight;
         }
         if let Some(state) = self.state_path_of(path) {
             return Judgment::StatePath(state);
@@ -101,13 +108,6 @@ impl FsGuard {
             .map(String::as_str)
     }
 
-    /// Whether `rule` refuses an access because the path is the host's own (its state, or a
-    /// name reserved for what a call has in flight).
-    fn is_host_rule(&self, rule: &str) -> bool {
-        rule.strip_prefix("protected:")
-            .is_some_and(|protected| protected == IN_FLIGHT_PATTERN || self.state_paths.iter().any(|state| state == protected))
-    }
-
     /// Judge `access` to `path`: its effect, and the whole decision while the call still
     /// records what it was allowed (the first [`MAX_RECORDED_EVENTS`] accesses; past them
     /// nothing is allocated).
@@ -139,34 +139,39 @@ impl FsGuard {
         }
     }
 
-    pub(super) fn denial_message(&self, access: Access, path: &str, decision: &Decision) -> String {
+    /// The refusal the agent reads for `access` to `path` that `judgment` denies, worded from
+    /// what decided it.
+    pub(super) fn denial_message(&self, access: Access, path: &str, judgment: &Judgment<'_>) -> String {
         let path = escape_control(path);
         let role = &self.role;
-        match decision.rule.as_str() {
-            "default-deny" => format!(
-                "{access} of `{path}` is denied for role `{role}`: no rule of the policy allows it (default deny). Work on another path, or ask the operator for a role or policy that allows it."
-            ),
-            "read-only-call" => {
+        match judgment {
+            Judgment::ReadOnlyCall => {
                 format!("{access} of `{path}` is refused: this call may only read (validators and descriptions cannot change files).")
             }
-            rule if rule.strip_prefix("protected:") == Some(IN_FLIGHT_PATTERN) => format!(
+            Judgment::InFlight => format!(
                 "{access} of `{path}` is refused: names starting with `{}` are reserved for what toolcell has in flight (a file a call is rewriting), which no tool may see or touch. Use another name.",
                 toolcell_state::journal::IN_FLIGHT_PREFIX
             ),
-            rule if self.is_host_rule(rule) => {
-                format!(
-                    "{access} of `{path}` is refused: it is toolcell's own state (`{}`: its audit trail, undo records, indexes, cache, plugins or policy), which no tool may read or change. Leave it alone.",
-                    &rule["protected:".len()..]
-                )
-            }
-            rule if rule.starts_with("protected:") => format!(
-                "{access} of `{path}` is denied for role `{role}`: the path is protected (`{}`), and no rule names it explicitly. Leave it unchanged.",
-                &rule["protected:".len()..]
+            Judgment::StatePath(state) => format!(
+                "{access} of `{path}` is refused: it is toolcell's own state (`{state}`: its audit trail, undo records, indexes, cache, plugins or policy), which no tool may read or change. Leave it alone."
             ),
-            rule => format!(
-                "{access} of `{path}` is denied for role `{role}` by rule `{rule}`{}. Work on another path, or ask the operator to change the policy.",
-                self.rule_location(decision)
+            Judgment::UnknownRole => format!(
+                "{access} of `{path}` is denied for role `{role}` by rule `unknown-role`. Work on another path, or ask the operator to change the policy."
             ),
+            // Without a policy nothing is denied by a rule; stay worded all the same.
+            Judgment::NoPolicy => format!("{access} of `{path}` is refused."),
+            Judgment::Policy(verdict) => match verdict.decided_by() {
+                DecidedBy::DefaultDeny => format!(
+                    "{access} of `{path}` is denied for role `{role}`: no rule of the policy allows it (default deny). Work on another path, or ask the operator for a role or policy that allows it."
+                ),
+                DecidedBy::Protected { pattern } => format!(
+                    "{access} of `{path}` is denied for role `{role}`: the path is protected (`{pattern}`), and no rule names it explicitly. Leave it unchanged."
+                ),
+                DecidedBy::Rule { id, line } => format!(
+                    "{access} of `{path}` is denied for role `{role}` by rule `{id}`{}. Work on another path, or ask the operator to change the policy.",
+                    self.policy.as_ref().map_or_else(String::new, |policy| format!(", {} line {line}", policy.file()))
+                ),
+            },
         }
     }
 }

@@ -67,6 +67,20 @@ impl FsGuard {
             return Err(self.last_refusal(ToolErrorKind::Denied));
         }
         use cap_std::fs::PermissionsExt as _;
+        // A file with several hard links is never opened under any of its names
+        // (`refuse_linked`, `check_single_link`): its facts say so as the guard would judge
+        // each access, and the reason goes to the agent beside the result, so no listing
+        // built on them offers it as readable. Nothing was refused yet: nothing is recorded.
+        let links = cap_std::fs::MetadataExt::nlink(&metadata);
+        if metadata.is_file() && links > 1 {
+            let warning = format!(
+                "Note: `{shown}` has {links} hard links, so it is not opened under any of its names (reading, writing and deleting it are refused): its other names may lie outside the workspace or where your role may not go. Ask the operator to replace it with a copy (or remove its other links)."
+            );
+            if !self.warnings.contains(&warning) {
+                self.warnings.push(warning);
+            }
+            return Ok(Inspected { mode: metadata.permissions().mode(), read: Effect::Deny, write: Effect::Deny, delete: Effect::Deny });
+        }
         Ok(Inspected {
             mode: metadata.permissions().mode(),
             read: self.decide(read, &canonical).effect,

@@ -62,40 +62,7 @@ pub trait Approver: Send + Sync {
     fn approve(&self, role: &str, access: Access, path: &str, rule: &str) -> bool;
 }
 
-/// One decision the guard made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FsEvent {
-    /// The WASI operation (`open-at`, `unlink-file-at`, ...).
-    pub operation: &'static str,
-    /// The canonical workspace-relative path, or the path as the component wrote it if it
-    /// leads outside the workspace.
-    pub path: String,
-    /// What the operation does to the path.
-    pub access: Access,
-    /// What was decided (an approved `ask` is `allow`).
-    pub effect: Effect,
-    /// The deciding rule, `default-deny`, `protected:...`, `workspace-boundary`, `hard-link`
-    /// or `symlink-target`.
-    pub rule: String,
-    /// Whether the policy asked and the approver answered.
-    pub asked: bool,
-}
-
-/// The rule of a refusal to act through a handle whose object was moved or replaced since it
-/// was opened.
-pub(crate) const DESCRIPTOR_MOVED: &str = "descriptor-moved";
-
-/// A refusal, with the message the agent sees.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denial {
-    /// The decision.
-    pub event: FsEvent,
-    /// Why, and what to do: names the path and the rule, never a host path.
-    pub message: String,
-    /// `denied` (the policy or the sandbox) or `conflict` (a lock, or a file changed since the
-    /// session read it).
-    pub kind: ToolErrorKind,
-}
+pub use toolcell_outcome::{DESCRIPTOR_MOVED, Denial, FsEvent};
 
 /// Where the guard writes its records, and who the call is for.
 pub(crate) struct AuditSink {
@@ -126,6 +93,8 @@ pub(crate) struct FsGuard {
     approved: std::collections::HashSet<(Access, String)>,
     /// `None`: no policy, only the workspace boundary applies.
     policy: Option<Arc<Policy>>,
+    /// Which reload of the policy `policy` is (0: the one loaded at start).
+    policy_generation: u64,
     role: String,
     /// The role as bound for this call (the rules naming its tool, the session's task);
     /// `None`: the policy's role by name.
@@ -175,6 +144,7 @@ impl FsGuard {
             audited: std::collections::HashSet::new(),
             approved: std::collections::HashSet::new(),
             policy,
+            policy_generation: 0,
             role: role.to_owned(),
             bound: None,
             approver,
@@ -205,6 +175,18 @@ impl FsGuard {
     pub(crate) fn with_role(mut self, role: Option<Arc<toolcell_policy::Role>>) -> Self {
         self.bound = role;
         self
+    }
+
+    /// Judge by the policy `in_force` (what the call took when it started).
+    pub(crate) fn with_policy(mut self, in_force: &crate::reload::InForce) -> Self {
+        self.policy.clone_from(&in_force.policy);
+        self.policy_generation = in_force.generation;
+        self
+    }
+
+    /// The policy this call goes by, as it took it when it started.
+    pub(crate) fn in_force(&self) -> crate::reload::InForce {
+        crate::reload::InForce { generation: self.policy_generation, policy: self.policy.clone() }
     }
 
     /// The role as bound for this call, if one was given.
@@ -349,7 +331,13 @@ impl FsGuard {
     /// Decide `access` to the canonical `path`.
     fn check(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
         self.within_deadline()?;
-        let decision = self.decide(access, path);
+        // The refusal is worded from the typed judgment, while it is at hand.
+        let (decision, denial) = {
+            let judgment = self.judgment(access, path);
+            let decision = judgment.to_decision();
+            let denial = (decision.effect == Effect::Deny).then(|| self.denial_message(access, path, &judgment));
+            (decision, denial)
+        };
         let mut event =
             FsEvent { operation, path: path.to_owned(), access, effect: decision.effect, rule: decision.rule.clone(), asked: false };
         if decision.effect == Effect::Ask {
@@ -371,8 +359,7 @@ impl FsGuard {
                 return Err(self.refuse(event, message));
             }
         }
-        if event.effect == Effect::Deny {
-            let message = self.denial_message(access, path, &decision);
+        if let Some(message) = denial {
             return Err(self.refuse(event, message));
         }
         if matches!(access, Access::Write | Access::Delete) {

@@ -5,20 +5,37 @@
 use toolcell_policy::ToolMentions;
 use toolcell_types::escape_control;
 
-use crate::error::Error;
-use crate::runtime::SkippedPlugin;
+use crate::Error;
+
+/// A plugin left out at start: it could not be loaded and no role uses it, so it is not
+/// callable, and named in a warning.
+#[derive(Debug, Clone)]
+pub struct SkippedPlugin {
+    /// Where it came from (`plugin:line_count.wasm`).
+    pub origin: String,
+    /// Its tool's name, or its file's name when it did not get as far as describing itself.
+    pub tool: String,
+    /// Why it could not be loaded, on one line.
+    pub reason: String,
+}
 
 /// The plugins left out so far, and what decides it.
-pub(super) struct PluginFailures<'a> {
+pub struct PluginFailures<'a> {
     /// What the policy names; `None` without a policy (nothing needs a plugin then).
-    pub(super) mentions: Option<&'a ToolMentions>,
-    pub(super) skipped: Vec<SkippedPlugin>,
+    pub mentions: Option<&'a ToolMentions>,
+    /// The plugins left out, in the order they failed.
+    pub skipped: Vec<SkippedPlugin>,
 }
 
 impl PluginFailures<'_> {
     /// `error` kept the plugin from `origin` (providing `tool`, or named `tool.wasm`) from
     /// loading: an error if the policy needs it, else it is recorded as left out.
-    pub(super) fn fail_or_skip(&mut self, origin: &str, tool: &str, error: Error) -> Result<(), Error> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NeededPlugin`] (or `error` itself for a name collision) when the policy needs
+    /// the plugin.
+    pub fn fail_or_skip(&mut self, origin: &str, tool: &str, error: Error) -> Result<(), Error> {
         if let Some(why) = self.mentions.and_then(|mentions| mentions.why_needed(tool)) {
             // A collision says what to do itself.
             if matches!(error, Error::DuplicateTool { .. }) {
@@ -37,7 +54,7 @@ impl PluginFailures<'_> {
     }
 
     /// One warning line per plugin left out.
-    pub(super) fn warnings(&self) -> impl Iterator<Item = String> + '_ {
+    pub fn warnings(&self) -> impl Iterator<Item = String> + '_ {
         self.skipped.iter().map(|skipped| {
             // A file name is anyone's choice: shown escaped, and named for removal only when
             // it is a tool name `tools remove` takes.
@@ -58,7 +75,7 @@ impl PluginFailures<'_> {
 }
 
 /// The tool a plugin file provides, as far as its name says (`plugin:line_count.wasm`).
-pub(super) fn tool_of_file(origin: &str) -> &str {
+pub fn tool_of_file(origin: &str) -> &str {
     let file = origin.strip_prefix("plugin:").unwrap_or(origin);
     file.strip_suffix(".wasm").unwrap_or(file)
 }
