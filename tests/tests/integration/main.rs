@@ -16,6 +16,7 @@ mod limits;
 mod list_files;
 mod loading;
 mod locks;
+mod network;
 mod move_delete;
 mod patches;
 mod races;
