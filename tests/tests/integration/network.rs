@@ -64,7 +64,10 @@ fn fetch(fixture: &Fixture, runtime: &Runtime, url: &str) -> CallOutcome {
 }
 
 fn requests(runtime: &Runtime) -> Vec<Record> {
-    audit_records(runtime).into_iter().filter(|record| record.kind == Kind::Fs && record.operation.as_deref() == Some("http-request")).collect()
+    audit_records(runtime)
+        .into_iter()
+        .filter(|record| record.kind == Kind::Fs && record.operation.as_deref() == Some("http-request"))
+        .collect()
 }
 
 fn public_server(servers: &tokio::runtime::Runtime) -> Server {

@@ -28,7 +28,9 @@ impl RuntimeBuilder {
             for root in &settings.roots {
                 let Some(directory) = directory else {
                     return Err(Error::Network {
-                        reason: format!("`[network] roots` names `{root}`, but the policy was not read from a file it could be relative to"),
+                        reason: format!(
+                            "`[network] roots` names `{root}`, but the policy was not read from a file it could be relative to"
+                        ),
                     });
                 };
                 let pem = std::fs::read(directory.join(root)).map_err(|error| Error::Network {

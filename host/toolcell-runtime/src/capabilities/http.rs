@@ -66,8 +66,12 @@ fn is_forbidden(name: &HeaderName) -> bool {
 }
 
 type ResponseFuture = Box<
-    dyn Future<Output = wasmtime_wasi_http::Result<(http::Response<WasiBody>, Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>)>>
-        + Send,
+    dyn Future<
+            Output = wasmtime_wasi_http::Result<(
+                http::Response<WasiBody>,
+                Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
+            )>,
+        > + Send,
 >;
 
 impl WasiHttpHooks for Hooks {
