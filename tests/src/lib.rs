@@ -23,6 +23,11 @@ pub mod examples {
     include!(concat!(env!("OUT_DIR"), "/examples.rs"));
 }
 
+/// The example tool that reaches the network (`examples/http-fetch`), `(name, component bytes)`.
+pub mod network_examples {
+    include!(concat!(env!("OUT_DIR"), "/network_examples.rs"));
+}
+
 /// Call a tool as `impl` on `workspace` in `session`, writing for lock owner `owner` with
 /// `fences`.
 pub fn call_in(

@@ -1,6 +1,7 @@
 //! Governed outbound HTTP for toolcell components: the network half of `wasi:http`, with no
 //! wasmtime in it. The runtime calls [`CallNet::send`] from `wasmtime-wasi-http`'s
-//! `send_request` hook (wired by the runtime); everything the policy says happens here.
+//! `send_request` hook (`toolcell-runtime`'s `capabilities/http.rs`); everything the policy
+//! says happens here.
 //!
 //! A request goes out only when, in this order:
 //! 1. its URI is absolute, `http` or `https`, without credentials;
@@ -20,7 +21,7 @@
 //! request, checked again. Every request, refused or not, leaves a [`RequestRecord`] without any
 //! header value in it.
 //!
-//! For the runtime (wired by the runtime): build one [`Outbound`] at start (limits from
+//! What the runtime does: build one [`Outbound`] at start (limits from
 //! [`NetLimits::from_settings`] of the policy's `[network]` table, its `roots`, the `--resolve`
 //! entries in a [`StaticResolver`] over the [`SystemResolver`]), one [`CallNet`] per tool call
 //! with the role's rules, and in `send_request` spawn `call.clone().send(request)`. Suggested

@@ -127,6 +127,14 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// Outbound HTTP cannot be set up from the policy's `[network]` table (a `roots` bundle
+    /// that cannot be read or is not PEM certificates).
+    #[error("cannot set up outbound HTTP: {reason}")]
+    Network {
+        /// What is wrong, naming the value at fault.
+        reason: String,
+    },
+
     /// The policy cannot be loaded.
     #[error("cannot load the policy: {0}")]
     Policy(#[from] toolcell_policy::PolicyError),

@@ -191,6 +191,34 @@ pub struct NetworkRule {
 }
 
 impl NetworkRule {
+    /// Whether the rule is about `tool` (it names no tools, or names this one).
+    pub fn is_for_tool(&self, tool: &str) -> bool {
+        self.tools.as_ref().is_none_or(|tools| tools.iter().any(|named| named == tool))
+    }
+
+    /// What the rule names, for people: `https://docs.rs, https://*.python.org:8443 (may
+    /// reach 10.20.0.0/16)`.
+    pub fn summary(&self) -> String {
+        let mut destinations = Vec::new();
+        for scheme in &self.schemes {
+            for host in &self.hosts {
+                let host = if host.is_suffix { format!("*{}", host.name) } else { host.name.clone() };
+                match &self.ports {
+                    None => destinations.push(format!("{}://{host}", scheme.as_str())),
+                    Some(ports) => {
+                        destinations.extend(ports.iter().map(|port| format!("{}://{host}:{port}", scheme.as_str())));
+                    }
+                }
+            }
+        }
+        let mut text = destinations.join(", ");
+        if !self.cidrs.is_empty() {
+            let cidrs: Vec<String> = self.cidrs.iter().map(ToString::to_string).collect();
+            text.push_str(&format!(" (may reach {})", cidrs.join(", ")));
+        }
+        text
+    }
+
     fn matches(&self, request: &Destination<'_>) -> bool {
         self.tools.as_ref().is_none_or(|tools| tools.iter().any(|tool| tool == request.tool))
             && self.schemes.contains(&request.scheme)

@@ -1,6 +1,7 @@
 //! What a tool component may import: exactly the `tool-component` world of `wit/tool.wit`.
 //!
-//! The host links only these interfaces (`wasi:sockets` and everything else is never linked),
+//! The host links only these interfaces, and `wasi:http`'s outgoing requests (`wasi:sockets`,
+//! name lookup and everything else are never linked),
 //! and refuses at load a component importing anything else, naming the import, before any
 //! instance exists.
 
@@ -34,6 +35,11 @@ pub(crate) const ALLOWED_WASI: &[(&str, &str)] = &[
     ("wasi:cli", "terminal-stdout"),
     ("wasi:cli", "terminal-stderr"),
 ];
+
+/// `wasi:http` interfaces a tool may import (0.2.x): outgoing requests only, each one through
+/// the role's network rules. Not in the `tool-component` world, whose guests need no
+/// `wasi:http` to build.
+pub(crate) const ALLOWED_HTTP: &[(&str, &str)] = &[("wasi:http", "outgoing-handler"), ("wasi:http", "types")];
 
 /// `toolcell:tool` interfaces a tool may import, in any `0.2.x` version.
 pub(crate) const ALLOWED_TOOLCELL: &[&str] = &["types", "context", "workflow"];
@@ -74,7 +80,7 @@ fn is_allowed(import: &str) -> bool {
     if package == "toolcell:tool" {
         return version.starts_with("0.2.") && ALLOWED_TOOLCELL.contains(&interface);
     }
-    version.starts_with("0.2.") && ALLOWED_WASI.contains(&(package, interface))
+    version.starts_with("0.2.") && (ALLOWED_WASI.contains(&(package, interface)) || ALLOWED_HTTP.contains(&(package, interface)))
 }
 
 #[cfg(test)]
@@ -95,7 +101,12 @@ mod tests {
             ("toolcell:tool/context@0.3.0", false),
             ("wasi:sockets/tcp@0.2.0", false),
             ("wasi:sockets/instance-network@0.2.0", false),
-            ("wasi:http/outgoing-handler@0.2.0", false),
+            ("wasi:http/outgoing-handler@0.2.0", true),
+            ("wasi:http/types@0.2.12", true),
+            ("wasi:http/incoming-handler@0.2.0", false),
+            ("wasi:http/outgoing-handler@0.3.0", false),
+            ("wasi:sockets/ip-name-lookup@0.2.0", false),
+            ("wasi:sockets/udp@0.2.0", false),
             ("wasi:filesystem/types@0.3.0", false),
             ("wasi:filesystem/types", false),
             ("filesystem", false),

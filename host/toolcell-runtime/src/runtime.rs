@@ -72,6 +72,8 @@ pub struct Runtime {
     /// Plugins left out: they could not be loaded, and the policy does not need them.
     pub(crate) skipped: Vec<SkippedPlugin>,
     pub(crate) audit: Option<Arc<AuditLog>>,
+    /// Outbound HTTP (`wasi:http`): TLS, resolver and the `[network]` limits, shared by calls.
+    pub(crate) outbound: toolcell_net::Outbound,
     pub(crate) limits: Limits,
     /// The absolute path the text editor tool's paths start from (`/repo`), if the embedder
     /// maps one onto the workspace.

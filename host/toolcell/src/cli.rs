@@ -51,6 +51,12 @@ pub struct RuntimeArgs {
     /// directory].
     #[arg(long, global = true, value_name = "URL")]
     pub store: Option<String>,
+
+    /// Resolve NAME to ADDRESS for components' outbound HTTP requests, as curl's `--resolve`
+    /// does (repeatable; other names go to the system's resolver). The address is still
+    /// checked against the role's network rules.
+    #[arg(long, global = true, value_name = "NAME=ADDRESS")]
+    pub resolve: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -17,6 +17,7 @@ mod list_files;
 mod loading;
 mod locks;
 mod move_delete;
+mod network;
 mod patches;
 mod races;
 mod read_file;

@@ -222,3 +222,21 @@ fn mistakes_are_refused_with_their_line() {
         assert!(error.contains(line) && error.contains(reason), "{network}\n=> {error}");
     }
 }
+
+#[test]
+fn a_rules_summary_names_its_destinations_and_ranges_and_its_tools() {
+    let policy = load(RULES).expect("loads");
+    let rules = policy.role("fetcher").expect("role").network().rules();
+    let summaries: Vec<(String, String, bool, bool)> =
+        rules.iter().map(|rule| (rule.id.clone(), rule.summary(), rule.is_for_tool("http_fetch"), rule.is_for_tool("crawl"))).collect();
+    assert_eq!(summaries[0], ("docs".to_owned(), "https://docs.rs, https://*.python.org".to_owned(), true, true));
+    assert_eq!(
+        summaries[1],
+        (
+            "internal".to_owned(),
+            "http://wiki.corp.example:80, http://wiki.corp.example:8080, https://wiki.corp.example:80, https://wiki.corp.example:8080 (may reach 10.20.0.0/16)".to_owned(),
+            false,
+            true
+        )
+    );
+}

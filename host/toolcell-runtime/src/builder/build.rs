@@ -69,7 +69,9 @@ impl RuntimeBuilder {
     pub fn build(mut self) -> Result<Runtime, Error> {
         let mut host_owned = self.host_owned_and_plugins()?;
         self.check_memory_limit()?;
+        let policy_directory = self.policy_directory();
         let policy_text = self.read_policy(&mut host_owned)?;
+        let outbound = self.outbound(&policy_text, policy_directory.as_deref())?;
         let (stub_rules, mentions) = self.stub_rules_and_mentions(&policy_text)?;
         let mut failures = PluginFailures { mentions: mentions.as_ref(), skipped: Vec::new() };
         let engine = self.start_engine(&mut host_owned)?;
@@ -79,7 +81,7 @@ impl RuntimeBuilder {
         let policy = compile_policy(policy_text, &tools.by_name, &tools.components)?;
         self.check_configuration()?;
         let state = self.open_state(&mut host_owned)?;
-        Ok(self.assemble(engine, tools, policy, host_owned, failures.skipped, state))
+        Ok(self.assemble(engine, tools, (policy, outbound), host_owned, failures.skipped, state))
     }
 
     /// Every location a run trusts (hidden from every tool), and the plugins of the plugin
@@ -264,7 +266,7 @@ impl RuntimeBuilder {
         self,
         engine: EngineParts,
         tools: Tools,
-        policy: Option<Arc<Policy>>,
+        (policy, outbound): (Option<Arc<Policy>>, toolcell_net::Outbound),
         host_owned: Vec<HostOwned>,
         skipped: Vec<crate::runtime::SkippedPlugin>,
         state: StateParts,
@@ -285,6 +287,7 @@ impl RuntimeBuilder {
             warnings: tools.warnings,
             skipped,
             audit,
+            outbound,
             limits: self.limits,
             text_editor_root: self.text_editor_root,
             locks,

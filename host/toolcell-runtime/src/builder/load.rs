@@ -149,6 +149,7 @@ pub(super) fn describe_tool(engine: &Engine, pre: &bindings::PluginPre<CallState
         guard: FsGuard::new(None, "", None, None),
         limiter: limits::MemoryLimiter::new(engine::MAX_MEMORY_BYTES),
         deadline: Instant::now() + DESCRIBE_DEADLINE,
+        http: crate::capabilities::http::CallHttp::refusing(),
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);

@@ -3,6 +3,7 @@
 
 mod build;
 mod load;
+mod network;
 
 pub(crate) use build::{compile_policy, policy_name};
 
@@ -55,6 +56,8 @@ pub struct RuntimeBuilder {
     /// Plugin files loaded with other bytes than the directory holds (`toolcell tools update`
     /// checking a new build), by file name.
     replacements: BTreeMap<String, Vec<u8>>,
+    /// How outbound HTTP resolves names (default: the system's resolver).
+    resolver: Option<Arc<dyn toolcell_net::Resolve>>,
 }
 
 /// A component to load: its origin, its bytes, and optionally its compiled form.
@@ -255,6 +258,15 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn without_filesystem_guard(mut self) -> Self {
         self.unguarded = true;
+        self
+    }
+
+    /// Resolve the host names of components' outbound HTTP requests with `resolver` (for
+    /// example the CLI's `--resolve NAME=ADDRESS` entries over the system's resolver). Every
+    /// address it returns is still checked against the role's network rules.
+    #[must_use]
+    pub fn resolver(mut self, resolver: Arc<dyn toolcell_net::Resolve>) -> Self {
+        self.resolver = Some(resolver);
         self
     }
 

@@ -26,7 +26,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::capabilities::filesystem::{self, AuditSink, FsGuard, Transaction};
-use crate::capabilities::{CallContext, CallState, CapturePipe};
+use crate::capabilities::{CallContext, CallState, CapturePipe, http};
 use crate::error::describe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -396,7 +396,8 @@ impl Runtime {
         guard.set_budget(tool, limits.host_calls, limits.open_files, limits.audit_records);
         guard.set_deadline(deadline);
         let limiter = limits::MemoryLimiter::pooled(limits.memory_bytes, context.memory_pool.clone());
-        let state = CallState { wasi: wasi.build(), table: ResourceTable::new(), context, guard, limiter, deadline };
+        let http = http::CallHttp::for_call(&self.outbound, request.role, tool, guard.bound_role().as_deref());
+        let state = CallState { wasi: wasi.build(), table: ResourceTable::new(), context, guard, limiter, deadline, http };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limiter);
         // The ticker's phase is arbitrary, so the first tick may come at once: one tick more
@@ -465,7 +466,8 @@ impl Runtime {
                 .with_hint("this is a bug in the tool: try another approach, or report it"))
             }
         };
-        let state = store.into_data();
+        let mut state = store.into_data();
+        state.http.account(&mut state.guard, std::mem::replace(&mut state.table, ResourceTable::new()));
         outcome.notes = state.context.notes;
         outcome.images = state.context.images;
         outcome.stdout = stdout.take();

@@ -6,15 +6,15 @@
 //! - `context`, `toolcell:tool/context`;
 //! - `workflow`, `toolcell:tool/workflow`;
 //! - `clocks`, `wasi:clocks`, waits ending at the call's deadline;
+//! - `http`, `wasi:http/outgoing-handler`, every request through the call's `CallNet` (the
+//!   role's network rules and the call's limits), each one audited;
 //! - the rest of the world (`wasi:io`, `wasi:random`, `wasi:cli`) is wasmtime-wasi's, linked
 //!   here.
-//!
-//! Outbound HTTP for plugins will be a module of its own here (`http`), linked only for the
-//! components the policy grants it.
 
 pub(crate) mod clocks;
 pub(crate) mod context;
 pub(crate) mod filesystem;
+pub(crate) mod http;
 pub(crate) mod workflow;
 
 use wasmtime::Engine;
@@ -37,6 +37,8 @@ pub(crate) struct CallState {
     pub(crate) limiter: crate::limits::MemoryLimiter,
     /// When the call's deadline passes: no wait on a clock may last beyond it.
     pub(crate) deadline: std::time::Instant,
+    /// `wasi:http`: the call's outbound requests.
+    pub(crate) http: http::CallHttp,
 }
 
 impl WasiView for CallState {
@@ -51,9 +53,9 @@ impl HasData for HasTable {
     type Data<'a> = &'a mut ResourceTable;
 }
 
-/// A linker with exactly the interfaces of the `tool-component` world. `wasi:sockets` is
-/// deliberately absent: a component that imports it fails the import check at load, and could
-/// not be instantiated anyway.
+/// A linker with exactly the interfaces of the `tool-component` world, and `wasi:http`.
+/// `wasi:sockets` is deliberately absent: a component that imports it fails the import check
+/// at load, and could not be instantiated anyway.
 pub(crate) fn linker(engine: &Engine, guarded: bool) -> Result<Linker<CallState>, Error> {
     use wasmtime_wasi::p2::bindings::{cli, random, sync};
 
@@ -81,6 +83,7 @@ pub(crate) fn linker(engine: &Engine, guarded: bool) -> Result<Linker<CallState>
     link(cli::terminal_stderr::add_to_linker::<CallState, WasiCli>(l, cli_view))?;
     context::add_to_linker(l)?;
     workflow::add_to_linker(l)?;
+    http::add_to_linker(l)?;
     Ok(linker)
 }
 

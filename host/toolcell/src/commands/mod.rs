@@ -249,6 +249,13 @@ fn build_runtime_watching(
     if let Some(state_dir) = state_dir(args) {
         builder = builder.audit_dir(state_dir);
     }
+    if !args.resolve.is_empty() {
+        let mut resolver = toolcell_net::StaticResolver::new();
+        for entry in &args.resolve {
+            resolver.insert_flag(entry).with_context(|| format!("`--resolve {entry}` cannot be used"))?;
+        }
+        builder = builder.resolver(Arc::new(resolver.with_fallback(Arc::new(toolcell_net::SystemResolver))));
+    }
     // The policy as `tools update` would leave it (the same file, a new pin).
     let new_policy = new_policy.filter(|(file, _)| args.policy.as_ref() == Some(file));
     builder = match (&args.policy, new_policy) {

@@ -1,0 +1,156 @@
+//! Outbound HTTP through the `toolcell` command and its MCP server, with the example
+//! component `examples/http-fetch` and a server this test starts on 127.0.0.2: names come from
+//! `--resolve`, and nothing is sent beyond 127.0.0.0/8.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+/// A plain HTTP server on 127.0.0.2 answering `hello` to each of `requests` requests; what it
+/// received is kept.
+fn serve(requests: usize) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.2:0").expect("binds 127.0.0.2");
+    let port = listener.local_addr().expect("an address").port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorder = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(requests) {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = Vec::new();
+            let mut buffer = [0; 1024];
+            while !request.windows(4).any(|window| window == b"\r\n\r\n") {
+                match stream.read(&mut buffer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(read) => request.extend_from_slice(&buffer[..read]),
+                }
+            }
+            recorder.lock().expect("not poisoned").push(String::from_utf8_lossy(&request).into_owned());
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello");
+        }
+    });
+    (port, seen)
+}
+
+fn http_fetch() -> &'static [u8] {
+    toolcell_tests::network_examples::COMPONENTS.iter().find(|(name, _)| *name == "http_fetch").expect("the example is built").1
+}
+
+/// A policy letting role `fetcher` write `out/**` and reach `api.test` on `port` over http at
+/// 127.0.0.2, a plugin directory with `http_fetch`, a state directory and a workspace.
+struct Setup {
+    base: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(port: u16) -> Setup {
+        let base = tempfile::tempdir().expect("base");
+        let policy = format!(
+            "version = 1\n[roles.fetcher]\ntools = [\"http_fetch\"]\n[[roles.fetcher.rules]]\naccess = [\"read\", \"list\", \"write\"]\npaths = [\"out/**\"]\neffect = \"allow\"\n[[roles.fetcher.network]]\nid = \"api\"\neffect = \"allow\"\nhosts = [\"api.test\"]\nschemes = [\"http\"]\nports = [{port}]\ncidrs = [\"127.0.0.2/32\"]\n"
+        );
+        std::fs::write(base.path().join("policy.toml"), policy).expect("write the policy");
+        std::fs::create_dir(base.path().join("plugins")).expect("plugins");
+        std::fs::create_dir_all(base.path().join("workspace/out")).expect("workspace");
+        Setup { base }
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.base.path().join(name)
+    }
+
+    /// `toolcell --resolve api.test=127.0.0.2 --resolve other.test=127.0.0.2` with this setup's
+    /// policy, plugins and state.
+    fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
+        command
+            .arg("--cache-dir")
+            .arg(toolcell_tests::shared_cache_dir())
+            .arg("--state-dir")
+            .arg(self.path("state"))
+            .arg("--plugin-dir")
+            .arg(self.path("plugins"))
+            .arg("--policy")
+            .arg(self.path("policy.toml"))
+            .args(["--resolve", "api.test=127.0.0.2", "--resolve", "other.test=127.0.0.2"])
+            .env_remove("TOOLCELL_CACHE_DIR")
+            .env_remove("TOOLCELL_STATE_DIR");
+        command
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn verify_audit(setup: &Setup) {
+    let verified = setup.command().args(["audit", "verify"]).output().expect("run toolcell audit verify");
+    assert!(verified.status.success(), "{}{}", text(&verified.stdout), text(&verified.stderr));
+}
+
+#[test]
+fn tools_add_says_it_wants_the_network_and_the_cli_fetches_only_what_the_policy_grants() {
+    let (port, seen) = serve(1);
+    let setup = Setup::new(port);
+    let component = setup.path("http_fetch.wasm");
+    std::fs::write(&component, http_fetch()).expect("write the component");
+    let added = setup.command().args(["tools", "add"]).arg(&component).output().expect("run toolcell tools add");
+    let stdout = text(&added.stdout);
+    assert!(added.status.success(), "{stdout}{}", text(&added.stderr));
+    assert!(stdout.contains("it wants network access"), "{stdout}");
+    assert!(stdout.contains(&format!("role `fetcher`: rule `api` allows http://api.test:{port} (may reach 127.0.0.2/32)")), "{stdout}");
+
+    let workspace = setup.path("workspace");
+    let call = |url: &str| {
+        let args = serde_json::json!({"url": url, "path": "out/page.txt"}).to_string();
+        setup
+            .command()
+            .args(["call", "http_fetch", &args, "--role", "fetcher", "--workspace"])
+            .arg(&workspace)
+            .output()
+            .expect("run toolcell call")
+    };
+    let fetched = call(&format!("http://api.test:{port}/"));
+    assert!(fetched.status.success(), "{}{}", text(&fetched.stdout), text(&fetched.stderr));
+    assert_eq!(std::fs::read(workspace.join("out/page.txt")).expect("written"), b"hello");
+    assert!(seen.lock().expect("not poisoned")[0].to_lowercase().contains(&format!("host: api.test:{port}")));
+
+    let refused = call(&format!("http://other.test:{port}/"));
+    assert!(!refused.status.success());
+    let message = format!("{}{}", text(&refused.stdout), text(&refused.stderr));
+    assert!(message.contains("hosts = [\"other.test\"]") && message.contains("[[roles.fetcher.network]]"), "{message}");
+    assert!(!message.contains(&setup.base.path().to_string_lossy().into_owned()), "{message}");
+    assert_eq!(seen.lock().expect("not poisoned").len(), 1, "the refused request reached nobody");
+    verify_audit(&setup);
+    let audit = std::fs::read_to_string(setup.path("state/audit.jsonl")).expect("the audit trail");
+    assert!(audit.contains("\"operation\":\"http-request\"") && audit.contains("other.test"), "{audit}");
+
+    let bad = setup.command().args(["--resolve", "nonsense", "tools"]).output().expect("run toolcell");
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("`--resolve nonsense`"), "{}", text(&bad.stderr));
+}
+
+#[test]
+fn over_mcp_an_allowed_fetch_is_written_and_a_refusal_tells_the_agent_how_to_grant_it() {
+    let (port, seen) = serve(1);
+    let setup = Setup::new(port);
+    std::fs::write(setup.path("plugins/http_fetch.wasm"), http_fetch()).expect("install the component");
+    let workspace = setup.path("workspace");
+    let mut command = setup.command();
+    command.args(["mcp", "--role", "fetcher", "--workspace"]).arg(&workspace).stderr(std::process::Stdio::null());
+    let (mut client, _) = toolcell_mcp::client::StdioClient::spawn(&mut command).expect("start toolcell mcp");
+    let fetched = client
+        .call_tool("http_fetch", &serde_json::json!({"url": format!("http://api.test:{port}/"), "path": "out/page.txt"}))
+        .expect("tools/call");
+    assert_eq!(fetched["isError"], false, "{fetched}");
+    assert_eq!(std::fs::read(workspace.join("out/page.txt")).expect("written"), b"hello");
+    let refused = client
+        .call_tool("http_fetch", &serde_json::json!({"url": format!("http://api.test:{}/", port.wrapping_add(1)), "path": "out/other.txt"}))
+        .expect("tools/call");
+    assert_eq!(refused["isError"], true, "{refused}");
+    let shown = refused.to_string();
+    assert!(shown.contains(&format!("ports = [{}]", port.wrapping_add(1))), "{shown}");
+    assert!(!workspace.join("out/other.txt").exists());
+    client.close().expect("the server exits when stdin closes");
+    assert_eq!(seen.lock().expect("not poisoned").len(), 1);
+    verify_audit(&setup);
+}
