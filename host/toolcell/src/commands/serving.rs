@@ -187,6 +187,8 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         Arc::new(if json_logs { toolcell_mcp::operator::OperatorLog::traced() } else { toolcell_mcp::operator::OperatorLog::default() });
     let runtime = Arc::new(build_serving_runtime(args, &[serve.config.as_path()], Some(&log)).context("cannot start the toolcell host")?);
     let mut hosts = std::collections::BTreeMap::new();
+    // What recovery did, said after the listening line (which stays the first line).
+    let mut recovered = Vec::new();
     for (name, directory) in &config.workspaces {
         let workspace = Workspace::open(directory).with_context(|| format!("{}: workspace `{name}`", config.file))?;
         // A call cut off when the last run stopped is rolled back now, before anyone reads.
@@ -199,7 +201,7 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
                     recovery.error.as_deref().unwrap_or("see the audit trail")
                 ),
             };
-            writeln!(std::io::stderr(), "toolcell serve: workspace `{name}`: {}", toolcell_types::escape_control(&what))?;
+            recovered.push(format!("toolcell serve: workspace `{name}`: {}", toolcell_types::escape_control(&what)));
         }
         hosts.insert(name.clone(), toolcell_host::Host::shared(Arc::clone(&runtime), workspace, None));
     }
@@ -259,10 +261,12 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
             "toolcell serve: listening on http://{bound}/ ({principals} principals, policy {}, {served})",
             runtime.policy().map_or_else(|| "(none)".to_owned(), |policy| policy.file().to_owned())
         );
-        if json_logs {
-            tracing::info!(target: "toolcell::serve", "{listening}");
-        } else {
-            writeln!(std::io::stderr(), "{listening}")?;
+        for line in std::iter::once(&listening).chain(&recovered) {
+            if json_logs {
+                tracing::info!(target: "toolcell::serve", "{line}");
+            } else {
+                writeln!(std::io::stderr(), "{line}")?;
+            }
         }
         toolcell_mcp::http::serve_http(service, listener, shutdown, reloads).await?;
         anyhow::Ok(())
