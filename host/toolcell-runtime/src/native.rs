@@ -296,21 +296,9 @@ fn audit_locks(call: &NativeCall<'_>, event: &str, locks: &[Lock]) {
     let Some(log) = call.audit else {
         return;
     };
-    let records: Vec<Record> = locks
-        .iter()
-        .map(|lock| {
-            Record::lock(
-                &crate::capabilities::filesystem::now(),
-                &lock.session,
-                &lock.owner,
-                event,
-                &lock.pattern,
-                lock.mode.as_str(),
-                lock.fence,
-            )
-        })
-        .map(|record| record.at(&call.request.workspace.root().display().to_string(), call.request.principal))
-        .collect();
+    let workspace = call.request.workspace.root().display().to_string();
+    let records: Vec<Record> =
+        locks.iter().map(|lock| toolcell_state::lock_record(lock, event, &workspace, call.request.principal)).collect();
     // The call's own record says whether the trail could be written.
     let _ = log.append(&records);
 }

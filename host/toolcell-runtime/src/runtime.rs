@@ -223,16 +223,7 @@ impl Runtime {
 
     fn audit_lock(&self, workspace: &Workspace, event: &str, lock: &Lock) {
         if let Some(log) = &self.audit {
-            let record = toolcell_audit::Record::lock(
-                &toolcell_audit::now(),
-                &lock.session,
-                &lock.owner,
-                event,
-                &lock.pattern,
-                lock.mode.as_str(),
-                lock.fence,
-            )
-            .at(&workspace.root().display().to_string(), None);
+            let record = toolcell_state::lock_record(lock, event, &workspace.root().display().to_string(), None);
             let _ = log.append(&[record]);
         }
     }

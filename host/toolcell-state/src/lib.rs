@@ -56,7 +56,7 @@ pub use dir::{
     STATE_KEY_FILE, StateDir, StateKey, UNDO_DIR, UNDO_LOG_FILE,
 };
 pub use error::Error;
-pub use locks::{LockBackend, LockStore, LockStoreError};
+pub use locks::{LockBackend, LockStore, LockStoreError, lock_record};
 pub use namespace::NamespaceLock;
 pub use recovery::{Recovery, RecoveryKind, recover};
 pub use work::WorkDir;

@@ -229,6 +229,13 @@ fn load(path: &Path) -> std::io::Result<LockTable> {
 }
 
 /// Milliseconds since the Unix epoch.
+/// The audit record of `event` (`acquired`, `renewed`, `released`, …) on `lock`, in the
+/// workspace `workspace` (its directory, as records name it), by `principal`.
+pub fn lock_record(lock: &Lock, event: &str, workspace: &str, principal: Option<&str>) -> toolcell_audit::Record {
+    toolcell_audit::Record::lock(&toolcell_audit::now(), &lock.session, &lock.owner, event, &lock.pattern, lock.mode.as_str(), lock.fence)
+        .at(workspace, principal)
+}
+
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }

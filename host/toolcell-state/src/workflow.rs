@@ -365,16 +365,7 @@ impl WorkflowCall {
 
     fn audit_lock(&self, event: &str, lock: &Lock) {
         if let Some(log) = &self.shared.audit {
-            let record = toolcell_audit::Record::lock(
-                &toolcell_audit::now(),
-                &lock.session,
-                &lock.owner,
-                event,
-                &lock.pattern,
-                lock.mode.as_str(),
-                lock.fence,
-            )
-            .at(&self.workspace.display().to_string(), self.principal.as_deref());
+            let record = crate::lock_record(lock, event, &self.workspace.display().to_string(), self.principal.as_deref());
             let _ = log.append(&[record]);
         }
     }

@@ -31,7 +31,6 @@ pub(crate) use operate::GuardedFilesystem;
 use budget::Budget;
 use lookup::{descriptor_stat, special_kind};
 use operate::{MAX_READ_BYTES, follows};
-pub(crate) use record::now;
 use resolve::{MAX_SYMLINK_HOPS, Resolved, resolve};
 pub(crate) use toolcell_state::NamespaceLock;
 pub(crate) use transaction::Transaction;
