@@ -10,39 +10,8 @@
 #[path = "../tests/load/mod.rs"]
 mod load;
 
-use std::io::{BufRead as _, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(root: &Path, config: &Path) -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-        .arg("--cache-dir")
-        .arg(root.join("cache"))
-        .arg("--state-dir")
-        .arg(root.join("state"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(config)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolcell serve");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read stderr");
-    let address =
-        line.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_else(|| panic!("no address in {line:?}")).to_owned();
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    (Server(child), format!("http://{address}/"))
-}
 
 /// One run: `clients` clients, each making `operations` calls.
 fn run(clients: usize, shared: bool, operations: usize) -> String {
@@ -68,7 +37,7 @@ fn run(clients: usize, shared: bool, operations: usize) -> String {
     }
     let config_path = root.join("service.toml");
     std::fs::write(&config_path, config).expect("config");
-    let (server, url) = start(root, &config_path);
+    let (server, url) = load::serve(root, &config_path);
     let started = Instant::now();
     let reports: Vec<load::ClientReport> = std::thread::scope(|scope| {
         let handles: Vec<_> = files

@@ -13,19 +13,10 @@ mod load;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 use serde_json::{Value, json};
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn toolcell(root: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
@@ -34,7 +25,7 @@ fn toolcell(root: &Path) -> Command {
 }
 
 /// `toolcell serve` on a free port with `principals` principals (tokens `token-N`) on `app`.
-fn serve(root: &Path, principals: usize) -> (Server, String) {
+fn serve(root: &Path, principals: usize) -> (load::Server, String) {
     let mut config = String::from("max_sessions_per_principal = 256\n\n[workspaces]\napp = \"app\"\n");
     for principal in 0..principals {
         let hash = toolcell_mcp::config::hex(&toolcell_mcp::config::token_hash(&format!("token-{principal}")));
@@ -43,19 +34,7 @@ fn serve(root: &Path, principals: usize) -> (Server, String) {
         ));
     }
     std::fs::write(root.join("service.toml"), config).expect("config");
-    let mut child = toolcell(root)
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(root.join("service.toml"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolcell serve");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read stderr");
-    let address =
-        line.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_else(|| panic!("no address in {line:?}")).to_owned();
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    (Server(child), format!("http://{address}/"))
+    load::serve(root, &root.join("service.toml"))
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -69,7 +48,7 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// A `toolcell mcp` client over stdio.
 struct StdioClient {
-    _server: Server,
+    _server: load::Server,
     input: ChildStdin,
     output: BufReader<ChildStdout>,
     next_id: u64,
@@ -87,7 +66,7 @@ impl StdioClient {
             .expect("start toolcell mcp");
         let input = child.stdin.take().expect("stdin");
         let output = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut client = StdioClient { _server: Server(child), input, output, next_id: 0 };
+        let mut client = StdioClient { _server: load::Server(child), input, output, next_id: 0 };
         client.request(
             "initialize",
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}),

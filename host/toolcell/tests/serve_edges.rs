@@ -5,7 +5,7 @@
 //!
 //! Waits are generous (a loaded 2-core CI): a test waits for an outcome, never for a time.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -14,27 +14,7 @@ use serde_json::{Value, json};
 #[path = "served/mod.rs"]
 #[expect(dead_code, reason = "these tests need no server address")]
 mod served;
-use served::{serve, token};
-
-/// A workspace and a service configuration beginning with `settings`, with one `impl`
-/// principal (alice); her token.
-fn fixture(root: &Path, settings: &str) -> (PathBuf, String) {
-    let workspace = root.join("workspace");
-    std::fs::create_dir_all(&workspace).expect("workspace");
-    std::fs::write(workspace.join("notes.txt"), "hello\n").expect("write");
-    let (alice, alice_line) = token();
-    let config = root.join("service.toml");
-    std::fs::write(
-        &config,
-        format!("{settings}\n[workspaces]\napp = \"workspace\"\n\n[[principals]]\nname = \"alice\"\n{alice_line}\nworkspace = \"app\"\nrole = \"impl\"\n"),
-    )
-    .expect("config");
-    (config, alice)
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(120))).build().new_agent()
-}
+use served::{agent, alice_service, serve};
 
 /// An HTTP answer: status, content type, `Connection`, `Mcp-Session-Id` if any, body.
 struct Answer {
@@ -80,7 +60,7 @@ fn message(answer: &Answer, id: u64) -> Value {
 #[test]
 fn a_body_over_the_cap_is_413_with_a_json_rpc_error_and_the_connection_serves_on() {
     let temp = tempfile::tempdir().expect("temporary directory");
-    let (config, alice) = fixture(temp.path(), "max_request_bytes = 65536");
+    let (config, alice) = alice_service(temp.path(), "max_request_bytes = 65536");
     let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     let bearer = format!("Bearer {alice}");
     let opened = post(&served.url, &[("Authorization", &bearer)], &initialize_body());
@@ -118,7 +98,7 @@ fn a_body_over_the_cap_is_413_with_a_json_rpc_error_and_the_connection_serves_on
 #[test]
 fn refusals_are_told_on_stderr_once_each_rate_limited_and_without_tokens() {
     let temp = tempfile::tempdir().expect("temporary directory");
-    let (config, alice) = fixture(temp.path(), "max_request_bytes = 1024\nmax_sessions_per_principal = 1");
+    let (config, alice) = alice_service(temp.path(), "max_request_bytes = 1024\nmax_sessions_per_principal = 1");
     let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     // The listening line names the store and the workspaces.
     let listening = &served.lines()[0];
@@ -181,7 +161,7 @@ fn refusals_are_told_on_stderr_once_each_rate_limited_and_without_tokens() {
 #[test]
 fn logging_set_level_under_2026_07_28_is_a_removed_method_whatever_its_params() {
     let temp = tempfile::tempdir().expect("temporary directory");
-    let (config, alice) = fixture(temp.path(), "");
+    let (config, alice) = alice_service(temp.path(), "");
     let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     let bearer = format!("Bearer {alice}");
     let opened = post(&served.url, &[("Authorization", &bearer)], &initialize_body());
@@ -215,7 +195,7 @@ fn serving_md_block(marker: &str) -> String {
 #[test]
 fn the_client_side_of_serving_md_works_as_written() {
     let temp = tempfile::tempdir().expect("temporary directory");
-    let (config, alice) = fixture(temp.path(), "");
+    let (config, alice) = alice_service(temp.path(), "");
     let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     // The `mcpServers` entry: HTTP, the default endpoint, the token as a bearer header.
     let entry: Value = serde_json::from_str(&serving_md_block("<!-- client: mcpServers -->")).expect("the entry is JSON");
@@ -259,7 +239,7 @@ fn the_shared_stores_outage_and_recovery_are_told_once_each() {
         .output()
         .expect("toolcell store migrate");
     assert!(migrated.status.success(), "{}", String::from_utf8_lossy(&migrated.stderr));
-    let (config, alice) = fixture(temp.path(), "");
+    let (config, alice) = alice_service(temp.path(), "");
     let served = serve(&config, &state, &["--store", &url]);
     let listening = &served.lines()[0];
     assert!(

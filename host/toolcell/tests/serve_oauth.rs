@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 #[path = "served/mod.rs"]
 #[expect(dead_code, reason = "these tests need no server address")]
 mod served;
-use served::{serve, token};
+use served::{agent, serve, token};
 
 const RESOURCE: &str = "https://tools.test/mcp";
 
@@ -153,10 +153,6 @@ fn configure(root: &Path, idp: &Idp, max_age: &str) -> (PathBuf, String) {
     )
     .expect("config");
     (config, alice)
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(120))).build().new_agent()
 }
 
 /// An HTTP answer: status, `WWW-Authenticate`, `Mcp-Session-Id`, body.

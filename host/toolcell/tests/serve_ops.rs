@@ -3,33 +3,12 @@
 //!
 //! Waits are generous (a loaded 2-core CI): a test waits for an outcome, never for a time.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 #[path = "served/mod.rs"]
 mod served;
-use served::{serve, token};
-
-/// A workspace and a service configuration with one `impl` principal (alice); her token.
-fn fixture(root: &Path) -> (PathBuf, String) {
-    let workspace = root.join("workspace");
-    std::fs::create_dir_all(&workspace).expect("workspace");
-    std::fs::write(workspace.join("notes.txt"), "hello\n").expect("write");
-    let (alice, alice_line) = token();
-    let config = root.join("service.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[workspaces]\napp = \"workspace\"\n\n[[principals]]\nname = \"alice\"\n{alice_line}\nworkspace = \"app\"\nrole = \"impl\"\n"
-        ),
-    )
-    .expect("config");
-    (config, alice)
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(120))).build().new_agent()
-}
+use served::{agent, alice_service, serve, token};
 
 /// GET `url` without a token: status and body.
 fn get(url: &str) -> (u16, String) {
@@ -40,7 +19,7 @@ fn get(url: &str) -> (u16, String) {
 #[test]
 fn health_and_readiness_answer_without_a_token_and_readiness_follows_the_store() {
     let temp = tempfile::tempdir().expect("temporary directory");
-    let (config, _) = fixture(temp.path());
+    let (config, _) = alice_service(temp.path(), "");
     let state = temp.path().join("state");
     let served = serve(&config, &state, &[] as &[&str]);
     assert_eq!(get(&format!("{}healthz", served.url)), (200, "ok\n".to_owned()));
@@ -120,7 +99,7 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
 #[test]
 fn metrics_need_their_own_token_pass_promtool_and_count_without_identifying_labels() {
     let temp = tempfile::tempdir().expect("temporary directory");
-    let (config, alice) = fixture(temp.path());
+    let (config, alice) = alice_service(temp.path(), "");
     let (metrics_token, metrics_line) = token();
     let text = std::fs::read_to_string(&config).expect("config");
     std::fs::write(&config, format!("metrics_{metrics_line}\n{text}")).expect("config");
@@ -167,7 +146,7 @@ fn metrics_need_their_own_token_pass_promtool_and_count_without_identifying_labe
 /// A service whose `impl` role may call the `misbehave` plugin, whose spinning calls run for
 /// `deadline_ms`; with `settings`, a metrics token. Alice's token and the metrics token.
 fn spinning(root: &Path, settings: &str, deadline_ms: u64) -> (served::Served, String, String) {
-    let (config, alice) = fixture(root);
+    let (config, alice) = alice_service(root, "");
     let (metrics_token, metrics_line) = token();
     let text = std::fs::read_to_string(&config).expect("config");
     std::fs::write(&config, format!("{settings}\nmetrics_{metrics_line}\n{text}")).expect("config");
@@ -262,7 +241,7 @@ fn past_shutdown_grace_the_process_exits_and_the_call_is_cut_off() {
 fn on_sighup_the_principals_are_reloaded_sessions_stay_and_a_broken_file_changes_nothing() {
     use serde_json::json;
     let temp = tempfile::tempdir().expect("temporary directory");
-    let (config, alice) = fixture(temp.path());
+    let (config, alice) = alice_service(temp.path(), "");
     let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     let hangup = || {
         let status = std::process::Command::new("kill").args(["-HUP", &served.child.id().to_string()]).status().expect("kill");
@@ -310,7 +289,7 @@ fn on_sighup_the_principals_are_reloaded_sessions_stay_and_a_broken_file_changes
 #[test]
 fn json_logs_carry_the_call_id_session_and_principal_and_never_a_token() {
     let temp = tempfile::tempdir().expect("temporary directory");
-    let (config, alice) = fixture(temp.path());
+    let (config, alice) = alice_service(temp.path(), "");
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolcell"));
     command.arg("--cache-dir").arg(toolcell_tests::shared_cache_dir()).arg("--state-dir").arg(temp.path().join("state"));
     command.args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--config"]).arg(&config);
@@ -356,7 +335,7 @@ fn post_with(url: &str, token: &str, headers: &[(&str, &str)], body: &serde_json
 fn the_same_service_speaks_2026_07_28_stateless_beside_2025_06_18_and_2025_03_26_sessions() {
     use serde_json::json;
     let temp = tempfile::tempdir().expect("temporary directory");
-    let (config, alice) = fixture(temp.path());
+    let (config, alice) = alice_service(temp.path(), "");
     let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
     // 2026-07-28: no `initialize`, no session; each request says who the client is.
     let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
@@ -386,7 +365,7 @@ fn reading_policy(denied: &str) -> String {
 fn on_sighup_the_policy_is_reloaded_for_new_calls_sessions_stay_and_a_broken_policy_changes_nothing() {
     use serde_json::json;
     let temp = tempfile::tempdir().expect("temporary directory");
-    let (config, alice) = fixture(temp.path());
+    let (config, alice) = alice_service(temp.path(), "");
     let policy = temp.path().join("policy.toml");
     std::fs::write(&policy, reading_policy("\"nothing\"")).expect("policy");
     let served = serve(&config, &temp.path().join("state"), &[std::ffi::OsStr::new("--policy"), policy.as_os_str()]);

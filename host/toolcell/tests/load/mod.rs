@@ -1,9 +1,44 @@
 //! A minimal MCP client over Streamable HTTP (ureq, blocking) and a load generator of many of
 //! them, for the service's load benchmark and its fault tests.
 
+use std::io::BufRead as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+/// A server process, killed when dropped.
+pub struct Server(pub Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start `toolcell serve` on a free port of 127.0.0.1 with `config`, its cache and state
+/// directories in `root`; the process and its URL (`http://127.0.0.1:PORT/`).
+pub fn serve(root: &Path, config: &Path) -> (Server, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .arg("--cache-dir")
+        .arg(root.join("cache"))
+        .arg("--state-dir")
+        .arg(root.join("state"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start toolcell serve");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("read stderr");
+    let address =
+        line.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_else(|| panic!("no address in {line:?}")).to_owned();
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (Server(child), format!("http://{address}/"))
+}
 
 /// One MCP session over HTTP.
 pub struct Client {

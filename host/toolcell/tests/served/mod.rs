@@ -3,7 +3,7 @@
 
 use std::ffi::OsStr;
 use std::io::BufRead as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -83,4 +83,25 @@ pub fn token() -> (String, String) {
     let line = lines.next().expect("hash line").to_owned();
     assert!(token.starts_with("tc_") && token.len() == 67, "{token}");
     (token, line)
+}
+
+/// A workspace (one file, `notes.txt`) and a service configuration of `settings` with one
+/// `impl` principal (alice); her token.
+pub fn alice_service(root: &Path, settings: &str) -> (PathBuf, String) {
+    let workspace = root.join("workspace");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("notes.txt"), "hello\n").expect("write");
+    let (alice, alice_line) = token();
+    let config = root.join("service.toml");
+    std::fs::write(
+        &config,
+        format!("{settings}\n[workspaces]\napp = \"workspace\"\n\n[[principals]]\nname = \"alice\"\n{alice_line}\nworkspace = \"app\"\nrole = \"impl\"\n"),
+    )
+    .expect("config");
+    (config, alice)
+}
+
+/// An HTTP agent that returns every status as an answer, for a loaded CI's two minutes.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(120))).build().new_agent()
 }
