@@ -31,10 +31,15 @@ struct RegistryPolicy {
 
 impl RegistryPolicy {
     fn read(args: &RuntimeArgs) -> anyhow::Result<Self> {
-        let Some((shown, text)) = policy_text(args)? else {
-            return Ok(Self { settings: toolcell_policy::RegistrySettings::default(), keys: PublicKeys::default() });
-        };
-        let settings = toolcell_policy::registry_settings(&shown, &text)?;
+        match policy_text(args)? {
+            Some((shown, text)) => Self::from_text(args, &shown, &text),
+            None => Ok(Self { settings: toolcell_policy::RegistrySettings::default(), keys: PublicKeys::default() }),
+        }
+    }
+
+    /// From the policy's `text` (shown as `shown`), its keys read beside the policy file.
+    fn from_text(args: &RuntimeArgs, shown: &str, text: &str) -> anyhow::Result<Self> {
+        let settings = toolcell_policy::registry_settings(shown, text)?;
         let base = args.policy.as_deref().and_then(std::path::Path::parent).unwrap_or(std::path::Path::new("."));
         let mut keys = PublicKeys::default();
         for key in &settings.signature_keys {
@@ -79,11 +84,12 @@ impl RegistryPolicy {
 /// `[plugins]` with a registry `source`, whose signature by a trusted key is in the cache (it
 /// was checked when the component was added): checked at each start, without the network.
 pub(super) fn check_installed_signatures(args: &RuntimeArgs, plugin_dir: &std::path::Path, replaced: Option<&str>) -> anyhow::Result<()> {
-    let policy = RegistryPolicy::read(args)?;
-    if !policy.settings.require_signatures {
+    // Each start comes here: without the requirement, nothing more is read.
+    let Some((shown, text)) = policy_text(args)? else { return Ok(()) };
+    if !toolcell_policy::registry_settings(&shown, &text)?.require_signatures {
         return Ok(());
     }
-    let Some((shown, text)) = policy_text(args)? else { return Ok(()) };
+    let policy = RegistryPolicy::from_text(args, &shown, &text)?;
     let pins = toolcell_policy::plugin_pins(&shown, &text)?;
     let Ok(entries) = std::fs::read_dir(plugin_dir) else { return Ok(()) };
     for path in entries.filter_map(Result::ok).map(|entry| entry.path()) {
