@@ -80,6 +80,14 @@ pub enum NetError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An extra root bundle the operator configured cannot be read.
+    #[error("the certificate authorities `{bundle}` of `[network] roots` cannot be read: {reason}")]
+    RootsUnreadable {
+        /// The bundle's name (as the policy writes it).
+        bundle: String,
+        /// Why not.
+        reason: String,
+    },
     /// The host name could not be resolved.
     #[error("`{host}` could not be resolved: {reason}; check the name, or ask the operator for a `--resolve {host}=ADDRESS`")]
     Resolve {

@@ -56,6 +56,27 @@ impl OutboundBuilder {
         self
     }
 
+    /// Take the policy's `[network]` table: its limits, its extra certificate authorities
+    /// (`roots`, relative to `directory`, the policy file's) and the directory secret files are
+    /// read from.
+    ///
+    /// # Errors
+    ///
+    /// [`NetError::RootsUnreadable`] when a root bundle cannot be read, or the policy was not
+    /// read from a file the bundle could be relative to.
+    pub fn policy(mut self, settings: &toolcell_policy::NetworkSettings, directory: Option<&Path>) -> Result<OutboundBuilder, NetError> {
+        self.limits = NetLimits::from_settings(settings);
+        for root in &settings.roots {
+            let unreadable = |reason: String| NetError::RootsUnreadable { bundle: root.clone(), reason };
+            let directory =
+                directory.ok_or_else(|| unreadable("the policy was not read from a file it could be relative to".to_owned()))?;
+            let pem = std::fs::read(directory.join(root)).map_err(|error| unreadable(error.to_string()))?;
+            self.roots.push((root.clone(), pem));
+        }
+        self.secret_directory = directory.map(Path::to_path_buf);
+        Ok(self)
+    }
+
     /// The capability.
     ///
     /// # Errors

@@ -42,3 +42,24 @@ pub struct RequestRecord {
     /// Why it was refused or how it ended early; `None` for a complete exchange.
     pub reason: Option<String>,
 }
+
+/// One line per request: method, the URL's origin, address, status, bytes each way, time, and
+/// how it ended.
+impl std::fmt::Display for RequestRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}://{}:{}", self.method, self.scheme, self.host, self.port)?;
+        if let Some(address) = self.address {
+            write!(f, " address={address}")?;
+        }
+        if let Some(status) = self.status {
+            write!(f, " status={status}")?;
+        }
+        write!(f, " sent={} received={} ms={}", self.bytes_sent, self.bytes_received, self.elapsed_ms)?;
+        if self.decision == Decision::Allowed
+            && let Some(reason) = &self.reason
+        {
+            write!(f, " ended: {reason}")?;
+        }
+        Ok(())
+    }
+}

@@ -114,3 +114,24 @@ fn fix_for(error: &Error, tool: &str) -> String {
 fn one_line(text: &str) -> String {
     text.lines().map(str::trim).filter(|line| !line.is_empty()).collect::<Vec<_>>().join(" | ")
 }
+
+/// What `bytes` are instead, in one line with the fix, if they are not a WebAssembly component.
+pub fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
+    // A component's preamble: the magic, version 0x0d, layer 1; a core module's: version 1, layer 0.
+    const COMPONENT: [u8; 8] = *b"\0asm\x0d\0\x01\0";
+    const MODULE: [u8; 8] = *b"\0asm\x01\0\0\0";
+    match bytes.get(..8) {
+        Some(preamble) if preamble == COMPONENT => None,
+        Some(preamble) if preamble == MODULE => Some(
+            "it is a core WebAssembly module, not a component: build the tool for the wasm32-wasip2 target \
+             (wasm32-wasip1 and wasm32-unknown-unknown give modules)",
+        ),
+        _ if bytes.starts_with(b"\0asm") => {
+            Some("it is WebAssembly of an unknown version: build the tool for wasm32-wasip2 with a current toolchain")
+        }
+        _ => Some(
+            "it is not WebAssembly (a `.wasm` file starts with `\\0asm`): build the tool for wasm32-wasip2 \
+             (`cargo build --release --target wasm32-wasip2`) and give the `.wasm` from target/wasm32-wasip2/release",
+        ),
+    }
+}

@@ -440,6 +440,7 @@ mod network;
 mod network_settings;
 mod parse;
 mod registry;
+mod stubs;
 
 pub use mentions::{PluginPin, ToolMentions, pin_span, plugin_pins, plugin_sources, source_span};
 pub use network::{
@@ -449,6 +450,7 @@ pub use network::{
 pub use network_settings::{NetworkSettings, network_settings};
 pub use parse::stub_imports;
 pub use registry::{RegistrySettings, registry_settings};
+pub use stubs::{any_covers, covers};
 
 pub use bind::{TaskBinding, canonical_tool_name};
 pub use decide::{DecidedBy, Verdict};

@@ -1,10 +1,8 @@
 //! The wasmtime engine toolcell runs every component on, and the on-disk cache of compiled
 //! components.
 
-use std::hash::Hasher;
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
@@ -127,31 +125,27 @@ impl ComponentCache {
         let name = format!("{}.cwasm", cache_key(engine, wasm));
         let path = self.artifacts.path(&name);
         let mut warning = None;
-        match std::fs::read(&path) {
-            Ok(bytes) => match self.artifacts.authenticate(&name, &bytes) {
-                Ok(artifact) => {
-                    // SAFETY: the bytes are exactly what this host serialized for this
-                    // component and engine (the tag covers the name, which commits to both,
-                    // and every byte); they were read into memory before the check, so
-                    // nothing can change them between the check and the load.
-                    #[expect(unsafe_code, reason = "loading our own authenticated precompiled artifact is the point of the cache")]
-                    let cached = unsafe { Component::deserialize(engine, artifact) };
-                    // An artifact of an older wasmtime fails here and is replaced below.
-                    if let Ok(component) = cached {
-                        return Ok((component, CacheOutcome::Cached, None));
-                    }
+        match self.artifacts.read(&name) {
+            Ok(Some(artifact)) => {
+                // SAFETY: the bytes are exactly what this host serialized for this component
+                // and engine (the tag covers the name, which commits to both, and every byte);
+                // they were read into memory before the check, so nothing can change them
+                // between the check and the load.
+                #[expect(unsafe_code, reason = "loading our own authenticated precompiled artifact is the point of the cache")]
+                let cached = unsafe { Component::deserialize(engine, &artifact) };
+                // An artifact of an older wasmtime fails here and is replaced below.
+                if let Ok(component) = cached {
+                    return Ok((component, CacheOutcome::Cached, None));
                 }
-                Err(reason) => {
-                    warning = Some(format!(
-                        "the cached compiled component for `{origin}` ({}) failed authentication ({reason}); it was discarded and the component compiled again",
-                        path.display()
-                    ));
-                    let _ = std::fs::remove_file(&path);
-                }
-            },
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            // Unreadable: compiled again and replaced below.
-            Err(_) => {}
+            }
+            // None there, or unreadable: compiled (again) and stored below.
+            Ok(None) => {}
+            Err(reason) => {
+                warning = Some(format!(
+                    "the cached compiled component for `{origin}` ({}) failed authentication ({reason}); it was discarded and the component compiled again",
+                    path.display()
+                ));
+            }
         }
         let component = compile(engine, origin, wasm, progress)?;
         let artifact = component.serialize().map_err(|error| Error::Load {
@@ -188,7 +182,7 @@ pub enum LoadProgress<'a> {
 pub(crate) type Progress = dyn Fn(LoadProgress<'_>) + Send + Sync;
 
 pub(crate) fn compile(engine: &Engine, origin: &str, wasm: &[u8], progress: &Progress) -> Result<Component, Error> {
-    if let Some(reason) = not_a_component(wasm) {
+    if let Some(reason) = toolcell_outcome::plugins::not_a_component(wasm) {
         return Err(Error::Load { origin: origin.to_owned(), reason: reason.to_owned() });
     }
     progress(LoadProgress::Compiling { origin });
@@ -198,49 +192,10 @@ pub(crate) fn compile(engine: &Engine, origin: &str, wasm: &[u8], progress: &Pro
     Ok(component)
 }
 
-/// What `bytes` are instead, in one line with the fix, if they are not a WebAssembly component.
-fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
-    // A component's preamble: the magic, version 0x0d, layer 1; a core module's: version 1, layer 0.
-    const COMPONENT: [u8; 8] = *b"\0asm\x0d\0\x01\0";
-    const MODULE: [u8; 8] = *b"\0asm\x01\0\0\0";
-    match bytes.get(..8) {
-        Some(preamble) if preamble == COMPONENT => None,
-        Some(preamble) if preamble == MODULE => Some(
-            "it is a core WebAssembly module, not a component: build the tool for the wasm32-wasip2 target \
-             (wasm32-wasip1 and wasm32-unknown-unknown give modules)",
-        ),
-        _ if bytes.starts_with(b"\0asm") => {
-            Some("it is WebAssembly of an unknown version: build the tool for wasm32-wasip2 with a current toolchain")
-        }
-        _ => Some(
-            "it is not WebAssembly (a `.wasm` file starts with `\\0asm`): build the tool for wasm32-wasip2 \
-             (`cargo build --release --target wasm32-wasip2`) and give the `.wasm` from target/wasm32-wasip2/release",
-        ),
-    }
-}
-
-/// Hex SHA-256 of the component bytes, the engine's compatibility hash and this crate's version.
+/// The artifact's name: a digest of the component bytes, the engine's compatibility hash and
+/// this crate's version.
 fn cache_key(engine: &Engine, wasm: &[u8]) -> String {
-    let mut hasher = DigestHasher(Sha256::new());
-    std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
-    hasher.0.update(env!("CARGO_PKG_VERSION").as_bytes());
-    hasher.0.update((wasm.len() as u64).to_le_bytes());
-    hasher.0.update(wasm);
-    toolcell_state::storage::hex(&hasher.0.finalize())
-}
-
-/// Feeds a `Hash` value into SHA-256, so that the engine's compatibility hash, which is only
-/// available as `impl Hash`, becomes part of a stable digest.
-struct DigestHasher(Sha256);
-
-impl Hasher for DigestHasher {
-    fn finish(&self) -> u64 {
-        0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
-    }
+    toolcell_state::artifacts::artifact_name(&engine.precompile_compatibility_hash(), env!("CARGO_PKG_VERSION"), wasm)
 }
 
 /// A component's code, linked: ready from load, or (a built-in tool) deserialized again from

@@ -61,7 +61,7 @@ pub(crate) fn check(
         if is_allowed(name) {
             continue;
         }
-        if !name.starts_with("toolcell:") && crate::stubs::any_covers(stub_rules, name) {
+        if !name.starts_with("toolcell:") && toolcell_policy::any_covers(stub_rules, name) {
             stubbed.push(name.to_owned());
             continue;
         }

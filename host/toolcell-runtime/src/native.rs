@@ -3,26 +3,19 @@
 //! They are listed, gated by the policy, validated and audited like component tools, and every
 //! file they change passes the same guard and journal.
 
-use std::time::Duration;
-
 use serde::Deserialize;
-use toolcell_args::host_tools::lock_json;
 pub(crate) use toolcell_args::host_tools::{Native, UNDO_EDIT};
-use toolcell_audit::Record;
-use toolcell_locks::{Lock, LockRequest, Mode};
 use toolcell_policy::Access;
 use toolcell_types::{ToolError, ToolErrorKind, ToolOutput, escape_control};
 
 use crate::capabilities::filesystem::FsGuard;
 use crate::outcome::CallRequest;
 use toolcell_state::AuditLog;
+use toolcell_state::LockStore;
 use toolcell_state::journal::{Prior, Step};
+use toolcell_state::lock_tools::{self, LockCall};
 use toolcell_state::reads::hash_of;
 use toolcell_state::undo::UndoStore;
-use toolcell_state::{LockStore, LockStoreError};
-
-/// Default lease of `lock_files`.
-const DEFAULT_TTL_SECONDS: u64 = 300;
 
 /// What a native tool works with.
 pub(crate) struct NativeCall<'a> {
@@ -175,130 +168,24 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     })
 }
 
-fn lock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
-    #[derive(Deserialize)]
-    struct Args {
-        paths: Vec<String>,
-        mode: Option<String>,
-        ttl_seconds: Option<u64>,
+fn lock_call<'a>(call: &'a NativeCall<'_>) -> LockCall<'a> {
+    LockCall {
+        locks: call.locks,
+        root: &call.request.workspace.directory,
+        workspace: call.request.workspace.root(),
+        owner: call.request.lock_owner(),
+        session: call.request.session_id,
+        role: call.request.role,
+        principal: call.request.principal,
+        audit: call.audit,
     }
-    let args: Args = parse(call.request.args)?;
-    let mode = match args.mode.as_deref() {
-        None => Mode::Exclusive,
-        Some(mode) => {
-            Mode::from_name(mode).ok_or_else(|| ToolError::new(ToolErrorKind::InvalidArgs, "`mode` is `exclusive` or `shared`"))?
-        }
-    };
-    let ttl = Duration::from_secs(args.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS));
-    let mut patterns = Vec::new();
-    for path in &args.paths {
-        let pattern =
-            call.request.workspace.lock_pattern(path).map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, error.to_string()))?;
-        // Locking is a claim to write: a role may lock only what it may change.
-        if !call.guard.allows(Access::Write, &pattern) {
-            return Err(ToolError::new(
-                ToolErrorKind::Denied,
-                format!("role `{}` may not write `{}`, so it may not lock it", call.request.role, escape_control(&pattern)),
-            ));
-        }
-        patterns.push(pattern);
-    }
-    let owner = call.request.lock_owner();
-    let mut acquired: Vec<Lock> = Vec::new();
-    for pattern in &patterns {
-        let request =
-            LockRequest { pattern: pattern.clone(), owner: owner.to_owned(), session: call.request.session_id.to_owned(), mode, ttl };
-        match call.locks.acquire(call.request.workspace.root(), &request) {
-            Ok(lock) => acquired.push(lock),
-            Err(error) => {
-                for lock in &acquired {
-                    let _ = call.locks.release(call.request.workspace.root(), lock.fence, owner);
-                }
-                let kind = match error {
-                    LockStoreError::Lock(toolcell_locks::LockError::Conflict(_)) => ToolErrorKind::Conflict,
-                    LockStoreError::Lock(_) => ToolErrorKind::InvalidArgs,
-                    LockStoreError::Io { .. } | LockStoreError::Store { .. } => ToolErrorKind::Failed,
-                };
-                let message = match error {
-                    LockStoreError::Io { .. } | LockStoreError::Store { .. } => {
-                        "the lock table cannot be used; tell the operator".to_owned()
-                    }
-                    error => error.to_string(),
-                };
-                return Err(ToolError::new(kind, format!("{message}. No lock was taken.")));
-            }
-        }
-    }
-    audit_locks(call, "acquired", &acquired);
-    let lines: Vec<String> = acquired
-        .iter()
-        .map(|lock| {
-            format!("Locked `{}` ({}, token {}) until {}", escape_control(&lock.pattern), lock.mode.as_str(), lock.fence, lock.expires_at())
-        })
-        .collect();
-    Ok(ToolOutput {
-        text: lines.join("\n"),
-        structured: Some(serde_json::json!({ "locks": acquired.iter().map(lock_json).collect::<Vec<_>>() })),
-    })
 }
 
-fn unlock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
-    #[derive(Deserialize)]
-    struct Args {
-        paths: Option<Vec<String>>,
-    }
-    let args: Args = parse(call.request.args)?;
-    let owner = call.request.lock_owner();
-    let workspace = call.request.workspace.root();
-    let unavailable = |_| ToolError::new(ToolErrorKind::Failed, "the lock table cannot be used; tell the operator");
-    let released = match args.paths {
-        None => call.locks.release_all(workspace, owner).map_err(unavailable)?,
-        Some(paths) => {
-            let held: Vec<Lock> = call.locks.live(workspace).map_err(unavailable)?.into_iter().filter(|lock| lock.owner == owner).collect();
-            let mut released = Vec::new();
-            for path in &paths {
-                let pattern = toolcell_policy::join_lexically(".", path).unwrap_or_else(|| path.clone());
-                let matching: Vec<&Lock> = held.iter().filter(|lock| lock.pattern == pattern).collect();
-                if matching.is_empty() {
-                    return Err(ToolError::new(
-                        ToolErrorKind::NotFound,
-                        format!(
-                            "you hold no lock on `{}`; give the paths exactly as you locked them, or omit `paths` to release all your locks",
-                            escape_control(path)
-                        ),
-                    ));
-                }
-                for lock in matching {
-                    released.push(
-                        call.locks
-                            .release(workspace, lock.fence, owner)
-                            .map_err(|error| ToolError::new(ToolErrorKind::Failed, error.to_string()))?,
-                    );
-                }
-            }
-            released
-        }
-    };
-    audit_locks(call, "released", &released);
-    let text = if released.is_empty() {
-        "You held no locks.".to_owned()
-    } else {
-        released
-            .iter()
-            .map(|lock| format!("Unlocked `{}` (token {})", escape_control(&lock.pattern), lock.fence))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    Ok(ToolOutput { text, structured: Some(serde_json::json!({ "released": released.iter().map(lock_json).collect::<Vec<_>>() })) })
+fn lock_files(call: &NativeCall<'_>) -> Result<ToolOutput, ToolError> {
+    let guard = &*call.guard;
+    lock_tools::lock_files(&lock_call(call), call.request.args, |pattern| guard.allows(Access::Write, pattern))
 }
 
-fn audit_locks(call: &NativeCall<'_>, event: &str, locks: &[Lock]) {
-    let Some(log) = call.audit else {
-        return;
-    };
-    let workspace = call.request.workspace.root().display().to_string();
-    let records: Vec<Record> =
-        locks.iter().map(|lock| toolcell_state::lock_record(lock, event, &workspace, call.request.principal)).collect();
-    // The call's own record says whether the trail could be written.
-    let _ = log.append(&records);
+fn unlock_files(call: &NativeCall<'_>) -> Result<ToolOutput, ToolError> {
+    lock_tools::unlock_files(&lock_call(call), call.request.args)
 }

@@ -19,7 +19,7 @@ use toolcell_locks::{Lock, LockRequest};
 use toolcell_policy::{Policy, TaskBinding, canonical_tool_name};
 use toolcell_state::sessions::SessionStore;
 use toolcell_state::undo::SessionChange;
-use toolcell_state::{AuditLog, LockStore, Recovery, RecoveryKind};
+use toolcell_state::{AuditLog, LockStore, Recovery};
 
 /// One component the runtime loaded, and whether it came from the cache.
 #[derive(Debug, Clone)]
@@ -91,7 +91,7 @@ pub struct Runtime {
     pub(crate) journal_key: toolcell_state::journal::JournalKey,
     /// Each workspace whose interrupted calls this runtime has rolled back (see
     /// [`Runtime::recover`]), with what it found.
-    pub(crate) recovered: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Vec<Recovery>>>,
+    pub(crate) recovered: toolcell_state::Recoveries,
     /// This runtime's journal file, where every call journals its changes.
     pub(crate) journal: Arc<toolcell_state::journal::JournalFile>,
     /// The state directory, or a private temporary directory for journals and undo, removed
@@ -230,8 +230,7 @@ impl Runtime {
 
     /// Calls interrupted by a crash that this runtime rolled back in the workspaces it opened.
     pub fn recovered(&self) -> Vec<Recovery> {
-        let recovered = self.recovered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        recovered.values().flatten().cloned().collect()
+        self.recovered.all()
     }
 
     /// Roll back the calls in `workspace` that a runtime which died (here or in another
@@ -241,68 +240,22 @@ impl Runtime {
     /// audited. Returns what this workspace's recovery found (the first time; later calls
     /// return the same).
     pub fn recover(&self, workspace: &Workspace) -> Vec<Recovery> {
-        let mut recovered = self.recovered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(found) = recovered.get(workspace.root()) {
-            return found.clone();
-        }
-        let found = toolcell_state::recover(&self._work.journals(), &self.journal_key, workspace.root());
-        if let Some(log) = &self.audit {
-            let records: Vec<_> = found
-                .iter()
-                .map(|recovery| {
-                    toolcell_audit::Record::recovery(
-                        &toolcell_audit::now(),
-                        &recovery.session,
-                        &recovery.call_id,
-                        recovery.steps as u64,
-                        recovery.error.as_deref(),
-                    )
-                    .at(&workspace.root().display().to_string(), None)
-                })
-                .collect();
-            if !records.is_empty() {
-                let _ = log.append(&records);
-            }
-        }
-        for recovery in found.iter().filter(|recovery| recovery.error.is_some()) {
-            operator_message(workspace.root(), recovery);
-        }
-        recovered.insert(workspace.root().to_path_buf(), found.clone());
-        found
+        self.recovered.recover_once(&self._work.journals(), &self.journal_key, workspace.root(), self.audit.as_deref())
     }
 
     /// Why writes to `workspace` are stopped, for the agent (no host path), if they are: a
     /// journal there did not verify, or a call could not be rolled back (at recovery or in the
     /// call itself), so something in it may be half done until the operator looks.
     pub fn writes_stopped(&self, workspace: &Workspace) -> Option<String> {
-        let recovered = self.recovered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        recovered.get(workspace.root())?.iter().any(|recovery| recovery.kind.stops_writes()).then(|| {
+        self.recovered.writes_stopped(workspace.root()).then(|| {
             "writes to this workspace are stopped: the host found a call journal it cannot trust, or a call it could not roll back, so something in the workspace may be half done. Reads still work. Tell the operator: the host's log and the audit trail name the journal; once they have checked the workspace and removed that journal, a restart lets writes go on".to_owned()
         })
     }
 
     /// Stop writes to `workspace` for the rest of this runtime: the call `call_id` of `session`
-    /// failed and could not be rolled back (`failure`). Its journal stays open, and the next
-    /// start finishes the rollback. Reported on stderr and in the audit trail.
+    /// failed and could not be rolled back (`failure`).
     pub(crate) fn stop_writes(&self, workspace: &Workspace, session: &str, call_id: &str, failure: &str) {
-        let recovery = Recovery {
-            call_id: call_id.to_owned(),
-            session: session.to_owned(),
-            workspace: workspace.root().to_path_buf(),
-            steps: 0,
-            kind: RecoveryKind::Failed,
-            error: Some(format!(
-                "the call `{call_id}` failed and could not be rolled back ({failure}); writes to this workspace stop until the next start finishes the rollback"
-            )),
-        };
-        operator_message(workspace.root(), &recovery);
-        if let Some(log) = &self.audit {
-            let record = toolcell_audit::Record::recovery(&toolcell_audit::now(), session, call_id, 0, recovery.error.as_deref())
-                .at(&workspace.root().display().to_string(), None);
-            let _ = log.append(&[record]);
-        }
-        let mut recovered = self.recovered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        recovered.entry(workspace.root().to_path_buf()).or_default().push(recovery);
+        self.recovered.stop_writes(workspace.root(), session, call_id, failure, self.audit.as_deref());
     }
 
     /// What the operator should know about the load: each cached artifact that failed
@@ -321,16 +274,6 @@ impl Runtime {
     pub fn loaded(&self) -> &[LoadedComponent] {
         &self.loaded
     }
-}
-
-/// Tell the operator, on stderr, what a recovery in `workspace` found that needs them.
-fn operator_message(workspace: &std::path::Path, recovery: &Recovery) {
-    let what = match recovery.kind {
-        RecoveryKind::RolledBack => return,
-        RecoveryKind::Replayed => "an old journal was put back; it was not replayed",
-        RecoveryKind::Failed | RecoveryKind::Unverified => "writes to this workspace are stopped",
-    };
-    eprintln!("toolcell: recovery in `{}`: {what}: {}", workspace.display(), recovery.error.as_deref().unwrap_or_default());
 }
 
 /// A location the host reads and trusts: hidden from every tool (not readable, listable,

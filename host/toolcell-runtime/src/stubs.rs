@@ -8,8 +8,6 @@
 //! opaque and never made. Every other component is refused at load, naming the import, as
 //! before; the stubs are linked only into the opted-in component's own linker.
 
-use std::collections::BTreeMap;
-
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker, ResourceType, Type, Val};
 use wasmtime::{Engine, StoreContextMut};
@@ -19,22 +17,6 @@ use crate::error::{Error, describe};
 
 /// The host type standing for every stubbed resource: none is ever made.
 struct StubResource;
-
-/// Whether `pattern` (`namespace:package/interface` or `namespace:package/*`, no version)
-/// covers `import` (`wasi:sockets/tcp@0.2.9`).
-pub(crate) fn covers(pattern: &str, import: &str) -> bool {
-    let path = import.split_once('@').map_or(import, |(path, _)| path);
-    match pattern.strip_suffix("/*") {
-        Some(package) => path.split_once('/').is_some_and(|(import_package, _)| import_package == package),
-        None => path == pattern,
-    }
-}
-
-/// Whether any tool's `stub_imports` cover `import`: such an import may link as a stub until
-/// the component names its tool, which must then be the one that asked.
-pub(crate) fn any_covers(rules: &BTreeMap<String, Vec<String>>, import: &str) -> bool {
-    rules.values().flatten().any(|pattern| covers(pattern, import))
-}
 
 /// Define every function and resource of `imports` (imports of `component`) as a stub in
 /// `linker`.
@@ -104,25 +86,4 @@ fn refuse(
         }
     }
     wasmtime::bail!("{message}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn patterns_cover_interfaces_of_any_version() {
-        let table = [
-            ("wasi:sockets/*", "wasi:sockets/tcp@0.2.9", true),
-            ("wasi:sockets/*", "wasi:sockets/instance-network@0.2.0", true),
-            ("wasi:sockets/tcp", "wasi:sockets/tcp@0.2.9", true),
-            ("wasi:sockets/tcp", "wasi:sockets/tcp-create-socket@0.2.9", false),
-            ("wasi:sockets/*", "wasi:socketsx/tcp@0.2.9", false),
-            ("wasi:sockets/*", "wasi:http/types@0.2.9", false),
-            ("wasi:http/*", "wasi:http/outgoing-handler@0.2.0", true),
-        ];
-        for (pattern, import, expected) in table {
-            assert_eq!(covers(pattern, import), expected, "{pattern} {import}");
-        }
-    }
 }

@@ -80,6 +80,12 @@ impl Workspace {
         toolcell_state::workflow::lock_pattern(&self.directory, pattern).map_err(|error| Error::Lock(LockStoreError::Lock(error)))
     }
 
+    /// Whether `path` (workspace-relative) is a file with more than one hard link: the guard
+    /// opens such a file under none of its names, so nothing built on a listing may offer it.
+    pub fn is_hard_linked(&self, path: &str) -> bool {
+        self.directory.symlink_metadata(path).is_ok_and(|metadata| metadata.is_file() && cap_std::fs::MetadataExt::nlink(&metadata) > 1)
+    }
+
     /// A handle of its own on the workspace directory, for one call of `tool`.
     pub(crate) fn reopen(&self, tool: &str) -> Result<cap_std::fs::Dir, Error> {
         self.directory

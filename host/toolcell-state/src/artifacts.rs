@@ -51,6 +51,28 @@ impl ArtifactStore {
         Ok(artifact)
     }
 
+    /// The authentic artifact `name`: `Ok(None)` when there is none (or it cannot be read).
+    ///
+    /// # Errors
+    ///
+    /// Why the file there is not an authentic artifact; it has been removed.
+    pub fn read(&self, name: &str) -> Result<Option<Vec<u8>>, &'static str> {
+        let Ok(mut bytes) = std::fs::read(self.path(name)) else {
+            return Ok(None);
+        };
+        match self.authenticate(name, &bytes) {
+            Ok(artifact) => {
+                let header = bytes.len() - artifact.len();
+                bytes.drain(..header);
+                Ok(Some(bytes))
+            }
+            Err(reason) => {
+                let _ = std::fs::remove_file(self.path(name));
+                Err(reason)
+            }
+        }
+    }
+
     /// Store `artifact` as `name`, tagged: written beside, then renamed, so that another
     /// process never sees a half-written artifact.
     ///
@@ -92,4 +114,27 @@ fn unique_suffix() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     COUNTER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The name of the artifact compiled from `wasm`: hex SHA-256 of the engine's `compatibility`
+/// hash (only available as `impl Hash`), the compiler's `version` and the component's bytes.
+pub fn artifact_name(compatibility: &impl std::hash::Hash, version: &str, wasm: &[u8]) -> String {
+    use sha2::Digest as _;
+    /// Feeds a `Hash` value into SHA-256, so that it becomes part of a stable digest.
+    struct DigestHasher(Sha256);
+    impl std::hash::Hasher for DigestHasher {
+        fn finish(&self) -> u64 {
+            0
+        }
+
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+    }
+    let mut hasher = DigestHasher(Sha256::new());
+    compatibility.hash(&mut hasher);
+    hasher.0.update(version.as_bytes());
+    hasher.0.update((wasm.len() as u64).to_le_bytes());
+    hasher.0.update(wasm);
+    crate::storage::hex(&hasher.0.finalize())
 }

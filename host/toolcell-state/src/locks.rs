@@ -228,7 +228,6 @@ fn load(path: &Path) -> std::io::Result<LockTable> {
     }
 }
 
-/// Milliseconds since the Unix epoch.
 /// The audit record of `event` (`acquired`, `renewed`, `released`, …) on `lock`, in the
 /// workspace `workspace` (its directory, as records name it), by `principal`.
 pub fn lock_record(lock: &Lock, event: &str, workspace: &str, principal: Option<&str>) -> toolcell_audit::Record {
@@ -236,6 +235,7 @@ pub fn lock_record(lock: &Lock, event: &str, workspace: &str, principal: Option<
         .at(workspace, principal)
 }
 
+/// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }

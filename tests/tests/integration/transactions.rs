@@ -655,3 +655,29 @@ fn a_rollback_leaves_files_it_did_not_change_exactly_as_they_were() {
     assert!(outcome.result.is_err());
     assert_eq!(fixture.read("src/b.rs"), content);
 }
+
+/// A call goes by the policy it started with to its end: a reload while it runs changes
+/// neither its validators nor its limits; the next call goes by the new policy.
+#[test]
+fn a_call_keeps_the_validators_of_the_policy_it_started_with_across_a_reload() {
+    let unvalidated =
+        VALIDATED_POLICY.split("[roles.impl]").nth(1).map(|roles| format!("version = 1\n\n[roles.impl]{roles}")).expect("roles");
+    let runtime = runtime_with_policy(&unvalidated, None);
+    let fixture = project();
+    let broken = json!({"ops": [
+        {"op": "sleep", "path": "", "content": "1500"},
+        {"op": "write", "path": "late.json", "content": "{\"ok\": tru"},
+    ]});
+    let outcome = std::thread::scope(|scope| {
+        let call = scope.spawn(|| fixture.call_on(&runtime, "impl", "fs_probe", &broken, None));
+        std::thread::sleep(Duration::from_millis(300));
+        runtime.reload_policy("policy.toml", VALIDATED_POLICY).expect("the validated policy loads");
+        call.join().expect("the call")
+    });
+    assert!(outcome.result.is_ok(), "the call started before the reload has no validator: {:?}", outcome.result);
+    assert_eq!(fixture.read("late.json"), b"{\"ok\": tru");
+    let after =
+        fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "write", "path": "next.json", "content": "[1,"}]}), None);
+    let error = after.result.expect_err("a call started after the reload is validated");
+    assert!(error.message.contains("failed the validator `json-syntax`"), "{}", error.message);
+}

@@ -1,12 +1,13 @@
 //! `completion/complete` for the resource template's `path` argument: the workspace paths the
 //! role may read that start with what was typed, from the role's own `list_files` (so hidden
-//! and unlistable paths never appear) and the policy's read rules.
+//! and unlistable paths never appear), the policy's read rules, and never a file with several
+//! hard links.
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CompleteRequestParams, CompleteResult, CompletionInfo};
-use toolcell_host::{Access, Session};
+use toolcell_host::Session;
 
-use super::{URI_TEMPLATE, listing};
+use super::{URI_TEMPLATE, listing, readable_files};
 
 /// Complete `request`.
 pub(crate) fn complete(session: &Session, request: &CompleteRequestParams) -> Result<CompleteResult, McpError> {
@@ -30,15 +31,7 @@ pub(crate) fn complete(session: &Session, request: &CompleteRequestParams) -> Re
     }
     let typed = request.argument.value.as_str();
     let (files, _) = listing(session)?;
-    let runtime = session.host().runtime();
-    let policy = runtime.policy();
-    let role = policy.as_deref().map(|policy| (policy, policy.role(session.role())));
-    let readable = |path: &str| match role {
-        None => true,
-        Some((_, None)) => false,
-        Some((policy, Some(role))) => policy.verdict(role, Access::Read, path).effect() == toolcell_policy::Effect::Allow,
-    };
-    let matching: Vec<String> = files.into_iter().filter(|path| path.starts_with(typed) && readable(path)).collect();
+    let matching = readable_files(session, files.into_iter().filter(|path| path.starts_with(typed)));
     let total = u32::try_from(matching.len()).unwrap_or(u32::MAX);
     let has_more = matching.len() > CompletionInfo::MAX_VALUES;
     let values = matching.into_iter().take(CompletionInfo::MAX_VALUES).collect();

@@ -23,7 +23,7 @@ use rmcp::model::{
     ResourceTemplate,
 };
 use serde_json::{Value, json};
-use toolcell_host::{Session, ToolErrorKind};
+use toolcell_host::{Access, Session, ToolErrorKind};
 
 /// Every resource URI starts with this.
 pub const URI_PREFIX: &str = "toolcell://workspace/";
@@ -157,6 +157,25 @@ pub(crate) fn listing(session: &Session) -> Result<(Vec<String>, Vec<String>), M
     files.sort();
     directories.sort();
     Ok((files, directories))
+}
+
+/// The files of `files` (from the role's own listing) that the role may read as its tools are
+/// judged: by the read rules of the policy in force, and never a file with several hard links
+/// (the guard opens it under none of its names).
+pub(crate) fn readable_files(session: &Session, files: impl IntoIterator<Item = String>) -> Vec<String> {
+    let host = session.host();
+    let policy = host.runtime().policy();
+    let role = policy.as_deref().map(|policy| (policy, policy.role(session.role())));
+    let workspace = host.workspace();
+    files
+        .into_iter()
+        .filter(|path| match role {
+            None => true,
+            Some((_, None)) => false,
+            Some((policy, Some(role))) => policy.verdict(role, Access::Read, path).effect() == toolcell_policy::Effect::Allow,
+        })
+        .filter(|path| !workspace.is_hard_linked(path))
+        .collect()
 }
 
 /// `file_info` of `path` when the role may read it (its structured result), else `None`.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::ResourceUpdatedNotificationParam;
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
-use toolcell_host::{Access, Session};
+use toolcell_host::Session;
 use toolcell_state::index_watch::{Drained, Watcher};
 
 use super::{Called, call, listing, not_found, path_of, uri_of};
@@ -244,11 +244,8 @@ impl Telling {
         self.shared.upgrade().is_some_and(|shared| shared.lock().unwrap_or_else(PoisonError::into_inner).generation == self.generation)
     }
 
-    /// The files of `files` the role may read, by the policy its tools run under.
+    /// The files of `files` the role may read, as its tools are judged.
     fn readable(&self, files: Vec<String>) -> BTreeSet<String> {
-        let runtime = self.session.host().runtime();
-        let Some(policy) = runtime.policy() else { return files.into_iter().collect() };
-        let Some(role) = policy.role(self.session.role()) else { return BTreeSet::new() };
-        files.into_iter().filter(|path| policy.verdict(role, Access::Read, path).effect() == toolcell_policy::Effect::Allow).collect()
+        super::readable_files(&self.session, files).into_iter().collect()
     }
 }

@@ -305,7 +305,7 @@ impl RuntimeBuilder {
             workflow,
             bound_roles: std::sync::Mutex::default(),
             journal_key,
-            recovered: std::sync::Mutex::default(),
+            recovered: toolcell_state::Recoveries::default(),
             journal,
             _work: work,
             _ticker: engine.ticker,

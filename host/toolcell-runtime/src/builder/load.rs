@@ -59,7 +59,7 @@ pub(super) fn prepare(
     let (info, schema) = describe_tool(engine, &pre, origin)?;
     // Stubbed only if the tool the component turned out to be asked for it.
     let own_rules: Vec<&String> = [info.name.as_str(), "*"].iter().filter_map(|tool| linking.stub_rules.get(*tool)).flatten().collect();
-    if let Some(import) = stubbed.iter().find(|import| !own_rules.iter().any(|pattern| stubs::covers(pattern, import))) {
+    if let Some(import) = stubbed.iter().find(|import| !own_rules.iter().any(|pattern| toolcell_policy::covers(pattern, import))) {
         return Err(Error::ForbiddenImport { origin: origin.to_owned(), import: import.escape_default().to_string() });
     }
     let code = match source.artifact {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use toolcell_net::{NetLimits, Outbound, StaticResolver, SystemResolver};
+use toolcell_net::{Outbound, StaticResolver, SystemResolver};
 
 use super::{PolicySource, RuntimeBuilder};
 use crate::error::Error;
@@ -24,23 +24,7 @@ impl RuntimeBuilder {
         let mut builder = Outbound::builder().resolver(resolver);
         if let Some((file, text)) = policy_text {
             let settings = toolcell_policy::network_settings(file, text)?;
-            builder = builder.limits(NetLimits::from_settings(&settings));
-            for root in &settings.roots {
-                let Some(directory) = directory else {
-                    return Err(Error::Network {
-                        reason: format!(
-                            "`[network] roots` names `{root}`, but the policy was not read from a file it could be relative to"
-                        ),
-                    });
-                };
-                let pem = std::fs::read(directory.join(root)).map_err(|error| Error::Network {
-                    reason: format!("the certificate authorities `{root}` of `[network] roots` cannot be read: {error}"),
-                })?;
-                builder = builder.extra_roots_pem(root, &pem);
-            }
-            if let Some(directory) = directory {
-                builder = builder.secret_directory(directory);
-            }
+            builder = builder.policy(&settings, directory).map_err(|error| Error::Network { reason: error.to_string() })?;
         }
         builder.build().map_err(|error| Error::Network { reason: error.to_string() })
     }

@@ -238,7 +238,7 @@ impl Runtime {
                     )),
                     ..CallContext::default()
                 };
-                let deadline = Instant::now() + self.limits_for(request.tool).deadline;
+                let deadline = Instant::now() + self.limits_for(request.tool, guard.policy()).deadline;
                 let parts = self.parts;
                 let (guard, split) =
                     self.run_component(pre, request, CallContext { parts, ..context.clone() }, guard, outcome, deadline)?;
@@ -391,7 +391,7 @@ impl Runtime {
         // instead of hopping to a worker thread.
         wasi.allow_blocking_current_thread(filesystem::BLOCKING_IN_PLACE).stdout(stdout.clone()).stderr(stderr.clone());
         wasi.preopened_dir(workspace.root(), ".", FsPerms::ReadWrite).map_err(host_error)?;
-        let limits = self.limits_for(tool);
+        let limits = self.limits_for(tool, guard.policy());
         let mut guard = guard;
         guard.set_budget(tool, limits.host_calls, limits.open_files, limits.audit_records);
         guard.set_deadline(deadline);
@@ -488,9 +488,10 @@ impl Runtime {
         ))
     }
 
-    /// The limits of a call of `tool`: the runtime's, with the policy's over them.
-    fn limits_for(&self, tool: &str) -> Limits {
-        let Some(policy) = self.policy.current() else {
+    /// The limits of a call of `tool`: the runtime's, with those of the call's `policy` (the
+    /// one in force when it started, whatever a reload did since) over them.
+    fn limits_for(&self, tool: &str, policy: Option<&Policy>) -> Limits {
+        let Some(policy) = policy else {
             return self.limits;
         };
         let set = policy.limits_for(tool);

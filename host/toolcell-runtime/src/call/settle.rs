@@ -20,7 +20,7 @@ impl Runtime {
             guard.transaction = Some(transaction);
             if let Err(failure) = guard.land_all() {
                 outcome.result = Err(if guard.timed_out() {
-                    self.deadline_error(request.tool, &self.limits_for(request.tool))
+                    self.deadline_error(request.tool, &self.limits_for(request.tool, guard.policy()))
                 } else {
                     ToolError::new(ToolErrorKind::Failed, format!("the call's writes could not be put in place ({failure})"))
                 });
@@ -36,7 +36,7 @@ impl Runtime {
         let journal = transaction.journal.take();
         if outcome.result.is_ok()
             && journal.is_some()
-            && let Err(error) = self.validate(request, root, &transaction.modified)
+            && let Err(error) = self.validate(request, guard.policy(), root, &transaction.modified)
         {
             outcome.result = Err(error);
         }
@@ -104,9 +104,16 @@ impl Runtime {
         }
     }
 
-    /// Run the policy's validators on every file the call wrote.
-    pub(super) fn validate(&self, request: &CallRequest<'_>, root: &cap_std::fs::Dir, modified: &[String]) -> Result<(), ToolError> {
-        let Some(policy) = self.policy.current() else {
+    /// Run the validators of the call's `policy` (the one in force when it started) on every
+    /// file the call wrote.
+    pub(super) fn validate(
+        &self,
+        request: &CallRequest<'_>,
+        policy: Option<&Policy>,
+        root: &cap_std::fs::Dir,
+        modified: &[String],
+    ) -> Result<(), ToolError> {
+        let Some(policy) = policy else {
             return Ok(());
         };
         for path in modified {
@@ -126,7 +133,7 @@ impl Runtime {
                             .map(drop)
                             .map_err(|error| format!("it is not valid TOML: {}", error.message().trim()))
                     }),
-                    ValidatorCheck::Tool(tool) => self.run_validator(tool, path, request),
+                    ValidatorCheck::Tool(tool) => self.run_validator(tool, path, request, policy),
                 };
                 if let Err(reason) = failure {
                     return Err(ToolError::new(
@@ -146,7 +153,7 @@ impl Runtime {
     }
 
     /// Call the validator component `tool` on `path`, read-only and within the workspace.
-    pub(super) fn run_validator(&self, tool: &str, path: &str, request: &CallRequest<'_>) -> Result<(), String> {
+    pub(super) fn run_validator(&self, tool: &str, path: &str, request: &CallRequest<'_>, policy: &Policy) -> Result<(), String> {
         let Some(LoadedTool { kind: ToolKind::Component(code), origin, .. }) = self.tools.get(tool) else {
             return Err(format!("the validator tool `{tool}` is not a loaded component"));
         };
@@ -162,7 +169,7 @@ impl Runtime {
         let args = serde_json::json!({ "path": path }).to_string();
         let mut outcome = CallOutcome::new(context.call_id.clone());
         let validation = CallRequest { tool, args: &args, ..*request };
-        let deadline = Instant::now() + self.limits_for(validation.tool).deadline;
+        let deadline = Instant::now() + self.limits_for(validation.tool, Some(policy)).deadline;
         let (guard, _) = self.run_component(pre, &validation, context, guard, &mut outcome, deadline).map_err(|error| error.to_string())?;
         if let Some(denial) = guard.denials.first() {
             return Err(format!("the validator `{tool}` was refused: {}", denial.message));

@@ -151,7 +151,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> Result<(), Error>
 /// fails the call and reaches the agent. No record holds a header's value.
 fn account(guard: &mut FsGuard, records: Vec<RequestRecord>) {
     for record in records {
-        let subject = describe(&record);
+        let subject = record.to_string();
         match record.decision {
             Decision::Allowed => guard.record_capability(OPERATION, &subject, record.rule.as_deref().unwrap_or("network")),
             Decision::Refused => {
@@ -160,25 +160,6 @@ fn account(guard: &mut FsGuard, records: Vec<RequestRecord>) {
             }
         }
     }
-}
-
-/// One line per request: method, URL's origin, address, status, bytes each way, time, and how
-/// it ended.
-fn describe(record: &RequestRecord) -> String {
-    let mut text = format!("{} {}://{}:{}", record.method, record.scheme, record.host, record.port);
-    if let Some(address) = record.address {
-        text.push_str(&format!(" address={address}"));
-    }
-    if let Some(status) = record.status {
-        text.push_str(&format!(" status={status}"));
-    }
-    text.push_str(&format!(" sent={} received={} ms={}", record.bytes_sent, record.bytes_received, record.elapsed_ms));
-    if record.decision == Decision::Allowed
-        && let Some(reason) = &record.reason
-    {
-        text.push_str(&format!(" ended: {reason}"));
-    }
-    text
 }
 
 #[cfg(test)]

@@ -188,6 +188,11 @@ impl FsGuard {
         crate::reload::InForce { generation: self.policy_generation, policy: self.policy.clone() }
     }
 
+    /// The policy this call goes by (see [`in_force`](Self::in_force)).
+    pub(crate) fn policy(&self) -> Option<&Policy> {
+        self.policy.as_deref()
+    }
+
     /// The role as bound for this call, if one was given.
     pub(crate) fn bound_role(&self) -> Option<Arc<toolcell_policy::Role>> {
         self.bound.clone()
