@@ -95,6 +95,10 @@ mod tests {
              <failure message=\"took 9 s\">took 9 s&#10;raise the deadline</failure>\n    </testcase>\n  </testsuite>\n</testsuites>\n"
         );
         let warned = Report { warnings: vec!["declares no <hosts>".to_owned()], ..report };
-        assert!(warned.junit().contains("    <system-err>warning: declares no &lt;hosts&gt;</system-err>\n  </testsuite>"), "{}", warned.junit());
+        assert!(
+            warned.junit().contains("    <system-err>warning: declares no &lt;hosts&gt;</system-err>\n  </testsuite>"),
+            "{}",
+            warned.junit()
+        );
     }
 }

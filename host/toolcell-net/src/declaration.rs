@@ -180,13 +180,11 @@ impl Declaration {
 
 /// `SCHEME://HOST[:PORT]`, nothing else.
 fn parse_line(line: &str) -> Result<DeclaredHost, String> {
-    let (scheme, rest) = line.split_once("://").ok_or_else(|| "write `SCHEME://HOST[:PORT]`, such as `https://api.example.com`".to_owned())?;
+    let (scheme, rest) =
+        line.split_once("://").ok_or_else(|| "write `SCHEME://HOST[:PORT]`, such as `https://api.example.com`".to_owned())?;
     let scheme = Scheme::parse(scheme).ok_or_else(|| format!("the scheme `{}` is neither `http` nor `https`", scheme.escape_default()))?;
     if let Some(extra) = rest.find(['/', '?', '#', '@', ' ', '\t']) {
-        return Err(format!(
-            "a destination is a scheme, a host and a port only; remove `{}`",
-            rest[extra..].escape_default()
-        ));
+        return Err(format!("a destination is a scheme, a host and a port only; remove `{}`", rest[extra..].escape_default()));
     }
     let (host, port) = split_port(rest)?;
     let port = match port {
@@ -227,8 +225,9 @@ fn split_port(rest: &str) -> Result<(&str, Option<&str>), String> {
 }
 
 /// The policy lines that let `tool`, for `role`, reach `hosts`: one rule per scheme and port,
-/// named `{tool}-declared`, scoped to the tool.
-pub fn grant_lines(role: &str, tool: &str, hosts: &[&DeclaredHost]) -> String {
+/// scoped to the tool, named `{role}-{tool}-declared` (then `-2`, `-3`, …), skipping the ids
+/// `is_taken` says the policy uses already (ids are unique across a policy).
+pub fn grant_lines(role: &str, tool: &str, hosts: &[&DeclaredHost], is_taken: impl Fn(&str) -> bool) -> String {
     let mut groups: Vec<(Scheme, u16, Vec<&str>)> = Vec::new();
     for host in hosts {
         match groups.iter_mut().find(|(scheme, port, _)| *scheme == host.scheme && *port == host.port) {
@@ -237,8 +236,15 @@ pub fn grant_lines(role: &str, tool: &str, hosts: &[&DeclaredHost]) -> String {
         }
     }
     let mut text = String::new();
-    for (index, (scheme, port, names)) in groups.iter().enumerate() {
-        let id = if index == 0 { format!("{tool}-declared") } else { format!("{tool}-declared-{}", index + 1) };
+    let mut number = 1;
+    for (scheme, port, names) in &groups {
+        let id = loop {
+            let id = if number == 1 { format!("{role}-{tool}-declared") } else { format!("{role}-{tool}-declared-{number}") };
+            number += 1;
+            if !is_taken(&id) {
+                break id;
+            }
+        };
         let names: Vec<String> = names.iter().map(|name| format!("\"{name}\"")).collect();
         text.push_str(&format!("[[roles.{role}.network]]\nid = \"{id}\"\neffect = \"allow\"\nhosts = [{}]\n", names.join(", ")));
         if *scheme != Scheme::Https {
@@ -333,9 +339,9 @@ mod tests {
         let declaration = Declaration::parse("https://docs.rs\nhttps://*.wikipedia.org\nhttp://api.test:8080\n").expect("valid");
         let hosts: Vec<&DeclaredHost> = declaration.hosts.iter().collect();
         assert_eq!(
-            grant_lines("fetcher", "http_fetch", &hosts),
-            "[[roles.fetcher.network]]\nid = \"http_fetch-declared\"\neffect = \"allow\"\nhosts = [\"docs.rs\", \"*.wikipedia.org\"]\ntools = [\"http_fetch\"]\n\
-             [[roles.fetcher.network]]\nid = \"http_fetch-declared-2\"\neffect = \"allow\"\nhosts = [\"api.test\"]\nschemes = [\"http\"]\nports = [8080]\ntools = [\"http_fetch\"]\n"
+            grant_lines("fetcher", "http_fetch", &hosts, |id| id == "fetcher-http_fetch-declared-2"),
+            "[[roles.fetcher.network]]\nid = \"fetcher-http_fetch-declared\"\neffect = \"allow\"\nhosts = [\"docs.rs\", \"*.wikipedia.org\"]\ntools = [\"http_fetch\"]\n\
+             [[roles.fetcher.network]]\nid = \"fetcher-http_fetch-declared-3\"\neffect = \"allow\"\nhosts = [\"api.test\"]\nschemes = [\"http\"]\nports = [8080]\ntools = [\"http_fetch\"]\n"
         );
     }
 

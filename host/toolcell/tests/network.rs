@@ -158,7 +158,7 @@ fn over_mcp_an_allowed_fetch_is_written_and_a_refusal_tells_the_agent_how_to_gra
 #[test]
 fn tools_add_shows_the_declared_hosts_beside_the_policy_and_the_lines_that_grant_them() {
     let setup = Setup::new(8080);
-    let policy = "version = 1\n[roles.fetcher]\ntools = [\"http_fetch\"]\n[[roles.fetcher.network]]\nid = \"docs\"\neffect = \"allow\"\nhosts = [\"docs.rs\", \"en.wikipedia.org\"]\n[roles.reader]\ntools = [\"read_file\"]\n";
+    let policy = "version = 1\n[roles.fetcher]\ntools = [\"http_fetch\"]\n[[roles.fetcher.network]]\nid = \"docs\"\neffect = \"allow\"\nhosts = [\"docs.rs\", \"en.wikipedia.org\"]\n[roles.reader]\ntools = [\"read_file\"]\n[roles.other]\ntools = [\"*\"]\n";
     std::fs::write(setup.path("policy.toml"), policy).expect("write the policy");
     let component = setup.path("http_fetch.wasm");
     std::fs::write(&component, http_fetch()).expect("write the component");
@@ -171,7 +171,7 @@ fn tools_add_shows_the_declared_hosts_beside_the_policy_and_the_lines_that_grant
     let stdout = add();
     assert!(
         stdout.contains(
-            "\nit declares the hosts it wants (declaring grants nothing: the policy decides every request):\n  https://docs.rs\n    role `fetcher`: allowed by rule `docs` (policy line 4)\n  https://*.wikipedia.org\n    role `fetcher`: refused (no network rule allows it)\n  https://raw.githubusercontent.com\n    role `fetcher`: refused (no network rule allows it)\n"
+            "\nit declares the hosts it wants (declaring grants nothing: the policy decides every request):\n  https://docs.rs\n    role `fetcher`: allowed by rule `docs` (policy line 4)\n    role `other`: refused (no network rule allows it)\n  https://*.wikipedia.org\n    role `fetcher`: refused (no network rule allows it)\n    role `other`: refused (no network rule allows it)\n  https://raw.githubusercontent.com\n    role `fetcher`: refused (no network rule allows it)\n    role `other`: refused (no network rule allows it)\n"
         ),
         "{stdout}"
     );
@@ -179,7 +179,8 @@ fn tools_add_shows_the_declared_hosts_beside_the_policy_and_the_lines_that_grant
     let (_, grant) = stdout.split_once("add to the policy:\n\n").expect("the lines that grant the rest");
     assert_eq!(
         grant,
-        "[[roles.fetcher.network]]\nid = \"http_fetch-declared\"\neffect = \"allow\"\nhosts = [\"*.wikipedia.org\", \"raw.githubusercontent.com\"]\ntools = [\"http_fetch\"]\n"
+        "[[roles.fetcher.network]]\nid = \"fetcher-http_fetch-declared\"\neffect = \"allow\"\nhosts = [\"*.wikipedia.org\", \"raw.githubusercontent.com\"]\ntools = [\"http_fetch\"]\n\n\
+         [[roles.other.network]]\nid = \"other-http_fetch-declared\"\neffect = \"allow\"\nhosts = [\"docs.rs\", \"*.wikipedia.org\", \"raw.githubusercontent.com\"]\ntools = [\"http_fetch\"]\n"
     );
 
     // The lines work: with them in the policy, every declared host is allowed.
@@ -187,9 +188,16 @@ fn tools_add_shows_the_declared_hosts_beside_the_policy_and_the_lines_that_grant
     let removed = setup.command().args(["tools", "remove", "http_fetch"]).output().expect("run toolcell tools remove");
     assert!(removed.status.success(), "{}", text(&removed.stderr));
     let stdout = add();
-    assert!(stdout.contains("  https://*.wikipedia.org\n    role `fetcher`: allowed by rule `http_fetch-declared` (policy line "), "{stdout}");
-    assert!(stdout.contains("  https://raw.githubusercontent.com\n    role `fetcher`: allowed by rule `http_fetch-declared`"), "{stdout}");
-    assert!(!stdout.contains("add to the policy"), "{stdout}");
+    assert!(
+        stdout.contains("  https://*.wikipedia.org\n    role `fetcher`: allowed by rule `fetcher-http_fetch-declared` (policy line "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  https://raw.githubusercontent.com\n    role `fetcher`: allowed by rule `fetcher-http_fetch-declared`"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  https://docs.rs\n    role `fetcher`: allowed by rule `docs` (policy line 4)\n    role `other`: allowed by rule `other-http_fetch-declared`"), "{stdout}");
+    assert!(!stdout.contains("refused") && !stdout.contains("add to the policy"), "{stdout}");
 }
 
 #[test]
@@ -204,7 +212,12 @@ fn tools_add_warns_about_a_network_tool_that_declares_no_hosts() {
     let added = setup.command().args(["tools", "add"]).arg(&component).output().expect("run toolcell tools add");
     let (stdout, stderr) = (text(&added.stdout), text(&added.stderr));
     assert!(added.status.success(), "a warning, not a refusal: {stdout}{stderr}");
-    assert!(stderr.contains("warning: `http_fetch` imports `wasi:http/outgoing-handler` but declares no hosts: add a `toolcell:network` custom section"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "warning: `http_fetch` imports `wasi:http/outgoing-handler` but declares no hosts: add a `toolcell:network` custom section"
+        ),
+        "{stderr}"
+    );
     assert!(stdout.contains("it declares no hosts (no `toolcell:network` section)"), "{stdout}");
     assert!(stdout.contains("it wants network access"), "{stdout}");
 }

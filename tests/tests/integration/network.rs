@@ -199,7 +199,10 @@ fn a_resolver_that_answers_public_then_private_reaches_only_the_checked_address(
     let records = requests(&runtime);
     let subjects: Vec<_> = records.iter().map(|record| (record.decision.as_deref(), record.path.clone().unwrap_or_default())).collect();
     assert_eq!(subjects.len(), 2, "{subjects:?}");
-    assert!(subjects.iter().any(|(decision, path)| *decision == Some("allow") && path.contains("address=127.0.0.2 status=200")), "{subjects:?}");
+    assert!(
+        subjects.iter().any(|(decision, path)| *decision == Some("allow") && path.contains("address=127.0.0.2 status=200")),
+        "{subjects:?}"
+    );
     assert!(subjects.iter().any(|(decision, path)| *decision == Some("deny") && !path.contains("status=")), "{subjects:?}");
     // One answer holding both: one private address refuses the name, and nothing connects.
     let mixed = Arc::new(Rebinding { answers: vec![vec![PUBLIC, PRIVATE]], calls: AtomicUsize::new(0) });

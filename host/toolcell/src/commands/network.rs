@@ -34,11 +34,7 @@ pub(super) fn show_network(out: &mut impl Write, runtime: &Runtime, imports: &[S
     }
     match declared {
         Err(error) => writeln!(out, "\nits declaration of the hosts it wants cannot be read: {error}")?,
-        Ok(None) => writeln!(
-            out,
-            "\nit declares no hosts (no `{}` section): ask its author which hosts it needs",
-            toolcell_net::SECTION
-        )?,
+        Ok(None) => writeln!(out, "\nit declares no hosts (no `{}` section): ask its author which hosts it needs", toolcell_net::SECTION)?,
         Ok(Some(declaration)) => show_declared(out, policy.as_deref(), tool, &declaration)?,
     }
     Ok(())
@@ -75,20 +71,22 @@ fn show_declared(out: &mut impl Write, policy: Option<&Policy>, tool: &str, decl
             }
         }
     }
+    let taken =
+        |id: &str| policy.iter().flat_map(|policy| policy.roles()).any(|role| role.network().rules().iter().any(|rule| rule.id == id));
     if roles.is_empty() {
         let hosts: Vec<&DeclaredHost> = declaration.hosts.iter().collect();
         writeln!(
             out,
             "no role of the policy may call `{tool}` yet; give it to a role, and grant that role the hosts with:\n\n{}",
-            toolcell_net::grant_lines("ROLE", tool, &hosts)
+            toolcell_net::grant_lines("ROLE", tool, &hosts, taken)
         )?;
         return Ok(());
     }
     let missing: Vec<_> = missing.into_iter().filter(|(_, hosts)| !hosts.is_empty()).collect();
     if !missing.is_empty() {
-        writeln!(out, "to let the roles reach the declared hosts the policy refuses, add to the policy:\n")?;
+        writeln!(out, "to let the roles reach the declared hosts the policy refuses, add to the policy:")?;
         for (role, hosts) in missing {
-            write!(out, "{}", toolcell_net::grant_lines(role, tool, &hosts))?;
+            write!(out, "\n{}", toolcell_net::grant_lines(role, tool, &hosts, taken))?;
         }
     }
     Ok(())

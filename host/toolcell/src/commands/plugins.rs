@@ -108,7 +108,7 @@ sha256 = \"{}\"{source_line}",
             added.tool, added.sha256
         )?;
     }
-    super::network::show_network(&mut stdout, &runtime, &added.imports, added.tool.as_str(), &wasm)?;
+    network::show_network(&mut stdout, &runtime, &added.imports, added.tool.as_str(), &wasm)?;
     Ok(ExitCode::SUCCESS)
 }
 
