@@ -221,3 +221,21 @@ fn tools_add_warns_about_a_network_tool_that_declares_no_hosts() {
     assert!(stdout.contains("it declares no hosts (no `toolcell:network` section)"), "{stdout}");
     assert!(stdout.contains("it wants network access"), "{stdout}");
 }
+
+#[test]
+fn tools_add_gives_a_role_placeholder_when_no_role_may_call_the_tool_yet() {
+    let setup = Setup::new(8080);
+    std::fs::write(setup.path("policy.toml"), "version = 1\n[roles.reader]\ntools = [\"read_file\"]\n").expect("write the policy");
+    let component = setup.path("http_fetch.wasm");
+    std::fs::write(&component, http_fetch()).expect("write the component");
+    let added = setup.command().args(["tools", "add"]).arg(&component).output().expect("run toolcell tools add");
+    let stdout = text(&added.stdout);
+    assert!(added.status.success(), "{stdout}{}", text(&added.stderr));
+    assert!(stdout.contains("  no host: every request is refused until a `[[roles.ROLE.network]]` rule allows it"), "{stdout}");
+    assert!(
+        stdout.ends_with(
+            "  https://raw.githubusercontent.com\nno role of the policy may call `http_fetch` yet; give it to a role, and grant that role the hosts with:\n\n[[roles.ROLE.network]]\nid = \"ROLE-http_fetch-declared\"\neffect = \"allow\"\nhosts = [\"docs.rs\", \"*.wikipedia.org\", \"raw.githubusercontent.com\"]\ntools = [\"http_fetch\"]\n"
+        ),
+        "{stdout}"
+    );
+}

@@ -75,7 +75,7 @@ fn show_declared(out: &mut impl Write, policy: Option<&Policy>, tool: &str, decl
         |id: &str| policy.iter().flat_map(|policy| policy.roles()).any(|role| role.network().rules().iter().any(|rule| rule.id == id));
     if roles.is_empty() {
         let hosts: Vec<&DeclaredHost> = declaration.hosts.iter().collect();
-        writeln!(
+        write!(
             out,
             "no role of the policy may call `{tool}` yet; give it to a role, and grant that role the hosts with:\n\n{}",
             toolcell_net::grant_lines("ROLE", tool, &hosts, taken)
