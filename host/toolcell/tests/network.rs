@@ -200,15 +200,19 @@ fn tools_add_shows_the_declared_hosts_beside_the_policy_and_the_lines_that_grant
     assert!(!stdout.contains("refused") && !stdout.contains("add to the policy"), "{stdout}");
 }
 
-#[test]
-fn tools_add_warns_about_a_network_tool_that_declares_no_hosts() {
-    let setup = Setup::new(8080);
-    // The example with its `toolcell:network` section renamed: it declares nothing.
+/// The example with its `toolcell:network` section renamed: it declares nothing.
+fn undeclared() -> Vec<u8> {
     let mut wasm = http_fetch().to_vec();
     let at = wasm.windows(16).position(|window| window == b"toolcell:network").expect("the example declares its hosts");
     wasm[at + 9] = b'N';
+    wasm
+}
+
+#[test]
+fn tools_add_warns_about_a_network_tool_that_declares_no_hosts() {
+    let setup = Setup::new(8080);
     let component = setup.path("undeclared.wasm");
-    std::fs::write(&component, &wasm).expect("write the component");
+    std::fs::write(&component, undeclared()).expect("write the component");
     let added = setup.command().args(["tools", "add"]).arg(&component).output().expect("run toolcell tools add");
     let (stdout, stderr) = (text(&added.stdout), text(&added.stderr));
     assert!(added.status.success(), "a warning, not a refusal: {stdout}{stderr}");
@@ -238,4 +242,22 @@ fn tools_add_gives_a_role_placeholder_when_no_role_may_call_the_tool_yet() {
         ),
         "{stdout}"
     );
+}
+
+#[test]
+fn tools_update_shows_the_declared_hosts_a_new_build_drops() {
+    let setup = Setup::new(8080);
+    std::fs::write(setup.path("plugins/http_fetch.wasm"), http_fetch()).expect("install the component");
+    let build = setup.path("undeclared.wasm");
+    std::fs::write(&build, undeclared()).expect("write the new build");
+    let updated = setup.command().args(["tools", "update", "http_fetch"]).arg(&build).output().expect("run toolcell tools update");
+    let (stdout, stderr) = (text(&updated.stdout), text(&updated.stderr));
+    assert!(updated.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(
+            "  declared hosts: - https://docs.rs\n  declared hosts: - https://*.wikipedia.org\n  declared hosts: - https://raw.githubusercontent.com\n"
+        ),
+        "{stdout}"
+    );
+    assert!(stderr.contains("declares no hosts"), "{stderr}");
 }

@@ -91,3 +91,32 @@ fn show_declared(out: &mut impl Write, policy: Option<&Policy>, tool: &str, decl
     }
     Ok(())
 }
+
+/// For `tools update`: the declared hosts the new build adds and drops (nothing when neither
+/// build declares any).
+pub(super) fn show_declared_changes(out: &mut impl Write, old_wasm: &[u8], new_wasm: &[u8]) -> anyhow::Result<()> {
+    let hosts = |wasm: &[u8]| -> Result<Vec<String>, String> {
+        match Declaration::from_wasm(wasm) {
+            Ok(declaration) => Ok(declaration.into_iter().flat_map(|declaration| declaration.hosts).map(|host| host.to_string()).collect()),
+            Err(error) => Err(error.to_string()),
+        }
+    };
+    match (hosts(old_wasm), hosts(new_wasm)) {
+        (Ok(old), Ok(new)) if old == new => {
+            if !new.is_empty() {
+                writeln!(out, "  declared hosts: unchanged")?;
+            }
+        }
+        (Ok(old), Ok(new)) => {
+            for host in new.iter().filter(|host| !old.contains(host)) {
+                writeln!(out, "  declared hosts: + {host}")?;
+            }
+            for host in old.iter().filter(|host| !new.contains(host)) {
+                writeln!(out, "  declared hosts: - {host}")?;
+            }
+        }
+        (_, Err(reason)) => writeln!(out, "  declared hosts: cannot be read: {reason}")?,
+        (Err(_), Ok(new)) => writeln!(out, "  declared hosts: {}", if new.is_empty() { "none".to_owned() } else { new.join(", ") })?,
+    }
+    Ok(())
+}

@@ -304,6 +304,7 @@ pub(super) fn tools_update(
         );
     }
     show_changes(name, before.as_ref(), &after)?;
+    network::show_declared_changes(&mut std::io::stdout().lock(), &old_wasm, &wasm)?;
     if !passes_conformance(args, &runtime, name, component, &wasm, force)? {
         return Ok(ExitCode::from(EXIT_TOOL_ERROR));
     }
