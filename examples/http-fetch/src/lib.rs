@@ -75,3 +75,7 @@ impl Tool for HttpFetch {
 }
 
 toolcell_sdk::export_tool!(HttpFetch);
+
+// The hosts it is meant for, shown to the operator by `toolcell tools add` beside what the
+// policy allows; declaring grants nothing, the policy's network rules decide every request.
+toolcell_sdk::declare_hosts!("https://docs.rs", "https://*.wikipedia.org", "https://raw.githubusercontent.com");

@@ -39,6 +39,7 @@
 //! to enforce anything.
 
 pub mod chain;
+pub mod declare;
 pub mod encoding;
 mod entry;
 pub mod http;

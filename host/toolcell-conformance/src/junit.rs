@@ -1,6 +1,7 @@
 //! The report as JUnit XML, the format CI systems (GitLab, Jenkins, GitHub's test reporters)
 //! read: one `<testsuite>` for the component, one `<testcase>` per check (its group as the
-//! class), a `<failure>` with the detail for each check that failed.
+//! class), a `<failure>` with the detail for each check that failed; warnings in the suite's
+//! `<system-err>`.
 
 use crate::Report;
 
@@ -30,6 +31,10 @@ impl Report {
                     escape(&check.detail)
                 ));
             }
+        }
+        if !self.warnings.is_empty() {
+            let warnings: Vec<String> = self.warnings.iter().map(|warning| format!("warning: {warning}")).collect();
+            xml.push_str(&format!("    <system-err>{}</system-err>\n", escape(&warnings.join("\n"))));
         }
         xml.push_str("  </testsuite>\n</testsuites>\n");
         xml
@@ -80,6 +85,7 @@ mod tests {
             component: "t.wasm".to_owned(),
             tool: Some("t".to_owned()),
             checks: vec![check("reads", true, ""), check("stays <fast>", false, "took 9 s\nraise the deadline")],
+            warnings: Vec::new(),
         };
         assert_eq!(
             report.junit(),
@@ -87,6 +93,12 @@ mod tests {
              <testsuite name=\"toolcell conformance: t\" tests=\"2\" failures=\"1\" errors=\"0\" skipped=\"0\">\n    \
              <testcase classname=\"t.behaviour\" name=\"reads\"/>\n    <testcase classname=\"t.behaviour\" name=\"stays &lt;fast&gt;\">\n      \
              <failure message=\"took 9 s\">took 9 s&#10;raise the deadline</failure>\n    </testcase>\n  </testsuite>\n</testsuites>\n"
+        );
+        let warned = Report { warnings: vec!["declares no <hosts>".to_owned()], ..report };
+        assert!(
+            warned.junit().contains("    <system-err>warning: declares no &lt;hosts&gt;</system-err>\n  </testsuite>"),
+            "{}",
+            warned.junit()
         );
     }
 }

@@ -5,7 +5,9 @@
 //! over a scratch workspace beside a canary directory, and runs four groups of checks:
 //!
 //! - **load**: the component's imports stay within the `tool-component` world, its
-//!   `describe()` gives a valid name, a description and a valid JSON Schema;
+//!   `describe()` gives a valid name, a description and a valid JSON Schema; the hosts it
+//!   declares in a `toolcell:network` section are well formed (one that imports `wasi:http`
+//!   without declaring any gets a warning, not a failure);
 //! - **contract**: malformed arguments are refused as `invalid-args`; arguments generated from
 //!   its own schema (typical values, edge values, hostile paths, huge strings) never make it
 //!   trap, and every error it returns has a message;
@@ -32,6 +34,7 @@ use toolcell_types::{ToolErrorKind, ToolOutput};
 mod behaviour;
 mod generate;
 mod junit;
+mod network;
 
 use behaviour::*;
 
@@ -102,6 +105,9 @@ pub struct Report {
     pub tool: Option<String>,
     /// Every check, in order.
     pub checks: Vec<Check>,
+    /// What does not fail the suite but should be fixed (a network tool that declares no
+    /// hosts), each saying what to do.
+    pub warnings: Vec<String>,
 }
 
 impl Report {
@@ -124,6 +130,9 @@ impl Report {
                     text.push_str(&format!("         {line}\n"));
                 }
             }
+        }
+        for warning in &self.warnings {
+            text.push_str(&format!("  WARN {warning}\n"));
         }
         let failed = self.checks.iter().filter(|check| !check.passed).count();
         text.push_str(&if failed == 0 {
@@ -161,7 +170,7 @@ pub struct Options {
 
 /// Run the suite on the component `wasm` (`origin` names it in the report).
 pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
-    let mut report = Report { component: origin.to_owned(), tool: None, checks: Vec::new() };
+    let mut report = Report { component: origin.to_owned(), tool: None, checks: Vec::new(), warnings: Vec::new() };
     let mut builder = RuntimeBuilder::new().component(origin, wasm.to_vec()).policy("conformance-policy.toml", POLICY).limits(LIMITS);
     if let Some(cache) = &options.cache_dir {
         builder = builder.cache_dir(cache);
@@ -196,6 +205,8 @@ pub fn check(origin: &str, wasm: &[u8], options: &Options) -> Report {
             )
         },
     );
+    let imports = runtime.loaded().iter().find(|loaded| loaded.origin == origin).map(|loaded| loaded.imports.clone()).unwrap_or_default();
+    network::check_declaration(&mut report, &tool, wasm, &imports);
 
     let scratch = match Scratch::new() {
         Ok(scratch) => scratch,

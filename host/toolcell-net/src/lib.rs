@@ -34,6 +34,10 @@
 //! `HTTP-protocol-error`; `InvalidRequest` → `HTTP-request-URI-invalid`. Drain
 //! [`CallNet::records`] at the end of the call onto its audit chain.
 //!
+//! A component may declare the hosts it wants in a `toolcell:network` custom section
+//! ([`Declaration::from_wasm`]); that grants nothing, but lets `toolcell tools add` show each
+//! host beside what the policy says, and the [`grant_lines`] that would allow the others.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use toolcell_net::{Decision, NetError, Outbound, StaticResolver};
@@ -61,6 +65,7 @@
 //! ```
 
 mod body;
+mod declaration;
 mod error;
 mod limits;
 mod outbound;
@@ -69,6 +74,7 @@ mod resolve;
 mod tls;
 
 pub use body::ResponseBody;
+pub use declaration::{Declaration, DeclarationError, DeclaredHost, MAX_DECLARATION_BYTES, MAX_DECLARED_HOSTS, SECTION, grant_lines};
 pub use error::{Limit, NetError};
 pub use limits::NetLimits;
 pub use outbound::{CallNet, Outbound, OutboundBuilder};

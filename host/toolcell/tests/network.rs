@@ -154,3 +154,110 @@ fn over_mcp_an_allowed_fetch_is_written_and_a_refusal_tells_the_agent_how_to_gra
     assert_eq!(seen.lock().expect("not poisoned").len(), 1);
     verify_audit(&setup);
 }
+
+#[test]
+fn tools_add_shows_the_declared_hosts_beside_the_policy_and_the_lines_that_grant_them() {
+    let setup = Setup::new(8080);
+    let policy = "version = 1\n[roles.fetcher]\ntools = [\"http_fetch\"]\n[[roles.fetcher.network]]\nid = \"docs\"\neffect = \"allow\"\nhosts = [\"docs.rs\", \"en.wikipedia.org\"]\n[roles.reader]\ntools = [\"read_file\"]\n[roles.other]\ntools = [\"*\"]\n";
+    std::fs::write(setup.path("policy.toml"), policy).expect("write the policy");
+    let component = setup.path("http_fetch.wasm");
+    std::fs::write(&component, http_fetch()).expect("write the component");
+    let add = || {
+        let added = setup.command().args(["tools", "add"]).arg(&component).output().expect("run toolcell tools add");
+        assert!(added.status.success(), "{}{}", text(&added.stdout), text(&added.stderr));
+        assert!(!text(&added.stderr).contains("warning"), "{}", text(&added.stderr));
+        text(&added.stdout)
+    };
+    let stdout = add();
+    assert!(
+        stdout.contains(
+            "\nit declares the hosts it wants (declaring grants nothing: the policy decides every request):\n  https://docs.rs\n    role `fetcher`: allowed by rule `docs` (policy line 4)\n    role `other`: refused (no network rule allows it)\n  https://*.wikipedia.org\n    role `fetcher`: refused (no network rule allows it)\n    role `other`: refused (no network rule allows it)\n  https://raw.githubusercontent.com\n    role `fetcher`: refused (no network rule allows it)\n    role `other`: refused (no network rule allows it)\n"
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("role `reader`"), "only roles that may call the tool: {stdout}");
+    let (_, grant) = stdout.split_once("add to the policy:\n\n").expect("the lines that grant the rest");
+    assert_eq!(
+        grant,
+        "[[roles.fetcher.network]]\nid = \"fetcher-http_fetch-declared\"\neffect = \"allow\"\nhosts = [\"*.wikipedia.org\", \"raw.githubusercontent.com\"]\ntools = [\"http_fetch\"]\n\n\
+         [[roles.other.network]]\nid = \"other-http_fetch-declared\"\neffect = \"allow\"\nhosts = [\"docs.rs\", \"*.wikipedia.org\", \"raw.githubusercontent.com\"]\ntools = [\"http_fetch\"]\n"
+    );
+
+    // The lines work: with them in the policy, every declared host is allowed.
+    std::fs::write(setup.path("policy.toml"), format!("{policy}{grant}")).expect("extend the policy");
+    let removed = setup.command().args(["tools", "remove", "http_fetch"]).output().expect("run toolcell tools remove");
+    assert!(removed.status.success(), "{}", text(&removed.stderr));
+    let stdout = add();
+    assert!(
+        stdout.contains("  https://*.wikipedia.org\n    role `fetcher`: allowed by rule `fetcher-http_fetch-declared` (policy line "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  https://raw.githubusercontent.com\n    role `fetcher`: allowed by rule `fetcher-http_fetch-declared`"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  https://docs.rs\n    role `fetcher`: allowed by rule `docs` (policy line 4)\n    role `other`: allowed by rule `other-http_fetch-declared`"), "{stdout}");
+    assert!(!stdout.contains("refused") && !stdout.contains("add to the policy"), "{stdout}");
+}
+
+/// The example with its `toolcell:network` section renamed: it declares nothing.
+fn undeclared() -> Vec<u8> {
+    let mut wasm = http_fetch().to_vec();
+    let at = wasm.windows(16).position(|window| window == b"toolcell:network").expect("the example declares its hosts");
+    wasm[at + 9] = b'N';
+    wasm
+}
+
+#[test]
+fn tools_add_warns_about_a_network_tool_that_declares_no_hosts() {
+    let setup = Setup::new(8080);
+    let component = setup.path("undeclared.wasm");
+    std::fs::write(&component, undeclared()).expect("write the component");
+    let added = setup.command().args(["tools", "add"]).arg(&component).output().expect("run toolcell tools add");
+    let (stdout, stderr) = (text(&added.stdout), text(&added.stderr));
+    assert!(added.status.success(), "a warning, not a refusal: {stdout}{stderr}");
+    assert!(
+        stderr.contains(
+            "warning: `http_fetch` imports `wasi:http/outgoing-handler` but declares no hosts: add a `toolcell:network` custom section"
+        ),
+        "{stderr}"
+    );
+    assert!(stdout.contains("it declares no hosts (no `toolcell:network` section)"), "{stdout}");
+    assert!(stdout.contains("it wants network access"), "{stdout}");
+}
+
+#[test]
+fn tools_add_gives_a_role_placeholder_when_no_role_may_call_the_tool_yet() {
+    let setup = Setup::new(8080);
+    std::fs::write(setup.path("policy.toml"), "version = 1\n[roles.reader]\ntools = [\"read_file\"]\n").expect("write the policy");
+    let component = setup.path("http_fetch.wasm");
+    std::fs::write(&component, http_fetch()).expect("write the component");
+    let added = setup.command().args(["tools", "add"]).arg(&component).output().expect("run toolcell tools add");
+    let stdout = text(&added.stdout);
+    assert!(added.status.success(), "{stdout}{}", text(&added.stderr));
+    assert!(stdout.contains("  no host: every request is refused until a `[[roles.ROLE.network]]` rule allows it"), "{stdout}");
+    assert!(
+        stdout.ends_with(
+            "  https://raw.githubusercontent.com\nno role of the policy may call `http_fetch` yet; give it to a role, and grant that role the hosts with:\n\n[[roles.ROLE.network]]\nid = \"ROLE-http_fetch-declared\"\neffect = \"allow\"\nhosts = [\"docs.rs\", \"*.wikipedia.org\", \"raw.githubusercontent.com\"]\ntools = [\"http_fetch\"]\n"
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn tools_update_shows_the_declared_hosts_a_new_build_drops() {
+    let setup = Setup::new(8080);
+    std::fs::write(setup.path("plugins/http_fetch.wasm"), http_fetch()).expect("install the component");
+    let build = setup.path("undeclared.wasm");
+    std::fs::write(&build, undeclared()).expect("write the new build");
+    let updated = setup.command().args(["tools", "update", "http_fetch"]).arg(&build).output().expect("run toolcell tools update");
+    let (stdout, stderr) = (text(&updated.stdout), text(&updated.stderr));
+    assert!(updated.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(
+            "  declared hosts: - https://docs.rs\n  declared hosts: - https://*.wikipedia.org\n  declared hosts: - https://raw.githubusercontent.com\n"
+        ),
+        "{stdout}"
+    );
+    assert!(stderr.contains("declares no hosts"), "{stderr}");
+}

@@ -10,16 +10,17 @@ mod support;
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use toolcell_audit::{Kind, Record};
-use toolcell_net::StaticResolver;
+use toolcell_net::{Resolve, StaticResolver};
 use toolcell_runtime::{CallOutcome, Runtime};
 use toolcell_tests::{Fixture, audit_records, builtin_runtime_builder, network_examples, shared_cache_dir};
 use toolcell_types::ToolErrorKind;
 
-use support::{PRIVATE, PUBLIC, Server, TestCa, serve};
+use support::{PRIVATE, PUBLIC, Rebinding, Server, TestCa, serve};
 
 fn http_fetch() -> &'static [u8] {
     network_examples::COMPONENTS.iter().find(|(name, _)| *name == "http_fetch").map(|(_, wasm)| *wasm).expect("the example is built")
@@ -34,19 +35,24 @@ fn servers() -> tokio::runtime::Runtime {
 /// `[network]` table `settings` and the network rules `rules`, written with `files` into
 /// `directory`, names resolved as `names` say, audited into `state`.
 fn host(directory: &Path, state: &Path, settings: &str, rules: &str, names: &[(&str, IpAddr)]) -> Runtime {
-    let policy = format!(
-        "version = 1\n{settings}\n[roles.fetcher]\ntools = [\"http_fetch\"]\n[[roles.fetcher.rules]]\naccess = [\"read\", \"list\", \"write\"]\npaths = [\"out/**\"]\neffect = \"allow\"\n{rules}"
-    );
-    std::fs::write(directory.join("policy.toml"), &policy).expect("write the policy");
     let mut resolver = StaticResolver::new();
     for (name, address) in names {
         resolver.insert_flag(&format!("{name}={address}")).expect("a name");
     }
+    host_with(directory, state, settings, rules, Arc::new(resolver))
+}
+
+/// [`host`], with names resolved by `resolver`.
+fn host_with(directory: &Path, state: &Path, settings: &str, rules: &str, resolver: Arc<dyn Resolve>) -> Runtime {
+    let policy = format!(
+        "version = 1\n{settings}\n[roles.fetcher]\ntools = [\"http_fetch\"]\n[[roles.fetcher.rules]]\naccess = [\"read\", \"list\", \"write\"]\npaths = [\"out/**\"]\neffect = \"allow\"\n{rules}"
+    );
+    std::fs::write(directory.join("policy.toml"), &policy).expect("write the policy");
     builtin_runtime_builder()
         .component("example:http_fetch", http_fetch())
         .policy_file(directory.join("policy.toml"))
         .audit_dir(state)
-        .resolver(Arc::new(resolver))
+        .resolver(resolver)
         .build()
         .unwrap_or_else(|error| panic!("the host does not build: {error}\n{policy}"))
 }
@@ -168,6 +174,49 @@ fn a_redirect_to_a_private_address_is_refused() {
 }
 
 #[test]
+fn a_resolver_that_answers_public_then_private_reaches_only_the_checked_address() {
+    let servers = servers();
+    let public = public_server(&servers);
+    // On the same port: a connection to the second answer would be served.
+    let private = servers.block_on(serve(PRIVATE, public.port(), None));
+    let port = public.port();
+    let url = format!("http://rebind.test:{port}/");
+    let rules = rule("api", "\"rebind.test\"", "http", port, "\"127.0.0.2/32\"");
+    let (directory, state) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("state"));
+    let rebinding = Arc::new(Rebinding { answers: vec![vec![PUBLIC], vec![PRIVATE]], calls: AtomicUsize::new(0) });
+    let runtime = host_with(directory.path(), state.path(), "", &rules, rebinding.clone());
+    let fixture = Fixture::new();
+    fetch(&fixture, &runtime, &url).result.expect("the first answer is public and allowed");
+    assert_eq!(fixture.read("out/page.txt"), b"hello");
+    assert_eq!(rebinding.calls.load(Ordering::SeqCst), 1, "one lookup for the request, none when connecting");
+    assert_eq!((public.seen.all().len(), private.seen.all().len()), (1, 0));
+    // The next request's lookup answers the private address: refused before anything connects.
+    let error = fetch(&fixture, &runtime, &url).result.expect_err("the second answer is private");
+    assert_eq!(error.kind, ToolErrorKind::Denied, "{error}");
+    assert!(error.message.contains("127.0.0.3") && error.message.contains("cidrs"), "{}", error.message);
+    assert_eq!(rebinding.calls.load(Ordering::SeqCst), 2);
+    assert_eq!((public.seen.all().len(), private.seen.all().len()), (1, 0), "the private server was never reached");
+    let records = requests(&runtime);
+    let subjects: Vec<_> = records.iter().map(|record| (record.decision.as_deref(), record.path.clone().unwrap_or_default())).collect();
+    assert_eq!(subjects.len(), 2, "{subjects:?}");
+    assert!(
+        subjects.iter().any(|(decision, path)| *decision == Some("allow") && path.contains("address=127.0.0.2 status=200")),
+        "{subjects:?}"
+    );
+    assert!(subjects.iter().any(|(decision, path)| *decision == Some("deny") && !path.contains("status=")), "{subjects:?}");
+    // One answer holding both: one private address refuses the name, and nothing connects.
+    let mixed = Arc::new(Rebinding { answers: vec![vec![PUBLIC, PRIVATE]], calls: AtomicUsize::new(0) });
+    let state = tempfile::tempdir().expect("state");
+    let runtime = host_with(directory.path(), state.path(), "", &rules, mixed);
+    let error = fetch(&fixture, &runtime, &url).result.expect_err("refused");
+    assert_eq!(error.kind, ToolErrorKind::Denied, "{error}");
+    assert!(error.message.contains("127.0.0.3"), "{}", error.message);
+    assert_eq!((public.seen.all().len(), private.seen.all().len()), (1, 0));
+    let audit = runtime.audit().expect("audited").read().expect("read the audit trail");
+    toolcell_audit::verify(audit.lines()).expect("the audit chain verifies");
+}
+
+#[test]
 fn size_and_time_caps_stop_the_request() {
     let servers = servers();
     let server = public_server(&servers);
@@ -228,7 +277,43 @@ fn the_conformance_suite_accepts_the_network_example_and_still_refuses_sockets()
     let report = toolcell_conformance::check("examples/http-fetch", http_fetch(), &options);
     assert!(report.passed(), "{}", report.render());
     assert_eq!(report.tool.as_deref(), Some("http_fetch"));
+    assert!(report.warnings.is_empty(), "{}", report.render());
+    let declared = report.checks.iter().find(|check| check.name.contains("toolcell:network")).expect("the declaration is checked");
+    assert_eq!(declared.detail, "declares https://docs.rs, https://*.wikipedia.org, https://raw.githubusercontent.com");
     let sockets = toolcell_conformance::check("net_probe.wasm", toolcell_tests::guest_program("net_probe"), &options);
     assert!(!sockets.passed());
     assert!(sockets.checks[0].detail.contains("wasi:sockets"), "{}", sockets.render());
+}
+
+/// `http_fetch` with its `toolcell:network` section renamed (so it declares nothing), or with
+/// the scheme of its first declared host broken (`htxps://docs.rs`).
+fn patched_declaration(rename: bool) -> Vec<u8> {
+    let mut wasm = http_fetch().to_vec();
+    let name = b"toolcell:network";
+    let found: Vec<usize> = wasm.windows(name.len()).enumerate().filter(|(_, window)| window == name).map(|(at, _)| at).collect();
+    assert_eq!(found.len(), 1, "the example has one declaration");
+    let after = found[0] + name.len();
+    assert_eq!(&wasm[after..after + 16], b"https://docs.rs\n", "the section's text follows its name");
+    if rename {
+        wasm[found[0] + 9] = b'N';
+    } else {
+        wasm[after + 2] = b'x';
+    }
+    wasm
+}
+
+#[test]
+fn the_conformance_suite_warns_about_undeclared_hosts_and_fails_a_malformed_declaration() {
+    let options = toolcell_conformance::Options { cache_dir: Some(shared_cache_dir()), ..toolcell_conformance::Options::default() };
+    let undeclared = toolcell_conformance::check("undeclared.wasm", &patched_declaration(true), &options);
+    assert!(undeclared.passed(), "a warning, not a failure: {}", undeclared.render());
+    assert_eq!(undeclared.warnings.len(), 1, "{}", undeclared.render());
+    assert!(undeclared.warnings[0].contains("imports `wasi:http/outgoing-handler` but declares no hosts"), "{}", undeclared.render());
+    assert!(undeclared.render().contains("  WARN `http_fetch` imports"), "{}", undeclared.render());
+    let malformed = toolcell_conformance::check("malformed.wasm", &patched_declaration(false), &options);
+    assert!(!malformed.passed(), "{}", malformed.render());
+    let failed: Vec<_> = malformed.checks.iter().filter(|check| !check.passed).collect();
+    assert_eq!(failed.len(), 1, "{}", malformed.render());
+    assert!(failed[0].detail.contains("line 1 of the `toolcell:network` section, `htxps://docs.rs`"), "{}", failed[0].detail);
+    assert!(failed[0].detail.contains("the scheme `htxps` is neither `http` nor `https`"), "{}", failed[0].detail);
 }

@@ -2,6 +2,7 @@
 //! module builds the runtime and dispatches; each command group has a module of its own.
 
 mod governance;
+mod network;
 mod plugins;
 mod records;
 mod registry;

@@ -108,30 +108,8 @@ sha256 = \"{}\"{source_line}",
             added.tool, added.sha256
         )?;
     }
-    show_network(&mut stdout, &runtime, &added.imports, added.tool.as_str())?;
+    network::show_network(&mut stdout, &runtime, &added.imports, added.tool.as_str(), &wasm)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// For a component importing `wasi:http`: that it wants network access, and what the current
-/// policy lets it reach, by role.
-fn show_network(out: &mut impl std::io::Write, runtime: &Runtime, imports: &[String], tool: &str) -> anyhow::Result<()> {
-    if !imports.iter().any(|import| import.starts_with("wasi:http/outgoing-handler@")) {
-        return Ok(());
-    }
-    writeln!(out, "\nit wants network access (it imports `wasi:http/outgoing-handler`); the policy lets it reach:")?;
-    let mut granted = false;
-    let policy = runtime.policy();
-    for role in policy.iter().flat_map(|policy| policy.roles()) {
-        for rule in role.network().rules().iter().filter(|rule| rule.is_for_tool(tool)) {
-            let effect = if rule.effect == toolcell_policy::NetworkEffect::Allow { "allows" } else { "denies" };
-            writeln!(out, "  role `{}`: rule `{}` {effect} {}", role.name(), rule.id, rule.summary())?;
-            granted |= rule.effect == toolcell_policy::NetworkEffect::Allow;
-        }
-    }
-    if !granted {
-        writeln!(out, "  no host: every request is refused until a `[[roles.ROLE.network]]` rule allows it")?;
-    }
-    Ok(())
 }
 
 /// Run the conformance suite on `wasm`, the component of `tool` in `runtime` (with the stubs
@@ -150,10 +128,13 @@ fn passes_conformance(
         stub_imports: runtime.policy().map(|policy| policy.stub_imports(tool).to_vec()).unwrap_or_default(),
     };
     let report = toolcell_conformance::check(component, wasm, &options);
+    let mut stderr = std::io::stderr().lock();
+    for warning in &report.warnings {
+        writeln!(stderr, "warning: {warning}")?;
+    }
     if report.passed() {
         return Ok(true);
     }
-    let mut stderr = std::io::stderr().lock();
     let failed: Vec<_> = report.checks.iter().filter(|check| !check.passed).collect();
     for check in &failed {
         writeln!(stderr, "{}: conformance check failed: {}: {}", if force { "warning" } else { "error" }, check.name, check.detail)?;
@@ -323,6 +304,7 @@ pub(super) fn tools_update(
         );
     }
     show_changes(name, before.as_ref(), &after)?;
+    network::show_declared_changes(&mut std::io::stdout().lock(), &old_wasm, &wasm)?;
     if !passes_conformance(args, &runtime, name, component, &wasm, force)? {
         return Ok(ExitCode::from(EXIT_TOOL_ERROR));
     }
