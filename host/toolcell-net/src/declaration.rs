@@ -55,7 +55,20 @@ impl DeclaredHost {
     /// only by a rule that covers every name under its domain (`*.example.com` or a wider
     /// suffix), never by rules naming some of them.
     pub fn decide<'a>(&self, role: &str, tool: &str, rules: &'a NetworkRules) -> NetworkDecision<'a> {
-        rules.decide(role, &Destination { tool, scheme: self.scheme, host: &self.host, port: self.port })
+        rules.decide(role, &self.destination(tool))
+    }
+
+    /// Where a request of `tool` to it goes, for the network rules.
+    pub fn destination<'a>(&'a self, tool: &'a str) -> Destination<'a> {
+        Destination { tool, scheme: self.scheme, host: &self.host, port: self.port }
+    }
+
+    /// Why the rule `rule`, which allows it, still does not let a request reach it: it is a
+    /// special address (loopback, private, link-local, …) the rule's `cidrs` do not hold. A
+    /// name is checked when it is resolved, at the request.
+    pub fn address_refusal(&self, rule: &toolcell_policy::NetworkRule) -> Option<String> {
+        let address = self.host.parse::<std::net::IpAddr>().ok()?;
+        NetworkRules::check_address(rule, &self.host, address).err()
     }
 }
 
@@ -197,9 +210,7 @@ fn parse_line(line: &str) -> Result<DeclaredHost, String> {
     let host = match host.strip_prefix("*.") {
         Some(domain) => {
             let domain = toolcell_policy::normalize_host(domain)?;
-            if domain.parse::<std::net::IpAddr>().is_ok() {
-                return Err("a pattern `*.domain` names a domain, not an address".to_owned());
-            }
+            toolcell_policy::check_domain(&domain)?;
             format!("*.{domain}")
         }
         None if host.contains('*') => return Err("a pattern is written `*.domain`, the `*` alone at the start".to_owned()),
@@ -284,7 +295,10 @@ mod tests {
             ("https://docs.rs:http", Err("port `http`")),
             ("https://a.*.org", Err("`*.domain`")),
             ("https://*", Err("`*.domain`")),
-            ("https://*.10.0.0.1", Err("not an address")),
+            ("https://*.10.0.0.1", Err("before an address")),
+            ("http://*.1:18081", Err("would cover addresses")),
+            ("http://*.8.8", Err("would cover addresses")),
+            ("https://*.com", Err("whole top-level domain")),
             ("https://", Err("not a host name")),
         ];
         for (line, expected) in table {
@@ -349,7 +363,7 @@ mod tests {
     fn a_pattern_is_allowed_only_by_a_rule_covering_the_whole_domain() {
         let policy = toolcell_policy::Policy::parse(
             "p.toml",
-            "version = 1\n[roles.r]\ntools = [\"t\"]\n[[roles.r.network]]\nid = \"exact\"\neffect = \"allow\"\nhosts = [\"en.wikipedia.org\", \"docs.rs\"]\n[[roles.r.network]]\nid = \"python\"\neffect = \"allow\"\nhosts = [\"*.org\"]\ntools = [\"t\"]\n",
+            "version = 1\n[roles.r]\ntools = [\"t\"]\n[[roles.r.network]]\nid = \"exact\"\neffect = \"allow\"\nhosts = [\"en.wikipedia.org\", \"docs.rs\"]\n[[roles.r.network]]\nid = \"python\"\neffect = \"allow\"\nhosts = [\"*.wikipedia.org\"]\ntools = [\"t\"]\n",
             &["t"],
         )
         .expect("a policy");
@@ -360,8 +374,9 @@ mod tests {
         };
         assert_eq!(decide("https://docs.rs", "t"), Some("exact".to_owned()));
         assert_eq!(decide("https://*.wikipedia.org", "t"), Some("python".to_owned()));
+        assert_eq!(decide("https://*.en.wikipedia.org", "t"), Some("python".to_owned()));
         assert_eq!(decide("https://*.wikipedia.org", "other"), None);
-        assert_eq!(decide("https://*.rs", "t"), None);
+        assert_eq!(decide("https://*.crates.rs", "t"), None);
         assert_eq!(decide("http://docs.rs", "t"), None);
     }
 }

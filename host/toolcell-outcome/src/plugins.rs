@@ -115,8 +115,50 @@ fn one_line(text: &str) -> String {
     text.lines().map(str::trim).filter(|line| !line.is_empty()).collect::<Vec<_>>().join(" | ")
 }
 
-/// What `bytes` are instead, in one line with the fix, if they are not a WebAssembly component.
-pub fn not_a_component(bytes: &[u8]) -> Option<&'static str> {
+/// The deepest a component may nest components inside it. Real tools nest two deep (a
+/// component wrapping the adapter's); compiling costs wasmtime memory and time quadratic in
+/// the depth (20,000 levels: 8 GiB), so a deeper one is refused before it is compiled.
+pub const MAX_COMPONENT_NESTING: usize = 16;
+
+/// The most components and core modules one component may hold, at any depth (a Python tool
+/// holds 16).
+pub const MAX_NESTED_UNITS: usize = 1_000;
+
+/// What `bytes` are instead, in one line with the fix, if they are not a WebAssembly component
+/// that can be compiled: not a component at all, or nested deeper or wider than any tool is.
+pub fn not_a_component(bytes: &[u8]) -> Option<String> {
+    not_a_component_preamble(bytes).map(str::to_owned).or_else(|| nesting_problem(bytes))
+}
+
+/// Whether the nesting of `bytes` is beyond [`MAX_COMPONENT_NESTING`] or
+/// [`MAX_NESTED_UNITS`]; a binary that does not parse is left to the compiler to report.
+fn nesting_problem(bytes: &[u8]) -> Option<String> {
+    let (mut depth, mut units) = (0_usize, 0_usize);
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        match payload.ok()? {
+            wasmparser::Payload::Version { .. } => {
+                depth += 1;
+                units += 1;
+                if depth > MAX_COMPONENT_NESTING + 1 {
+                    return Some(format!(
+                        "it nests components more than {MAX_COMPONENT_NESTING} deep (no toolchain builds that): rebuild it with a current toolchain"
+                    ));
+                }
+                if units > MAX_NESTED_UNITS {
+                    return Some(format!(
+                        "it holds more than {MAX_NESTED_UNITS} components and modules (no toolchain builds that): rebuild it with a current toolchain"
+                    ));
+                }
+            }
+            wasmparser::Payload::End(_) => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// What `bytes` are instead, in one line with the fix, if their preamble is not a component's.
+fn not_a_component_preamble(bytes: &[u8]) -> Option<&'static str> {
     // A component's preamble: the magic, version 0x0d, layer 1; a core module's: version 1, layer 0.
     const COMPONENT: [u8; 8] = *b"\0asm\x0d\0\x01\0";
     const MODULE: [u8; 8] = *b"\0asm\x01\0\0\0";

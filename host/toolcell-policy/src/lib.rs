@@ -165,6 +165,8 @@ pub struct Policy {
     read_before_write: ReadBeforeWrite,
     durability: Durability,
     validators: Vec<Validator>,
+    /// Every rule id, path and network rules alike (they are unique across the policy).
+    rule_ids: std::collections::BTreeSet<String>,
     limits: Limits,
     tool_limits: BTreeMap<String, Limits>,
     pins: BTreeMap<String, Pin>,
@@ -333,6 +335,11 @@ impl Policy {
         }
     }
 
+    /// Whether a rule (a path or a network rule, of any role) has the id `id`.
+    pub fn has_rule_id(&self, id: &str) -> bool {
+        self.rule_ids.contains(id)
+    }
+
     /// The SHA-256 pin of the component providing `tool`, if the policy pins it.
     pub fn pin(&self, tool: &str) -> Option<&Pin> {
         self.pins.get(tool)
@@ -444,8 +451,8 @@ mod stubs;
 
 pub use mentions::{PluginPin, ToolMentions, pin_span, plugin_pins, plugin_sources, source_span};
 pub use network::{
-    Cidr, Destination, NetworkDecision, NetworkEffect, NetworkRule, NetworkRules, Scheme, SecretHeader, SecretSource, normalize_host,
-    special_range,
+    Cidr, Destination, NetworkDecision, NetworkEffect, NetworkRule, NetworkRules, Scheme, SecretHeader, SecretSource, check_domain,
+    normalize_host, special_range,
 };
 pub use network_settings::{NetworkSettings, network_settings};
 pub use parse::stub_imports;

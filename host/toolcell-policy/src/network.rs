@@ -104,9 +104,44 @@ struct HostPattern {
 }
 
 impl HostPattern {
+    /// Whether it covers `host` (normalised). A suffix pattern covers names only: never an
+    /// address, whatever its last digits.
     fn matches(&self, host: &str) -> bool {
-        if self.is_suffix { host.len() > self.name.len() && host.ends_with(&self.name) } else { host == self.name }
+        if self.is_suffix {
+            host.len() > self.name.len() && host.ends_with(&self.name) && host.parse::<IpAddr>().is_err()
+        } else {
+            host == self.name
+        }
     }
+
+    /// Whether it names `domain` or a name under it.
+    fn is_within(&self, domain: &str) -> bool {
+        let name = self.name.strip_prefix('.').unwrap_or(&self.name);
+        name == domain || name.ends_with(&format!(".{domain}"))
+    }
+}
+
+/// Check the domain of a pattern `*.DOMAIN` (normalised): a domain of two labels or more whose
+/// last label is not all digits, so that the pattern covers names under one domain, never
+/// addresses or a whole top-level domain.
+///
+/// # Errors
+///
+/// What is wrong, for a message that names the pattern.
+pub fn check_domain(domain: &str) -> Result<(), String> {
+    if domain.parse::<IpAddr>().is_ok() {
+        return Err(format!("`*.{domain}` puts `*.` before an address: a pattern `*.domain` names a domain; name the address alone"));
+    }
+    let last = domain.rsplit('.').next().unwrap_or(domain);
+    if !last.is_empty() && last.bytes().all(|byte| byte.is_ascii_digit()) {
+        return Err(format!(
+            "`*.{domain}` would cover addresses (a top-level domain is never all digits); name a domain, or list the addresses"
+        ));
+    }
+    if !domain.contains('.') {
+        return Err(format!("`*.{domain}` covers a whole top-level domain; name a domain under it, such as `*.example.{domain}`"));
+    }
+    Ok(())
 }
 
 /// An address range a rule lets its hosts resolve to, though it is special.
@@ -220,13 +255,17 @@ impl NetworkRule {
     }
 
     fn matches(&self, request: &Destination<'_>) -> bool {
+        self.matches_all_but_host(request) && self.hosts.iter().any(|pattern| pattern.matches(request.host))
+    }
+
+    /// Whether it is about the request's tool, scheme and port.
+    fn matches_all_but_host(&self, request: &Destination<'_>) -> bool {
         self.tools.as_ref().is_none_or(|tools| tools.iter().any(|tool| tool == request.tool))
             && self.schemes.contains(&request.scheme)
             && match &self.ports {
                 Some(ports) => ports.contains(&request.port),
                 None => request.port == request.scheme.default_port(),
             }
-            && self.hosts.iter().any(|pattern| pattern.matches(request.host))
     }
 }
 
@@ -306,6 +345,20 @@ impl NetworkRules {
                 "{target} is not allowed for role `{role}`: no network rule allows it (default deny). The operator can grant it by adding to the policy:\n{grant}"
             ),
         }
+    }
+
+    /// The deny rules that refuse some names under the pattern `request.host` (`*.DOMAIN`)
+    /// without refusing the pattern as a whole: a request to those names is refused though the
+    /// pattern is allowed.
+    pub fn denied_within<'a>(&'a self, request: &Destination<'_>) -> Vec<&'a NetworkRule> {
+        let Some(domain) = request.host.strip_prefix("*.") else {
+            return Vec::new();
+        };
+        self.rules
+            .iter()
+            .filter(|rule| rule.effect == NetworkEffect::Deny && !rule.matches(request))
+            .filter(|rule| rule.matches_all_but_host(request) && rule.hosts.iter().any(|pattern| pattern.is_within(domain)))
+            .collect()
     }
 
     /// Whether `rule`, which allowed a request to `host`, lets it connect to `address`, one
@@ -447,8 +500,8 @@ pub(crate) fn compile_rule(
         let name = normalize_host(name).map_err(|reason| {
             (Some(host.span()), format!("network rule `{id}`: {reason}; write a name (`api.example.com`), `*.example.com`, or an address"))
         })?;
-        if is_suffix && name.parse::<IpAddr>().is_ok() {
-            return Err((Some(host.span()), format!("network rule `{id}`: `{text}` puts `*.` before an address; name the address alone")));
+        if is_suffix && let Err(reason) = check_domain(&name) {
+            return Err((Some(host.span()), format!("network rule `{id}`: {reason}")));
         }
         hosts.push(if is_suffix { HostPattern { name: format!(".{name}"), is_suffix } } else { HostPattern { name, is_suffix } });
     }

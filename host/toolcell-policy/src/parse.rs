@@ -368,7 +368,20 @@ impl Policy {
             }
             pins.insert(tool.get_ref().clone(), Pin { sha256, line: line_of(text, raw_sha256.span().start) });
         }
-        Ok(Policy { file: file.to_owned(), roles, protected, read_before_write, durability, validators, limits, tool_limits, pins, stubs })
+        let rule_ids = rule_ids.into_keys().collect();
+        Ok(Policy {
+            file: file.to_owned(),
+            roles,
+            protected,
+            read_before_write,
+            durability,
+            validators,
+            rule_ids,
+            limits,
+            tool_limits,
+            pins,
+            stubs,
+        })
     }
 }
 

@@ -183,7 +183,7 @@ pub(crate) type Progress = dyn Fn(LoadProgress<'_>) + Send + Sync;
 
 pub(crate) fn compile(engine: &Engine, origin: &str, wasm: &[u8], progress: &Progress) -> Result<Component, Error> {
     if let Some(reason) = toolcell_outcome::plugins::not_a_component(wasm) {
-        return Err(Error::Load { origin: origin.to_owned(), reason: reason.to_owned() });
+        return Err(Error::Load { origin: origin.to_owned(), reason });
     }
     progress(LoadProgress::Compiling { origin });
     let started = std::time::Instant::now();

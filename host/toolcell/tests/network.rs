@@ -261,3 +261,94 @@ fn tools_update_shows_the_declared_hosts_a_new_build_drops() {
     );
     assert!(stderr.contains("declares no hosts"), "{stderr}");
 }
+
+/// The example declaring `text` instead of its own hosts (a top-level `toolcell:network`
+/// section appended).
+fn declaring(text: &str) -> Vec<u8> {
+    let mut wasm = undeclared();
+    wasm.push(0);
+    let body = [&[16u8][..], b"toolcell:network", text.as_bytes()].concat();
+    wasm.extend(leb128(body.len()));
+    wasm.extend(body);
+    wasm
+}
+
+fn leb128(mut value: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            bytes.push(byte);
+            return bytes;
+        }
+        bytes.push(byte | 0x80);
+    }
+}
+
+/// `tools add` judges a declared host as a request to it would be: a literal loopback address
+/// is refused by the address check though a rule names it, a pattern shows the deny rules
+/// inside it, and the rule ids it suggests avoid every id of the policy, path rules included.
+#[test]
+fn tools_add_judges_declared_hosts_as_their_requests_would_be() {
+    let setup = Setup::new(8080);
+    let policy = "version = 1\n[roles.fetcher]\ntools = [\"http_fetch\"]\n[[roles.fetcher.rules]]\nid = \"fetcher-http_fetch-declared\"\naccess = [\"read\"]\npaths = [\"out/**\"]\neffect = \"allow\"\n[[roles.fetcher.network]]\nid = \"lo\"\neffect = \"allow\"\nhosts = [\"127.0.0.1\"]\nschemes = [\"http\"]\nports = [18081]\n[[roles.fetcher.network]]\nid = \"ex\"\neffect = \"allow\"\nhosts = [\"*.example.com\"]\n[[roles.fetcher.network]]\nid = \"evil\"\neffect = \"deny\"\nhosts = [\"evil.example.com\"]\n";
+    std::fs::write(setup.path("policy.toml"), policy).expect("write the policy");
+    let component = setup.path("declaring.wasm");
+    std::fs::write(&component, declaring("http://127.0.0.1:18081\nhttps://*.example.com\nhttps://docs.rs\n")).expect("write");
+    let added = setup.command().args(["tools", "add"]).arg(&component).output().expect("run toolcell tools add");
+    let stdout = text(&added.stdout);
+    assert!(added.status.success(), "{stdout}{}", text(&added.stderr));
+    assert!(stdout.contains("  http://127.0.0.1:18081\n    role `fetcher`: refused: `127.0.0.1` resolves to 127.0.0.1"), "{stdout}");
+    assert!(stdout.contains("add `cidrs = [\"127.0.0.1/32\"]` to that rule"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "  https://*.example.com\n    role `fetcher`: allowed by rule `ex` (policy line 15)\n      except the names the deny rule `evil` (policy line 19) refuses\n"
+        ),
+        "{stdout}"
+    );
+    let (_, grant) = stdout.split_once("add to the policy:\n\n").expect("the lines that grant docs.rs");
+    assert!(grant.starts_with("[[roles.fetcher.network]]\nid = \"fetcher-http_fetch-declared-2\"\n"), "{grant}");
+    assert!(grant.contains("hosts = [\"docs.rs\"]") && !grant.contains("127.0.0.1"), "{grant}");
+    // The lines load.
+    std::fs::write(setup.path("policy.toml"), format!("{policy}{grant}")).expect("extend the policy");
+    let listed = setup.command().arg("tools").output().expect("run toolcell tools");
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+}
+
+/// A declaration may not name a pattern that covers addresses or a whole top-level domain.
+#[test]
+fn a_declared_pattern_over_addresses_or_a_top_level_domain_is_refused() {
+    for (declared, expected) in [("http://*.1:18081\n", "would cover addresses"), ("https://*.com\n", "covers a whole top-level domain")] {
+        let setup = Setup::new(8080);
+        let component = setup.path("declaring.wasm");
+        std::fs::write(&component, declaring(declared)).expect("write");
+        let added = setup.command().args(["tools", "add"]).arg(&component).output().expect("run toolcell tools add");
+        let output = format!("{}{}", text(&added.stdout), text(&added.stderr));
+        assert!(output.contains(expected), "{declared}: {output}");
+    }
+}
+
+/// A component nested deeper than any toolchain builds is refused before it is compiled
+/// (compiling 20,000 levels took wasmtime 8 GiB), naming the bound.
+#[test]
+fn a_component_nested_too_deep_is_refused_before_it_is_compiled() {
+    let mut nested = b"\0asm\x0d\0\x01\0".to_vec();
+    for _ in 0..40 {
+        let mut outer = b"\0asm\x0d\0\x01\0".to_vec();
+        outer.push(4);
+        outer.extend(leb128(nested.len()));
+        outer.extend(&nested);
+        nested = outer;
+    }
+    let mut wasm = http_fetch().to_vec();
+    wasm.push(4);
+    wasm.extend(leb128(nested.len()));
+    wasm.extend(&nested);
+    let setup = Setup::new(8080);
+    let component = setup.path("deep.wasm");
+    std::fs::write(&component, wasm).expect("write");
+    let added = setup.command().args(["tools", "add"]).arg(&component).output().expect("run toolcell tools add");
+    assert!(!added.status.success());
+    assert!(text(&added.stderr).contains("it nests components more than 16 deep"), "{}", text(&added.stderr));
+}

@@ -240,3 +240,38 @@ fn a_rules_summary_names_its_destinations_and_ranges_and_its_tools() {
         )
     );
 }
+
+#[test]
+fn a_suffix_pattern_covers_names_only_never_addresses_or_a_whole_top_level_domain() {
+    for (hosts, expected) in [
+        ("[\"*.1\"]", "would cover addresses"),
+        ("[\"*.8.8\"]", "would cover addresses"),
+        ("[\"*.10.0.0.1\"]", "before an address"),
+        ("[\"*.com\"]", "covers a whole top-level domain"),
+    ] {
+        let error = load(&format!("[[roles.fetcher.network]]\nid = \"wide\"\neffect = \"allow\"\nhosts = {hosts}\n")).expect_err(hosts);
+        assert!(error.contains(expected), "{hosts}: {error}");
+    }
+    let policy = load("[[roles.fetcher.network]]\nid = \"num\"\neffect = \"allow\"\nhosts = [\"*.1e100.net\"]\n").expect("a domain");
+    assert_eq!(verdict(&policy, &request("http_fetch", Scheme::Https, "a.1e100.net", 443)), "allow num");
+    // However its labels end, an address is never a name under a domain.
+    let pattern = HostPattern { name: ".0.1".to_owned(), is_suffix: true };
+    assert!(!pattern.matches("127.0.0.1") && !pattern.matches("::ffff:127.0.0.1"));
+}
+
+#[test]
+fn the_deny_rules_inside_a_pattern_and_every_rule_id_are_known() {
+    let policy = load(
+        "[[roles.fetcher.rules]]\nid = \"files\"\naccess = [\"read\"]\npaths = [\"**\"]\neffect = \"allow\"\n\
+         [[roles.fetcher.network]]\nid = \"ex\"\neffect = \"allow\"\nhosts = [\"*.example.com\"]\n\
+         [[roles.fetcher.network]]\nid = \"evil\"\neffect = \"deny\"\nhosts = [\"evil.example.com\"]\n\
+         [[roles.fetcher.network]]\nid = \"other\"\neffect = \"deny\"\nhosts = [\"evil.example.org\"]\n",
+    )
+    .expect("a policy");
+    let rules = policy.role("fetcher").expect("role").network();
+    let within: Vec<&str> =
+        rules.denied_within(&request("http_fetch", Scheme::Https, "*.example.com", 443)).iter().map(|rule| rule.id.as_str()).collect();
+    assert_eq!(within, ["evil"]);
+    assert!(rules.denied_within(&request("http_fetch", Scheme::Https, "docs.example.com", 443)).is_empty());
+    assert!(policy.has_rule_id("files") && policy.has_rule_id("evil") && !policy.has_rule_id("fetcher-x"));
+}

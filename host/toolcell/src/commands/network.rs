@@ -54,9 +54,16 @@ fn show_declared(out: &mut impl Write, policy: Option<&Policy>, tool: &str, decl
         writeln!(out, "  {host}")?;
         for (role, missing) in roles.iter().zip(missing.iter_mut()) {
             match host.decide(role.name(), tool, role.network()) {
-                NetworkDecision::Allowed(rule) => {
-                    writeln!(out, "    role `{}`: allowed by rule `{}` (policy line {})", role.name(), rule.id, rule.line)?;
-                }
+                NetworkDecision::Allowed(rule) => match host.address_refusal(rule) {
+                    // The host is a checked address and the rule the operator's: nothing to escape.
+                    Some(reason) => writeln!(out, "    role `{}`: refused: {reason}", role.name())?,
+                    None => {
+                        writeln!(out, "    role `{}`: allowed by rule `{}` (policy line {})", role.name(), rule.id, rule.line)?;
+                        for deny in role.network().denied_within(&host.destination(tool)) {
+                            writeln!(out, "      except the names the deny rule `{}` (policy line {}) refuses", deny.id, deny.line)?;
+                        }
+                    }
+                },
                 NetworkDecision::Refused { rule: Some(rule), .. } => writeln!(
                     out,
                     "    role `{}`: refused by the deny rule `{}` (policy line {}); change that rule to grant it",
@@ -71,8 +78,8 @@ fn show_declared(out: &mut impl Write, policy: Option<&Policy>, tool: &str, decl
             }
         }
     }
-    let taken =
-        |id: &str| policy.iter().flat_map(|policy| policy.roles()).any(|role| role.network().rules().iter().any(|rule| rule.id == id));
+    // Ids are unique across the policy, path rules included.
+    let taken = |id: &str| policy.is_some_and(|policy| policy.has_rule_id(id));
     if roles.is_empty() {
         let hosts: Vec<&DeclaredHost> = declaration.hosts.iter().collect();
         write!(
