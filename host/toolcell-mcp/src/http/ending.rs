@@ -6,8 +6,10 @@ use std::sync::{Arc, PoisonError};
 use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
-use super::{Service, session_key};
+use super::{Answer, Service, plain, session_key};
 use crate::config::Principal;
+use crate::operator::Event;
+use crate::sessions::{Owners, Shared};
 
 impl Service {
     /// The MCP session `id` of `principal` ended (or expired): release the locks taken in it
@@ -43,7 +45,13 @@ impl Service {
 
     /// End the sessions idle, with nothing in flight, for `session_idle`.
     pub(super) async fn expire(&self, manager: &LocalSessionManager) {
-        for (id, principal) in self.owners.take_expired(self.config.session_idle) {
+        let (expired, gone) = self.owners.sweep(self.config.session_idle).await;
+        // Ended or expired by another host (which released its locks): only closed here.
+        for id in gone {
+            let _ = manager.close_session(&Arc::from(id.as_str())).await;
+            self.sessions.lock().unwrap_or_else(PoisonError::into_inner).retain(|key, _| !key.ends_with(&format!(":{id}")));
+        }
+        for (id, principal) in expired {
             let _ = manager.close_session(&Arc::from(id.as_str())).await;
             match self.roster().by_name.get(&principal) {
                 Some(principal) => self.end(&id, principal),
@@ -51,5 +59,27 @@ impl Service {
                 None => self.end_named(&id, &principal),
             }
         }
+    }
+}
+
+impl Service {
+    /// The service, keeping its MCP sessions (who opened each, its `initialize`, when it was
+    /// last used) in `backend`, a store every host of the deployment shares, instead of the
+    /// state directory: any host then serves any request of any session.
+    #[must_use]
+    pub fn with_shared_sessions(mut self, backend: Arc<dyn toolcell_state::SessionBackend>) -> Self {
+        self.owners = Owners::shared(Shared::new(backend, self.config.session_idle, Arc::clone(&self.ledger)));
+        self
+    }
+
+    /// A request of a session this host cannot check with the shared store: `503`, saying so.
+    pub(super) fn store_unavailable(&self, error: &toolcell_state::SessionStoreError, peer: std::net::SocketAddr) -> Answer {
+        self.log.note(Event::Unavailable, &format!("503 from {peer}: {error}"));
+        let mut response = plain(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("Service Unavailable: {error}; the session cannot be checked on this host. Retry shortly"),
+        );
+        response.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("2"));
+        response
     }
 }

@@ -162,10 +162,16 @@ impl Runtime {
     /// journal's place).
     fn guard_for(&self, request: &CallRequest<'_>, in_force: &InForce, call_id: &str) -> Result<FsGuard, Error> {
         let read_before_write = in_force.policy.as_ref().map_or(ReadBeforeWrite::Off, |policy| policy.read_before_write());
+        // Without the session's versions from the shared store, no write can be judged: every
+        // write of the call is refused (reads go on).
+        let mut store_down = None;
         let seen = if read_before_write == ReadBeforeWrite::Off {
             Arc::default()
         } else {
-            self.reads.load(request.session_id, request.workspace.root())
+            self.reads.try_load(request.session_id, request.workspace.root()).unwrap_or_else(|error| {
+                store_down = Some(error.writes_refused());
+                Arc::default()
+            })
         };
         let mut transaction = Transaction::new(
             Arc::clone(&self.locks),
@@ -179,7 +185,7 @@ impl Runtime {
             request.session_id.to_owned(),
             call_id.to_owned(),
         );
-        transaction.stopped = self.writes_stopped(request.workspace);
+        transaction.stopped = self.writes_stopped(request.workspace).or(store_down);
         Ok(self.read_only_guard(request, in_force, call_id)?.with_transaction(transaction))
     }
 
