@@ -356,7 +356,7 @@ impl Service {
             *response.body_mut() = Full::new(Bytes::new()).boxed();
         }
         match &session_id {
-            Some(id) if ending && response.status().is_success() => self.end(id, &principal),
+            Some(id) if ending && response.status().is_success() => self.end(id, &principal).await,
             // A new session: it belongs to whoever opened it, and counts for it.
             None => {
                 if let Some(created) = mcp_session_id(response.headers().get(MCP_SESSION_ID)) {

@@ -14,7 +14,7 @@ use crate::sessions::{Owners, Shared};
 impl Service {
     /// The MCP session `id` of `principal` ended (or expired): release the locks taken in it
     /// and forget it.
-    pub(super) fn end(&self, id: &str, principal: &Principal) {
+    pub(super) async fn end(&self, id: &str, principal: &Principal) {
         let key = session_key(principal, id);
         let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
         let session = match session {
@@ -22,24 +22,16 @@ impl Service {
             // Never called since this process started: end it all the same.
             None => self.hosts.get(&principal.workspace).and_then(|host| host.session(&principal.role, &key).ok()),
         };
-        if let Some(session) = session
-            && let Err(error) = session.end()
-        {
-            let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
-        }
+        release(session, key).await;
         self.owners.remove(id);
     }
 
     /// The MCP session `id` of the principal named `name` ended: release the locks taken in it
     /// if it was used since this process started, and forget it.
-    fn end_named(&self, id: &str, name: &str) {
+    async fn end_named(&self, id: &str, name: &str) {
         let key = format!("{name}:{id}");
         let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
-        if let Some(session) = session
-            && let Err(error) = session.end()
-        {
-            let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
-        }
+        release(session, key).await;
         self.owners.remove(id);
     }
 
@@ -54,11 +46,23 @@ impl Service {
         for (id, principal) in expired {
             let _ = manager.close_session(&Arc::from(id.as_str())).await;
             match self.roster().by_name.get(&principal) {
-                Some(principal) => self.end(&id, principal),
+                Some(principal) => self.end(&id, principal).await,
                 // An OAuth principal, or one reloaded away: its session ends all the same.
-                None => self.end_named(&id, &principal),
+                None => self.end_named(&id, &principal).await,
             }
         }
+    }
+}
+
+/// Release the locks taken in `session` (named `key`), on a blocking thread: a shared store's
+/// client blocks.
+async fn release(session: Option<toolcell_host::Session>, key: String) {
+    let Some(session) = session else {
+        return;
+    };
+    let released = tokio::task::spawn_blocking(move || session.end().map_err(|error| error.to_string())).await;
+    if let Ok(Err(error)) | Err(error) = released.map_err(|error| error.to_string()) {
+        let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
     }
 }
 
