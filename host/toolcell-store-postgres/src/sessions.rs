@@ -135,7 +135,7 @@ impl SessionBackend for PostgresStore {
             )?;
             transaction.execute(
                 "WITH oldest_kept AS (SELECT seq FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1) \
-                 DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq <= (SELECT seq FROM oldest_kept)",
+                 DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq < (SELECT seq FROM oldest_kept)",
                 &[&key, &(keep - 1)],
             )?;
             transaction.commit()
