@@ -68,7 +68,8 @@ pub trait SessionBackend: Send + Sync + std::fmt::Debug {
     fn undo_lines(&self, key: &str) -> Result<Vec<String>, SessionStoreError>;
 
     /// Append `lines` to the session `key`'s undo log and keep `blobs` (name, content) beside
-    /// them, in one transaction; the log keeps its last `keep` lines.
+    /// them, in one transaction; the log keeps its last `keep` lines before this append, and
+    /// `lines`.
     ///
     /// # Errors
     ///

@@ -5,17 +5,19 @@
 //!   changes are one statement (upserts and deletes together), so two hosts recording for one
 //!   session at once resolve row by row in the database.
 //! - **Undo history** (`toolcell_session_undo`, `toolcell_session_blobs`): the undo log's lines
-//!   in order (`seq`), appended in one transaction that holds the session's advisory lock, with
+//!   in order (`seq`), appended by one statement that holds the session's advisory lock, with
 //!   the content of the larger files; the log keeps its last lines, as the file does.
 //! - **MCP sessions** (`toolcell_mcp_sessions`): who opened each, the client's `initialize`,
 //!   and when it was last used, at the database's clock: a session idle past `session_idle` is
 //!   gone for every host at the same moment, whichever host sweeps it.
 //!
-//! Each method is one transaction; a statement is sent once per call, never per path.
+//! Each method is one statement, sent with its parameters' types (`query_typed`: one round
+//! trip, no separate prepare), never one per path; the sweep is one transaction.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use postgres::types::Type;
 use toolcell_state::reads::Version;
 use toolcell_state::{McpSession, McpSweep, SessionBackend, SessionStoreError};
 
@@ -73,8 +75,9 @@ fn seconds(idle: Duration) -> f64 {
 
 impl SessionBackend for PostgresStore {
     fn reads(&self, key: &str) -> Result<HashMap<String, Version>, SessionStoreError> {
-        let rows =
-            self.sessions(|client| client.query("SELECT path, version FROM toolcell_session_reads WHERE session_key = $1", &[&key]))?;
+        let rows = self.sessions(|client| {
+            client.query_typed("SELECT path, version FROM toolcell_session_reads WHERE session_key = $1", &[(&key, Type::TEXT)])
+        })?;
         let mut reads = HashMap::with_capacity(rows.len());
         for row in rows {
             let version: String = row.get(1);
@@ -99,63 +102,68 @@ impl SessionBackend for PostgresStore {
             }
         }
         self.sessions(|client| {
-            client.execute(
+            client.execute_typed(
                 "WITH gone AS (DELETE FROM toolcell_session_reads WHERE session_key = $1 AND path = ANY($4)) \
                  INSERT INTO toolcell_session_reads (session_key, path, version) \
                  SELECT $1, path, version FROM unnest($2::text[], $3::text[]) AS changed(path, version) \
                  ON CONFLICT (session_key, path) DO UPDATE SET version = EXCLUDED.version",
-                &[&key, &paths, &versions, &removed],
+                &[(&key, Type::TEXT), (&paths, Type::TEXT_ARRAY), (&versions, Type::TEXT_ARRAY), (&removed, Type::TEXT_ARRAY)],
             )
         })?;
         Ok(())
     }
 
     fn undo_lines(&self, key: &str) -> Result<Vec<String>, SessionStoreError> {
-        let rows =
-            self.sessions(|client| client.query("SELECT line FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq", &[&key]))?;
+        let rows = self.sessions(|client| {
+            client.query_typed("SELECT line FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq", &[(&key, Type::TEXT)])
+        })?;
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
     fn append_undo(&self, key: &str, lines: &[String], blobs: &[(String, Vec<u8>)], keep: usize) -> Result<(), SessionStoreError> {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        let (names, contents): (Vec<&str>, Vec<&[u8]>) = blobs.iter().map(|(name, content)| (name.as_str(), content.as_slice())).unzip();
+        // One statement: the session's advisory lock first, so that its lines stay in the
+        // order its calls committed whatever host appends; the oldest lines past `keep` go
+        // (as the statement's snapshot sees them: at most one append late).
         self.sessions(|client| {
-            let mut transaction = client.transaction()?;
-            // The session's lines stay in the order its calls committed, whatever host appends.
-            transaction.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 1))", &[&key])?;
-            for (name, content) in blobs {
-                transaction.execute(
-                    "INSERT INTO toolcell_session_blobs (session_key, name, content) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                    &[&key, name, content],
-                )?;
-            }
-            transaction.execute(
-                "INSERT INTO toolcell_session_undo (session_key, line) \
-                 SELECT $1, line FROM unnest($2::text[]) WITH ORDINALITY AS appended(line, place) ORDER BY place",
-                &[&key, &lines],
-            )?;
-            transaction.execute(
-                "WITH oldest_kept AS (SELECT seq FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1) \
-                 DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq < (SELECT seq FROM oldest_kept)",
-                &[&key, &(keep - 1)],
-            )?;
-            transaction.commit()
-        })
+            client.execute_typed(
+                "WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($1, 1))), \
+                 blobs AS (INSERT INTO toolcell_session_blobs (session_key, name, content) \
+                     SELECT $1, name, content FROM locked, unnest($3::text[], $4::bytea[]) AS kept(name, content) ON CONFLICT DO NOTHING), \
+                 appended AS (INSERT INTO toolcell_session_undo (session_key, line) \
+                     SELECT $1, line FROM locked, unnest($2::text[]) WITH ORDINALITY AS appended(line, place) ORDER BY place) \
+                 DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq < \
+                     (SELECT seq FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq DESC OFFSET $5 LIMIT 1)",
+                &[
+                    (&key, Type::TEXT),
+                    (&lines, Type::TEXT_ARRAY),
+                    (&names, Type::TEXT_ARRAY),
+                    (&contents, Type::BYTEA_ARRAY),
+                    (&(keep - 1), Type::INT8),
+                ],
+            )
+        })?;
+        Ok(())
     }
 
     fn undo_blob(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>, SessionStoreError> {
         let row = self.sessions(|client| {
-            client.query_opt("SELECT content FROM toolcell_session_blobs WHERE session_key = $1 AND name = $2", &[&key, &name])
+            client.query_typed_opt(
+                "SELECT content FROM toolcell_session_blobs WHERE session_key = $1 AND name = $2",
+                &[(&key, Type::TEXT), (&name, Type::TEXT)],
+            )
         })?;
         Ok(row.map(|row| row.get(0)))
     }
 
     fn open_mcp(&self, id: &str, principal: Option<&str>, initialization: Option<&str>) -> Result<(), SessionStoreError> {
         self.sessions(|client| {
-            client.execute(
+            client.execute_typed(
                 "INSERT INTO toolcell_mcp_sessions AS kept (id, principal, initialization) VALUES ($1, coalesce($2, ''), $3) \
                  ON CONFLICT (id) DO UPDATE SET principal = coalesce($2, kept.principal), \
                  initialization = coalesce($3, kept.initialization), last_used = clock_timestamp()",
-                &[&id, &principal, &initialization],
+                &[(&id, Type::TEXT), (&principal, Type::TEXT), (&initialization, Type::TEXT)],
             )
         })?;
         Ok(())
@@ -163,17 +171,17 @@ impl SessionBackend for PostgresStore {
 
     fn use_mcp(&self, id: &str, principal: Option<&str>, idle: Duration) -> Result<Option<McpSession>, SessionStoreError> {
         let row = self.sessions(|client| match principal {
-            Some(principal) => client.query_opt(
+            Some(principal) => client.query_typed_opt(
                 &format!(
                     "UPDATE toolcell_mcp_sessions SET last_used = clock_timestamp() WHERE id = $1 AND principal = $2 AND {} \
                      RETURNING id, principal, initialization",
                     alive(3)
                 ),
-                &[&id, &principal, &seconds(idle)],
+                &[(&id, Type::TEXT), (&principal, Type::TEXT), (&seconds(idle), Type::FLOAT8)],
             ),
-            None => client.query_opt(
+            None => client.query_typed_opt(
                 &format!("SELECT id, principal, initialization FROM toolcell_mcp_sessions WHERE id = $1 AND {}", alive(2)),
-                &[&id, &seconds(idle)],
+                &[(&id, Type::TEXT), (&seconds(idle), Type::FLOAT8)],
             ),
         })?;
         Ok(row.map(|row| McpSession { id: row.get(0), principal: row.get(1), initialization: row.get(2) }))
@@ -201,7 +209,7 @@ impl SessionBackend for PostgresStore {
     }
 
     fn close_mcp(&self, id: &str) -> Result<(), SessionStoreError> {
-        self.sessions(|client| client.execute("DELETE FROM toolcell_mcp_sessions WHERE id = $1", &[&id]))?;
+        self.sessions(|client| client.execute_typed("DELETE FROM toolcell_mcp_sessions WHERE id = $1", &[(&id, Type::TEXT)]))?;
         Ok(())
     }
 }
