@@ -202,6 +202,15 @@ impl ReadTracker {
         self.try_load(session, workspace).unwrap_or_default()
     }
 
+    /// The versions `session` has seen in `workspace`, or none and why every write of the call
+    /// must be refused (the shared store cannot be used: no write can be judged; reads go on).
+    pub fn load_or_refusal(&self, session: &str, workspace: &Path) -> (Arc<SessionReads>, Option<String>) {
+        match self.try_load(session, workspace) {
+            Ok(reads) => (reads, None),
+            Err(error) => (Arc::default(), Some(error.writes_refused())),
+        }
+    }
+
     /// The versions `session` has seen in `workspace`.
     ///
     /// # Errors

@@ -73,7 +73,7 @@ impl Owners {
         match blocking(&shared.backend, move |backend| backend.use_mcp(&key, Some(&name), idle)).await {
             Ok(Some(_)) => {
                 let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-                if !records.get(id).is_some_and(|owned| owned.principal == principal) {
+                if records.get(id).is_none_or(|owned| owned.principal != principal) {
                     // Opened on another host: it counts here too while it is used here.
                     let slot = shared.ledger.take_anyway(principal, Kind::Session);
                     records.insert(

@@ -162,16 +162,10 @@ impl Runtime {
     /// journal's place).
     fn guard_for(&self, request: &CallRequest<'_>, in_force: &InForce, call_id: &str) -> Result<FsGuard, Error> {
         let read_before_write = in_force.policy.as_ref().map_or(ReadBeforeWrite::Off, |policy| policy.read_before_write());
-        // Without the session's versions from the shared store, no write can be judged: every
-        // write of the call is refused (reads go on).
-        let mut store_down = None;
-        let seen = if read_before_write == ReadBeforeWrite::Off {
-            Arc::default()
+        let (seen, store_down) = if read_before_write == ReadBeforeWrite::Off {
+            (Arc::default(), None)
         } else {
-            self.reads.try_load(request.session_id, request.workspace.root()).unwrap_or_else(|error| {
-                store_down = Some(error.writes_refused());
-                Arc::default()
-            })
+            self.reads.load_or_refusal(request.session_id, request.workspace.root())
         };
         let mut transaction = Transaction::new(
             Arc::clone(&self.locks),
