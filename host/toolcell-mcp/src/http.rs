@@ -286,9 +286,10 @@ impl Service {
         // A session this service never created for this principal (or that expired) does not
         // exist for it (nothing is recorded for an id a client makes up).
         let activity = match &session_id {
-            Some(id) => match self.owners.enter(id, &principal.name) {
-                Some(activity) => Some(activity),
-                None => return plain(StatusCode::NOT_FOUND, "Not Found: no such session".to_owned()),
+            Some(id) => match self.owners.enter_anywhere(id, &principal.name).await {
+                Ok(Some(activity)) => Some(activity),
+                Ok(None) => return plain(StatusCode::NOT_FOUND, "Not Found: no such session".to_owned()),
+                Err(error) => return self.store_unavailable(&error, peer),
             },
             None => None,
         };
@@ -355,12 +356,17 @@ impl Service {
             *response.body_mut() = Full::new(Bytes::new()).boxed();
         }
         match &session_id {
-            Some(id) if ending && response.status().is_success() => self.end(id, &principal),
+            Some(id) if ending && response.status().is_success() => self.end(id, &principal).await,
             // A new session: it belongs to whoever opened it, and counts for it.
             None => {
                 if let Some(created) = mcp_session_id(response.headers().get(MCP_SESSION_ID)) {
                     match session_slot.take() {
-                        Some(slot) => self.owners.claim(created, &principal.name, slot),
+                        Some(slot) => {
+                            if let Err(error) = self.owners.claim_anywhere(created, &principal.name, slot).await {
+                                let _ = manager.close_session(&Arc::from(created)).await;
+                                return self.store_unavailable(&error, peer);
+                            }
+                        }
                         // Created by a request that did not say `initialize`: not kept.
                         None => {
                             let _ = manager.close_session(&Arc::from(created)).await;
@@ -473,7 +479,7 @@ pub async fn serve_http(
         .with_max_request_body_bytes(config.max_request_bytes)
         .with_cancellation_token(drained.clone());
     if let Some(store) = service.owners.store() {
-        mcp_config.session_store = Some(Arc::new(store));
+        mcp_config.session_store = Some(store);
     }
     let mut sessions = LocalSessionManager::default();
     let mut session_config = SessionConfig::default();

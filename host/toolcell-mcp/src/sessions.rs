@@ -16,11 +16,18 @@ use rmcp::transport::streamable_http_server::session::{SessionState, SessionStor
 use crate::bounds::{Kind, Ledger, Slot};
 use crate::config::{hex, token_hash};
 
+mod shared;
+
+pub(crate) use shared::Shared;
+
 /// The MCP sessions the service knows, by id.
 pub(crate) struct Owners {
     records: Mutex<HashMap<String, Owned>>,
     /// Where sessions are kept across restarts (`None`: not kept).
     directory: Option<PathBuf>,
+    /// The store every host of the deployment shares, which is the truth about sessions when
+    /// there is one (this host's records then only count what it holds and has in flight).
+    shared: Option<Shared>,
 }
 
 /// One session: its principal, the slot it holds, and its use.
@@ -62,7 +69,13 @@ impl Owners {
                 records.insert(id, Owned { principal, _slot: slot, active: 0, last_used: now });
             }
         }
-        Ok(Arc::new(Owners { records: Mutex::new(records), directory }))
+        Ok(Arc::new(Owners { records: Mutex::new(records), directory, shared: None }))
+    }
+
+    /// Sessions kept in the store every host shares, each counted for its principal on the
+    /// hosts it is used on.
+    pub(crate) fn shared(shared: Shared) -> Arc<Owners> {
+        Arc::new(Owners { records: Mutex::new(HashMap::new()), directory: None, shared: Some(shared) })
     }
 
     /// A request of `principal` in session `id` begins: `None` if the session does not exist
@@ -93,6 +106,9 @@ impl Owners {
     /// The session `id` ended: forget it, and its state on disk.
     pub(crate) fn remove(&self, id: &str) {
         self.records.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
+        if let Some(shared) = &self.shared {
+            shared.forget(id);
+        }
         if let Some(directory) = &self.directory {
             let _ = std::fs::remove_file(owner_file(directory, id));
             let _ = std::fs::remove_file(state_file(directory, id));
@@ -109,8 +125,11 @@ impl Owners {
     }
 
     /// The store rmcp keeps the sessions' initialization in, beside the owners.
-    pub(crate) fn store(&self) -> Option<FileSessionStore> {
-        self.directory.clone().map(|directory| FileSessionStore { directory })
+    pub(crate) fn store(&self) -> Option<Arc<dyn SessionStore>> {
+        if let Some(shared) = &self.shared {
+            return Some(Arc::new(shared.initializations()));
+        }
+        self.directory.clone().map(|directory| Arc::new(FileSessionStore { directory }) as Arc<dyn SessionStore>)
     }
 }
 

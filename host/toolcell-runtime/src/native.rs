@@ -92,7 +92,8 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     let shown = escape_control(&path);
     let workspace = call.request.workspace.root();
     let session = call.request.session_id;
-    let Some(entry) = call.undo.last(session, workspace, &path) else {
+    let last = call.undo.last(session, workspace, &path).map_err(|error| ToolError::new(ToolErrorKind::Failed, error.writes_refused()))?;
+    let Some(entry) = last else {
         return Err(ToolError::new(
             ToolErrorKind::NotFound,
             format!("this session has no change of `{shown}` to undo (only a session's own successful changes to files can be undone)"),

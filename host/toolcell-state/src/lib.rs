@@ -6,8 +6,9 @@
 //! [`recover`]), undo records ([`undo`]), the workspace's namespace lock ([`NamespaceLock`]),
 //! and the opens that follow no symlink ([`beneath`]).
 //!
-//! A shared store (PostgreSQL, in `toolcell-store-postgres`) implements [`AuditBackend`] and
-//! [`LockBackend`] and depends on this crate alone, not on the runtime.
+//! A shared store (PostgreSQL, in `toolcell-store-postgres`) implements [`AuditBackend`],
+//! [`LockBackend`] and [`SessionBackend`] (read versions, undo history, MCP sessions) and
+//! depends on this crate alone, not on the runtime.
 //!
 //! Only this crate and `toolcell-runtime` touch the disk. The content index lives here too:
 //! the index file in the state directory, kept fresh from the workspace (inotify, or a walk),
@@ -45,6 +46,7 @@ mod namespace;
 pub mod reads;
 mod recoveries;
 mod recovery;
+mod session_backend;
 pub mod sessions;
 pub mod storage;
 pub mod undo;
@@ -62,4 +64,5 @@ pub use locks::{LockBackend, LockStore, LockStoreError, lock_record};
 pub use namespace::NamespaceLock;
 pub use recoveries::Recoveries;
 pub use recovery::{Recovery, RecoveryKind, recover};
+pub use session_backend::{McpSession, McpSweep, SessionBackend, SessionStoreError};
 pub use work::WorkDir;

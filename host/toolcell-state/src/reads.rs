@@ -175,6 +175,8 @@ pub struct ReadTracker {
     /// Held by an update from reading a session's versions to caching what it appended, so
     /// that two calls of one session in this process do not drop each other's line.
     updating: Mutex<()>,
+    /// The store every host shares, which holds the versions instead (`None`: this host's).
+    shared: Option<Arc<dyn crate::SessionBackend>>,
 }
 
 impl ReadTracker {
@@ -184,12 +186,42 @@ impl ReadTracker {
             directory: state_dir.map(|directory| directory.join(crate::SESSIONS_DIR)),
             sessions: Mutex::new(HashMap::new()),
             updating: Mutex::new(()),
+            shared: None,
+        }
+    }
+
+    /// Versions kept in a store every host shares: each load asks it (one round trip), so
+    /// that a read on one host is seen by a write on another.
+    pub fn shared(backend: Arc<dyn crate::SessionBackend>) -> Self {
+        ReadTracker { directory: None, sessions: Mutex::new(HashMap::new()), updating: Mutex::new(()), shared: Some(backend) }
+    }
+
+    /// The versions `session` has seen in `workspace` (none if the shared store cannot be
+    /// used: see [`try_load`](Self::try_load)).
+    pub fn load(&self, session: &str, workspace: &Path) -> Arc<SessionReads> {
+        self.try_load(session, workspace).unwrap_or_default()
+    }
+
+    /// The versions `session` has seen in `workspace`, or none and why every write of the call
+    /// must be refused (the shared store cannot be used: no write can be judged; reads go on).
+    pub fn load_or_refusal(&self, session: &str, workspace: &Path) -> (Arc<SessionReads>, Option<String>) {
+        match self.try_load(session, workspace) {
+            Ok(reads) => (reads, None),
+            Err(error) => (Arc::default(), Some(error.writes_refused())),
         }
     }
 
     /// The versions `session` has seen in `workspace`.
-    pub fn load(&self, session: &str, workspace: &Path) -> Arc<SessionReads> {
-        self.load_key(&crate::storage::session_key(session, workspace))
+    ///
+    /// # Errors
+    ///
+    /// [`crate::SessionStoreError`] if the shared store cannot be used.
+    pub fn try_load(&self, session: &str, workspace: &Path) -> Result<Arc<SessionReads>, crate::SessionStoreError> {
+        let key = crate::storage::session_key(session, workspace);
+        match &self.shared {
+            Some(backend) => backend.reads(&key).map(Arc::new),
+            None => Ok(self.load_key(&key)),
+        }
     }
 
     fn load_key(&self, key: &str) -> Arc<SessionReads> {
@@ -257,8 +289,11 @@ impl ReadTracker {
         if changes.is_empty() {
             return Ok(());
         }
-        let _updating = self.updating.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = crate::storage::session_key(session, workspace);
+        if let Some(backend) = &self.shared {
+            return backend.record_reads(&key, &changes).map_err(std::io::Error::other);
+        }
+        let _updating = self.updating.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut updated = (*self.load_key(&key)).clone();
         for (path, version) in &changes {
             match version {

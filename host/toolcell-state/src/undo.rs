@@ -62,12 +62,68 @@ pub struct UndoStore {
     /// Held while a log is read or written; the number of lines in each log this process has
     /// counted (so that deciding to compact does not read the log on every append).
     lock: Mutex<HashMap<PathBuf, usize>>,
+    /// The store every host shares, which holds the logs and their blobs instead (`None`:
+    /// this host's state directory). Blobs are still put in the session's directory here
+    /// before a restore reads them.
+    shared: Option<std::sync::Arc<dyn crate::SessionBackend>>,
 }
 
 impl UndoStore {
     /// Undo records in `work_dir/undo`.
     pub fn new(work_dir: &Path) -> Self {
-        UndoStore { directory: work_dir.join(crate::UNDO_DIR), lock: Mutex::new(HashMap::new()) }
+        UndoStore { directory: work_dir.join(crate::UNDO_DIR), lock: Mutex::new(HashMap::new()), shared: None }
+    }
+
+    /// Undo records in a store every host shares (blobs are fetched into `work_dir/undo`
+    /// when a restore needs them), so that an edit on one host is undone on another.
+    pub fn shared(work_dir: &Path, backend: std::sync::Arc<dyn crate::SessionBackend>) -> Self {
+        UndoStore { shared: Some(backend), ..UndoStore::new(work_dir) }
+    }
+
+    /// The undoable changes of `session`, oldest first.
+    fn entries(&self, session: &str, workspace: &Path) -> Result<Vec<UndoEntry>, crate::SessionStoreError> {
+        match &self.shared {
+            Some(backend) => {
+                let lines = backend.undo_lines(&crate::storage::session_key(session, workspace))?;
+                Ok(entries_of(lines.iter().map(String::as_bytes)))
+            }
+            None => Ok(load(&self.session_dir(session, workspace))),
+        }
+    }
+
+    /// Append `lines` to `session`'s log, here or in the shared store (with the blobs they
+    /// name, read from the session's directory).
+    fn append_lines(&self, session: &str, workspace: &Path, lines: &[Line], counts: &mut HashMap<PathBuf, usize>) -> std::io::Result<()> {
+        let directory = self.session_dir(session, workspace);
+        let Some(backend) = &self.shared else {
+            return append(&directory, lines, counts);
+        };
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let mut texts = Vec::new();
+        let mut blobs = Vec::new();
+        for line in lines {
+            texts.push(serde_json::to_string(line).map_err(std::io::Error::other)?);
+            if let Line::Record(UndoEntry { prior: Prior::File { blob, .. }, .. }) = line {
+                blobs.push((blob.clone(), crate::storage::read_host_file(&directory.join(blob))?));
+            }
+        }
+        backend.append_undo(&crate::storage::session_key(session, workspace), &texts, &blobs, COMPACT_LINES).map_err(std::io::Error::other)
+    }
+
+    /// The content of the blob `name` of `session`: in its directory here, or fetched from
+    /// the shared store (and kept here for the restore that reads it).
+    fn blob(&self, session: &str, workspace: &Path, name: &str) -> Option<Vec<u8>> {
+        let directory = self.session_dir(session, workspace);
+        if let Ok(bytes) = crate::storage::read_host_file(&directory.join(name)) {
+            return Some(bytes);
+        }
+        let backend = self.shared.as_ref()?;
+        let bytes = backend.undo_blob(&crate::storage::session_key(session, workspace), name).ok()??;
+        crate::storage::create_private_dirs(&directory).ok()?;
+        crate::storage::replace_bytes(&directory.join(name), &bytes, false).ok()?;
+        Some(bytes)
     }
 
     /// The directory of `session`'s undo entries and blobs.
@@ -120,20 +176,32 @@ impl UndoStore {
             };
             lines.push(Line::Record(UndoEntry { path: step.path, call_id: call_id.to_owned(), prior, after, directory: is_directory }));
         }
-        append(&directory, &lines, &mut counts)
+        self.append_lines(session, workspace, &lines, &mut counts)
     }
 
-    /// The latest undoable change of `path` by `session`.
-    pub fn last(&self, session: &str, workspace: &Path, path: &str) -> Option<UndoEntry> {
+    /// The latest undoable change of `path` by `session`; its blob, if it has one, is in
+    /// [`session_dir`](Self::session_dir) for the restore.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::SessionStoreError`] if the shared store cannot be used.
+    pub fn last(&self, session: &str, workspace: &Path, path: &str) -> Result<Option<UndoEntry>, crate::SessionStoreError> {
         let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        load(&self.session_dir(session, workspace)).into_iter().rev().find(|entry| entry.path == path)
+        let entry = self.entries(session, workspace)?.into_iter().rev().find(|entry| entry.path == path);
+        if let Some(UndoEntry { prior: Prior::File { blob, .. }, .. }) = &entry {
+            // Recorded by another host: its blob comes from the shared store.
+            let _ = self.blob(session, workspace, blob);
+        }
+        Ok(entry)
     }
 
     /// The directories the call of `entry` created above its path that are still undoable,
     /// deepest first.
     pub fn created_directories(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> Vec<UndoEntry> {
         let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut directories: Vec<UndoEntry> = load(&self.session_dir(session, workspace))
+        let mut directories: Vec<UndoEntry> = self
+            .entries(session, workspace)
+            .unwrap_or_default()
             .into_iter()
             .filter(|candidate| {
                 candidate.directory
@@ -153,7 +221,7 @@ impl UndoStore {
     pub fn forget(&self, session: &str, workspace: &Path, entry: &UndoEntry) -> std::io::Result<()> {
         let mut counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
-        append(&directory, &[Line::Forget { path: entry.path.clone(), call_id: entry.call_id.clone() }], &mut counts)?;
+        self.append_lines(session, workspace, &[Line::Forget { path: entry.path.clone(), call_id: entry.call_id.clone() }], &mut counts)?;
         if let Prior::File { blob, .. } = &entry.prior {
             let _ = std::fs::remove_file(directory.join(blob));
         }
@@ -223,7 +291,12 @@ fn load(directory: &Path) -> Vec<UndoEntry> {
     let Ok(bytes) = crate::storage::read_host_file(&directory.join(LOG)) else {
         return Vec::new();
     };
-    let lines: Vec<Line> = bytes.split(|&byte| byte == b'\n').filter_map(|line| serde_json::from_slice(line).ok()).collect();
+    entries_of(bytes.split(|&byte| byte == b'\n'))
+}
+
+/// The undoable changes of a log's `lines`, oldest first (see [`load`]).
+fn entries_of<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Vec<UndoEntry> {
+    let lines: Vec<Line> = lines.filter_map(|line| serde_json::from_slice(line).ok()).collect();
     // The last MAX_ENTRIES records are kept, whatever was forgotten since.
     let records = lines.iter().filter(|line| matches!(line, Line::Record(_))).count();
     let mut skip = records.saturating_sub(MAX_ENTRIES);
@@ -263,10 +336,9 @@ impl UndoStore {
     pub fn changes(&self, session: &str, workspace: &Path, root: &Dir) -> Vec<SessionChange> {
         use sha2::Digest as _;
         let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let directory = self.session_dir(session, workspace);
-        let entries = load(&directory);
+        let entries = self.entries(session, workspace).unwrap_or_default();
         let content = |prior: &Prior| match prior {
-            Prior::File { blob, .. } => crate::storage::read_host_file(&directory.join(blob)).ok(),
+            Prior::File { blob, .. } => self.blob(session, workspace, blob),
             Prior::Inline { hex, .. } => crate::journal::unhex(hex).ok(),
             _ => None,
         };
@@ -315,19 +387,19 @@ mod tests {
         }
         let directory = store.session_dir("s", &workspace);
         assert!(count_lines(&directory.join(LOG)) <= COMPACT_LINES, "the log was compacted");
-        let last = store.last("s", &workspace, "a.txt").expect("an entry");
+        let last = store.last("s", &workspace, "a.txt").expect("a log").expect("an entry");
         assert_eq!(last.call_id, format!("c-{}", COMPACT_LINES + 49));
         assert_eq!(load(&directory).len(), MAX_ENTRIES);
         assert_eq!(load(&directory)[0].call_id, format!("c-{}", COMPACT_LINES + 50 - MAX_ENTRIES));
         // Forgetting the last change makes the one before it the last; a fresh store agrees.
         store.forget("s", &workspace, &last).expect("forget");
         let fresh = UndoStore::new(temp.path());
-        assert_eq!(fresh.last("s", &workspace, "a.txt").expect("an entry").call_id, format!("c-{}", COMPACT_LINES + 48));
+        assert_eq!(fresh.last("s", &workspace, "a.txt").expect("a log").expect("an entry").call_id, format!("c-{}", COMPACT_LINES + 48));
         let changes = fresh.changes("s", &workspace, &root);
         assert_eq!(changes.len(), MAX_ENTRIES - 1);
         assert_eq!(changes[0].before.as_deref(), Some(format!("before {}", COMPACT_LINES + 50 - MAX_ENTRIES).as_bytes()));
         // A torn last line (a crash mid-append) is skipped.
         std::fs::OpenOptions::new().append(true).open(directory.join(LOG)).expect("open").write_all(b"{\"record\":{\"pa").expect("tear");
-        assert_eq!(fresh.last("s", &workspace, "a.txt").expect("an entry").call_id, format!("c-{}", COMPACT_LINES + 48));
+        assert_eq!(fresh.last("s", &workspace, "a.txt").expect("a log").expect("an entry").call_id, format!("c-{}", COMPACT_LINES + 48));
     }
 }

@@ -13,6 +13,8 @@
 //!   an advisory lock orders appends, so concurrent hosts cannot fork the chain. A trigger
 //!   refuses updates and deletes; what a superuser changes anyway, `toolcell audit verify`
 //!   finds.
+//! - **Sessions** ([`toolcell_state::SessionBackend`], see `sessions.rs`): each session's read
+//!   versions and undo history, and `serve`'s MCP sessions, so any host serves any session.
 //! - **Migrations** are versioned ([`MIGRATIONS`]) and applied only by [`PostgresStore::migrate`]
 //!   (`toolcell store migrate`); [`PostgresStore::connect`] refuses a database at another
 //!   version.
@@ -31,13 +33,16 @@ use toolcell_audit::{Link, Record, seal};
 use toolcell_locks::{Lapse, Lapsed, Lock, LockError, LockTable, Mode};
 use toolcell_state::{AuditBackend, LockBackend, LockStoreError};
 
+mod sessions;
+
 /// The schema version this build needs.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Each version's statements, applied in order by [`PostgresStore::migrate`].
-pub const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    r"
+pub const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        r"
 CREATE SEQUENCE toolcell_fence;
 CREATE SEQUENCE toolcell_lapse_order;
 CREATE TABLE toolcell_leases (
@@ -68,7 +73,9 @@ $$;
 CREATE TRIGGER toolcell_audit_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON toolcell_audit
     FOR EACH STATEMENT EXECUTE FUNCTION toolcell_audit_append_only();
 ",
-)];
+    ),
+    (2, sessions::MIGRATION),
+];
 
 /// The advisory lock that orders audit appends across hosts.
 const AUDIT_LOCK: i64 = 0x7463_6175_6469_7401;

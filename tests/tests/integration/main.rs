@@ -23,6 +23,7 @@ mod races;
 mod read_file;
 mod recovery;
 mod search_files;
+mod shared_sessions;
 mod shared_store;
 mod split;
 mod transactions;

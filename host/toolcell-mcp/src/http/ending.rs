@@ -6,13 +6,15 @@ use std::sync::{Arc, PoisonError};
 use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
-use super::{Service, session_key};
+use super::{Answer, Service, plain, session_key};
 use crate::config::Principal;
+use crate::operator::Event;
+use crate::sessions::{Owners, Shared};
 
 impl Service {
     /// The MCP session `id` of `principal` ended (or expired): release the locks taken in it
     /// and forget it.
-    pub(super) fn end(&self, id: &str, principal: &Principal) {
+    pub(super) async fn end(&self, id: &str, principal: &Principal) {
         let key = session_key(principal, id);
         let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
         let session = match session {
@@ -20,36 +22,68 @@ impl Service {
             // Never called since this process started: end it all the same.
             None => self.hosts.get(&principal.workspace).and_then(|host| host.session(&principal.role, &key).ok()),
         };
-        if let Some(session) = session
-            && let Err(error) = session.end()
-        {
-            let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
-        }
+        release(session, key).await;
         self.owners.remove(id);
     }
 
     /// The MCP session `id` of the principal named `name` ended: release the locks taken in it
     /// if it was used since this process started, and forget it.
-    fn end_named(&self, id: &str, name: &str) {
+    async fn end_named(&self, id: &str, name: &str) {
         let key = format!("{name}:{id}");
         let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
-        if let Some(session) = session
-            && let Err(error) = session.end()
-        {
-            let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
-        }
+        release(session, key).await;
         self.owners.remove(id);
     }
 
     /// End the sessions idle, with nothing in flight, for `session_idle`.
     pub(super) async fn expire(&self, manager: &LocalSessionManager) {
-        for (id, principal) in self.owners.take_expired(self.config.session_idle) {
+        let (expired, gone) = self.owners.sweep(self.config.session_idle).await;
+        // Ended or expired by another host (which released its locks): only closed here.
+        for id in gone {
+            let _ = manager.close_session(&Arc::from(id.as_str())).await;
+            self.sessions.lock().unwrap_or_else(PoisonError::into_inner).retain(|key, _| !key.ends_with(&format!(":{id}")));
+        }
+        for (id, principal) in expired {
             let _ = manager.close_session(&Arc::from(id.as_str())).await;
             match self.roster().by_name.get(&principal) {
-                Some(principal) => self.end(&id, principal),
+                Some(principal) => self.end(&id, principal).await,
                 // An OAuth principal, or one reloaded away: its session ends all the same.
-                None => self.end_named(&id, &principal),
+                None => self.end_named(&id, &principal).await,
             }
         }
+    }
+}
+
+/// Release the locks taken in `session` (named `key`), on a blocking thread: a shared store's
+/// client blocks.
+async fn release(session: Option<toolcell_host::Session>, key: String) {
+    let Some(session) = session else {
+        return;
+    };
+    let released = tokio::task::spawn_blocking(move || session.end().map_err(|error| error.to_string())).await;
+    if let Ok(Err(error)) | Err(error) = released.map_err(|error| error.to_string()) {
+        let _ = crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
+    }
+}
+
+impl Service {
+    /// The service, keeping its MCP sessions (who opened each, its `initialize`, when it was
+    /// last used) in `backend`, a store every host of the deployment shares, instead of the
+    /// state directory: any host then serves any request of any session.
+    #[must_use]
+    pub fn with_shared_sessions(mut self, backend: Arc<dyn toolcell_state::SessionBackend>) -> Self {
+        self.owners = Owners::shared(Shared::new(backend, self.config.session_idle, Arc::clone(&self.ledger)));
+        self
+    }
+
+    /// A request of a session this host cannot check with the shared store: `503`, saying so.
+    pub(super) fn store_unavailable(&self, error: &toolcell_state::SessionStoreError, peer: std::net::SocketAddr) -> Answer {
+        self.log.note(Event::Unavailable, &format!("503 from {peer}: {error}"));
+        let mut response = plain(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("Service Unavailable: {error}; the session cannot be checked on this host. Retry shortly"),
+        );
+        response.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("2"));
+        response
     }
 }

@@ -291,8 +291,14 @@ impl RuntimeBuilder {
             limits: self.limits,
             text_editor_root: self.text_editor_root,
             locks,
-            reads: toolcell_state::reads::ReadTracker::new(state_dir.as_deref()),
-            undo: toolcell_state::undo::UndoStore::new(work.path()),
+            reads: match &self.shared_sessions {
+                Some(backend) => toolcell_state::reads::ReadTracker::shared(Arc::clone(backend)),
+                None => toolcell_state::reads::ReadTracker::new(state_dir.as_deref()),
+            },
+            undo: match &self.shared_sessions {
+                Some(backend) => toolcell_state::undo::UndoStore::shared(work.path(), Arc::clone(backend)),
+                None => toolcell_state::undo::UndoStore::new(work.path()),
+            },
             memos: Arc::default(),
             indexes: Arc::new(toolcell_state::content_index::IndexStore::new(
                 work.path(),

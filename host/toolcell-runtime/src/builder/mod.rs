@@ -50,6 +50,8 @@ pub struct RuntimeBuilder {
     parts: Option<u32>,
     /// Lock tables and the audit trail in a store several hosts share.
     shared_store: Option<(Arc<dyn LockBackend>, Arc<dyn AuditBackend>)>,
+    /// Session state (read versions, undo history) in a store several hosts share.
+    shared_sessions: Option<Arc<dyn toolcell_state::SessionBackend>>,
     text_editor_root: Option<String>,
     /// Further files and directories the embedder trusts (a service's own configuration).
     protected: Vec<PathBuf>,
@@ -134,6 +136,15 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn shared_store(mut self, locks: Arc<dyn LockBackend>, audit: Arc<dyn AuditBackend>) -> Self {
         self.shared_store = Some((locks, audit));
+        self
+    }
+
+    /// Keep each session's read versions and undo history in a store several hosts share
+    /// (PostgreSQL: `toolcell-store-postgres`), so that any host serves any request of a
+    /// session; without it they stay in the state directory.
+    #[must_use]
+    pub fn shared_sessions(mut self, sessions: Arc<dyn toolcell_state::SessionBackend>) -> Self {
+        self.shared_sessions = Some(sessions);
         self
     }
 

@@ -162,10 +162,10 @@ impl Runtime {
     /// journal's place).
     fn guard_for(&self, request: &CallRequest<'_>, in_force: &InForce, call_id: &str) -> Result<FsGuard, Error> {
         let read_before_write = in_force.policy.as_ref().map_or(ReadBeforeWrite::Off, |policy| policy.read_before_write());
-        let seen = if read_before_write == ReadBeforeWrite::Off {
-            Arc::default()
+        let (seen, store_down) = if read_before_write == ReadBeforeWrite::Off {
+            (Arc::default(), None)
         } else {
-            self.reads.load(request.session_id, request.workspace.root())
+            self.reads.load_or_refusal(request.session_id, request.workspace.root())
         };
         let mut transaction = Transaction::new(
             Arc::clone(&self.locks),
@@ -179,7 +179,7 @@ impl Runtime {
             request.session_id.to_owned(),
             call_id.to_owned(),
         );
-        transaction.stopped = self.writes_stopped(request.workspace);
+        transaction.stopped = self.writes_stopped(request.workspace).or(store_down);
         Ok(self.read_only_guard(request, in_force, call_id)?.with_transaction(transaction))
     }
 

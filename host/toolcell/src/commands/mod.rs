@@ -222,7 +222,9 @@ fn build_runtime_watching(
         if let Some(log) = store_log {
             watch_store(&store, Arc::clone(log));
         }
-        builder = builder.shared_store(Arc::clone(&store) as Arc<dyn toolcell_runtime::LockBackend>, store);
+        builder = builder
+            .shared_store(Arc::clone(&store) as Arc<dyn toolcell_runtime::LockBackend>, Arc::clone(&store) as _)
+            .shared_sessions(store);
     }
     if let Some(directory) = plugin_dir(args) {
         // The plugin an update replaces is checked as the new build, not as the old file.

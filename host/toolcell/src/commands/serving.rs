@@ -213,6 +213,12 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         .map_err(anyhow::Error::msg)?
         .with_operator_log(log)
         .with_readiness(readiness(args));
+    // With a store, any host of the deployment serves any session (its own connection: a
+    // session check does not wait behind the calls' lock and audit work).
+    let service = match store_url(args) {
+        Some(url) => service.with_shared_sessions(toolcell_store_postgres::PostgresStore::connect(&url)?),
+        None => service,
+    };
     let executor = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     let served = executor.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;

@@ -1,0 +1,167 @@
+//! MCP sessions in the store every host of a deployment shares ([`SessionBackend`]): a session
+//! opened on one host is found, owned by the same principal, on every other; its `initialize`
+//! is replayed by rmcp on the host a request lands on; it expires for all of them at once, at
+//! the database's clock.
+//!
+//! Each request of a session costs one round trip (found, owned and used now, in one
+//! statement); a sweep costs one per tick for all of a host's sessions. The store's calls are
+//! blocking, so they run on tokio's blocking threads.
+
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use rmcp::transport::streamable_http_server::session::{SessionState, SessionStore, SessionStoreError as RmcpStoreError};
+use toolcell_state::{SessionBackend, SessionStoreError};
+
+use super::{Activity, Owned, Owners};
+use crate::bounds::{Kind, Ledger};
+
+/// The shared store, how long a session may stay idle, and the bounds its sessions count in.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    backend: Arc<dyn SessionBackend>,
+    idle: Duration,
+    ledger: Arc<Ledger>,
+}
+
+impl Shared {
+    pub(crate) fn new(backend: Arc<dyn SessionBackend>, idle: Duration, ledger: Arc<Ledger>) -> Shared {
+        Shared { backend, idle, ledger }
+    }
+
+    /// Where rmcp keeps each session's `initialize`.
+    pub(super) fn initializations(&self) -> Initializations {
+        Initializations { backend: Arc::clone(&self.backend), idle: self.idle }
+    }
+
+    /// The session `id` ended here: remove it for every host (in the background; the store
+    /// may already have, for an HTTP `DELETE` or a sweep).
+    pub(super) fn forget(&self, id: &str) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (backend, id) = (Arc::clone(&self.backend), id.to_owned());
+            runtime.spawn_blocking(move || backend.close_mcp(&id));
+        }
+    }
+}
+
+/// Run `work` with the store on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    backend: &Arc<dyn SessionBackend>,
+    work: impl FnOnce(&dyn SessionBackend) -> Result<T, SessionStoreError> + Send + 'static,
+) -> Result<T, SessionStoreError> {
+    let backend = Arc::clone(backend);
+    tokio::task::spawn_blocking(move || work(&*backend))
+        .await
+        .unwrap_or_else(|_| Err(SessionStoreError { store: "the session store".to_owned(), reason: "its call failed".to_owned() }))
+}
+
+impl Owners {
+    /// A request of `principal` in session `id` begins: `Ok(None)` if the session does not
+    /// exist (or expired) for every host, or is another principal's. With the shared store
+    /// unreachable, a session this host already serves goes on (its reads do; its writes are
+    /// refused by the host), and any other is an error.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionStoreError`] for a session this host does not know while the store cannot
+    /// be used.
+    pub(crate) async fn enter_anywhere(self: &Arc<Self>, id: &str, principal: &str) -> Result<Option<Activity>, SessionStoreError> {
+        let Some(shared) = &self.shared else {
+            return Ok(self.enter(id, principal));
+        };
+        let (key, name, idle) = (id.to_owned(), principal.to_owned(), shared.idle);
+        match blocking(&shared.backend, move |backend| backend.use_mcp(&key, Some(&name), idle)).await {
+            Ok(Some(_)) => {
+                let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+                if records.get(id).is_none_or(|owned| owned.principal != principal) {
+                    // Opened on another host: it counts here too while it is used here.
+                    let slot = shared.ledger.take_anyway(principal, Kind::Session);
+                    records.insert(
+                        id.to_owned(),
+                        Owned { principal: principal.to_owned(), _slot: slot, active: 0, last_used: Instant::now() },
+                    );
+                }
+                drop(records);
+                Ok(self.enter(id, principal))
+            }
+            Ok(None) => {
+                self.records.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
+                Ok(None)
+            }
+            Err(error) => match self.enter(id, principal) {
+                Some(activity) => Ok(Some(activity)),
+                None => Err(error),
+            },
+        }
+    }
+
+    /// `principal` created the session `id`, which holds `slot`: recorded for every host.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionStoreError`]: the session cannot be kept, and must not be used.
+    pub(crate) async fn claim_anywhere(&self, id: &str, principal: &str, slot: crate::bounds::Slot) -> Result<(), SessionStoreError> {
+        if let Some(shared) = &self.shared {
+            let (key, name) = (id.to_owned(), principal.to_owned());
+            blocking(&shared.backend, move |backend| backend.open_mcp(&key, Some(&name), None)).await?;
+        }
+        self.claim(id, principal, slot);
+        Ok(())
+    }
+
+    /// The sessions that ended for being idle (id, principal), for this host to end, and the
+    /// ids of those this host held that another host ended or expired (only to be closed
+    /// here). With the shared store, this host's sessions with requests in flight count as
+    /// used now, for every host.
+    pub(crate) async fn sweep(&self, idle: Duration) -> (Vec<(String, String)>, Vec<String>) {
+        let Some(shared) = &self.shared else {
+            return (self.take_expired(idle), Vec::new());
+        };
+        let (busy, known): (Vec<String>, Vec<String>) = {
+            let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+            (records.iter().filter(|(_, owned)| owned.active > 0).map(|(id, _)| id.clone()).collect(), records.keys().cloned().collect())
+        };
+        let idle = shared.idle;
+        let swept = blocking(&shared.backend, move |backend| backend.sweep_mcp(&busy, &known, idle)).await;
+        let Ok(swept) = swept else {
+            // Nothing expires while the store cannot say so for every host.
+            return (Vec::new(), Vec::new());
+        };
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        let gone: Vec<String> = records.keys().filter(|id| !swept.alive.contains(id)).cloned().collect();
+        for id in &gone {
+            records.remove(id);
+        }
+        (swept.expired, gone)
+    }
+}
+
+/// The sessions' `initialize`, in the shared store, for rmcp to replay on any host.
+pub(crate) struct Initializations {
+    backend: Arc<dyn SessionBackend>,
+    idle: Duration,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for Initializations {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, RmcpStoreError> {
+        let (id, idle) = (session_id.to_owned(), self.idle);
+        let found = blocking(&self.backend, move |backend| backend.use_mcp(&id, None, idle)).await?;
+        match found.and_then(|session| session.initialization) {
+            Some(text) => Ok(Some(serde_json::from_str(&text)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), RmcpStoreError> {
+        let (id, text) = (session_id.to_owned(), serde_json::to_string(state)?);
+        blocking(&self.backend, move |backend| backend.open_mcp(&id, None, Some(&text))).await?;
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), RmcpStoreError> {
+        let id = session_id.to_owned();
+        blocking(&self.backend, move |backend| backend.close_mcp(&id)).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,215 @@
+//! Session state on PostgreSQL ([`SessionBackend`]), so that any host of a deployment serves
+//! any request of any session:
+//!
+//! - **Read versions** (`toolcell_session_reads`): one row per session and path. A call's
+//!   changes are one statement (upserts and deletes together), so two hosts recording for one
+//!   session at once resolve row by row in the database.
+//! - **Undo history** (`toolcell_session_undo`, `toolcell_session_blobs`): the undo log's lines
+//!   in order (`seq`), appended by one statement that holds the session's advisory lock, with
+//!   the content of the larger files; the log keeps its last lines, as the file does.
+//! - **MCP sessions** (`toolcell_mcp_sessions`): who opened each, the client's `initialize`,
+//!   and when it was last used, at the database's clock: a session idle past `session_idle` is
+//!   gone for every host at the same moment, whichever host sweeps it.
+//!
+//! Each method is one statement, sent with its parameters' types (`query_typed`: one round
+//! trip, no separate prepare), never one per path; the sweep is one transaction.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use postgres::types::Type;
+use toolcell_state::reads::Version;
+use toolcell_state::{McpSession, McpSweep, SessionBackend, SessionStoreError};
+
+use crate::PostgresStore;
+
+/// The statements of schema version 2: the session state.
+pub(crate) const MIGRATION: &str = r"
+CREATE TABLE toolcell_session_reads (
+    session_key text NOT NULL,
+    path text NOT NULL,
+    version text NOT NULL,
+    PRIMARY KEY (session_key, path)
+);
+CREATE TABLE toolcell_session_undo (
+    seq bigserial PRIMARY KEY,
+    session_key text NOT NULL,
+    line text NOT NULL
+);
+CREATE INDEX toolcell_session_undo_key ON toolcell_session_undo (session_key, seq);
+CREATE TABLE toolcell_session_blobs (
+    session_key text NOT NULL,
+    name text NOT NULL,
+    content bytea NOT NULL,
+    PRIMARY KEY (session_key, name)
+);
+CREATE TABLE toolcell_mcp_sessions (
+    id text PRIMARY KEY,
+    principal text NOT NULL,
+    initialization text,
+    last_used timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX toolcell_mcp_sessions_last_used ON toolcell_mcp_sessions (last_used);
+";
+
+/// Whether a session last used at `last_used` is still alive after `$idle` seconds (`float8`).
+const ALIVE: &str = "last_used > clock_timestamp() - make_interval(secs => $IDLE)";
+
+impl PostgresStore {
+    fn session_error(&self, reason: String) -> SessionStoreError {
+        SessionStoreError { store: self.name.clone(), reason }
+    }
+
+    fn sessions<T>(&self, work: impl FnOnce(&mut postgres::Client) -> Result<T, postgres::Error>) -> Result<T, SessionStoreError> {
+        self.with_client(work).map_err(|reason| self.session_error(reason))
+    }
+}
+
+fn alive(parameter: usize) -> String {
+    ALIVE.replace("$IDLE", &format!("${parameter}"))
+}
+
+fn seconds(idle: Duration) -> f64 {
+    idle.as_secs_f64()
+}
+
+impl SessionBackend for PostgresStore {
+    fn reads(&self, key: &str) -> Result<HashMap<String, Version>, SessionStoreError> {
+        let rows = self.sessions(|client| {
+            client.query_typed("SELECT path, version FROM toolcell_session_reads WHERE session_key = $1", &[(&key, Type::TEXT)])
+        })?;
+        let mut reads = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let version: String = row.get(1);
+            let version: Version =
+                serde_json::from_str(&version).map_err(|error| self.session_error(format!("a read version does not parse: {error}")))?;
+            reads.insert(row.get(0), version);
+        }
+        Ok(reads)
+    }
+
+    fn record_reads(&self, key: &str, changes: &[(&str, Option<Version>)]) -> Result<(), SessionStoreError> {
+        let mut paths = Vec::new();
+        let mut versions = Vec::new();
+        let mut removed = Vec::new();
+        for (path, version) in changes {
+            match version {
+                Some(version) => {
+                    paths.push((*path).to_owned());
+                    versions.push(serde_json::to_string(version).map_err(|error| self.session_error(error.to_string()))?);
+                }
+                None => removed.push((*path).to_owned()),
+            }
+        }
+        self.sessions(|client| {
+            client.execute_typed(
+                "WITH gone AS (DELETE FROM toolcell_session_reads WHERE session_key = $1 AND path = ANY($4)) \
+                 INSERT INTO toolcell_session_reads (session_key, path, version) \
+                 SELECT $1, path, version FROM unnest($2::text[], $3::text[]) AS changed(path, version) \
+                 ON CONFLICT (session_key, path) DO UPDATE SET version = EXCLUDED.version",
+                &[(&key, Type::TEXT), (&paths, Type::TEXT_ARRAY), (&versions, Type::TEXT_ARRAY), (&removed, Type::TEXT_ARRAY)],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn undo_lines(&self, key: &str) -> Result<Vec<String>, SessionStoreError> {
+        let rows = self.sessions(|client| {
+            client.query_typed("SELECT line FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq", &[(&key, Type::TEXT)])
+        })?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    fn append_undo(&self, key: &str, lines: &[String], blobs: &[(String, Vec<u8>)], keep: usize) -> Result<(), SessionStoreError> {
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        let (names, contents): (Vec<&str>, Vec<&[u8]>) = blobs.iter().map(|(name, content)| (name.as_str(), content.as_slice())).unzip();
+        // One statement: the session's advisory lock first, so that its lines stay in the
+        // order its calls committed whatever host appends; the oldest lines past `keep` go
+        // (as the statement's snapshot sees them: at most one append late).
+        self.sessions(|client| {
+            client.execute_typed(
+                "WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($1, 1))), \
+                 blobs AS (INSERT INTO toolcell_session_blobs (session_key, name, content) \
+                     SELECT $1, name, content FROM locked, unnest($3::text[], $4::bytea[]) AS kept(name, content) ON CONFLICT DO NOTHING), \
+                 appended AS (INSERT INTO toolcell_session_undo (session_key, line) \
+                     SELECT $1, line FROM locked, unnest($2::text[]) WITH ORDINALITY AS appended(line, place) ORDER BY place) \
+                 DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq < \
+                     (SELECT seq FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq DESC OFFSET $5 LIMIT 1)",
+                &[
+                    (&key, Type::TEXT),
+                    (&lines, Type::TEXT_ARRAY),
+                    (&names, Type::TEXT_ARRAY),
+                    (&contents, Type::BYTEA_ARRAY),
+                    (&(keep - 1), Type::INT8),
+                ],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn undo_blob(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>, SessionStoreError> {
+        let row = self.sessions(|client| {
+            client.query_typed_opt(
+                "SELECT content FROM toolcell_session_blobs WHERE session_key = $1 AND name = $2",
+                &[(&key, Type::TEXT), (&name, Type::TEXT)],
+            )
+        })?;
+        Ok(row.map(|row| row.get(0)))
+    }
+
+    fn open_mcp(&self, id: &str, principal: Option<&str>, initialization: Option<&str>) -> Result<(), SessionStoreError> {
+        self.sessions(|client| {
+            client.execute_typed(
+                "INSERT INTO toolcell_mcp_sessions AS kept (id, principal, initialization) VALUES ($1, coalesce($2, ''), $3) \
+                 ON CONFLICT (id) DO UPDATE SET principal = coalesce($2, kept.principal), \
+                 initialization = coalesce($3, kept.initialization), last_used = clock_timestamp()",
+                &[(&id, Type::TEXT), (&principal, Type::TEXT), (&initialization, Type::TEXT)],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn use_mcp(&self, id: &str, principal: Option<&str>, idle: Duration) -> Result<Option<McpSession>, SessionStoreError> {
+        let row = self.sessions(|client| match principal {
+            Some(principal) => client.query_typed_opt(
+                &format!(
+                    "UPDATE toolcell_mcp_sessions SET last_used = clock_timestamp() WHERE id = $1 AND principal = $2 AND {} \
+                     RETURNING id, principal, initialization",
+                    alive(3)
+                ),
+                &[(&id, Type::TEXT), (&principal, Type::TEXT), (&seconds(idle), Type::FLOAT8)],
+            ),
+            None => client.query_typed_opt(
+                &format!("SELECT id, principal, initialization FROM toolcell_mcp_sessions WHERE id = $1 AND {}", alive(2)),
+                &[(&id, Type::TEXT), (&seconds(idle), Type::FLOAT8)],
+            ),
+        })?;
+        Ok(row.map(|row| McpSession { id: row.get(0), principal: row.get(1), initialization: row.get(2) }))
+    }
+
+    fn sweep_mcp(&self, busy: &[String], known: &[String], idle: Duration) -> Result<McpSweep, SessionStoreError> {
+        self.sessions(|client| {
+            let mut transaction = client.transaction()?;
+            if !busy.is_empty() {
+                transaction.execute("UPDATE toolcell_mcp_sessions SET last_used = clock_timestamp() WHERE id = ANY($1)", &[&busy])?;
+            }
+            let expired = transaction
+                .query(&format!("DELETE FROM toolcell_mcp_sessions WHERE NOT ({}) RETURNING id, principal", alive(1)), &[&seconds(idle)])?;
+            let alive = if known.is_empty() {
+                Vec::new()
+            } else {
+                transaction.query("SELECT id FROM toolcell_mcp_sessions WHERE id = ANY($1)", &[&known])?
+            };
+            transaction.commit()?;
+            Ok(McpSweep {
+                expired: expired.iter().map(|row| (row.get(0), row.get(1))).collect(),
+                alive: alive.iter().map(|row| row.get(0)).collect(),
+            })
+        })
+    }
+
+    fn close_mcp(&self, id: &str) -> Result<(), SessionStoreError> {
+        self.sessions(|client| client.execute_typed("DELETE FROM toolcell_mcp_sessions WHERE id = $1", &[(&id, Type::TEXT)]))?;
+        Ok(())
+    }
+}
