@@ -50,6 +50,7 @@ mod session_backend;
 pub mod sessions;
 pub mod storage;
 pub mod undo;
+pub mod undo_tool;
 mod work;
 pub mod workflow;
 
