@@ -152,15 +152,19 @@ impl Tool for ListFiles {
             }
         }
 
-        let mut text: String = entries
-            .iter()
-            .map(|(path, kind)| match kind {
-                EntryKind::Directory => format!("{path}/"),
-                EntryKind::Symlink => format!("{path}@"),
-                _ => path.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        // One string, no per-entry allocation.
+        let mut text = String::with_capacity(entries.iter().map(|(path, _)| path.as_str().len() + 2).sum());
+        for (index, (path, kind)) in entries.iter().enumerate() {
+            if index > 0 {
+                text.push('\n');
+            }
+            text.push_str(path.as_str());
+            match kind {
+                EntryKind::Directory => text.push('/'),
+                EntryKind::Symlink => text.push('@'),
+                _ => {}
+            }
+        }
         if entries.is_empty() {
             text = match &args.pattern {
                 Some(pattern) => format!("No entries in {} match {}.", quote(root.as_str()), quote(pattern)),
@@ -175,23 +179,35 @@ impl Tool for ListFiles {
         if summary.unreadable_directories > 0 {
             text.push_str(&format!("\n[{} directories could not be read and were skipped]", summary.unreadable_directories));
         }
-        let structured_entries: Vec<_> = entries
+        // Serialized from the entries as they are: no JSON value built per entry first.
+        let structured_entries: Vec<ListedEntry<'_>> = entries
             .iter()
             .enumerate()
-            .map(|(index, (path, kind))| {
-                let mut entry = json!({ "path": path.as_str(), "type": kind.as_str() });
-                if let Some(Some(time)) = modified.get(index) {
-                    entry["modified"] = json!(rfc3339(time.as_secs()));
-                }
-                entry
+            .map(|(index, (path, kind))| ListedEntry {
+                path: path.as_str(),
+                kind: kind.as_str(),
+                modified: modified.get(index).copied().flatten().map(|time| rfc3339(time.as_secs())),
             })
             .collect();
-        Ok(Output::text(text).with_structured(json!({
-            "path": root.as_str(),
-            "entries": structured_entries,
-            "truncated": truncated,
-        })))
+        Ok(Output::text(text).with_structured(Listing { path: root.as_str(), entries: structured_entries, truncated }))
     }
+}
+
+/// The structured result.
+#[derive(serde::Serialize)]
+struct Listing<'a> {
+    path: &'a str,
+    entries: Vec<ListedEntry<'a>>,
+    truncated: bool,
+}
+
+#[derive(serde::Serialize)]
+struct ListedEntry<'a> {
+    path: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    modified: Option<String>,
 }
 
 toolcell_sdk::export_tool!(ListFiles);

@@ -4,7 +4,6 @@ mod raw;
 
 use serde::Deserialize;
 use serde_json::json;
-use std::io::Read as _;
 
 use toolcell_sdk::path::quote;
 use toolcell_sdk::read;
@@ -104,7 +103,9 @@ impl Tool for ReadFile {
         if args.byte_offset.is_some() {
             return Err(ToolError::InvalidArgs("`byte_offset` is for `raw: true` reads; for lines, give `offset`".to_owned()));
         }
-        if let Some(mime_type) = image_type_of(&path)? {
+        // Opened once: its first bytes tell an image, and are the start of its text.
+        let opened = read::OpenedFile::open(&path)?;
+        if let Some(mime_type) = toolcell_sdk::image_type(opened.head()) {
             if args.offset.is_some() || args.limit.is_some() || args.tail.is_some() {
                 return Err(ToolError::InvalidArgs(format!(
                     "{} is an image ({mime_type}), read whole: leave out `offset`, `limit` and `tail`",
@@ -114,8 +115,9 @@ impl Tool for ReadFile {
             return image(&path, mime_type);
         }
         let Some(tail) = args.tail else {
-            return read::read_lines(&path, args.offset, args.limit, MAX_OUTPUT_BYTES);
+            return opened.read_lines(&path, args.offset, args.limit, MAX_OUTPUT_BYTES);
         };
+        drop(opened);
         if args.offset.is_some() || args.limit.is_some() {
             return Err(ToolError::InvalidArgs(
                 "`tail` reads the last lines by itself: give either `tail`, or `offset` and `limit`, not both".to_owned(),
@@ -125,19 +127,6 @@ impl Tool for ReadFile {
         let offset = total.saturating_sub(tail).saturating_add(1);
         read::read_lines(&path, Some(offset), Some(tail), MAX_OUTPUT_BYTES)
     }
-}
-
-/// The image type of the regular file at `path`, from its first bytes; `None` for anything else
-/// (which `read_lines` then reads, or explains).
-fn image_type_of(path: &WorkspacePath) -> Result<Option<&'static str>, ToolError> {
-    let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
-    if !metadata.is_file() {
-        return Ok(None);
-    }
-    let mut head = Vec::with_capacity(16);
-    let file = std::fs::File::open(path.as_str()).map_err(|error| path.io_error(error))?;
-    file.take(16).read_to_end(&mut head).map_err(|error| path.io_error(error))?;
-    Ok(toolcell_sdk::image_type(&head))
 }
 
 /// The image at `path`, shown to the agent beside a line saying what it is.

@@ -28,79 +28,122 @@ const ENCODING_SNIFF_BYTES: u64 = 64 * 1024;
 /// `not-found`, `denied` (the host refused), `unsupported` for a directory, a special file or
 /// a binary file, `invalid-args` for an offset past the end.
 pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>, max_output_bytes: usize) -> Result<Output, ToolError> {
-    let start = offset.unwrap_or(1);
-    let limit = limit.unwrap_or(DEFAULT_LIMIT);
-    // Look before opening: opening a FIFO would block until a writer appears.
-    let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
-    if metadata.is_dir() {
-        return Err(ToolError::Unsupported(format!(
-            "{} is a directory, not a file: use `list_files` to see what it holds",
-            quote(path.as_str())
-        )));
+    OpenedFile::open(path)?.read_lines(path, offset, limit, max_output_bytes)
+}
+
+/// A regular file opened for [`OpenedFile::read_lines`], with its first bytes already read: a
+/// caller can look at them (is it an image?) without opening the file a second time.
+pub struct OpenedFile {
+    metadata: std::fs::Metadata,
+    file: crate::scan::FileReader,
+    head: Vec<u8>,
+    /// How many bytes were asked for `head`: fewer read means the whole file is in it.
+    sniff: u64,
+}
+
+impl OpenedFile {
+    /// Open the regular file `path` and read its head (the whole file when it is small).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_lines`], but for a binary file, which only reading its lines refuses.
+    pub fn open(path: &WorkspacePath) -> Result<OpenedFile, ToolError> {
+        // Look before opening: opening a FIFO would block until a writer appears.
+        let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
+        if metadata.is_dir() {
+            return Err(ToolError::Unsupported(format!(
+                "{} is a directory, not a file: use `list_files` to see what it holds",
+                quote(path.as_str())
+            )));
+        }
+        if !metadata.is_file() {
+            return Err(ToolError::Unsupported(format!(
+                "{} is not a regular file (it is a FIFO, socket or device): only regular files can be read",
+                quote(path.as_str())
+            )));
+        }
+        let mut file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
+        // A file read whole anyway is looked at whole to tell its encoding; a larger one by its head.
+        let sniff = if metadata.len() < INDEX_MIN_BYTES { INDEX_MIN_BYTES } else { ENCODING_SNIFF_BYTES };
+        let sniff = sniff.min(metadata.len().saturating_add(1));
+        let head = read_head(&mut file, sniff).map_err(|error| path.io_error(error))?;
+        Ok(OpenedFile { metadata, file, head, sniff })
     }
-    if !metadata.is_file() {
-        return Err(ToolError::Unsupported(format!(
-            "{} is not a regular file (it is a FIFO, socket or device): only regular files can be read",
-            quote(path.as_str())
-        )));
+
+    /// The file's first bytes (up to 64 KiB, or the whole file).
+    pub fn head(&self) -> &[u8] {
+        &self.head
     }
-    let mut file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
-    // A file read whole anyway is looked at whole to tell its encoding; a larger one by its head.
-    let sniff = if metadata.len() < INDEX_MIN_BYTES { INDEX_MIN_BYTES } else { ENCODING_SNIFF_BYTES };
-    let head = read_head(&mut file, sniff.min(metadata.len().saturating_add(1))).map_err(|error| path.io_error(error))?;
-    let Some(encoding) = encoding::detect(&head, (head.len() as u64) < sniff) else {
-        return Err(ToolError::Unsupported(format!(
-            "{} looks like a binary file (it has a NUL byte in its first {} KiB): only text files can be read",
-            quote(path.as_str()),
-            BINARY_SNIFF_BYTES / 1024
-        )));
-    };
-    // Big enough for a few host calls per MiB, small enough that a small file's call does
-    // not grow the component's memory.
-    let capacity = usize::try_from(metadata.len()).unwrap_or(usize::MAX).clamp(4 * 1024, 64 * 1024);
-    if !encoding.is_utf8() {
-        // Decoded to UTF-8 on the way; line indexes (byte offsets in the file) are for UTF-8
-        // files only.
-        let reader = DecodingReader::new(std::io::Cursor::new(head).chain(file), encoding);
-        let window =
-            read_window(BufReader::with_capacity(capacity, reader), Position::TOP, start, limit, max_output_bytes, Total::Count(None))
-                .map_err(|error| path.io_error(error))?;
-        return render(path, start, window, max_output_bytes, encoding);
-    }
-    let fingerprint = Fingerprint::of(&metadata);
-    if let Some(index) = fingerprint.as_ref().and_then(|fingerprint| LineIndex::recall(path, fingerprint)) {
-        // Start at the last recorded line start at or before the window.
-        let checkpoint = usize::try_from((start.max(1) - 1) / index.stride).unwrap_or(usize::MAX).min(index.starts.len() - 1);
-        let offset = index.starts[checkpoint];
-        if starts_a_line(&mut file, offset).map_err(|error| path.io_error(error))? {
-            file.seek(SeekFrom::Start(offset)).map_err(|error| path.io_error(error))?;
-            let position = Position { line: checkpoint as u64 * index.stride, offset };
-            let window = read_window(
-                BufReader::with_capacity(capacity, file),
-                position,
-                start,
-                limit,
-                max_output_bytes,
-                Total::Known(index.total_lines),
-            )
-            .map_err(|error| path.io_error(error))?;
+
+    /// [`read_lines`] of this file.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_lines`].
+    pub fn read_lines(
+        self,
+        path: &WorkspacePath,
+        offset: Option<u64>,
+        limit: Option<u64>,
+        max_output_bytes: usize,
+    ) -> Result<Output, ToolError> {
+        let OpenedFile { metadata, mut file, head, sniff } = self;
+        let start = offset.unwrap_or(1);
+        let limit = limit.unwrap_or(DEFAULT_LIMIT);
+        let Some(encoding) = encoding::detect(&head, (head.len() as u64) < sniff) else {
+            return Err(ToolError::Unsupported(format!(
+                "{} looks like a binary file (it has a NUL byte in its first {} KiB): only text files can be read",
+                quote(path.as_str()),
+                BINARY_SNIFF_BYTES / 1024
+            )));
+        };
+        // Big enough for a few host calls per MiB, small enough that a small file's call does
+        // not grow the component's memory.
+        let capacity = usize::try_from(metadata.len()).unwrap_or(usize::MAX).clamp(4 * 1024, 64 * 1024);
+        if !encoding.is_utf8() {
+            // Decoded to UTF-8 on the way; line indexes (byte offsets in the file) are for UTF-8
+            // files only.
+            let reader = DecodingReader::new(std::io::Cursor::new(head).chain(file), encoding);
+            let window =
+                read_window(BufReader::with_capacity(capacity, reader), Position::TOP, start, limit, max_output_bytes, Total::Count(None))
+                    .map_err(|error| path.io_error(error))?;
             return render(path, start, window, max_output_bytes, encoding);
         }
+        let fingerprint = Fingerprint::of(&metadata);
+        if let Some(index) = fingerprint.as_ref().and_then(|fingerprint| LineIndex::recall(path, fingerprint)) {
+            // Start at the last recorded line start at or before the window.
+            let checkpoint = usize::try_from((start.max(1) - 1) / index.stride).unwrap_or(usize::MAX).min(index.starts.len() - 1);
+            let offset = index.starts[checkpoint];
+            if starts_a_line(&mut file, offset).map_err(|error| path.io_error(error))? {
+                file.seek(SeekFrom::Start(offset)).map_err(|error| path.io_error(error))?;
+                let position = Position { line: checkpoint as u64 * index.stride, offset };
+                let window = read_window(
+                    BufReader::with_capacity(capacity, file),
+                    position,
+                    start,
+                    limit,
+                    max_output_bytes,
+                    Total::Known(index.total_lines),
+                )
+                .map_err(|error| path.io_error(error))?;
+                return render(path, start, window, max_output_bytes, encoding);
+            }
+        }
+        let mut builder = fingerprint.map(IndexBuilder::new);
+        let window = read_window(
+            BufReader::with_capacity(capacity, std::io::Cursor::new(head).chain(file)),
+            Position::TOP,
+            start,
+            limit,
+            max_output_bytes,
+            Total::Count(builder.as_mut()),
+        )
+        .map_err(|error| path.io_error(error))?;
+        if let Some(builder) = builder {
+            builder.finish(window.total_lines).remember(path);
+        }
+        render(path, start, window, max_output_bytes, encoding)
     }
-    let mut builder = fingerprint.map(IndexBuilder::new);
-    let window = read_window(
-        BufReader::with_capacity(capacity, std::io::Cursor::new(head).chain(file)),
-        Position::TOP,
-        start,
-        limit,
-        max_output_bytes,
-        Total::Count(builder.as_mut()),
-    )
-    .map_err(|error| path.io_error(error))?;
-    if let Some(builder) = builder {
-        builder.finish(window.total_lines).remember(path);
-    }
-    render(path, start, window, max_output_bytes, encoding)
 }
 
 /// How many lines the regular file at `path` has (a last line without a newline counts), for

@@ -230,9 +230,18 @@ impl Tool for SearchFiles {
                 let name = path.as_str().rsplit('/').next().unwrap_or(path.as_str());
                 types.as_ref().is_none_or(|types| types.matched(name, false).is_whitelist())
             };
+            // The parts of a split search ran: their matching files, in walk order, give the
+            // page exactly as one search would.
+            let merged = match toolcell_sdk::shard_results() {
+                Some(parts) => Merged::of(parts)?,
+                None => None,
+            };
+            if let Some(merged) = merged {
+                search.assemble(&merged);
+                unreadable_directories = merged.unreadable_directories;
             // With the workspace's content index, only the files that may match are read; the
             // answer is the same as the walk's.
-            if let Some(candidates) = toolcell_sdk::search_candidates(&args.query, args.case_insensitive, &root) {
+            } else if let Some(candidates) = toolcell_sdk::search_candidates(&args.query, args.case_insensitive, &root) {
                 // A part of a split search takes every count-th candidate of the list the call
                 // was given; a long list is split as a long scan is.
                 let shard = toolcell_sdk::shard().map(|(index, count)| (index as usize, count.max(1) as usize));
@@ -264,63 +273,45 @@ impl Tool for SearchFiles {
                     return Ok(part.output(None, 0));
                 }
             } else {
-                // The parts of a split scan ran: their matching files, in walk order, are
-                // searched again here to build the page exactly as one scan would.
-                let merged = match toolcell_sdk::shard_results() {
-                    Some(parts) => Merged::of(parts)?,
-                    None => None,
-                };
-                if let Some(merged) = merged {
-                    for path in &merged.files {
-                        if search.file(path).is_break() {
-                            break;
+                let shard = toolcell_sdk::shard();
+                let mut share = shard.map(Share::new);
+                let is_part = share.is_some();
+                let mut part = Part::default();
+                let mut split = false;
+                let summary = walk::walk_filtered(
+                    &root,
+                    true,
+                    |directory, children| {
+                        if let Some(ignore_files) = ignore_files.as_mut() {
+                            ignore_files.enter(directory, children);
                         }
-                    }
-                    search.files_searched = merged.files_searched;
-                    search.skipped_binary = merged.skipped_binary;
-                    search.skipped_large = merged.skipped_large;
-                    unreadable_directories = merged.unreadable_directories;
-                } else {
-                    let shard = toolcell_sdk::shard();
-                    let mut share = shard.map(Share::new);
-                    let is_part = share.is_some();
-                    let mut part = Part::default();
-                    let mut split = false;
-                    let summary = walk::walk_filtered(
-                        &root,
-                        true,
-                        |directory, children| {
-                            if let Some(ignore_files) = ignore_files.as_mut() {
-                                ignore_files.enter(directory, children);
-                            }
-                            if let Some(share) = share.as_mut() {
-                                share.enter(directory, children);
-                            }
-                        },
-                        |entry| {
-                            if entry.kind != EntryKind::File || !wanted(&entry.path) {
-                                return ControlFlow::Continue(());
-                            }
-                            if is_part {
-                                return part.file(&mut search, &entry.path);
-                            }
-                            if search.files_searched == SPLIT_AFTER_FILES && toolcell_sdk::split(SPLIT_PARTS) > 0 {
-                                split = true;
-                                return ControlFlow::Break(());
-                            }
-                            search.file(&entry.path)
-                        },
-                    )
-                    .map_err(|error| root.io_error(error))?;
-                    if split {
-                        // The host runs the parts, then this call again to assemble them.
-                        return Ok(Output::text("split"));
-                    }
-                    if let Some(share) = share {
-                        return Ok(part.output(Some(share), summary.unreadable_directories));
-                    }
-                    unreadable_directories = summary.unreadable_directories;
+                        if let Some(share) = share.as_mut() {
+                            share.enter(directory, children);
+                        }
+                    },
+                    |entry| {
+                        if entry.kind != EntryKind::File || !wanted(&entry.path) {
+                            return ControlFlow::Continue(());
+                        }
+                        if is_part {
+                            return part.file(&mut search, &entry.path);
+                        }
+                        if search.files_searched == SPLIT_AFTER_FILES && toolcell_sdk::split(SPLIT_PARTS) > 0 {
+                            split = true;
+                            return ControlFlow::Break(());
+                        }
+                        search.file(&entry.path)
+                    },
+                )
+                .map_err(|error| root.io_error(error))?;
+                if split {
+                    // The host runs the parts, then this call again to assemble them.
+                    return Ok(Output::text("split"));
                 }
+                if let Some(share) = share {
+                    return Ok(part.output(Some(share), summary.unreadable_directories));
+                }
+                unreadable_directories = summary.unreadable_directories;
             }
         }
         Ok(search.finish(&args.query, &root, unreadable_directories))
@@ -437,6 +428,37 @@ mod tests {
         assert_eq!(hits("o", true, "foo\n"), [(0, 0)]);
         // CRLF lines are counted like LF ones.
         assert_eq!(hits("a\\r?\\nb", true, "a\r\nb\r\n"), [(0, 1)]);
+    }
+
+    /// Lines found by searching the whole buffer are those each line matched on its own
+    /// finds, whatever the line ends, the empty lines and the matches that span lines.
+    #[test]
+    fn whole_buffer_line_matching_agrees_with_matching_each_line() {
+        let contents = [
+            "",
+            "\n",
+            "needle",
+            "needle\n",
+            "a\nneedle\r\nb\r\nneedle\r",
+            "x\n\n\nneedle x\nneedle\n\n",
+            "fn main() {\n    hello();\n}\nfn other() {}\n",
+            "a b\na\nb\nab\n",
+            "word\n word \nwords\n",
+        ];
+        let queries = ["needle", "^needle$", "^$", "x*", "a\\sb", "a[^x]b", "^\\s*$", "\\bword\\b", "e\\r?$", "(?i)NEEDLE", "fn|hello"];
+        for query in queries {
+            let matcher = Matcher::compile(query, false, false).expect("valid query");
+            let Matcher::Lines { line, .. } = &matcher else { panic!("line matching") };
+            for content in contents {
+                let bytes = content.as_bytes();
+                let expected: Vec<(usize, usize)> =
+                    text::byte_lines(bytes).enumerate().filter(|(_, text)| line.is_match(text)).map(|(index, _)| (index, index)).collect();
+                let lines: Vec<&[u8]> = text::byte_lines(bytes).collect();
+                assert_eq!(matcher.hits(bytes, &lines), expected, "{query:?} in {content:?}");
+                assert_eq!(matcher.count(bytes), expected.len(), "{query:?} in {content:?}");
+                assert_eq!(matcher.has_match(bytes), !expected.is_empty(), "{query:?} in {content:?}");
+            }
+        }
     }
 
     #[test]

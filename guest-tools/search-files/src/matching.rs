@@ -51,10 +51,7 @@ impl Matcher {
     /// Whether `bytes` (a whole file) has a match.
     pub(crate) fn has_match(&self, bytes: &[u8]) -> bool {
         match self {
-            Matcher::Lines { line, file } => match file {
-                Some(file) => file.is_match(bytes) && text::byte_lines(bytes).any(|text| line.is_match(text)),
-                None => text::byte_lines(bytes).any(|text| line.is_match(text)),
-            },
+            Matcher::Lines { line, file } => matching_lines(line, file.as_ref(), bytes).next().is_some(),
             Matcher::Multiline(regex) => regex.is_match(bytes),
         }
     }
@@ -62,12 +59,7 @@ impl Matcher {
     /// How many matches `bytes` has: matching lines, or matches when they may span lines.
     pub(crate) fn count(&self, bytes: &[u8]) -> usize {
         match self {
-            Matcher::Lines { line, file } => {
-                if file.as_ref().is_some_and(|file| !file.is_match(bytes)) {
-                    return 0;
-                }
-                text::byte_lines(bytes).filter(|text| line.is_match(text)).count()
-            }
+            Matcher::Lines { line, file } => matching_lines(line, file.as_ref(), bytes).count(),
             Matcher::Multiline(regex) => regex.find_iter(bytes).count(),
         }
     }
@@ -76,12 +68,7 @@ impl Matcher {
     /// included, in order and not overlapping (matches sharing a line are one range).
     pub(crate) fn hits(&self, bytes: &[u8], lines: &[&[u8]]) -> Vec<(usize, usize)> {
         match self {
-            Matcher::Lines { line, file } => {
-                if file.as_ref().is_some_and(|file| !file.is_match(bytes)) {
-                    return Vec::new();
-                }
-                (0..lines.len()).filter(|&index| line.is_match(lines[index])).map(|index| (index, index)).collect()
-            }
+            Matcher::Lines { line, file } => matching_lines(line, file.as_ref(), bytes).map(|index| (index, index)).collect(),
             Matcher::Multiline(regex) => {
                 let starts = line_starts(bytes);
                 let line_of = |offset: usize| starts.partition_point(|&start| start <= offset).saturating_sub(1);
@@ -100,6 +87,54 @@ impl Matcher {
             }
         }
     }
+}
+
+/// The 0-based numbers of the lines of `bytes` (as [`text::byte_lines`] cuts them) that
+/// `line` matches, in order.
+///
+/// With `file` (the query over the whole text, which matches wherever a line does), the
+/// buffer is searched at once, as ripgrep does: `file` finds the next candidate with its
+/// literal prefilter, only the line around it is matched on its own, and the lines between
+/// are never looked at one by one. Without it, each line is matched.
+fn matching_lines<'a>(
+    line: &'a regex::bytes::Regex,
+    file: Option<&'a regex::bytes::Regex>,
+    bytes: &'a [u8],
+) -> impl Iterator<Item = usize> + 'a {
+    let mut each_line = file.is_none().then(|| text::byte_lines(bytes).enumerate());
+    // Where the search goes on, and the number of the line starting at `counted_to`.
+    let (mut from, mut counted_to, mut number) = (0, 0, 0);
+    std::iter::from_fn(move || {
+        if let Some(lines) = each_line.as_mut() {
+            return lines.find(|(_, text)| line.is_match(text)).map(|(index, _)| index);
+        }
+        let file = file?;
+        loop {
+            // A text ending with a newline has no line after it.
+            if from >= bytes.len() {
+                return None;
+            }
+            let found = file.find_at(bytes, from)?.start();
+            if found == bytes.len() && bytes.last() == Some(&b'\n') {
+                return None;
+            }
+            let start = memchr::memrchr(b'\n', &bytes[..found]).map_or(0, |newline| newline + 1);
+            let (end, next) = match memchr::memchr(b'\n', &bytes[found..]) {
+                Some(newline) => (found + newline, found + newline + 1),
+                None => (bytes.len(), bytes.len()),
+            };
+            let mut text = &bytes[start..end];
+            if end < bytes.len() {
+                text = text.strip_suffix(b"\r").unwrap_or(text);
+            }
+            number += memchr::memchr_iter(b'\n', &bytes[counted_to..start]).count();
+            counted_to = start;
+            from = next;
+            if line.is_match(text) {
+                return Some(number);
+            }
+        }
+    })
 }
 
 /// The byte offset at which each line of `bytes` starts.
@@ -165,6 +200,25 @@ impl Search {
             },
             Mode::Content => self.content(path, &bytes),
         }
+    }
+
+    /// The page from the parts of a split search. The parts told which files match (and, in
+    /// `count` mode, how often): those are shown as they are; only `content` reads its files
+    /// again, for their lines, and stops where the page is full.
+    pub(crate) fn assemble(&mut self, merged: &Merged) {
+        for (path, count) in &merged.files {
+            let taken = match self.mode {
+                Mode::Files => self.emit_file(path, None),
+                Mode::Count => self.emit_file(path, Some(usize::try_from(*count).unwrap_or(usize::MAX))),
+                Mode::Content => self.file(path),
+            };
+            if taken.is_break() {
+                break;
+            }
+        }
+        self.files_searched = merged.files_searched;
+        self.skipped_binary = merged.skipped_binary;
+        self.skipped_large = merged.skipped_large;
     }
 
     pub(crate) fn emit_file(&mut self, path: &WorkspacePath, count: Option<usize>) -> ControlFlow<()> {

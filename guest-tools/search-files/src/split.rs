@@ -19,7 +19,7 @@ use toolcell_sdk::walk::EntryKind;
 use toolcell_sdk::{Output, ToolError, WorkspacePath};
 
 use crate::matching::Search;
-use crate::searchable;
+use crate::{Mode, searchable};
 
 /// A directory with at least this many subdirectories per part deals them out.
 const DEAL_FROM: usize = 4;
@@ -123,6 +123,10 @@ fn walk_order(left: &str, right: &str) -> std::cmp::Ordering {
 #[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Part {
     files: Vec<String>,
+    /// In `count` mode, each file's count, in the order of `files`: the assembly shows them
+    /// without reading the files again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    counts: Vec<u64>,
     /// The last file searched, when the part stopped early.
     stopped_at: Option<String>,
     files_searched: u64,
@@ -141,8 +145,15 @@ impl Part {
         let Some(bytes) = searchable(path, &mut self.files_searched, &mut self.skipped_binary, &mut self.skipped_large) else {
             return ControlFlow::Continue(());
         };
-        if search.matcher.has_match(&bytes) {
+        let count = match search.mode {
+            Mode::Count => search.matcher.count(&bytes),
+            Mode::Files | Mode::Content => usize::from(search.matcher.has_match(&bytes)),
+        };
+        if count > 0 {
             self.files.push(path.as_str().to_owned());
+            if search.mode == Mode::Count {
+                self.counts.push(count as u64);
+            }
             // Each file shows at least one result: this many fill the page and tell whether
             // more follow.
             if self.files.len() as u64 > search.offset.saturating_add(search.max_results) {
@@ -167,8 +178,9 @@ impl Part {
 
 /// The parts of a split scan, put together.
 pub(crate) struct Merged {
-    /// The files with a match, in walk order, up to where every part is known.
-    pub(crate) files: Vec<WorkspacePath>,
+    /// The files with a match, in walk order, up to where every part is known, with their
+    /// counts in `count` mode (else 0).
+    pub(crate) files: Vec<(WorkspacePath, u64)>,
     pub(crate) files_searched: u64,
     pub(crate) skipped_binary: u64,
     pub(crate) skipped_large: u64,
@@ -197,10 +209,11 @@ impl Merged {
         }
         let known_until = parts.iter().filter_map(|part| part.stopped_at.as_deref()).min_by(|left, right| walk_order(left, right));
         let mut merged = Merged { files: Vec::new(), files_searched: 0, skipped_binary: 0, skipped_large: 0, unreadable_directories: 0 };
-        let mut found: Vec<&str> = Vec::new();
+        let mut found: Vec<(&str, u64)> = Vec::new();
         let mut unreadable_common = 0;
         for part in &parts {
-            found.extend(part.files.iter().map(String::as_str));
+            let counts = part.counts.iter().copied().chain(std::iter::repeat(0));
+            found.extend(part.files.iter().map(String::as_str).zip(counts));
             merged.files_searched += part.files_searched;
             merged.skipped_binary += part.skipped_binary;
             merged.skipped_large += part.skipped_large;
@@ -208,11 +221,11 @@ impl Merged {
             unreadable_common = unreadable_common.max(usize::try_from(part.unreadable_common).unwrap_or(0));
         }
         merged.unreadable_directories += unreadable_common;
-        found.sort_unstable_by(|left, right| walk_order(left, right));
+        found.sort_unstable_by(|left, right| walk_order(left.0, right.0));
         merged.files = found
             .into_iter()
-            .take_while(|path| known_until.is_none_or(|until| walk_order(path, until).is_le()))
-            .filter_map(|path| WorkspacePath::parse(path).ok())
+            .take_while(|(path, _)| known_until.is_none_or(|until| walk_order(path, until).is_le()))
+            .filter_map(|(path, count)| Some((WorkspacePath::parse(path).ok()?, count)))
             .collect();
         Ok(Some(merged))
     }
@@ -279,7 +292,7 @@ mod tests {
             Merged::of(vec![part(&["a/b.rs", "a/z.rs", "c.rs"], Some("c.rs"), &[1]), part(&["a-b.rs", "a/c/d.rs", "d.rs"], None, &[1, 2])])
                 .unwrap()
                 .expect("the listings agree");
-        let files: Vec<&str> = merged.files.iter().map(WorkspacePath::as_str).collect();
+        let files: Vec<&str> = merged.files.iter().map(|(path, _)| path.as_str()).collect();
         assert_eq!(files, ["a/b.rs", "a/c/d.rs", "a/z.rs", "a-b.rs", "c.rs"]);
         assert_eq!(merged.files_searched, 20);
     }

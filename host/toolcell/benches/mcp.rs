@@ -3,7 +3,8 @@
 //! same calls made in-process through the embedding API:
 //!
 //! - `read_file` of a 4 KiB file, `write_file` of 4 KiB, `edit_file` of one line of a 4 KiB
-//!   file, over stdio, p50 and p99, for toolcell with `[writes] durability = "full"` (the
+//!   file, and a listing of a directory of 100 files (`list_files` against the peer's
+//!   `list_directory`), over stdio, p50 and p99, for toolcell with `[writes] durability = "full"` (the
 //!   default) and `"atomic"`, and for the peer (which never syncs);
 //! - first start: a fresh process answering `initialize` and then its first `read_file`, with
 //!   an empty compile cache and with a warm one, against the peer's start;
@@ -22,6 +23,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolcell_mcp::client::StdioClient;
+
+/// The files in the directory listed.
+const LISTED: usize = 100;
 
 /// A 4 KiB text file of 64 lines.
 fn four_kib() -> String {
@@ -90,6 +94,11 @@ impl Server {
         self.call("write_file", &arguments)
     }
 
+    fn list(&mut self) -> Duration {
+        let arguments = json!({ "path": self.path("list") });
+        self.call(if self.peer { "list_directory" } else { "list_files" }, &arguments)
+    }
+
     fn edit(&mut self, round: usize) -> Duration {
         let (old, new) = flip(round);
         let arguments = if self.peer {
@@ -117,6 +126,10 @@ fn workspace(root: &Path, name: &str) -> PathBuf {
     std::fs::create_dir(&workspace).expect("create workspace");
     for file in ["read.txt", "write.txt", "edit.txt"] {
         std::fs::write(workspace.join(file), four_kib()).expect("write file");
+    }
+    std::fs::create_dir(workspace.join("list")).expect("create the listed directory");
+    for number in 0..LISTED {
+        std::fs::write(workspace.join(format!("list/file-{number:03}.txt")), "x\n").expect("write file");
     }
     workspace
 }
@@ -204,10 +217,10 @@ fn main() {
         }
     }
     let warmup = iterations / 10 + 1;
-    let mut samples: Vec<[Vec<Duration>; 3]> = servers.iter().map(|_| Default::default()).collect();
+    let mut samples: Vec<[Vec<Duration>; 4]> = servers.iter().map(|_| Default::default()).collect();
     for round in 0..warmup + iterations {
         for (server, samples) in servers.iter_mut().zip(&mut samples) {
-            let timings = [server.read(), server.write(round), server.edit(round)];
+            let timings = [server.read(), server.write(round), server.edit(round), server.list()];
             if round >= warmup {
                 for (kind, timing) in timings.into_iter().enumerate() {
                     samples[kind].push(timing);
@@ -252,21 +265,21 @@ fn main() {
 
     let mut out = std::io::stderr().lock();
     let _ = writeln!(out, "MCP over stdio, 4 KiB files, {iterations} interleaved rounds; p50 / p99 in µs");
-    let _ = writeln!(out, "{:<24} {:>17} {:>17} {:>17}", "", "read_file", "write_file", "edit_file");
+    let _ = writeln!(out, "{:<24} {:>17} {:>17} {:>17} {:>17}", "", "read_file", "write_file", "edit_file", "list 100");
     let mut p50s = Vec::new();
     for (name, samples) in names.iter().zip(samples) {
         let row: Vec<(f64, f64)> = samples.into_iter().map(percentiles).collect();
         let _ = writeln!(
             out,
-            "{name:<24} {:>8.0} / {:>6.0} {:>8.0} / {:>6.0} {:>8.0} / {:>6.0}",
-            row[0].0, row[0].1, row[1].0, row[1].1, row[2].0, row[2].1
+            "{name:<24} {:>8.0} / {:>6.0} {:>8.0} / {:>6.0} {:>8.0} / {:>6.0} {:>8.0} / {:>6.0}",
+            row[0].0, row[0].1, row[1].0, row[1].1, row[2].0, row[2].1, row[3].0, row[3].1
         );
         p50s.push(row.iter().map(|(p50, _)| *p50).collect::<Vec<f64>>());
     }
     let _ = out.flush();
     drop(out);
     report_ratios(&names, &p50s, &start_rows);
-    report_peaks(&peaks, 3 * (warmup + iterations) + 2);
+    report_peaks(&peaks, 4 * (warmup + iterations) + 2);
 }
 
 /// The peak resident set of process `pid` so far, in KiB (`VmHWM`).
@@ -298,11 +311,19 @@ fn report_ratios(names: &[&str], p50s: &[Vec<f64>], start_rows: &[(&str, Vec<(Du
     let peer = names.iter().position(|name| *name == "MCP filesystem server").map(|index| &p50s[index]);
     for (index, name) in names.iter().enumerate().filter(|(_, name)| name.starts_with("toolcell")) {
         if let Some(peer) = peer {
-            let ratios: Vec<String> = (0..3).map(|kind| format!("{:.2}x", p50s[index][kind] / peer[kind])).collect();
-            let _ = writeln!(out, "{name} / MCP filesystem server at p50: read {}, write {}, edit {}", ratios[0], ratios[1], ratios[2]);
+            let ratios: Vec<String> = (0..4).map(|kind| format!("{:.2}x", p50s[index][kind] / peer[kind])).collect();
+            let _ = writeln!(
+                out,
+                "{name} / MCP filesystem server at p50: read {}, write {}, edit {}, list {}",
+                ratios[0], ratios[1], ratios[2], ratios[3]
+            );
         }
-        let ratios: Vec<String> = (0..3).map(|kind| format!("{:.2}x", p50s[index][kind] / in_process[kind])).collect();
-        let _ = writeln!(out, "{name} over MCP / in-process at p50: read {}, write {}, edit {}", ratios[0], ratios[1], ratios[2]);
+        let ratios: Vec<String> = (0..4).map(|kind| format!("{:.2}x", p50s[index][kind] / in_process[kind])).collect();
+        let _ = writeln!(
+            out,
+            "{name} over MCP / in-process at p50: read {}, write {}, edit {}, list {}",
+            ratios[0], ratios[1], ratios[2], ratios[3]
+        );
     }
     let _ = writeln!(out, "first start, median of runs: initialize answered / first read_file result");
     for (name, runs) in start_rows {

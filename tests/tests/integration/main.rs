@@ -23,6 +23,7 @@ mod races;
 mod read_file;
 mod recovery;
 mod search_files;
+mod search_limits;
 mod shared_sessions;
 mod shared_store;
 mod split;

@@ -277,3 +277,16 @@ fn windowed_reads_of_a_large_file_recall_its_line_index() {
     assert_eq!(output.structured.expect("structured")["total_lines"], 120_001);
     assert!(calls > 100, "a changed file is counted again: {calls}");
 }
+
+/// A read opens the file once: the same open tells an image by its first bytes and reads the
+/// text (each open is judged and recorded by the guard: what a read costs the host).
+#[test]
+fn a_read_opens_the_file_once() {
+    let fixture = Fixture::new();
+    fixture.write("a.txt", numbered_file(10));
+    let outcome = fixture.call("read_file", &json!({"path": "a.txt", "offset": 2, "limit": 2}));
+    assert!(outcome.result.as_ref().is_ok_and(|output| output.text.starts_with("     2\tline 2\n")), "{:?}", outcome.result);
+    let opens: Vec<&str> =
+        outcome.events.iter().filter(|event| event.path == "a.txt" && event.operation == "open-at").map(|event| event.operation).collect();
+    assert_eq!(opens.len(), 1, "{:?}", outcome.events);
+}
