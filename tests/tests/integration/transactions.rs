@@ -254,6 +254,63 @@ fn the_policy_can_refuse_writes_to_unread_files() {
     assert_eq!(outcome.result.expect_err("refused").kind, ToolErrorKind::Conflict);
 }
 
+/// A refused or failed write showed the agent nothing of the file it opened: trying again
+/// does not pass as having read it.
+#[test]
+fn a_refused_or_failed_write_does_not_count_as_a_read() {
+    let policy = TEST_POLICY.replace("version = 1", "version = 1\n[writes]\nread_before_write = \"refuse\"");
+    let runtime = runtime_with_policy(&policy, None);
+    let fixture = project();
+    let edit = |old: &str| json!({"path": "src/a.rs", "edits": [{"old_string": old, "new_string": "b"}]});
+    for attempt in 0..2 {
+        let error = fixture.call_as(&runtime, "s-1", None, &[], "edit_file", &edit("a")).result.expect_err("refused");
+        assert_eq!(error.kind, ToolErrorKind::Conflict, "attempt {attempt}: {}", error.message);
+    }
+    // An edit that fails on its own (nothing matches) read the file, but showed none of it.
+    let error = fixture.call_as(&runtime, "s-2", None, &[], "edit_file", &edit("not there")).result.expect_err("no match");
+    assert!(error.message.contains("was not found in `src/a.rs`"), "{}", error.message);
+    let error = fixture.call_as(&runtime, "s-2", None, &[], "edit_file", &edit("a")).result.expect_err("still unread");
+    assert_eq!(error.kind, ToolErrorKind::Conflict, "{}", error.message);
+    assert_eq!(fixture.read_text("src/a.rs"), "fn a() {}\n");
+    fixture.call_as(&runtime, "s-2", None, &[], "read_file", &json!({"path": "src/a.rs"})).result.expect("read");
+    fixture.call_as(&runtime, "s-2", None, &[], "edit_file", &edit("a")).result.expect("read first, then edited");
+}
+
+/// A file this call put in place and something else (another host, which does not see this
+/// host's calls in flight) replaced before the call ended is not what the session wrote: it
+/// is neither read by the session nor its to undo.
+#[test]
+fn a_file_replaced_after_the_call_put_it_in_place_is_neither_read_nor_undoable() {
+    let policy = TEST_POLICY.replace("version = 1", "version = 1\n[writes]\nread_before_write = \"refuse\"");
+    let runtime = runtime_with_policy(&policy, None);
+    let fixture = project();
+    fixture.call_as(&runtime, "s-1", None, &[], "read_file", &json!({"path": "src/a.rs"})).result.expect("read");
+    let ops = json!({"ops": [
+        {"op": "write", "path": "src/a.rs", "content": "mine\n"},
+        {"op": "stat", "path": "src/a.rs"},
+        {"op": "sleep", "path": "", "content": "1500"},
+    ]});
+    let outcome = std::thread::scope(|scope| {
+        let call = scope.spawn(|| fixture.call_as(&runtime, "s-1", None, &[], "fs_probe", &ops));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fixture.read_text("src/a.rs") != "mine\n" {
+            assert!(Instant::now() < deadline, "the call never put its file in place");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let theirs = fixture.root().join("src/.theirs");
+        std::fs::write(&theirs, "theirs\n").expect("write");
+        std::fs::rename(&theirs, fixture.root().join("src/a.rs")).expect("replace");
+        call.join().expect("the call")
+    });
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    let edit = json!({"path": "src/a.rs", "edits": [{"old_string": "theirs", "new_string": "overwritten"}]});
+    let error = fixture.call_as(&runtime, "s-1", None, &[], "edit_file", &edit).result.expect_err("never read");
+    assert_eq!(error.kind, ToolErrorKind::Conflict, "{}", error.message);
+    let error = fixture.call_as(&runtime, "s-1", None, &[], "undo_edit", &json!({"path": "src/a.rs"})).result.expect_err("not its own");
+    assert_eq!(error.kind, ToolErrorKind::NotFound, "{}", error.message);
+    assert_eq!(fixture.read_text("src/a.rs"), "theirs\n");
+}
+
 #[test]
 fn undo_edit_restores_a_sessions_last_changes_one_by_one() {
     let runtime = runtime_with_policy(TEST_POLICY, None);

@@ -41,9 +41,14 @@ impl Runtime {
             outcome.result = Err(error);
         }
         let mut modified: &[String] = &[];
+        let mut replaced: Vec<String> = Vec::new();
         match (outcome.result.is_ok(), journal) {
             (true, Some(journal)) => {
-                let (steps, blob_dir) = journal.commit();
+                let (mut steps, blob_dir) = journal.commit();
+                // Another host may have replaced a file since this call put it in place: that
+                // content is neither this session's to have read nor its to undo.
+                replaced = transaction.replaced_since(root);
+                steps.retain(|step| !replaced.contains(&step.path));
                 if request.tool != native::UNDO_EDIT {
                     // Without the undo record the change still stands; `undo_edit` will say
                     // there is nothing to undo.
@@ -85,15 +90,17 @@ impl Runtime {
             (_, None) => {}
         }
         if transaction.read_before_write != ReadBeforeWrite::Off {
+            // What the agent saw: the files a call that succeeded read (a refused or failed
+            // call showed it nothing of them, so retrying it cannot pass as having read), and
+            // what it wrote, unless another host replaced it since.
+            let reads: Vec<_> = if outcome.result.is_ok() { transaction.tracked_reads() } else { &[] }
+                .iter()
+                .filter(|(path, _)| !replaced.contains(path))
+                .cloned()
+                .collect();
+            let modified: Vec<String> = modified.iter().filter(|path| !replaced.contains(path)).cloned().collect();
             // Best effort: without the record, the next write only warns or asks to read again.
-            let _ = self.reads.update(
-                request.session_id,
-                request.workspace.root(),
-                root,
-                &transaction.seen,
-                transaction.tracked_reads(),
-                modified,
-            );
+            let _ = self.reads.update(request.session_id, request.workspace.root(), root, &transaction.seen, &reads, &modified);
         }
         outcome.warnings = std::mem::take(&mut guard.warnings);
         if let Ok(output) = &mut outcome.result

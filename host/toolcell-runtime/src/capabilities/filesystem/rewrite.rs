@@ -115,7 +115,8 @@ impl FsGuard {
             return Ok(());
         };
         for shadow in landing {
-            land_file(root, &shadow, sync).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+            let landed = land_file(root, &shadow, sync).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+            transaction.landed.push((shadow.path, landed));
         }
         Ok(())
     }
@@ -162,7 +163,8 @@ impl FsGuard {
                 self.timed_out = true;
                 return Err("the call ran past its deadline before its writes were all put in place".to_owned());
             }
-            land_file(root, &shadow, sync).map_err(|error| format!("`{}`: {error}", escape_control(&shadow.path)))?;
+            let landed = land_file(root, &shadow, sync).map_err(|error| format!("`{}`: {error}", escape_control(&shadow.path)))?;
+            transaction.landed.push((shadow.path, landed));
         }
         Ok(())
     }
@@ -176,8 +178,8 @@ impl FsGuard {
 /// Replace the shadowed path with its new content: synced first (with `sync`), given its
 /// reserved name, checked to be the very inode this call wrote, then renamed over the path, all
 /// in one directory opened without following a symlink (so a directory on the way swapped for
-/// one cannot send the content elsewhere).
-pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) -> std::io::Result<()> {
+/// one cannot send the content elsewhere). Returns the device and inode it landed as.
+pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) -> std::io::Result<(u64, u64)> {
     let (parent, name) = shadow.path.rsplit_once('/').unwrap_or((".", shadow.path.as_str()));
     let directory = beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
     if sync {
@@ -194,7 +196,7 @@ pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) ->
         return Err(std::io::Error::other("the file to be put in place is not the one this call wrote"));
     }
     rustix::fs::renameat(&directory, landing, &directory, name)?;
-    Ok(())
+    Ok((written.st_dev, written.st_ino))
 }
 
 /// Give the unnamed file `file` the name `name` in `directory`: through its `/proc/self/fd`

@@ -46,6 +46,8 @@ pub(crate) struct Transaction {
     /// soon as anything else touches the path, so that no reader ever sees a half-written
     /// file.
     pub(crate) shadows: Vec<rewrite::Shadow>,
+    /// The rewritten files put in place, with the device and inode each landed as.
+    pub(crate) landed: Vec<(String, (u64, u64))>,
     /// Why writes to the workspace are stopped (a journal that does not verify, a call that
     /// could not be rolled back), if they are: every write and delete is refused with it.
     pub(crate) stopped: Option<String>,
@@ -86,8 +88,23 @@ impl Transaction {
             modified: Vec::new(),
             checked: std::collections::HashSet::new(),
             shadows: Vec::new(),
+            landed: Vec::new(),
             stopped: None,
         }
+    }
+
+    /// The files this call put in place that another call (of another host, which does not
+    /// see this one's in-flight paths) has replaced since: what stands there now is not what
+    /// this call wrote, so it is neither read by the session nor undoable by it.
+    pub(crate) fn replaced_since(&self, root: &cap_std::fs::Dir) -> Vec<String> {
+        self.landed
+            .iter()
+            .filter(|(path, landed)| {
+                use cap_std::fs::MetadataExt as _;
+                root.symlink_metadata(path).map_or(true, |metadata| (metadata.dev(), metadata.ino()) != *landed)
+            })
+            .map(|(path, _)| path.clone())
+            .collect()
     }
 
     /// The files read by this call that count as read (none if it was a scan).
