@@ -332,6 +332,13 @@ impl Service {
             None
         };
         let ending = parts.method == Method::DELETE;
+        // Ended for every host first: a session the store cannot end goes on there.
+        if ending
+            && let Some(id) = &session_id
+            && let Err(error) = self.owners.close_anywhere(id).await
+        {
+            return self.store_unavailable(&error, peer);
+        }
         parts.extensions.insert(Authenticated(Arc::clone(&principal)));
         parts.extensions.insert(Peer(peer));
         let mut response = mcp.handle(Request::from_parts(parts, Full::new(body))).await;

@@ -25,14 +25,15 @@
 //! [`PostgresStore::watch`] is told once per outage and once per recovery (`serve` logs them).
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use postgres::{Client, Config, NoTls};
+use postgres::{Client, Config};
 use toolcell_audit::{Link, Record, seal};
 use toolcell_locks::{Lapse, Lapsed, Lock, LockError, LockTable, Mode};
 use toolcell_state::{AuditBackend, LockBackend, LockStoreError};
 
+mod connection;
 mod sessions;
 
 /// The schema version this build needs.
@@ -142,7 +143,8 @@ type Watcher = Box<dyn Fn(&Availability) + Send + Sync>;
 pub struct PostgresStore {
     config: Config,
     name: String,
-    client: Mutex<Option<Client>>,
+    /// The connection, and when it was last used.
+    client: Mutex<Option<(Client, Instant)>>,
     /// Since when the database has been unreachable (`None`: it was reached last time).
     lost_since: Mutex<Option<Instant>>,
     watcher: OnceLock<Watcher>,
@@ -192,57 +194,9 @@ impl PostgresStore {
         let _ = self.watcher.set(Box::new(watcher));
     }
 
-    /// A use reached the database (`Ok`) or found it unreachable (`Err`, the reason).
-    fn reached(&self, outcome: Result<(), &str>) {
-        let mut lost_since = self.lost_since.lock().unwrap_or_else(PoisonError::into_inner);
-        let change = match (outcome, *lost_since) {
-            (Err(reason), None) => {
-                *lost_since = Some(Instant::now());
-                Availability::Lost { reason: reason.to_owned() }
-            }
-            (Ok(()), Some(since)) => {
-                *lost_since = None;
-                Availability::Back { after: since.elapsed() }
-            }
-            _ => return,
-        };
-        if let Some(watcher) = self.watcher.get() {
-            watcher(&change);
-        }
-    }
-
     /// What the store is: `postgres://USER@HOST/DB`, without a password.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// Run `work` on the connection, connecting first if needed; a connection that failed is
-    /// dropped, to be opened again by the next use.
-    fn with_client<T>(&self, work: impl FnOnce(&mut Client) -> Result<T, postgres::Error>) -> Result<T, String> {
-        let mut slot = self.client.lock().unwrap_or_else(PoisonError::into_inner);
-        if slot.as_ref().is_none_or(Client::is_closed) {
-            match self.config.connect(NoTls) {
-                Ok(client) => *slot = Some(client),
-                Err(error) => {
-                    let reason = describe(&error);
-                    self.reached(Err(&reason));
-                    return Err(reason);
-                }
-            }
-        }
-        let Some(client) = slot.as_mut() else {
-            return Err("no connection".to_owned());
-        };
-        let result = work(client).map_err(|error| describe(&error));
-        match &result {
-            Err(reason) if client.is_closed() => {
-                *slot = None;
-                self.reached(Err(reason));
-            }
-            // Answered: an error of the statement's own is no outage.
-            _ => self.reached(Ok(())),
-        }
-        result
     }
 
     fn database_error(&self, reason: String) -> StoreError {

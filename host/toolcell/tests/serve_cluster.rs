@@ -392,6 +392,15 @@ fn without_the_store_writes_are_refused_and_say_why_while_reads_go_on() {
     assert_eq!(unknown.status, 503, "{}", unknown.text);
     assert!(unknown.text.contains("session store"), "{}", unknown.text);
     assert!(!unknown.text.contains(&deployment.workspace.display().to_string()));
+    // Ending the session needs the store, which ends it for every host: 503, and it goes on.
+    let deleted = agent()
+        .delete(&a)
+        .header("Authorization", &format!("Bearer {}", deployment.alice))
+        .header("MCP-Protocol-Version", "2025-06-18")
+        .header("Mcp-Session-Id", &session.id)
+        .call()
+        .expect("DELETE");
+    assert_eq!(deleted.status().as_u16(), 503);
     deployment.cluster.resume();
     let started = Instant::now();
     loop {
@@ -403,4 +412,11 @@ fn without_the_store_writes_are_refused_and_say_why_while_reads_go_on() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(std::fs::read_to_string(deployment.workspace.join("notes.txt")).expect("read"), "bye\n");
+    // The store restarted while the hosts were idle: their connections are checked before
+    // use, so a session opened on A now is recorded whole, and B serves it.
+    deployment.cluster.stop();
+    deployment.cluster.resume();
+    std::thread::sleep(Duration::from_secs(6));
+    let fresh = Session::open_at(&deployment, &a);
+    assert!(ok(&fresh.call_at(&b, "read_file", json!({"path": "notes.txt"}))).contains("bye"));
 }

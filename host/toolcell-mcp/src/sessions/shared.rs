@@ -109,6 +109,19 @@ impl Owners {
         Ok(())
     }
 
+    /// End the session `id` for every host (its HTTP `DELETE`), before this host does.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionStoreError`]: the store cannot end it, so it goes on for every host.
+    pub(crate) async fn close_anywhere(&self, id: &str) -> Result<(), SessionStoreError> {
+        let Some(shared) = &self.shared else {
+            return Ok(());
+        };
+        let key = id.to_owned();
+        blocking(&shared.backend, move |backend| backend.close_mcp(&key)).await
+    }
+
     /// The sessions that ended for being idle (id, principal), for this host to end, and the
     /// ids of those this host held that another host ended or expired (only to be closed
     /// here). With the shared store, this host's sessions with requests in flight count as
