@@ -455,7 +455,7 @@ fn base64_decode(text: &str) -> Vec<u8> {
 }
 
 #[test]
-fn a_file_with_several_hard_links_is_not_listed_as_a_resource() {
+fn a_file_with_several_hard_links_is_neither_listed_as_a_resource_nor_completed() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let workspace = temp.path().join("workspace");
     std::fs::create_dir_all(&workspace).expect("workspace");
@@ -496,55 +496,12 @@ fn a_file_with_several_hard_links_is_not_listed_as_a_resource() {
         exchange(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/subscribe", "params": {"uri": "toolcell://workspace/linked.txt"}}))
             .expect("answer");
     assert!(subscribed.get("error").is_some(), "{subscribed}");
-    drop(stdin);
-    let _ = child.wait();
-}
-
-/// A file with several hard links is opened under none of its names, so neither completion
-/// nor the resource list offers one of them.
-#[test]
-fn completion_and_the_resource_list_offer_no_name_of_a_hard_linked_file() {
-    let temp = tempfile::tempdir().expect("temporary directory");
-    let workspace = temp.path().join("workspace");
-    std::fs::create_dir_all(workspace.join("docs")).expect("docs");
-    std::fs::write(workspace.join("docs/plain.txt"), "plain\n").expect("write");
-    std::fs::write(workspace.join("docs/linked.txt"), "linked\n").expect("write");
-    std::fs::hard_link(workspace.join("docs/linked.txt"), workspace.join("docs/second.txt")).expect("hard link");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-        .arg("--cache-dir")
-        .arg(toolcell_tests::shared_cache_dir())
-        .arg("--state-dir")
-        .arg(temp.path().join("state"))
-        .args(["mcp", "--workspace"])
-        .arg(&workspace)
-        .args(["--role", "impl"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start toolcell mcp");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-    let mut exchange = |message: Value| -> Option<Value> {
-        writeln!(stdin, "{message}").expect("send");
-        message.get("id")?;
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("receive");
-        Some(serde_json::from_str(&line).expect("a JSON-RPC answer"))
-    };
-    exchange(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}))
-    .expect("answer");
-    exchange(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    let completed = exchange(json!({"jsonrpc": "2.0", "id": 2, "method": "completion/complete", "params": {
+    // Nor is it completed.
+    let completed = exchange(json!({"jsonrpc": "2.0", "id": 4, "method": "completion/complete", "params": {
         "ref": {"type": "ref/resource", "uri": "toolcell://workspace/{+path}"},
-        "argument": {"name": "path", "value": "docs/"}}}))
+        "argument": {"name": "path", "value": ""}}}))
     .expect("answer");
-    assert_eq!(completed["result"]["completion"]["values"], json!(["docs/plain.txt"]), "{completed}");
-    let listed = exchange(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/list", "params": {}})).expect("answer");
-    let uris: Vec<&str> =
-        listed["result"]["resources"].as_array().expect("resources").iter().filter_map(|resource| resource["uri"].as_str()).collect();
-    assert_eq!(uris, ["toolcell://workspace/docs/plain.txt"], "{listed}");
+    assert_eq!(completed["result"]["completion"]["values"], json!(["alone.txt"]), "{completed}");
     drop(stdin);
     let _ = child.wait();
 }
