@@ -109,7 +109,14 @@ impl UndoStore {
                 blobs.push((blob.clone(), crate::storage::read_host_file(&directory.join(blob))?));
             }
         }
-        backend.append_undo(&crate::storage::session_key(session, workspace), &texts, &blobs, COMPACT_LINES).map_err(std::io::Error::other)
+        backend
+            .append_undo(&crate::storage::session_key(session, workspace), &texts, &blobs, COMPACT_LINES)
+            .map_err(std::io::Error::other)?;
+        // The store keeps them now; a restore fetches the one it needs.
+        for (name, _) in &blobs {
+            let _ = std::fs::remove_file(directory.join(name));
+        }
+        Ok(())
     }
 
     /// The content of the blob `name` of `session`: in its directory here, or fetched from

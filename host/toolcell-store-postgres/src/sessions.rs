@@ -125,16 +125,23 @@ impl SessionBackend for PostgresStore {
         let (names, contents): (Vec<&str>, Vec<&[u8]>) = blobs.iter().map(|(name, content)| (name.as_str(), content.as_slice())).unzip();
         // One statement: the session's advisory lock first, so that its lines stay in the
         // order its calls committed whatever host appends; the oldest lines past `keep` go
-        // (as the statement's snapshot sees them: at most one append late).
+        // (as the statement's snapshot sees them: at most one append late), and the blobs only
+        // they name go with them.
         self.sessions(|client| {
             client.execute_typed(
                 "WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($1, 1))), \
                  blobs AS (INSERT INTO toolcell_session_blobs (session_key, name, content) \
                      SELECT $1, name, content FROM locked, unnest($3::text[], $4::bytea[]) AS kept(name, content) ON CONFLICT DO NOTHING), \
                  appended AS (INSERT INTO toolcell_session_undo (session_key, line) \
-                     SELECT $1, line FROM locked, unnest($2::text[]) WITH ORDINALITY AS appended(line, place) ORDER BY place) \
-                 DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq < \
-                     (SELECT seq FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq DESC OFFSET $5 LIMIT 1)",
+                     SELECT $1, line FROM locked, unnest($2::text[]) WITH ORDINALITY AS appended(line, place) ORDER BY place), \
+                 cutoff AS (SELECT seq FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq DESC OFFSET $5 LIMIT 1), \
+                 dropped AS (DELETE FROM toolcell_session_blobs AS blob WHERE blob.session_key = $1 AND blob.name <> ALL($3::text[]) \
+                     AND EXISTS (SELECT 1 FROM toolcell_session_undo AS line, cutoff WHERE line.session_key = $1 \
+                         AND line.seq < cutoff.seq AND strpos(line.line, '\"' || blob.name || '\"') > 0) \
+                     AND NOT EXISTS (SELECT 1 FROM toolcell_session_undo AS line, cutoff WHERE line.session_key = $1 \
+                         AND line.seq >= cutoff.seq AND strpos(line.line, '\"' || blob.name || '\"') > 0) \
+                     AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS added(line) WHERE strpos(added.line, '\"' || blob.name || '\"') > 0)) \
+                 DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq < (SELECT seq FROM cutoff)",
                 &[
                     (&key, Type::TEXT),
                     (&lines, Type::TEXT_ARRAY),

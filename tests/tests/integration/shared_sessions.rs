@@ -103,3 +103,27 @@ fn an_mcp_session_belongs_to_its_principal_and_expires_at_the_databases_clock_fo
     let error: SessionStoreError = second.reads("session").expect_err("down");
     assert!(error.writes_refused().contains("writes are refused") && error.to_string().contains("postgres://"), "{error}");
 }
+
+/// The blobs of the undo lines compaction drops go with them; one a kept line still names
+/// stays.
+#[test]
+fn compacting_an_undo_log_drops_the_blobs_only_its_dropped_lines_name() {
+    let Some((_cluster, store, _)) = two_hosts() else {
+        return;
+    };
+    let append = |line: &str, blob: Option<&str>| {
+        let blobs: Vec<(String, Vec<u8>)> = blob.iter().map(|name| ((*name).to_owned(), vec![7; 4])).collect();
+        store.append_undo("compacted", &[line.to_owned()], &blobs, 2).expect("append");
+    };
+    let kept = |name: &str| store.undo_blob("compacted", name).expect("blob").is_some();
+    for index in 1..=4 {
+        append(&format!("{{\"blob\":\"b{index}\"}}"), Some(&format!("b{index}")));
+    }
+    // Each append keeps the last two lines its snapshot saw, and itself.
+    assert!(!kept("b1") && kept("b2") && kept("b3") && kept("b4"));
+    append("{\"blob\":\"b2\",\"again\":true}", None);
+    append("{\"none\":true}", None);
+    assert_eq!(store.undo_lines("compacted").expect("lines").len(), 3);
+    assert!(kept("b2"), "a kept line still names it");
+    assert!(!kept("b3"));
+}
