@@ -152,13 +152,14 @@ impl Tool for ListFiles {
             }
         }
 
-        // One string, no per-entry allocation.
+        // One string, no per-entry allocation; a name is written as its `Display` shows it,
+        // control characters escaped (a raw newline would forge a line of the listing).
         let mut text = String::with_capacity(entries.iter().map(|(path, _)| path.as_str().len() + 2).sum());
         for (index, (path, kind)) in entries.iter().enumerate() {
             if index > 0 {
                 text.push('\n');
             }
-            text.push_str(path.as_str());
+            let _ = std::fmt::Write::write_fmt(&mut text, format_args!("{path}"));
             match kind {
                 EntryKind::Directory => text.push('/'),
                 EntryKind::Symlink => text.push('@'),
