@@ -11,9 +11,9 @@
 #[expect(dead_code, reason = "the load benchmark's helpers beyond the client are not used here")]
 mod load;
 
-use std::io::{BufRead as _, Write as _};
+use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use serde_json::json;
@@ -26,19 +26,7 @@ fn serve(root: &Path, state: &str, store: Option<&str>) -> (load::Server, String
     if let Some(url) = store {
         command.args(["--store", url]);
     }
-    let mut child = command
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(root.join("service.toml"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start toolcell serve");
-    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    stderr.read_line(&mut line).expect("read stderr");
-    let address =
-        line.split("http://").nth(1).and_then(|rest| rest.split('/').next()).unwrap_or_else(|| panic!("no address in {line:?}")).to_owned();
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    (load::Server(child), format!("http://{address}/"))
+    load::serve_with(command, &root.join("service.toml"))
 }
 
 /// p50 of `read_file` and of `edit_file` (µs) in one session of the service at `url`.

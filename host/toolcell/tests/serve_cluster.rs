@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 #[path = "served/mod.rs"]
 mod served;
-use served::{Served, agent, alice_service, serve};
+use served::{Served, agent, alice_service, post_mcp, serve};
 
 /// The default policy, refusing a modification of a file the session has not read.
 fn refusing_policy() -> String {
@@ -170,15 +170,7 @@ struct Answer {
 }
 
 fn post(url: &str, token: &str, headers: &[(&str, &str)], body: &Value) -> Answer {
-    let mut request = agent()
-        .post(url)
-        .header("Accept", "application/json, text/event-stream")
-        .header("Content-Type", "application/json")
-        .header("Authorization", &format!("Bearer {token}"));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let mut response = request.send(body.to_string()).expect("POST");
+    let mut response = post_mcp(url, token, headers, body);
     let header = |name: &str| response.headers().get(name).and_then(|value| value.to_str().ok()).map(str::to_owned);
     let (session, served_by) = (header("mcp-session-id"), header("x-served-by"));
     let status = response.status().as_u16();

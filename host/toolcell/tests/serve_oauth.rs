@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 #[path = "served/mod.rs"]
 #[expect(dead_code, reason = "these tests need no server address")]
 mod served;
-use served::{agent, serve, token};
+use served::{agent, alice_service, serve};
 
 const RESOURCE: &str = "https://tools.test/mcp";
 
@@ -137,22 +137,14 @@ fn base64url(bytes: &[u8]) -> String {
 /// A workspace and a configuration trusting `idp` (keys refreshed after 2 s, expired after
 /// `max_age`), with one static principal; alice's token.
 fn configure(root: &Path, idp: &Idp, max_age: &str) -> (PathBuf, String) {
-    let workspace = root.join("workspace");
-    std::fs::create_dir_all(&workspace).expect("workspace");
-    std::fs::write(workspace.join("notes.txt"), "hello\n").expect("write");
-    let (alice, alice_line) = token();
-    let config = root.join("service.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[workspaces]\napp = \"workspace\"\n\n[[principals]]\nname = \"alice\"\n{alice_line}\nworkspace = \"app\"\nrole = \"impl\"\n\n\
-             [oauth]\nissuer = \"{}\"\nresource = \"{RESOURCE}\"\nworkspace = \"app\"\nleeway = \"5s\"\njwks_refresh = \"2s\"\njwks_max_age = \"{max_age}\"\n\n\
+    alice_service(
+        root,
+        &format!(
+            "[oauth]\nissuer = \"{}\"\nresource = \"{RESOURCE}\"\nworkspace = \"app\"\nleeway = \"5s\"\njwks_refresh = \"2s\"\njwks_max_age = \"{max_age}\"\n\n\
              [[oauth.roles]]\nscope = \"toolcell:write\"\nrole = \"impl\"\n\n[[oauth.roles]]\nscope = \"toolcell:read\"\nrole = \"reviewer\"\n",
             idp.issuer
         ),
     )
-    .expect("config");
-    (config, alice)
 }
 
 /// An HTTP answer: status, `WWW-Authenticate`, `Mcp-Session-Id`, body.

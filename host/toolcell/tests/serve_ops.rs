@@ -319,15 +319,7 @@ fn json_logs_carry_the_call_id_session_and_principal_and_never_a_token() {
 
 /// POST `body` with `headers` and alice's token: status and body.
 fn post_with(url: &str, token: &str, headers: &[(&str, &str)], body: &serde_json::Value) -> (u16, String) {
-    let mut request = agent()
-        .post(url)
-        .header("Accept", "application/json, text/event-stream")
-        .header("Content-Type", "application/json")
-        .header("Authorization", &format!("Bearer {token}"));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let mut response = request.send(body.to_string()).expect("POST");
+    let mut response = served::post_mcp(url, token, headers, body);
     (response.status().as_u16(), response.body_mut().read_to_string().unwrap_or_default())
 }
 

@@ -21,11 +21,15 @@ impl Drop for Server {
 /// Start `toolcell serve` on a free port of 127.0.0.1 with `config`, its cache and state
 /// directories in `root`; the process and its URL (`http://127.0.0.1:PORT/`).
 pub fn serve(root: &Path, config: &Path) -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-        .arg("--cache-dir")
-        .arg(root.join("cache"))
-        .arg("--state-dir")
-        .arg(root.join("state"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_toolcell"));
+    command.arg("--cache-dir").arg(root.join("cache")).arg("--state-dir").arg(root.join("state"));
+    serve_with(command, config)
+}
+
+/// Start `command` (`toolcell` with its global options) as `serve` on a free port of
+/// 127.0.0.1 with `config`; the process and its URL (`http://127.0.0.1:PORT/`).
+pub fn serve_with(mut command: Command, config: &Path) -> (Server, String) {
+    let mut child = command
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(config)
         .stderr(Stdio::piped())

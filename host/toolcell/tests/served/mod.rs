@@ -105,3 +105,17 @@ pub fn alice_service(root: &Path, settings: &str) -> (PathBuf, String) {
 pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(120))).build().new_agent()
 }
+
+/// POST the JSON-RPC `body` to `url` as MCP over Streamable HTTP does, with `token` and
+/// `headers`; the answer, whatever its status.
+pub fn post_mcp(url: &str, token: &str, headers: &[(&str, &str)], body: &serde_json::Value) -> ureq::http::Response<ureq::Body> {
+    let mut request = agent()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("Authorization", &format!("Bearer {token}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send(body.to_string()).expect("POST")
+}
