@@ -311,6 +311,34 @@ fn a_file_replaced_after_the_call_put_it_in_place_is_neither_read_nor_undoable()
     assert_eq!(fixture.read_text("src/a.rs"), "theirs\n");
 }
 
+/// A file the call itself changes again after putting it in place (removes it, or renames
+/// another over it) is still the session's own: read by it, and undoable.
+#[test]
+fn a_file_the_call_changes_again_after_putting_it_in_place_stays_its_own() {
+    let policy = TEST_POLICY.replace("version = 1", "version = 1\n[writes]\nread_before_write = \"refuse\"");
+    let runtime = runtime_with_policy(&policy, None);
+    let fixture = project();
+    let session = |ops: Value| fixture.call_as(&runtime, "s-1", None, &[], "fs_probe", &json!({ "ops": ops })).result;
+    fixture.call_as(&runtime, "s-1", None, &[], "read_file", &json!({"path": "src/a.rs"})).result.expect("read");
+    session(json!([
+        {"op": "write", "path": "src/a.rs", "content": "first\n"},
+        {"op": "stat", "path": "src/a.rs"},
+        {"op": "write", "path": "src/next.rs", "content": "second\n"},
+        {"op": "rename", "path": "src/next.rs", "to": "src/a.rs"},
+    ]))
+    .expect("written, then replaced by its own rename");
+    let edit = json!({"path": "src/a.rs", "edits": [{"old_string": "second", "new_string": "third"}]});
+    fixture.call_as(&runtime, "s-1", None, &[], "edit_file", &edit).result.expect("the session wrote what is there");
+    session(json!([
+        {"op": "write", "path": "src/a.rs", "content": "fourth\n"},
+        {"op": "stat", "path": "src/a.rs"},
+        {"op": "remove", "path": "src/a.rs"},
+    ]))
+    .expect("written, then removed");
+    fixture.call_as(&runtime, "s-1", None, &[], "undo_edit", &json!({"path": "src/a.rs"})).result.expect("its removal is undone");
+    assert_eq!(fixture.read_text("src/a.rs"), "third\n");
+}
+
 #[test]
 fn undo_edit_restores_a_sessions_last_changes_one_by_one() {
     let runtime = runtime_with_policy(TEST_POLICY, None);

@@ -93,15 +93,16 @@ impl Transaction {
         }
     }
 
-    /// The files this call put in place that another call (of another host, which does not
-    /// see this one's in-flight paths) has replaced since: what stands there now is not what
-    /// this call wrote, so it is neither read by the session nor undoable by it.
+    /// The files this call put in place, and did not change again, that another call (of
+    /// another host, which does not see this one's in-flight paths) has replaced since: what
+    /// stands there now is not what this call wrote, so it is neither read by the session nor
+    /// undoable by it. (One removed since is judged as a removal is, by its absence.)
     pub(crate) fn replaced_since(&self, root: &cap_std::fs::Dir) -> Vec<String> {
         self.landed
             .iter()
             .filter(|(path, landed)| {
                 use cap_std::fs::MetadataExt as _;
-                root.symlink_metadata(path).map_or(true, |metadata| (metadata.dev(), metadata.ino()) != *landed)
+                root.symlink_metadata(path).is_ok_and(|metadata| (metadata.dev(), metadata.ino()) != *landed)
             })
             .map(|(path, _)| path.clone())
             .collect()
@@ -182,6 +183,8 @@ impl FsGuard {
         let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
             return Ok(());
         };
+        // A file this call put in place and now changes again is no longer what it landed.
+        transaction.landed.retain(|(landed, _)| landed != path && !landed.strip_prefix(path).is_some_and(|rest| rest.starts_with('/')));
         if !transaction.in_flight.claim(path) {
             // Its rollback, or the other call's, would find another tree and stop half done.
             let message = format!(
