@@ -115,6 +115,54 @@ impl Cluster {
         crate::run_ok(&mut self.command("pg_ctl", &["-D", &self.data(), "-l", &log, "-o", &options, "-w", "-t", "60", "start"]));
     }
 
+    /// Make the server hang, as a database that is stopped rather than refusing: every process
+    /// of it (the postmaster first, so that it starts no new one, then its children) gets
+    /// SIGSTOP. Connections stay open and nothing answers until [`thaw`](Self::thaw).
+    ///
+    /// # Panics
+    ///
+    /// If the server's processes cannot be found or signalled.
+    pub fn freeze(&self) {
+        let pids = self.processes().expect("the server's processes");
+        for pid in pids {
+            rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("SIGSTOP the server");
+        }
+    }
+
+    /// Let a [`freeze`](Self::freeze)n server go on (SIGCONT, children first).
+    ///
+    /// # Panics
+    ///
+    /// If the server's processes cannot be found or signalled.
+    pub fn thaw(&self) {
+        let pids = self.processes().expect("the server's processes");
+        for pid in pids.into_iter().rev() {
+            rustix::process::kill_process(pid, rustix::process::Signal::CONT).expect("SIGCONT the server");
+        }
+    }
+
+    /// The postmaster (from `postmaster.pid`), then every process whose parent it is.
+    fn processes(&self) -> Option<Vec<rustix::process::Pid>> {
+        let recorded = std::fs::read_to_string(self.directory.path().join("data/postmaster.pid")).ok()?;
+        let postmaster: i32 = recorded.lines().next().and_then(|line| line.trim().parse().ok())?;
+        let mut pids = vec![postmaster];
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else {
+                continue;
+            };
+            // `pid (name) state ppid ...`: the name may hold spaces, the fields after it do not.
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            let parent =
+                stat.rsplit_once(')').and_then(|(_, fields)| fields.split_whitespace().nth(1)).and_then(|ppid| ppid.parse::<i32>().ok());
+            if parent == Some(postmaster) {
+                pids.push(pid);
+            }
+        }
+        Some(pids.into_iter().filter_map(rustix::process::Pid::from_raw).collect())
+    }
+
     /// Run `sql` as the cluster's superuser with `psql`, returning its output.
     ///
     /// # Panics
@@ -143,6 +191,10 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A frozen server cannot stop (a test that failed while it was frozen).
+        for pid in self.processes().unwrap_or_default() {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+        }
         let _ = self.command("pg_ctl", &["-D", &self.data(), "-m", "immediate", "stop"]).output();
     }
 }

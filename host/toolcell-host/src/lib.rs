@@ -311,6 +311,16 @@ impl Host {
         &self.inner.workspace
     }
 
+    /// Release every lock the session `session_id` holds on the workspace (it ended), whatever
+    /// its role and whichever host took them; the locks released.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] if the lock table cannot be changed.
+    pub fn end_session(&self, session_id: &str) -> Result<Vec<Lock>, Error> {
+        self.inner.runtime.release_session_locks(&self.inner.workspace, session_id)
+    }
+
     /// The live locks on the workspace.
     ///
     /// # Errors

@@ -113,8 +113,23 @@ impl Lock {
     pub fn expires_at(&self) -> String {
         format_ms(self.expires_at_ms)
     }
+
+    /// Who holds it, as any caller may be told: the owner it was taken for (a chain, a task),
+    /// or `another session` when that owner is the session's id, never the id itself (an MCP
+    /// session id lets whoever knows it act in the session).
+    pub fn holder(&self) -> String {
+        if self.owner == self.session { "another session".to_owned() } else { format!("`{}`", escape_control(&self.owner)) }
+    }
+
+    /// What a caller that ran into it is told: the pattern, the holder as [`Lock::holder`]
+    /// says (never a session id), the mode and when the lease ends.
+    pub fn described(&self) -> String {
+        format!("`{}` is locked by {} ({}) until {}", escape_control(&self.pattern), self.holder(), self.mode.as_str(), self.expires_at())
+    }
 }
 
+/// For the operator (`toolcell lock list`): with the session that took it. A caller is told
+/// [`Lock::described`] instead.
 impl fmt::Display for Lock {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -169,7 +184,7 @@ pub struct LockRequest {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LockError {
     /// Another owner holds a conflicting live lock.
-    #[error("{0}: wait for it to be released or to expire, or work on another path")]
+    #[error("{}: wait for it to be released or to expire, or work on another path", .0.described())]
     Conflict(Lock),
     /// The pattern is not a canonical workspace-relative path or glob.
     #[error("lock pattern `{pattern}` is not valid: {reason}")]
@@ -215,9 +230,8 @@ impl Refusal {
     pub fn message(&self, path: &str) -> String {
         match self {
             Refusal::Locked(lock) => format!(
-                "`{path}` is locked by `{}` (session {}) until {}: wait for the lock to be released or to expire, or work on another file",
-                escape_control(&lock.owner),
-                escape_control(&lock.session),
+                "`{path}` is locked by {} until {}: wait for the lock to be released or to expire, or work on another file",
+                lock.holder(),
                 lock.expires_at()
             ),
             Refusal::Fenced { fence, lapsed: Some(lapsed) } => format!(

@@ -51,8 +51,15 @@ fn writes_are_refused_under_another_owners_lock_naming_it() {
     let refusal = table.check_write("src/a.rs", "CHAIN-040", &[], 1_795_000_001_000).expect_err("locked");
     assert_eq!(
         refusal.message("src/a.rs"),
-        "`src/a.rs` is locked by `CHAIN-039` (session s-12) until 2026-11-18T11:06:43Z: wait for the lock to be released or to expire, or work on another file"
+        "`src/a.rs` is locked by `CHAIN-039` until 2026-11-18T11:06:43Z: wait for the lock to be released or to expire, or work on another file"
     );
+    // A lock taken without an owner is owned by its session, whose id is never told.
+    let mut unowned = lock.clone();
+    unowned.owner = unowned.session.clone();
+    let refusal = Refusal::Locked(unowned.clone());
+    assert!(refusal.message("src/a.rs").starts_with("`src/a.rs` is locked by another session until "), "{}", refusal.message("src/a.rs"));
+    let conflict = LockError::Conflict(unowned).to_string();
+    assert!(conflict.starts_with("`src/a.rs` is locked by another session (exclusive) until ") && !conflict.contains("s-12"), "{conflict}");
     assert_eq!(refusal.rule(), format!("lock:{}", lock.fence));
     assert!(table.check_write("src/a.rs", "CHAIN-039", &[lock.fence], 1_795_000_001_000).is_ok());
     assert!(table.check_write("src/b.rs", "CHAIN-040", &[], 1_795_000_001_000).is_ok());

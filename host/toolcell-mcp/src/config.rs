@@ -77,6 +77,10 @@ pub struct ServiceConfig {
     /// `[store] url`: the PostgreSQL store of locks and the audit trail shared with other
     /// hosts, unless `--store` says otherwise.
     pub store: Option<String>,
+    /// `[store] answer_timeout`: how long a use of the store waits for the database before it
+    /// fails (writes are refused, reads go on) and the connection is dropped (`None`: the
+    /// store's default, 5s).
+    pub store_answer_timeout: Option<Duration>,
     /// `[oauth]`: JWT access tokens of one issuer, beside the static tokens.
     pub oauth: Option<OauthConfig>,
     /// The SHA-256 of the token `GET /metrics` needs (`None`: no `/metrics`).
@@ -174,7 +178,8 @@ struct RawConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawStore {
-    url: String,
+    url: Option<String>,
+    answer_timeout: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -282,6 +287,17 @@ impl ServiceConfig {
             "30s",
             DEFAULT_SHUTDOWN_GRACE,
         )?;
+        let store_answer_timeout = match raw.store.as_ref().and_then(|store| store.answer_timeout.as_ref()) {
+            Some(value) => Some(duration(
+                "answer_timeout",
+                &Some(value.clone()),
+                Duration::from_millis(100)..=Duration::from_secs(600),
+                "100ms and 10m",
+                "5s",
+                Duration::ZERO,
+            )?),
+            None => None,
+        };
         let bounds = parse_bounds(&raw, raw.principals.len(), &error)?;
         for origin in &raw.allowed_origins {
             let value = origin.get_ref();
@@ -416,7 +432,8 @@ impl ServiceConfig {
             workspaces,
             principals,
             anonymous,
-            store: raw.store.map(|store| store.url),
+            store: raw.store.and_then(|store| store.url),
+            store_answer_timeout,
             oauth,
             metrics_token_sha256,
             shutdown_grace,

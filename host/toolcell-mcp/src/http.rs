@@ -369,9 +369,24 @@ impl Service {
                 if let Some(created) = mcp_session_id(response.headers().get(MCP_SESSION_ID)) {
                     match session_slot.take() {
                         Some(slot) => {
-                            if let Err(error) = self.owners.claim_anywhere(created, &principal.name, slot).await {
-                                let _ = manager.close_session(&Arc::from(created)).await;
-                                return self.store_unavailable(&error, peer);
+                            // Counted over every host of the deployment, in the shared store.
+                            let max = self.config.bounds.max_sessions_per_principal;
+                            match self.owners.claim_within(created, &principal.name, slot, max).await {
+                                Ok(true) => {}
+                                Ok(false) => {
+                                    let _ = manager.close_session(&Arc::from(created)).await;
+                                    return refuse(&Refusal {
+                                        principal: principal.name.clone(),
+                                        kind: Kind::Session,
+                                        setting: "max_sessions_per_principal",
+                                        value: max,
+                                        share: None,
+                                    });
+                                }
+                                Err(error) => {
+                                    let _ = manager.close_session(&Arc::from(created)).await;
+                                    return self.store_unavailable(&error, peer);
+                                }
                             }
                         }
                         // Created by a request that did not say `initialize`: not kept.

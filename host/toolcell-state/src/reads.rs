@@ -268,24 +268,38 @@ impl ReadTracker {
         reads: &[(String, Version)],
         modified: &[String],
     ) -> std::io::Result<()> {
+        let changes = ReadTracker::changes(root, seen, reads, modified);
+        let changes: Vec<(&str, Option<Version>)> = changes.iter().map(|(path, version)| (path.as_str(), version.clone())).collect();
+        self.record(session, workspace, changes)
+    }
+
+    /// What a call taught the session, as [`update`](Self::update) records it: each path's
+    /// version now (hashed, unless the call touched very many), or `None` for a file it saw
+    /// removed; nothing the session had already seen.
+    pub fn changes(root: &Dir, seen: &SessionReads, reads: &[(String, Version)], modified: &[String]) -> Vec<(String, Option<Version>)> {
         let hash = reads.len() + modified.len() <= MAX_TRACKED_READS;
         let known =
             |path: &str, version: &Version| seen.get(path).is_some_and(|old| old.same_metadata(version) && (old.sha256.is_some() || !hash));
-        let mut changes: Vec<(&str, Option<Version>)> = Vec::new();
+        let mut changes: Vec<(String, Option<Version>)> = Vec::new();
         for (path, version) in reads {
             if !known(path, version) {
                 // What the session saw is what it read, if the file has not changed since.
-                changes.push((path, Some(if hash { version.clone().with_hash(root, path) } else { version.clone() })));
+                changes.push((path.clone(), Some(if hash { version.clone().with_hash(root, path) } else { version.clone() })));
             }
         }
         for path in modified {
             match Version::stat(root, path) {
                 Some(version) if known(path, &version) => {}
-                Some(version) => changes.push((path, Some(if hash { version.with_hash(root, path) } else { version }))),
-                None if seen.contains_key(path.as_str()) => changes.push((path, None)),
+                Some(version) => changes.push((path.clone(), Some(if hash { version.with_hash(root, path) } else { version }))),
+                None if seen.contains_key(path.as_str()) => changes.push((path.clone(), None)),
                 None => {}
             }
         }
+        changes
+    }
+
+    /// Record `changes` for `session`.
+    fn record(&self, session: &str, workspace: &Path, changes: Vec<(&str, Option<Version>)>) -> std::io::Result<()> {
         if changes.is_empty() {
             return Ok(());
         }

@@ -76,6 +76,23 @@ pub trait SessionBackend: Send + Sync + std::fmt::Debug {
     /// [`SessionStoreError`]; nothing is kept then.
     fn append_undo(&self, key: &str, lines: &[String], blobs: &[(String, Vec<u8>)], keep: usize) -> Result<(), SessionStoreError>;
 
+    /// What one call leaves the session `key`, all or nothing: what it taught the session
+    /// (as [`record_reads`](Self::record_reads)) and its undo lines and blobs (as
+    /// [`append_undo`](Self::append_undo)), so that a call's changes never stand with half
+    /// of their record.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionStoreError`]; nothing is kept then.
+    fn record_call(
+        &self,
+        key: &str,
+        reads: &[(&str, Option<Version>)],
+        lines: &[String],
+        blobs: &[(String, Vec<u8>)],
+        keep: usize,
+    ) -> Result<(), SessionStoreError>;
+
     /// The content of the undo blob `name` of the session `key`, if kept.
     ///
     /// # Errors
@@ -90,6 +107,23 @@ pub trait SessionBackend: Send + Sync + std::fmt::Debug {
     ///
     /// [`SessionStoreError`].
     fn open_mcp(&self, id: &str, principal: Option<&str>, initialization: Option<&str>) -> Result<(), SessionStoreError>;
+
+    /// Record the new MCP session `id` of `principal`, last used now, unless `principal`
+    /// already has `max` sessions that have not been idle for `idle`, counted over every host
+    /// (made alone among the principal's openings): whether it was recorded.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionStoreError`]; nothing is recorded then.
+    fn open_mcp_within(&self, id: &str, principal: &str, max: usize, idle: Duration) -> Result<bool, SessionStoreError>;
+
+    /// Remove what the toolcell sessions `keys` kept (read versions, undo history): they
+    /// ended, so nothing will read it again.
+    ///
+    /// # Errors
+    ///
+    /// [`SessionStoreError`]; nothing is removed then.
+    fn forget_sessions(&self, keys: &[String]) -> Result<(), SessionStoreError>;
 
     /// The MCP session `id`, if it exists and has not been idle for `idle`; when `principal`
     /// is given, only if it is that principal's, and then it counts as used now.

@@ -151,39 +151,67 @@ impl UndoStore {
     ) -> std::io::Result<()> {
         let mut counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
-        let mut seen = std::collections::HashSet::new();
-        let mut lines = Vec::new();
-        for step in steps {
-            if !seen.insert(step.path.clone()) {
-                continue;
-            }
-            let (after, is_directory) = match root.symlink_metadata(&step.path) {
-                Err(_) => (None, false),
-                Ok(metadata) if metadata.is_file() => match hash_of(root, &step.path) {
-                    Some(hash) => (Some(hash), false),
-                    None => continue,
-                },
-                // A directory the call created goes when what the call created in it is undone.
-                Ok(metadata) if metadata.is_dir() && step.prior == Prior::Absent => (Some(String::new()), true),
-                // Other directories and symlinks are not edits; `undo_edit` restores files.
-                Ok(_) => continue,
+        let lines = lines_of(root, call_id, steps, |blob, kept| {
+            let Some(blob_dir) = blob_dir else {
+                return Ok(false);
             };
-            let prior = match step.prior {
-                prior @ (Prior::Absent | Prior::Inline { .. }) => prior,
-                Prior::File { blob, mode } => {
-                    let Some(blob_dir) = blob_dir else {
-                        continue;
-                    };
-                    let kept = format!("{call_id}-{blob}");
-                    crate::storage::create_private_dirs(&directory)?;
-                    std::fs::rename(blob_dir.join(&blob), directory.join(&kept))?;
-                    Prior::File { blob: kept, mode }
-                }
-                _ => continue,
-            };
-            lines.push(Line::Record(UndoEntry { path: step.path, call_id: call_id.to_owned(), prior, after, directory: is_directory }));
-        }
+            crate::storage::create_private_dirs(&directory)?;
+            std::fs::rename(blob_dir.join(blob), directory.join(kept))?;
+            Ok(true)
+        })?;
         self.append_lines(session, workspace, &lines, &mut counts)
+    }
+
+    /// Whether the undo records are in a store every host shares.
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// With a shared store, keep a call's undo record (from its journal `steps`, the blobs read
+    /// from `blob_dir`, which stays whole for a rollback) and what it taught the session
+    /// (`reads`, see [`crate::reads::ReadTracker::changes`]) in one transaction, while its
+    /// journal is still open: if the store cannot keep them, the caller rolls the call back,
+    /// so that a call never stands without its undo record.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::SessionStoreError`] (nothing is kept), or an I/O error reading a blob.
+    pub fn record_shared_call(
+        &self,
+        session: &str,
+        workspace: &Path,
+        root: &Dir,
+        call_id: &str,
+        steps: Vec<Step>,
+        blob_dir: Option<&Path>,
+        reads: &[(String, Option<crate::reads::Version>)],
+    ) -> Result<(), SharedRecordError> {
+        let Some(backend) = &self.shared else {
+            return Ok(());
+        };
+        let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut blobs = Vec::new();
+        let lines = lines_of(root, call_id, steps, |blob, kept| {
+            let Some(blob_dir) = blob_dir else {
+                return Ok(false);
+            };
+            blobs.push((kept.to_owned(), crate::storage::read_host_file(&blob_dir.join(blob))?));
+            Ok(true)
+        })
+        .map_err(SharedRecordError::Io)?;
+        let texts = lines
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| SharedRecordError::Io(std::io::Error::other(error)))?;
+        let reads: Vec<(&str, Option<crate::reads::Version>)> =
+            reads.iter().map(|(path, version)| (path.as_str(), version.clone())).collect();
+        if texts.is_empty() && reads.is_empty() {
+            return Ok(());
+        }
+        backend
+            .record_call(&crate::storage::session_key(session, workspace), &reads, &texts, &blobs, COMPACT_LINES)
+            .map_err(SharedRecordError::Store)
     }
 
     /// The latest undoable change of `path` by `session`; its blob, if it has one, is in
@@ -370,6 +398,59 @@ impl UndoStore {
         }
         changes
     }
+}
+
+/// The undo log lines of a committed call's journal `steps`: the first prior state of each file
+/// it changed, with a hash of what the call left. `keep_blob(blob, kept)` keeps the journal's
+/// blob `blob` under the name `kept` (`false`: there is none, and the file is not undoable).
+fn lines_of(
+    root: &Dir,
+    call_id: &str,
+    steps: Vec<Step>,
+    mut keep_blob: impl FnMut(&str, &str) -> std::io::Result<bool>,
+) -> std::io::Result<Vec<Line>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut lines = Vec::new();
+    for step in steps {
+        if !seen.insert(step.path.clone()) {
+            continue;
+        }
+        let (after, is_directory) = match root.symlink_metadata(&step.path) {
+            Err(_) => (None, false),
+            Ok(metadata) if metadata.is_file() => match hash_of(root, &step.path) {
+                Some(hash) => (Some(hash), false),
+                None => continue,
+            },
+            // A directory the call created goes when what the call created in it is undone.
+            Ok(metadata) if metadata.is_dir() && step.prior == Prior::Absent => (Some(String::new()), true),
+            // Other directories and symlinks are not edits; `undo_edit` restores files.
+            Ok(_) => continue,
+        };
+        let prior = match step.prior {
+            prior @ (Prior::Absent | Prior::Inline { .. }) => prior,
+            Prior::File { blob, mode } => {
+                let kept = format!("{call_id}-{blob}");
+                if !keep_blob(&blob, &kept)? {
+                    continue;
+                }
+                Prior::File { blob: kept, mode }
+            }
+            _ => continue,
+        };
+        lines.push(Line::Record(UndoEntry { path: step.path, call_id: call_id.to_owned(), prior, after, directory: is_directory }));
+    }
+    Ok(lines)
+}
+
+/// Why [`UndoStore::record_shared_call`] kept nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum SharedRecordError {
+    /// The shared store could not keep it.
+    #[error(transparent)]
+    Store(crate::SessionStoreError),
+    /// A blob of the call's journal could not be read.
+    #[error("a prior content the call saved cannot be read: {0}")]
+    Io(std::io::Error),
 }
 
 #[cfg(test)]

@@ -1,11 +1,17 @@
 //! The one connection of a store: opened on first use, checked before a use when it has been
-//! idle (a database restarted since closed it), dropped when it fails, and opened again by the
-//! next use; each use tells the watcher whether the database was reached.
+//! idle (a database restarted since closed it), dropped when it fails or does not answer in
+//! time, and opened again by the next use; each use tells the watcher whether the database was
+//! reached.
+//!
+//! Every round trip runs on the store's own runtime under a deadline ([`PostgresStore::answer_timeout`]):
+//! a database that hangs (stopped, not refusing) fails the use with [`Failure::NoAnswer`]
+//! instead of holding the caller, and the connection is dropped as broken (its socket closed,
+//! so a transaction it had open rolls back).
 
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
-use postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls};
 
 use crate::{Availability, PostgresStore, describe};
 
@@ -15,6 +21,40 @@ const CHECK_AFTER_IDLE: Duration = Duration::from_secs(5);
 
 /// How long that check may take before the connection is given up and opened again.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// An open connection: the client, the task that drives its socket, and when it was last used.
+pub(crate) struct Connection {
+    client: Client,
+    driver: tokio::task::JoinHandle<()>,
+    last_used: Instant,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // A connection whose database hangs must not be kept waiting on its socket.
+        self.driver.abort();
+    }
+}
+
+/// Why a use of the store failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Failure {
+    /// The database could not be reached, or refused the statement.
+    #[error("{0}")]
+    Database(String),
+    /// The database did not answer within the deadline: the connection was dropped.
+    #[error(
+        "it did not answer within {} (stopped or overloaded?); the connection was dropped. Raise `[store] answer_timeout` if the database is only slow",
+        humantime::format_duration(*.0)
+    )]
+    NoAnswer(Duration),
+}
+
+/// Whether `error` ended the connection: a `FATAL` (or `PANIC`) from the server, or the
+/// connection found closed.
+fn is_fatal(error: &tokio_postgres::Error) -> bool {
+    error.is_closed() || error.as_db_error().is_some_and(|database| matches!(database.severity(), "FATAL" | "PANIC"))
+}
 
 impl PostgresStore {
     /// A use reached the database (`Ok`) or found it unreachable (`Err`, the reason).
@@ -37,34 +77,68 @@ impl PostgresStore {
     }
 
     /// Run `work` on the connection, connecting first if needed (or again, when it has been
-    /// idle and no longer answers); a connection that failed is dropped, to be opened again by
-    /// the next use.
-    pub(crate) fn with_client<T>(&self, work: impl FnOnce(&mut Client) -> Result<T, postgres::Error>) -> Result<T, String> {
+    /// idle and no longer answers); a connection that failed, or did not answer within
+    /// [`answer_timeout`](Self::answer_timeout), is dropped, to be opened again by the next use.
+    pub(crate) fn with_client<T>(&self, work: impl AsyncFnOnce(&mut Client) -> Result<T, tokio_postgres::Error>) -> Result<T, Failure> {
         let mut slot = self.client.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((client, last_used)) = slot.as_mut()
-            && (client.is_closed() || (last_used.elapsed() >= CHECK_AFTER_IDLE && client.is_valid(CHECK_TIMEOUT).is_err()))
-        {
-            *slot = None;
-        }
-        if slot.is_none() {
-            match self.config.connect(NoTls) {
-                Ok(client) => *slot = Some((client, Instant::now())),
-                Err(error) => {
-                    let reason = describe(&error);
-                    self.reached(Err(&reason));
-                    return Err(reason);
+        let deadline = self.answer_timeout;
+        let result = self.runtime.block_on(async {
+            // The connection's task runs only inside `block_on`: let it read what came while
+            // the store was idle (a server that closed the connection), so that a closed
+            // connection is seen before a statement is sent on it.
+            tokio::task::yield_now().await;
+            if let Some(connection) = slot.as_mut()
+                && (connection.client.is_closed()
+                    || (connection.last_used.elapsed() >= CHECK_AFTER_IDLE
+                        && !matches!(
+                            tokio::time::timeout(CHECK_TIMEOUT.min(deadline), connection.client.simple_query("")).await,
+                            Ok(Ok(_))
+                        )))
+            {
+                *slot = None;
+            }
+            if slot.is_none() {
+                match tokio::time::timeout(deadline, self.config.connect(NoTls)).await {
+                    Ok(Ok((client, connection))) => {
+                        let driver = tokio::spawn(async move {
+                            let _ = connection.await;
+                        });
+                        *slot = Some(Connection { client, driver, last_used: Instant::now() });
+                    }
+                    Ok(Err(error)) => return Err(Failure::Database(describe(&error))),
+                    Err(_) => return Err(Failure::NoAnswer(deadline)),
                 }
             }
-        }
-        let Some((client, last_used)) = slot.as_mut() else {
-            return Err("no connection".to_owned());
-        };
-        let result = work(client).map_err(|error| describe(&error));
-        *last_used = Instant::now();
-        match &result {
-            Err(reason) if client.is_closed() => {
+            let Some(connection) = slot.as_mut() else {
+                return Err(Failure::Database("no connection".to_owned()));
+            };
+            let result = match tokio::time::timeout(deadline, work(&mut connection.client)).await {
+                Ok(Err(error)) if is_fatal(&error) => {
+                    // The server ended the connection (shut down, or the session terminated):
+                    // the next use opens another.
+                    return Err(Failure::Database(describe(&error)));
+                }
+                Ok(result) => result.map_err(|error| Failure::Database(describe(&error))),
+                Err(_) => Err(Failure::NoAnswer(deadline)),
+            };
+            connection.last_used = Instant::now();
+            Ok(result)
+        });
+        let result = match result {
+            Ok(result) => result,
+            Err(unreached) => {
                 *slot = None;
-                self.reached(Err(reason));
+                self.reached(Err(&unreached.to_string()));
+                return Err(unreached);
+            }
+        };
+        match &result {
+            Err(failure)
+                if matches!(failure, Failure::NoAnswer(_)) || slot.as_ref().is_none_or(|connection| connection.client.is_closed()) =>
+            {
+                // Dropped: its socket closes, and what it had open rolls back in the database.
+                *slot = None;
+                self.reached(Err(&failure.to_string()));
             }
             // Answered: an error of the statement's own is no outage.
             _ => self.reached(Ok(())),

@@ -28,13 +28,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use postgres::{Client, Config};
+use tokio_postgres::Config;
 use toolcell_audit::{Link, Record, seal};
 use toolcell_locks::{Lapse, Lapsed, Lock, LockError, LockTable, Mode};
 use toolcell_state::{AuditBackend, LockBackend, LockStoreError};
 
 mod connection;
 mod sessions;
+
+use connection::{Connection, Failure};
 
 /// The schema version this build needs.
 pub const SCHEMA_VERSION: i32 = 2;
@@ -84,6 +86,9 @@ const AUDIT_LOCK: i64 = 0x7463_6175_6469_7401;
 const MIGRATE_LOCK: i64 = 0x7463_6d69_6772_6101;
 /// How long connecting may take before the store counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a use of the store may wait for the database's answer, unless configured
+/// (`[store] answer_timeout`): past it, the use fails and the connection is dropped.
+pub const DEFAULT_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The database's clock, in milliseconds since the Unix epoch.
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
@@ -100,7 +105,7 @@ pub enum StoreError {
         /// The parser's reason.
         reason: String,
     },
-    /// The database cannot be reached or refused a statement.
+    /// The database cannot be reached, refused a statement, or did not answer in time.
     #[error("PostgreSQL at {store}: {reason}")]
     Database {
         /// The store's name.
@@ -143,8 +148,12 @@ type Watcher = Box<dyn Fn(&Availability) + Send + Sync>;
 pub struct PostgresStore {
     config: Config,
     name: String,
+    /// The runtime every round trip runs on, under [`answer_timeout`](Self::answer_timeout).
+    runtime: tokio::runtime::Runtime,
+    /// How long a use waits for the database before it fails and the connection is dropped.
+    answer_timeout: Duration,
     /// The connection, and when it was last used.
-    client: Mutex<Option<(Client, Instant)>>,
+    client: Mutex<Option<Connection>>,
     /// Since when the database has been unreachable (`None`: it was reached last time).
     lost_since: Mutex<Option<Instant>>,
     watcher: OnceLock<Watcher>,
@@ -164,7 +173,17 @@ impl PostgresStore {
     /// [`StoreError::Url`], [`StoreError::Database`] if it cannot be reached,
     /// [`StoreError::Schema`] if it needs `toolcell store migrate`.
     pub fn connect(url: &str) -> Result<Arc<PostgresStore>, StoreError> {
-        let store = PostgresStore::open(url)?;
+        PostgresStore::connect_with(url, DEFAULT_ANSWER_TIMEOUT)
+    }
+
+    /// The store at `url`, its schema checked, each use waiting at most `answer_timeout` for
+    /// the database (see [`open_with`](Self::open_with)).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub fn connect_with(url: &str, answer_timeout: Duration) -> Result<Arc<PostgresStore>, StoreError> {
+        let store = PostgresStore::open_with(url, answer_timeout)?;
         let found = store.schema_version()?;
         if found != SCHEMA_VERSION {
             return Err(StoreError::Schema { store: store.name.clone(), found });
@@ -178,13 +197,43 @@ impl PostgresStore {
     ///
     /// [`StoreError::Url`].
     pub fn open(url: &str) -> Result<PostgresStore, StoreError> {
-        let mut config: Config =
-            url.parse().map_err(|error: postgres::Error| StoreError::Url { url: without_password(url), reason: error.to_string() })?;
+        PostgresStore::open_with(url, DEFAULT_ANSWER_TIMEOUT)
+    }
+
+    /// The store at `url`, not yet connected: each use (a statement, a transaction, connecting)
+    /// waits at most `answer_timeout` for the database; past it the use fails, saying the
+    /// database did not answer in time, and the connection is dropped as broken (a database that
+    /// hangs, stopped rather than refusing, holds no caller longer than this).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Url`]; [`StoreError::Database`] if the store's runtime cannot start.
+    pub fn open_with(url: &str, answer_timeout: Duration) -> Result<PostgresStore, StoreError> {
+        let mut config: Config = url
+            .parse()
+            .map_err(|error: tokio_postgres::Error| StoreError::Url { url: without_password(url), reason: error.to_string() })?;
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
+            config.connect_timeout(CONNECT_TIMEOUT.min(answer_timeout));
         }
         let name = name_of(&config);
-        Ok(PostgresStore { config, name, client: Mutex::new(None), lost_since: Mutex::new(None), watcher: OnceLock::new() })
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| StoreError::Database { store: name.clone(), reason: format!("its runtime cannot start: {error}") })?;
+        Ok(PostgresStore {
+            config,
+            name,
+            runtime,
+            answer_timeout,
+            client: Mutex::new(None),
+            lost_since: Mutex::new(None),
+            watcher: OnceLock::new(),
+        })
+    }
+
+    /// How long a use waits for the database before it fails (and the connection is dropped).
+    pub fn answer_timeout(&self) -> Duration {
+        self.answer_timeout
     }
 
     /// Tell `watcher` each time a use finds the database unreachable after it was reached,
@@ -199,8 +248,8 @@ impl PostgresStore {
         &self.name
     }
 
-    fn database_error(&self, reason: String) -> StoreError {
-        StoreError::Database { store: self.name.clone(), reason }
+    fn database_error(&self, failure: Failure) -> StoreError {
+        StoreError::Database { store: self.name.clone(), reason: failure.to_string() }
     }
 
     /// The toolcell schema version of the database (0 if it was never migrated).
@@ -209,12 +258,12 @@ impl PostgresStore {
     ///
     /// [`StoreError::Database`].
     pub fn schema_version(&self) -> Result<i32, StoreError> {
-        self.with_client(|client| {
-            let exists: bool = client.query_one("SELECT to_regclass('toolcell_schema') IS NOT NULL", &[])?.get(0);
+        self.with_client(async |client| {
+            let exists: bool = client.query_one("SELECT to_regclass('toolcell_schema') IS NOT NULL", &[]).await?.get(0);
             if !exists {
                 return Ok(0);
             }
-            client.query_one("SELECT coalesce(max(version), 0) FROM toolcell_schema", &[]).map(|row| row.get(0))
+            client.query_one("SELECT coalesce(max(version), 0) FROM toolcell_schema", &[]).await.map(|row| row.get(0))
         })
         .map_err(|reason| self.database_error(reason))
     }
@@ -227,36 +276,36 @@ impl PostgresStore {
     /// database is at a later version than this toolcell knows.
     pub fn migrate(&self) -> Result<Vec<i32>, StoreError> {
         let outcome = self
-            .with_client(|client| {
-                let mut transaction = client.transaction()?;
-                transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+            .with_client(async |client| {
+                let transaction = client.transaction().await?;
+                transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK]).await?;
                 transaction.batch_execute(
                     "CREATE TABLE IF NOT EXISTS toolcell_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
-                )?;
-                let current: i32 = transaction.query_one("SELECT coalesce(max(version), 0) FROM toolcell_schema", &[])?.get(0);
+                ).await?;
+                let current: i32 = transaction.query_one("SELECT coalesce(max(version), 0) FROM toolcell_schema", &[]).await?.get(0);
                 if current > SCHEMA_VERSION {
                     return Ok(Err(current));
                 }
                 let mut applied = Vec::new();
                 for (version, statements) in MIGRATIONS.iter().filter(|(version, _)| *version > current) {
-                    transaction.batch_execute(statements)?;
-                    transaction.execute("INSERT INTO toolcell_schema (version) VALUES ($1)", &[version])?;
+                    transaction.batch_execute(statements).await?;
+                    transaction.execute("INSERT INTO toolcell_schema (version) VALUES ($1)", &[version]).await?;
                     applied.push(*version);
                 }
-                transaction.commit()?;
+                transaction.commit().await?;
                 Ok(Ok(applied))
             })
             .map_err(|reason| self.database_error(reason))?;
         outcome.map_err(|found| StoreError::Schema { store: self.name.clone(), found })
     }
 
-    fn lock_error(&self, reason: String) -> LockStoreError {
-        LockStoreError::Store { store: self.name.clone(), reason }
+    fn lock_error(&self, reason: impl std::fmt::Display) -> LockStoreError {
+        LockStoreError::Store { store: self.name.clone(), reason: reason.to_string() }
     }
 }
 
 /// A lease row: the lock, and why it lapsed if it did.
-fn lease(row: &postgres::Row, offset: usize) -> Result<(Lock, Option<Lapse>), String> {
+fn lease(row: &tokio_postgres::Row, offset: usize) -> Result<(Lock, Option<Lapse>), String> {
     let fence: i64 = row.get(offset);
     let mode: String = row.get(offset + 4);
     let lock = Lock {
@@ -290,7 +339,7 @@ const LEASE_COLUMNS: &str = "fence, pattern, owner, session, mode, acquired_at_m
 
 /// The table the rows make: held locks by token (acquisition order), lapsed ones in the order
 /// they lapsed.
-fn table_of(rows: &[postgres::Row], offset: usize, next_fence: u64) -> Result<LockTable, String> {
+fn table_of(rows: &[tokio_postgres::Row], offset: usize, next_fence: u64) -> Result<LockTable, String> {
     let mut held = Vec::new();
     let mut lapsed = Vec::new();
     for row in rows {
@@ -311,14 +360,16 @@ impl LockBackend for PostgresStore {
     fn read(&self, workspace: &Path) -> Result<(LockTable, u64), LockStoreError> {
         let key = workspace.to_string_lossy();
         let rows = self
-            .with_client(|client| {
-                client.query(
-                    &format!(
-                        "SELECT {NOW_MS}, {LEASE_COLUMNS} FROM (SELECT 1) AS clock LEFT JOIN toolcell_leases ON workspace = $1 \
+            .with_client(async |client| {
+                client
+                    .query(
+                        &format!(
+                            "SELECT {NOW_MS}, {LEASE_COLUMNS} FROM (SELECT 1) AS clock LEFT JOIN toolcell_leases ON workspace = $1 \
                          ORDER BY lapse_order NULLS FIRST, fence"
-                    ),
-                    &[&key],
-                )
+                        ),
+                        &[&key],
+                    )
+                    .await
             })
             .map_err(|reason| self.lock_error(reason))?;
         let now = rows.first().map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0));
@@ -329,16 +380,20 @@ impl LockBackend for PostgresStore {
     fn update(&self, workspace: &Path, change: &mut dyn FnMut(&mut LockTable, u64) -> Result<(), LockError>) -> Result<(), LockStoreError> {
         let key = workspace.to_string_lossy();
         let outcome = self
-            .with_client(|client| {
-                let mut transaction = client.transaction()?;
+            .with_client(async |client| {
+                let mut transaction = client.transaction().await?;
                 // Alone among every host changing this workspace's leases.
-                transaction.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&key])?;
-                let clock = transaction.query_one(&format!("SELECT {NOW_MS}, nextval('toolcell_fence')"), &[])?;
+                transaction.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&key]).await?;
+                let clock = transaction.query_one(&format!("SELECT {NOW_MS}, nextval('toolcell_fence')"), &[]).await?;
                 let (now, fence): (i64, i64) = (clock.get(0), clock.get(1));
-                let rows = transaction.query(
-                    &format!("SELECT {LEASE_COLUMNS} FROM toolcell_leases WHERE workspace = $1 ORDER BY lapse_order NULLS FIRST, fence"),
-                    &[&key],
-                )?;
+                let rows = transaction
+                    .query(
+                        &format!(
+                            "SELECT {LEASE_COLUMNS} FROM toolcell_leases WHERE workspace = $1 ORDER BY lapse_order NULLS FIRST, fence"
+                        ),
+                        &[&key],
+                    )
+                    .await?;
                 let mut table = match table_of(&rows, 0, u64::try_from(fence).unwrap_or(1)) {
                     Ok(table) => table,
                     Err(reason) => return Ok(Err(Err(reason))),
@@ -348,8 +403,8 @@ impl LockBackend for PostgresStore {
                     // Nothing is kept: the transaction rolls back as it is dropped.
                     return Ok(Err(Ok(refused)));
                 }
-                write_back(&mut transaction, &key, &before, &table)?;
-                transaction.commit()?;
+                write_back(&mut transaction, &key, &before, &table).await?;
+                transaction.commit().await?;
                 Ok(Ok(()))
             })
             .map_err(|reason| self.lock_error(reason))?;
@@ -362,12 +417,12 @@ impl LockBackend for PostgresStore {
 }
 
 /// Write what changed between `before` and `after` to the workspace's rows.
-fn write_back(
-    transaction: &mut postgres::Transaction<'_>,
+async fn write_back(
+    transaction: &mut tokio_postgres::Transaction<'_>,
     key: &str,
     before: &LockTable,
     after: &LockTable,
-) -> Result<(), postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     let fence_of = |fence: u64| i64::try_from(fence).unwrap_or(i64::MAX);
     let ms = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX);
     let held_before: std::collections::HashMap<u64, &Lock> = before.locks().iter().map(|lock| (lock.fence, lock)).collect();
@@ -381,67 +436,74 @@ fn write_back(
                 transaction.execute(
                     "UPDATE toolcell_leases SET acquired_at_ms = $3, expires_at_ms = $4 WHERE workspace = $1 AND fence = $2 AND lapse IS NULL",
                     &[&key, &fence_of(lock.fence), &ms(lock.acquired_at_ms), &ms(lock.expires_at_ms)],
-                )?;
+                ).await?;
             }
             None => {
-                transaction.execute(
-                    "INSERT INTO toolcell_leases (workspace, fence, pattern, owner, session, mode, acquired_at_ms, expires_at_ms) \
+                transaction
+                    .execute(
+                        "INSERT INTO toolcell_leases (workspace, fence, pattern, owner, session, mode, acquired_at_ms, expires_at_ms) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                    &[
-                        &key,
-                        &fence_of(lock.fence),
-                        &lock.pattern,
-                        &lock.owner,
-                        &lock.session,
-                        &lock.mode.as_str(),
-                        &ms(lock.acquired_at_ms),
-                        &ms(lock.expires_at_ms),
-                    ],
-                )?;
+                        &[
+                            &key,
+                            &fence_of(lock.fence),
+                            &lock.pattern,
+                            &lock.owner,
+                            &lock.session,
+                            &lock.mode.as_str(),
+                            &ms(lock.acquired_at_ms),
+                            &ms(lock.expires_at_ms),
+                        ],
+                    )
+                    .await?;
             }
         }
     }
     for fence in held_before.keys().filter(|fence| !held_after.contains(fence)) {
         match lapsed_after.get(fence) {
             Some(lapsed) => {
-                transaction.execute(
-                    "UPDATE toolcell_leases SET lapse = $3, lapse_order = nextval('toolcell_lapse_order') \
+                transaction
+                    .execute(
+                        "UPDATE toolcell_leases SET lapse = $3, lapse_order = nextval('toolcell_lapse_order') \
                      WHERE workspace = $1 AND fence = $2 AND lapse IS NULL",
-                    &[&key, &fence_of(*fence), &lapse_name(lapsed.lapse)],
-                )?;
+                        &[&key, &fence_of(*fence), &lapse_name(lapsed.lapse)],
+                    )
+                    .await?;
             }
             None => {
-                transaction.execute(
-                    "DELETE FROM toolcell_leases WHERE workspace = $1 AND fence = $2 AND lapse IS NULL",
-                    &[&key, &fence_of(*fence)],
-                )?;
+                transaction
+                    .execute(
+                        "DELETE FROM toolcell_leases WHERE workspace = $1 AND fence = $2 AND lapse IS NULL",
+                        &[&key, &fence_of(*fence)],
+                    )
+                    .await?;
             }
         }
     }
     for fence in lapsed_before.iter().filter(|fence| !lapsed_after.contains_key(fence)) {
         // Forgotten: older than the most lapsed locks a table remembers.
         transaction
-            .execute("DELETE FROM toolcell_leases WHERE workspace = $1 AND fence = $2 AND lapse IS NOT NULL", &[&key, &fence_of(*fence)])?;
+            .execute("DELETE FROM toolcell_leases WHERE workspace = $1 AND fence = $2 AND lapse IS NOT NULL", &[&key, &fence_of(*fence)])
+            .await?;
     }
     Ok(())
 }
 
 impl AuditBackend for PostgresStore {
     fn append(&self, records: &[Record]) -> std::io::Result<Link> {
-        self.with_client(|client| {
-            let mut transaction = client.transaction()?;
+        self.with_client(async |client| {
+            let transaction = client.transaction().await?;
             // One appender at a time across every host: the chain cannot fork.
-            transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK])?;
-            let last = transaction.query_opt("SELECT seq, hash FROM toolcell_audit ORDER BY seq DESC LIMIT 1", &[])?;
+            transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK]).await?;
+            let last = transaction.query_opt("SELECT seq, hash FROM toolcell_audit ORDER BY seq DESC LIMIT 1", &[]).await?;
             let mut link =
                 last.map_or(Link::GENESIS, |row| Link { seq: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0), hash: row.get(1) });
-            let statement = transaction.prepare("INSERT INTO toolcell_audit (seq, hash, line) VALUES ($1, $2, $3)")?;
+            let statement = transaction.prepare("INSERT INTO toolcell_audit (seq, hash, line) VALUES ($1, $2, $3)").await?;
             for record in records {
                 let (line, next) = seal(record, &link);
-                transaction.execute(&statement, &[&i64::try_from(next.seq).unwrap_or(i64::MAX), &next.hash, &line])?;
+                transaction.execute(&statement, &[&i64::try_from(next.seq).unwrap_or(i64::MAX), &next.hash, &line]).await?;
                 link = next;
             }
-            transaction.commit()?;
+            transaction.commit().await?;
             Ok(link)
         })
         .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be written: {reason}", self.name)))
@@ -450,7 +512,7 @@ impl AuditBackend for PostgresStore {
     fn read_from(&self, position: u64) -> std::io::Result<(String, u64)> {
         let after = i64::try_from(position).unwrap_or(i64::MAX);
         let rows = self
-            .with_client(|client| client.query("SELECT seq, line FROM toolcell_audit WHERE seq > $1 ORDER BY seq", &[&after]))
+            .with_client(async |client| client.query("SELECT seq, line FROM toolcell_audit WHERE seq > $1 ORDER BY seq", &[&after]).await)
             .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be read: {reason}", self.name)))?;
         let mut text = String::new();
         let mut end = position;
@@ -464,7 +526,7 @@ impl AuditBackend for PostgresStore {
 
     fn head(&self) -> std::io::Result<Option<Link>> {
         let row = self
-            .with_client(|client| client.query_opt("SELECT seq, hash FROM toolcell_audit ORDER BY seq DESC LIMIT 1", &[]))
+            .with_client(async |client| client.query_opt("SELECT seq, hash FROM toolcell_audit ORDER BY seq DESC LIMIT 1", &[]).await)
             .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be read: {reason}", self.name)))?;
         Ok(row.map(|row| Link { seq: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0), hash: row.get(1) }))
     }
@@ -481,8 +543,8 @@ fn name_of(config: &Config) -> String {
         .get_hosts()
         .first()
         .map(|host| match host {
-            postgres::config::Host::Tcp(name) => name.clone(),
-            postgres::config::Host::Unix(path) => path.display().to_string(),
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
         })
         .unwrap_or_else(|| "localhost".to_owned());
     let port = match config.get_ports().first() {
@@ -515,7 +577,7 @@ fn without_password(url: &str) -> String {
 }
 
 /// A driver error in one line: the server's message when there is one.
-fn describe(error: &postgres::Error) -> String {
+fn describe(error: &tokio_postgres::Error) -> String {
     match error.as_db_error() {
         Some(database) => format!("{} ({})", database.message(), database.code().code()),
         None => {

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use postgres::types::Type;
+use tokio_postgres::types::Type;
 use toolcell_state::reads::Version;
 use toolcell_state::{McpSession, McpSweep, SessionBackend, SessionStoreError};
 
@@ -52,6 +52,58 @@ CREATE TABLE toolcell_mcp_sessions (
 CREATE INDEX toolcell_mcp_sessions_last_used ON toolcell_mcp_sessions (last_used);
 ";
 
+/// Append undo lines (`$2`) and blobs (`$3` names, `$4` contents) to the session `$1`'s log,
+/// keeping its last `$5 + 1` lines before the append: CTEs, then the statement. The session's
+/// advisory lock comes first, so that its lines stay in the order its calls committed whatever
+/// host appends; the oldest lines past the cut go (as the statement's snapshot sees them: at
+/// most one append late), and the blobs only they name go with them.
+const APPEND_UNDO: &str = "locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($1, 1))), \
+     blobs AS (INSERT INTO toolcell_session_blobs (session_key, name, content) \
+         SELECT $1, name, content FROM locked, unnest($3::text[], $4::bytea[]) AS kept(name, content) ON CONFLICT DO NOTHING), \
+     appended AS (INSERT INTO toolcell_session_undo (session_key, line) \
+         SELECT $1, line FROM locked, unnest($2::text[]) WITH ORDINALITY AS appended(line, place) ORDER BY place), \
+     cutoff AS (SELECT seq FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq DESC OFFSET $5 LIMIT 1), \
+     dropped AS (DELETE FROM toolcell_session_blobs AS blob WHERE blob.session_key = $1 AND blob.name <> ALL($3::text[]) \
+         AND EXISTS (SELECT 1 FROM toolcell_session_undo AS line, cutoff WHERE line.session_key = $1 \
+             AND line.seq < cutoff.seq AND strpos(line.line, '\"' || blob.name || '\"') > 0) \
+         AND NOT EXISTS (SELECT 1 FROM toolcell_session_undo AS line, cutoff WHERE line.session_key = $1 \
+             AND line.seq >= cutoff.seq AND strpos(line.line, '\"' || blob.name || '\"') > 0) \
+         AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS added(line) WHERE strpos(added.line, '\"' || blob.name || '\"') > 0)) \
+     DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq < (SELECT seq FROM cutoff)";
+
+/// Record read versions of the session `$1`: `PATHS` with `VERSIONS` (upserted), `REMOVED`
+/// (deleted), as CTEs; one statement, so two hosts recording for one session at once resolve
+/// row by row in the database.
+const RECORD_READS: &str = "gone AS (DELETE FROM toolcell_session_reads WHERE session_key = $1 AND path = ANY(REMOVED)), \
+     recorded AS (INSERT INTO toolcell_session_reads (session_key, path, version) \
+         SELECT $1, path, version FROM unnest(PATHS::text[], VERSIONS::text[]) AS changed(path, version) \
+         ON CONFLICT (session_key, path) DO UPDATE SET version = EXCLUDED.version)";
+
+/// [`RECORD_READS`] with its parameters at `$first` and the two after.
+fn record_reads_at(first: usize) -> String {
+    RECORD_READS
+        .replace("PATHS", &format!("${first}"))
+        .replace("VERSIONS", &format!("${}", first + 1))
+        .replace("REMOVED", &format!("${}", first + 2))
+}
+
+/// A call's read versions in the text form the table keeps: (paths, versions, removed paths).
+fn read_columns(changes: &[(&str, Option<Version>)]) -> Result<(Vec<String>, Vec<String>, Vec<String>), String> {
+    let mut paths = Vec::new();
+    let mut versions = Vec::new();
+    let mut removed = Vec::new();
+    for (path, version) in changes {
+        match version {
+            Some(version) => {
+                paths.push((*path).to_owned());
+                versions.push(serde_json::to_string(version).map_err(|error| error.to_string())?);
+            }
+            None => removed.push((*path).to_owned()),
+        }
+    }
+    Ok((paths, versions, removed))
+}
+
 /// Whether a session last used at `last_used` is still alive after `$idle` seconds (`float8`).
 const ALIVE: &str = "last_used > clock_timestamp() - make_interval(secs => $IDLE)";
 
@@ -60,8 +112,11 @@ impl PostgresStore {
         SessionStoreError { store: self.name.clone(), reason }
     }
 
-    fn sessions<T>(&self, work: impl FnOnce(&mut postgres::Client) -> Result<T, postgres::Error>) -> Result<T, SessionStoreError> {
-        self.with_client(work).map_err(|reason| self.session_error(reason))
+    fn sessions<T>(
+        &self,
+        work: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<T, tokio_postgres::Error>,
+    ) -> Result<T, SessionStoreError> {
+        self.with_client(work).map_err(|failure| self.session_error(failure.to_string()))
     }
 }
 
@@ -75,8 +130,8 @@ fn seconds(idle: Duration) -> f64 {
 
 impl SessionBackend for PostgresStore {
     fn reads(&self, key: &str) -> Result<HashMap<String, Version>, SessionStoreError> {
-        let rows = self.sessions(|client| {
-            client.query_typed("SELECT path, version FROM toolcell_session_reads WHERE session_key = $1", &[(&key, Type::TEXT)])
+        let rows = self.sessions(async |client| {
+            client.query_typed("SELECT path, version FROM toolcell_session_reads WHERE session_key = $1", &[(&key, Type::TEXT)]).await
         })?;
         let mut reads = HashMap::with_capacity(rows.len());
         for row in rows {
@@ -89,33 +144,21 @@ impl SessionBackend for PostgresStore {
     }
 
     fn record_reads(&self, key: &str, changes: &[(&str, Option<Version>)]) -> Result<(), SessionStoreError> {
-        let mut paths = Vec::new();
-        let mut versions = Vec::new();
-        let mut removed = Vec::new();
-        for (path, version) in changes {
-            match version {
-                Some(version) => {
-                    paths.push((*path).to_owned());
-                    versions.push(serde_json::to_string(version).map_err(|error| self.session_error(error.to_string()))?);
-                }
-                None => removed.push((*path).to_owned()),
-            }
-        }
-        self.sessions(|client| {
-            client.execute_typed(
-                "WITH gone AS (DELETE FROM toolcell_session_reads WHERE session_key = $1 AND path = ANY($4)) \
-                 INSERT INTO toolcell_session_reads (session_key, path, version) \
-                 SELECT $1, path, version FROM unnest($2::text[], $3::text[]) AS changed(path, version) \
-                 ON CONFLICT (session_key, path) DO UPDATE SET version = EXCLUDED.version",
-                &[(&key, Type::TEXT), (&paths, Type::TEXT_ARRAY), (&versions, Type::TEXT_ARRAY), (&removed, Type::TEXT_ARRAY)],
-            )
+        let (paths, versions, removed) = read_columns(changes).map_err(|reason| self.session_error(reason))?;
+        self.sessions(async |client| {
+            client
+                .execute_typed(
+                    &format!("WITH {} SELECT 1", record_reads_at(2)),
+                    &[(&key, Type::TEXT), (&paths, Type::TEXT_ARRAY), (&versions, Type::TEXT_ARRAY), (&removed, Type::TEXT_ARRAY)],
+                )
+                .await
         })?;
         Ok(())
     }
 
     fn undo_lines(&self, key: &str) -> Result<Vec<String>, SessionStoreError> {
-        let rows = self.sessions(|client| {
-            client.query_typed("SELECT line FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq", &[(&key, Type::TEXT)])
+        let rows = self.sessions(async |client| {
+            client.query_typed("SELECT line FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq", &[(&key, Type::TEXT)]).await
         })?;
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
@@ -123,91 +166,167 @@ impl SessionBackend for PostgresStore {
     fn append_undo(&self, key: &str, lines: &[String], blobs: &[(String, Vec<u8>)], keep: usize) -> Result<(), SessionStoreError> {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
         let (names, contents): (Vec<&str>, Vec<&[u8]>) = blobs.iter().map(|(name, content)| (name.as_str(), content.as_slice())).unzip();
-        // One statement: the session's advisory lock first, so that its lines stay in the
-        // order its calls committed whatever host appends; the oldest lines past `keep` go
-        // (as the statement's snapshot sees them: at most one append late), and the blobs only
-        // they name go with them.
-        self.sessions(|client| {
-            client.execute_typed(
-                "WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($1, 1))), \
-                 blobs AS (INSERT INTO toolcell_session_blobs (session_key, name, content) \
-                     SELECT $1, name, content FROM locked, unnest($3::text[], $4::bytea[]) AS kept(name, content) ON CONFLICT DO NOTHING), \
-                 appended AS (INSERT INTO toolcell_session_undo (session_key, line) \
-                     SELECT $1, line FROM locked, unnest($2::text[]) WITH ORDINALITY AS appended(line, place) ORDER BY place), \
-                 cutoff AS (SELECT seq FROM toolcell_session_undo WHERE session_key = $1 ORDER BY seq DESC OFFSET $5 LIMIT 1), \
-                 dropped AS (DELETE FROM toolcell_session_blobs AS blob WHERE blob.session_key = $1 AND blob.name <> ALL($3::text[]) \
-                     AND EXISTS (SELECT 1 FROM toolcell_session_undo AS line, cutoff WHERE line.session_key = $1 \
-                         AND line.seq < cutoff.seq AND strpos(line.line, '\"' || blob.name || '\"') > 0) \
-                     AND NOT EXISTS (SELECT 1 FROM toolcell_session_undo AS line, cutoff WHERE line.session_key = $1 \
-                         AND line.seq >= cutoff.seq AND strpos(line.line, '\"' || blob.name || '\"') > 0) \
-                     AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS added(line) WHERE strpos(added.line, '\"' || blob.name || '\"') > 0)) \
-                 DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq < (SELECT seq FROM cutoff)",
-                &[
-                    (&key, Type::TEXT),
-                    (&lines, Type::TEXT_ARRAY),
-                    (&names, Type::TEXT_ARRAY),
-                    (&contents, Type::BYTEA_ARRAY),
-                    (&(keep - 1), Type::INT8),
-                ],
-            )
+        // One statement (see `APPEND_UNDO`).
+        self.sessions(async |client| {
+            client
+                .execute_typed(
+                    &format!("WITH {APPEND_UNDO}"),
+                    &[
+                        (&key, Type::TEXT),
+                        (&lines, Type::TEXT_ARRAY),
+                        (&names, Type::TEXT_ARRAY),
+                        (&contents, Type::BYTEA_ARRAY),
+                        (&(keep - 1), Type::INT8),
+                    ],
+                )
+                .await
+        })?;
+        Ok(())
+    }
+
+    fn record_call(
+        &self,
+        key: &str,
+        reads: &[(&str, Option<Version>)],
+        lines: &[String],
+        blobs: &[(String, Vec<u8>)],
+        keep: usize,
+    ) -> Result<(), SessionStoreError> {
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        let (names, contents): (Vec<&str>, Vec<&[u8]>) = blobs.iter().map(|(name, content)| (name.as_str(), content.as_slice())).unzip();
+        let (paths, versions, removed) = read_columns(reads).map_err(|reason| self.session_error(reason))?;
+        // One statement, so all or nothing without a transaction's extra round trips.
+        self.sessions(async |client| {
+            client
+                .execute_typed(
+                    &format!("WITH {}, {APPEND_UNDO}", record_reads_at(6)),
+                    &[
+                        (&key, Type::TEXT),
+                        (&lines, Type::TEXT_ARRAY),
+                        (&names, Type::TEXT_ARRAY),
+                        (&contents, Type::BYTEA_ARRAY),
+                        (&(keep - 1), Type::INT8),
+                        (&paths, Type::TEXT_ARRAY),
+                        (&versions, Type::TEXT_ARRAY),
+                        (&removed, Type::TEXT_ARRAY),
+                    ],
+                )
+                .await
         })?;
         Ok(())
     }
 
     fn undo_blob(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>, SessionStoreError> {
-        let row = self.sessions(|client| {
-            client.query_typed_opt(
-                "SELECT content FROM toolcell_session_blobs WHERE session_key = $1 AND name = $2",
-                &[(&key, Type::TEXT), (&name, Type::TEXT)],
-            )
+        let row = self.sessions(async |client| {
+            client
+                .query_typed_opt(
+                    "SELECT content FROM toolcell_session_blobs WHERE session_key = $1 AND name = $2",
+                    &[(&key, Type::TEXT), (&name, Type::TEXT)],
+                )
+                .await
         })?;
         Ok(row.map(|row| row.get(0)))
     }
 
     fn open_mcp(&self, id: &str, principal: Option<&str>, initialization: Option<&str>) -> Result<(), SessionStoreError> {
-        self.sessions(|client| {
-            client.execute_typed(
-                "INSERT INTO toolcell_mcp_sessions AS kept (id, principal, initialization) VALUES ($1, coalesce($2, ''), $3) \
+        self.sessions(async |client| {
+            client
+                .execute_typed(
+                    "INSERT INTO toolcell_mcp_sessions AS kept (id, principal, initialization) VALUES ($1, coalesce($2, ''), $3) \
                  ON CONFLICT (id) DO UPDATE SET principal = coalesce($2, kept.principal), \
                  initialization = coalesce($3, kept.initialization), last_used = clock_timestamp()",
-                &[(&id, Type::TEXT), (&principal, Type::TEXT), (&initialization, Type::TEXT)],
-            )
+                    &[(&id, Type::TEXT), (&principal, Type::TEXT), (&initialization, Type::TEXT)],
+                )
+                .await
+        })?;
+        Ok(())
+    }
+
+    fn open_mcp_within(&self, id: &str, principal: &str, max: usize, idle: Duration) -> Result<bool, SessionStoreError> {
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        self.sessions(async |client| {
+            let transaction = client.transaction().await?;
+            // Alone among this principal's openings on every host: the count cannot go stale
+            // before the insert (each statement sees what committed before it began).
+            transaction.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 2))", &[&principal]).await?;
+            let recorded = transaction
+                .query_opt(
+                    &format!(
+                        "INSERT INTO toolcell_mcp_sessions AS kept (id, principal) SELECT $1, $2 \
+                         WHERE (SELECT count(*) FROM toolcell_mcp_sessions WHERE principal = $2 AND id <> $1 AND {}) < $3 \
+                         ON CONFLICT (id) DO UPDATE SET principal = $2, last_used = clock_timestamp() RETURNING id",
+                        alive(4)
+                    ),
+                    &[&id, &principal, &max, &seconds(idle)],
+                )
+                .await?;
+            if recorded.is_none() {
+                // rmcp kept its `initialize` already, under no principal: not a session.
+                transaction.execute("DELETE FROM toolcell_mcp_sessions WHERE id = $1 AND principal = ''", &[&id]).await?;
+            }
+            transaction.commit().await?;
+            Ok(recorded.is_some())
+        })
+    }
+
+    fn forget_sessions(&self, keys: &[String]) -> Result<(), SessionStoreError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.sessions(async |client| {
+            client
+                .execute_typed(
+                    "WITH reads AS (DELETE FROM toolcell_session_reads WHERE session_key = ANY($1)), \
+                     blobs AS (DELETE FROM toolcell_session_blobs WHERE session_key = ANY($1)) \
+                     DELETE FROM toolcell_session_undo WHERE session_key = ANY($1)",
+                    &[(&keys, Type::TEXT_ARRAY)],
+                )
+                .await
         })?;
         Ok(())
     }
 
     fn use_mcp(&self, id: &str, principal: Option<&str>, idle: Duration) -> Result<Option<McpSession>, SessionStoreError> {
-        let row = self.sessions(|client| match principal {
-            Some(principal) => client.query_typed_opt(
-                &format!(
-                    "UPDATE toolcell_mcp_sessions SET last_used = clock_timestamp() WHERE id = $1 AND principal = $2 AND {} \
+        let row = self.sessions(async |client| match principal {
+            Some(principal) => {
+                client
+                    .query_typed_opt(
+                        &format!(
+                            "UPDATE toolcell_mcp_sessions SET last_used = clock_timestamp() WHERE id = $1 AND principal = $2 AND {} \
                      RETURNING id, principal, initialization",
-                    alive(3)
-                ),
-                &[(&id, Type::TEXT), (&principal, Type::TEXT), (&seconds(idle), Type::FLOAT8)],
-            ),
-            None => client.query_typed_opt(
-                &format!("SELECT id, principal, initialization FROM toolcell_mcp_sessions WHERE id = $1 AND {}", alive(2)),
-                &[(&id, Type::TEXT), (&seconds(idle), Type::FLOAT8)],
-            ),
+                            alive(3)
+                        ),
+                        &[(&id, Type::TEXT), (&principal, Type::TEXT), (&seconds(idle), Type::FLOAT8)],
+                    )
+                    .await
+            }
+            None => {
+                client
+                    .query_typed_opt(
+                        &format!("SELECT id, principal, initialization FROM toolcell_mcp_sessions WHERE id = $1 AND {}", alive(2)),
+                        &[(&id, Type::TEXT), (&seconds(idle), Type::FLOAT8)],
+                    )
+                    .await
+            }
         })?;
         Ok(row.map(|row| McpSession { id: row.get(0), principal: row.get(1), initialization: row.get(2) }))
     }
 
     fn sweep_mcp(&self, busy: &[String], known: &[String], idle: Duration) -> Result<McpSweep, SessionStoreError> {
-        self.sessions(|client| {
-            let mut transaction = client.transaction()?;
+        self.sessions(async |client| {
+            let transaction = client.transaction().await?;
             if !busy.is_empty() {
-                transaction.execute("UPDATE toolcell_mcp_sessions SET last_used = clock_timestamp() WHERE id = ANY($1)", &[&busy])?;
+                transaction.execute("UPDATE toolcell_mcp_sessions SET last_used = clock_timestamp() WHERE id = ANY($1)", &[&busy]).await?;
             }
             let expired = transaction
-                .query(&format!("DELETE FROM toolcell_mcp_sessions WHERE NOT ({}) RETURNING id, principal", alive(1)), &[&seconds(idle)])?;
+                .query(&format!("DELETE FROM toolcell_mcp_sessions WHERE NOT ({}) RETURNING id, principal", alive(1)), &[&seconds(idle)])
+                .await?;
             let alive = if known.is_empty() {
                 Vec::new()
             } else {
-                transaction.query("SELECT id FROM toolcell_mcp_sessions WHERE id = ANY($1)", &[&known])?
+                transaction.query("SELECT id FROM toolcell_mcp_sessions WHERE id = ANY($1)", &[&known]).await?
             };
-            transaction.commit()?;
+            transaction.commit().await?;
             Ok(McpSweep {
                 expired: expired.iter().map(|row| (row.get(0), row.get(1))).collect(),
                 alive: alive.iter().map(|row| row.get(0)).collect(),
@@ -216,7 +335,7 @@ impl SessionBackend for PostgresStore {
     }
 
     fn close_mcp(&self, id: &str) -> Result<(), SessionStoreError> {
-        self.sessions(|client| client.execute_typed("DELETE FROM toolcell_mcp_sessions WHERE id = $1", &[(&id, Type::TEXT)]))?;
+        self.sessions(async |client| client.execute_typed("DELETE FROM toolcell_mcp_sessions WHERE id = $1", &[(&id, Type::TEXT)]).await)?;
         Ok(())
     }
 }

@@ -412,3 +412,6 @@ fn without_the_store_writes_are_refused_and_say_why_while_reads_go_on() {
     let fresh = Session::open_at(&deployment, &a);
     assert!(ok(&fresh.call_at(&b, "read_file", json!({"path": "notes.txt"}))).contains("bye"));
 }
+
+#[path = "serve_cluster/failures.rs"]
+mod failures;

@@ -37,7 +37,8 @@ fn a_lock_refuses_other_owners_writes_at_the_boundary() {
         let outcome = fixture.call_as(&runtime, "s-other", Some("CHAIN-040"), &[], "fs_probe", &json!({"ops": [op]}));
         let error = outcome.result.expect_err("refused");
         assert_eq!(error.kind, ToolErrorKind::Conflict, "{op}: {}", error.message);
-        assert!(error.message.contains("is locked by `CHAIN-039` (session s-CHAIN-039) until"), "{op}: {}", error.message);
+        assert!(error.message.contains("is locked by `CHAIN-039` until"), "{op}: {}", error.message);
+        assert!(!error.message.contains("s-CHAIN-039"), "another session's id is never told: {}", error.message);
         assert_eq!(outcome.denials[0].event.rule, format!("lock:{}", lock.fence));
         assert_eq!(fixture.snapshot(), before, "{op}");
     }

@@ -19,6 +19,12 @@ fn a_store_section_names_the_shared_store() {
     assert_eq!(config.store.as_deref(), Some("postgres://toolcell@db/toolcell"));
     let error = parse(&format!("{}\n[store]\nuri = \"postgres://db\"\n", valid())).expect_err("unknown key");
     assert!(error.to_string().contains("uri"), "{error}");
+    // How long a use of the store waits for the database: the store's default unless set.
+    assert_eq!(config.store_answer_timeout, None);
+    let config = parse(&format!("{}\n[store]\nanswer_timeout = \"1500ms\"\n", valid())).expect("valid");
+    assert_eq!((config.store.as_deref(), config.store_answer_timeout), (None, Some(Duration::from_millis(1500))));
+    let error = parse(&format!("{}\n[store]\nanswer_timeout = \"0s\"\n", valid())).expect_err("too short");
+    assert!(error.to_string().contains("`answer_timeout = \"0s\"` is not a duration between 100ms and 10m"), "{error}");
 }
 
 #[test]

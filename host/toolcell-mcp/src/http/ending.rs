@@ -22,17 +22,40 @@ impl Service {
             // Never called since this process started: end it all the same.
             None => self.hosts.get(&principal.workspace).and_then(|host| host.session(&principal.role, &key).ok()),
         };
-        release(session, key).await;
+        release(session, key.clone()).await;
+        self.forget_state(&key).await;
         self.owners.remove(id);
     }
 
-    /// The MCP session `id` of the principal named `name` ended: release the locks taken in it
-    /// if it was used since this process started, and forget it.
+    /// The MCP session `id` of the principal named `name` ended (an OAuth principal, or one
+    /// reloaded away): release the locks taken in it, on this host or another, in every
+    /// workspace served (its own is not known), and forget it.
     async fn end_named(&self, id: &str, name: &str) {
         let key = format!("{name}:{id}");
         let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
-        release(session, key).await;
+        match session {
+            Some(session) => release(Some(session), key.clone()).await,
+            None => {
+                for host in self.hosts.values() {
+                    let (host, session) = (host.clone(), key.clone());
+                    let released = tokio::task::spawn_blocking(move || host.end_session(&session).map_err(|error| error.to_string())).await;
+                    if let Ok(Err(error)) | Err(error) = released.map_err(|error| error.to_string()) {
+                        let _ =
+                            crate::writeln_stderr(&format!("toolcell serve: the locks of session `{key}` could not be released: {error}"));
+                    }
+                }
+            }
+        }
+        self.forget_state(&key).await;
         self.owners.remove(id);
+    }
+
+    /// With the shared store: remove the read versions and undo history the ended toolcell
+    /// session `key` kept, in every workspace served (nothing reads them again).
+    async fn forget_state(&self, key: &str) {
+        let keys: Vec<String> =
+            self.hosts.values().map(|host| toolcell_state::storage::session_key(key, host.workspace().root())).collect();
+        self.owners.forget_state(keys).await;
     }
 
     /// End the sessions idle, with nothing in flight, for `session_idle`.

@@ -95,18 +95,36 @@ impl Owners {
         }
     }
 
-    /// `principal` created the session `id`, which holds `slot`: recorded for every host.
+    /// Remove what the ended toolcell sessions `keys` kept in the shared store (read versions,
+    /// undo history). Best effort: a session whose end cannot reach the store keeps its rows.
+    pub(crate) async fn forget_state(&self, keys: Vec<String>) {
+        if let Some(shared) = &self.shared {
+            let _ = blocking(&shared.backend, move |backend| backend.forget_sessions(&keys)).await;
+        }
+    }
+
+    /// `principal` created the session `id`, which holds `slot`: recorded for every host,
+    /// unless the principal already has `max` sessions alive over every host (`Ok(false)`:
+    /// nothing is recorded, and the session must not be used).
     ///
     /// # Errors
     ///
     /// [`SessionStoreError`]: the session cannot be kept, and must not be used.
-    pub(crate) async fn claim_anywhere(&self, id: &str, principal: &str, slot: crate::bounds::Slot) -> Result<(), SessionStoreError> {
+    pub(crate) async fn claim_within(
+        &self,
+        id: &str,
+        principal: &str,
+        slot: crate::bounds::Slot,
+        max: usize,
+    ) -> Result<bool, SessionStoreError> {
         if let Some(shared) = &self.shared {
-            let (key, name) = (id.to_owned(), principal.to_owned());
-            blocking(&shared.backend, move |backend| backend.open_mcp(&key, Some(&name), None)).await?;
+            let (key, name, idle) = (id.to_owned(), principal.to_owned(), shared.idle);
+            if !blocking(&shared.backend, move |backend| backend.open_mcp_within(&key, &name, max, idle)).await? {
+                return Ok(false);
+            }
         }
         self.claim(id, principal, slot);
-        Ok(())
+        Ok(true)
     }
 
     /// End the session `id` for every host (its HTTP `DELETE`), before this host does.

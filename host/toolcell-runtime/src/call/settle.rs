@@ -42,7 +42,38 @@ impl Runtime {
         }
         let mut modified: &[String] = &[];
         let mut replaced: Vec<String> = Vec::new();
+        // With a shared store, the call's undo record and read versions are kept while its
+        // journal is still open, in one statement: if the store cannot keep them, the call is
+        // rolled back (the caller told why), never left standing without its record.
+        let mut recorded = false;
+        let journal = match journal {
+            Some(journal) if outcome.result.is_ok() && self.undo.is_shared() => {
+                replaced = transaction.replaced_since(root);
+                match self.record_shared(request, outcome, &transaction, root, &journal, &replaced) {
+                    Ok(()) => {
+                        recorded = true;
+                        Some(journal)
+                    }
+                    Err(reason) => {
+                        outcome.result = Err(ToolError::new(ToolErrorKind::Failed, reason));
+                        replaced.clear();
+                        Some(journal)
+                    }
+                }
+            }
+            journal => journal,
+        };
         match (outcome.result.is_ok(), journal) {
+            (true, Some(journal)) if recorded => {
+                let (_, blob_dir) = journal.commit();
+                if let Some(blob_dir) = blob_dir {
+                    let _ = std::fs::remove_dir_all(blob_dir);
+                }
+                modified = &transaction.modified;
+                if let Ok(skip) = self.never_indexed(request.workspace) {
+                    self.indexes.note_written(request.workspace.root(), root, &skip, modified);
+                }
+            }
             (true, Some(journal)) => {
                 let (mut steps, blob_dir) = journal.commit();
                 // Another host may have replaced a file since this call put it in place: that
@@ -89,7 +120,7 @@ impl Runtime {
             }
             (_, None) => {}
         }
-        if transaction.read_before_write != ReadBeforeWrite::Off {
+        if transaction.read_before_write != ReadBeforeWrite::Off && !recorded {
             // What the agent saw: the files a call that succeeded read (a refused or failed
             // call showed it nothing of them, so retrying it cannot pass as having read), and
             // what it wrote, unless another host replaced it since.
@@ -109,6 +140,42 @@ impl Runtime {
             output.text.push_str("\n\n");
             output.text.push_str(&outcome.warnings.join("\n"));
         }
+    }
+
+    /// Keep, in the shared store, what a call that succeeded leaves its session (its undo record
+    /// and what it read and wrote) while its `journal` is still open; the reason to give the
+    /// caller when the store cannot keep it (the call must then be rolled back).
+    fn record_shared(
+        &self,
+        request: &CallRequest<'_>,
+        outcome: &CallOutcome,
+        transaction: &Transaction,
+        root: &cap_std::fs::Dir,
+        journal: &toolcell_state::journal::Journal,
+        replaced: &[String],
+    ) -> Result<(), String> {
+        // Another host may have replaced a file since this call put it in place: that content
+        // is neither this session's to have read nor its to undo.
+        let steps: Vec<_> = if request.tool == native::UNDO_EDIT {
+            Vec::new()
+        } else {
+            journal.steps().iter().filter(|step| !replaced.contains(&step.path)).cloned().collect()
+        };
+        let reads = if transaction.read_before_write == ReadBeforeWrite::Off {
+            Vec::new()
+        } else {
+            let reads: Vec<_> = transaction.tracked_reads().iter().filter(|(path, _)| !replaced.contains(path)).cloned().collect();
+            let modified: Vec<String> = transaction.modified.iter().filter(|path| !replaced.contains(path)).cloned().collect();
+            toolcell_state::reads::ReadTracker::changes(root, &transaction.seen, &reads, &modified)
+        };
+        self.undo
+            .record_shared_call(request.session_id, request.workspace.root(), root, &outcome.call_id, steps, journal.blob_dir(), &reads)
+            .map_err(|error| match error {
+                toolcell_state::undo::SharedRecordError::Store(error) => {
+                    format!("the call's changes could not be recorded for undo and read-before-write: {}", error.writes_refused())
+                }
+                other => format!("the call's changes could not be recorded for undo ({other})"),
+            })
     }
 
     /// Run the validators of the call's `policy` (the one in force when it started) on every

@@ -19,7 +19,8 @@ impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
         if self.guard.spend_capability("locks").is_err() {
             return Vec::new();
         }
-        workflow.locks().iter().map(lock_info).collect()
+        let own = self.context.session_id.clone();
+        workflow.locks().iter().map(|lock| lock_info(lock, &own)).collect()
     }
 
     fn lock_for_task(
@@ -42,7 +43,8 @@ impl bindings::toolcell::tool::workflow::Host for ContextView<'_> {
             .unwrap_or_default();
         let granted =
             self.settle("lock-for-task", &task, workflow.lock_for_task(&self.caller(), &task, &patterns, ttl_seconds, &pending))?;
-        Ok(granted.map(|locks| locks.iter().map(lock_info).collect()))
+        let own = self.context.session_id.clone();
+        Ok(granted.map(|locks| locks.iter().map(|lock| lock_info(lock, &own)).collect()))
     }
 
     fn release_task(&mut self, task: String) -> wasmtime::Result<Result<u32, WitError>> {
@@ -127,8 +129,16 @@ impl ContextView<'_> {
     }
 }
 
-fn lock_info(lock: &toolcell_locks::Lock) -> bindings::toolcell::tool::workflow::LockInfo {
-    let toolcell_state::workflow::LockInfo { pattern, owner, session, mode, expires } = lock.into();
+/// A lock as the session `own` sees it: another session's id (which lets whoever knows it act
+/// in that session, over MCP) is never told; a task's session (`task:...`) names no secret.
+fn lock_info(lock: &toolcell_locks::Lock, own: &str) -> bindings::toolcell::tool::workflow::LockInfo {
+    let toolcell_state::workflow::LockInfo { pattern, mut owner, mut session, mode, expires } = lock.into();
+    if session != own && !session.starts_with("task:") {
+        if owner == session {
+            "another session".clone_into(&mut owner);
+        }
+        "another session".clone_into(&mut session);
+    }
     bindings::toolcell::tool::workflow::LockInfo { pattern, owner, session, mode, expires }
 }
 

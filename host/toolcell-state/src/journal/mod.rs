@@ -495,6 +495,16 @@ impl Journal {
         Ok(count)
     }
 
+    /// The steps saved so far, oldest first.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// The directory of the blobs the call saved, if it saved any.
+    pub fn blob_dir(&self) -> Option<&Path> {
+        (self.blobs > 0).then_some(self.blob_dir.as_path())
+    }
+
     /// Keep the call's changes: end its journal (so that a crash from here on leaves nothing
     /// of it to replay). Returns the steps and the blob directory, if the call saved blobs,
     /// which the caller removes when it has taken what it wants from it.

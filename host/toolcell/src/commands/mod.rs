@@ -218,7 +218,7 @@ fn build_runtime_watching(
         builder = builder.index_freshness(toolcell_runtime::IndexFreshness::Walk);
     }
     if let Some(url) = store_url(args) {
-        let store = toolcell_store_postgres::PostgresStore::connect(&url)?;
+        let store = connect_store(args, &url)?;
         if let Some(log) = store_log {
             watch_store(&store, Arc::clone(log));
         }
@@ -374,4 +374,15 @@ fn state_dir(args: &RuntimeArgs) -> Option<PathBuf> {
 /// The shared store's connection string (`--store`).
 fn store_url(args: &RuntimeArgs) -> Option<String> {
     args.store.clone().filter(|url| !url.is_empty())
+}
+
+/// The store at `url`, each use waiting for the database as long as `args` says.
+fn connect_store(
+    args: &RuntimeArgs,
+    url: &str,
+) -> Result<Arc<toolcell_store_postgres::PostgresStore>, toolcell_store_postgres::StoreError> {
+    toolcell_store_postgres::PostgresStore::connect_with(
+        url,
+        args.store_answer_timeout.unwrap_or(toolcell_store_postgres::DEFAULT_ANSWER_TIMEOUT),
+    )
 }

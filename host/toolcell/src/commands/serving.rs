@@ -163,7 +163,11 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     let with_store;
     let args = match (&config.store, store_url(args)) {
         (Some(url), None) => {
-            with_store = RuntimeArgs { store: Some(url.clone()), ..args.clone() };
+            with_store = RuntimeArgs { store: Some(url.clone()), store_answer_timeout: config.store_answer_timeout, ..args.clone() };
+            &with_store
+        }
+        (_, Some(_)) if config.store_answer_timeout.is_some() => {
+            with_store = RuntimeArgs { store_answer_timeout: config.store_answer_timeout, ..args.clone() };
             &with_store
         }
         _ => args,
@@ -219,7 +223,7 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     // With a store, any host of the deployment serves any session (its own connection: a
     // session check does not wait behind the calls' lock and audit work).
     let service = match store_url(args) {
-        Some(url) => service.with_shared_sessions(toolcell_store_postgres::PostgresStore::connect(&url)?),
+        Some(url) => service.with_shared_sessions(connect_store(args, &url)?),
         None => service,
     };
     let executor = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
@@ -326,7 +330,8 @@ async fn stopped(stop: &tokio_util::sync::CancellationToken) {
 fn readiness(args: &RuntimeArgs) -> Box<dyn Fn() -> Result<(), String> + Send + Sync> {
     match store_url(args) {
         Some(url) => {
-            let store = toolcell_store_postgres::PostgresStore::open(&url).ok();
+            let answer_timeout = args.store_answer_timeout.unwrap_or(toolcell_store_postgres::DEFAULT_ANSWER_TIMEOUT);
+            let store = toolcell_store_postgres::PostgresStore::open_with(&url, answer_timeout).ok();
             Box::new(move || match &store {
                 Some(store) => store.schema_version().map(|_| ()).map_err(|_| "the store cannot be reached".to_owned()),
                 None => Err("the store's URL does not parse".to_owned()),
