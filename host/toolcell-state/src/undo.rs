@@ -176,6 +176,10 @@ impl UndoStore {
     /// # Errors
     ///
     /// [`crate::SessionStoreError`] (nothing is kept), or an I/O error reading a blob.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the call's session and files, its journal's steps and blobs, and its reads: all of what one record holds"
+    )]
     pub fn record_shared_call(
         &self,
         session: &str,

@@ -87,8 +87,11 @@ fn record_reads_at(first: usize) -> String {
         .replace("REMOVED", &format!("${}", first + 2))
 }
 
-/// A call's read versions in the text form the table keeps: (paths, versions, removed paths).
-fn read_columns(changes: &[(&str, Option<Version>)]) -> Result<(Vec<String>, Vec<String>, Vec<String>), String> {
+/// Read versions as the statement's parameters: paths, their versions, removed paths.
+type ReadColumns = (Vec<String>, Vec<String>, Vec<String>);
+
+/// A call's read versions in the text form the table keeps.
+fn read_columns(changes: &[(&str, Option<Version>)]) -> Result<ReadColumns, String> {
     let mut paths = Vec::new();
     let mut versions = Vec::new();
     let mut removed = Vec::new();

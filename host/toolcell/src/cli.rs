@@ -52,11 +52,6 @@ pub struct RuntimeArgs {
     #[arg(long, global = true, value_name = "URL")]
     pub store: Option<String>,
 
-    /// How long a use of the store waits for the database (`[store] answer_timeout` of
-    /// `serve`'s service.toml; `None`: the store's default).
-    #[arg(skip)]
-    pub store_answer_timeout: Option<std::time::Duration>,
-
     /// Resolve NAME to ADDRESS for components' outbound HTTP requests, as curl's `--resolve`
     /// does (repeatable; other names go to the system's resolver). The address is still
     /// checked against the role's network rules.

@@ -55,7 +55,6 @@ pub(super) fn policy_check(args: &RuntimeArgs, file: &std::path::Path) -> anyhow
         no_cache: args.no_cache,
         verbose: args.verbose,
         store: None,
-        store_answer_timeout: None,
         resolve: args.resolve.clone(),
     };
     let runtime = match build_runtime(&checked) {

@@ -218,7 +218,7 @@ fn build_runtime_watching(
         builder = builder.index_freshness(toolcell_runtime::IndexFreshness::Walk);
     }
     if let Some(url) = store_url(args) {
-        let store = connect_store(args, &url)?;
+        let store = connect_store(&url)?;
         if let Some(log) = store_log {
             watch_store(&store, Arc::clone(log));
         }
@@ -376,13 +376,12 @@ fn store_url(args: &RuntimeArgs) -> Option<String> {
     args.store.clone().filter(|url| !url.is_empty())
 }
 
-/// The store at `url`, each use waiting for the database as long as `args` says.
-fn connect_store(
-    args: &RuntimeArgs,
-    url: &str,
-) -> Result<Arc<toolcell_store_postgres::PostgresStore>, toolcell_store_postgres::StoreError> {
-    toolcell_store_postgres::PostgresStore::connect_with(
-        url,
-        args.store_answer_timeout.unwrap_or(toolcell_store_postgres::DEFAULT_ANSWER_TIMEOUT),
-    )
+/// How long a use of the store waits for the database: `[store] answer_timeout` of `serve`'s
+/// service.toml, set once before `serve` opens a store (else the store's default).
+static STORE_ANSWER_TIMEOUT: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+
+/// The store at `url`, each use waiting for the database at most [`STORE_ANSWER_TIMEOUT`].
+fn connect_store(url: &str) -> Result<Arc<toolcell_store_postgres::PostgresStore>, toolcell_store_postgres::StoreError> {
+    let answer_timeout = STORE_ANSWER_TIMEOUT.get().copied().unwrap_or(toolcell_store_postgres::DEFAULT_ANSWER_TIMEOUT);
+    toolcell_store_postgres::PostgresStore::connect_with(url, answer_timeout)
 }

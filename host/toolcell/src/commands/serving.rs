@@ -163,15 +163,15 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     let with_store;
     let args = match (&config.store, store_url(args)) {
         (Some(url), None) => {
-            with_store = RuntimeArgs { store: Some(url.clone()), store_answer_timeout: config.store_answer_timeout, ..args.clone() };
-            &with_store
-        }
-        (_, Some(_)) if config.store_answer_timeout.is_some() => {
-            with_store = RuntimeArgs { store_answer_timeout: config.store_answer_timeout, ..args.clone() };
+            with_store = RuntimeArgs { store: Some(url.clone()), ..args.clone() };
             &with_store
         }
         _ => args,
     };
+    if let Some(answer_timeout) = config.store_answer_timeout {
+        // `serve` runs once per process: every store it opens waits this long.
+        let _ = STORE_ANSWER_TIMEOUT.set(answer_timeout);
+    }
     let json_logs = serve.log_format == "json";
     let subscriber = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(false);
     // rmcp's own lines only from warnings up: at info it names session ids (which a caller
@@ -223,7 +223,7 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     // With a store, any host of the deployment serves any session (its own connection: a
     // session check does not wait behind the calls' lock and audit work).
     let service = match store_url(args) {
-        Some(url) => service.with_shared_sessions(connect_store(args, &url)?),
+        Some(url) => service.with_shared_sessions(connect_store(&url)?),
         None => service,
     };
     let executor = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
@@ -330,7 +330,7 @@ async fn stopped(stop: &tokio_util::sync::CancellationToken) {
 fn readiness(args: &RuntimeArgs) -> Box<dyn Fn() -> Result<(), String> + Send + Sync> {
     match store_url(args) {
         Some(url) => {
-            let answer_timeout = args.store_answer_timeout.unwrap_or(toolcell_store_postgres::DEFAULT_ANSWER_TIMEOUT);
+            let answer_timeout = STORE_ANSWER_TIMEOUT.get().copied().unwrap_or(toolcell_store_postgres::DEFAULT_ANSWER_TIMEOUT);
             let store = toolcell_store_postgres::PostgresStore::open_with(&url, answer_timeout).ok();
             Box::new(move || match &store {
                 Some(store) => store.schema_version().map(|_| ()).map_err(|_| "the store cannot be reached".to_owned()),

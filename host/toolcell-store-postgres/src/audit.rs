@@ -1,0 +1,58 @@
+//! The audit trail on PostgreSQL (`toolcell_audit`): one table and one hash chain for the
+//! deployment, each append sealed after the table's last record under an advisory lock.
+
+use toolcell_audit::{Link, Record, seal};
+use toolcell_state::AuditBackend;
+
+use crate::PostgresStore;
+
+/// The advisory lock that orders audit appends across hosts.
+const AUDIT_LOCK: i64 = 0x7463_6175_6469_7401;
+
+impl AuditBackend for PostgresStore {
+    fn append(&self, records: &[Record]) -> std::io::Result<Link> {
+        self.with_client(async |client| {
+            let transaction = client.transaction().await?;
+            // One appender at a time across every host: the chain cannot fork.
+            transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&AUDIT_LOCK]).await?;
+            let last = transaction.query_opt("SELECT seq, hash FROM toolcell_audit ORDER BY seq DESC LIMIT 1", &[]).await?;
+            let mut link =
+                last.map_or(Link::GENESIS, |row| Link { seq: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0), hash: row.get(1) });
+            let statement = transaction.prepare("INSERT INTO toolcell_audit (seq, hash, line) VALUES ($1, $2, $3)").await?;
+            for record in records {
+                let (line, next) = seal(record, &link);
+                transaction.execute(&statement, &[&i64::try_from(next.seq).unwrap_or(i64::MAX), &next.hash, &line]).await?;
+                link = next;
+            }
+            transaction.commit().await?;
+            Ok(link)
+        })
+        .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be written: {reason}", self.name)))
+    }
+
+    fn read_from(&self, position: u64) -> std::io::Result<(String, u64)> {
+        let after = i64::try_from(position).unwrap_or(i64::MAX);
+        let rows = self
+            .with_client(async |client| client.query("SELECT seq, line FROM toolcell_audit WHERE seq > $1 ORDER BY seq", &[&after]).await)
+            .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be read: {reason}", self.name)))?;
+        let mut text = String::new();
+        let mut end = position;
+        for row in &rows {
+            text.push_str(row.get::<_, &str>(1));
+            text.push('\n');
+            end = u64::try_from(row.get::<_, i64>(0)).unwrap_or(end);
+        }
+        Ok((text, end))
+    }
+
+    fn head(&self) -> std::io::Result<Option<Link>> {
+        let row = self
+            .with_client(async |client| client.query_opt("SELECT seq, hash FROM toolcell_audit ORDER BY seq DESC LIMIT 1", &[]).await)
+            .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be read: {reason}", self.name)))?;
+        Ok(row.map(|row| Link { seq: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0), hash: row.get(1) }))
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
