@@ -238,8 +238,10 @@ impl JournalFile {
     ///
     /// # Errors
     ///
-    /// Whatever drawing the file's random name fails with.
+    /// Whatever creating the journal directory (private) or drawing the file's random name
+    /// fails with.
     pub fn create(journals: &Path, key: JournalKey) -> std::io::Result<Arc<JournalFile>> {
+        crate::storage::create_private_dirs(journals)?;
         let mut nonce = [0u8; 8];
         rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty())?;
         let stem = format!("{}-{}", std::process::id(), crate::storage::hex(&nonce));
@@ -258,7 +260,6 @@ impl JournalFile {
     /// without it).
     fn open(&self, stem: &str) -> std::io::Result<File> {
         let journals = self.path.parent().unwrap_or(Path::new("."));
-        crate::storage::create_private_dirs(journals)?;
         let file = crate::storage::private_file().create_new(true).read(true).append(true).open(&self.path)?;
         // Recovery in another process takes an unlocked journal file for a dead runtime's;
         // this one is empty until locked, so that recovery would find nothing to undo in it.
