@@ -8,7 +8,8 @@
 //! - the same call with every filesystem call guarded by the default policy;
 //! - the same, also writing the audit trail;
 //!
-//! and `write_file` of the same 4 KiB, to show what making each call a transaction costs
+//! and `list_files` of a directory of 100 files (native `read_dir`, unguarded, guarded, audited:
+//! what the guard adds per entry), and `write_file` of the same 4 KiB, to show what making each call a transaction costs
 //! against a plain write: native `std::fs::write`; through the host unguarded (the component's
 //! write, no journal); and governed, where the prior content is journaled (copied and synced)
 //! and the new content lands through a synced temporary file renamed into place; and the same
@@ -22,6 +23,9 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use toolcell_runtime::{CallRequest, RuntimeBuilder, Workspace};
+
+/// The entries of the directory `list_files` lists.
+const LISTED: usize = 100;
 
 struct Stats {
     p50: Duration,
@@ -123,6 +127,24 @@ fn main() {
         &write_request,
     );
 
+    // list_files of a directory of LISTED entries: what the guard adds per entry (its listing,
+    // each entry judged), against wasmtime-wasi's own listing and a native read_dir.
+    std::fs::create_dir(root.join("list")).expect("create the listed directory");
+    for number in 0..LISTED {
+        std::fs::write(root.join(format!("list/file-{number:03}.txt")), "x\n").expect("write file");
+    }
+    let list_request = CallRequest { tool: "list_files", args: r#"{"path": "list"}"#, ..request };
+    let native_list = native_only(&mut || {
+        let mut names: Vec<_> =
+            std::fs::read_dir(root.join("list")).expect("read_dir").map(|entry| entry.expect("entry").file_name()).collect();
+        names.sort_unstable();
+        assert_eq!(names.len(), LISTED);
+    });
+    let list_baseline = measure_call("unguarded", builder().without_filesystem_guard(), &list_request);
+    let list_governed = measure_call("governed", builder().policy("policies/default.toml", policy), &list_request);
+    let list_audited =
+        measure_call("audited", builder().policy("policies/default.toml", policy).audit_dir(temp.path().join("list-state")), &list_request);
+
     let mut out = std::io::stderr().lock();
     let _ = writeln!(out, "read_file on a 4 KiB file, fresh instance per call, {iterations} iterations each");
     let _ = writeln!(out, "{:<48} {:>10} {:>10} {:>10}", "", "p50", "p99", "mean");
@@ -172,6 +194,27 @@ fn main() {
             out,
             "transaction / plain write at p50: {:.2}x (journal, synced temporary file, rename)",
             micros(write_governed.p50) / micros(write_baseline.p50)
+        );
+    }
+
+    let _ = writeln!(out);
+    let _ = writeln!(out, "list_files of {LISTED} entries, {iterations} iterations each");
+    let _ = writeln!(out, "{:<48} {:>10} {:>10} {:>10}", "", "p50", "p99", "mean");
+    for (name, stats) in [
+        ("native std::fs::read_dir, sorted", &native_list),
+        ("toolcell, filesystem unguarded (baseline)", &list_baseline),
+        ("toolcell, guarded by the default policy", &list_governed),
+        ("toolcell, guarded, with the audit trail", &list_audited),
+    ] {
+        let _ = writeln!(out, "{name:<48} {:>8.1}µs {:>8.1}µs {:>8.1}µs", micros(stats.p50), micros(stats.p99), micros(stats.mean));
+    }
+    if list_baseline.p50 > Duration::ZERO && list_governed.p50 > Duration::ZERO && baseline.p50 > Duration::ZERO {
+        let _ = writeln!(
+            out,
+            "guard / unguarded at p50: {:.2}x; per entry over read_file: {:.2}µs unguarded, {:.2}µs guarded",
+            micros(list_governed.p50) / micros(list_baseline.p50),
+            (micros(list_baseline.p50) - micros(baseline.p50)) / LISTED as f64,
+            (micros(list_governed.p50) - micros(governed.p50)) / LISTED as f64,
         );
     }
 }

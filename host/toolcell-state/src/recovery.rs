@@ -197,7 +197,7 @@ fn recover_file(
     if open.is_empty() {
         // Every call in it ended (a runtime that exited without dropping its journal): nothing
         // in it is to be replayed, whoever lists it.
-        if ledger::update(journals, key, |entries| entries.retain(|entry| entry.stem != stem)).is_ok() {
+        if ledger::update(journals, key, ledger::Sync::Directory, |entries| entries.retain(|entry| entry.stem != stem)).is_ok() {
             let _ = std::fs::remove_file(path);
             let _ = std::fs::remove_dir_all(&blobs);
         }
@@ -250,7 +250,7 @@ fn recover_file(
     if kept.is_empty() {
         // Out of the ledger first: a crash in between leaves a file that is reported, never
         // one replayed again.
-        if ledger::update(journals, key, |entries| entries.retain(|entry| entry.stem != stem)).is_ok() {
+        if ledger::update(journals, key, ledger::Sync::Directory, |entries| entries.retain(|entry| entry.stem != stem)).is_ok() {
             let _ = std::fs::remove_file(path);
             let _ = std::fs::remove_dir_all(&blobs);
         }
@@ -299,7 +299,7 @@ fn keep(journals: &Path, path: &Path, stem: &str, key: &JournalKey, kept: Vec<(H
         let _ = std::fs::remove_file(&new_path);
         return;
     }
-    let swapped = ledger::update(journals, key, |entries| {
+    let swapped = ledger::update(journals, key, ledger::Sync::Directory, |entries| {
         entries.retain(|entry| entry.stem != stem);
         entries.push(entry);
     });

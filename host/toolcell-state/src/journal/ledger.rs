@@ -98,9 +98,21 @@ pub(crate) fn read(journals: &Path, key: &JournalKey) -> Ledger {
     }
 }
 
+/// How far [`update`] syncs the ledger before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sync {
+    /// The new content only, so that the ledger is never found torn (one that does not
+    /// verify stops writes); its rename reaches the disk with the next sync of the journal
+    /// directory. A runtime enters its file so (its journal's first sync, before any line is
+    /// relied on, syncs that directory), and takes it out so on exit.
+    File,
+    /// The content and the rename: recovery, which removes or replaces files the ledger lists.
+    Directory,
+}
+
 /// Change the ledger under its lock: `change` gets the files it lists (none if it is missing
 /// or does not verify; it is then written anew) and edits them.
-pub(crate) fn update(journals: &Path, key: &JournalKey, change: impl FnOnce(&mut Vec<Entry>)) -> std::io::Result<()> {
+pub(crate) fn update(journals: &Path, key: &JournalKey, sync: Sync, change: impl FnOnce(&mut Vec<Entry>)) -> std::io::Result<()> {
     crate::storage::create_private_dirs(journals)?;
     let lock = crate::storage::private_file().read(true).write(true).create(true).truncate(false).open(journals.join(LEDGER_LOCK))?;
     lock.lock()?;
@@ -125,9 +137,9 @@ pub(crate) fn update(journals: &Path, key: &JournalKey, change: impl FnOnce(&mut
         .create(true)
         .truncate(true)
         .open(&temporary)
-        .and_then(|mut file| file.write_all(&bytes).and_then(|()| file.sync_all()))
+        .and_then(|mut file| file.write_all(&bytes).and_then(|()| file.sync_data()))
         .and_then(|()| std::fs::rename(&temporary, journals.join(LEDGER)))
-        .and_then(|()| File::open(journals)?.sync_all());
+        .and_then(|()| if sync == Sync::Directory { File::open(journals)?.sync_all() } else { Ok(()) });
     if written.is_err() {
         let _ = std::fs::remove_file(&temporary);
     }

@@ -2,7 +2,9 @@
 //! before the mutation happens, so that the call can be undone byte for byte.
 //!
 //! Each runtime appends the journals of all its calls to one file of its own,
-//! `journal/<pid>-<nonce>.jsonl` in the state directory, which it holds locked while it runs:
+//! `journal/<pid>-<nonce>.jsonl` in the state directory, which it holds locked while it runs.
+//! The file is made, and entered in the [`ledger`], when the runtime's first call begins to
+//! change something: a runtime that only reads never touches the journal directory. A file holds
 //! a call's first line (its workspace and session), one line per mutated path in order, and a
 //! last line when it committed or was rolled back. Only a file too big to keep in its line
 //! goes to a file of its own, under `journal/<pid>-<nonce>.blobs/<call-id>/`. So starting,
@@ -206,8 +208,8 @@ fn line_mac(key: &JournalKey, chain: &Chain, json: &[u8]) -> LineMac {
 /// The journal file as its writers share it.
 #[derive(Debug)]
 struct OpenJournal {
-    /// Append-only, locked while the [`JournalFile`] lives.
-    file: File,
+    /// Append-only, locked while the [`JournalFile`] lives; made when the first call begins.
+    file: Option<File>,
     /// Calls that began and have not ended in it.
     open_calls: usize,
     /// The chain its next line continues.
@@ -217,6 +219,7 @@ struct OpenJournal {
 /// The journal file of one runtime, shared by its calls.
 #[derive(Debug)]
 pub struct JournalFile {
+    /// `<stem>.jsonl` in the journal directory.
     path: PathBuf,
     /// `<stem>.blobs`: one directory per call that saved blobs.
     blobs: PathBuf,
@@ -229,41 +232,59 @@ pub struct JournalFile {
 }
 
 impl JournalFile {
-    /// Create this runtime's journal file in `journals`, locked, its lines authenticated with
-    /// `key`.
+    /// This runtime's journal file in `journals`, its lines authenticated with `key`. Nothing is
+    /// written yet: the file is made, locked and entered in the ledger when the first call
+    /// begins ([`Journal::begin`]), so a runtime that only reads costs no file and no sync.
     ///
     /// # Errors
     ///
-    /// Whatever creating the journal directory or the file fails with.
+    /// Whatever creating the journal directory (private) or drawing the file's random name
+    /// fails with.
     pub fn create(journals: &Path, key: JournalKey) -> std::io::Result<Arc<JournalFile>> {
         crate::storage::create_private_dirs(journals)?;
         let mut nonce = [0u8; 8];
         rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty())?;
         let stem = format!("{}-{}", std::process::id(), crate::storage::hex(&nonce));
-        let path = journals.join(format!("{stem}.{JOURNAL_EXTENSION}"));
-        let file = crate::storage::private_file().create_new(true).read(true).append(true).open(&path)?;
-        // Recovery in another process takes an unlocked journal file for a dead runtime's;
-        // this one is empty until locked, so that recovery would find nothing to undo in it.
-        file.lock()?;
-        // Only a file the ledger lists is ever replayed.
-        let entry = ledger::Entry::of(&stem, &file)?;
-        if let Err(error) = ledger::update(journals, &key, |open| open.push(entry)) {
-            let _ = std::fs::remove_file(&path);
-            return Err(error);
-        }
         Ok(Arc::new(JournalFile {
-            path,
+            path: journals.join(format!("{stem}.{JOURNAL_EXTENSION}")),
             blobs: journals.join(format!("{stem}.{BLOBS_EXTENSION}")),
-            file: Mutex::new(OpenJournal { file, open_calls: 0, chain: Chain::new(&stem) }),
+            file: Mutex::new(OpenJournal { file: None, open_calls: 0, chain: Chain::new(&stem) }),
             listed: AtomicBool::new(false),
             key,
         }))
     }
 
+    /// Make the file, lock it and enter it in the ledger. The ledger's new directory entry is
+    /// synced with the file's own, by the first [`sync`](Self::sync): that is before any line
+    /// of it is relied on (a call that never syncs its journal is one a crash leaves whole
+    /// without it).
+    fn open(&self, stem: &str) -> std::io::Result<File> {
+        let journals = self.path.parent().unwrap_or(Path::new("."));
+        let file = crate::storage::private_file().create_new(true).read(true).append(true).open(&self.path)?;
+        // Recovery in another process takes an unlocked journal file for a dead runtime's;
+        // this one is empty until locked, so that recovery would find nothing to undo in it.
+        file.lock()?;
+        // Only a file the ledger lists is ever replayed.
+        let entered = ledger::Entry::of(stem, &file)
+            .and_then(|entry| ledger::update(journals, &self.key, ledger::Sync::File, |open| open.push(entry)));
+        if let Err(error) = entered {
+            let _ = std::fs::remove_file(&self.path);
+            return Err(error);
+        }
+        Ok(file)
+    }
+
     fn append(&self, line: &Line, opens: bool) -> std::io::Result<()> {
         let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (bytes, tag) = line.encode(&self.key, &file.chain)?;
-        file.file.write_all(&bytes)?;
+        let open = match &mut file.file {
+            Some(open) => open,
+            None => {
+                let stem = file.chain.stem.clone();
+                file.file.insert(self.open(&stem)?)
+            }
+        };
+        open.write_all(&bytes)?;
         file.chain.previous_is(tag);
         if opens {
             file.open_calls += 1;
@@ -277,20 +298,26 @@ impl JournalFile {
         let Ok((bytes, tag)) = (Line::End { call: call.to_owned() }).encode(&self.key, &file.chain) else {
             return;
         };
+        let file = &mut *file;
+        let Some(open) = file.file.as_mut() else {
+            return;
+        };
         // Best effort, as the commit it records: the call's changes stand either way; without
         // this line a crash before the file is emptied would roll the call back at restart.
-        if file.file.write_all(&bytes).is_ok() {
+        if open.write_all(&bytes).is_ok() {
             file.chain.previous_is(tag);
         }
         file.open_calls = file.open_calls.saturating_sub(1);
-        if file.open_calls == 0 && file.file.metadata().is_ok_and(|metadata| metadata.len() > COMPACT_BYTES) && file.file.set_len(0).is_ok()
-        {
+        if file.open_calls == 0 && open.metadata().is_ok_and(|metadata| metadata.len() > COMPACT_BYTES) && open.set_len(0).is_ok() {
             file.chain.previous = None;
         }
     }
 
     fn sync(&self) -> std::io::Result<()> {
-        self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner).file.sync_data()?;
+        if let Some(file) = &self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner).file {
+            file.sync_data()?;
+        }
+        // The file's directory entry, and the ledger's rename that entered it (same directory).
         if !self.listed.load(Ordering::Acquire) {
             if let Some(journals) = self.path.parent() {
                 File::open(journals)?.sync_all()?;
@@ -304,13 +331,19 @@ impl JournalFile {
 impl Drop for JournalFile {
     fn drop(&mut self) {
         // Every call has ended (the runtime is gone): nothing in it is to be replayed.
-        let (open, stem) = self.file.get_mut().map_or((1, String::new()), |file| (file.open_calls, file.chain.stem.clone()));
-        if open == 0 {
+        let Ok(file) = self.file.get_mut() else {
+            return;
+        };
+        // A runtime whose calls never changed anything made no file.
+        if file.open_calls == 0 && file.file.is_some() {
+            let stem = file.chain.stem.clone();
             let _ = std::fs::remove_file(&self.path);
             let _ = std::fs::remove_dir_all(&self.blobs);
-            // A copy of the file put back later is not replayed.
+            // A copy of the file put back later is not replayed. Not synced to the directory: a
+            // power loss that loses this rename leaves the entry of a file whose calls all ended
+            // (nothing to replay), or of one removed (only that very inode would be replayed).
             if let Some(journals) = self.path.parent() {
-                let _ = ledger::update(journals, &self.key, |entries| entries.retain(|entry| entry.stem != stem));
+                let _ = ledger::update(journals, &self.key, ledger::Sync::File, |entries| entries.retain(|entry| entry.stem != stem));
             }
         }
     }

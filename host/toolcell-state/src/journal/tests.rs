@@ -277,11 +277,68 @@ fn a_ledger_that_does_not_verify_is_set_aside_and_its_journals_stop_writes() {
     let ledger = journals.join("ledger");
     let text = std::fs::read_to_string(&ledger).expect("ledger");
     std::fs::write(&ledger, text.replace("\"open\"", "\"open\" ")).expect("forge");
-    drop(JournalFile::create(&journals, KEY).expect("a new runtime"));
+    let next = JournalFile::create(&journals, KEY).expect("a new runtime");
+    let _ = Journal::begin(&next, "c-next", "s", &workspace, true).expect("its first call").commit();
+    drop(next);
     assert!(journals.join("ledger.unverified").exists());
     let refused = recover(&journals, &KEY, &workspace);
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0].kind, crate::RecoveryKind::Unverified, "{refused:?}");
     assert_eq!(std::fs::read_to_string(workspace.join("a.txt")).expect("read"), "half-writ", "nothing replayed");
     assert!(path.exists());
+}
+
+#[test]
+fn a_runtime_that_only_reads_makes_no_journal_file_and_leaves_the_ledger_alone() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let journals = temp.path().join("journal");
+    let workspace = temp.path().join("ws");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::write(workspace.join("a.txt"), "original").expect("write");
+    let path = dead_journal(&journals, &workspace, KEY);
+    let ledger = std::fs::read(journals.join("ledger")).expect("the dead runtime's ledger");
+    let reader = JournalFile::create(&journals, KEY).expect("journal file");
+    assert!(!reader.path.exists(), "made before any call began");
+    drop(reader);
+    assert_eq!(journal_files(&journals), vec![path], "only the dead runtime's file");
+    assert_eq!(std::fs::read(journals.join("ledger")).expect("ledger"), ledger, "rewritten by a runtime that wrote nothing");
+}
+
+#[test]
+fn a_runtime_killed_in_its_first_call_right_after_the_file_was_entered_is_rolled_back_whole() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let journals = temp.path().join("journal");
+    let workspace = temp.path().join("ws");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    for name in ["a.txt", "b.txt"] {
+        std::fs::write(workspace.join(name), "original").expect("write");
+    }
+    let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
+    // The boundary the lazy file adds: the first call's `begin` makes the file and enters it in
+    // the ledger; the process dies after its first synced step and change, before the second.
+    let file = JournalFile::create(&journals, KEY).expect("journal file");
+    let mut first = Journal::begin(&file, "c-first", "s", &workspace, true).expect("begin");
+    assert!(matches!(ledger::read(&journals, &KEY), ledger::Ledger::Verified(ref open) if open.len() == 1), "entered at begin");
+    first.preserve(&root, "a.txt").expect("preserve");
+    first.make_durable().expect("sync");
+    std::fs::write(workspace.join("a.txt"), "half-writ").expect("write");
+    first.preserve(&root, "b.txt").expect("preserve");
+    let path = file.path.clone();
+    drop(first);
+    drop(file);
+    assert!(path.exists());
+    let recovered = recover(&journals, &KEY, &workspace);
+    assert_eq!((recovered.len(), recovered[0].error.as_deref(), recovered[0].steps), (1, None, 2), "{recovered:?}");
+    for name in ["a.txt", "b.txt"] {
+        assert_eq!(std::fs::read_to_string(workspace.join(name)).expect("read"), "original", "{name}");
+    }
+    assert!(!path.exists());
+    assert!(matches!(ledger::read(&journals, &KEY), ledger::Ledger::Verified(ref open) if open.is_empty()));
+
+    // Died between making the file and entering it: an empty file nobody lists, removed.
+    let orphan = journals.join(format!("1-0000000000000000.{JOURNAL_EXTENSION}"));
+    std::fs::write(&orphan, "").expect("an empty journal file");
+    assert!(recover(&journals, &KEY, &workspace).is_empty());
+    assert!(!orphan.exists());
+    assert!(std::fs::read_to_string(workspace.join("a.txt")).is_ok_and(|content| content == "original"));
 }
