@@ -14,9 +14,10 @@ use crate::reads::Version;
 
 /// The shared store could not be used.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("the session store {store} cannot be used ({reason})")]
+#[error("the shared session store{} cannot be used ({reason})", if store.is_empty() { String::new() } else { format!(" ({store})") })]
 pub struct SessionStoreError {
-    /// The store, as it names itself (no password).
+    /// What kind of store it is, as clients may be told (no host, path, user or database:
+    /// those are for the operator's log).
     pub store: String,
     /// What went wrong.
     pub reason: String,

@@ -8,7 +8,7 @@
 //! instead of holding the caller, and the connection is dropped as broken (its socket closed,
 //! so a transaction it had open rolls back).
 
-use std::sync::PoisonError;
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, NoTls};
@@ -36,6 +36,59 @@ impl Drop for Connection {
     }
 }
 
+/// The store's one connection, used by one caller at a time; a caller waits for it at most
+/// its deadline (a `std` mutex alone would queue callers for as long as a hung database holds
+/// the one using it).
+#[derive(Default)]
+pub(crate) struct Slot {
+    /// Whether a caller has the connection.
+    busy: Mutex<bool>,
+    /// Told when the caller that had it is done.
+    freed: Condvar,
+    connection: Mutex<Option<Connection>>,
+}
+
+/// The connection, had by one caller until dropped.
+pub(crate) struct Held<'a> {
+    slot: &'a Slot,
+    connection: std::sync::MutexGuard<'a, Option<Connection>>,
+}
+
+impl Slot {
+    /// The connection, once no other caller has it; `None` if that takes longer than `wait`.
+    fn take(&self, wait: Duration) -> Option<Held<'_>> {
+        let until = Instant::now() + wait;
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        while *busy {
+            let left = until.checked_duration_since(Instant::now()).filter(|left| !left.is_zero())?;
+            busy = self.freed.wait_timeout(busy, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        *busy = true;
+        drop(busy);
+        Some(Held { slot: self, connection: self.connection.lock().unwrap_or_else(PoisonError::into_inner) })
+    }
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Option<Connection>;
+    fn deref(&self) -> &Self::Target {
+        &self.connection
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.connection
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        *self.slot.busy.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        self.slot.freed.notify_one();
+    }
+}
+
 /// Why a use of the store failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Failure {
@@ -48,6 +101,15 @@ pub(crate) enum Failure {
         humantime::format_duration(*.0)
     )]
     NoAnswer(Duration),
+    /// Another use held the connection past the deadline (the database is slow or hangs).
+    #[error(
+        "its connection stayed busy with another use for {} (the database is slow or hangs?). Raise `[store] answer_timeout` if the database is only slow",
+        humantime::format_duration(*.0)
+    )]
+    Busy(Duration),
+    /// A use moments ago found the database unreachable, for this reason: not tried again yet.
+    #[error("{0}")]
+    Unreached(String),
 }
 
 /// Whether `error` ended the connection: a `FATAL` (or `PANIC`) from the server, or the
@@ -59,6 +121,7 @@ fn is_fatal(error: &tokio_postgres::Error) -> bool {
 impl PostgresStore {
     /// A use reached the database (`Ok`) or found it unreachable (`Err`, the reason).
     fn reached(&self, outcome: Result<(), &str>) {
+        *self.last_failure.lock().unwrap_or_else(PoisonError::into_inner) = outcome.err().map(|reason| (Instant::now(), reason.to_owned()));
         let mut lost_since = self.lost_since.lock().unwrap_or_else(PoisonError::into_inner);
         let change = match (outcome, *lost_since) {
             (Err(reason), None) => {
@@ -80,69 +143,88 @@ impl PostgresStore {
     /// idle and no longer answers); a connection that failed, or did not answer within
     /// [`answer_timeout`](Self::answer_timeout), is dropped, to be opened again by the next use.
     pub(crate) fn with_client<T>(&self, work: impl AsyncFnOnce(&mut Client) -> Result<T, tokio_postgres::Error>) -> Result<T, Failure> {
-        let mut slot = self.client.lock().unwrap_or_else(PoisonError::into_inner);
         let deadline = self.answer_timeout;
-        let result = self.runtime.block_on(async {
-            // The connection's task runs only inside `block_on`: let it read what came while
-            // the store was idle (a server that closed the connection), so that a closed
-            // connection is seen before a statement is sent on it.
-            tokio::task::yield_now().await;
-            if let Some(connection) = slot.as_mut()
-                && (connection.client.is_closed()
-                    || (connection.last_used.elapsed() >= CHECK_AFTER_IDLE
-                        && !matches!(
-                            tokio::time::timeout(CHECK_TIMEOUT.min(deadline), connection.client.simple_query("")).await,
-                            Ok(Ok(_))
-                        )))
-            {
-                *slot = None;
-            }
-            if slot.is_none() {
-                match tokio::time::timeout(deadline, self.config.connect(NoTls)).await {
-                    Ok(Ok((client, connection))) => {
-                        let driver = tokio::spawn(async move {
-                            let _ = connection.await;
-                        });
-                        *slot = Some(Connection { client, driver, last_used: Instant::now() });
-                    }
-                    Ok(Err(error)) => return Err(Failure::Database(describe(&error))),
-                    Err(_) => return Err(Failure::NoAnswer(deadline)),
-                }
-            }
-            let Some(connection) = slot.as_mut() else {
-                return Err(Failure::Database("no connection".to_owned()));
-            };
-            let result = match tokio::time::timeout(deadline, work(&mut connection.client)).await {
-                Ok(Err(error)) if is_fatal(&error) => {
-                    // The server ended the connection (shut down, or the session terminated):
-                    // the next use opens another.
-                    return Err(Failure::Database(describe(&error)));
-                }
-                Ok(result) => result.map_err(|error| Failure::Database(describe(&error))),
-                Err(_) => Err(Failure::NoAnswer(deadline)),
-            };
-            connection.last_used = Instant::now();
-            Ok(result)
-        });
-        let result = match result {
-            Ok(result) => result,
-            Err(unreached) => {
-                *slot = None;
-                self.reached(Err(&unreached.to_string()));
-                return Err(unreached);
-            }
-        };
-        match &result {
-            Err(failure)
-                if matches!(failure, Failure::NoAnswer(_)) || slot.as_ref().is_none_or(|connection| connection.client.is_closed()) =>
-            {
-                // Dropped: its socket closes, and what it had open rolls back in the database.
-                *slot = None;
-                self.reached(Err(&failure.to_string()));
-            }
-            // Answered: an error of the statement's own is no outage.
-            _ => self.reached(Ok(())),
+        // Found unreachable moments ago: fail at once rather than queue for the connection;
+        // the first use after that long tries the database again.
+        if let Some((at, reason)) = &*self.last_failure.lock().unwrap_or_else(PoisonError::into_inner)
+            && at.elapsed() < deadline
+        {
+            return Err(Failure::Unreached(reason.clone()));
         }
-        result
+        // Waiting for the connection is part of the deadline: while the database hangs, the use
+        // holding it fails within the deadline, and so does each use queued behind it.
+        let Some(mut slot) = self.client.take(deadline) else {
+            return Err(Failure::Busy(deadline));
+        };
+        let slot = &mut *slot;
+        self.runtime.block_on(async {
+            let result = match Self::on_connection(slot, &self.config, deadline, work).await {
+                Ok(result) => result,
+                Err(unreached) => {
+                    *slot = None;
+                    self.reached(Err(&unreached.to_string()));
+                    return Err(unreached);
+                }
+            };
+            match &result {
+                Err(failure)
+                    if matches!(failure, Failure::NoAnswer(_)) || slot.as_ref().is_none_or(|connection| connection.client.is_closed()) =>
+                {
+                    // Dropped: its socket closes, and what it had open rolls back in the database.
+                    *slot = None;
+                    self.reached(Err(&failure.to_string()));
+                }
+                // Answered: an error of the statement's own is no outage.
+                _ => self.reached(Ok(())),
+            }
+            result
+        })
+    }
+
+    /// Run `work` on the connection in `slot`, connecting first if needed: `Err` if the
+    /// database could not be reached, `Ok` with what the statement did otherwise.
+    async fn on_connection<T>(
+        slot: &mut Option<Connection>,
+        config: &tokio_postgres::Config,
+        deadline: Duration,
+        work: impl AsyncFnOnce(&mut Client) -> Result<T, tokio_postgres::Error>,
+    ) -> Result<Result<T, Failure>, Failure> {
+        // The connection's task runs only inside `block_on`: let it read what came while the
+        // store was idle (a server that closed the connection), so that a closed connection is
+        // seen before a statement is sent on it.
+        tokio::task::yield_now().await;
+        if let Some(connection) = slot.as_mut()
+            && (connection.client.is_closed()
+                || (connection.last_used.elapsed() >= CHECK_AFTER_IDLE
+                    && !matches!(tokio::time::timeout(CHECK_TIMEOUT.min(deadline), connection.client.simple_query("")).await, Ok(Ok(_)))))
+        {
+            *slot = None;
+        }
+        if slot.is_none() {
+            match tokio::time::timeout(deadline, config.connect(NoTls)).await {
+                Ok(Ok((client, connection))) => {
+                    let driver = tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    *slot = Some(Connection { client, driver, last_used: Instant::now() });
+                }
+                Ok(Err(error)) => return Err(Failure::Database(describe(&error))),
+                Err(_) => return Err(Failure::NoAnswer(deadline)),
+            }
+        }
+        let Some(connection) = slot.as_mut() else {
+            return Err(Failure::Database("no connection".to_owned()));
+        };
+        let result = match tokio::time::timeout(deadline, work(&mut connection.client)).await {
+            Ok(Err(error)) if is_fatal(&error) => {
+                // The server ended the connection (shut down, or the session terminated): the
+                // next use opens another.
+                return Err(Failure::Database(describe(&error)));
+            }
+            Ok(result) => result.map_err(|error| Failure::Database(describe(&error))),
+            Err(_) => Err(Failure::NoAnswer(deadline)),
+        };
+        connection.last_used = Instant::now();
+        Ok(result)
     }
 }

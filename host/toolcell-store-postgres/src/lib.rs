@@ -36,7 +36,7 @@ mod audit;
 mod connection;
 mod sessions;
 
-use connection::{Connection, Failure};
+use connection::{Failure, Slot};
 
 /// The schema version this build needs.
 pub const SCHEMA_VERSION: i32 = 2;
@@ -150,10 +150,14 @@ pub struct PostgresStore {
     runtime: tokio::runtime::Runtime,
     /// How long a use waits for the database before it fails and the connection is dropped.
     answer_timeout: Duration,
-    /// The connection, and when it was last used.
-    client: Mutex<Option<Connection>>,
+    /// The connection, and when it was last used; waited for under the deadline (a use that
+    /// hangs holds it, and the uses behind it must not queue past their own deadline).
+    client: Slot,
     /// Since when the database has been unreachable (`None`: it was reached last time).
     lost_since: Mutex<Option<Instant>>,
+    /// When a use last found the database unreachable, and why (`None`: the last use reached
+    /// it): for [`answer_timeout`](Self::answer_timeout) after that, uses fail at once.
+    last_failure: Mutex<Option<(Instant, String)>>,
     watcher: OnceLock<Watcher>,
 }
 
@@ -223,8 +227,9 @@ impl PostgresStore {
             name,
             runtime,
             answer_timeout,
-            client: Mutex::new(None),
+            client: Slot::default(),
             lost_since: Mutex::new(None),
+            last_failure: Mutex::new(None),
             watcher: OnceLock::new(),
         })
     }

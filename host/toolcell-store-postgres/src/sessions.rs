@@ -110,9 +110,14 @@ fn read_columns(changes: &[(&str, Option<Version>)]) -> Result<ReadColumns, Stri
 /// Whether a session last used at `last_used` is still alive after `$idle` seconds (`float8`).
 const ALIVE: &str = "last_used > clock_timestamp() - make_interval(secs => $IDLE)";
 
+/// What clients are told the store is.
+const CLIENT_NAME: &str = "PostgreSQL";
+
 impl PostgresStore {
+    /// A failure as clients are told it: the store named only by its kind (no host, socket
+    /// directory, user or database: those are for the operator, see [`PostgresStore::name`]).
     fn session_error(&self, reason: String) -> SessionStoreError {
-        SessionStoreError { store: self.name.clone(), reason }
+        SessionStoreError { store: CLIENT_NAME.to_owned(), reason }
     }
 
     fn sessions<T>(

@@ -377,6 +377,9 @@ fn without_the_store_writes_are_refused_and_say_why_while_reads_go_on() {
     let (refused, is_error) =
         result(&session.call_at(&a, "edit_file", json!({"path": "notes.txt", "old_string": "hello", "new_string": "bye"})));
     assert!(is_error && refused.contains("cannot be used") && refused.contains("writes are refused"), "{refused}");
+    // The client is told no host path (the store's socket directory), user or database.
+    let socket = deployment.cluster.socket_dir().display().to_string();
+    assert!(!refused.contains(&socket) && !refused.contains("toolcell@"), "{refused}");
     assert_eq!(std::fs::read_to_string(deployment.workspace.join("notes.txt")).expect("read"), "hello\n");
     deployment.hosts[0].wait_for(|line| line.contains("cannot be reached"));
     // A host that has never seen the session cannot check it: 503, saying why.
@@ -384,6 +387,7 @@ fn without_the_store_writes_are_refused_and_say_why_while_reads_go_on() {
     assert_eq!(unknown.status, 503, "{}", unknown.text);
     assert!(unknown.text.contains("session store"), "{}", unknown.text);
     assert!(!unknown.text.contains(&deployment.workspace.display().to_string()));
+    assert!(!unknown.text.contains(&socket) && !unknown.text.contains("toolcell@"), "{}", unknown.text);
     // Ending the session needs the store, which ends it for every host: 503, and it goes on.
     let deleted = agent()
         .delete(&a)

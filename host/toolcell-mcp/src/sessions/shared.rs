@@ -52,7 +52,7 @@ async fn blocking<T: Send + 'static>(
     let backend = Arc::clone(backend);
     tokio::task::spawn_blocking(move || work(&*backend))
         .await
-        .unwrap_or_else(|_| Err(SessionStoreError { store: "the session store".to_owned(), reason: "its call failed".to_owned() }))
+        .unwrap_or_else(|_| Err(SessionStoreError { store: String::new(), reason: "its call failed".to_owned() }))
 }
 
 impl Owners {

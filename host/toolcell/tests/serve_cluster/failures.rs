@@ -5,6 +5,8 @@ use super::*;
 /// A database that hangs (every process of it stopped, its connections open) holds no request
 /// past `[store] answer_timeout`: a write is refused saying the store did not answer in time,
 /// a read of the workspace goes on, and once the database answers again writes work again.
+/// Several writes at once are each refused within a few timeouts (none queues behind the
+/// others for the host's one connection), and no refusal names the store's socket directory.
 #[test]
 fn a_hung_database_refuses_writes_within_the_answer_timeout_while_reads_go_on() {
     let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"1s\"") else {
@@ -13,6 +15,10 @@ fn a_hung_database_refuses_writes_within_the_answer_timeout_while_reads_go_on() 
     let a = deployment.hosts[0].url.clone();
     let session = Session::open_at(&deployment, &a);
     ok(&session.call_at(&a, "read_file", json!({"path": "notes.txt"})));
+    let others: Vec<Session> = (0..6).map(|_| Session::open_at(&deployment, &a)).collect();
+    for (index, other) in others.iter().enumerate() {
+        ok(&other.call_at(&a, "write_file", json!({"path": format!("other-{index}.txt"), "content": "hello\n"})));
+    }
     deployment.cluster.freeze();
     let started = Instant::now();
     let (refused, is_error) =
@@ -22,7 +28,37 @@ fn a_hung_database_refuses_writes_within_the_answer_timeout_while_reads_go_on() 
     // Each use waits at most 1s (the connection is dropped then, and opening another waits at
     // most as long): a few uses, never the minutes a hung database holds a plain client.
     assert!(waited < Duration::from_secs(12), "the write was refused after {waited:?}");
+    // What the client is told names no host path (the socket's directory), user or database.
+    let socket = deployment.cluster.socket_dir().display().to_string();
+    assert!(!refused.contains(&socket) && !refused.contains("toolcell@") && refused.contains("(PostgreSQL)"), "{refused}");
     assert_eq!(std::fs::read_to_string(deployment.workspace.join("notes.txt")).expect("read"), "hello\n");
+    // Writes (of different files) that come at once do not queue behind one another for the host's one connection:
+    // waiting for it is part of each use's deadline, so each is refused within a few seconds.
+    let waits: Vec<(String, Duration)> = std::thread::scope(|scope| {
+        let writers: Vec<_> = others
+            .into_iter()
+            .enumerate()
+            .map(|(index, other)| {
+                let a = &a;
+                scope.spawn(move || {
+                    let path = format!("other-{index}.txt");
+                    let started = Instant::now();
+                    let answer = other.call_at(a, "edit_file", json!({"path": path, "old_string": "hello", "new_string": "bye"}));
+                    (answer, started.elapsed())
+                })
+            })
+            .collect();
+        writers.into_iter().map(|writer| writer.join().expect("a writer")).map(|(answer, waited)| (result(&answer).0, waited)).collect()
+    });
+    for (refused, waited) in &waits {
+        assert!(refused.contains("writes are refused") && !refused.contains(&socket), "{refused}");
+        assert!(
+            *waited < Duration::from_millis(4500),
+            "a write of {} at once was refused after {waited:?}: {refused}\n{:#?}",
+            waits.len(),
+            deployment.hosts[0].lines()
+        );
+    }
     let started = Instant::now();
     assert!(ok(&session.call_at(&a, "read_file", json!({"path": "notes.txt"}))).contains("hello"));
     assert!(started.elapsed() < Duration::from_secs(12), "the read took {:?}", started.elapsed());
