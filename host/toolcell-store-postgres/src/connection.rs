@@ -119,9 +119,19 @@ fn is_fatal(error: &tokio_postgres::Error) -> bool {
 }
 
 impl PostgresStore {
+    /// A use found the database hanging (it did not answer in time): the uses right after
+    /// fail at once (a database that refuses, or closed the connection, fails them fast anyway).
+    fn hung(&self, failure: &Failure) {
+        if matches!(failure, Failure::NoAnswer(_)) {
+            *self.last_failure.lock().unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), failure.to_string()));
+        }
+    }
+
     /// A use reached the database (`Ok`) or found it unreachable (`Err`, the reason).
     fn reached(&self, outcome: Result<(), &str>) {
-        *self.last_failure.lock().unwrap_or_else(PoisonError::into_inner) = outcome.err().map(|reason| (Instant::now(), reason.to_owned()));
+        if outcome.is_ok() {
+            *self.last_failure.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        }
         let mut lost_since = self.lost_since.lock().unwrap_or_else(PoisonError::into_inner);
         let change = match (outcome, *lost_since) {
             (Err(reason), None) => {
@@ -162,6 +172,7 @@ impl PostgresStore {
                 Ok(result) => result,
                 Err(unreached) => {
                     *slot = None;
+                    self.hung(&unreached);
                     self.reached(Err(&unreached.to_string()));
                     return Err(unreached);
                 }
@@ -172,6 +183,7 @@ impl PostgresStore {
                 {
                     // Dropped: its socket closes, and what it had open rolls back in the database.
                     *slot = None;
+                    self.hung(failure);
                     self.reached(Err(&failure.to_string()));
                 }
                 // Answered: an error of the statement's own is no outage.

@@ -57,7 +57,7 @@ CREATE INDEX toolcell_mcp_sessions_last_used ON toolcell_mcp_sessions (last_used
 /// advisory lock comes first, so that its lines stay in the order its calls committed whatever
 /// host appends; the oldest lines past the cut go (as the statement's snapshot sees them: at
 /// most one append late), and the blobs only they name go with them.
-const APPEND_UNDO: &str = "locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($1, 1))), \
+const APPEND_UNDO: &str = "locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended($1, 1)) FROM mark), \
      blobs AS (INSERT INTO toolcell_session_blobs (session_key, name, content) \
          SELECT $1, name, content FROM locked, unnest($3::text[], $4::bytea[]) AS kept(name, content) ON CONFLICT DO NOTHING), \
      appended AS (INSERT INTO toolcell_session_undo (session_key, line) \
@@ -69,14 +69,33 @@ const APPEND_UNDO: &str = "locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(
          AND NOT EXISTS (SELECT 1 FROM toolcell_session_undo AS line, cutoff WHERE line.session_key = $1 \
              AND line.seq >= cutoff.seq AND strpos(line.line, '\"' || blob.name || '\"') > 0) \
          AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS added(line) WHERE strpos(added.line, '\"' || blob.name || '\"') > 0)) \
-     DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq < (SELECT seq FROM cutoff)";
+     , cut AS (DELETE FROM toolcell_session_undo WHERE session_key = $1 AND seq < (SELECT seq FROM cutoff))";
+
+/// The session `$1`'s mark (the row of path `''` in `toolcell_session_reads`): `live` while it
+/// may record, `ended EPOCH` once [`SessionBackend::forget_sessions`] ended it (kept a day, for
+/// calls still in flight, then swept). A CTE that yields one
+/// row if the session may record, none if it ended; the upsert locks the mark, so a call
+/// recording while its session is ended on another host either records first (and the end,
+/// waiting for it, then removes what it recorded) or records nothing.
+const MARK: &str = "mark AS MATERIALIZED (INSERT INTO toolcell_session_reads AS kept (session_key, path, version) VALUES ($1, '', 'live') \
+     ON CONFLICT (session_key, path) DO UPDATE SET version = kept.version WHERE kept.version = 'live' RETURNING 1)";
+
+/// What a recording statement ends with: how many marks allowed it (0: the session ended).
+const ALLOWED: &str = " SELECT count(*) FROM mark";
+
+/// How long the mark of an ended session is kept.
+const ENDED_KEPT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Why a call of an ended session recorded nothing.
+const ENDED: &str = "the session ended (on this host or another) while this call ran: nothing of it is kept. Open a new session";
 
 /// Record read versions of the session `$1`: `PATHS` with `VERSIONS` (upserted), `REMOVED`
 /// (deleted), as CTEs; one statement, so two hosts recording for one session at once resolve
 /// row by row in the database.
-const RECORD_READS: &str = "gone AS (DELETE FROM toolcell_session_reads WHERE session_key = $1 AND path = ANY(REMOVED)), \
+const RECORD_READS: &str = "gone AS (DELETE FROM toolcell_session_reads WHERE session_key = $1 AND path <> '' AND path = ANY(REMOVED) \
+         AND EXISTS (SELECT 1 FROM mark)), \
      recorded AS (INSERT INTO toolcell_session_reads (session_key, path, version) \
-         SELECT $1, path, version FROM unnest(PATHS::text[], VERSIONS::text[]) AS changed(path, version) \
+         SELECT $1, path, version FROM mark, unnest(PATHS::text[], VERSIONS::text[]) AS changed(path, version) WHERE path <> '' \
          ON CONFLICT (session_key, path) DO UPDATE SET version = EXCLUDED.version)";
 
 /// [`RECORD_READS`] with its parameters at `$first` and the two after.
@@ -120,6 +139,12 @@ impl PostgresStore {
         SessionStoreError { store: CLIENT_NAME.to_owned(), reason }
     }
 
+    /// `Ok` if the recording statement that returned `row` was allowed (its session had not
+    /// ended), else why it recorded nothing.
+    fn allowed(&self, row: &tokio_postgres::Row) -> Result<(), SessionStoreError> {
+        if row.get::<_, i64>(0) > 0 { Ok(()) } else { Err(self.session_error(ENDED.to_owned())) }
+    }
+
     fn sessions<T>(
         &self,
         work: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<T, tokio_postgres::Error>,
@@ -139,7 +164,12 @@ fn seconds(idle: Duration) -> f64 {
 impl SessionBackend for PostgresStore {
     fn reads(&self, key: &str) -> Result<HashMap<String, Version>, SessionStoreError> {
         let rows = self.sessions(async |client| {
-            client.query_typed("SELECT path, version FROM toolcell_session_reads WHERE session_key = $1", &[(&key, Type::TEXT)]).await
+            client
+                .query_typed(
+                    "SELECT path, version FROM toolcell_session_reads WHERE session_key = $1 AND path <> ''",
+                    &[(&key, Type::TEXT)],
+                )
+                .await
         })?;
         let mut reads = HashMap::with_capacity(rows.len());
         for row in rows {
@@ -153,15 +183,15 @@ impl SessionBackend for PostgresStore {
 
     fn record_reads(&self, key: &str, changes: &[(&str, Option<Version>)]) -> Result<(), SessionStoreError> {
         let (paths, versions, removed) = read_columns(changes).map_err(|reason| self.session_error(reason))?;
-        self.sessions(async |client| {
+        let allowed = self.sessions(async |client| {
             client
-                .execute_typed(
-                    &format!("WITH {} SELECT 1", record_reads_at(2)),
+                .query_typed_one(
+                    &format!("WITH {MARK}, {}{ALLOWED}", record_reads_at(2)),
                     &[(&key, Type::TEXT), (&paths, Type::TEXT_ARRAY), (&versions, Type::TEXT_ARRAY), (&removed, Type::TEXT_ARRAY)],
                 )
                 .await
         })?;
-        Ok(())
+        self.allowed(&allowed)
     }
 
     fn undo_lines(&self, key: &str) -> Result<Vec<String>, SessionStoreError> {
@@ -175,10 +205,10 @@ impl SessionBackend for PostgresStore {
         let keep = i64::try_from(keep).unwrap_or(i64::MAX);
         let (names, contents): (Vec<&str>, Vec<&[u8]>) = blobs.iter().map(|(name, content)| (name.as_str(), content.as_slice())).unzip();
         // One statement (see `APPEND_UNDO`).
-        self.sessions(async |client| {
+        let allowed = self.sessions(async |client| {
             client
-                .execute_typed(
-                    &format!("WITH {APPEND_UNDO}"),
+                .query_typed_one(
+                    &format!("WITH {MARK}, {APPEND_UNDO}{ALLOWED}"),
                     &[
                         (&key, Type::TEXT),
                         (&lines, Type::TEXT_ARRAY),
@@ -189,7 +219,7 @@ impl SessionBackend for PostgresStore {
                 )
                 .await
         })?;
-        Ok(())
+        self.allowed(&allowed)
     }
 
     fn record_call(
@@ -204,10 +234,10 @@ impl SessionBackend for PostgresStore {
         let (names, contents): (Vec<&str>, Vec<&[u8]>) = blobs.iter().map(|(name, content)| (name.as_str(), content.as_slice())).unzip();
         let (paths, versions, removed) = read_columns(reads).map_err(|reason| self.session_error(reason))?;
         // One statement, so all or nothing without a transaction's extra round trips.
-        self.sessions(async |client| {
+        let allowed = self.sessions(async |client| {
             client
-                .execute_typed(
-                    &format!("WITH {}, {APPEND_UNDO}", record_reads_at(6)),
+                .query_typed_one(
+                    &format!("WITH {MARK}, {}, {APPEND_UNDO}{ALLOWED}", record_reads_at(6)),
                     &[
                         (&key, Type::TEXT),
                         (&lines, Type::TEXT_ARRAY),
@@ -221,7 +251,7 @@ impl SessionBackend for PostgresStore {
                 )
                 .await
         })?;
-        Ok(())
+        self.allowed(&allowed)
     }
 
     fn undo_blob(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>, SessionStoreError> {
@@ -282,14 +312,25 @@ impl SessionBackend for PostgresStore {
             return Ok(());
         }
         self.sessions(async |client| {
-            client
-                .execute_typed(
-                    "WITH reads AS (DELETE FROM toolcell_session_reads WHERE session_key = ANY($1)), \
+            let transaction = client.transaction().await?;
+            // Marked ended first (waiting for a call recording now, see `MARK`), then emptied:
+            // the deletes see what such a call recorded, and no call records after.
+            transaction
+                .execute(
+                    "INSERT INTO toolcell_session_reads (session_key, path, version) SELECT key, '', 'ended ' || extract(epoch FROM clock_timestamp()) \
+                     FROM unnest($1::text[]) AS ended(key) ON CONFLICT (session_key, path) DO UPDATE SET version = EXCLUDED.version",
+                    &[&keys],
+                )
+                .await?;
+            transaction
+                .execute(
+                    "WITH reads AS (DELETE FROM toolcell_session_reads WHERE session_key = ANY($1) AND path <> ''), \
                      blobs AS (DELETE FROM toolcell_session_blobs WHERE session_key = ANY($1)) \
                      DELETE FROM toolcell_session_undo WHERE session_key = ANY($1)",
-                    &[(&keys, Type::TEXT_ARRAY)],
+                    &[&keys],
                 )
-                .await
+                .await?;
+            transaction.commit().await
         })?;
         Ok(())
     }
@@ -328,6 +369,14 @@ impl SessionBackend for PostgresStore {
             }
             let expired = transaction
                 .query(&format!("DELETE FROM toolcell_mcp_sessions WHERE NOT ({}) RETURNING id, principal", alive(1)), &[&seconds(idle)])
+                .await?;
+            // The marks of sessions ended a day ago: no call of theirs is still in flight.
+            transaction
+                .execute(
+                    "DELETE FROM toolcell_session_reads WHERE path = '' AND version LIKE 'ended %' \
+                     AND split_part(version, ' ', 2)::float8 < extract(epoch FROM clock_timestamp()) - $1::float8",
+                    &[&seconds(ENDED_KEPT)],
+                )
                 .await?;
             let alive = if known.is_empty() {
                 Vec::new()

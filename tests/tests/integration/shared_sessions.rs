@@ -98,10 +98,14 @@ fn an_mcp_session_belongs_to_its_principal_and_expires_at_the_databases_clock_fo
     std::thread::sleep(Duration::from_millis(2200));
     let swept = first.sweep_mcp(&["m-2".to_owned()], &["m-2".to_owned()], idle).expect("sweep");
     assert!(swept.expired.is_empty() && swept.alive == ["m-2"], "{swept:?}");
-    // Without the database: a typed error naming the store, never a password.
+    // Without the database: a typed error naming the kind of store only (clients see it):
+    // never its socket directory, user or database, never a password.
     cluster.stop();
     let error: SessionStoreError = second.reads("session").expect_err("down");
-    assert!(error.writes_refused().contains("writes are refused") && error.to_string().contains("postgres://"), "{error}");
+    let told = error.writes_refused();
+    assert!(told.contains("writes are refused") && told.contains("session store (PostgreSQL)"), "{told}");
+    let socket = cluster.socket_dir().display().to_string();
+    assert!(!told.contains("postgres://") && !told.contains(&socket) && !told.contains("toolcell@"), "{told}");
 }
 
 /// The blobs of the undo lines compaction drops go with them; one a kept line still names
@@ -126,4 +130,43 @@ fn compacting_an_undo_log_drops_the_blobs_only_its_dropped_lines_name() {
     assert_eq!(store.undo_lines("compacted").expect("lines").len(), 3);
     assert!(kept("b2"), "a kept line still names it");
     assert!(!kept("b3"));
+}
+
+/// A call still recording when its session is ended on another host leaves nothing in the
+/// store: once the session's end is recorded, every recording statement of it is refused
+/// (saying why), and what was recorded before the end is removed with it.
+#[test]
+fn a_session_ended_on_another_host_takes_no_more_records_and_keeps_no_rows() {
+    let Some((_cluster, first, second)) = two_hosts() else {
+        return;
+    };
+    let record = |store: &PostgresStore, key: &str, index: u64| {
+        let line = format!("{{\"forget\":{{\"path\":\"a\",\"call_id\":\"{index}\"}}}}");
+        store.record_call(key, &[("a.txt", Some(version(index)))], &[line], &[(format!("blob-{index}"), vec![1; 64])], 100)
+    };
+    record(&first, "ended", 1).expect("a live session records");
+    second.forget_sessions(&["ended".to_owned()]).expect("ended");
+    let refused = record(&first, "ended", 2).expect_err("an ended session records nothing");
+    assert!(refused.to_string().contains("the session ended"), "{refused}");
+    assert!(first.append_undo("ended", &["{}".to_owned()], &[("late".to_owned(), vec![2; 64])], 100).is_err());
+    assert!(first.record_reads("ended", &[("late.txt", Some(version(3)))]).is_err());
+    assert!(second.reads("ended").expect("reads").is_empty());
+    assert!(second.undo_lines("ended").expect("lines").is_empty());
+    assert_eq!(second.undo_blob("ended", "late").expect("blob"), None);
+    assert_eq!(second.undo_blob("ended", "blob-1").expect("blob"), None);
+    // Raced: a host records the session's calls while the other ends it.
+    let writer = {
+        let first = Arc::clone(&first);
+        std::thread::spawn(move || (1..).take_while(|index| record(&first, "raced", *index).is_ok()).count())
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    second.forget_sessions(&["raced".to_owned()]).expect("ended");
+    let recorded = writer.join().expect("the writer");
+    assert!(recorded > 0, "no call recorded before the end");
+    assert!(second.reads("raced").expect("reads").is_empty());
+    assert!(second.undo_lines("raced").expect("lines").is_empty());
+    assert_eq!(second.undo_blob("raced", &format!("blob-{recorded}")).expect("blob"), None);
+    // Another session is not affected.
+    record(&second, "live", 1).expect("records");
+    assert_eq!(first.reads("live").expect("reads").len(), 1);
 }
