@@ -114,7 +114,10 @@ fn read_columns(changes: &[(&str, Option<Version>)]) -> Result<ReadColumns, Stri
     let mut paths = Vec::new();
     let mut versions = Vec::new();
     let mut removed = Vec::new();
-    for (path, version) in changes {
+    // A path named twice (a call that saw it more than once) is upserted once, with what was
+    // seen last: one statement cannot upsert a row twice.
+    let mut seen = std::collections::HashSet::new();
+    for (path, version) in changes.iter().rev().filter(|(path, _)| seen.insert(*path)) {
         match version {
             Some(version) => {
                 paths.push((*path).to_owned());

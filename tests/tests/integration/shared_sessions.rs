@@ -169,4 +169,7 @@ fn a_session_ended_on_another_host_takes_no_more_records_and_keeps_no_rows() {
     // Another session is not affected.
     record(&second, "live", 1).expect("records");
     assert_eq!(first.reads("live").expect("reads").len(), 1);
+    // A path a call saw twice is recorded once, as last seen.
+    second.record_reads("live", &[("b.txt", Some(version(1))), ("b.txt", Some(version(2)))]).expect("a path seen twice");
+    assert_eq!(first.reads("live").expect("reads").get("b.txt"), Some(&version(2)));
 }
