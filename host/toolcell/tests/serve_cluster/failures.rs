@@ -162,16 +162,18 @@ fn a_rollback_after_the_record_failed_leaves_what_another_host_made_of_the_file_
     let first = Session::open_at(&deployment, &a);
     let other = Session::open_at(&deployment, &b);
     ok(&first.call_at(&a, "read_file", json!({"path": "notes.txt"})));
-    // The first session's undo record takes 4 s, then fails.
-    deployment.cluster.psql(&format!(
-        "CREATE FUNCTION toolcell_test_stall() RETURNS trigger LANGUAGE plpgsql AS $$ \
-         BEGIN IF position('{}' in NEW.session_key) > 0 THEN PERFORM pg_sleep(4); RAISE EXCEPTION 'stalled'; END IF; RETURN NEW; END $$; \
+    // The next undo record (the first session's) takes 4 s, then fails; later ones pass (a
+    // sequence counts them: it is not rolled back with the statement).
+    deployment.cluster.psql(
+        "CREATE SEQUENCE toolcell_test_records; \
+         CREATE FUNCTION toolcell_test_stall() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF nextval('toolcell_test_records') = 1 THEN PERFORM pg_sleep(4); RAISE EXCEPTION 'stalled'; END IF; RETURN NEW; END $$; \
          CREATE TRIGGER toolcell_test_stall BEFORE INSERT ON toolcell_session_undo FOR EACH ROW EXECUTE FUNCTION toolcell_test_stall();",
-        first.id
-    ));
+    );
     let notes = deployment.workspace.join("notes.txt");
     let refused = std::thread::scope(|scope| {
-        let edit = scope.spawn(|| first.call_at(&a, "edit_file", json!({"path": "notes.txt", "old_string": "hello", "new_string": "bye"})));
+        let edit =
+            scope.spawn(move || first.call_at(&a, "edit_file", json!({"path": "notes.txt", "old_string": "hello", "new_string": "bye"})));
         let started = Instant::now();
         while std::fs::read_to_string(&notes).expect("read") != "bye\n" {
             assert!(started.elapsed() < Duration::from_secs(60), "the edit never landed");
