@@ -400,6 +400,12 @@ impl Service {
             }
             Some(_) => {}
         }
+        if asks.request
+            && response.headers().get(http::header::CONTENT_TYPE).is_some_and(|kind| kind.as_bytes().starts_with(b"text/event-stream"))
+        {
+            let (head, body) = response.into_parts();
+            response = Response::from_parts(head, crate::body::gathered(body).await);
+        }
         // What the request holds, it holds until its answer is sent or dropped.
         response.map(|body| Holding::boxed(body, (request_slot, stream_slot, activity)))
     }

@@ -2,7 +2,7 @@
 //! - memory: the server's resident set (`VmRSS`) grows by this much per open MCP session that
 //!   has made one `read_file` call (N sessions opened and kept; KiB per session);
 //! - the read round trip: `read_file` of a 4 KiB file over Streamable HTTP against the same
-//!   call over stdio (`toolcell mcp`), p50 of each and their ratio.
+//!   call over stdio (`toolcell mcp`), one of each in turn, p50 of each and their ratio.
 //!
 //! `cargo bench -p toolcell --bench sessions` measures (release build); `cargo test` runs it
 //! small as a smoke test.
@@ -128,23 +128,24 @@ fn main() {
     let after = rss_kib(pid);
     let per_session = after.saturating_sub(before) as f64 / sessions as f64;
 
-    // The read round trip, HTTP against stdio.
-    let mut http = Vec::new();
+    // The read round trip, HTTP against stdio: one of each in turn, so that both see the same
+    // machine (a load that comes and goes shifts both alike, not the ratio).
+    drop(open);
+    let mut stdio = StdioClient::start(root);
+    for _ in 0..5 {
+        stdio.request("tools/call", json!({"name": "read_file", "arguments": read}));
+    }
+    let (mut http, mut local) = (Vec::new(), Vec::new());
     for _ in 0..reads {
         let started = Instant::now();
         warm.call("read_file", read.clone()).expect("read");
         http.push(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
-    }
-    drop(open);
-    drop(server);
-    let mut stdio = StdioClient::start(root);
-    let mut local = Vec::new();
-    for _ in 0..reads {
         let started = Instant::now();
         let answer = stdio.request("tools/call", json!({"name": "read_file", "arguments": read}));
         assert!(answer.get("result").is_some(), "{answer}");
         local.push(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
     }
+    drop(server);
     let (http, local) = (p50(http), p50(local));
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "| measure | value | goal |");

@@ -22,6 +22,8 @@ struct Answer {
     content_type: String,
     connection: Option<String>,
     session: Option<String>,
+    /// `Content-Length`, if the answer had one (else it came in chunks).
+    length: Option<String>,
     text: String,
 }
 
@@ -37,8 +39,9 @@ fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Answer {
     let mut response = request.send(body).expect("POST");
     let header = |name: &str| response.headers().get(name).and_then(|value| value.to_str().ok()).map(str::to_owned);
     let (content_type, connection, session) = (header("content-type").unwrap_or_default(), header("connection"), header("mcp-session-id"));
+    let length = header("content-length");
     let text = response.body_mut().read_to_string().unwrap_or_default();
-    Answer { status: response.status().as_u16(), content_type, connection, session, text }
+    Answer { status: response.status().as_u16(), content_type, connection, session, length, text }
 }
 
 fn initialize_body() -> String {
@@ -270,4 +273,33 @@ fn the_shared_stores_outage_and_recovery_are_told_once_each() {
     assert!(down[0].starts_with("toolcell serve: the store postgres://toolcell@") && down[0].contains("writes are refused"), "{}", down[0]);
     assert_eq!(lines.iter().filter(|line| line.contains("is back (unreachable for")).count(), 1, "{lines:#?}");
     assert!(!lines.iter().any(|line| line.contains("s3cret-never-logged") || line.contains(&alice)), "{lines:#?}");
+}
+
+#[test]
+fn a_quick_answer_leaves_in_one_piece_with_its_head_and_priming_event() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, alice) = alice_service(temp.path(), "");
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
+    let bearer = format!("Bearer {alice}");
+    let opened = post(&served.url, &[("Authorization", &bearer)], &initialize_body());
+    let session = opened.session.clone().expect("a session");
+    let headers = [("Authorization", bearer.as_str()), ("Mcp-Session-Id", session.as_str())];
+    post(&served.url, &headers, &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string());
+    // A ping is answered at once: its event stream (the priming event, the answer, the end)
+    // is gathered and sent whole, with its length. On a machine loaded past the gathering
+    // time, one of a few tries still is.
+    let mut answers = Vec::new();
+    for id in 1..=5 {
+        let answer = post(&served.url, &headers, &json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string());
+        assert_eq!((answer.status, answer.content_type.as_str()), (200, "text/event-stream"), "{}", answer.text);
+        // Still a stream a client resumes: the priming event first, then the answer.
+        assert!(answer.text.starts_with("data: \nid: ") && answer.text.contains("\nretry: "), "{:?}", answer.text);
+        assert_eq!(message(&answer, id)["result"], json!({}), "{:?}", answer.text);
+        let whole = answer.length.as_deref() == Some(answer.text.len().to_string().as_str());
+        answers.push((answer.length, answer.text.len()));
+        if whole {
+            return;
+        }
+    }
+    panic!("no answer came whole (Content-Length, body length): {answers:?}");
 }

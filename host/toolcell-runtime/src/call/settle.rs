@@ -55,8 +55,12 @@ impl Runtime {
                         Some(journal)
                     }
                     Err(reason) => {
+                        // Another host may have replaced a file (having read this call's content)
+                        // while the store did not answer: what it made stays, the rest is rolled back.
+                        let mut journal = journal;
+                        replaced = transaction.replaced_since(root);
+                        journal.leave_as_they_are(&replaced);
                         outcome.result = Err(ToolError::new(ToolErrorKind::Failed, reason));
-                        replaced.clear();
                         Some(journal)
                     }
                 }
@@ -104,7 +108,14 @@ impl Runtime {
                     Ok(steps) => {
                         outcome.rolled_back = steps;
                         if let Err(error) = &mut outcome.result {
-                            error.message.push_str("\n(No file was changed: every change this call made was rolled back.)");
+                            if replaced.is_empty() {
+                                error.message.push_str("\n(No file was changed: every change this call made was rolled back.)");
+                            } else {
+                                error.message.push_str(&format!(
+                                    "\n(Every other change this call made was rolled back. Changed by another session after this call put them in place, and left as that session made them: {}; read them again.)",
+                                    replaced.iter().map(|path| format!("`{path}`")).collect::<Vec<_>>().join(", ")
+                                ));
+                            }
                         }
                     }
                     Err(failure) => {

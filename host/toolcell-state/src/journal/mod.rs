@@ -528,6 +528,12 @@ impl Journal {
         Ok(count)
     }
 
+    /// Leave `paths` as they are at a rollback: another session changed them since this call
+    /// put them in place, and what it made must not be undone with this call.
+    pub fn leave_as_they_are(&mut self, paths: &[String]) {
+        self.steps.retain(|step| !paths.contains(&step.path));
+    }
+
     /// The steps saved so far, oldest first.
     pub fn steps(&self) -> &[Step] {
         &self.steps

@@ -194,3 +194,43 @@ fn a_session_expired_on_another_host_has_its_locks_released_and_rows_removed() {
     ok(&second.call_at(&b, "read_file", json!({"path": "notes.txt"})));
     ok(&second.call_at(&b, "edit_file", json!({"path": "notes.txt", "old_string": "hello", "new_string": "bye"})));
 }
+
+/// A call whose record the store does not take is rolled back, except for a file another
+/// host's session replaced meanwhile (having read this call's content there): what that
+/// session made stays, and the caller is told which file it is.
+#[test]
+fn a_rollback_after_the_record_failed_leaves_what_another_host_made_of_the_file_meanwhile() {
+    let Some(deployment) = Deployment::start(2, "") else {
+        return;
+    };
+    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
+    let first = Session::open_at(&deployment, &a);
+    let other = Session::open_at(&deployment, &b);
+    ok(&first.call_at(&a, "read_file", json!({"path": "notes.txt"})));
+    // The next undo record (the first session's) takes 4 s, then fails; later ones pass (a
+    // sequence counts them: it is not rolled back with the statement).
+    deployment.cluster.psql(
+        "CREATE SEQUENCE toolcell_test_records; \
+         CREATE FUNCTION toolcell_test_stall() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF nextval('toolcell_test_records') = 1 THEN PERFORM pg_sleep(4); RAISE EXCEPTION 'stalled'; END IF; RETURN NEW; END $$; \
+         CREATE TRIGGER toolcell_test_stall BEFORE INSERT ON toolcell_session_undo FOR EACH ROW EXECUTE FUNCTION toolcell_test_stall();",
+    );
+    let notes = deployment.workspace.join("notes.txt");
+    let refused = std::thread::scope(|scope| {
+        let edit =
+            scope.spawn(move || first.call_at(&a, "edit_file", json!({"path": "notes.txt", "old_string": "hello", "new_string": "bye"})));
+        let started = Instant::now();
+        while std::fs::read_to_string(&notes).expect("read") != "bye\n" {
+            assert!(started.elapsed() < Duration::from_secs(60), "the edit never landed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Another session, on B, reads what landed and builds on it while the record stalls.
+        assert!(ok(&other.call_at(&b, "read_file", json!({"path": "notes.txt"}))).contains("bye"));
+        ok(&other.call_at(&b, "edit_file", json!({"path": "notes.txt", "old_string": "bye", "new_string": "bye, and more"})));
+        edit.join().expect("the edit's thread")
+    });
+    let (refused, is_error) = result(&refused);
+    assert!(is_error && refused.contains("left as that session made them: `notes.txt`"), "{refused}");
+    assert_eq!(std::fs::read_to_string(&notes).expect("read"), "bye, and more\n", "the other session's edit was undone");
+    deployment.cluster.psql("DROP TRIGGER toolcell_test_stall ON toolcell_session_undo");
+}
