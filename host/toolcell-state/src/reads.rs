@@ -295,11 +295,6 @@ impl ReadTracker {
                 None => {}
             }
         }
-        // A path read and then written is recorded once, as it was last (a store takes one
-        // version per path and statement).
-        let mut recorded = std::collections::HashSet::new();
-        let mut changes: Vec<_> = changes.into_iter().rev().filter(|(path, _)| recorded.insert(path.clone())).collect();
-        changes.reverse();
         changes
     }
 
