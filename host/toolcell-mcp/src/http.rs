@@ -324,7 +324,7 @@ impl Service {
             None
         };
         let mut session_slot = if asks.initialize && session_id.is_none() {
-            match self.ledger.take(&principal.name, Kind::Session) {
+            match self.owners.session_slot(&self.ledger, &principal.name) {
                 Ok(slot) => Some(slot),
                 Err(refusal) => return refuse(&refusal),
             }

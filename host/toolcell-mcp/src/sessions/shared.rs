@@ -56,6 +56,17 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Owners {
+    /// A slot for a new session of `principal`. With a shared store it is counted here but
+    /// bound by the store, which counts every host's sessions and forgets one ended through
+    /// another host at once (this host's ledger holds its slot until the next expiry sweep).
+    ///
+    /// # Errors
+    ///
+    /// [`Refusal`](crate::bounds::Refusal) past `max_sessions_per_principal` (without a shared store).
+    pub(crate) fn session_slot(&self, ledger: &Arc<Ledger>, principal: &str) -> Result<crate::bounds::Slot, crate::bounds::Refusal> {
+        if self.shared.is_some() { Ok(ledger.take_anyway(principal, Kind::Session)) } else { ledger.take(principal, Kind::Session) }
+    }
+
     /// A request of `principal` in session `id` begins: `Ok(None)` if the session does not
     /// exist (or expired) for every host, or is another principal's. With the shared store
     /// unreachable, a session this host already serves goes on (its reads do; its writes are

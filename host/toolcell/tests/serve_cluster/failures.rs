@@ -115,7 +115,7 @@ fn sessions_are_bounded_across_hosts_a_conflict_names_no_session_and_an_ended_se
     };
     let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
     let first = Session::open_at(&deployment, &a);
-    let second = Session::open_at(&deployment, &b);
+    let second = Session::open_at(&deployment, &a);
     // A third, on either host, is one too many for alice.
     let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "cluster", "version": "1"}}});
@@ -150,8 +150,9 @@ fn sessions_are_bounded_across_hosts_a_conflict_names_no_session_and_an_ended_se
             .to_owned()
     };
     assert_eq!((rows("toolcell_session_reads"), rows("toolcell_session_undo")), ("2".to_owned(), "1".to_owned()));
+    // Ended through B, the host that did not open it.
     let deleted = agent()
-        .delete(&a)
+        .delete(&b)
         .header("Authorization", &format!("Bearer {}", deployment.alice))
         .header("MCP-Protocol-Version", "2025-06-18")
         .header("Mcp-Session-Id", &first.id)
@@ -161,8 +162,9 @@ fn sessions_are_bounded_across_hosts_a_conflict_names_no_session_and_an_ended_se
     assert_eq!((rows("toolcell_session_reads"), rows("toolcell_session_undo")), ("1".to_owned(), "0".to_owned()));
     ok(&second.call_at(&b, "read_file", json!({"path": "notes.txt"})));
     ok(&second.call_at(&b, "edit_file", json!({"path": "notes.txt", "old_string": "hi", "new_string": "bye"})));
-    let third = Session::open_at(&deployment, &b);
-    ok(&third.call_at(&a, "read_file", json!({"path": "notes.txt"})));
+    // A, which opened both and has not swept since, counts what the store counts: one.
+    let third = Session::open_at(&deployment, &a);
+    ok(&third.call_at(&b, "read_file", json!({"path": "notes.txt"})));
 }
 
 /// A session whose host died expires on the other host, which releases its locks and removes
