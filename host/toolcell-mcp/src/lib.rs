@@ -435,7 +435,11 @@ impl ServerHandler for McpServer {
             }
         };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let locking = (request.name == "lock_files").then(|| session.clone());
         let result = self.run(session, (request.name.into_owned(), arguments), slot, &context).await;
+        if let (Some(session), Binding::Service(service)) = (locking, &self.binding) {
+            service.after_lock(context.extensions.get::<::http::request::Parts>(), session).await;
+        }
         if let Some(meter) = meter {
             meter.finish(&outcome_of(&result));
         }

@@ -50,6 +50,21 @@ impl Service {
         self.owners.remove(id);
     }
 
+    /// After a `lock_files` call of `session` (the request's HTTP `parts`): if its MCP session
+    /// ended meanwhile through another host, which released the session's locks before this
+    /// call's were in place, release them here. That host marks the end in the store before it
+    /// releases, and this looks after the call's locks are in: one of the two sees the other.
+    pub(crate) async fn after_lock(&self, parts: Option<&http::request::Parts>, session: toolcell_host::Session) {
+        let (Ok(principal), Some(id)) =
+            (super::authenticated(parts), super::mcp_session_id(parts.and_then(|parts| parts.headers.get(super::MCP_SESSION_ID))))
+        else {
+            return;
+        };
+        if self.owners.ended_anywhere(id, &principal.name).await {
+            release(Some(session), session_key(principal, id)).await;
+        }
+    }
+
     /// With the shared store: remove the read versions and undo history the ended toolcell
     /// session `key` kept, in every workspace served (nothing reads them again).
     async fn forget_state(&self, key: &str) {

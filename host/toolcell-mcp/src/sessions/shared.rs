@@ -56,6 +56,17 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Owners {
+    /// Whether the MCP session `id` of `principal` has ended for every host (ended or expired
+    /// through another host), as the shared store says; `false` without one, or when the store
+    /// cannot tell.
+    pub(crate) async fn ended_anywhere(&self, id: &str, principal: &str) -> bool {
+        let Some(shared) = &self.shared else {
+            return false;
+        };
+        let (key, name, idle) = (id.to_owned(), principal.to_owned(), shared.idle);
+        matches!(blocking(&shared.backend, move |backend| backend.use_mcp(&key, Some(&name), idle)).await, Ok(None))
+    }
+
     /// A slot for a new session of `principal`. With a shared store it is counted here but
     /// bound by the store, which counts every host's sessions and forgets one ended through
     /// another host at once (this host's ledger holds its slot until the next expiry sweep).

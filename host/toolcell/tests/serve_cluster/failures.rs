@@ -236,3 +236,40 @@ fn a_rollback_after_the_record_failed_leaves_what_another_host_made_of_the_file_
     assert_eq!(std::fs::read_to_string(&notes).expect("read"), "bye, and more\n", "the other session's edit was undone");
     deployment.cluster.psql("DROP TRIGGER toolcell_test_stall ON toolcell_session_undo");
 }
+
+/// A `lock_files` in flight on one host while its session is ended through another: whichever
+/// comes first, no lease outlives the session (the host that took it checks the session after
+/// its locks are in, and releases them if it ended meanwhile). The end comes at a different
+/// moment of the call in each round.
+#[test]
+fn a_lock_taken_while_its_session_is_ended_through_another_host_does_not_outlive_it() {
+    let Some(deployment) = Deployment::start(2, "") else {
+        return;
+    };
+    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
+    let mut outlived = Vec::new();
+    for round in 0..60u64 {
+        let session = Session::open_at(&deployment, &a);
+        let id = session.id.clone();
+        std::thread::scope(|scope| {
+            let url = a.clone();
+            let locking = scope.spawn(move || session.call_at(&url, "lock_files", json!({"paths": ["notes.txt"]})));
+            std::thread::sleep(Duration::from_micros(round * 500));
+            let deleted = agent()
+                .delete(&b)
+                .header("Authorization", &format!("Bearer {}", deployment.alice))
+                .header("MCP-Protocol-Version", "2025-06-18")
+                .header("Mcp-Session-Id", &id)
+                .call()
+                .expect("DELETE");
+            assert_eq!(deleted.status().as_u16(), 204);
+            let _ = locking.join().expect("the lock's thread");
+        });
+        let leases = deployment.cluster.psql("SELECT count(*) FROM toolcell_leases WHERE lapse IS NULL").trim().to_owned();
+        if leases != "0" {
+            outlived.push(round);
+            deployment.cluster.psql("DELETE FROM toolcell_leases");
+        }
+    }
+    assert!(outlived.is_empty(), "a lease outlived its session in rounds {outlived:?}");
+}
