@@ -283,6 +283,17 @@ fn round_robin_serves_every_call_read_before_write_and_undo_hold_across_hosts_an
     // Host A dies mid-session: the session goes on through B, every call answered.
     let killed = Command::new("kill").args(["-KILL", &deployment.hosts[0].child.id().to_string()]).status().expect("kill");
     assert!(killed.success());
+    // HAProxy takes A out at its next health check; until then a request it sends down one of
+    // its idle connections to A may come back 502 (as clients of any balancer see when a
+    // backend dies). Once A is out, every call is answered by B.
+    let started = Instant::now();
+    let mut by_b = 0;
+    while by_b < 5 {
+        let probe = agent().get(&format!("{}healthz", deployment.balancer.url)).call().expect("GET /healthz");
+        let served_by = probe.headers().get("x-served-by").and_then(|value| value.to_str().ok()).map(str::to_owned);
+        by_b = if probe.status().as_u16() == 200 && served_by.as_deref() == Some("b") { by_b + 1 } else { 0 };
+        assert!(started.elapsed() < Duration::from_secs(60), "HAProxy never took the killed host out");
+    }
     for _ in 0..10 {
         let read = session.call("read_file", json!({"path": "plan.md"}));
         assert!(ok(&read).contains("step two"), "{}", read.text);

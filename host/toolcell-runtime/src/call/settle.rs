@@ -55,10 +55,11 @@ impl Runtime {
                         Some(journal)
                     }
                     Err(reason) => {
-                        // Another host may have replaced a file (having read this call's content)
-                        // while the store did not answer: what it made stays, the rest is rolled back.
+                        // Another host may have replaced, removed or moved a file (having read this
+                        // call's content) while the store did not answer: what it made stays, the
+                        // rest is rolled back.
                         let mut journal = journal;
-                        replaced = transaction.replaced_since(root);
+                        replaced = transaction.changed_since(root);
                         journal.leave_as_they_are(&replaced);
                         outcome.result = Err(ToolError::new(ToolErrorKind::Failed, reason));
                         Some(journal)

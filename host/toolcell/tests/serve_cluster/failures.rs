@@ -218,9 +218,12 @@ fn a_rollback_after_the_record_failed_leaves_what_another_host_made_of_the_file_
          CREATE TRIGGER toolcell_test_stall BEFORE INSERT ON toolcell_session_undo FOR EACH ROW EXECUTE FUNCTION toolcell_test_stall();",
     );
     let notes = deployment.workspace.join("notes.txt");
-    let refused = std::thread::scope(|scope| {
-        let edit =
-            scope.spawn(move || first.call_at(&a, "edit_file", json!({"path": "notes.txt", "old_string": "hello", "new_string": "bye"})));
+    let (refused, first) = std::thread::scope(|scope| {
+        let url = a.clone();
+        let edit = scope.spawn(move || {
+            let answer = first.call_at(&url, "edit_file", json!({"path": "notes.txt", "old_string": "hello", "new_string": "bye"}));
+            (answer, first)
+        });
         let started = Instant::now();
         while std::fs::read_to_string(&notes).expect("read") != "bye\n" {
             assert!(started.elapsed() < Duration::from_secs(60), "the edit never landed");
@@ -234,6 +237,27 @@ fn a_rollback_after_the_record_failed_leaves_what_another_host_made_of_the_file_
     let (refused, is_error) = result(&refused);
     assert!(is_error && refused.contains("left as that session made them: `notes.txt`"), "{refused}");
     assert_eq!(std::fs::read_to_string(&notes).expect("read"), "bye, and more\n", "the other session's edit was undone");
+
+    // The same, the other session removing the file instead: it stays removed.
+    ok(&first.call_at(&a, "read_file", json!({"path": "notes.txt"})));
+    deployment.cluster.psql("ALTER SEQUENCE toolcell_test_records RESTART");
+    let refused = std::thread::scope(|scope| {
+        let url = a.clone();
+        let edit = scope.spawn(move || {
+            first.call_at(&url, "edit_file", json!({"path": "notes.txt", "old_string": "and more", "new_string": "and less"}))
+        });
+        let started = Instant::now();
+        while std::fs::read_to_string(&notes).expect("read") != "bye, and less\n" {
+            assert!(started.elapsed() < Duration::from_secs(60), "the edit never landed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ok(&other.call_at(&b, "read_file", json!({"path": "notes.txt"})));
+        ok(&other.call_at(&b, "delete_file", json!({"path": "notes.txt"})));
+        edit.join().expect("the edit's thread")
+    });
+    let (refused, is_error) = result(&refused);
+    assert!(is_error && refused.contains("left as that session made them: `notes.txt`"), "{refused}");
+    assert!(!notes.exists(), "the other session's removal was undone");
     deployment.cluster.psql("DROP TRIGGER toolcell_test_stall ON toolcell_session_undo");
 }
 

@@ -108,6 +108,16 @@ impl Transaction {
             .collect()
     }
 
+    /// [`replaced_since`](Self::replaced_since), and the files this call put in place that are
+    /// gone since (removed or moved away by another host): what a rollback leaves as it is.
+    pub(crate) fn changed_since(&self, root: &cap_std::fs::Dir) -> Vec<String> {
+        use cap_std::fs::MetadataExt as _;
+        let changed = |(path, landed): &&(String, (u64, u64))| {
+            root.symlink_metadata(path).map_or(true, |metadata| (metadata.dev(), metadata.ino()) != *landed)
+        };
+        self.landed.iter().filter(changed).map(|(path, _)| path.clone()).collect()
+    }
+
     /// The files read by this call that count as read (none if it was a scan).
     pub(crate) fn tracked_reads(&self) -> &[(String, Version)] {
         if self.reads_overflowed { &[] } else { &self.reads }
