@@ -98,24 +98,24 @@ impl Transaction {
     /// stands there now is not what this call wrote, so it is neither read by the session nor
     /// undoable by it. (One removed since is judged as a removal is, by its absence.)
     pub(crate) fn replaced_since(&self, root: &cap_std::fs::Dir) -> Vec<String> {
-        self.landed
-            .iter()
-            .filter(|(path, landed)| {
-                use cap_std::fs::MetadataExt as _;
-                root.symlink_metadata(path).is_ok_and(|metadata| (metadata.dev(), metadata.ino()) != *landed)
-            })
-            .map(|(path, _)| path.clone())
-            .collect()
+        self.landed_changed(root, false)
     }
 
     /// [`replaced_since`](Self::replaced_since), and the files this call put in place that are
     /// gone since (removed or moved away by another host): what a rollback leaves as it is.
     pub(crate) fn changed_since(&self, root: &cap_std::fs::Dir) -> Vec<String> {
+        self.landed_changed(root, true)
+    }
+
+    /// The files this call put in place that stand there as another inode now, and, if
+    /// `gone`, those no longer there.
+    fn landed_changed(&self, root: &cap_std::fs::Dir, gone: bool) -> Vec<String> {
         use cap_std::fs::MetadataExt as _;
-        let changed = |(path, landed): &&(String, (u64, u64))| {
-            root.symlink_metadata(path).map_or(true, |metadata| (metadata.dev(), metadata.ino()) != *landed)
-        };
-        self.landed.iter().filter(changed).map(|(path, _)| path.clone()).collect()
+        self.landed
+            .iter()
+            .filter(|(path, landed)| root.symlink_metadata(path).map_or(gone, |metadata| (metadata.dev(), metadata.ino()) != *landed))
+            .map(|(path, _)| path.clone())
+            .collect()
     }
 
     /// The files read by this call that count as read (none if it was a scan).
