@@ -78,7 +78,10 @@ impl StdioClient {
     fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
-        writeln!(self.input, "{}", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).expect("write");
+        // One write per message, as clients send them (`writeln!` on the unbuffered pipe would
+        // send each piece of the JSON text as a write of its own).
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string() + "\n";
+        self.input.write_all(line.as_bytes()).expect("write");
         loop {
             let mut line = String::new();
             assert!(self.output.read_line(&mut line).expect("read") > 0, "the stdio server closed");

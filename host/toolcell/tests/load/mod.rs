@@ -56,7 +56,17 @@ pub struct Client {
 impl Client {
     /// Open a session: `initialize`, then `notifications/initialized`.
     pub fn connect(url: &str, token: &str) -> Result<Client, String> {
-        let agent = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(60))).build().new_agent();
+        // Each step of a request is bounded, but not the whole: a global timeout also bounds
+        // the address lookup, which ureq then runs on a thread of its own for every request.
+        let step = Some(Duration::from_secs(60));
+        let agent = ureq::Agent::config_builder()
+            .timeout_connect(step)
+            .timeout_send_request(step)
+            .timeout_send_body(step)
+            .timeout_recv_response(step)
+            .timeout_recv_body(step)
+            .build()
+            .new_agent();
         let mut client = Client { agent, url: url.to_owned(), token: token.to_owned(), session: None, next_id: 0 };
         let initialized = client.request(
             "initialize",
