@@ -116,7 +116,8 @@ fn a_call_rolled_back_while_the_database_hung_is_told_why_and_its_outcome_reache
     // The database answers again: the next call's record takes the waiting one with it.
     let started = Instant::now();
     let trail = loop {
-        ok(&session.call_at(&a, "read_file", json!({"path": "notes.txt"})));
+        // Answered or not (the host may still take the database for hung a moment longer).
+        let _ = session.call_at(&a, "read_file", json!({"path": "notes.txt"}));
         let trail = audited(&deployment, "edit_file", "could not be recorded for undo");
         if !trail.is_empty() {
             break trail;
