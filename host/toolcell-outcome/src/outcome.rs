@@ -89,6 +89,10 @@ pub struct CallOutcome {
     pub warnings: Vec<String>,
     /// Changes undone because the call failed (0 if it succeeded or changed nothing).
     pub rolled_back: usize,
+    /// Whether the call failed and its rollback ended: nothing it changed stands (but what
+    /// another session changed since, left as that session made it), so its record is no
+    /// modification's and may wait for a shared store that does not answer.
+    pub rolled_back_whole: bool,
     /// Wall-clock time of the whole call.
     pub duration: Duration,
 }
@@ -113,6 +117,7 @@ impl CallOutcome {
             denials: Vec::new(),
             warnings: Vec::new(),
             rolled_back: 0,
+            rolled_back_whole: false,
             duration: Duration::ZERO,
         }
     }

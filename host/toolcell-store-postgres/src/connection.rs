@@ -6,7 +6,9 @@
 //! Every round trip runs on the store's own runtime under a deadline ([`PostgresStore::answer_timeout`]):
 //! a database that hangs (stopped, not refusing) fails the use with [`Failure::NoAnswer`]
 //! instead of holding the caller, and the connection is dropped as broken (its socket closed,
-//! so a transaction it had open rolls back).
+//! so a transaction it had open rolls back; the statement is cancelled). Only a database that
+//! then does not answer a `SELECT 1` on a new connection counts as hung (the uses right after
+//! fail at once): one slow statement fails alone.
 
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -21,6 +23,10 @@ const CHECK_AFTER_IDLE: Duration = Duration::from_secs(5);
 
 /// How long that check may take before the connection is given up and opened again.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long the database may take to answer `SELECT 1` on a new connection after a statement
+/// did not answer in time (at most `answer_timeout`): one that does not is hung.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// An open connection: the client, the task that drives its socket, and when it was last used.
 pub(crate) struct Connection {
@@ -127,6 +133,32 @@ impl PostgresStore {
         }
     }
 
+    /// After a statement did not answer in time: cancel it (`cancel`, so that it does not take
+    /// effect later, its caller told it failed), then ask the database a cheap question on a
+    /// connection of its own. Whether it answered: then only that statement was slow (a very
+    /// large record), and the uses after it go on; otherwise the database hangs.
+    async fn answers_after_slow(&self, cancel: Option<tokio_postgres::CancelToken>) -> bool {
+        let deadline = PROBE_TIMEOUT.min(self.answer_timeout);
+        // Both at once: a hung database answers neither, and is found so within one deadline.
+        let cancelled = tokio::spawn(async move {
+            if let Some(cancel) = cancel {
+                let _ = tokio::time::timeout(deadline, cancel.cancel_query(NoTls)).await;
+            }
+        });
+        let probe = async {
+            let (client, connection) = self.config.connect(NoTls).await?;
+            let driver = tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            let answered = client.simple_query("SELECT 1").await;
+            driver.abort();
+            answered
+        };
+        let answered = tokio::time::timeout(deadline, probe).await;
+        let _ = cancelled.await;
+        matches!(answered, Ok(Ok(_)))
+    }
+
     /// A use reached the database (`Ok`) or found it unreachable (`Err`, the reason).
     fn reached(&self, outcome: Result<(), &str>) {
         if outcome.is_ok() {
@@ -178,12 +210,19 @@ impl PostgresStore {
                 }
             };
             match &result {
-                Err(failure)
-                    if matches!(failure, Failure::NoAnswer(_)) || slot.as_ref().is_none_or(|connection| connection.client.is_closed()) =>
-                {
+                Err(failure @ Failure::NoAnswer(_)) => {
                     // Dropped: its socket closes, and what it had open rolls back in the database.
+                    let cancel = slot.take().map(|connection| connection.client.cancel_token());
+                    if self.answers_after_slow(cancel).await {
+                        // One slow statement (it failed, and is cancelled): the database answers.
+                        self.reached(Ok(()));
+                    } else {
+                        self.hung(failure);
+                        self.reached(Err(&failure.to_string()));
+                    }
+                }
+                Err(failure) if slot.as_ref().is_none_or(|connection| connection.client.is_closed()) => {
                     *slot = None;
-                    self.hung(failure);
                     self.reached(Err(&failure.to_string()));
                 }
                 // Answered: an error of the statement's own is no outage.

@@ -155,8 +155,9 @@ pub struct PostgresStore {
     client: Slot,
     /// Since when the database has been unreachable (`None`: it was reached last time).
     lost_since: Mutex<Option<Instant>>,
-    /// When a use last found the database hanging, and why (`None`: a use reached it since):
-    /// for [`answer_timeout`](Self::answer_timeout) after that, uses fail at once.
+    /// When a use last found the database hanging (no answer in time, then none to a
+    /// `SELECT 1` on a new connection either), and why (`None`: a use reached it since): for
+    /// [`answer_timeout`](Self::answer_timeout) after that, uses fail at once.
     last_failure: Mutex<Option<(Instant, String)>>,
     watcher: OnceLock<Watcher>,
 }

@@ -430,3 +430,6 @@ fn without_the_store_writes_are_refused_and_say_why_while_reads_go_on() {
 
 #[path = "serve_cluster/failures.rs"]
 mod failures;
+
+#[path = "serve_cluster/limits.rs"]
+mod limits;

@@ -579,11 +579,12 @@ impl Runtime {
             Ok(output) => record.bytes = Some(output.text.len() as u64),
             Err(error) => record.message = Some(error.message.chars().take(1024).collect()),
         }
-        // A call that changed nothing may have its record wait for a shared store that cannot
-        // be reached now; one that changed something is recorded now or withheld.
-        let modified =
-            outcome.events.iter().any(|event| event.effect == Effect::Allow && matches!(event.access, Access::Write | Access::Delete))
-                || outcome.unrecorded_events > 0;
+        // A call that changed nothing (or whose changes were all rolled back) may have its
+        // record wait for a shared store that cannot be reached now; one that changed something
+        // is recorded now or withheld.
+        let modified = !outcome.rolled_back_whole
+            && (outcome.events.iter().any(|event| event.effect == Effect::Allow && matches!(event.access, Access::Write | Access::Delete))
+                || outcome.unrecorded_events > 0);
         let appended = if modified { log.append(&[record]) } else { log.append_deferrable(&[record]) };
         if appended.is_err() {
             outcome.result = Err(audit_withheld());

@@ -49,6 +49,7 @@ impl Runtime {
         let journal = match journal {
             Some(journal) if outcome.result.is_ok() && self.undo.is_shared() => {
                 replaced = transaction.replaced_since(root);
+                let absent = Transaction::absent_at_end(root, journal.steps());
                 match self.record_shared(request, outcome, &transaction, root, &journal, &replaced) {
                     Ok(()) => {
                         recorded = true;
@@ -56,12 +57,19 @@ impl Runtime {
                     }
                     Err(reason) => {
                         // Another host may have replaced, removed or moved a file (having read this
-                        // call's content) while the store did not answer: what it made stays, the
-                        // rest is rolled back.
+                        // call's content), or made again one this call removed, while the store did
+                        // not answer: what it made stays, the rest is rolled back.
                         let mut journal = journal;
                         replaced = transaction.changed_since(root);
+                        for path in Transaction::recreated_since(root, &absent) {
+                            if !replaced.contains(&path) {
+                                replaced.push(path);
+                            }
+                        }
                         journal.leave_as_they_are(&replaced);
-                        outcome.result = Err(ToolError::new(ToolErrorKind::Failed, reason));
+                        outcome.result = Err(ToolError::new(ToolErrorKind::Failed, reason).with_hint(
+                            "try the call again once the shared store answers (reads still work meanwhile), or tell the operator",
+                        ));
                         Some(journal)
                     }
                 }
@@ -108,12 +116,13 @@ impl Runtime {
                 match rolled_back {
                     Ok(steps) => {
                         outcome.rolled_back = steps;
+                        outcome.rolled_back_whole = true;
                         if let Err(error) = &mut outcome.result {
                             if replaced.is_empty() {
                                 error.message.push_str("\n(No file was changed: every change this call made was rolled back.)");
                             } else {
                                 error.message.push_str(&format!(
-                                    "\n(Every other change this call made was rolled back. Changed by another session after this call put them in place, and left as that session made them: {}; read them again.)",
+                                    "\n(Every other change this call made was rolled back. Changed by another session after this call changed them, and left as that session made them: {}; read them again.)",
                                     replaced.iter().map(|path| format!("`{path}`")).collect::<Vec<_>>().join(", ")
                                 ));
                             }
@@ -184,7 +193,10 @@ impl Runtime {
             .record_shared_call(request.session_id, request.workspace.root(), root, &outcome.call_id, steps, journal.blob_dir(), &reads)
             .map_err(|error| match error {
                 toolcell_state::undo::SharedRecordError::Store(error) => {
-                    format!("the call's changes could not be recorded for undo and read-before-write: {}", error.writes_refused())
+                    format!(
+                        "the call's changes could not be recorded for undo and read-before-write in the shared store, so they were rolled back: {}",
+                        error.writes_refused()
+                    )
                 }
                 other => format!("the call's changes could not be recorded for undo ({other})"),
             })

@@ -529,7 +529,8 @@ impl Journal {
     }
 
     /// Leave `paths` as they are at a rollback: another session changed them since this call
-    /// put them in place, and what it made must not be undone with this call.
+    /// put them in place (or made them again since this call removed them), and what it made
+    /// must not be undone with this call.
     pub fn leave_as_they_are(&mut self, paths: &[String]) {
         self.steps.retain(|step| !paths.contains(&step.path));
     }

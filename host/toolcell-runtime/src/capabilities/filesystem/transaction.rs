@@ -107,6 +107,29 @@ impl Transaction {
         self.landed_changed(root, true)
     }
 
+    /// The paths this call's journal holds that are absent now, as the call ends (it removed
+    /// them, or made them and removed them again), except the directories it moved away (their
+    /// rollback is one rename, not a path to leave).
+    pub(crate) fn absent_at_end(root: &cap_std::fs::Dir, steps: &[toolcell_state::journal::Step]) -> Vec<String> {
+        let mut absent: Vec<String> = Vec::new();
+        for step in steps {
+            if !matches!(step.prior, toolcell_state::journal::Prior::Moved { .. })
+                && !absent.contains(&step.path)
+                && root.symlink_metadata(&step.path).is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)
+            {
+                absent.push(step.path.clone());
+            }
+        }
+        absent
+    }
+
+    /// Of the paths [`absent_at_end`](Self::absent_at_end) found, those that are there again
+    /// now: another host's session (which does not see this call's in-flight paths) made them
+    /// meanwhile, and a rollback must not put back over them what was there before this call.
+    pub(crate) fn recreated_since(root: &cap_std::fs::Dir, absent: &[String]) -> Vec<String> {
+        absent.iter().filter(|path| root.symlink_metadata(path).is_ok()).cloned().collect()
+    }
+
     /// The files this call put in place that stand there as another inode now, and, if
     /// `gone`, those no longer there.
     fn landed_changed(&self, root: &cap_std::fs::Dir, gone: bool) -> Vec<String> {
