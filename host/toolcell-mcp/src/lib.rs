@@ -191,15 +191,21 @@ impl McpServer {
         // stopped at its next epoch check and rolled back.
         let cancel = Arc::new(AtomicBool::new(false));
         let cancel_call = Arc::clone(&cancel);
-        // For the call's log line (never its arguments: they may hold what a caller keeps private).
-        let (session_id, principal, role) =
-            (session.id().to_owned(), session.principal().unwrap_or_default().to_owned(), session.role().to_owned());
-        let mut call = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        // The answer is handed over first; the call's log line is written on the call's own
+        // thread while the answer is sent.
+        let line = logging::CallLine::of(&session, &name);
+        let (answer, mut answered) = tokio::sync::oneshot::channel();
+        tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            session.call_cancellable(&tool, &args, Some(&cancel_call))
+            let result = session.call_cancellable(&tool, &args, Some(&cancel_call));
+            let said = result.as_ref().ok().map(|call| line.said(call));
+            let _ = answer.send(result);
+            if let Some(said) = said {
+                line.write(&said, started.elapsed());
+            }
         });
         let progress_token = context.meta.get_progress_token();
-        let started = Instant::now();
         // Not at once: rmcp routes a notification to the request's own stream only once it has
         // registered the request, and a call this short needs no progress.
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + FIRST_PROGRESS, PROGRESS_EVERY);
@@ -214,28 +220,12 @@ impl McpServer {
                         let _ = context.peer.notify_progress(progress).await;
                     }
                 }
-                joined = &mut call => break joined,
+                joined = &mut answered => break joined,
                 () = context.ct.cancelled(), if !cancel.load(Ordering::Relaxed) => cancel.store(true, Ordering::Relaxed),
             }
         };
         match joined {
             Ok(Ok(call)) => {
-                let outcome = match &call.output {
-                    Ok(_) => "ok".to_owned(),
-                    Err(error) => json!(error)["kind"].as_str().unwrap_or("failed").to_owned(),
-                };
-                tracing::info!(
-                    target: "toolcell::call",
-                    call_id = %call.call_id,
-                    session = %session_id,
-                    principal = %principal,
-                    role = %role,
-                    tool = %name,
-                    outcome = %outcome,
-                    denials = call.denials.len(),
-                    duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                    "call"
-                );
                 if let Some(metrics) = self.metrics() {
                     metrics.audit_append();
                     metrics.policy_denials(call.denials.len());

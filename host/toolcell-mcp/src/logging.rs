@@ -66,3 +66,56 @@ fn rank(level: LoggingLevel) -> u8 {
 pub(crate) fn capabilities() -> rmcp::model::ServerCapabilities {
     rmcp::model::ServerCapabilities::builder().enable_tools().enable_logging().build()
 }
+
+/// A call's line in the service's log (`toolcell::call`): who called which tool, and how it
+/// ended. Never its arguments: they may hold what a caller keeps private.
+pub(crate) struct CallLine {
+    session: String,
+    principal: String,
+    role: String,
+    tool: String,
+}
+
+/// What a call's line says of how it ended.
+pub(crate) struct Said {
+    call_id: String,
+    outcome: String,
+    denials: usize,
+}
+
+impl CallLine {
+    /// The line of a call of `tool` in `session`.
+    pub(crate) fn of(session: &toolcell_host::Session, tool: &str) -> CallLine {
+        CallLine {
+            session: session.id().to_owned(),
+            principal: session.principal().unwrap_or_default().to_owned(),
+            role: session.role().to_owned(),
+            tool: tool.to_owned(),
+        }
+    }
+
+    /// What the line says of `call`: `ok`, or its error's kind.
+    pub(crate) fn said(&self, call: &toolcell_host::CallResult) -> Said {
+        let outcome = match &call.output {
+            Ok(_) => "ok".to_owned(),
+            Err(error) => serde_json::json!(error)["kind"].as_str().unwrap_or("failed").to_owned(),
+        };
+        Said { call_id: call.call_id.clone(), outcome, denials: call.denials.len() }
+    }
+
+    /// Write the line, for a call that took `took`.
+    pub(crate) fn write(&self, said: &Said, took: std::time::Duration) {
+        tracing::info!(
+            target: "toolcell::call",
+            call_id = %said.call_id,
+            session = %self.session,
+            principal = %self.principal,
+            role = %self.role,
+            tool = %self.tool,
+            outcome = %said.outcome,
+            denials = said.denials,
+            duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+            "call"
+        );
+    }
+}
