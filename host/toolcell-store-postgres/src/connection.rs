@@ -199,7 +199,10 @@ impl PostgresStore {
             return Err(Failure::Busy(deadline));
         };
         let slot = &mut *slot;
-        self.runtime.block_on(async {
+        let Some(runtime) = &self.runtime else {
+            return Err(Failure::Database("the store is closed".to_owned()));
+        };
+        runtime.block_on(async {
             let result = match Self::on_connection(slot, &self.config, deadline, work).await {
                 Ok(result) => result,
                 Err(unreached) => {

@@ -146,8 +146,9 @@ type Watcher = Box<dyn Fn(&Availability) + Send + Sync>;
 pub struct PostgresStore {
     config: Config,
     name: String,
-    /// The runtime every round trip runs on, under [`answer_timeout`](Self::answer_timeout).
-    runtime: tokio::runtime::Runtime,
+    /// The runtime every round trip runs on, under [`answer_timeout`](Self::answer_timeout)
+    /// (`None` once the store is dropped).
+    runtime: Option<tokio::runtime::Runtime>,
     /// How long a use waits for the database before it fails and the connection is dropped.
     answer_timeout: Duration,
     /// The connection, and when it was last used; waited for under the deadline (a use that
@@ -160,6 +161,16 @@ pub struct PostgresStore {
     /// [`answer_timeout`](Self::answer_timeout) after that, uses fail at once.
     last_failure: Mutex<Option<(Instant, String)>>,
     watcher: OnceLock<Watcher>,
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        // The last holder may drop the store on a thread of another runtime (`serve`'s), where
+        // waiting for this one's tasks to stop is not allowed: they are stopped without waiting.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -226,7 +237,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             config,
             name,
-            runtime,
+            runtime: Some(runtime),
             answer_timeout,
             client: Slot::default(),
             lost_since: Mutex::new(None),
@@ -567,5 +578,13 @@ mod tests {
         assert!(!format!("{store:?}").contains("s3cret"));
         let error = PostgresStore::open("postgres://ops:s3cret@db.internal:notaport/x").expect_err("bad port");
         assert!(!error.to_string().contains("s3cret"), "{error}");
+    }
+
+    /// `serve` drops its store inside its own runtime when it stops: that must not panic.
+    #[test]
+    fn a_store_dropped_inside_another_runtime_stops_its_own_without_panicking() {
+        let store = PostgresStore::open("postgres://ops@db.internal/toolcell").expect("parses");
+        let serving = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        serving.block_on(async move { drop(store) });
     }
 }

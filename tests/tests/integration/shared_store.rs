@@ -349,3 +349,52 @@ fn a_shared_store_without_a_state_directory_is_a_configuration_error() {
         "{text}"
     );
 }
+
+/// The spool a long outage leaves (here 40,000 records, and a last line cut short by a write
+/// that failed) drains in batches that each fit the store's deadline: a batch the store
+/// refuses leaves the spool holding exactly what was not sent; then writes go on, every whole
+/// record joins the chain once and in order, and the piece of a line is dropped.
+#[test]
+fn a_large_spool_drains_in_batches_keeps_what_a_refused_batch_did_not_send_and_drops_a_torn_line() {
+    let Some((cluster, _)) = store() else {
+        return;
+    };
+    let store = PostgresStore::connect_with(&cluster.url, Duration::from_secs(1)).expect("connects");
+    let fixture = Fixture::new();
+    fixture.write("notes.txt", "before\n");
+    let state = tempfile::tempdir().expect("state");
+    let runtime = host(&store, state.path());
+    let workspace = &fixture.workspace;
+    call(&runtime, workspace, "A", &[], "read_file", json!({"path": "notes.txt"}));
+    let mut spool = String::new();
+    for index in 0..40_000 {
+        let record =
+            toolcell_audit::Record::call("2026-11-26T00:00:00.000Z", "s-outage", "impl", "read_file", &format!("c-spooled-{index}"), "ok");
+        spool.push_str(&serde_json::to_string(&record).expect("record"));
+        spool.push('\n');
+    }
+    spool.push_str(r#"{"seq":0,"ts":"2026-11-26T00:00:01.000Z","sess"#);
+    let spool_file = state.path().join(toolcell_runtime::AUDIT_SPOOL_FILE);
+    std::fs::write(&spool_file, spool).expect("spool");
+    // The store refuses the third batch: what was sent is not kept, and nothing else is lost.
+    cluster.psql(
+        "CREATE FUNCTION refuse_spooled() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF NEW.line LIKE '%\"c-spooled-1200\"%' THEN RAISE EXCEPTION 'refused for the test'; END IF; RETURN NEW; END $$; \
+         CREATE TRIGGER refuse_spooled BEFORE INSERT ON toolcell_audit FOR EACH ROW EXECUTE FUNCTION refuse_spooled();",
+    );
+    let refused = call(&runtime, workspace, "A", &[], "write_file", json!({"path": "notes.txt", "content": "refused\n"}));
+    assert!(refused.result.is_err(), "written without its audit record");
+    let kept = std::fs::read_to_string(&spool_file).expect("spool");
+    assert!(kept.lines().next().is_some_and(|line| line.contains("\"c-spooled-1000\"")), "the spool keeps what was not sent");
+    assert!(!kept.contains("\"c-spooled-999\""), "a sent record stays in the spool");
+    cluster.psql("DROP TRIGGER refuse_spooled ON toolcell_audit;");
+    let written = call(&runtime, workspace, "A", &[], "write_file", json!({"path": "notes.txt", "content": "after\n"}));
+    assert!(written.result.is_ok(), "{:?}", written.result);
+    let chain = toolcell_runtime::AuditBackend::read_from(store.as_ref(), 0).expect("reads").0;
+    toolcell_audit::verify(chain.lines()).expect("one chain");
+    let spooled: Vec<&str> = chain.lines().filter(|line| line.contains("c-spooled-")).collect();
+    assert_eq!(spooled.len(), 40_000, "every whole spooled record is in the chain");
+    assert!(spooled[0].contains("\"c-spooled-0\"") && spooled[39_999].contains("\"c-spooled-39999\""), "in order");
+    assert!(chain.contains(&written.call_id), "the write's own record follows");
+    assert_eq!(std::fs::read_to_string(&spool_file).unwrap_or_default(), "");
+}

@@ -333,23 +333,12 @@ impl AuditLog {
     /// As [`append`](Self::append); with a shared store, only if the spool cannot be written.
     pub fn append_deferrable(&self, records: &[Record]) -> std::io::Result<()> {
         match (&self.shared, self.append(records)) {
-            (Some(_), Err(_)) => {
-                let mut lines = String::new();
-                for record in records {
-                    lines.push_str(&serde_json::to_string(record).map_err(std::io::Error::other)?);
-                    lines.push('\n');
-                }
-                let spool = crate::storage::private_file().create(true).append(true).open(self.directory.join(AUDIT_SPOOL_FILE))?;
-                spool.lock()?;
-                let written = (&spool).write_all(lines.as_bytes()).and_then(|()| spool.sync_data());
-                let unlocked = spool.unlock();
-                written.and(unlocked)
-            }
+            (Some(_), Err(_)) => spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), records),
             (_, result) => result,
         }
     }
 
-    /// Append to the shared store: first what waits in the spool, then `records`, as one.
+    /// Append to the shared store: first what waits in the spool, then `records`.
     fn append_shared(&self, shared: &dyn AuditBackend, records: &[Record]) -> std::io::Result<()> {
         let path = self.directory.join(AUDIT_SPOOL_FILE);
         let spool = match OpenOptions::new().read(true).write(true).open(&path) {
@@ -360,22 +349,8 @@ impl AuditLog {
             Err(error) => return Err(error),
         };
         spool.lock()?;
-        let forwarded = (|| {
-            let mut text = String::new();
-            (&spool).read_to_string(&mut text)?;
-            let mut all = Vec::new();
-            for line in text.lines().filter(|line| !line.trim().is_empty()) {
-                all.push(serde_json::from_str::<Record>(line).map_err(|error| {
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("`{AUDIT_SPOOL_FILE}` holds a damaged record ({error})"))
-                })?);
-            }
-            all.extend_from_slice(records);
-            if !all.is_empty() {
-                let link = shared.append(&all)?;
-                self.checkpoint_shared(&link)?;
-            }
-            spool.set_len(0)
-        })();
+        let forwarded = spool::forward(&spool, shared, &|link| self.checkpoint_shared(link))
+            .and_then(|()| if records.is_empty() { Ok(()) } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) });
         let unlocked = spool.unlock();
         forwarded.and(unlocked)
     }
@@ -507,6 +482,8 @@ fn corrupt(reason: &str) -> std::io::Error {
         format!("the audit log's last record is damaged ({reason}); run `toolcell audit verify`"),
     )
 }
+
+mod spool;
 
 #[cfg(test)]
 mod tests;
