@@ -464,7 +464,8 @@ fn last_link(file: &mut File) -> std::io::Result<Link> {
     loop {
         let start = length.saturating_sub(chunk);
         file.seek(SeekFrom::Start(start))?;
-        let mut tail = Vec::new();
+        // Read in one go (a growing buffer would read it in a dozen pieces).
+        let mut tail = Vec::with_capacity(usize::try_from(length - start).unwrap_or(0).saturating_add(1));
         (&mut *file).take(length - start).read_to_end(&mut tail)?;
         let text = String::from_utf8_lossy(&tail);
         let body = text.strip_suffix('\n').ok_or_else(|| corrupt("the log does not end with a complete line"))?;
