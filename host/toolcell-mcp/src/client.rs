@@ -90,7 +90,11 @@ impl StdioClient {
 
     fn send(&mut self, message: &Value) -> std::io::Result<()> {
         let stdin = self.stdin.as_mut().ok_or_else(|| invalid("the connection is closed"))?;
-        writeln!(stdin, "{message}")?;
+        // One write per message, as a whole line (`writeln!` on the unbuffered pipe would send
+        // each piece of the JSON text as a write of its own, waking the server for each).
+        let mut line = message.to_string();
+        line.push('\n');
+        stdin.write_all(line.as_bytes())?;
         stdin.flush()
     }
 
