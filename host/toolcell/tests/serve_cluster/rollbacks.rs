@@ -41,10 +41,9 @@ fn writes_go_on(deployment: &Deployment, url: &str, path: &str) {
 }
 
 /// F1: a directory the call made, that another host's session put a file in, stays (with that
-/// file) and is named; the call's own file in it is removed; writes go on. A file the call
-/// removed whose directory the other session moved away is put back, in its directory made again.
+/// file) and is named; the call's own file and directory in it are removed; writes go on.
 #[test]
-fn a_rollback_leaves_a_directory_another_host_put_a_file_in_and_puts_back_a_file_whose_directory_moved() {
+fn a_rollback_leaves_a_directory_it_made_that_another_host_put_a_file_in_and_writes_go_on() {
     let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
         return;
     };
@@ -60,12 +59,22 @@ fn a_rollback_leaves_a_directory_another_host_put_a_file_in_and_puts_back_a_file
         || drop(ok(&other.call_at(&b, "write_file", json!({"path": "made/theirs.txt", "content": "made on B\n"})))),
     );
     assert!(is_error && refused.contains("could not be recorded for undo"), "{refused}");
-    assert!(refused.contains("left in place because another session put files in them: `made`"), "{refused}");
+    assert!(refused.contains("Directories this call made, left in place") && refused.contains(": `made`."), "{refused}");
     assert!(!refused.contains("writes to this workspace are stopped"), "{refused}");
     assert_eq!(std::fs::read_to_string(made.join("theirs.txt")).expect("read"), "made on B\n");
     assert!(!made.join("deep").exists(), "the call's own directory stayed");
-    writes_go_on(&deployment, &a, "after-made.txt");
+    writes_go_on(&deployment, &a, "after.txt");
+}
 
+/// F1: a file the call removed, whose directory another host's session moved away meanwhile,
+/// is put back in its directory made again (its content is not lost), and that is named.
+#[test]
+fn a_rollback_puts_back_a_removed_file_whose_directory_another_host_moved_away() {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+        return;
+    };
+    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
+    let other = Session::open_at(&deployment, &b);
     std::fs::create_dir_all(deployment.workspace.join("d")).expect("mkdir");
     std::fs::write(deployment.workspace.join("d/f.txt"), "only copy\n").expect("write");
     let session = Session::open_at(&deployment, &a);
@@ -82,7 +91,51 @@ fn a_rollback_leaves_a_directory_another_host_put_a_file_in_and_puts_back_a_file
     assert!(is_error && refused.contains("moved or removed them meanwhile: `d`"), "{refused}");
     assert_eq!(std::fs::read_to_string(&removed).expect("the removed file was lost"), "only copy\n");
     assert!(deployment.workspace.join("e").is_dir());
-    writes_go_on(&deployment, &a, "after-d.txt");
+    writes_go_on(&deployment, &a, "after.txt");
+}
+
+/// F1, after a crash: host A is killed while the record of a call that made a directory waits
+/// in the database, and another host's session has put a file in that directory. A's next start
+/// rolls the call back leaving that directory (and the file), and writes go on there.
+#[test]
+fn recovery_after_a_crash_leaves_a_directory_another_host_put_a_file_in_and_writes_go_on() {
+    let Some(mut deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"20s\"") else {
+        return;
+    };
+    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
+    let other = Session::open_at(&deployment, &b);
+    let made = deployment.workspace.join("made");
+    stall_record(&deployment, 1, 10, "RAISE EXCEPTION 'stalled'");
+    std::thread::scope(|scope| {
+        let session = Session::open_at(&deployment, &a);
+        let url = a.clone();
+        let call = scope.spawn(move || {
+            // Cut off by the kill: no answer.
+            let _ = session.call_at(&url, "write_file", json!({"path": "made/new.txt", "content": "the call's\n"}));
+        });
+        let started = Instant::now();
+        while !made.join("new.txt").exists() {
+            assert!(started.elapsed() < Duration::from_secs(60), "the call's change never landed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ok(&other.call_at(&b, "write_file", json!({"path": "made/theirs.txt", "content": "made on B\n"})));
+        let killed = Command::new("kill").args(["-KILL", &deployment.hosts[0].child.id().to_string()]).status().expect("kill");
+        assert!(killed.success());
+        let _ = call.join();
+    });
+    let _ = deployment.hosts[0].child.wait();
+    let temp = deployment._temp.path().to_owned();
+    let restarted = serve(
+        &temp.join("service.toml"),
+        &temp.join("state-a"),
+        &[std::ffi::OsStr::new("--store"), deployment.cluster.url.as_ref(), "--policy".as_ref(), temp.join("policy.toml").as_os_str()],
+    );
+    let lines = restarted.wait_for(|line| line.contains("rolled back call"));
+    assert!(!lines.iter().any(|line| line.contains("could not roll back")), "{lines:#?}");
+    assert!(!made.join("new.txt").exists(), "the call's own file stayed");
+    assert_eq!(std::fs::read_to_string(made.join("theirs.txt")).expect("read"), "made on B\n");
+    writes_go_on(&deployment, &restarted.url, "after.txt");
+    deployment.hosts[0] = restarted;
 }
 
 /// F2: a file the call moved, that another host's session then edited where the call put it,

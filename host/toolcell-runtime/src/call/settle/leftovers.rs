@@ -31,7 +31,7 @@ pub(super) fn note(replaced: &[String], kept: &[(String, String)], replayed: &Re
     }
     if !replayed.left.is_empty() {
         parts.push(format!(
-            "Directories this call made, left in place because another session put files in them: {}.",
+            "Directories this call made, left in place because they hold what another session made (or a file named above): {}.",
             listed(replayed.left.iter())
         ));
     }
@@ -71,7 +71,7 @@ mod tests {
         let said = note(&["a".to_owned()], &[("a".to_owned(), "b".to_owned())], &replayed);
         assert!(said.contains("left as that session made them: `a`"), "{said}");
         assert!(said.contains("`b` (from `a`)"), "{said}");
-        assert!(said.contains("put files in them: `d`"), "{said}");
+        assert!(said.contains("named above): `d`."), "{said}");
         assert!(said.contains("moved or removed them meanwhile: `e`"), "{said}");
         assert!(!said.contains("No file was changed"), "{said}");
     }
