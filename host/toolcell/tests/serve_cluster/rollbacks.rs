@@ -132,6 +132,10 @@ fn recovery_after_a_crash_leaves_a_directory_another_host_put_a_file_in_and_writ
     );
     let lines = restarted.wait_for(|line| line.contains("rolled back call"));
     assert!(!lines.iter().any(|line| line.contains("could not roll back")), "{lines:#?}");
+    assert!(
+        lines.iter().any(|line| line.contains("leaving the directories it made that hold what another session made: `made`")),
+        "{lines:#?}"
+    );
     assert!(!made.join("new.txt").exists(), "the call's own file stayed");
     assert_eq!(std::fs::read_to_string(made.join("theirs.txt")).expect("read"), "made on B\n");
     writes_go_on(&deployment, &restarted.url, "after.txt");
