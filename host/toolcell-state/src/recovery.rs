@@ -30,6 +30,9 @@ pub struct Recovery {
     pub kind: RecoveryKind,
     /// Why it was not rolled back, for the operator (host paths included), or `None`.
     pub error: Option<String>,
+    /// Directories the call made that another session (or program) put something in since:
+    /// left in place by the rollback, with what is in them (workspace-relative).
+    pub left: Vec<String>,
 }
 
 /// What recovery did with one interrupted call, or one journal file.
@@ -172,6 +175,7 @@ fn recover_file(
         steps: 0,
         kind,
         error: Some(error),
+        left: Vec::new(),
     };
     let unverified = |why: &str| {
         report(
@@ -320,18 +324,22 @@ fn roll_back(header: &Header, steps: &[Step], blob_dir: &Path) -> Recovery {
         steps: steps.len(),
         kind: RecoveryKind::RolledBack,
         error: None,
+        left: Vec::new(),
     };
     match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
         Ok(root) => {
             // Putting names back is a namespace change like any other: judged against by no
             // other call (of any process) while it is half done.
             let namespace = crate::NamespaceLock::acquire(&root);
-            if let Err(error) = replay(&root, blob_dir, &recovery.call_id, steps) {
-                recovery.kind = RecoveryKind::Failed;
-                recovery.error = Some(format!(
-                    "the call `{}` could not be rolled back ({error}); writes to this workspace stop until it is: the next start tries again, or the operator restores the workspace and removes the journal",
-                    recovery.call_id
-                ));
+            match replay(&root, blob_dir, &recovery.call_id, steps) {
+                Ok(replayed) => recovery.left = replayed.left,
+                Err(error) => {
+                    recovery.kind = RecoveryKind::Failed;
+                    recovery.error = Some(format!(
+                        "the call `{}` could not be rolled back ({error}); writes to this workspace stop until it is: the next start tries again, or the operator restores the workspace and removes the journal",
+                        recovery.call_id
+                    ));
+                }
             }
             drop(namespace);
         }

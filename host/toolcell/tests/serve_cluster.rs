@@ -433,3 +433,6 @@ mod failures;
 
 #[path = "serve_cluster/limits.rs"]
 mod limits;
+
+#[path = "serve_cluster/rollbacks.rs"]
+mod rollbacks;

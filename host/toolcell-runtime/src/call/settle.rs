@@ -7,6 +7,8 @@ use crate::native;
 use crate::outcome::{CallOutcome, CallRequest};
 use crate::runtime::{LoadedTool, Runtime, ToolKind};
 
+mod leftovers;
+
 impl Runtime {
     /// End the call's transaction: validate what it wrote, then keep its changes (and what
     /// `undo_edit` needs) if it succeeded, or roll them all back if it did not; record what the
@@ -42,6 +44,8 @@ impl Runtime {
         }
         let mut modified: &[String] = &[];
         let mut replaced: Vec<String> = Vec::new();
+        // Files this call moved that a rollback leaves where they are (their source is taken).
+        let mut kept: Vec<(String, String)> = Vec::new();
         // With a shared store, the call's undo record and read versions are kept while its
         // journal is still open, in one statement: if the store cannot keep them, the call is
         // rolled back (the caller told why), never left standing without its record.
@@ -66,7 +70,10 @@ impl Runtime {
                                 replaced.push(path);
                             }
                         }
-                        journal.leave_as_they_are(&replaced);
+                        kept = leftovers::kept_moves(&transaction.moves, &replaced);
+                        let mut left = replaced.clone();
+                        left.extend(kept.iter().map(|(_, to)| to.clone()));
+                        journal.leave_as_they_are(&left);
                         outcome.result = Err(ToolError::new(ToolErrorKind::Failed, reason).with_hint(
                             "try the call again once the shared store answers (reads still work meanwhile), or tell the operator",
                         ));
@@ -111,21 +118,14 @@ impl Runtime {
                 // Putting names back is a namespace change like any other: no other call
                 // judges against the tree while it is half restored.
                 let namespace = guard.lock_namespace().ok().flatten();
-                let rolled_back = journal.rollback(root);
+                let rolled_back = journal.rollback_leaving(root);
                 drop(namespace);
                 match rolled_back {
-                    Ok(steps) => {
+                    Ok((steps, replayed)) => {
                         outcome.rolled_back = steps;
                         outcome.rolled_back_whole = true;
                         if let Err(error) = &mut outcome.result {
-                            if replaced.is_empty() {
-                                error.message.push_str("\n(No file was changed: every change this call made was rolled back.)");
-                            } else {
-                                error.message.push_str(&format!(
-                                    "\n(Every other change this call made was rolled back. Changed by another session after this call changed them, and left as that session made them: {}; read them again.)",
-                                    replaced.iter().map(|path| format!("`{path}`")).collect::<Vec<_>>().join(", ")
-                                ));
-                            }
+                            error.message.push_str(&leftovers::note(&replaced, &kept, &replayed));
                         }
                     }
                     Err(failure) => {

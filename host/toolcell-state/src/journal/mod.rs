@@ -30,7 +30,7 @@
 pub(crate) mod ledger;
 mod replay;
 
-pub use replay::restore;
+pub use replay::{Replayed, restore};
 pub(crate) use replay::{replay, unhex};
 use std::fs::File;
 use std::io::Write;
@@ -499,33 +499,46 @@ impl Journal {
         Ok(())
     }
 
-    /// Undo every step, newest first. On success the call's journal is ended; on failure it stays
-    /// open in the runtime's journal file, for the next start to replay once this runtime is
-    /// gone, and the error names the path that could not be restored.
+    /// Undo every step, newest first: [`rollback_leaving`](Self::rollback_leaving), the number
+    /// of steps undone.
     ///
     /// # Errors
     ///
     /// The first step that could not be restored (the call is then left to recovery).
     pub fn rollback(self, root: &Dir) -> Result<usize, String> {
+        self.rollback_leaving(root).map(|(count, _)| count)
+    }
+
+    /// Undo every step, newest first, leaving what others made meanwhile ([`Replayed`]). On
+    /// success the call's journal is ended; on failure it stays open in the runtime's journal
+    /// file, for the next start to replay once this runtime is gone, and the error names the
+    /// path that could not be restored.
+    ///
+    /// # Errors
+    ///
+    /// The first step that could not be restored (the call is then left to recovery).
+    pub fn rollback_leaving(self, root: &Dir) -> Result<(usize, Replayed), String> {
         // A restore refuses to act through a symlink; another program that swaps a directory on
         // the way for one does so for a moment. The replay is idempotent, so it is tried again
         // a little later, a few times, before the call is left to recovery.
         let mut pause = std::time::Duration::from_millis(1);
         let mut attempts = 1;
-        while let Err(failure) = replay(root, &self.blob_dir, &self.call_id, &self.steps) {
-            if attempts == ROLLBACK_ATTEMPTS {
-                return Err(failure);
+        let replayed = loop {
+            match replay(root, &self.blob_dir, &self.call_id, &self.steps) {
+                Ok(replayed) => break replayed,
+                Err(failure) if attempts == ROLLBACK_ATTEMPTS => return Err(failure),
+                Err(_) => {}
             }
             attempts += 1;
             std::thread::sleep(pause);
             pause = (pause * 2).min(std::time::Duration::from_millis(50));
-        }
+        };
         let count = self.steps.len();
         self.file.end(&self.call_id);
         if self.blobs > 0 {
             let _ = std::fs::remove_dir_all(&self.blob_dir);
         }
-        Ok(count)
+        Ok((count, replayed))
     }
 
     /// Leave `paths` as they are at a rollback: another session changed them since this call

@@ -4,9 +4,23 @@
 
 use super::*;
 
+/// What a replay left as it found, and what it made again, because of what others did meanwhile.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Replayed {
+    /// Directories the call made that hold something else now (another session, or another
+    /// program, put it there): left in place, with what is in them.
+    pub left: Vec<String>,
+    /// Directories made again to put back a path the call removed or changed, whose directory
+    /// another session (or program) had moved or removed meanwhile.
+    pub remade: Vec<String>,
+}
+
 /// Remove the temporary files the call's whole-file rewrites left beside its paths (they may
 /// stand in a directory the replay must remove), then restore each step's path, newest first.
-pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]) -> Result<(), String> {
+/// What others made meanwhile is never removed: a directory the call made that is not empty
+/// once the call's own paths in it are gone stays, and a removed file whose directory is gone
+/// is put back in that directory made again.
+pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]) -> Result<Replayed, String> {
     use rustix::fs::{Mode, OFlags};
     let prefix = format!("{}{call_id}-", IN_FLIGHT_PREFIX);
     let mut parents: Vec<&str> = steps.iter().map(|step| step.path.rsplit_once('/').map_or(".", |(parent, _)| parent)).collect();
@@ -27,8 +41,72 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
             }
         }
     }
+    let mut replayed = Replayed::default();
     for step in steps.iter().rev() {
-        restore(root, directory, step).map_err(|error| format!("`{}`: {error}", step.path))?;
+        restore_leaving(root, directory, step, &mut replayed).map_err(|error| format!("`{}`: {error}", step.path))?;
+    }
+    Ok(replayed)
+}
+
+/// [`restore`] in a rollback: a directory the call made that holds something else now is
+/// left, and a path whose directory is gone is restored in that directory made again
+/// (beneath `root`, through no symlink); both noted in `replayed`.
+fn restore_leaving(root: &Dir, directory: &Path, step: &Step, replayed: &mut Replayed) -> std::io::Result<()> {
+    match &step.prior {
+        Prior::Absent => {
+            let (parent, name) = match crate::beneath::parent(root, &step.path) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                result => result?,
+            };
+            match remove(&parent, name) {
+                Err(error) if error.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+                    replayed.left.push(step.path.clone());
+                    Ok(())
+                }
+                result => result,
+            }
+        }
+        Prior::Moved { .. } => restore(root, directory, step),
+        _ => {
+            if let Err(error) = crate::beneath::parent(root, &step.path)
+                && error.kind() == std::io::ErrorKind::NotFound
+            {
+                make_parents(root, &step.path, &mut replayed.remade)?;
+            }
+            restore(root, directory, step)
+        }
+    }
+}
+
+/// Make the missing directories on the way to the canonical path `path` beneath `root`, each
+/// opened following no symlink (one on the way fails the restore); note each one made.
+fn make_parents(root: &Dir, path: &str, made: &mut Vec<String>) -> std::io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    use std::os::fd::AsFd as _;
+    let Some((parents, _)) = path.rsplit_once('/') else {
+        return Ok(());
+    };
+    let mut current: Option<File> = None;
+    let mut walked = String::new();
+    for component in parents.split('/') {
+        if !walked.is_empty() {
+            walked.push('/');
+        }
+        walked.push_str(component);
+        let at = current.as_ref().map_or_else(|| root.as_fd(), |file| file.as_fd());
+        let opened = match crate::beneath::open_in(at, component, OFlags::DIRECTORY | OFlags::RDONLY) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                match rustix::fs::mkdirat(at, component, Mode::RWXU | Mode::RWXG | Mode::RWXO) {
+                    Ok(()) => made.push(walked.clone()),
+                    // Made by someone else just now: used as it is.
+                    Err(rustix::io::Errno::EXIST) => {}
+                    Err(error) => return Err(error.into()),
+                }
+                crate::beneath::open_in(at, component, OFlags::DIRECTORY | OFlags::RDONLY)?
+            }
+            result => result?,
+        };
+        current = Some(opened);
     }
     Ok(())
 }

@@ -342,3 +342,75 @@ fn a_runtime_killed_in_its_first_call_right_after_the_file_was_entered_is_rolled
     assert!(!orphan.exists());
     assert!(std::fs::read_to_string(workspace.join("a.txt")).is_ok_and(|content| content == "original"));
 }
+
+/// Another session puts a file in a directory a call made, and moves away the directory of a
+/// file the call removed, before the call is rolled back: the directory it filled stays, with
+/// what it put there; the removed file is put back in its directory made again; the call's
+/// own paths are undone. Recovery after a crash does the same, so it never fails on them.
+#[test]
+fn a_rollback_leaves_what_another_session_made_and_puts_a_removed_file_back_in_its_directory_made_again() {
+    for crash in [false, true] {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let workspace = temp.path().join("ws");
+        std::fs::create_dir_all(workspace.join("old")).expect("mkdir");
+        std::fs::write(workspace.join("old/kept.txt"), "only copy").expect("write");
+        let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
+        let journals = temp.path().join("journal");
+        let file = JournalFile::create(&journals, KEY).expect("journal file");
+        let mut journal = Journal::begin(&file, "c-1", "s-1", &workspace, true).expect("begin");
+        journal.preserve(&root, "new").expect("preserve");
+        std::fs::create_dir(workspace.join("new")).expect("mkdir");
+        journal.preserve(&root, "new/deep").expect("preserve");
+        std::fs::create_dir(workspace.join("new/deep")).expect("mkdir");
+        journal.preserve(&root, "new/deep/mine.txt").expect("preserve");
+        std::fs::write(workspace.join("new/deep/mine.txt"), "the call's").expect("write");
+        journal.preserve(&root, "old/kept.txt").expect("preserve");
+        std::fs::remove_file(workspace.join("old/kept.txt")).expect("rm");
+        // Another session, meanwhile.
+        std::fs::write(workspace.join("new/deep/theirs.txt"), "another session's").expect("write");
+        std::fs::rename(workspace.join("old"), workspace.join("elsewhere")).expect("mv");
+
+        let left = if crash {
+            let path = file.path.clone();
+            drop(journal);
+            drop(file);
+            assert!(path.exists());
+            let recovered = recover(&journals, &KEY, &workspace);
+            assert_eq!(recovered.len(), 1, "{recovered:?}");
+            assert_eq!((recovered[0].kind, recovered[0].error.as_deref()), (crate::recovery::RecoveryKind::RolledBack, None));
+            recovered[0].left.clone()
+        } else {
+            let (steps, replayed) = journal.rollback_leaving(&root).expect("rollback");
+            assert_eq!(steps, 4);
+            assert_eq!(replayed.remade, vec!["old".to_owned()]);
+            replayed.left
+        };
+        assert_eq!(left, vec!["new/deep".to_owned(), "new".to_owned()]);
+        assert_eq!(std::fs::read_to_string(workspace.join("new/deep/theirs.txt")).expect("read"), "another session's");
+        assert!(!workspace.join("new/deep/mine.txt").exists());
+        assert_eq!(std::fs::read_to_string(workspace.join("old/kept.txt")).expect("read"), "only copy");
+        assert!(workspace.join("elsewhere").is_dir());
+        assert!(recover(&journals, &KEY, &workspace).is_empty(), "nothing is left to replay");
+    }
+}
+
+/// A removed file whose directory was swapped for a symlink is not put back through it.
+#[test]
+fn a_removed_file_is_not_put_back_through_a_symlink_on_its_way() {
+    let temp = tempfile::tempdir().expect("tempdir");
+    let workspace = temp.path().join("ws");
+    let outside = temp.path().join("outside");
+    std::fs::create_dir_all(workspace.join("d")).expect("mkdir");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    std::fs::write(workspace.join("d/f.txt"), "content").expect("write");
+    let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
+    let file = JournalFile::create(&temp.path().join("journal"), KEY).expect("journal file");
+    let mut journal = Journal::begin(&file, "c-1", "s-1", &workspace, true).expect("begin");
+    journal.preserve(&root, "d/e/f.txt").expect("preserve");
+    journal.preserve(&root, "d/f.txt").expect("preserve");
+    std::fs::remove_file(workspace.join("d/f.txt")).expect("rm");
+    std::fs::remove_dir(workspace.join("d")).expect("rmdir");
+    std::os::unix::fs::symlink(&outside, workspace.join("d")).expect("symlink");
+    assert!(journal.rollback_leaving(&root).is_err());
+    assert_eq!(std::fs::read_dir(&outside).expect("read_dir").count(), 0, "written through the symlink");
+}

@@ -6,7 +6,7 @@ use super::*;
 /// Make the `nth` undo record from now on (a sequence counts them: it is not rolled back with
 /// the statement) wait `seconds` in the database, then `end` (`RETURN NEW` to be taken,
 /// `RAISE EXCEPTION 'stalled'` to be refused).
-fn stall_record(deployment: &Deployment, nth: u32, seconds: u32, end: &str) {
+pub(super) fn stall_record(deployment: &Deployment, nth: u32, seconds: u32, end: &str) {
     deployment.cluster.psql(&format!(
         "CREATE SEQUENCE toolcell_test_records; \
          CREATE FUNCTION toolcell_test_stall() RETURNS trigger LANGUAGE plpgsql AS $$ \

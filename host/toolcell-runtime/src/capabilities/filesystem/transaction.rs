@@ -46,8 +46,11 @@ pub(crate) struct Transaction {
     /// soon as anything else touches the path, so that no reader ever sees a half-written
     /// file.
     pub(crate) shadows: Vec<rewrite::Shadow>,
-    /// The rewritten files put in place, with the device and inode each landed as.
+    /// The files put in place (rewritten whole, or renamed there), with the device and inode
+    /// each landed as.
     pub(crate) landed: Vec<(String, (u64, u64))>,
+    /// The files (not directories) this call renamed: source, destination.
+    pub(crate) moves: Vec<(String, String)>,
     /// Why writes to the workspace are stopped (a journal that does not verify, a call that
     /// could not be rolled back), if they are: every write and delete is refused with it.
     pub(crate) stopped: Option<String>,
@@ -89,6 +92,7 @@ impl Transaction {
             checked: std::collections::HashSet::new(),
             shadows: Vec::new(),
             landed: Vec::new(),
+            moves: Vec::new(),
             stopped: None,
         }
     }
@@ -198,6 +202,20 @@ impl FsGuard {
             }
         }
         self.journal(operation, path, in_place, |journal, root| journal.preserve(root, path))
+    }
+
+    /// After the file `from` was renamed to `to`: what stands at `to` is a file this call put
+    /// in place (another host that replaces it meanwhile has it left as it made it), and the
+    /// two are one move (a rollback that cannot move it back leaves it where it is).
+    pub(super) fn renamed(&mut self, from: &str, to: &str) {
+        use cap_std::fs::MetadataExt as _;
+        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
+            return;
+        };
+        if let Ok(metadata) = root.symlink_metadata(to) {
+            transaction.landed.push((to.to_owned(), (metadata.dev(), metadata.ino())));
+        }
+        transaction.moves.push((from.to_owned(), to.to_owned()));
     }
 
     /// Journal the rename of the directory `from` to `to` (its content moves with it).

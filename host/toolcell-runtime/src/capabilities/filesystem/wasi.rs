@@ -319,6 +319,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         if result.is_ok() {
             // Descriptors opened at or under the source are judged where they are now.
             self.guard.moved(&source, &destination);
+            if !source_is_directory {
+                self.guard.renamed(&source, &destination);
+            }
         }
         result
     }
