@@ -18,12 +18,21 @@ impl AuditBackend for PostgresStore {
             let last = transaction.query_opt("SELECT seq, hash FROM toolcell_audit ORDER BY seq DESC LIMIT 1", &[]).await?;
             let mut link =
                 last.map_or(Link::GENESIS, |row| Link { seq: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0), hash: row.get(1) });
-            let statement = transaction.prepare("INSERT INTO toolcell_audit (seq, hash, line) VALUES ($1, $2, $3)").await?;
+            // Every record in one statement: one round trip, however many there are.
+            let (mut seqs, mut hashes, mut lines) = (Vec::new(), Vec::new(), Vec::new());
             for record in records {
                 let (line, next) = seal(record, &link);
-                transaction.execute(&statement, &[&i64::try_from(next.seq).unwrap_or(i64::MAX), &next.hash, &line]).await?;
+                seqs.push(i64::try_from(next.seq).unwrap_or(i64::MAX));
+                hashes.push(next.hash.clone());
+                lines.push(line);
                 link = next;
             }
+            transaction
+                .execute(
+                    "INSERT INTO toolcell_audit (seq, hash, line) SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[])",
+                    &[&seqs, &hashes, &lines],
+                )
+                .await?;
             transaction.commit().await?;
             Ok(link)
         })

@@ -350,12 +350,35 @@ fn a_shared_store_without_a_state_directory_is_a_configuration_error() {
     );
 }
 
-/// The spool a long outage leaves (here 40,000 records, and a last line cut short by a write
-/// that failed) drains in batches that each fit the store's deadline: a batch the store
-/// refuses leaves the spool holding exactly what was not sent; then writes go on, every whole
-/// record joins the chain once and in order, and the piece of a line is dropped.
+/// A spool of `count` records as a long outage leaves them, its last line cut short by a
+/// write that failed.
+fn outage_spool(count: usize) -> String {
+    let mut spool = String::new();
+    for index in 0..count {
+        let record =
+            toolcell_audit::Record::call("2026-11-26T00:00:00.000Z", "s-outage", "impl", "read_file", &format!("c-spooled-{index}"), "ok");
+        spool.push_str(&serde_json::to_string(&record).expect("record"));
+        spool.push('\n');
+    }
+    spool.push_str(r#"{"seq":0,"ts":"2026-11-26T00:00:01.000Z","sess"#);
+    spool
+}
+
+/// The spooled records of the shared chain (verified), in chain order.
+fn spooled_in(store: &PostgresStore) -> (String, Vec<String>) {
+    let chain = toolcell_runtime::AuditBackend::read_from(store, 0).expect("reads").0;
+    toolcell_audit::verify(chain.lines()).expect("one chain");
+    let spooled = chain.lines().filter(|line| line.contains("c-spooled-")).map(str::to_owned).collect();
+    (chain, spooled)
+}
+
+/// The spool a long outage leaves (here 40,000 records, and a last line cut short) drains in
+/// batches that each fit the store's deadline. A record the store refuses stops the drain
+/// there, and the spool says how far it got, but the caller's own write is recorded and goes
+/// on; once the store takes it, the rest follows: every whole record joins the chain exactly
+/// once, in order, and the piece of a line is dropped.
 #[test]
-fn a_large_spool_drains_in_batches_keeps_what_a_refused_batch_did_not_send_and_drops_a_torn_line() {
+fn a_large_spool_drains_in_batches_a_refused_record_holds_back_only_the_rest_and_a_torn_line_is_dropped() {
     let Some((cluster, _)) = store() else {
         return;
     };
@@ -366,35 +389,53 @@ fn a_large_spool_drains_in_batches_keeps_what_a_refused_batch_did_not_send_and_d
     let runtime = host(&store, state.path());
     let workspace = &fixture.workspace;
     call(&runtime, workspace, "A", &[], "read_file", json!({"path": "notes.txt"}));
-    let mut spool = String::new();
-    for index in 0..40_000 {
-        let record =
-            toolcell_audit::Record::call("2026-11-26T00:00:00.000Z", "s-outage", "impl", "read_file", &format!("c-spooled-{index}"), "ok");
-        spool.push_str(&serde_json::to_string(&record).expect("record"));
-        spool.push('\n');
-    }
-    spool.push_str(r#"{"seq":0,"ts":"2026-11-26T00:00:01.000Z","sess"#);
     let spool_file = state.path().join(toolcell_runtime::AUDIT_SPOOL_FILE);
-    std::fs::write(&spool_file, spool).expect("spool");
-    // The store refuses the third batch: what was sent is not kept, and nothing else is lost.
+    std::fs::write(&spool_file, outage_spool(40_000)).expect("spool");
     cluster.psql(
         "CREATE FUNCTION refuse_spooled() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
          IF NEW.line LIKE '%\"c-spooled-1200\"%' THEN RAISE EXCEPTION 'refused for the test'; END IF; RETURN NEW; END $$; \
          CREATE TRIGGER refuse_spooled BEFORE INSERT ON toolcell_audit FOR EACH ROW EXECUTE FUNCTION refuse_spooled();",
     );
-    let refused = call(&runtime, workspace, "A", &[], "write_file", json!({"path": "notes.txt", "content": "refused\n"}));
-    assert!(refused.result.is_err(), "written without its audit record");
-    let kept = std::fs::read_to_string(&spool_file).expect("spool");
-    assert!(kept.lines().next().is_some_and(|line| line.contains("\"c-spooled-1000\"")), "the spool keeps what was not sent");
-    assert!(!kept.contains("\"c-spooled-999\""), "a sent record stays in the spool");
+    let first = call(&runtime, workspace, "A", &[], "write_file", json!({"path": "notes.txt", "content": "first\n"}));
+    assert!(first.result.is_ok(), "a spool that cannot drain held back a write: {:?}", first.result);
+    let (chain, spooled) = spooled_in(&store);
+    assert_eq!(spooled.len(), 1200, "the drain stops at the refused record");
+    assert!(chain.contains(&first.call_id), "the write is recorded");
+    assert!(std::fs::read_to_string(&spool_file).expect("spool").contains("\"c-spooled-39999\""), "the rest is kept");
     cluster.psql("DROP TRIGGER refuse_spooled ON toolcell_audit;");
+    let second = call(&runtime, workspace, "A", &[], "write_file", json!({"path": "notes.txt", "content": "second\n"}));
+    assert!(second.result.is_ok(), "{:?}", second.result);
+    let (chain, spooled) = spooled_in(&store);
+    assert_eq!(spooled.len(), 40_000, "every whole spooled record is in the chain, once");
+    assert!(spooled.iter().enumerate().all(|(index, line)| line.contains(&format!("\"c-spooled-{index}\""))), "in order");
+    assert!(chain.contains(&second.call_id));
+    assert_eq!(std::fs::read_to_string(&spool_file).unwrap_or_default(), "");
+}
+
+/// A database that takes a few milliseconds per record: a batch of 500 does not fit the
+/// deadline, so batches shrink until they do, and the spool drains.
+#[test]
+fn a_spool_drains_in_smaller_batches_when_the_database_is_slow_per_record() {
+    let Some((cluster, _)) = store() else {
+        return;
+    };
+    let store = PostgresStore::connect_with(&cluster.url, Duration::from_secs(1)).expect("connects");
+    let fixture = Fixture::new();
+    fixture.write("notes.txt", "before\n");
+    let state = tempfile::tempdir().expect("state");
+    let runtime = host(&store, state.path());
+    let workspace = &fixture.workspace;
+    call(&runtime, workspace, "A", &[], "read_file", json!({"path": "notes.txt"}));
+    let spool_file = state.path().join(toolcell_runtime::AUDIT_SPOOL_FILE);
+    std::fs::write(&spool_file, outage_spool(1_000)).expect("spool");
+    cluster.psql(
+        "CREATE FUNCTION slow_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.004); RETURN NEW; END $$; \
+         CREATE TRIGGER slow_audit BEFORE INSERT ON toolcell_audit FOR EACH ROW EXECUTE FUNCTION slow_audit();",
+    );
     let written = call(&runtime, workspace, "A", &[], "write_file", json!({"path": "notes.txt", "content": "after\n"}));
     assert!(written.result.is_ok(), "{:?}", written.result);
-    let chain = toolcell_runtime::AuditBackend::read_from(store.as_ref(), 0).expect("reads").0;
-    toolcell_audit::verify(chain.lines()).expect("one chain");
-    let spooled: Vec<&str> = chain.lines().filter(|line| line.contains("c-spooled-")).collect();
-    assert_eq!(spooled.len(), 40_000, "every whole spooled record is in the chain");
-    assert!(spooled[0].contains("\"c-spooled-0\"") && spooled[39_999].contains("\"c-spooled-39999\""), "in order");
-    assert!(chain.contains(&written.call_id), "the write's own record follows");
+    let (_, spooled) = spooled_in(&store);
+    assert_eq!(spooled.len(), 1_000, "the spool drained");
     assert_eq!(std::fs::read_to_string(&spool_file).unwrap_or_default(), "");
+    cluster.psql("DROP TRIGGER slow_audit ON toolcell_audit;");
 }

@@ -338,10 +338,11 @@ impl AuditLog {
         }
     }
 
-    /// Append to the shared store: first what waits in the spool, then `records`.
+    /// Append to the shared store: first what waits in the spool (as much as the store takes),
+    /// then `records`.
     fn append_shared(&self, shared: &dyn AuditBackend, records: &[Record]) -> std::io::Result<()> {
         let path = self.directory.join(AUDIT_SPOOL_FILE);
-        let spool = match OpenOptions::new().read(true).write(true).open(&path) {
+        let spool = match OpenOptions::new().read(true).append(true).open(&path) {
             Ok(spool) => spool,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 return if records.is_empty() { Ok(()) } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) };
@@ -349,10 +350,12 @@ impl AuditLog {
             Err(error) => return Err(error),
         };
         spool.lock()?;
-        let forwarded = spool::forward(&spool, shared, &|link| self.checkpoint_shared(link))
-            .and_then(|()| if records.is_empty() { Ok(()) } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) });
+        let forwarded = spool::forward(&spool, shared, &|link| self.checkpoint_shared(link));
+        // A spool that cannot drain now (a slow database, a damaged record) does not hold back
+        // this append: its records follow in the chain once it drains.
+        let own = if records.is_empty() { forwarded } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) };
         let unlocked = spool.unlock();
-        forwarded.and(unlocked)
+        own.and(unlocked)
     }
 
     /// After an append to the shared store that ended at `link`: this host's checkpoint of the

@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use toolcell_audit::{Link, Record};
 
@@ -13,6 +14,14 @@ use super::AuditBackend;
 /// At most this many waiting records go to the store in one append: each batch is one round
 /// trip under the store's deadline, so a spool any outage left drains, however large.
 const BATCH: usize = 500;
+
+/// The batch size that last went through: a batch the store does not take in time is halved
+/// (down to one record), and the size grows back as batches go through.
+static FITS: AtomicUsize = AtomicUsize::new(BATCH);
+
+/// A line saying that the spool's first bytes, up to the offset it names, are in the store.
+/// Appended (never rewritten in place), so that a host stopped at any moment loses no record.
+const SENT: &str = "#sent ";
 
 /// Keep `records` in the spool at `path` (locked while written).
 pub(super) fn defer(path: &Path, records: &[Record]) -> std::io::Result<()> {
@@ -28,54 +37,75 @@ pub(super) fn defer(path: &Path, records: &[Record]) -> std::io::Result<()> {
     written.and(unlocked)
 }
 
-/// Send what waits in `spool` (locked by the caller) to `shared`, in batches of [`BATCH`],
-/// telling `checkpoint` where each ended; the spool is then empty. If a batch fails, the spool
-/// keeps exactly what was not sent.
+/// Send what waits in `spool` (locked by the caller, opened for appending) to `shared`, in
+/// batches, telling `checkpoint` where each ended; the spool is then empty. If a batch fails,
+/// the spool says how much was sent, and keeps the rest.
 pub(super) fn forward(
     mut spool: &File,
     shared: &dyn AuditBackend,
     checkpoint: &dyn Fn(&Link) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    let mut text = String::new();
-    spool.read_to_string(&mut text)?;
     // A last line without its newline was cut short while it was written: that append
     // failed (and was refused), so the piece is no record.
-    let complete = text.rfind('\n').map_or(0, |end| end + 1);
-    let mut waiting = Vec::new();
-    for line in text[..complete].lines().filter(|line| !line.trim().is_empty()) {
-        waiting.push(serde_json::from_str::<Record>(line).map_err(|error| {
-            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("`{}` holds a damaged record ({error})", crate::AUDIT_SPOOL_FILE))
-        })?);
+    drop_torn_end(spool)?;
+    let mut text = String::new();
+    spool.seek(SeekFrom::Start(0))?;
+    spool.read_to_string(&mut text)?;
+    if text.is_empty() {
+        return Ok(());
     }
+    let (waiting, ends) = waiting(&text)?;
     let mut sent = 0;
-    for batch in waiting.chunks(BATCH) {
-        match shared.append(batch).and_then(|link| checkpoint(&link)) {
-            Ok(()) => sent += batch.len(),
+    while sent < waiting.len() {
+        let size = FITS.load(Ordering::Relaxed).clamp(1, BATCH).min(waiting.len() - sent);
+        let appended = shared.append(&waiting[sent..sent + size]);
+        match appended {
+            Ok(link) => {
+                sent += size;
+                FITS.store((size * 2).min(BATCH), Ordering::Relaxed);
+                if let Err(error) = checkpoint(&link) {
+                    mark_sent(spool, ends[sent - 1])?;
+                    return Err(error);
+                }
+            }
+            Err(_) if size > 1 => FITS.store(size / 2, Ordering::Relaxed),
             Err(error) => {
                 if sent > 0 {
-                    keep(spool, &waiting[sent..])?;
+                    mark_sent(spool, ends[sent - 1])?;
                 }
                 return Err(error);
             }
         }
     }
-    if !text.is_empty() {
-        spool.set_len(0)?;
-        spool.sync_data()?;
-    }
-    Ok(())
+    spool.set_len(0)?;
+    spool.sync_data()
 }
 
-/// Replace what `spool` holds with `records` (what is left to send).
-fn keep(mut spool: &File, records: &[Record]) -> std::io::Result<()> {
-    let mut lines = String::new();
-    for record in records {
-        lines.push_str(&serde_json::to_string(record).map_err(std::io::Error::other)?);
-        lines.push('\n');
+/// The records of `text` (whole lines) not yet sent, each with the offset where its line ends.
+fn waiting(text: &str) -> std::io::Result<(Vec<Record>, Vec<usize>)> {
+    let sent_through = text.lines().filter_map(|line| line.strip_prefix(SENT)?.trim().parse::<usize>().ok()).max().unwrap_or(0);
+    let (mut records, mut ends) = (Vec::new(), Vec::new());
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        let end = start + line.len();
+        let body = line.trim();
+        if start >= sent_through && !body.is_empty() && !body.starts_with(SENT) {
+            records.push(serde_json::from_str::<Record>(body).map_err(|error| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("`{}` holds a damaged record ({error})", crate::AUDIT_SPOOL_FILE),
+                )
+            })?);
+            ends.push(end);
+        }
+        start = end;
     }
-    spool.set_len(0)?;
-    spool.seek(SeekFrom::Start(0))?;
-    spool.write_all(lines.as_bytes())?;
+    Ok((records, ends))
+}
+
+/// Say in `spool` that its first `through` bytes are in the store.
+fn mark_sent(mut spool: &File, through: usize) -> std::io::Result<()> {
+    spool.write_all(format!("{SENT}{through}\n").as_bytes())?;
     spool.sync_data()
 }
 
