@@ -265,3 +265,37 @@ fn a_rollback_leaves_a_file_another_host_removed_and_made_again_where_the_call_m
     assert_eq!(std::fs::read_to_string(&made).expect("another host's file was removed"), "made again on B\n");
     writes_go_on(&deployment, &a, "after.txt");
 }
+
+/// N3: a directory the call made (by `create_directory`, or for a new file in it), that another
+/// host's session moved away and put a file of its own at, is not removed with that file: it
+/// stays as that session made it, and is named.
+#[test]
+fn a_rollback_leaves_a_file_another_host_put_where_the_call_made_a_directory() {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+        return;
+    };
+    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
+    let other = Session::open_at(&deployment, &b);
+    for (call, made, landed) in [
+        (("create_directory", json!({"path": "d1"})), "d1", "d1"),
+        (("write_file", json!({"path": "d2/x.txt", "content": "the call's\n"})), "d2", "d2/x.txt"),
+    ] {
+        let landed = deployment.workspace.join(landed);
+        let (refused, is_error) = refused_record(
+            &deployment,
+            Session::open_at(&deployment, &a),
+            &a,
+            call,
+            || landed.exists(),
+            || {
+                ok(&other.call_at(&b, "move_file", json!({"source": made, "destination": format!("{made}-moved")})));
+                ok(&other.call_at(&b, "write_file", json!({"path": made, "content": "made on B\n"})));
+            },
+        );
+        assert!(is_error && refused.contains("left as that session made them: ") && refused.contains(&format!("`{made}`")), "{refused}");
+        assert!(!refused.contains("No file was changed"), "{refused}");
+        assert_eq!(std::fs::read_to_string(deployment.workspace.join(made)).expect("another host's file was removed"), "made on B\n");
+        assert!(deployment.workspace.join(format!("{made}-moved")).is_dir());
+    }
+    writes_go_on(&deployment, &a, "after.txt");
+}

@@ -152,6 +152,35 @@ impl Transaction {
         absent.iter().filter(|path| root.symlink_metadata(path).is_ok()).cloned().collect()
     }
 
+    /// The directories this call made (paths its journal holds as absent before it) as they
+    /// stand at its end, each with its device and inode.
+    pub(crate) fn made_directories(root: &cap_std::fs::Dir, steps: &[toolcell_state::journal::Step]) -> Vec<(String, (u64, u64))> {
+        use cap_std::fs::MetadataExt as _;
+        let mut made: Vec<(String, (u64, u64))> = Vec::new();
+        for step in steps.iter().filter(|step| step.prior == toolcell_state::journal::Prior::Absent) {
+            if let Ok(metadata) = root.symlink_metadata(&step.path)
+                && metadata.is_dir()
+                && !made.iter().any(|(path, _)| *path == step.path)
+            {
+                made.push((step.path.clone(), (metadata.dev(), metadata.ino())));
+            }
+        }
+        made
+    }
+
+    /// Of the directories [`made_directories`](Self::made_directories) found, those where
+    /// something else stands now (a file, a symlink, another directory): another host's
+    /// session moved the call's away and put its own there, which a rollback must not remove.
+    pub(crate) fn directories_replaced_since(root: &cap_std::fs::Dir, made: &[(String, (u64, u64))]) -> Vec<String> {
+        use cap_std::fs::MetadataExt as _;
+        made.iter()
+            .filter(|(path, made)| {
+                root.symlink_metadata(path).is_ok_and(|metadata| !metadata.is_dir() || (metadata.dev(), metadata.ino()) != *made)
+            })
+            .map(|(path, _)| path.clone())
+            .collect()
+    }
+
     /// The files this call put in place that stand there as another file now (or were
     /// changed since), and, if `gone`, those no longer there.
     fn landed_changed(&self, root: &cap_std::fs::Dir, gone: bool) -> Vec<String> {
