@@ -61,6 +61,7 @@ impl Recoveries {
                 "the call `{call_id}` failed and could not be rolled back ({failure}); writes to this workspace stop until the next start finishes the rollback"
             )),
             left: Vec::new(),
+            unrestored: Vec::new(),
         };
         operator_message(workspace, &recovery);
         record(audit, workspace, std::slice::from_ref(&recovery));

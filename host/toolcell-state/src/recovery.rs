@@ -33,6 +33,9 @@ pub struct Recovery {
     /// Directories the call made that another session (or program) put something in since:
     /// left in place by the rollback, with what is in them (workspace-relative).
     pub left: Vec<String>,
+    /// Paths the call removed that were not put back: another session (or program) put a file
+    /// or symlink where a directory on their way was, and that is left as it is.
+    pub unrestored: Vec<String>,
 }
 
 /// What recovery did with one interrupted call, or one journal file.
@@ -176,6 +179,7 @@ fn recover_file(
         kind,
         error: Some(error),
         left: Vec::new(),
+        unrestored: Vec::new(),
     };
     let unverified = |why: &str| {
         report(
@@ -325,6 +329,7 @@ fn roll_back(header: &Header, steps: &[Step], blob_dir: &Path) -> Recovery {
         kind: RecoveryKind::RolledBack,
         error: None,
         left: Vec::new(),
+        unrestored: Vec::new(),
     };
     match Dir::open_ambient_dir(&header.workspace, cap_std::ambient_authority()) {
         Ok(root) => {
@@ -332,7 +337,7 @@ fn roll_back(header: &Header, steps: &[Step], blob_dir: &Path) -> Recovery {
             // other call (of any process) while it is half done.
             let namespace = crate::NamespaceLock::acquire(&root);
             match replay(&root, blob_dir, &recovery.call_id, steps) {
-                Ok(replayed) => recovery.left = replayed.left,
+                Ok(replayed) => (recovery.left, recovery.unrestored) = (replayed.left, replayed.unrestored),
                 Err(error) => {
                     recovery.kind = RecoveryKind::Failed;
                     recovery.error = Some(format!(

@@ -54,6 +54,7 @@ impl Runtime {
             Some(journal) if outcome.result.is_ok() && self.undo.is_shared() => {
                 replaced = transaction.replaced_since(root);
                 let absent = Transaction::absent_at_end(root, journal.steps());
+                let made = Transaction::made_directories(root, journal.steps());
                 match self.record_shared(request, outcome, &transaction, root, &journal, &replaced) {
                     Ok(()) => {
                         recorded = true;
@@ -65,7 +66,10 @@ impl Runtime {
                         // not answer: what it made stays, the rest is rolled back.
                         let mut journal = journal;
                         replaced = transaction.changed_since(root);
-                        for path in Transaction::recreated_since(root, &absent) {
+                        for path in Transaction::recreated_since(root, &absent)
+                            .into_iter()
+                            .chain(Transaction::directories_replaced_since(root, &made))
+                        {
                             if !replaced.contains(&path) {
                                 replaced.push(path);
                             }

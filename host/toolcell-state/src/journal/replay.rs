@@ -13,6 +13,10 @@ pub struct Replayed {
     /// Directories made again to put back a path the call removed or changed, whose directory
     /// another session (or program) had moved or removed meanwhile.
     pub remade: Vec<String>,
+    /// Paths the call removed (or moved away) that were not put back, because another session
+    /// (or program) put a file or symlink where a directory on their way was: that is left as
+    /// it is (never followed), and the call's removal or move of the path stands.
+    pub unrestored: Vec<String>,
 }
 
 /// Remove the temporary files the call's whole-file rewrites left beside its paths (they may
@@ -43,9 +47,24 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
     }
     let mut replayed = Replayed::default();
     for step in steps.iter().rev() {
-        restore_leaving(root, directory, step, &mut replayed).map_err(|error| format!("`{}`: {error}", step.path))?;
+        match restore_leaving(root, directory, step, &mut replayed) {
+            // A file or symlink stands where a directory on the path was: another session's,
+            // so the rollback does not wedge on it. Nothing the call made can be beneath it.
+            Err(error) if is_blocked(&error) => {
+                if step.prior != Prior::Absent && !replayed.unrestored.contains(&step.path) {
+                    replayed.unrestored.push(step.path.clone());
+                }
+            }
+            result => result.map_err(|error| format!("`{}`: {error}", step.path))?,
+        }
     }
     Ok(replayed)
+}
+
+/// Whether `error` says that a non-directory stands where a directory on a path was: a file
+/// (`ENOTDIR`) or a symlink (`ELOOP`: the opens beneath the root follow none).
+fn is_blocked(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(code) if code == rustix::io::Errno::NOTDIR.raw_os_error() || code == rustix::io::Errno::LOOP.raw_os_error())
 }
 
 /// [`restore`] in a rollback: a directory the call made that holds something else now is

@@ -201,12 +201,23 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         // A call cut off when the last run stopped is rolled back now, before anyone reads.
         for recovery in runtime.recover(&workspace) {
             let what = match recovery.kind {
-                toolcell_runtime::RecoveryKind::RolledBack if !recovery.left.is_empty() => format!(
-                    "rolled back call `{}` ({} steps), leaving the directories it made that hold what another session made: {}",
-                    recovery.call_id,
-                    recovery.steps,
-                    recovery.left.iter().map(|path| format!("`{path}`")).collect::<Vec<_>>().join(", ")
-                ),
+                toolcell_runtime::RecoveryKind::RolledBack if !recovery.left.is_empty() || !recovery.unrestored.is_empty() => {
+                    let listed = |paths: &[String]| paths.iter().map(|path| format!("`{path}`")).collect::<Vec<_>>().join(", ");
+                    let mut what = format!("rolled back call `{}` ({} steps)", recovery.call_id, recovery.steps);
+                    if !recovery.left.is_empty() {
+                        what.push_str(&format!(
+                            ", leaving the directories it made that hold what another session made: {}",
+                            listed(&recovery.left)
+                        ));
+                    }
+                    if !recovery.unrestored.is_empty() {
+                        what.push_str(&format!(
+                            ", not putting back what it removed where another session put a file or symlink in place of a directory on the way: {}",
+                            listed(&recovery.unrestored)
+                        ));
+                    }
+                    what
+                }
                 toolcell_runtime::RecoveryKind::RolledBack => format!("rolled back call `{}` ({} steps)", recovery.call_id, recovery.steps),
                 _ => format!(
                     "could not roll back call `{}`: {}",

@@ -203,3 +203,99 @@ fn a_rollback_keeps_a_moved_file_whose_source_another_host_made_again() {
     assert_eq!(std::fs::read_to_string(deployment.workspace.join("moved.txt")).expect("the only copy was removed"), "hello\n");
     writes_go_on(&deployment, &a, "after.txt");
 }
+
+/// N1: a file the call removed, whose directory another host's session moved away and put a
+/// file of its own at (a file where a directory was), is not put back: that file stays, the
+/// removal stands and is named, and writes go on (the rollback does not stop them).
+#[test]
+fn a_rollback_leaves_a_removed_file_removed_when_another_host_put_a_file_where_its_directory_was() {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+        return;
+    };
+    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
+    let other = Session::open_at(&deployment, &b);
+    std::fs::create_dir_all(deployment.workspace.join("d")).expect("mkdir");
+    std::fs::write(deployment.workspace.join("d/f.txt"), "the call removes it\n").expect("write");
+    let session = Session::open_at(&deployment, &a);
+    ok(&session.call_at(&a, "read_file", json!({"path": "d/f.txt"})));
+    let removed = deployment.workspace.join("d/f.txt");
+    let (refused, is_error) = refused_record(
+        &deployment,
+        session,
+        &a,
+        ("delete_file", json!({"path": "d/f.txt"})),
+        || !removed.exists(),
+        || {
+            ok(&other.call_at(&b, "move_file", json!({"source": "d", "destination": "e"})));
+            ok(&other.call_at(&b, "write_file", json!({"path": "d", "content": "made on B\n"})));
+        },
+    );
+    assert!(is_error && refused.contains("removal or move of them stands: `d/f.txt`."), "{refused}");
+    assert!(!refused.contains("writes to this workspace are stopped"), "{refused}");
+    assert_eq!(std::fs::read_to_string(deployment.workspace.join("d")).expect("read"), "made on B\n");
+    assert!(deployment.workspace.join("e").is_dir());
+    writes_go_on(&deployment, &a, "after.txt");
+}
+
+/// N2: a file the call made, that another host's session removed and made again with its own
+/// content (ext4 often gives it the freed inode number), stays as that session made it and is
+/// named: the change time taken when the call's file landed tells the two apart.
+#[test]
+fn a_rollback_leaves_a_file_another_host_removed_and_made_again_where_the_call_made_one() {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+        return;
+    };
+    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
+    let other = Session::open_at(&deployment, &b);
+    let made = deployment.workspace.join("n.txt");
+    let (refused, is_error) = refused_record(
+        &deployment,
+        Session::open_at(&deployment, &a),
+        &a,
+        ("write_file", json!({"path": "n.txt", "content": "the call's\n"})),
+        || made.exists(),
+        || {
+            ok(&other.call_at(&b, "read_file", json!({"path": "n.txt"})));
+            ok(&other.call_at(&b, "delete_file", json!({"path": "n.txt"})));
+            ok(&other.call_at(&b, "write_file", json!({"path": "n.txt", "content": "made again on B\n"})));
+        },
+    );
+    assert!(is_error && refused.contains("left as that session made them: `n.txt`"), "{refused}");
+    assert!(!refused.contains("No file was changed"), "{refused}");
+    assert_eq!(std::fs::read_to_string(&made).expect("another host's file was removed"), "made again on B\n");
+    writes_go_on(&deployment, &a, "after.txt");
+}
+
+/// N3: a directory the call made (by `create_directory`, or for a new file in it), that another
+/// host's session moved away and put a file of its own at, is not removed with that file: it
+/// stays as that session made it, and is named.
+#[test]
+fn a_rollback_leaves_a_file_another_host_put_where_the_call_made_a_directory() {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+        return;
+    };
+    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
+    let other = Session::open_at(&deployment, &b);
+    for (call, made, landed) in [
+        (("create_directory", json!({"path": "d1"})), "d1", "d1"),
+        (("write_file", json!({"path": "d2/x.txt", "content": "the call's\n"})), "d2", "d2/x.txt"),
+    ] {
+        let landed = deployment.workspace.join(landed);
+        let (refused, is_error) = refused_record(
+            &deployment,
+            Session::open_at(&deployment, &a),
+            &a,
+            call,
+            || landed.exists(),
+            || {
+                ok(&other.call_at(&b, "move_file", json!({"source": made, "destination": format!("{made}-moved")})));
+                ok(&other.call_at(&b, "write_file", json!({"path": made, "content": "made on B\n"})));
+            },
+        );
+        assert!(is_error && refused.contains("left as that session made them: ") && refused.contains(&format!("`{made}`")), "{refused}");
+        assert!(!refused.contains("No file was changed"), "{refused}");
+        assert_eq!(std::fs::read_to_string(deployment.workspace.join(made)).expect("another host's file was removed"), "made on B\n");
+        assert!(deployment.workspace.join(format!("{made}-moved")).is_dir());
+    }
+    writes_go_on(&deployment, &a, "after.txt");
+}

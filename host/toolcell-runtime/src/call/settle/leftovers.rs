@@ -13,7 +13,7 @@ pub(super) fn kept_moves(moves: &[(String, String)], left: &[String]) -> Vec<(St
 /// The sentence added to a rolled-back call's error: that nothing was changed, or what was
 /// left and why.
 pub(super) fn note(replaced: &[String], kept: &[(String, String)], replayed: &Replayed) -> String {
-    if replaced.is_empty() && kept.is_empty() && replayed.left.is_empty() && replayed.remade.is_empty() {
+    if replaced.is_empty() && kept.is_empty() && replayed.left.is_empty() && replayed.remade.is_empty() && replayed.unrestored.is_empty() {
         return "\n(No file was changed: every change this call made was rolled back.)".to_owned();
     }
     let mut parts = Vec::new();
@@ -39,6 +39,12 @@ pub(super) fn note(replaced: &[String], kept: &[(String, String)], replayed: &Re
         parts.push(format!(
             "Directories made again to put back what this call changed, because another session moved or removed them meanwhile: {}.",
             listed(replayed.remade.iter())
+        ));
+    }
+    if !replayed.unrestored.is_empty() {
+        parts.push(format!(
+            "Not put back, because another session put a file or symlink where a directory on their way was (left as it is), so this call's removal or move of them stands: {}.",
+            listed(replayed.unrestored.iter())
         ));
     }
     format!("\n(Every other change this call made was rolled back. {})", parts.join(" "))
@@ -67,12 +73,13 @@ mod tests {
     #[test]
     fn the_note_says_what_was_left_and_why() {
         assert!(note(&[], &[], &Replayed::default()).contains("No file was changed"));
-        let replayed = Replayed { left: vec!["d".to_owned()], remade: vec!["e".to_owned()] };
+        let replayed = Replayed { left: vec!["d".to_owned()], remade: vec!["e".to_owned()], unrestored: vec!["x/f".to_owned()] };
         let said = note(&["a".to_owned()], &[("a".to_owned(), "b".to_owned())], &replayed);
         assert!(said.contains("left as that session made them: `a`"), "{said}");
         assert!(said.contains("`b` (from `a`)"), "{said}");
         assert!(said.contains("named above): `d`."), "{said}");
         assert!(said.contains("moved or removed them meanwhile: `e`"), "{said}");
+        assert!(said.contains("removal or move of them stands: `x/f`."), "{said}");
         assert!(!said.contains("No file was changed"), "{said}");
     }
 }

@@ -178,8 +178,9 @@ impl FsGuard {
 /// Replace the shadowed path with its new content: synced first (with `sync`), given its
 /// reserved name, checked to be the very inode this call wrote, then renamed over the path, all
 /// in one directory opened without following a symlink (so a directory on the way swapped for
-/// one cannot send the content elsewhere). Returns the device and inode it landed as.
-pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) -> std::io::Result<(u64, u64)> {
+/// one cannot send the content elsewhere). Returns what it landed as (its change time taken
+/// from the file itself once in place).
+pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) -> std::io::Result<transaction::Landed> {
     let (parent, name) = shadow.path.rsplit_once('/').unwrap_or((".", shadow.path.as_str()));
     let directory = beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
     if sync {
@@ -196,7 +197,8 @@ pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) ->
         return Err(std::io::Error::other("the file to be put in place is not the one this call wrote"));
     }
     rustix::fs::renameat(&directory, landing, &directory, name)?;
-    Ok((written.st_dev, written.st_ino))
+    let landed = cap_std::fs::File::from_std(std::fs::File::from(shadow.file.try_clone()?)).metadata()?;
+    Ok(transaction::landed_as(&landed))
 }
 
 /// Give the unnamed file `file` the name `name` in `directory`: through its `/proc/self/fd`

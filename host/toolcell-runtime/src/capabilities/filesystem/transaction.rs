@@ -46,9 +46,8 @@ pub(crate) struct Transaction {
     /// soon as anything else touches the path, so that no reader ever sees a half-written
     /// file.
     pub(crate) shadows: Vec<rewrite::Shadow>,
-    /// The files put in place (rewritten whole, or renamed there), with the device and inode
-    /// each landed as.
-    pub(crate) landed: Vec<(String, (u64, u64))>,
+    /// The files put in place (rewritten whole, or renamed there), with what each landed as.
+    pub(crate) landed: Vec<(String, Landed)>,
     /// The files (not directories) this call renamed: source, destination.
     pub(crate) moves: Vec<(String, String)>,
     /// Why writes to the workspace are stopped (a journal that does not verify, a call that
@@ -56,6 +55,25 @@ pub(crate) struct Transaction {
     pub(crate) stopped: Option<String>,
     /// The paths this call journaled, which no other call may change until this one ends.
     pub(crate) in_flight: toolcell_state::inflight::InFlight,
+}
+
+/// What a file a call put in place is known by at its end: its device and inode, and its
+/// change time (seconds, nanoseconds) taken just after it landed. The inode number alone does
+/// not tell it from another session's file: ext4 hands a freed number to the next file made,
+/// so a file another host's session makes where it removed this call's often has the same
+/// one. Any change since (a new file, a write, a rename, a `chmod`) moves the change time.
+pub(crate) type Landed = (u64, u64, i64, i64);
+
+/// What the file `metadata` describes is known by ([`Landed`]).
+pub(crate) fn landed_as(metadata: &cap_std::fs::Metadata) -> Landed {
+    use cap_std::fs::MetadataExt as _;
+    (metadata.dev(), metadata.ino(), metadata.ctime(), metadata.ctime_nsec())
+}
+
+/// Whether `path` beneath `root` is still the file that landed as `landed`; `None` if it is
+/// gone.
+fn still_landed(root: &cap_std::fs::Dir, path: &str, landed: &Landed) -> Option<bool> {
+    root.symlink_metadata(path).ok().map(|metadata| landed_as(&metadata) == *landed)
 }
 
 impl Transaction {
@@ -134,13 +152,41 @@ impl Transaction {
         absent.iter().filter(|path| root.symlink_metadata(path).is_ok()).cloned().collect()
     }
 
-    /// The files this call put in place that stand there as another inode now, and, if
-    /// `gone`, those no longer there.
-    fn landed_changed(&self, root: &cap_std::fs::Dir, gone: bool) -> Vec<String> {
+    /// The directories this call made (paths its journal holds as absent before it) as they
+    /// stand at its end, each with its device and inode.
+    pub(crate) fn made_directories(root: &cap_std::fs::Dir, steps: &[toolcell_state::journal::Step]) -> Vec<(String, (u64, u64))> {
         use cap_std::fs::MetadataExt as _;
+        let mut made: Vec<(String, (u64, u64))> = Vec::new();
+        for step in steps.iter().filter(|step| step.prior == toolcell_state::journal::Prior::Absent) {
+            if let Ok(metadata) = root.symlink_metadata(&step.path)
+                && metadata.is_dir()
+                && !made.iter().any(|(path, _)| *path == step.path)
+            {
+                made.push((step.path.clone(), (metadata.dev(), metadata.ino())));
+            }
+        }
+        made
+    }
+
+    /// Of the directories [`made_directories`](Self::made_directories) found, those where
+    /// something else stands now (a file, a symlink, another directory): another host's
+    /// session moved the call's away and put its own there, which a rollback must not remove.
+    pub(crate) fn directories_replaced_since(root: &cap_std::fs::Dir, made: &[(String, (u64, u64))]) -> Vec<String> {
+        use cap_std::fs::MetadataExt as _;
+        made.iter()
+            .filter(|(path, made)| {
+                root.symlink_metadata(path).is_ok_and(|metadata| !metadata.is_dir() || (metadata.dev(), metadata.ino()) != *made)
+            })
+            .map(|(path, _)| path.clone())
+            .collect()
+    }
+
+    /// The files this call put in place that stand there as another file now (or were
+    /// changed since), and, if `gone`, those no longer there.
+    fn landed_changed(&self, root: &cap_std::fs::Dir, gone: bool) -> Vec<String> {
         self.landed
             .iter()
-            .filter(|(path, landed)| root.symlink_metadata(path).map_or(gone, |metadata| (metadata.dev(), metadata.ino()) != *landed))
+            .filter(|(path, landed)| still_landed(root, path, landed).map_or(gone, |same| !same))
             .map(|(path, _)| path.clone())
             .collect()
     }
@@ -208,12 +254,11 @@ impl FsGuard {
     /// in place (another host that replaces it meanwhile has it left as it made it), and the
     /// two are one move (a rollback that cannot move it back leaves it where it is).
     pub(super) fn renamed(&mut self, from: &str, to: &str) {
-        use cap_std::fs::MetadataExt as _;
         let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
             return;
         };
         if let Ok(metadata) = root.symlink_metadata(to) {
-            transaction.landed.push((to.to_owned(), (metadata.dev(), metadata.ino())));
+            transaction.landed.push((to.to_owned(), landed_as(&metadata)));
         }
         transaction.moves.push((from.to_owned(), to.to_owned()));
     }
@@ -295,5 +340,44 @@ impl FsGuard {
         if let Some(version) = Version::of(stat) {
             transaction.reads.push((path.to_owned(), version));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file another session removed and made again where a call's file landed is told apart
+    /// by its change time, whether or not it got the freed inode number (ext4 often gives it);
+    /// so is the very file changed in place (same inode) since.
+    #[test]
+    fn a_landed_file_made_again_or_changed_since_is_not_taken_for_the_one_that_landed() {
+        use cap_std::fs::MetadataExt as _;
+        use std::os::unix::fs::PermissionsExt as _;
+        let temp = tempfile::tempdir().expect("tempdir");
+        let root = cap_std::fs::Dir::open_ambient_dir(temp.path(), cap_std::ambient_authority()).expect("open");
+        root.write("n.txt", "the call's").expect("write");
+        let landed = landed_as(&root.symlink_metadata("n.txt").expect("lstat"));
+        assert_eq!(still_landed(&root, "n.txt", &landed), Some(true));
+        // Later than the kernel's coarse clock tick, as another host's calls always are.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut reused = false;
+        for round in 0..20 {
+            root.remove_file("n.txt").expect("rm");
+            root.write("n.txt", format!("another session's {round}")).expect("write");
+            let now = root.symlink_metadata("n.txt").expect("lstat");
+            assert_eq!(still_landed(&root, "n.txt", &landed), Some(false), "round {round}");
+            reused |= (now.dev(), now.ino()) == (landed.0, landed.1);
+        }
+        eprintln!("the freed inode number was given again: {reused}");
+        // The same inode, changed in place: its change time moved.
+        root.write("m.txt", "the call's").expect("write");
+        let landed = landed_as(&root.symlink_metadata("m.txt").expect("lstat"));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        root.set_permissions("m.txt", cap_std::fs::Permissions::from_std(std::fs::Permissions::from_mode(0o600))).expect("chmod");
+        assert_eq!(root.symlink_metadata("m.txt").expect("lstat").ino(), landed.1);
+        assert_eq!(still_landed(&root, "m.txt", &landed), Some(false));
+        root.remove_file("m.txt").expect("rm");
+        assert_eq!(still_landed(&root, "m.txt", &landed), None);
     }
 }
