@@ -8,7 +8,9 @@ use super::limits::stall_record;
 use super::*;
 
 /// Run `tool` with `arguments` in `session` on `a`, its record refused after 4 s; once
-/// `landed` sees its change on disk, run `meanwhile` (another session, on another host).
+/// `landed` sees its change on disk, run `meanwhile` (another session, on another host). The
+/// hosts' `answer_timeout` (10 s) is well past the refusal, so the other host's own records
+/// are never cut short on a loaded machine.
 /// The call's answer text, and whether it is an error.
 fn refused_record<'a>(
     deployment: &'a Deployment,
@@ -44,7 +46,7 @@ fn writes_go_on(deployment: &Deployment, url: &str, path: &str) {
 /// file) and is named; the call's own file and directory in it are removed; writes go on.
 #[test]
 fn a_rollback_leaves_a_directory_it_made_that_another_host_put_a_file_in_and_writes_go_on() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
         return;
     };
     let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
@@ -70,7 +72,7 @@ fn a_rollback_leaves_a_directory_it_made_that_another_host_put_a_file_in_and_wri
 /// is put back in its directory made again (its content is not lost), and that is named.
 #[test]
 fn a_rollback_puts_back_a_removed_file_whose_directory_another_host_moved_away() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
         return;
     };
     let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
@@ -147,7 +149,7 @@ fn recovery_after_a_crash_leaves_a_directory_another_host_put_a_file_in_and_writ
 /// named; the source is put back.
 #[test]
 fn a_rollback_leaves_a_moved_file_another_host_edited_at_its_destination() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
         return;
     };
     let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
@@ -181,7 +183,7 @@ fn a_rollback_leaves_a_moved_file_another_host_edited_at_its_destination() {
 /// where the call moved it (the only copy of its content), and both are named.
 #[test]
 fn a_rollback_keeps_a_moved_file_whose_source_another_host_made_again() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
         return;
     };
     let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
@@ -209,7 +211,7 @@ fn a_rollback_keeps_a_moved_file_whose_source_another_host_made_again() {
 /// removal stands and is named, and writes go on (the rollback does not stop them).
 #[test]
 fn a_rollback_leaves_a_removed_file_removed_when_another_host_put_a_file_where_its_directory_was() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
         return;
     };
     let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
@@ -242,7 +244,7 @@ fn a_rollback_leaves_a_removed_file_removed_when_another_host_put_a_file_where_i
 /// named: the change time taken when the call's file landed tells the two apart.
 #[test]
 fn a_rollback_leaves_a_file_another_host_removed_and_made_again_where_the_call_made_one() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
         return;
     };
     let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
@@ -271,7 +273,7 @@ fn a_rollback_leaves_a_file_another_host_removed_and_made_again_where_the_call_m
 /// stays as that session made it, and is named.
 #[test]
 fn a_rollback_leaves_a_file_another_host_put_where_the_call_made_a_directory() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"2s\"") else {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
         return;
     };
     let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
