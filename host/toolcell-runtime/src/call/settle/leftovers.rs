@@ -54,8 +54,16 @@ fn shown(path: &str) -> String {
     toolcell_types::escape_control(path)
 }
 
+/// `paths`, each once, in the order first met (a directory a rollback passes twice is named
+/// once).
 fn listed<'a>(paths: impl Iterator<Item = &'a String>) -> String {
-    paths.map(|path| format!("`{}`", shown(path))).collect::<Vec<_>>().join(", ")
+    let mut named: Vec<&String> = Vec::new();
+    for path in paths {
+        if !named.contains(&path) {
+            named.push(path);
+        }
+    }
+    named.into_iter().map(|path| format!("`{}`", shown(path))).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]
@@ -73,11 +81,15 @@ mod tests {
     #[test]
     fn the_note_says_what_was_left_and_why() {
         assert!(note(&[], &[], &Replayed::default()).contains("No file was changed"));
-        let replayed = Replayed { left: vec!["d".to_owned()], remade: vec!["e".to_owned()], unrestored: vec!["x/f".to_owned()] };
+        let replayed = Replayed {
+            left: vec!["t/d".to_owned(), "t".to_owned(), "t/d".to_owned()],
+            remade: vec!["e".to_owned()],
+            unrestored: vec!["x/f".to_owned()],
+        };
         let said = note(&["a".to_owned()], &[("a".to_owned(), "b".to_owned())], &replayed);
         assert!(said.contains("left as that session made them: `a`"), "{said}");
         assert!(said.contains("`b` (from `a`)"), "{said}");
-        assert!(said.contains("named above): `d`."), "{said}");
+        assert!(said.contains("named above): `t/d`, `t`."), "each directory once: {said}");
         assert!(said.contains("moved or removed them meanwhile: `e`"), "{said}");
         assert!(said.contains("removal or move of them stands: `x/f`."), "{said}");
         assert!(!said.contains("No file was changed"), "{said}");
