@@ -64,7 +64,7 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
 /// Whether `error` says that a non-directory stands where a directory on a path was: a file
 /// (`ENOTDIR`) or a symlink (`ELOOP`: the opens beneath the root follow none).
 fn is_blocked(error: &std::io::Error) -> bool {
-    matches!(error.raw_os_error(), Some(code) if code == rustix::io::Errno::NOTDIR.raw_os_error() || code == rustix::io::Errno::LOOP.raw_os_error())
+    crate::beneath::is_symlink_on_path(error) || error.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error())
 }
 
 /// [`restore`] in a rollback: a directory the call made that holds something else now is

@@ -201,7 +201,7 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
         // A call cut off when the last run stopped is rolled back now, before anyone reads.
         for recovery in runtime.recover(&workspace) {
             let what = match recovery.kind {
-                toolcell_runtime::RecoveryKind::RolledBack if !recovery.left.is_empty() || !recovery.unrestored.is_empty() => {
+                toolcell_runtime::RecoveryKind::RolledBack => {
                     let listed = |paths: &[String]| paths.iter().map(|path| format!("`{path}`")).collect::<Vec<_>>().join(", ");
                     let mut what = format!("rolled back call `{}` ({} steps)", recovery.call_id, recovery.steps);
                     if !recovery.left.is_empty() {
@@ -218,7 +218,6 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
                     }
                     what
                 }
-                toolcell_runtime::RecoveryKind::RolledBack => format!("rolled back call `{}` ({} steps)", recovery.call_id, recovery.steps),
                 _ => format!(
                     "could not roll back call `{}`: {}",
                     recovery.call_id,
