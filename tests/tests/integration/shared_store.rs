@@ -350,9 +350,23 @@ fn a_shared_store_without_a_state_directory_is_a_configuration_error() {
     );
 }
 
-/// A spool of `count` records as a long outage leaves them, its last line cut short by a
-/// write that failed.
-fn outage_spool(count: usize) -> String {
+/// A host on a store that waits 1 s for the database, whose spool holds `count` records as a
+/// long outage leaves them, its last line cut short by a write that failed.
+struct Spooled {
+    runtime: Runtime,
+    store: Arc<PostgresStore>,
+    fixture: Fixture,
+    spool_file: std::path::PathBuf,
+    _state: tempfile::TempDir,
+}
+
+fn spooled_host(cluster: &Cluster, count: usize) -> Spooled {
+    let store = PostgresStore::connect_with(&cluster.url, Duration::from_secs(1)).expect("connects");
+    let fixture = Fixture::new();
+    fixture.write("notes.txt", "before\n");
+    let state = tempfile::tempdir().expect("state");
+    let runtime = host(&store, state.path());
+    call(&runtime, &fixture.workspace, "A", &[], "read_file", json!({"path": "notes.txt"}));
     let mut spool = String::new();
     for index in 0..count {
         let record =
@@ -361,7 +375,9 @@ fn outage_spool(count: usize) -> String {
         spool.push('\n');
     }
     spool.push_str(r#"{"seq":0,"ts":"2026-11-26T00:00:01.000Z","sess"#);
-    spool
+    let spool_file = state.path().join(toolcell_runtime::AUDIT_SPOOL_FILE);
+    std::fs::write(&spool_file, spool).expect("spool");
+    Spooled { runtime, store, fixture, spool_file, _state: state }
 }
 
 /// The spooled records of the shared chain (verified), in chain order.
@@ -382,15 +398,8 @@ fn a_large_spool_drains_in_batches_a_refused_record_holds_back_only_the_rest_and
     let Some((cluster, _)) = store() else {
         return;
     };
-    let store = PostgresStore::connect_with(&cluster.url, Duration::from_secs(1)).expect("connects");
-    let fixture = Fixture::new();
-    fixture.write("notes.txt", "before\n");
-    let state = tempfile::tempdir().expect("state");
-    let runtime = host(&store, state.path());
+    let Spooled { _state, runtime, store, fixture, spool_file } = spooled_host(&cluster, 40_000);
     let workspace = &fixture.workspace;
-    call(&runtime, workspace, "A", &[], "read_file", json!({"path": "notes.txt"}));
-    let spool_file = state.path().join(toolcell_runtime::AUDIT_SPOOL_FILE);
-    std::fs::write(&spool_file, outage_spool(40_000)).expect("spool");
     cluster.psql(
         "CREATE FUNCTION refuse_spooled() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
          IF NEW.line LIKE '%\"c-spooled-1200\"%' THEN RAISE EXCEPTION 'refused for the test'; END IF; RETURN NEW; END $$; \
@@ -419,15 +428,8 @@ fn a_spool_drains_in_smaller_batches_when_the_database_is_slow_per_record() {
     let Some((cluster, _)) = store() else {
         return;
     };
-    let store = PostgresStore::connect_with(&cluster.url, Duration::from_secs(1)).expect("connects");
-    let fixture = Fixture::new();
-    fixture.write("notes.txt", "before\n");
-    let state = tempfile::tempdir().expect("state");
-    let runtime = host(&store, state.path());
+    let Spooled { _state, runtime, store, fixture, spool_file } = spooled_host(&cluster, 1_000);
     let workspace = &fixture.workspace;
-    call(&runtime, workspace, "A", &[], "read_file", json!({"path": "notes.txt"}));
-    let spool_file = state.path().join(toolcell_runtime::AUDIT_SPOOL_FILE);
-    std::fs::write(&spool_file, outage_spool(1_000)).expect("spool");
     cluster.psql(
         "CREATE FUNCTION slow_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.004); RETURN NEW; END $$; \
          CREATE TRIGGER slow_audit BEFORE INSERT ON toolcell_audit FOR EACH ROW EXECUTE FUNCTION slow_audit();",
