@@ -153,6 +153,8 @@ pub(crate) struct Asks {
     pub(crate) request: bool,
     /// `initialize`: a new session.
     pub(crate) initialize: bool,
+    /// `notifications/cancelled`: a request of the session is cancelled.
+    pub(crate) cancel: bool,
 }
 
 impl Asks {
@@ -164,7 +166,8 @@ impl Asks {
             id: Option<serde::de::IgnoredAny>,
         }
         match serde_json::from_slice::<Message>(body) {
-            Ok(Message { method: Some(method), id: Some(_) }) => Asks { request: true, initialize: method == "initialize" },
+            Ok(Message { method: Some(method), id: Some(_) }) => Asks { request: true, initialize: method == "initialize", cancel: false },
+            Ok(Message { method: Some(method), id: None }) => Asks { cancel: method == "notifications/cancelled", ..Asks::default() },
             _ => Asks::default(),
         }
     }
@@ -289,10 +292,11 @@ mod tests {
 
     #[test]
     fn requests_are_told_from_notifications_and_initialize_from_the_rest() {
-        let cases: [(&str, Asks); 5] = [
-            (r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#, Asks { request: true, initialize: false }),
-            (r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#, Asks { request: true, initialize: true }),
-            (r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#, Asks::default()),
+        let cases: [(&str, Asks); 6] = [
+            (r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#, Asks { request: true, ..Asks::default() }),
+            (r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#, Asks { request: true, initialize: true, cancel: false }),
+            (r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#, Asks { cancel: true, ..Asks::default() }),
+            (r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#, Asks::default()),
             (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, Asks::default()),
             ("not json", Asks::default()),
         ];

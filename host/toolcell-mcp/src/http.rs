@@ -61,11 +61,15 @@ const LOOPBACK_ORIGINS: [&str; 6] =
 /// holds one of `max_connections` no longer than this).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+mod answers;
+mod direct;
 mod drain;
 mod ending;
 mod front;
 mod roster;
 
+use answers::{plain, too_large, too_many};
+pub(crate) use direct::Direct;
 pub use front::ReadinessCheck;
 
 type Mcp = StreamableHttpService<McpServer, LocalSessionManager>;
@@ -97,6 +101,8 @@ pub struct Service {
     metrics: Arc<Metrics>,
     /// The index states `/metrics` showed last, and when they were found.
     index_states: tokio::sync::Mutex<Option<front::IndexStates>>,
+    /// The tool calls answered without rmcp's session worker.
+    direct: Direct,
 }
 
 /// A session and the tools its role may call.
@@ -146,6 +152,7 @@ impl Service {
             readiness: None,
             metrics: Arc::new(Metrics::new()),
             index_states: tokio::sync::Mutex::new(None),
+            direct: Direct::default(),
         })
     }
 
@@ -341,7 +348,23 @@ impl Service {
         }
         parts.extensions.insert(Authenticated(Arc::clone(&principal)));
         parts.extensions.insert(Peer(peer));
-        let mut response = mcp.handle(Request::from_parts(parts, Full::new(body))).await;
+        let direct = match &session_id {
+            Some(id) if asks.cancel => {
+                self.direct.cancel(id, &body);
+                None
+            }
+            Some(id) if asks.request && parts.method == Method::POST => {
+                match self.direct.call_of(id, &parts.headers, &body, &self.config.allowed_hosts) {
+                    Some(call) if manager.has_session(&Arc::from(id.as_str())).await.unwrap_or(false) => Some((id, call)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let mut response = match direct {
+            Some((id, call)) => self.call_directly(id, &parts, call).await,
+            None => mcp.handle(Request::from_parts(parts, Full::new(body))).await,
+        };
         if response.status() == StatusCode::FORBIDDEN {
             // rmcp's own refusal (a foreign `Host` or `Origin`): its text is one of its fixed
             // reasons, never a header's value.
@@ -440,36 +463,6 @@ fn mcp_session_id(value: Option<&HeaderValue>) -> Option<&str> {
     value.and_then(|value| value.to_str().ok()).filter(|id| !id.is_empty() && id.len() <= 256)
 }
 
-/// A refusal by the front door. The request's body is left unread, so the connection closes
-/// after the answer: a client must not send its next request on it (it would race the close).
-fn plain(status: StatusCode, text: String) -> Answer {
-    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
-    *response.status_mut() = status;
-    response.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-    response
-}
-
-/// A request over `max_bytes`: `413`, with the JSON-RPC error SDKs show their user. The
-/// connection stays open if the rest of the body was `drained`.
-fn too_large(max_bytes: usize, drained: bool) -> Answer {
-    let body = crate::body::too_large_message(max_bytes).to_string();
-    let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
-    *response.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
-    response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if !drained {
-        response.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    response
-}
-
-/// A request past one of its principal's bounds: `429`, naming the bound, with a hint to come
-/// back in a second.
-fn too_many(refusal: &Refusal) -> Answer {
-    let mut response = plain(StatusCode::TOO_MANY_REQUESTS, format!("Too Many Requests: {refusal}"));
-    response.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    response
-}
-
 /// Serve `service` on `listener` until `shutdown` is cancelled, taking the principals of each
 /// configuration `reloads` sends.
 ///
@@ -498,7 +491,7 @@ pub async fn serve_http(
     service.log.count_with(move |event| metrics.event(event));
     let service = Arc::new(service);
     let config = &service.config;
-    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(str::to_owned).to_vec();
+    let mut hosts: Vec<String> = direct::LOOPBACK.map(str::to_owned).to_vec();
     hosts.extend(config.allowed_hosts.iter().cloned());
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)

@@ -21,6 +21,7 @@
 
 mod body;
 pub mod bounds;
+mod call;
 pub mod client;
 pub mod config;
 pub mod http;
@@ -33,24 +34,17 @@ pub mod roots;
 mod sessions;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest, CustomResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use toolcell_host::{Session, schemas};
 
-use crate::logging::{LogLevel, Severity};
-
-/// When a call first reports progress to a client that asked for it,
-const FIRST_PROGRESS: Duration = Duration::from_millis(50);
-/// and how often after that.
-const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+use crate::logging::LogLevel;
 
 /// The JSON-RPC error code of a call refused because its principal reached a bound of the
 /// service (`429` at the HTTP level); the message names the bound, its value and the setting
@@ -125,13 +119,16 @@ impl McpServer {
 
     /// The session a request acts in, with its tools.
     async fn session_for(&self, context: &RequestContext<RoleServer>) -> Result<(Session, Arc<Vec<Tool>>), McpError> {
+        self.session_of(context.extensions.get::<::http::request::Parts>()).await
+    }
+
+    /// The session of the request whose HTTP parts (with the service) are `parts`, with its
+    /// tools.
+    async fn session_of(&self, parts: Option<&::http::request::Parts>) -> Result<(Session, Arc<Vec<Tool>>), McpError> {
         match &self.binding {
             Binding::Session { session, tools } => Ok((session.clone(), Arc::clone(tools))),
             Binding::Roots(roots) => Ok((roots.session().await?, Arc::clone(&roots.tools))),
-            Binding::Service(service) => {
-                let parts = context.extensions.get::<::http::request::Parts>();
-                service.session_for(parts).map_err(|reason| McpError::invalid_request(reason, None))
-            }
+            Binding::Service(service) => service.session_for(parts).map_err(|reason| McpError::invalid_request(reason, None)),
         }
     }
 
@@ -153,144 +150,6 @@ impl McpServer {
             Binding::Service(service) => Some(service.metrics()),
         }
     }
-
-    /// A slot for a call of the service (none for a one-session server), held until the call's
-    /// instance is released.
-    fn call_slot(&self, context: &RequestContext<RoleServer>) -> Result<Option<bounds::Slot>, McpError> {
-        match &self.binding {
-            Binding::Session { .. } | Binding::Roots(_) => Ok(None),
-            Binding::Service(service) => match service.take_call(context.extensions.get::<::http::request::Parts>()) {
-                Ok(slot) => Ok(Some(slot)),
-                Err(http::CallRefused::Bound(refusal)) => Err({
-                    service.log_call_refused(context.extensions.get::<::http::request::Parts>(), &refusal);
-                    McpError::new(
-                        BOUND_REACHED,
-                        refusal.to_string(),
-                        Some(json!({ "bound": refusal.setting, "value": refusal.value, "principal": refusal.principal })),
-                    )
-                }),
-                Err(http::CallRefused::Unauthenticated(reason)) => Err(McpError::invalid_request(reason, None)),
-            },
-        }
-    }
-
-    /// Run one call and shape its result for MCP; if the client sent a progress token,
-    /// reports progress (the seconds it has run) after [`FIRST_PROGRESS`] and every
-    /// [`PROGRESS_EVERY`] while it runs. `slot` is held until the call returns, however long
-    /// after its request was answered or dropped.
-    async fn run(
-        &self,
-        session: Session,
-        (name, arguments): (String, Value),
-        slot: Option<bounds::Slot>,
-        context: &RequestContext<RoleServer>,
-    ) -> CallToolResult {
-        let args = arguments.to_string();
-        let tool = name.clone();
-        // `notifications/cancelled` for this request cancels `context.ct`: the call is then
-        // stopped at its next epoch check and rolled back.
-        let cancel = Arc::new(AtomicBool::new(false));
-        let cancel_call = Arc::clone(&cancel);
-        let started = Instant::now();
-        // The answer is handed over first; the call's log line is written on the call's own
-        // thread while the answer is sent.
-        let line = logging::CallLine::of(&session, &name);
-        let (answer, mut answered) = tokio::sync::oneshot::channel();
-        tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            let result = session.call_cancellable(&tool, &args, Some(&cancel_call));
-            let said = result.as_ref().ok().map(|call| line.said(call));
-            let _ = answer.send(result);
-            if let Some(said) = said {
-                line.write(&said, started.elapsed());
-            }
-        });
-        let progress_token = context.meta.get_progress_token();
-        // Not at once: rmcp routes a notification to the request's own stream only once it has
-        // registered the request, and a call this short needs no progress.
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + FIRST_PROGRESS, PROGRESS_EVERY);
-        let joined = loop {
-            tokio::select! {
-                biased;
-                _ = ticks.tick(), if progress_token.is_some() => {
-                    if let Some(token) = &progress_token {
-                        let elapsed = started.elapsed().as_secs_f64();
-                        let progress = ProgressNotificationParam::new(token.clone(), elapsed)
-                            .with_message(format!("`{name}` running for {elapsed:.1} s"));
-                        let _ = context.peer.notify_progress(progress).await;
-                    }
-                }
-                joined = &mut answered => break joined,
-                () = context.ct.cancelled(), if !cancel.load(Ordering::Relaxed) => cancel.store(true, Ordering::Relaxed),
-            }
-        };
-        match joined {
-            Ok(Ok(call)) => {
-                if let Some(metrics) = self.metrics() {
-                    metrics.audit_append();
-                    metrics.policy_denials(call.denials.len());
-                }
-                for warning in &call.warnings {
-                    self.log_level
-                        .send(context, Severity::Warning, json!({ "tool": name, "call_id": call.call_id, "warning": warning }))
-                        .await;
-                }
-                for denial in &call.denials {
-                    let refused = json!({
-                        "tool": name,
-                        "call_id": call.call_id,
-                        "path": denial.event.path,
-                        "rule": denial.event.rule,
-                        "refused": denial.message,
-                    });
-                    self.log_level.send(context, Severity::Notice, refused).await;
-                }
-                match call.output {
-                    Ok(output) => {
-                        let mut content = vec![ContentBlock::text(output.text)];
-                        for image in &call.images {
-                            use base64::Engine as _;
-                            let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
-                            content.push(ContentBlock::image(data, image.mime_type.clone()));
-                        }
-                        let mut result = CallToolResult::success(content);
-                        result.structured_content = output.structured;
-                        result
-                    }
-                    Err(error) => {
-                        let mut result = CallToolResult::error(vec![ContentBlock::text(error.full_text())]);
-                        // Not as structured content: that must match the tool's output schema,
-                        // which describes successful results (clients check it on errors too).
-                        let mut meta = serde_json::Map::new();
-                        meta.insert("toolcell/error".to_owned(), json!(error));
-                        meta.insert("toolcell/call_id".to_owned(), json!(call.call_id));
-                        result.meta = Some(rmcp::model::MetaObject(meta));
-                        result
-                    }
-                }
-            }
-            Ok(Err(host_error)) => {
-                let (kind, message) = match host_error {
-                    toolcell_host::Error::UnknownTool { .. } => ("not-found", host_error.to_string()),
-                    other => {
-                        // Details (which may name host paths) go to the operator only.
-                        let _ = writeln_stderr(&format!("toolcell mcp: `{name}` failed in the host: {other}"));
-                        ("failed", format!("the host could not run `{name}`; the operator's log has the details"))
-                    }
-                };
-                // The same `_meta` as a tool's own error, so a client reads every error alike
-                // (no call ran, so there is no call id).
-                let mut result = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
-                let mut meta = serde_json::Map::new();
-                meta.insert("toolcell/error".to_owned(), json!({ "kind": kind, "message": message }));
-                result.meta = Some(rmcp::model::MetaObject(meta));
-                result
-            }
-            Err(_) => CallToolResult::error(vec![ContentBlock::text(format!(
-                "the host failed while running `{name}`; the operator's log has the details"
-            ))]),
-        }
-    }
 }
 
 /// Whether the protocol version of a request (its `_meta`, else its `params`' `_meta` when
@@ -310,23 +169,6 @@ fn removes_logging(context: &RequestContext<RoleServer>, params: Option<&Value>)
         .is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28)
 }
 
-/// A call's outcome for the metrics: `ok`, or its error's kind (a word of the runtime's own).
-fn outcome_of(result: &CallToolResult) -> String {
-    if result.is_error != Some(true) {
-        return "ok".to_owned();
-    }
-    result
-        .meta
-        .as_ref()
-        .and_then(|meta| meta.0.get("toolcell/error"))
-        .and_then(|error| error.get("kind"))
-        .and_then(Value::as_str)
-        .filter(|kind| kind.len() <= 32 && kind.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'-' || byte == b'_'))
-        .unwrap_or("failed")
-        .to_owned()
-}
-
-/// What is wrong with the parameters of a `tools/call` that rmcp could not read.
 fn invalid_call_params(params: Option<&Value>) -> String {
     let problem = match params {
         None => "there are no params: give `{\"name\": TOOL, \"arguments\": {...}}`".to_owned(),
@@ -408,32 +250,8 @@ impl ServerHandler for McpServer {
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
-        let (session, tools) = self.session_for(&context).await?;
-        // Counted by tool name only for the tools of the policy: any other name is a label
-        // a caller could make up.
-        let meter = self.metrics().map(|metrics| {
-            let known = tools.iter().any(|tool| tool.name == request.name);
-            metrics.call(if known { &request.name } else { "unknown" }, session.role())
-        });
-        let slot = match self.call_slot(&context) {
-            Ok(slot) => slot,
-            Err(error) => {
-                if let Some(meter) = meter {
-                    meter.finish("refused");
-                }
-                return Err(error);
-            }
-        };
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let locking = (request.name == "lock_files").then(|| session.clone());
-        let result = self.run(session, (request.name.into_owned(), arguments), slot, &context).await;
-        if let (Some(session), Binding::Service(service)) = (locking, &self.binding) {
-            service.after_lock(context.extensions.get::<::http::request::Parts>(), session).await;
-        }
-        if let Some(meter) = meter {
-            meter.finish(&outcome_of(&result));
-        }
-        Ok(result.into())
+        let parts = context.extensions.get::<::http::request::Parts>();
+        Ok(self.call_with(request, parts, &context.ct, Some(&context)).await?.into())
     }
 
     #[expect(deprecated, reason = "MCP logging is deprecated by SEP-2577, but clients still ask for it")]
@@ -443,6 +261,10 @@ impl ServerHandler for McpServer {
             return Err(McpError::method_not_found::<rmcp::model::SetLevelRequestMethod>());
         }
         self.log_level.set(&request);
+        if let Binding::Service(service) = &self.binding {
+            // Its calls are then answered through rmcp, which sends the messages.
+            service.asked_for_logs(context.extensions.get::<::http::request::Parts>());
+        }
         Ok(())
     }
 
@@ -464,7 +286,7 @@ impl ServerHandler for McpServer {
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
         let session = self.resource_session(&context).await?;
         // A resource request costs what a tool call does, and counts against the same bounds.
-        let slot = self.call_slot(&context)?;
+        let slot = self.call_slot(context.extensions.get::<::http::request::Parts>())?;
         // Without a watcher to spare, the listing still answers; `list_changed` waits for one.
         let _ = self.subscriptions.watch(&session, context.peer.clone());
         let listed = blocking(move || resources::list(&session, request.as_ref())).await;
@@ -487,7 +309,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
         let session = self.resource_session(&context).await?;
-        let slot = self.call_slot(&context)?;
+        let slot = self.call_slot(context.extensions.get::<::http::request::Parts>())?;
         let read = blocking(move || resources::read(&session, &request.uri)).await;
         drop(slot);
         Ok(read?.into())
@@ -495,7 +317,7 @@ impl ServerHandler for McpServer {
 
     async fn subscribe(&self, request: rmcp::model::SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
         let session = self.resource_session(&context).await?;
-        let slot = self.call_slot(&context)?;
+        let slot = self.call_slot(context.extensions.get::<::http::request::Parts>())?;
         let (peer, subscriptions) = (context.peer.clone(), self.subscriptions.clone());
         let subscribed = blocking(move || subscriptions.subscribe(&session, &request.uri, peer)).await;
         drop(slot);
@@ -518,7 +340,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
         let session = self.resource_session(&context).await?;
-        let slot = self.call_slot(&context)?;
+        let slot = self.call_slot(context.extensions.get::<::http::request::Parts>())?;
         let completed = blocking(move || resources::complete(&session, &request)).await;
         drop(slot);
         completed

@@ -39,7 +39,10 @@ impl LogLevel {
     }
 
     /// Send `data` at `severity` if the client wants that level.
-    pub(crate) async fn send(&self, context: &RequestContext<RoleServer>, severity: Severity, data: Value) {
+    /// Tell `data` to the client of `context` if it asked for messages this severe (a call
+    /// without `context` has no client that asked).
+    pub(crate) async fn send(&self, context: Option<&RequestContext<RoleServer>>, severity: Severity, data: Value) {
+        let Some(context) = context else { return };
         let wanted = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if wanted.is_some_and(|wanted| rank(severity.level()) >= wanted) {
             let message = LoggingMessageNotificationParam::new(severity.level(), data).with_logger("toolcell");

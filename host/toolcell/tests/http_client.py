@@ -171,8 +171,9 @@ async def after_restart(url, impl_token, review_token, session_id):
     return {"undone": undone, "blocked": blocked, "ended": ended.status_code, "after_end": after_end, "gone": gone.status_code}
 
 
-async def cancel(url, impl_token, review_token):
-    """Start a call that writes and never ends, cancel it, and see the session go on."""
+async def cancel(url, impl_token, review_token, plain=False):
+    """Start a call that writes and never ends, cancel it, and see the session go on. A plain
+    call (no progress token) is one the service answers without rmcp's session."""
     import time
     client, headers, session_id = await raw_session(url, impl_token)
     started = time.monotonic()
@@ -180,13 +181,17 @@ async def cancel(url, impl_token, review_token):
     # What the call's own stream carries (it asked for progress), kept line by line so that
     # what came before the stream ended is there however it ends.
     streamed = []
+    lines = []
+    params = {"name": "misbehave", "arguments": {"action": "write_then_spin", "path": "spun-plain.txt" if plain else "spun.txt",
+                                                 "text": "half done"}}
+    if not plain:
+        params["_meta"] = {"progressToken": "p-spin"}
 
     async def long_call():
         async with client.stream("POST", url, headers=headers, json={
-                "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "misbehave", "arguments": {"action": "write_then_spin", "path": "spun.txt", "text": "half done"},
-                           "_meta": {"progressToken": "p-spin"}}}) as response:
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}) as response:
             async for line in response.aiter_lines():
+                lines.append(line)
                 if line.startswith("data: ") and line[6:].strip():
                     streamed.append(json.loads(line[6:]))
 
@@ -208,7 +213,7 @@ async def cancel(url, impl_token, review_token):
     await client.aclose()
     progress = [message["params"]["progressToken"] for message in streamed if message.get("method") == "notifications/progress"]
     return {"cancel_status": cancelled.status_code, "seconds": seconds, "running_error": running_error, "after": after,
-            "progress_tokens": progress}
+            "progress_tokens": progress, "lines": lines}
 
 
 async def too_large(url, impl_token, review_token):
@@ -236,6 +241,8 @@ def main():
         report = asyncio.run(too_large(url, impl_token, review_token))
     elif scenario == "cancel":
         report = asyncio.run(cancel(url, impl_token, review_token))
+    elif scenario == "cancel-plain":
+        report = asyncio.run(cancel(url, impl_token, review_token, plain=True))
     elif scenario == "after-restart":
         report = asyncio.run(after_restart(url, impl_token, review_token, sys.argv[5]))
     else:

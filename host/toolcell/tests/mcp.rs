@@ -558,27 +558,42 @@ fn a_call_the_client_cancels_is_stopped_and_rolled_back() {
         &temp.path().join("state"),
         &["--policy".as_ref(), policy.as_os_str(), "--plugin-dir".as_ref(), plugins.as_os_str()],
     );
-    let report = run_http_client(&["cancel", &served.url, &impl_token, &review_token]);
-    // The component wrote, then spun with a minute left on its deadline: the cancellation
-    // stopped it at once, and its write was rolled back.
-    assert!(report["seconds"].as_f64().expect("seconds") < 20.0, "{report}");
-    assert!(!temp.path().join("workspace/spun.txt").exists(), "the cancelled call's write was rolled back: {report}");
-    assert_eq!(report["after"]["message"]["result"]["isError"], false, "the session still works: {report}");
-    // It asked for progress, and ran for seconds: its stream carried progress with its token.
-    let progress = report["progress_tokens"].as_array().expect("progress tokens");
-    assert!(!progress.is_empty() && progress.iter().all(|token| token == "p-spin"), "{report}");
-    // The host writes the call's record once the stopped call is rolled back.
+    // With a progress token, rmcp's session runs the call; without, the service does: each is
+    // stopped by the client's `notifications/cancelled`.
+    for (scenario, path) in [("cancel", "spun.txt"), ("cancel-plain", "spun-plain.txt")] {
+        let report = run_http_client(&[scenario, &served.url, &impl_token, &review_token]);
+        // The component wrote, then spun with a minute left on its deadline: the cancellation
+        // stopped it at once, and its write was rolled back.
+        assert!(report["seconds"].as_f64().expect("seconds") < 20.0, "{report}");
+        assert!(!temp.path().join("workspace").join(path).exists(), "the cancelled call's write was rolled back: {report}");
+        assert_eq!(report["after"]["message"]["result"]["isError"], false, "the session still works: {report}");
+        let progress = report["progress_tokens"].as_array().expect("progress tokens");
+        if scenario == "cancel" {
+            // It asked for progress, and ran for seconds: its stream carried progress with its token.
+            assert!(!progress.is_empty() && progress.iter().all(|token| token == "p-spin"), "{report}");
+        } else {
+            // Answered by the service itself: no response to the cancelled request, and not even
+            // the priming event of rmcp's streams.
+            assert_eq!(report["lines"], serde_json::json!([]), "{report}");
+        }
+    }
+    // The host writes each call's record once the stopped call is rolled back.
     let is_the_call = |record: &serde_json::Value| record["kind"] == "call" && record["tool"] == "misbehave";
-    wait_until(std::time::Duration::from_secs(30), || audit_records(&temp.path().join("state")).iter().any(is_the_call));
+    wait_until(std::time::Duration::from_secs(30), || {
+        audit_records(&temp.path().join("state")).iter().filter(|record| is_the_call(record)).count() == 2
+    });
     let records = audit_records(&temp.path().join("state"));
-    let cancelled = records.iter().find(|record| is_the_call(record)).expect("the call's record");
-    assert!(cancelled["message"].as_str().expect("message").contains("cancelled by the client"), "{cancelled}");
-    assert_eq!(cancelled["outcome"], "trapped", "{cancelled}");
-    // The write did happen before the cancellation (and was then undone).
-    assert!(
-        records.iter().any(|record| record["kind"] == "fs" && record["path"] == "spun.txt" && record["decision"] == "allow"),
-        "{records:?}"
-    );
+    for cancelled in records.iter().filter(|record| is_the_call(record)) {
+        assert!(cancelled["message"].as_str().expect("message").contains("cancelled by the client"), "{cancelled}");
+        assert_eq!(cancelled["outcome"], "trapped", "{cancelled}");
+    }
+    // The writes did happen before the cancellations (and were then undone).
+    for path in ["spun.txt", "spun-plain.txt"] {
+        assert!(
+            records.iter().any(|record| record["kind"] == "fs" && record["path"] == path && record["decision"] == "allow"),
+            "{records:?}"
+        );
+    }
 }
 
 #[path = "load/mod.rs"]

@@ -303,3 +303,61 @@ fn a_quick_answer_leaves_in_one_piece_with_its_head_and_priming_event() {
     }
     panic!("no answer came whole (Content-Length, body length): {answers:?}");
 }
+
+#[test]
+fn a_plain_tool_call_is_answered_as_json_with_what_rmcp_answers_and_anything_else_goes_through_rmcp() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, alice) = alice_service(temp.path(), "");
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
+    let bearer = format!("Bearer {alice}");
+    let opened = post(&served.url, &[("Authorization", &bearer)], &initialize_body());
+    let session = opened.session.clone().expect("a session");
+    let headers = [("Authorization", bearer.as_str()), ("Mcp-Session-Id", session.as_str())];
+    post(&served.url, &headers, &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string());
+    let call = |id: u64, params: Value, extra: &[(&str, &str)]| {
+        let headers: Vec<(&str, &str)> = headers.iter().chain(extra).copied().collect();
+        post(&served.url, &headers, &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string())
+    };
+    let read = json!({"name": "read_file", "arguments": {"path": "notes.txt"}});
+    let mut with_meta = read.clone();
+    with_meta["_meta"] = json!({});
+    // The plain call is answered by the service as JSON; the same call with `_meta` (which may
+    // carry a progress token), or from a page (`Origin`), goes through rmcp's stream.
+    let plain = call(1, read.clone(), &[]);
+    let through_rmcp = call(2, with_meta, &[]);
+    let from_a_page = call(3, read.clone(), &[("Origin", "http://localhost:3000")]);
+    assert_eq!((plain.status, plain.content_type.as_str()), (200, "application/json"), "{}", plain.text);
+    for answer in [&through_rmcp, &from_a_page] {
+        assert_eq!((answer.status, answer.content_type.as_str()), (200, "text/event-stream"), "{}", answer.text);
+    }
+    // What each says is the same, to the byte.
+    let (plain, through_rmcp, from_a_page) = (message(&plain, 1), message(&through_rmcp, 2), message(&from_a_page, 3));
+    assert_eq!(plain["result"]["content"][0]["text"].as_str().map(|text| text.contains("hello")), Some(true), "{plain}");
+    assert_eq!(plain["result"], through_rmcp["result"]);
+    assert_eq!(plain["result"], from_a_page["result"]);
+    // A tool error, and a call refused before it runs (an unknown tool), alike.
+    let missing = json!({"name": "read_file", "arguments": {"path": "missing.txt"}});
+    let unknown = json!({"name": "no_such_tool", "arguments": {}});
+    for (index, params) in [missing, unknown].into_iter().enumerate() {
+        let id = 10 + 2 * index as u64;
+        let mut with_meta = params.clone();
+        with_meta["_meta"] = json!({});
+        let (plain, through_rmcp) = (call(id, params, &[]), call(id + 1, with_meta, &[]));
+        assert_eq!(plain.content_type, "application/json", "{}", plain.text);
+        let (plain, through_rmcp) = (message(&plain, id), message(&through_rmcp, id + 1));
+        assert_eq!(plain["result"]["isError"], true, "{plain}");
+        let without_call_id = |mut message: Value| {
+            if let Some(meta) = message["result"]["_meta"].as_object_mut() {
+                meta.remove("toolcell/call_id");
+            }
+            message["result"].take()
+        };
+        assert_eq!(without_call_id(plain), without_call_id(through_rmcp));
+    }
+    // A client that asked for log messages gets its calls through rmcp, which sends them.
+    let level = json!({"jsonrpc": "2.0", "id": 20, "method": "logging/setLevel", "params": {"level": "notice"}});
+    assert_eq!(post(&served.url, &headers, &level.to_string()).status, 200);
+    let after = call(21, read, &[]);
+    assert_eq!((after.status, after.content_type.as_str()), (200, "text/event-stream"), "{}", after.text);
+    assert_eq!(message(&after, 21)["result"], through_rmcp["result"]);
+}

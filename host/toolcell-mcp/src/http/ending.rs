@@ -25,6 +25,7 @@ impl Service {
         release(session, key.clone()).await;
         self.forget_state(&key).await;
         self.owners.remove(id);
+        self.direct.ended(id);
     }
 
     /// The MCP session `id` of the principal named `name` ended (an OAuth principal, or one
@@ -48,6 +49,7 @@ impl Service {
         }
         self.forget_state(&key).await;
         self.owners.remove(id);
+        self.direct.ended(id);
     }
 
     /// After a `lock_files` call of `session` (the request's HTTP `parts`): if its MCP session
@@ -79,6 +81,7 @@ impl Service {
         // Ended or expired by another host (which released its locks): only closed here.
         for id in gone {
             let _ = manager.close_session(&Arc::from(id.as_str())).await;
+            self.direct.ended(&id);
             self.sessions.lock().unwrap_or_else(PoisonError::into_inner).retain(|key, _| !key.ends_with(&format!(":{id}")));
         }
         for (id, principal) in expired {

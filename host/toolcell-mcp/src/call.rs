@@ -1,0 +1,216 @@
+//! A tool call as MCP serves it: its session and bounds, the governed call on the blocking
+//! pool, progress and cancellation while it runs, and its result shaped for MCP.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ProgressNotificationParam};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolcell_host::Session;
+
+use crate::logging::{self, Severity};
+use crate::{BOUND_REACHED, Binding, McpServer, bounds, http, writeln_stderr};
+
+/// When a call first reports progress to a client that asked for it,
+const FIRST_PROGRESS: Duration = Duration::from_millis(50);
+/// and how often after that.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+impl McpServer {
+    /// Call the tool `request` names, for the request whose HTTP parts (with the service) are
+    /// `parts`. `ct` is cancelled when the client cancels the request; `context` is rmcp's for
+    /// the request (progress and log messages go through it), `None` for a call the service
+    /// answers without rmcp's session (a client that asked for neither).
+    pub(crate) async fn call_with(
+        &self,
+        request: CallToolRequestParams,
+        parts: Option<&::http::request::Parts>,
+        ct: &CancellationToken,
+        context: Option<&RequestContext<RoleServer>>,
+    ) -> Result<CallToolResult, McpError> {
+        let (session, tools) = self.session_of(parts).await?;
+        // Counted by tool name only for the tools of the policy: any other name is a label
+        // a caller could make up.
+        let meter = self.metrics().map(|metrics| {
+            let known = tools.iter().any(|tool| tool.name == request.name);
+            metrics.call(if known { &request.name } else { "unknown" }, session.role())
+        });
+        let slot = match self.call_slot(parts) {
+            Ok(slot) => slot,
+            Err(error) => {
+                if let Some(meter) = meter {
+                    meter.finish("refused");
+                }
+                return Err(error);
+            }
+        };
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let locking = (request.name == "lock_files").then(|| session.clone());
+        let result = self.run(session, (request.name.into_owned(), arguments), slot, (ct, context)).await;
+        if let (Some(session), Binding::Service(service)) = (locking, &self.binding) {
+            service.after_lock(parts, session).await;
+        }
+        if let Some(meter) = meter {
+            meter.finish(&outcome_of(&result));
+        }
+        Ok(result)
+    }
+
+    /// A slot for a call of the service (none for a one-session server), held until the call's
+    /// instance is released.
+    pub(crate) fn call_slot(&self, parts: Option<&::http::request::Parts>) -> Result<Option<bounds::Slot>, McpError> {
+        match &self.binding {
+            Binding::Session { .. } | Binding::Roots(_) => Ok(None),
+            Binding::Service(service) => match service.take_call(parts) {
+                Ok(slot) => Ok(Some(slot)),
+                Err(http::CallRefused::Bound(refusal)) => Err({
+                    service.log_call_refused(parts, &refusal);
+                    McpError::new(
+                        BOUND_REACHED,
+                        refusal.to_string(),
+                        Some(json!({ "bound": refusal.setting, "value": refusal.value, "principal": refusal.principal })),
+                    )
+                }),
+                Err(http::CallRefused::Unauthenticated(reason)) => Err(McpError::invalid_request(reason, None)),
+            },
+        }
+    }
+
+    /// Run one call and shape its result for MCP; if the client sent a progress token,
+    /// reports progress (the seconds it has run) after [`FIRST_PROGRESS`] and every
+    /// [`PROGRESS_EVERY`] while it runs. `slot` is held until the call returns, however long
+    /// after its request was answered or dropped.
+    async fn run(
+        &self,
+        session: Session,
+        (name, arguments): (String, Value),
+        slot: Option<bounds::Slot>,
+        (ct, context): (&CancellationToken, Option<&RequestContext<RoleServer>>),
+    ) -> CallToolResult {
+        let args = arguments.to_string();
+        let tool = name.clone();
+        // `notifications/cancelled` for this request cancels `ct`: the call is then
+        // stopped at its next epoch check and rolled back.
+        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel_call = Arc::clone(&cancel);
+        let started = Instant::now();
+        // The answer is handed over first; the call's log line is written on the call's own
+        // thread while the answer is sent.
+        let line = logging::CallLine::of(&session, &name);
+        let (answer, mut answered) = tokio::sync::oneshot::channel();
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            let result = session.call_cancellable(&tool, &args, Some(&cancel_call));
+            let said = result.as_ref().ok().map(|call| line.said(call));
+            let _ = answer.send(result);
+            if let Some(said) = said {
+                line.write(&said, started.elapsed());
+            }
+        });
+        let progress_token = context.and_then(|context| context.meta.get_progress_token());
+        // Not at once: rmcp routes a notification to the request's own stream only once it has
+        // registered the request, and a call this short needs no progress.
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + FIRST_PROGRESS, PROGRESS_EVERY);
+        let joined = loop {
+            tokio::select! {
+                biased;
+                _ = ticks.tick(), if progress_token.is_some() => {
+                    if let (Some(token), Some(context)) = (&progress_token, context) {
+                        let elapsed = started.elapsed().as_secs_f64();
+                        let progress = ProgressNotificationParam::new(token.clone(), elapsed)
+                            .with_message(format!("`{name}` running for {elapsed:.1} s"));
+                        let _ = context.peer.notify_progress(progress).await;
+                    }
+                }
+                joined = &mut answered => break joined,
+                () = ct.cancelled(), if !cancel.load(Ordering::Relaxed) => cancel.store(true, Ordering::Relaxed),
+            }
+        };
+        match joined {
+            Ok(Ok(call)) => {
+                if let Some(metrics) = self.metrics() {
+                    metrics.audit_append();
+                    metrics.policy_denials(call.denials.len());
+                }
+                for warning in &call.warnings {
+                    self.log_level
+                        .send(context, Severity::Warning, json!({ "tool": name, "call_id": call.call_id, "warning": warning }))
+                        .await;
+                }
+                for denial in &call.denials {
+                    let refused = json!({
+                        "tool": name,
+                        "call_id": call.call_id,
+                        "path": denial.event.path,
+                        "rule": denial.event.rule,
+                        "refused": denial.message,
+                    });
+                    self.log_level.send(context, Severity::Notice, refused).await;
+                }
+                match call.output {
+                    Ok(output) => {
+                        let mut content = vec![ContentBlock::text(output.text)];
+                        for image in &call.images {
+                            use base64::Engine as _;
+                            let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
+                            content.push(ContentBlock::image(data, image.mime_type.clone()));
+                        }
+                        let mut result = CallToolResult::success(content);
+                        result.structured_content = output.structured;
+                        result
+                    }
+                    Err(error) => {
+                        let mut result = CallToolResult::error(vec![ContentBlock::text(error.full_text())]);
+                        // Not as structured content: that must match the tool's output schema,
+                        // which describes successful results (clients check it on errors too).
+                        let mut meta = serde_json::Map::new();
+                        meta.insert("toolcell/error".to_owned(), json!(error));
+                        meta.insert("toolcell/call_id".to_owned(), json!(call.call_id));
+                        result.meta = Some(rmcp::model::MetaObject(meta));
+                        result
+                    }
+                }
+            }
+            Ok(Err(host_error)) => {
+                let (kind, message) = match host_error {
+                    toolcell_host::Error::UnknownTool { .. } => ("not-found", host_error.to_string()),
+                    other => {
+                        // Details (which may name host paths) go to the operator only.
+                        let _ = writeln_stderr(&format!("toolcell mcp: `{name}` failed in the host: {other}"));
+                        ("failed", format!("the host could not run `{name}`; the operator's log has the details"))
+                    }
+                };
+                // The same `_meta` as a tool's own error, so a client reads every error alike
+                // (no call ran, so there is no call id).
+                let mut result = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
+                let mut meta = serde_json::Map::new();
+                meta.insert("toolcell/error".to_owned(), json!({ "kind": kind, "message": message }));
+                result.meta = Some(rmcp::model::MetaObject(meta));
+                result
+            }
+            Err(_) => CallToolResult::error(vec![ContentBlock::text(format!(
+                "the host failed while running `{name}`; the operator's log has the details"
+            ))]),
+        }
+    }
+}
+
+/// A call's outcome for the metrics: `ok`, or its error's kind (a word of the runtime's own).
+fn outcome_of(result: &CallToolResult) -> String {
+    if result.is_error != Some(true) {
+        return "ok".to_owned();
+    }
+    result
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.0.get("toolcell/error"))
+        .and_then(|error| error.get("kind"))
+        .and_then(Value::as_str)
+        .filter(|kind| kind.len() <= 32 && kind.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'-' || byte == b'_'))
+        .unwrap_or("failed")
+        .to_owned()
+}
