@@ -67,6 +67,9 @@ pub struct Runtime {
     /// What the host itself reads and trusts (state directory, cache and its key, plugin
     /// directory, policy file), canonical: no call may change it.
     pub(crate) host_owned: Vec<HostOwned>,
+    /// [`Self::host_owned`] as each workspace sees it (workspace-relative), by workspace root:
+    /// it changes only with the runtime, and every call needs it.
+    pub(crate) host_inside: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Vec<String>>>,
     /// What went wrong at load that the operator should know (a cached artifact rejected).
     pub(crate) warnings: Vec<String>,
     /// Plugins left out: they could not be loaded, and the policy does not need them.

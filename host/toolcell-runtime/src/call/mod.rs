@@ -16,6 +16,7 @@
 //!    wrote recorded;
 //! 8. [`finish`](Runtime::finish): the call's audit record.
 
+mod owned;
 mod settle;
 use std::time::Instant;
 
@@ -40,7 +41,6 @@ use crate::outcome::{CallOutcome, CallRequest};
 use crate::outcome::{denied_result, new_call_id, only_reads_refused, refusal_warnings};
 use crate::reload::InForce;
 use crate::runtime::{LoadedTool, Runtime, ToolKind};
-use crate::workspace::Workspace;
 use crate::{bindings, limits, native};
 use toolcell_args::adapters;
 use toolcell_policy::{Access, Effect, Policy};
@@ -514,42 +514,6 @@ impl Runtime {
             workspace: request.workspace.root().display().to_string(),
             principal: request.principal.map(str::to_owned),
         })
-    }
-
-    /// The host-owned locations inside `workspace`, workspace-relative: the guard hides them
-    /// from every tool (what toolcell keeps there copies guarded data: undo records, indexes,
-    /// the audit trail).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Insecure`] if the workspace lies inside a host-owned directory: every write a
-    /// tool made would then be a write to the host's own state.
-    pub(crate) fn host_paths_inside(&self, workspace: &Workspace) -> Result<Vec<String>, Error> {
-        let mut inside = Vec::new();
-        for owned in &self.host_owned {
-            if owned.is_directory && workspace.root().starts_with(&owned.path) {
-                return Err(Error::Insecure {
-                    path: workspace.root().to_path_buf(),
-                    reason: format!(
-                        "the workspace lies inside toolcell's own directory `{}`, which tools must not change; use a workspace outside it",
-                        owned.path.display()
-                    ),
-                });
-            }
-            if let Ok(relative) = owned.path.strip_prefix(workspace.root()) {
-                inside.push(relative.to_string_lossy().into_owned());
-            }
-            // The symlinks a run follows to reach it: removing or replacing one would send the
-            // next run elsewhere.
-            for link in &owned.links {
-                if let Ok(relative) = link.strip_prefix(workspace.root())
-                    && !relative.as_os_str().is_empty()
-                {
-                    inside.push(relative.to_string_lossy().into_owned());
-                }
-            }
-        }
-        Ok(inside)
     }
 
     /// Write the call's record and stamp its duration. A call whose record cannot be written
