@@ -5,6 +5,7 @@ use toolcell_audit::{Link, Record, seal};
 use toolcell_state::AuditBackend;
 
 use crate::PostgresStore;
+use crate::connection::Failure;
 
 /// The advisory lock that orders audit appends across hosts.
 const AUDIT_LOCK: i64 = 0x7463_6175_6469_7401;
@@ -36,7 +37,16 @@ impl AuditBackend for PostgresStore {
             transaction.commit().await?;
             Ok(link)
         })
-        .map_err(|reason| std::io::Error::other(format!("the audit trail in {} cannot be written: {reason}", self.name)))
+        .map_err(|reason| {
+            // A store that did not answer may be away, or its chain held by another host: the
+            // spool waits for the next append rather than try again at once.
+            let kind = match reason {
+                Failure::NoAnswer(_) | Failure::Busy(_) => std::io::ErrorKind::TimedOut,
+                Failure::Unreached(_) => std::io::ErrorKind::NotConnected,
+                Failure::Database(_) => std::io::ErrorKind::Other,
+            };
+            std::io::Error::new(kind, format!("the audit trail in {} cannot be written: {reason}", self.name))
+        })
     }
 
     fn read_from(&self, position: u64) -> std::io::Result<(String, u64)> {

@@ -339,23 +339,29 @@ impl AuditLog {
     }
 
     /// Append to the shared store: first what waits in the spool (as much as the store takes),
-    /// then `records`.
+    /// then `records`. Only one append at a time drains the spool (under its file lock); the
+    /// others, and this one's own records, do not wait for it: a store that hangs (another
+    /// host holds the chain's lock) then costs each call one wait, not one per call queued
+    /// before it. So the chain's order is not the order of events: `ts` says when each was.
     fn append_shared(&self, shared: &dyn AuditBackend, records: &[Record]) -> std::io::Result<()> {
         let path = self.directory.join(AUDIT_SPOOL_FILE);
-        let spool = match OpenOptions::new().read(true).append(true).open(&path) {
-            Ok(spool) => spool,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return if records.is_empty() { Ok(()) } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) };
-            }
-            Err(error) => return Err(error),
+        let forwarded = match OpenOptions::new().read(true).append(true).open(&path) {
+            Ok(spool) => match spool.try_lock() {
+                Ok(()) => {
+                    let forwarded = spool::forward(&spool, shared, &|link| self.checkpoint_shared(link));
+                    spool.unlock().and(forwarded)
+                }
+                // Another append drains it (or defers records to it) now.
+                Err(std::fs::TryLockError::WouldBlock) => Ok(()),
+                Err(std::fs::TryLockError::Error(error)) => Err(error),
+            },
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(error),
         };
-        spool.lock()?;
-        let forwarded = spool::forward(&spool, shared, &|link| self.checkpoint_shared(link));
         // A spool that cannot drain now (a slow database, a damaged record) does not hold back
-        // this append: its records follow in the chain once it drains.
-        let own = if records.is_empty() { forwarded } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) };
-        let unlocked = spool.unlock();
-        own.and(unlocked)
+        // this append: its records follow in the chain once it drains. A failed append of
+        // `records` is the caller's to defer (to the spool, once this one is unlocked).
+        if records.is_empty() { forwarded } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) }
     }
 
     /// After an append to the shared store that ended at `link`: this host's checkpoint of the
