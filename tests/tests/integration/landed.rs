@@ -45,12 +45,15 @@ fn a_file_the_call_links_after_putting_it_in_place_stays_its_own() {
     assert_eq!(fixture.read_text("src/a.rs"), "fn a() {}\n");
 }
 
+/// A change made by another process to the file at a path, and what it is.
+type Touch = (&'static str, fn(&std::path::Path));
+
 /// Another process changes only the metadata of the file the call put in place, while the
 /// call runs (a `chmod` to the mode it has, a hard link made and removed, a move away and
 /// back): the file is still the call's own.
 #[test]
 fn a_file_whose_metadata_alone_changed_while_the_call_ran_stays_its_own() {
-    let touches: [(&str, fn(&std::path::Path)); 3] = [
+    let touches: [Touch; 3] = [
         ("chmod to its own mode", |path| {
             let mode = std::fs::metadata(path).expect("stat").permissions().mode();
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");

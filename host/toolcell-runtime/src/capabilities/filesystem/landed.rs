@@ -184,28 +184,31 @@ mod tests {
         assert_eq!(landed.still_at(&root, "m.txt"), None);
     }
 
+    /// A change made by another process to the file at a path, and what it is.
+    type Touch = (&'static str, fn(&std::path::Path));
+
     /// What moves only the change time (a `chmod` to the same mode, or another, a hard link
     /// made and removed, a move away and back, a `touch`) leaves the file the call's.
     #[test]
     fn a_change_of_metadata_alone_leaves_a_landed_file_the_calls() {
         let (temp, root) = workspace();
-        let touches: [(&str, &dyn Fn(&std::path::Path)); 5] = [
-            ("chmod to its own mode", &|path| {
+        let touches: [Touch; 5] = [
+            ("chmod to its own mode", |path| {
                 let mode = std::fs::metadata(path).expect("stat").permissions().mode();
                 std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
             }),
-            ("chmod to another mode", &|path| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod")),
-            ("link and unlink", &|path| {
+            ("chmod to another mode", |path| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod")),
+            ("link and unlink", |path| {
                 let other = path.with_extension("link");
                 std::fs::hard_link(path, &other).expect("link");
                 std::fs::remove_file(&other).expect("unlink");
             }),
-            ("move away and back", &|path| {
+            ("move away and back", |path| {
                 let other = path.with_extension("away");
                 std::fs::rename(path, &other).expect("away");
                 std::fs::rename(&other, path).expect("back");
             }),
-            ("touch", &|path| {
+            ("touch", |path| {
                 let file = std::fs::File::options().write(true).open(path).expect("open");
                 file.set_modified(std::time::SystemTime::UNIX_EPOCH).expect("touch");
             }),
