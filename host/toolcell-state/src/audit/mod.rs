@@ -264,7 +264,7 @@ impl AuditLog {
     /// `toolcell audit verify`). Nothing is appended then.
     pub fn append(&self, records: &[Record]) -> std::io::Result<()> {
         if let Some(shared) = &self.shared {
-            return self.append_shared(shared.as_ref(), records);
+            return self.append_shared(shared.as_ref(), &identified(records));
         }
         // Serialize before queueing: under the lock only sealing (a hash each) remains.
         let prepared: Vec<Prepared> = records.iter().map(Prepared::new).collect();
@@ -332,10 +332,13 @@ impl AuditLog {
     ///
     /// As [`append`](Self::append); with a shared store, only if the spool cannot be written.
     pub fn append_deferrable(&self, records: &[Record]) -> std::io::Result<()> {
-        match (&self.shared, self.append(records)) {
-            (Some(_), Err(_)) => spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), records),
-            (_, result) => result,
-        }
+        let Some(shared) = &self.shared else {
+            return self.append(records);
+        };
+        // The same ids in the spool: if the append did land (its answer was lost), the store
+        // keeps them once when they are sent again.
+        let records = identified(records);
+        self.append_shared(shared.as_ref(), &records).or_else(|_| spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), &records))
     }
 
     /// Append to the shared store: first what waits in the spool (as much as the store takes),
@@ -461,6 +464,25 @@ impl AuditLog {
         text.truncate(complete);
         Ok((text, offset + complete as u64))
     }
+}
+
+/// `records`, each with an id ([`Record::id`]) if it had none: 128 random bits, in hex.
+fn identified(records: &[Record]) -> Vec<Record> {
+    records
+        .iter()
+        .map(|record| {
+            let mut record = record.clone();
+            if record.id.is_none() {
+                let mut bytes = [0_u8; 16];
+                // Without randomness (never on Linux), the record goes without an id: sent
+                // again, it may be kept twice.
+                if rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).is_ok_and(|filled| filled == bytes.len()) {
+                    record.id = Some(toolcell_audit::hex(&bytes));
+                }
+            }
+            record
+        })
+        .collect()
 }
 
 /// The link after the log's last record.

@@ -83,12 +83,20 @@ struct Store {
     stall: Option<std::time::Duration>,
     /// How many batches of spooled records were tried.
     spooled_tries: std::sync::atomic::AtomicUsize,
+    /// Every record of every batch tried, in order.
+    tried: Mutex<Vec<Record>>,
+    /// The batches before this one fail (their answer lost).
+    fail_before: usize,
 }
 
 impl AuditBackend for Store {
     fn append(&self, records: &[Record]) -> std::io::Result<Link> {
         use std::sync::atomic::Ordering;
         let batch = self.batches.fetch_add(1, Ordering::SeqCst);
+        self.tried.lock().expect("tried").extend_from_slice(records);
+        if batch < self.fail_before {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the answer was lost"));
+        }
         if self.stop_at == Some(batch) {
             panic!("the host stopped while the store took a batch");
         }
@@ -175,4 +183,21 @@ fn appends_do_not_queue_behind_one_that_drains_the_spool() {
     assert!(elapsed < stall * 3, "six appends took {elapsed:?}: they queued behind the drain");
     assert_eq!(store.taken.lock().expect("taken").len(), 7);
     assert_eq!(waiting_in(&path).len(), 8, "nothing spooled was lost");
+}
+
+/// R3: a record whose append got no answer is spooled with the id it was first sent with, so
+/// that a store which did take it the first time keeps it once when it comes again.
+#[test]
+fn a_spooled_record_is_sent_again_with_the_id_it_was_first_sent_with() {
+    let temp = tempfile::tempdir().expect("temp");
+    let store = std::sync::Arc::new(Store { fail_before: 1, ..Store::default() });
+    let log = AuditLog::shared(store.clone(), temp.path()).expect("log");
+    log.append_deferrable(&[record(0, 0, 0)]).expect("spooled");
+    log.append(&[record(1, 0, 0)]).expect("appended, after the spooled record");
+    let tried = store.tried.lock().expect("tried").clone();
+    let taken = store.taken.lock().expect("taken").clone();
+    let first = tried.first().and_then(|record| record.id.clone()).expect("an id before it was first sent");
+    assert_eq!(taken.len(), 2);
+    assert_eq!(taken[0].id.as_deref(), Some(first.as_str()), "sent again under the same id");
+    assert!(taken[1].id.is_some() && taken[1].id != taken[0].id);
 }
