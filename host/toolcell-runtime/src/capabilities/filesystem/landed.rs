@@ -26,27 +26,21 @@ pub(crate) struct Landed {
     /// forbids it), when only an unchanged change time counts.
     content: Option<[u8; 32]>,
     /// The inode itself, held so that its number goes to no other file while the call runs.
-    _held: Option<OwnedFd>,
+    held: Option<OwnedFd>,
 }
 
 impl Landed {
-    /// What the file open as `file` (just put in place) is known by. Its content is read
-    /// through `readable` when there is one: a descriptor of the very same inode opened for
-    /// reading (`file` may be write-only).
-    pub(crate) fn of(file: OwnedFd, readable: Option<&OwnedFd>) -> std::io::Result<Self> {
-        let stat = rustix::fs::fstat(&file)?;
-        let content = readable.and_then(|readable| {
-            let read = rustix::fs::fstat(readable).ok()?;
-            ((read.st_dev, read.st_ino) == (stat.st_dev, stat.st_ino)).then(|| digest(readable).ok()).flatten()
-        });
-        // Taken after the content was read: reading moves only the access time.
-        let stat = rustix::fs::fstat(&file)?;
+    /// What the file open as `file` (just put in place) is known by now, `content` being
+    /// what it holds ([`content_of`]). The inode is held through a duplicate of `file`, if the
+    /// process may open one more descriptor (without it, only an unchanged change time counts).
+    pub(crate) fn of(file: &OwnedFd, content: Option<[u8; 32]>) -> std::io::Result<Self> {
+        let stat = rustix::fs::fstat(file)?;
         Ok(Landed {
             device: stat.st_dev,
             inode: stat.st_ino,
             changed: (stat.st_ctime, i64::try_from(stat.st_ctime_nsec).unwrap_or_default()),
             content,
-            _held: Some(file),
+            held: file.try_clone().ok(),
         })
     }
 
@@ -56,7 +50,7 @@ impl Landed {
         let readable = beneath::open(root, path, OFlags::RDONLY, Mode::empty());
         let metadata = root.symlink_metadata(path).ok()?;
         if let Ok(readable) = readable
-            && let Ok(landed) = Landed::of(readable.try_clone().ok()?, Some(&readable))
+            && let Ok(landed) = Landed::of(&readable, content_of(&readable, &readable))
             && same_inode(&metadata, &landed)
         {
             return Some(landed);
@@ -69,7 +63,7 @@ impl Landed {
             inode: metadata.ino(),
             changed: (metadata.ctime(), metadata.ctime_nsec()),
             content: None,
-            _held: None,
+            held: None,
         })
     }
 
@@ -96,7 +90,7 @@ impl Landed {
             return Some(true);
         }
         // Without the inode held, the same number may be another file's since.
-        if self._held.is_none() || !metadata.is_file() {
+        if self.held.is_none() || !metadata.is_file() {
             return Some(false);
         }
         let Some(content) = self.content else {
@@ -108,6 +102,13 @@ impl Landed {
         });
         Some(now == Some(content))
     }
+}
+
+/// SHA-256 of what the file open as `file` holds, read through `readable` (the same inode,
+/// opened for reading: `file` may be write-only); `None` if it cannot be read.
+pub(crate) fn content_of(file: &impl AsFd, readable: &impl AsFd) -> Option<[u8; 32]> {
+    let (stat, read) = (rustix::fs::fstat(file).ok()?, rustix::fs::fstat(readable).ok()?);
+    ((read.st_dev, read.st_ino) == (stat.st_dev, stat.st_ino)).then(|| digest(readable).ok()).flatten()
 }
 
 fn same_inode(metadata: &cap_std::fs::Metadata, landed: &Landed) -> bool {

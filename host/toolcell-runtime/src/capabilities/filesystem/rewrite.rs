@@ -196,13 +196,14 @@ pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) ->
         // Something else stands under the reserved name: nothing is placed.
         return Err(std::io::Error::other("the file to be put in place is not the one this call wrote"));
     }
-    // Opened for reading (the component's descriptor may be write-only) under the name no
-    // call may touch: what it landed with is kept to tell a later change of its content from
-    // one of its metadata alone.
+    // Read (the component's descriptor may be write-only) under the name no call may touch:
+    // what it lands with tells a later change of its content from one of its metadata alone.
     let readable =
-        rustix::fs::openat(&directory, landing, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty()).ok();
+        rustix::fs::openat(&directory, landing, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty());
+    let content = readable.ok().and_then(|readable| landed::content_of(&shadow.file, &readable));
     rustix::fs::renameat(&directory, landing, &directory, name)?;
-    transaction::Landed::of(shadow.file.try_clone()?, readable.as_ref())
+    // The change time is the one the rename gave it.
+    transaction::Landed::of(&shadow.file, content)
 }
 
 /// Give the unnamed file `file` the name `name` in `directory`: through its `/proc/self/fd`
