@@ -127,6 +127,11 @@ pub struct Record {
     /// For spawn records: the new session's id (the record's `session` is its parent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child: Option<String>,
+    /// A record kept in a shared store: its own id, given once before its first append, so
+    /// that the store keeps it once however often it is sent (an append whose answer was lost
+    /// is sent again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     /// The previous record's hash (set by [`seal`]).
     #[serde(default)]
     pub prev: String,
@@ -230,6 +235,7 @@ impl Record {
             repeated: None,
             notes: Vec::new(),
             child: None,
+            id: None,
             prev: String::new(),
         }
     }

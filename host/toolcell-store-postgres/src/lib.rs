@@ -39,7 +39,7 @@ mod sessions;
 use connection::{Failure, Slot};
 
 /// The schema version this build needs.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Each version's statements, applied in order by [`PostgresStore::migrate`].
 pub const MIGRATIONS: &[(i32, &str)] = &[
@@ -78,6 +78,7 @@ CREATE TRIGGER toolcell_audit_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON
 ",
     ),
     (2, sessions::MIGRATION),
+    (3, audit::MIGRATION),
 ];
 
 /// The advisory lock that orders migrations.

@@ -11,6 +11,7 @@ mod escapes;
 mod example_tool;
 mod governance;
 mod inspect;
+mod landed;
 mod languages;
 mod limits;
 mod list_files;

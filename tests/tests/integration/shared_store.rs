@@ -422,7 +422,8 @@ fn a_large_spool_drains_in_batches_a_refused_record_holds_back_only_the_rest_and
 }
 
 /// A database that takes a few milliseconds per record: a batch of 500 does not fit the
-/// deadline, so batches shrink until they do, and the spool drains.
+/// deadline, so batches shrink until they do (a first batch without an answer is tried
+/// smaller by the next append), and the spool drains over a few calls, each of which succeeds.
 #[test]
 fn a_spool_drains_in_smaller_batches_when_the_database_is_slow_per_record() {
     let Some((cluster, _)) = store() else {
@@ -434,10 +435,61 @@ fn a_spool_drains_in_smaller_batches_when_the_database_is_slow_per_record() {
         "CREATE FUNCTION slow_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.004); RETURN NEW; END $$; \
          CREATE TRIGGER slow_audit BEFORE INSERT ON toolcell_audit FOR EACH ROW EXECUTE FUNCTION slow_audit();",
     );
-    let written = call(&runtime, workspace, "A", &[], "write_file", json!({"path": "notes.txt", "content": "after\n"}));
-    assert!(written.result.is_ok(), "{:?}", written.result);
+    let mut calls = 0;
+    while spooled_in(&store).1.len() < 1_000 {
+        calls += 1;
+        assert!(calls <= 10, "the spool did not drain in 10 calls: {} records in", spooled_in(&store).1.len());
+        let written =
+            call(&runtime, workspace, "A", &[], "write_file", json!({"path": "notes.txt", "content": format!("after {calls}\n")}));
+        assert!(written.result.is_ok(), "{:?}", written.result);
+    }
     let (_, spooled) = spooled_in(&store);
-    assert_eq!(spooled.len(), 1_000, "the spool drained");
+    assert_eq!(spooled.len(), 1_000, "the spool drained, each record once");
     assert_eq!(std::fs::read_to_string(&spool_file).unwrap_or_default(), "");
     cluster.psql("DROP TRIGGER slow_audit ON toolcell_audit;");
+}
+
+/// R3: a record sent again (its append landed but its answer was lost, so the batch is halved
+/// and resent, or the call's own records are spooled and sent later) is kept once: the store
+/// knows it by its id. A chain from schema version 2, with a record in it twice (no ids
+/// then), migrates to version 3 as it is, and its records stay.
+#[test]
+fn a_record_sent_again_is_kept_once_and_a_chain_with_duplicates_migrates() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let old = toolcell_audit::Record::call("2026-11-26T00:00:00.000Z", "s-old", "impl", "read_file", "c-old", "ok");
+    let (first, link) = toolcell_audit::seal(&old, &toolcell_audit::Link::GENESIS);
+    let (second, link) = toolcell_audit::seal(&old, &link);
+    let version_two = format!(
+        "CREATE TABLE toolcell_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now()); {} {} \
+         INSERT INTO toolcell_schema (version) VALUES (1), (2); \
+         INSERT INTO toolcell_audit (seq, hash, line) VALUES (1, '{}', $l${first}$l$), (2, '{}', $l${second}$l$);",
+        toolcell_store_postgres::MIGRATIONS[0].1,
+        toolcell_store_postgres::MIGRATIONS[1].1,
+        first.rsplit_once("\"hash\":\"").expect("hash").1.trim_end_matches("\"}"),
+        link.hash,
+    );
+    cluster.psql(&version_two);
+    assert_eq!(PostgresStore::open(&cluster.url).expect("parses").migrate().expect("migrates"), vec![3]);
+    let store = PostgresStore::connect(&cluster.url).expect("connects");
+    let records: Vec<toolcell_audit::Record> = (1..=3)
+        .map(|n| toolcell_audit::Record {
+            id: Some(format!("r-{n}")),
+            ..toolcell_audit::Record::call("2026-11-26T00:00:01.000Z", "s-new", "impl", "read_file", &format!("c-new-{n}"), "ok")
+        })
+        .collect();
+    let append = |records: &[toolcell_audit::Record]| toolcell_runtime::AuditBackend::append(&*store, records).expect("appends").seq;
+    assert_eq!(append(&records[..2]), 4);
+    // The halved batch sent again, then the whole, then a record without an id (kept each time).
+    assert_eq!(append(&records[..1]), 4, "nothing new");
+    assert_eq!(append(&records), 5, "only the third is new");
+    assert_eq!(append(std::slice::from_ref(&old)), 6);
+    assert_eq!(append(&[old]), 7);
+    let chain = toolcell_runtime::AuditBackend::read_from(&*store, 0).expect("reads").0;
+    toolcell_audit::verify(chain.lines()).expect("one chain");
+    for n in 1..=3 {
+        assert_eq!(chain.matches(&format!("\"c-new-{n}\"")).count(), 1, "c-new-{n}: {chain}");
+    }
+    assert_eq!(chain.matches("\"c-old\"").count(), 4, "records without an id are all kept: {chain}");
 }

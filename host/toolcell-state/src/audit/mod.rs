@@ -264,7 +264,7 @@ impl AuditLog {
     /// `toolcell audit verify`). Nothing is appended then.
     pub fn append(&self, records: &[Record]) -> std::io::Result<()> {
         if let Some(shared) = &self.shared {
-            return self.append_shared(shared.as_ref(), records);
+            return self.append_shared(shared.as_ref(), &identified(records));
         }
         // Serialize before queueing: under the lock only sealing (a hash each) remains.
         let prepared: Vec<Prepared> = records.iter().map(Prepared::new).collect();
@@ -332,30 +332,39 @@ impl AuditLog {
     ///
     /// As [`append`](Self::append); with a shared store, only if the spool cannot be written.
     pub fn append_deferrable(&self, records: &[Record]) -> std::io::Result<()> {
-        match (&self.shared, self.append(records)) {
-            (Some(_), Err(_)) => spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), records),
-            (_, result) => result,
-        }
+        let Some(shared) = &self.shared else {
+            return self.append(records);
+        };
+        // The same ids in the spool: if the append did land (its answer was lost), the store
+        // keeps them once when they are sent again.
+        let records = identified(records);
+        self.append_shared(shared.as_ref(), &records).or_else(|_| spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), &records))
     }
 
     /// Append to the shared store: first what waits in the spool (as much as the store takes),
-    /// then `records`.
+    /// then `records`. Only one append at a time drains the spool (under its file lock); the
+    /// others, and this one's own records, do not wait for it: a store that hangs (another
+    /// host holds the chain's lock) then costs each call one wait, not one per call queued
+    /// before it. So the chain's order is not the order of events: `ts` says when each was.
     fn append_shared(&self, shared: &dyn AuditBackend, records: &[Record]) -> std::io::Result<()> {
         let path = self.directory.join(AUDIT_SPOOL_FILE);
-        let spool = match OpenOptions::new().read(true).append(true).open(&path) {
-            Ok(spool) => spool,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return if records.is_empty() { Ok(()) } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) };
-            }
-            Err(error) => return Err(error),
+        let forwarded = match OpenOptions::new().read(true).append(true).open(&path) {
+            Ok(spool) => match spool.try_lock() {
+                Ok(()) => {
+                    let forwarded = spool::forward(&spool, shared, &|link| self.checkpoint_shared(link));
+                    spool.unlock().and(forwarded)
+                }
+                // Another append drains it (or defers records to it) now.
+                Err(std::fs::TryLockError::WouldBlock) => Ok(()),
+                Err(std::fs::TryLockError::Error(error)) => Err(error),
+            },
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(error),
         };
-        spool.lock()?;
-        let forwarded = spool::forward(&spool, shared, &|link| self.checkpoint_shared(link));
         // A spool that cannot drain now (a slow database, a damaged record) does not hold back
-        // this append: its records follow in the chain once it drains.
-        let own = if records.is_empty() { forwarded } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) };
-        let unlocked = spool.unlock();
-        own.and(unlocked)
+        // this append: its records follow in the chain once it drains. A failed append of
+        // `records` is the caller's to defer (to the spool, once this one is unlocked).
+        if records.is_empty() { forwarded } else { shared.append(records).and_then(|link| self.checkpoint_shared(&link)) }
     }
 
     /// After an append to the shared store that ended at `link`: this host's checkpoint of the
@@ -455,6 +464,25 @@ impl AuditLog {
         text.truncate(complete);
         Ok((text, offset + complete as u64))
     }
+}
+
+/// `records`, each with an id ([`Record::id`]) if it had none: 128 random bits, in hex.
+fn identified(records: &[Record]) -> Vec<Record> {
+    records
+        .iter()
+        .map(|record| {
+            let mut record = record.clone();
+            if record.id.is_none() {
+                let mut bytes = [0_u8; 16];
+                // Without randomness (never on Linux), the record goes without an id: sent
+                // again, it may be kept twice.
+                if rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).is_ok_and(|filled| filled == bytes.len()) {
+                    record.id = Some(toolcell_audit::hex(&bytes));
+                }
+            }
+            record
+        })
+        .collect()
 }
 
 /// The link after the log's last record.

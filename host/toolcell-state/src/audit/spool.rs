@@ -38,8 +38,12 @@ pub(super) fn defer(path: &Path, records: &[Record]) -> std::io::Result<()> {
 }
 
 /// Send what waits in `spool` (locked by the caller, opened for appending) to `shared`, in
-/// batches, telling `checkpoint` where each ended; the spool is then empty. If a batch fails,
-/// the spool says how much was sent, and keeps the rest.
+/// batches, telling `checkpoint` where each ended; the spool is then empty. After each batch
+/// the store took, the spool says so (one small synced append), so that a host stopped
+/// mid-drain sends again at most the batch it was sending. A batch the store does not take is
+/// tried again half as large (a store slow per record takes it), down to the one record it
+/// refuses; but if the first batch got no answer in time, the smaller one waits for the next
+/// append (a store that is away costs each append one wait, not one per halving).
 pub(super) fn forward(
     mut spool: &File,
     shared: &dyn AuditBackend,
@@ -54,26 +58,31 @@ pub(super) fn forward(
     if text.is_empty() {
         return Ok(());
     }
-    let (waiting, ends) = waiting(&text)?;
+    let (waiting, ends) = waiting(&text).inspect_err(warn_damaged)?;
     let mut sent = 0;
     while sent < waiting.len() {
         let size = FITS.load(Ordering::Relaxed).clamp(1, BATCH).min(waiting.len() - sent);
-        let appended = shared.append(&waiting[sent..sent + size]);
-        match appended {
+        match shared.append(&waiting[sent..sent + size]) {
             Ok(link) => {
                 sent += size;
                 FITS.store((size * 2).min(BATCH), Ordering::Relaxed);
-                if let Err(error) = checkpoint(&link) {
+                let checkpointed = checkpoint(&link);
+                // After the last batch, emptying the spool says it.
+                if sent < waiting.len() || checkpointed.is_err() {
                     mark_sent(spool, ends[sent - 1])?;
+                }
+                checkpointed?;
+            }
+            Err(error) => {
+                FITS.store((size / 2).max(1), Ordering::Relaxed);
+                // A first batch not answered in time may meet a store that is away or whose
+                // chain another host holds, not one slow per record: the next append tries the
+                // smaller batch. A batch the store refused is narrowed down now, to the record
+                // it refuses.
+                let away = sent == 0 && matches!(error.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::NotConnected);
+                if size == 1 || away {
                     return Err(error);
                 }
-            }
-            Err(_) if size > 1 => FITS.store(size / 2, Ordering::Relaxed),
-            Err(error) => {
-                if sent > 0 {
-                    mark_sent(spool, ends[sent - 1])?;
-                }
-                return Err(error);
             }
         }
     }
@@ -81,8 +90,22 @@ pub(super) fn forward(
     spool.sync_data()
 }
 
+/// Say, at most once a minute, that the spool holds a damaged record: every record behind it
+/// waits (the host's own appends go on), until an operator mends or moves the file.
+fn warn_damaged(error: &std::io::Error) {
+    static WARNED: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if warned.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
+        *warned = Some(std::time::Instant::now());
+        tracing::warn!(
+            "{error}: the audit records spooled after it do not reach the shared store; move `{}` out of the state directory and send its records by hand, or mend the line",
+            crate::AUDIT_SPOOL_FILE
+        );
+    }
+}
+
 /// The records of `text` (whole lines) not yet sent, each with the offset where its line ends.
-fn waiting(text: &str) -> std::io::Result<(Vec<Record>, Vec<usize>)> {
+pub(super) fn waiting(text: &str) -> std::io::Result<(Vec<Record>, Vec<usize>)> {
     let sent_through = text.lines().filter_map(|line| line.strip_prefix(SENT)?.trim().parse::<usize>().ok()).max().unwrap_or(0);
     let (mut records, mut ends) = (Vec::new(), Vec::new());
     let mut start = 0;

@@ -301,3 +301,47 @@ fn a_rollback_leaves_a_file_another_host_put_where_the_call_made_a_directory() {
     }
     writes_go_on(&deployment, &a, "after.txt");
 }
+
+/// R1: a file the call rewrote whose metadata alone changed meanwhile (a `chmod` to the mode it
+/// has, by another process; a move away and back, by another host's session) is still the
+/// call's content: the rollback puts back what was there before the call, and blames no one.
+#[test]
+fn a_rollback_puts_back_a_file_whose_metadata_alone_changed_meanwhile() {
+    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
+        return;
+    };
+    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
+    let other = Session::open_at(&deployment, &b);
+    let chmod = |path: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(path).expect("stat").permissions().mode();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    for (name, touch) in [("chmod.txt", "chmod"), ("moved.txt", "move away and back")] {
+        let path = deployment.workspace.join(name);
+        std::fs::write(&path, "ORIGINAL\n").expect("write");
+        let session = Session::open_at(&deployment, &a);
+        ok(&session.call_at(&a, "read_file", json!({"path": name})));
+        let (refused, is_error) = refused_record(
+            &deployment,
+            session,
+            &a,
+            ("write_file", json!({"path": name, "content": "the call's\n"})),
+            || std::fs::read_to_string(&path).is_ok_and(|content| content == "the call's\n"),
+            || {
+                // Past the kernel's coarse clock tick: the change time moves.
+                std::thread::sleep(Duration::from_millis(20));
+                if touch == "chmod" {
+                    chmod(&path);
+                } else {
+                    ok(&other.call_at(&b, "move_file", json!({"source": name, "destination": "away.txt"})));
+                    ok(&other.call_at(&b, "move_file", json!({"source": "away.txt", "destination": name})));
+                }
+            },
+        );
+        assert!(is_error && refused.contains("could not be recorded for undo"), "{touch}: {refused}");
+        assert!(!refused.contains("left as that session made them"), "{touch}: {refused}");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "ORIGINAL\n", "{touch}: the failed call's write stayed");
+    }
+    writes_go_on(&deployment, &a, "after.txt");
+}

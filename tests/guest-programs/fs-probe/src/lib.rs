@@ -14,11 +14,11 @@
 //! holds it until the call ends.
 //!
 //! The `raw_*` operations (`raw_read`, `raw_write`, `raw_stat`, `raw_list`, `raw_mkdir`,
-//! `raw_remove`, `raw_rmdir`, `raw_rename`, `raw_link`, `raw_symlink`) make one
-//! `wasi:filesystem` call on the workspace root with the path exactly as given: no SDK check
-//! (the built-in tools refuse `..` and absolute paths before the host sees them) and no
-//! wasi-libc path handling (which reads `/x` as `x`), so that the host's own judgement of the
-//! path is what a test sees.
+//! `raw_remove`, `raw_rmdir`, `raw_rename`, `raw_link`, `raw_symlink`, and `raw_touch`, which
+//! sets the modification time to the epoch) make one `wasi:filesystem` call on the workspace
+//! root with the path exactly as given: no SDK check (the built-in tools refuse `..` and
+//! absolute paths before the host sees them) and no wasi-libc path handling (which reads `/x`
+//! as `x`), so that the host's own judgement of the path is what a test sees.
 //!
 //! For the adversarial fuzzer: any filesystem operation with `times` > 1 runs that many times
 //! (a loop racing another call) and reports each distinct result once; `seek` lists the
@@ -341,6 +341,11 @@ fn raw_call(op: &str, path: &str, to: &str, content: &str) -> std::io::Result<Va
         "raw_rename" => done(root.rename_at(path, &root, to)),
         "raw_link" => done(root.link_at(PathFlags::empty(), path, &root, to)),
         "raw_symlink" => done(root.symlink_at(to, path)),
+        "raw_touch" => {
+            use wasip2::filesystem::types::NewTimestamp;
+            let epoch = NewTimestamp::Timestamp(wasip2::clocks::wall_clock::Datetime { seconds: 0, nanoseconds: 0 });
+            done(root.set_times_at(PathFlags::empty(), path, NewTimestamp::NoChange, epoch))
+        }
         other => Err(std::io::Error::other(format!("unknown raw operation {other}"))),
     }
 }

@@ -13,6 +13,7 @@
 
 mod budget;
 mod decide;
+mod landed;
 mod linking;
 mod lookup;
 mod moves;

@@ -179,7 +179,7 @@ impl FsGuard {
 /// reserved name, checked to be the very inode this call wrote, then renamed over the path, all
 /// in one directory opened without following a symlink (so a directory on the way swapped for
 /// one cannot send the content elsewhere). Returns what it landed as (its change time taken
-/// from the file itself once in place).
+/// from the file itself once in place, and its content).
 pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) -> std::io::Result<transaction::Landed> {
     let (parent, name) = shadow.path.rsplit_once('/').unwrap_or((".", shadow.path.as_str()));
     let directory = beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
@@ -196,9 +196,14 @@ pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) ->
         // Something else stands under the reserved name: nothing is placed.
         return Err(std::io::Error::other("the file to be put in place is not the one this call wrote"));
     }
+    // Read (the component's descriptor may be write-only) under the name no call may touch:
+    // what it lands with tells a later change of its content from one of its metadata alone.
+    let readable =
+        rustix::fs::openat(&directory, landing, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty());
+    let content = readable.ok().and_then(|readable| landed::content_of(&shadow.file, &readable));
     rustix::fs::renameat(&directory, landing, &directory, name)?;
-    let landed = cap_std::fs::File::from_std(std::fs::File::from(shadow.file.try_clone()?)).metadata()?;
-    Ok(transaction::landed_as(&landed))
+    // The change time is the one the rename gave it.
+    transaction::Landed::of(&shadow.file, content)
 }
 
 /// Give the unnamed file `file` the name `name` in `directory`: through its `/proc/self/fd`

@@ -11,6 +11,7 @@ use toolcell_state::journal::Journal;
 use toolcell_state::reads::{MAX_TRACKED_READS, SessionReads, Version};
 use wasmtime_wasi::p2::FsResult;
 
+pub(crate) use super::landed::Landed;
 use super::*;
 
 /// What a governed call needs besides the policy: the lock table, what its session has read,
@@ -55,25 +56,6 @@ pub(crate) struct Transaction {
     pub(crate) stopped: Option<String>,
     /// The paths this call journaled, which no other call may change until this one ends.
     pub(crate) in_flight: toolcell_state::inflight::InFlight,
-}
-
-/// What a file a call put in place is known by at its end: its device and inode, and its
-/// change time (seconds, nanoseconds) taken just after it landed. The inode number alone does
-/// not tell it from another session's file: ext4 hands a freed number to the next file made,
-/// so a file another host's session makes where it removed this call's often has the same
-/// one. Any change since (a new file, a write, a rename, a `chmod`) moves the change time.
-pub(crate) type Landed = (u64, u64, i64, i64);
-
-/// What the file `metadata` describes is known by ([`Landed`]).
-pub(crate) fn landed_as(metadata: &cap_std::fs::Metadata) -> Landed {
-    use cap_std::fs::MetadataExt as _;
-    (metadata.dev(), metadata.ino(), metadata.ctime(), metadata.ctime_nsec())
-}
-
-/// Whether `path` beneath `root` is still the file that landed as `landed`; `None` if it is
-/// gone.
-fn still_landed(root: &cap_std::fs::Dir, path: &str, landed: &Landed) -> Option<bool> {
-    root.symlink_metadata(path).ok().map(|metadata| landed_as(&metadata) == *landed)
 }
 
 impl Transaction {
@@ -186,7 +168,7 @@ impl Transaction {
     fn landed_changed(&self, root: &cap_std::fs::Dir, gone: bool) -> Vec<String> {
         self.landed
             .iter()
-            .filter(|(path, landed)| still_landed(root, path, landed).map_or(gone, |same| !same))
+            .filter(|(path, landed)| landed.still_at(root, path).map_or(gone, |same| !same))
             .map(|(path, _)| path.clone())
             .collect()
     }
@@ -257,10 +239,31 @@ impl FsGuard {
         let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
             return;
         };
-        if let Ok(metadata) = root.symlink_metadata(to) {
-            transaction.landed.push((to.to_owned(), landed_as(&metadata)));
+        if let Some(landed) = Landed::at(root, to) {
+            transaction.landed.push((to.to_owned(), landed));
         }
         transaction.moves.push((from.to_owned(), to.to_owned()));
+    }
+
+    /// After this call changed only the metadata of `path` (its times, or a hard link to it):
+    /// if it is a file this call put in place, the change is the call's own, not another
+    /// session's.
+    pub(super) fn relanded(&mut self, path: &str) {
+        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
+            return;
+        };
+        for (_, landed) in transaction.landed.iter_mut().filter(|(landed, _)| landed == path) {
+            landed.retake(root, path);
+        }
+    }
+
+    /// Before this call writes again, through a descriptor, to `path`: if it is a file this
+    /// call put in place, it is no longer what it landed as (its journal step, taken before
+    /// the rewrite, puts back what was there before the call).
+    pub(super) fn writing_again(&mut self, path: &str) {
+        if let Some(transaction) = self.transaction.as_mut() {
+            transaction.landed.retain(|(landed, _)| landed != path);
+        }
     }
 
     /// Journal the rename of the directory `from` to `to` (its content moves with it).
@@ -340,44 +343,5 @@ impl FsGuard {
         if let Some(version) = Version::of(stat) {
             transaction.reads.push((path.to_owned(), version));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A file another session removed and made again where a call's file landed is told apart
-    /// by its change time, whether or not it got the freed inode number (ext4 often gives it);
-    /// so is the very file changed in place (same inode) since.
-    #[test]
-    fn a_landed_file_made_again_or_changed_since_is_not_taken_for_the_one_that_landed() {
-        use cap_std::fs::MetadataExt as _;
-        use std::os::unix::fs::PermissionsExt as _;
-        let temp = tempfile::tempdir().expect("tempdir");
-        let root = cap_std::fs::Dir::open_ambient_dir(temp.path(), cap_std::ambient_authority()).expect("open");
-        root.write("n.txt", "the call's").expect("write");
-        let landed = landed_as(&root.symlink_metadata("n.txt").expect("lstat"));
-        assert_eq!(still_landed(&root, "n.txt", &landed), Some(true));
-        // Later than the kernel's coarse clock tick, as another host's calls always are.
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let mut reused = false;
-        for round in 0..20 {
-            root.remove_file("n.txt").expect("rm");
-            root.write("n.txt", format!("another session's {round}")).expect("write");
-            let now = root.symlink_metadata("n.txt").expect("lstat");
-            assert_eq!(still_landed(&root, "n.txt", &landed), Some(false), "round {round}");
-            reused |= (now.dev(), now.ino()) == (landed.0, landed.1);
-        }
-        eprintln!("the freed inode number was given again: {reused}");
-        // The same inode, changed in place: its change time moved.
-        root.write("m.txt", "the call's").expect("write");
-        let landed = landed_as(&root.symlink_metadata("m.txt").expect("lstat"));
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        root.set_permissions("m.txt", cap_std::fs::Permissions::from_std(std::fs::Permissions::from_mode(0o600))).expect("chmod");
-        assert_eq!(root.symlink_metadata("m.txt").expect("lstat").ino(), landed.1);
-        assert_eq!(still_landed(&root, "m.txt", &landed), Some(false));
-        root.remove_file("m.txt").expect("rm");
-        assert_eq!(still_landed(&root, "m.txt", &landed), None);
     }
 }

@@ -69,7 +69,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("set-times")?;
         let path = self.current_path(&fd, "set-times", Access::Write)?;
         self.guard.check("set-times", &path, Access::Write)?;
-        fs::HostDescriptor::set_times(&mut self.inner, fd, atim, mtim)
+        fs::HostDescriptor::set_times(&mut self.inner, fd, atim, mtim)?;
+        self.guard.relanded(&path);
+        Ok(())
     }
 
     fn read(&mut self, fd: Resource<Descriptor>, len: Filesize, offset: Filesize) -> FsResult<(Vec<u8>, bool)> {
@@ -101,6 +103,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("write")?;
         let path = self.current_path(&fd, "write", Access::Write)?;
         self.guard.check("write", &path, Access::Write)?;
+        self.guard.writing_again(&path);
         fs::HostDescriptor::write(&mut self.inner, fd, buffer, offset)
     }
 
@@ -185,7 +188,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.land(&canonical)?;
         self.in_parent(&fd, &canonical, ("set-times-at", Access::Write), |this, parent, name| {
             fs::HostDescriptor::set_times_at(&mut this.inner, parent, PathFlags::empty(), name, atim, mtim)
-        })
+        })?;
+        self.guard.relanded(&canonical);
+        Ok(())
     }
 
     fn link_at(
@@ -227,6 +232,10 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             )
         });
         self.inner.table.delete(source_parent)?;
+        if result.is_ok() {
+            // The source's change time moved with its link count.
+            self.guard.relanded(&source);
+        }
         result
     }
 
@@ -376,6 +385,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("write-via-stream")?;
         let path = self.current_path(&fd, "write-via-stream", Access::Write)?;
         self.guard.check("write-via-stream", &path, Access::Write)?;
+        self.guard.writing_again(&path);
         fs::HostDescriptor::write_via_stream(&mut self.inner, fd, offset)
     }
 
@@ -383,6 +393,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("append-via-stream")?;
         let path = self.current_path(&fd, "append-via-stream", Access::Write)?;
         self.guard.check("append-via-stream", &path, Access::Write)?;
+        self.guard.writing_again(&path);
         fs::HostDescriptor::append_via_stream(&mut self.inner, fd)
     }
 
