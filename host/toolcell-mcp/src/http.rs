@@ -349,10 +349,6 @@ impl Service {
         parts.extensions.insert(Authenticated(Arc::clone(&principal)));
         parts.extensions.insert(Peer(peer));
         let direct = match &session_id {
-            Some(id) if asks.cancel => {
-                self.direct.cancel(id, &body);
-                None
-            }
             Some(id) if asks.request && parts.method == Method::POST => {
                 match self.direct.call_of(id, &parts.headers, &body, &self.config.allowed_hosts) {
                     Some(call) if manager.has_session(&Arc::from(id.as_str())).await.unwrap_or(false) => Some((id, call)),
@@ -362,9 +358,17 @@ impl Service {
             _ => None,
         };
         let mut response = match direct {
-            Some((id, call)) => self.call_directly(id, &parts, call).await,
-            None => mcp.handle(Request::from_parts(parts, Full::new(body))).await,
+            Some((id, call)) => self.call_directly(id, parts, call).await,
+            None => mcp.handle(Request::from_parts(parts, Full::new(body.clone()))).await,
         };
+        if asks.cancel
+            && response.status() == StatusCode::ACCEPTED
+            && let Some(id) = &session_id
+        {
+            // Accepted by rmcp (its checks passed): it cancels a call of the session it runs,
+            // this a call the service runs itself.
+            self.direct.cancel(id, &body);
+        }
         if response.status() == StatusCode::FORBIDDEN {
             // rmcp's own refusal (a foreign `Host` or `Origin`): its text is one of its fixed
             // reasons, never a header's value.

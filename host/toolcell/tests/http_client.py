@@ -171,9 +171,14 @@ async def after_restart(url, impl_token, review_token, session_id):
     return {"undone": undone, "blocked": blocked, "ended": ended.status_code, "after_end": after_end, "gone": gone.status_code}
 
 
-async def cancel(url, impl_token, review_token, plain=False):
-    """Start a call that writes and never ends, cancel it, and see the session go on. A plain
-    call (no progress token) is one the service answers without rmcp's session."""
+async def cancel(url, impl_token, review_token, mode="progress"):
+    """Start a call that writes and never ends, stop it, and see the session go on.
+
+    `progress`: the call asks for progress (so rmcp's session runs it) and is cancelled. The
+    others are plain calls, which the service answers itself: `plain` is cancelled after a
+    cancellation rmcp refuses (a foreign `Origin`) has changed nothing; `end` ends its session
+    (`DELETE`); `gone` drops the call's connection, then cancels it from another one.
+    """
     import time
     client, headers, session_id = await raw_session(url, impl_token)
     started = time.monotonic()
@@ -182,9 +187,9 @@ async def cancel(url, impl_token, review_token, plain=False):
     # what came before the stream ended is there however it ends.
     streamed = []
     lines = []
-    params = {"name": "misbehave", "arguments": {"action": "write_then_spin", "path": "spun-plain.txt" if plain else "spun.txt",
-                                                 "text": "half done"}}
-    if not plain:
+    path = {"progress": "spun.txt", "plain": "spun-plain.txt", "end": "spun-end.txt", "gone": "spun-gone.txt"}[mode]
+    params = {"name": "misbehave", "arguments": {"action": "write_then_spin", "path": path, "text": "half done"}}
+    if mode == "progress":
         params["_meta"] = {"progressToken": "p-spin"}
 
     async def long_call():
@@ -195,25 +200,59 @@ async def cancel(url, impl_token, review_token, plain=False):
                 if line.startswith("data: ") and line[6:].strip():
                     streamed.append(json.loads(line[6:]))
 
-    running = asyncio.ensure_future(long_call())
+    async def call_then_go():
+        # The call on a connection of its own, which the client then closes (the request's
+        # answer still to come).
+        from urllib.parse import urlsplit
+        target = urlsplit(url)
+        reader, writer = await asyncio.open_connection(target.hostname, target.port)
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).encode()
+        head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        writer.write(f"POST {target.path or '/'} HTTP/1.1\r\nHost: {target.netloc}\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        await writer.drain()
+        await asyncio.sleep(3.0)
+        writer.close()
+        await writer.wait_closed()
+
+    running = asyncio.ensure_future(call_then_go() if mode == "gone" else long_call())
     # Time for the call to reach the component and write, on a loaded machine too.
     await asyncio.sleep(3.0)
-    cancelled = await client.post(url, headers=headers, json={
-        "jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "the user pressed stop"}})
-    try:
-        await asyncio.wait_for(running, timeout=30)
-    except Exception as error:  # the stream may end without a response, as the spec allows
-        running_error = repr(error)
+    cancel_body = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "the user pressed stop"}}
+    report = {}
+    if mode == "plain":
+        refused = await client.post(url, headers={**headers, "Origin": "http://evil.example"}, json=cancel_body)
+        await asyncio.sleep(1.5)
+        report["refused_cancel_status"] = refused.status_code
+        report["alive_after_refused_cancel"] = not running.done()
+    if mode == "end":
+        stopped = await client.delete(url, headers=headers)
+    elif mode == "gone":
+        # The client went away: its connection closed with the call still running.
+        await running
+        await asyncio.sleep(0.5)
+        other, _, _ = await raw_session(url, impl_token, session_id)
+        stopped = await other.post(url, headers=headers, json=cancel_body)
+        await other.aclose()
     else:
-        running_error = None
+        stopped = await client.post(url, headers=headers, json=cancel_body)
+    running_error = None
+    if not running.done():
+        try:
+            await asyncio.wait_for(running, timeout=30)
+        except Exception as error:  # the stream may end without a response, as the spec allows
+            running_error = repr(error)
     # Wait until the host has finished the call (its record is the last thing it writes).
     await asyncio.sleep(0.5)
     seconds = time.monotonic() - started
+    if mode == "end":
+        await client.aclose()
+        client, headers, _ = await raw_session(url, impl_token)
     after = await call(client, headers, url, "read_file", {"path": "notes.txt"}, id=2)
     await client.aclose()
     progress = [message["params"]["progressToken"] for message in streamed if message.get("method") == "notifications/progress"]
-    return {"cancel_status": cancelled.status_code, "seconds": seconds, "running_error": running_error, "after": after,
-            "progress_tokens": progress, "lines": lines}
+    report.update({"cancel_status": stopped.status_code, "seconds": seconds, "running_error": running_error, "after": after,
+                   "progress_tokens": progress, "lines": lines})
+    return report
 
 
 async def too_large(url, impl_token, review_token):
@@ -239,10 +278,8 @@ def main():
         report = asyncio.run(before_restart(url, impl_token, review_token))
     elif scenario == "too-large":
         report = asyncio.run(too_large(url, impl_token, review_token))
-    elif scenario == "cancel":
-        report = asyncio.run(cancel(url, impl_token, review_token))
-    elif scenario == "cancel-plain":
-        report = asyncio.run(cancel(url, impl_token, review_token, plain=True))
+    elif scenario.startswith("cancel-"):
+        report = asyncio.run(cancel(url, impl_token, review_token, scenario.removeprefix("cancel-")))
     elif scenario == "after-restart":
         report = asyncio.run(after_restart(url, impl_token, review_token, sys.argv[5]))
     else:

@@ -559,36 +559,50 @@ fn a_call_the_client_cancels_is_stopped_and_rolled_back() {
         &["--policy".as_ref(), policy.as_os_str(), "--plugin-dir".as_ref(), plugins.as_os_str()],
     );
     // With a progress token, rmcp's session runs the call; without, the service does: each is
-    // stopped by the client's `notifications/cancelled`.
-    for (scenario, path) in [("cancel", "spun.txt"), ("cancel-plain", "spun-plain.txt")] {
+    // stopped by the client's `notifications/cancelled`. A plain call is also stopped when its
+    // session ends, and when its client went away and then cancels it from another connection.
+    let scenarios = [
+        ("cancel-progress", "spun.txt"),
+        ("cancel-plain", "spun-plain.txt"),
+        ("cancel-end", "spun-end.txt"),
+        ("cancel-gone", "spun-gone.txt"),
+    ];
+    for (scenario, path) in scenarios {
         let report = run_http_client(&[scenario, &served.url, &impl_token, &review_token]);
         // The component wrote, then spun with a minute left on its deadline: the cancellation
         // stopped it at once, and its write was rolled back.
         assert!(report["seconds"].as_f64().expect("seconds") < 20.0, "{report}");
-        assert!(!temp.path().join("workspace").join(path).exists(), "the cancelled call's write was rolled back: {report}");
+        assert!(!temp.path().join("workspace").join(path).exists(), "the stopped call's write was rolled back: {report}");
         assert_eq!(report["after"]["message"]["result"]["isError"], false, "the session still works: {report}");
         let progress = report["progress_tokens"].as_array().expect("progress tokens");
-        if scenario == "cancel" {
+        if scenario == "cancel-progress" {
             // It asked for progress, and ran for seconds: its stream carried progress with its token.
             assert!(!progress.is_empty() && progress.iter().all(|token| token == "p-spin"), "{report}");
-        } else {
-            // Answered by the service itself: no response to the cancelled request, and not even
+        } else if scenario != "cancel-gone" {
+            // Answered by the service itself: no response to the stopped request, and not even
             // the priming event of rmcp's streams.
             assert_eq!(report["lines"], serde_json::json!([]), "{report}");
+        }
+        if scenario == "cancel-plain" {
+            // A cancellation rmcp refuses (a foreign `Origin`) cancels nothing.
+            assert_eq!(report["refused_cancel_status"], 403, "{report}");
+            assert_eq!(report["alive_after_refused_cancel"], true, "{report}");
         }
     }
     // The host writes each call's record once the stopped call is rolled back.
     let is_the_call = |record: &serde_json::Value| record["kind"] == "call" && record["tool"] == "misbehave";
     wait_until(std::time::Duration::from_secs(30), || {
-        audit_records(&temp.path().join("state")).iter().filter(|record| is_the_call(record)).count() == 2
+        audit_records(&temp.path().join("state")).iter().filter(|record| is_the_call(record)).count() == scenarios.len()
     });
     let records = audit_records(&temp.path().join("state"));
+    // Each ended within the wait (the component would spin for its whole minute otherwise).
+    assert_eq!(records.iter().filter(|record| is_the_call(record)).count(), scenarios.len(), "{records:?}");
     for cancelled in records.iter().filter(|record| is_the_call(record)) {
         assert!(cancelled["message"].as_str().expect("message").contains("cancelled by the client"), "{cancelled}");
         assert_eq!(cancelled["outcome"], "trapped", "{cancelled}");
     }
     // The writes did happen before the cancellations (and were then undone).
-    for path in ["spun.txt", "spun-plain.txt"] {
+    for (_, path) in scenarios {
         assert!(
             records.iter().any(|record| record["kind"] == "fs" && record["path"] == path && record["decision"] == "allow"),
             "{records:?}"

@@ -79,13 +79,19 @@ impl Direct {
         self.logging.lock().unwrap_or_else(PoisonError::into_inner).insert(session.to_owned());
     }
 
-    /// MCP session `session` ended.
+    /// MCP session `session` ended (here or through another host): its calls are cancelled,
+    /// as rmcp cancels those of the sessions it closes.
     pub(super) fn ended(&self, session: &str) {
         self.logging.lock().unwrap_or_else(PoisonError::into_inner).remove(session);
+        for ((of, _), token) in self.running.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            if of == session {
+                token.cancel();
+            }
+        }
     }
 
-    /// If `body` (a `notifications/cancelled`) cancels a call of `session` this path runs,
-    /// cancel it.
+    /// If `body` (a `notifications/cancelled` rmcp accepted) cancels a call of `session` this
+    /// path runs, cancel it.
     pub(super) fn cancel(&self, session: &str, body: &[u8]) {
         let Ok(cancelled) = serde_json::from_slice::<Cancelled>(body) else { return };
         if cancelled.method != "notifications/cancelled" {
@@ -121,15 +127,24 @@ impl Service {
     }
 
     /// Run `call` in MCP session `session` for the request whose HTTP parts are `parts`, and
-    /// answer it.
-    pub(super) async fn call_directly(self: &Arc<Self>, session: &str, parts: &http::request::Parts, call: Call) -> Answer {
+    /// answer it. The call runs on a task of its own, as a call of rmcp's session worker does:
+    /// a client that goes away does not cut its bookkeeping short (its metrics, the check of
+    /// its locks against the session's end), and it can still be cancelled.
+    pub(super) async fn call_directly(self: &Arc<Self>, session: &str, parts: http::request::Parts, call: Call) -> Answer {
+        let Call { id, params } = call;
         let ct = CancellationToken::new();
-        let key = (session.to_owned(), id_key(&call.id));
+        let key = (session.to_owned(), id_key(&id));
         self.direct.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), ct.clone());
-        // Out of the registry however this ends (the client may go away mid-call).
-        let _registered = Registered(self, key);
-        let server = McpServer::for_service(Arc::clone(self));
-        let called = server.call_with(call.params, Some(parts), &ct, None).await;
+        let (service, token) = (Arc::clone(self), ct.clone());
+        let called = tokio::spawn(async move {
+            // Out of the registry once the call ends, however its request ends.
+            let _registered = Registered(Arc::clone(&service), key);
+            McpServer::for_service(service).call_with(params, Some(&parts), &token, None).await
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(rmcp::ErrorData::internal_error("the host failed while running the call; the operator's log has the details", None))
+        });
         if ct.is_cancelled() {
             // No answer to a request the client cancelled: its stream ends empty, as rmcp's do.
             let mut response = Response::new(Full::new(Bytes::new()).boxed());
@@ -140,9 +155,9 @@ impl Service {
             Ok(result) => {
                 let mut result = ServerResult::CallToolResult(result);
                 result.strip_result_type_for_legacy_peer();
-                ServerJsonRpcMessage::response(result, call.id)
+                ServerJsonRpcMessage::response(result, id)
             }
-            Err(error) => ServerJsonRpcMessage::error(error, Some(call.id)),
+            Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
         };
         let body = serde_json::to_vec(&message).unwrap_or_default();
         let mut response = Response::new(Full::new(Bytes::from(body)).boxed());
@@ -158,9 +173,9 @@ fn id_key(id: &RequestId) -> String {
 }
 
 /// A call's place in the registry, left when it is dropped.
-struct Registered<'a>(&'a Service, (String, String));
+struct Registered(Arc<Service>, (String, String));
 
-impl Drop for Registered<'_> {
+impl Drop for Registered {
     fn drop(&mut self) {
         self.0.direct.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.1);
     }

@@ -15,6 +15,7 @@ impl Service {
     /// The MCP session `id` of `principal` ended (or expired): release the locks taken in it
     /// and forget it.
     pub(super) async fn end(&self, id: &str, principal: &Principal) {
+        self.direct.ended(id);
         let key = session_key(principal, id);
         let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
         let session = match session {
@@ -25,13 +26,13 @@ impl Service {
         release(session, key.clone()).await;
         self.forget_state(&key).await;
         self.owners.remove(id);
-        self.direct.ended(id);
     }
 
     /// The MCP session `id` of the principal named `name` ended (an OAuth principal, or one
     /// reloaded away): release the locks taken in it, on this host or another, in every
     /// workspace served (its own is not known), and forget it.
     async fn end_named(&self, id: &str, name: &str) {
+        self.direct.ended(id);
         let key = format!("{name}:{id}");
         let session = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).map(|(session, _)| session);
         match session {
@@ -49,7 +50,6 @@ impl Service {
         }
         self.forget_state(&key).await;
         self.owners.remove(id);
-        self.direct.ended(id);
     }
 
     /// After a `lock_files` call of `session` (the request's HTTP `parts`): if its MCP session
