@@ -264,8 +264,44 @@ impl AuditLog {
     /// `toolcell audit verify`). Nothing is appended then.
     pub fn append(&self, records: &[Record]) -> std::io::Result<()> {
         if let Some(shared) = &self.shared {
-            return self.append_shared(shared.as_ref(), &identified(records));
+            return self.append_shared(shared.as_ref(), &identified(records), Drain::Spool);
         }
+        self.append_local(records)
+    }
+
+    /// [`append`](Self::append) for a caller that holds a lock other hosts wait on (the
+    /// workspace's namespace lock, held while a call's record of a change is written): with a
+    /// shared store, what waits in the spool is left for the next append made without it (a
+    /// long spool, after an outage, would otherwise hold every host's namespace changes for
+    /// as long as it takes to send).
+    ///
+    /// # Errors
+    ///
+    /// As [`append`](Self::append).
+    pub fn append_in_lock(&self, records: &[Record]) -> std::io::Result<()> {
+        match &self.shared {
+            Some(shared) => self.append_shared(shared.as_ref(), &identified(records), Drain::Later),
+            None => self.append_local(records),
+        }
+    }
+
+    /// [`append_deferrable`](Self::append_deferrable) for a caller that holds a lock other
+    /// hosts wait on (see [`append_in_lock`](Self::append_in_lock)).
+    ///
+    /// # Errors
+    ///
+    /// As [`append_deferrable`](Self::append_deferrable).
+    pub fn append_deferrable_in_lock(&self, records: &[Record]) -> std::io::Result<()> {
+        let Some(shared) = &self.shared else {
+            return self.append_local(records);
+        };
+        let records = identified(records);
+        self.append_shared(shared.as_ref(), &records, Drain::Later)
+            .or_else(|_| spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), &records))
+    }
+
+    /// Append `records` to the log file in the state directory.
+    fn append_local(&self, records: &[Record]) -> std::io::Result<()> {
         // Serialize before queueing: under the lock only sealing (a hash each) remains.
         let prepared: Vec<Prepared> = records.iter().map(Prepared::new).collect();
         let mut commit = self.commit.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -338,7 +374,8 @@ impl AuditLog {
         // The same ids in the spool: if the append did land (its answer was lost), the store
         // keeps them once when they are sent again.
         let records = identified(records);
-        self.append_shared(shared.as_ref(), &records).or_else(|_| spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), &records))
+        self.append_shared(shared.as_ref(), &records, Drain::Spool)
+            .or_else(|_| spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), &records))
     }
 
     /// Append to the shared store: first what waits in the spool (as much as the store takes),
@@ -346,9 +383,13 @@ impl AuditLog {
     /// others, and this one's own records, do not wait for it: a store that hangs (another
     /// host holds the chain's lock) then costs each call one wait, not one per call queued
     /// before it. So the chain's order is not the order of events: `ts` says when each was.
-    fn append_shared(&self, shared: &dyn AuditBackend, records: &[Record]) -> std::io::Result<()> {
+    fn append_shared(&self, shared: &dyn AuditBackend, records: &[Record], drain: Drain) -> std::io::Result<()> {
         let path = self.directory.join(AUDIT_SPOOL_FILE);
-        let forwarded = match OpenOptions::new().read(true).append(true).open(&path) {
+        let spool = match drain {
+            Drain::Spool => OpenOptions::new().read(true).append(true).open(&path),
+            Drain::Later => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        };
+        let forwarded = match spool {
             Ok(spool) => match spool.try_lock() {
                 Ok(()) => {
                     let forwarded = spool::forward(&spool, shared, &|link| self.checkpoint_shared(link));
@@ -519,3 +560,11 @@ mod spool;
 
 #[cfg(test)]
 mod tests;
+
+/// Whether an append to the shared store sends what waits in the spool first.
+#[derive(Clone, Copy)]
+enum Drain {
+    Spool,
+    /// Not now: the caller holds a lock other hosts wait on.
+    Later,
+}

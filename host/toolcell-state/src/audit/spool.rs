@@ -113,12 +113,19 @@ pub(super) fn waiting(text: &str) -> std::io::Result<(Vec<Record>, Vec<usize>)> 
         let end = start + line.len();
         let body = line.trim();
         if start >= sent_through && !body.is_empty() && !body.starts_with(SENT) {
-            records.push(serde_json::from_str::<Record>(body).map_err(|error| {
+            let mut record = serde_json::from_str::<Record>(body).map_err(|error| {
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!("`{}` holds a damaged record ({error})", crate::AUDIT_SPOOL_FILE),
                 )
-            })?);
+            })?;
+            if record.id.is_none() {
+                // Spooled before records had ids: one made from the line itself is the same
+                // each time it is sent, so the store keeps it once however often it comes.
+                use sha2::Digest as _;
+                record.id = Some(toolcell_audit::hex(&sha2::Sha256::digest(body.as_bytes())[..16]));
+            }
+            records.push(record);
             ends.push(end);
         }
         start = end;

@@ -201,3 +201,35 @@ fn a_spooled_record_is_sent_again_with_the_id_it_was_first_sent_with() {
     assert_eq!(taken[0].id.as_deref(), Some(first.as_str()), "sent again under the same id");
     assert!(taken[1].id.is_some() && taken[1].id != taken[0].id);
 }
+
+/// A record spooled before records had ids (an older host's spool) gets one from its line:
+/// the same each time it is sent again, so the store keeps it once.
+#[test]
+fn a_record_spooled_without_an_id_is_sent_each_time_with_the_same_one() {
+    let temp = tempfile::tempdir().expect("temp");
+    let path = temp.path().join(AUDIT_SPOOL_FILE);
+    spool::defer(&path, &spooled(2)).expect("spooled");
+    assert!(std::fs::read_to_string(&path).expect("spool").lines().all(|line| !line.contains("\"id\"")), "spooled without ids");
+    let ids = || spool::waiting(&std::fs::read_to_string(&path).expect("spool")).expect("records").0.into_iter().map(|record| record.id);
+    let first: Vec<Option<String>> = ids().collect();
+    assert!(first.iter().all(Option::is_some) && first[0] != first[1], "{first:?}");
+    assert_eq!(ids().collect::<Vec<_>>(), first);
+}
+
+/// A record written under the workspace's namespace lock (every host waits on it) does not
+/// send what waits in the spool: that goes with the next append made without the lock.
+#[test]
+fn an_append_in_the_namespace_lock_leaves_the_spool_for_the_next_append() {
+    let temp = tempfile::tempdir().expect("temp");
+    let store = std::sync::Arc::new(Store::default());
+    let log = AuditLog::shared(store.clone(), temp.path()).expect("log");
+    let path = log.directory().join(AUDIT_SPOOL_FILE);
+    spool::defer(&path, &spooled(600)).expect("spooled");
+    log.append_in_lock(&[record(0, 0, 0)]).expect("its own record goes in");
+    log.append_deferrable_in_lock(&[record(0, 1, 0)]).expect("its own record goes in");
+    assert_eq!(store.taken.lock().expect("taken").len(), 2, "only the two records, no spooled one");
+    assert_eq!(waiting_in(&path).len(), 600);
+    log.append(&[record(0, 2, 0)]).expect("appended");
+    assert_eq!(store.taken.lock().expect("taken").len(), 603, "the spool went first, then the record");
+    assert!(waiting_in(&path).is_empty());
+}

@@ -35,11 +35,13 @@ impl FsGuard {
         )
         .at(&sink.workspace, sink.principal.as_deref());
         // An allowed modification is in the trail before it happens, or it does not happen;
-        // anything else may wait for a shared store that cannot be reached now.
+        // anything else may wait for a shared store that cannot be reached now. Either may be
+        // written under the workspace's namespace lock, which every host waits on: what waits
+        // in the audit spool is sent with the call's own record, after the call.
         if event.effect == Effect::Allow && matches!(event.access, Access::Write | Access::Delete) {
-            sink.log.append(&[record])
+            sink.log.append_in_lock(&[record])
         } else {
-            sink.log.append_deferrable(&[record])
+            sink.log.append_deferrable_in_lock(&[record])
         }
     }
 
