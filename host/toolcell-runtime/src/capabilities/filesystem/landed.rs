@@ -68,10 +68,12 @@ impl Landed {
     }
 
     /// Take its change time again, after the call itself changed only the file's metadata
-    /// (its times, or a hard link to it): that change is the call's own.
+    /// (its times, or a hard link to it): that change is the call's own. Only while the file
+    /// is still what the call landed: a change made by another before it stays another's.
     pub(crate) fn retake(&mut self, root: &cap_std::fs::Dir, path: &str) {
         use cap_std::fs::MetadataExt as _;
-        if let Ok(metadata) = root.symlink_metadata(path)
+        if self.still_at(root, path) == Some(true)
+            && let Ok(metadata) = root.symlink_metadata(path)
             && same_inode(&metadata, self)
         {
             self.changed = (metadata.ctime(), metadata.ctime_nsec());
@@ -224,5 +226,29 @@ mod tests {
             assert_eq!(landed.still_at(&root, "f.txt"), Some(true), "{touch}");
             root.remove_file("f.txt").expect("rm");
         }
+    }
+
+    /// N7: the call's own metadata change (its times, a link) takes the change time again only
+    /// while the content is still the call's: another's change in place before it stays
+    /// another's.
+    #[test]
+    fn a_retake_after_anothers_change_in_place_does_not_make_it_the_calls() {
+        let (temp, root) = workspace();
+        root.write("f.txt", "the call's").expect("write");
+        let mut landed = Landed::at(&root, "f.txt").expect("landed");
+        a_tick();
+        // Another writes in place (same inode), then the call sets the file's times.
+        std::fs::write(temp.path().join("f.txt"), "another's").expect("write in place");
+        landed.retake(&root, "f.txt");
+        assert_eq!(landed.still_at(&root, "f.txt"), Some(false), "the other's content is not the call's");
+        // A file still the call's is the call's after its own change of metadata.
+        root.write("g.txt", "the call's").expect("write");
+        let mut landed = Landed::at(&root, "g.txt").expect("landed");
+        a_tick();
+        let file = std::fs::File::options().write(true).open(temp.path().join("g.txt")).expect("open");
+        file.set_modified(std::time::SystemTime::UNIX_EPOCH).expect("touch");
+        landed.retake(&root, "g.txt");
+        let now = root.symlink_metadata("g.txt").expect("lstat");
+        assert_eq!(landed.changed, (now.ctime(), now.ctime_nsec()), "taken again");
     }
 }
