@@ -33,6 +33,7 @@
 // Load time: the engine and its compiled-component cache, the import check, the builder, and
 // every location a run trusts.
 mod builder;
+mod descriptors;
 mod engine;
 mod imports;
 mod pages;
@@ -68,6 +69,7 @@ pub use call::STDIO_CAPACITY;
 pub use capabilities::filesystem::{Approver, Denial, FsEvent};
 pub use capture::Captured;
 pub use content_index::{IndexFreshness, IndexReport, IndexStatus};
+pub use descriptors::raise_open_file_limit;
 pub use engine::{CacheOutcome, LoadProgress, MAX_LIVE_INSTANCES};
 pub use error::{Error, PinMismatch};
 pub use limits::{EPOCH_TICK, Limits};

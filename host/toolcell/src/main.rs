@@ -14,6 +14,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = <cli::Cli as clap::Parser>::parse();
+    // Calls hold descriptors for what they have in flight, and `serve` one per connection.
+    let _ = toolcell_runtime::raise_open_file_limit();
     match commands::run(cli) {
         Ok(code) => code,
         Err(error) => {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 #[path = "served/mod.rs"]
 #[expect(dead_code, reason = "these tests need no server address")]
 mod served;
-use served::{agent, alice_service, serve};
+use served::{agent, alice_service, serve, spawn};
 
 /// An HTTP answer: status, content type, `Connection`, `Mcp-Session-Id` if any, body.
 struct Answer {
@@ -360,4 +360,34 @@ fn a_plain_tool_call_is_answered_as_json_with_what_rmcp_answers_and_anything_els
     let after = call(21, read, &[]);
     assert_eq!((after.status, after.content_type.as_str()), (200, "text/event-stream"), "{}", after.text);
     assert_eq!(message(&after, 21)["result"], through_rmcp["result"]);
+}
+
+/// `serve` under the soft limit of open files many systems start processes with (1,024):
+/// it raises the limit to the hard one, and says so when even that leaves too few for its
+/// connections and calls.
+#[test]
+fn serve_raises_its_limit_of_open_files_and_warns_when_the_hard_limit_is_too_low() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, _) = alice_service(temp.path(), "");
+    let start = |limits: &str| {
+        let mut command = Command::new("prlimit");
+        command.arg(format!("--nofile={limits}")).arg(env!("CARGO_BIN_EXE_toolcell"));
+        command.arg("--cache-dir").arg(toolcell_tests::shared_cache_dir()).arg("--state-dir").arg(temp.path().join("state"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&config);
+        spawn(command)
+    };
+    let soft = |served: &served::Served| {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", served.child.id())).expect("limits");
+        let line = limits.lines().find(|line| line.starts_with("Max open files")).expect("open files").to_owned();
+        line.split_whitespace().nth(3).expect("soft").to_owned()
+    };
+    let roomy = start("1024:8192");
+    assert_eq!(soft(&roomy), "8192");
+    assert!(!roomy.lines().iter().any(|line| line.contains("limit of open files")), "{:?}", roomy.lines());
+    drop(roomy);
+    let tight = start("1024:1500");
+    assert_eq!(soft(&tight), "1500");
+    let lines = tight.wait_for(|line| line.contains("limit of open files"));
+    let warning = lines.iter().find(|line| line.contains("limit of open files")).expect("a warning");
+    assert!(warning.contains("is 1500, below `max_connections` (1024)") && warning.contains("LimitNOFILE"), "{warning}");
 }

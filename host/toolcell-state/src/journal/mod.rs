@@ -48,6 +48,16 @@ pub(crate) use crate::dir::{BLOBS_EXTENSION, JOURNAL_EXTENSION};
 const COMPACT_BYTES: u64 = 1 << 20;
 /// How often a call's rollback is tried before the call is left to recovery.
 const ROLLBACK_ATTEMPTS: u32 = 12;
+/// Tries of a rollback that fails for want of descriptors: about five more seconds.
+const ROLLBACK_ATTEMPTS_SHORT: u32 = ROLLBACK_ATTEMPTS + 100;
+
+/// Whether a step failed because the process (or the system) has no descriptor to spare:
+/// `EMFILE` or `ENFILE`, as the replay's message gives the I/O error.
+fn short_of_descriptors(failure: &str) -> bool {
+    [rustix::io::Errno::MFILE, rustix::io::Errno::NFILE]
+        .iter()
+        .any(|errno| failure.contains(&std::io::Error::from_raw_os_error(errno.raw_os_error()).to_string()))
+}
 /// Files up to this size are saved inside their step.
 const INLINE_BYTES: u64 = 16 * 1024;
 /// Names the host reserves in a workspace for what a call has in flight: the name a whole-file
@@ -521,12 +531,18 @@ impl Journal {
         // A restore refuses to act through a symlink; another program that swaps a directory on
         // the way for one does so for a moment. The replay is idempotent, so it is tried again
         // a little later, a few times, before the call is left to recovery.
+        // Out of descriptors (the process's limit met by connections or other calls) passes
+        // too, but not that fast: a few more seconds for it, before writes stop.
         let mut pause = std::time::Duration::from_millis(1);
         let mut attempts = 1;
         let replayed = loop {
             match replay(root, &self.blob_dir, &self.call_id, &self.steps) {
                 Ok(replayed) => break replayed,
-                Err(failure) if attempts == ROLLBACK_ATTEMPTS => return Err(failure),
+                Err(failure)
+                    if attempts >= ROLLBACK_ATTEMPTS && !(short_of_descriptors(&failure) && attempts < ROLLBACK_ATTEMPTS_SHORT) =>
+                {
+                    return Err(failure);
+                }
                 Err(_) => {}
             }
             attempts += 1;

@@ -450,3 +450,15 @@ fn a_removed_file_whose_directory_is_now_a_file_or_symlink_stays_removed_and_the
         assert!(recover(&journals, &KEY, &workspace).is_empty(), "nothing is left to replay");
     }
 }
+
+/// A rollback step that fails for want of descriptors is tried again for seconds, not the
+/// half second of other failures: the shortage passes once connections or calls let go.
+#[test]
+fn a_step_short_of_descriptors_is_told_from_other_failures() {
+    for errno in [24, 23] {
+        let failure = format!("`t84/f.txt`: {}", std::io::Error::from_raw_os_error(errno));
+        assert!(short_of_descriptors(&failure), "{failure}");
+    }
+    let other = format!("`t84/f.txt`: {}", std::io::Error::from_raw_os_error(2));
+    assert!(!short_of_descriptors(&other), "{other}");
+}

@@ -157,6 +157,9 @@ fn mcp_on_roots(runtime: Runtime, approver: Option<Arc<dyn Approver>>, mcp: &Mcp
 }
 
 /// `toolcell serve`: one runtime, one host per configured workspace, MCP over HTTP.
+/// Descriptors kept for calls beyond one per connection, below which `serve` warns at start.
+const OPEN_FILES_FOR_CALLS: u64 = 1024;
+
 pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<ExitCode> {
     let config = toolcell_mcp::config::ServiceConfig::load(&serve.config)?;
     // `[store] url` in the service's configuration, unless `--store` names another.
@@ -196,6 +199,15 @@ pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<Exi
     let mut hosts = std::collections::BTreeMap::new();
     // What recovery did, said after the listening line (which stays the first line).
     let mut recovered = Vec::new();
+    // One descriptor per connection, and calls hold some for what they have in flight.
+    let open_files = toolcell_runtime::raise_open_file_limit();
+    let wanted = u64::try_from(config.bounds.max_connections).unwrap_or(u64::MAX).saturating_add(OPEN_FILES_FOR_CALLS);
+    if open_files < wanted {
+        recovered.push(format!(
+            "toolcell serve: warning: the limit of open files is {open_files}, below `max_connections` ({}) plus {OPEN_FILES_FOR_CALLS} for calls: raise it (`LimitNOFILE=` in a systemd unit, `ulimit -n`) or lower `max_connections`; a call that meets it fails, and a rollback that meets it stops writes until a restart",
+            config.bounds.max_connections
+        ));
+    }
     for (name, directory) in &config.workspaces {
         let workspace = Workspace::open(directory).with_context(|| format!("{}: workspace `{name}`", config.file))?;
         // A call cut off when the last run stopped is rolled back now, before anyone reads.

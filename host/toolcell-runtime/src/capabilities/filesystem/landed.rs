@@ -67,6 +67,12 @@ impl Landed {
         })
     }
 
+    /// Let go of the inode (its descriptor goes back); only an unchanged change time then
+    /// counts.
+    pub(crate) fn release(&mut self) {
+        self.held = None;
+    }
+
     /// Take its change time again, after the call itself changed only the file's metadata
     /// (its times, or a hard link to it): that change is the call's own. Only while the file
     /// is still what the call landed: a change made by another before it stays another's.

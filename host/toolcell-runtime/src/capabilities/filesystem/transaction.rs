@@ -59,6 +59,14 @@ pub(crate) struct Transaction {
 }
 
 impl Transaction {
+    /// Let go of the inodes the landed files are held by (one descriptor each): what they are
+    /// known by stays, but a file made since may then take one of their numbers.
+    pub(crate) fn release_landed(&mut self) {
+        for (_, landed) in &mut self.landed {
+            landed.release();
+        }
+    }
+
     #[expect(clippy::too_many_arguments, reason = "one constructor for one struct; every field is needed")]
     pub(crate) fn new(
         locks: Arc<LockStore>,
