@@ -50,6 +50,16 @@ fn initialize_body() -> String {
     .to_string()
 }
 
+/// A session of `token` at `url`, initialized: the `Authorization` value and the session id.
+fn open_session(url: &str, token: &str) -> (String, String) {
+    let bearer = format!("Bearer {token}");
+    let opened = post(url, &[("Authorization", &bearer)], &initialize_body());
+    let session = opened.session.clone().expect("a session");
+    let headers = [("Authorization", bearer.as_str()), ("Mcp-Session-Id", session.as_str())];
+    post(url, &headers, &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string());
+    (bearer, session)
+}
+
 /// The JSON-RPC message answering `id` in an answer's event stream (or JSON body).
 fn message(answer: &Answer, id: u64) -> Value {
     let messages: Vec<Value> = if answer.text.trim_start().starts_with('{') {
@@ -280,11 +290,8 @@ fn a_quick_answer_leaves_in_one_piece_with_its_head_and_priming_event() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let (config, alice) = alice_service(temp.path(), "");
     let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
-    let bearer = format!("Bearer {alice}");
-    let opened = post(&served.url, &[("Authorization", &bearer)], &initialize_body());
-    let session = opened.session.clone().expect("a session");
+    let (bearer, session) = open_session(&served.url, &alice);
     let headers = [("Authorization", bearer.as_str()), ("Mcp-Session-Id", session.as_str())];
-    post(&served.url, &headers, &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string());
     // A ping is answered at once: its event stream (the priming event, the answer, the end)
     // is gathered and sent whole, with its length. On a machine loaded past the gathering
     // time, one of a few tries still is.
@@ -309,11 +316,8 @@ fn a_plain_tool_call_is_answered_as_json_with_what_rmcp_answers_and_anything_els
     let temp = tempfile::tempdir().expect("temporary directory");
     let (config, alice) = alice_service(temp.path(), "");
     let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
-    let bearer = format!("Bearer {alice}");
-    let opened = post(&served.url, &[("Authorization", &bearer)], &initialize_body());
-    let session = opened.session.clone().expect("a session");
+    let (bearer, session) = open_session(&served.url, &alice);
     let headers = [("Authorization", bearer.as_str()), ("Mcp-Session-Id", session.as_str())];
-    post(&served.url, &headers, &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string());
     let call = |id: u64, params: Value, extra: &[(&str, &str)]| {
         let headers: Vec<(&str, &str)> = headers.iter().chain(extra).copied().collect();
         post(&served.url, &headers, &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string())
