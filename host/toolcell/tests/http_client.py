@@ -177,7 +177,8 @@ async def cancel(url, impl_token, review_token, mode="progress"):
     `progress`: the call asks for progress (so rmcp's session runs it) and is cancelled. The
     others are plain calls, which the service answers itself: `plain` is cancelled after a
     cancellation rmcp refuses (a foreign `Origin`) has changed nothing; `end` ends its session
-    (`DELETE`); `gone` drops the call's connection, then cancels it from another one.
+    (`DELETE`); `gone` drops the call's connection, then cancels it from another one; `dupid`
+    ends its session after another call under the same request id has come and gone.
     """
     import time
     client, headers, session_id = await raw_session(url, impl_token)
@@ -187,7 +188,8 @@ async def cancel(url, impl_token, review_token, mode="progress"):
     # what came before the stream ended is there however it ends.
     streamed = []
     lines = []
-    path = {"progress": "spun.txt", "plain": "spun-plain.txt", "end": "spun-end.txt", "gone": "spun-gone.txt"}[mode]
+    path = {"progress": "spun.txt", "plain": "spun-plain.txt", "end": "spun-end.txt", "gone": "spun-gone.txt",
+            "dupid": "spun-dupid.txt"}[mode]
     params = {"name": "misbehave", "arguments": {"action": "write_then_spin", "path": path, "text": "half done"}}
     if mode == "progress":
         params["_meta"] = {"progressToken": "p-spin"}
@@ -224,7 +226,9 @@ async def cancel(url, impl_token, review_token, mode="progress"):
         await asyncio.sleep(1.5)
         report["refused_cancel_status"] = refused.status_code
         report["alive_after_refused_cancel"] = not running.done()
-    if mode == "end":
+    if mode == "dupid":
+        report["same_id"] = await call(client, headers, url, "read_file", {"path": "notes.txt"}, id=1)
+    if mode in ("end", "dupid"):
         stopped = await client.delete(url, headers=headers)
     elif mode == "gone":
         # The client went away: its connection closed with the call still running.
@@ -244,7 +248,7 @@ async def cancel(url, impl_token, review_token, mode="progress"):
     # Wait until the host has finished the call (its record is the last thing it writes).
     await asyncio.sleep(0.5)
     seconds = time.monotonic() - started
-    if mode == "end":
+    if mode in ("end", "dupid"):
         await client.aclose()
         client, headers, _ = await raw_session(url, impl_token)
     after = await call(client, headers, url, "read_file", {"path": "notes.txt"}, id=2)

@@ -560,12 +560,14 @@ fn a_call_the_client_cancels_is_stopped_and_rolled_back() {
     );
     // With a progress token, rmcp's session runs the call; without, the service does: each is
     // stopped by the client's `notifications/cancelled`. A plain call is also stopped when its
-    // session ends, and when its client went away and then cancels it from another connection.
+    // session ends (also after another call under its request id came and went), and when its
+    // client went away and then cancels it from another connection.
     let scenarios = [
         ("cancel-progress", "spun.txt"),
         ("cancel-plain", "spun-plain.txt"),
         ("cancel-end", "spun-end.txt"),
         ("cancel-gone", "spun-gone.txt"),
+        ("cancel-dupid", "spun-dupid.txt"),
     ];
     for (scenario, path) in scenarios {
         let report = run_http_client(&[scenario, &served.url, &impl_token, &review_token]);
@@ -582,6 +584,9 @@ fn a_call_the_client_cancels_is_stopped_and_rolled_back() {
             // Answered by the service itself: no response to the stopped request, and not even
             // the priming event of rmcp's streams.
             assert_eq!(report["lines"], serde_json::json!([]), "{report}");
+        }
+        if scenario == "cancel-dupid" {
+            assert_eq!(report["same_id"]["message"]["result"]["isError"], false, "{report}");
         }
         if scenario == "cancel-plain" {
             // A cancellation rmcp refuses (a foreign `Origin`) cancels nothing.

@@ -34,8 +34,12 @@ use crate::McpServer;
 /// messages (their calls go through rmcp, which sends them).
 #[derive(Default)]
 pub(crate) struct Direct {
-    running: Mutex<HashMap<(String, String), CancellationToken>>,
+    /// By session, request id and a number of the call's own (a client may send two calls
+    /// under one id: each is its own entry, and a cancellation of the id reaches both).
+    running: Mutex<HashMap<(String, String, u64), CancellationToken>>,
     logging: Mutex<HashSet<String>>,
+    /// The number the next call gets.
+    next: std::sync::atomic::AtomicU64,
 }
 
 /// A `tools/call` this path answers.
@@ -83,7 +87,7 @@ impl Direct {
     /// as rmcp cancels those of the sessions it closes.
     pub(super) fn ended(&self, session: &str) {
         self.logging.lock().unwrap_or_else(PoisonError::into_inner).remove(session);
-        for ((of, _), token) in self.running.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        for ((of, _, _), token) in self.running.lock().unwrap_or_else(PoisonError::into_inner).iter() {
             if of == session {
                 token.cancel();
             }
@@ -97,9 +101,11 @@ impl Direct {
         if cancelled.method != "notifications/cancelled" {
             return;
         }
-        let key = (session.to_owned(), id_key(&cancelled.params.request_id));
-        if let Some(token) = self.running.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-            token.cancel();
+        let id = id_key(&cancelled.params.request_id);
+        for ((of, call, _), token) in self.running.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            if of == session && *call == id {
+                token.cancel();
+            }
         }
     }
 
@@ -133,7 +139,8 @@ impl Service {
     pub(super) async fn call_directly(self: &Arc<Self>, session: &str, parts: http::request::Parts, call: Call) -> Answer {
         let Call { id, params } = call;
         let ct = CancellationToken::new();
-        let key = (session.to_owned(), id_key(&id));
+        let number = self.direct.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = (session.to_owned(), id_key(&id), number);
         self.direct.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), ct.clone());
         let (service, token) = (Arc::clone(self), ct.clone());
         let called = tokio::spawn(async move {
@@ -173,7 +180,7 @@ fn id_key(id: &RequestId) -> String {
 }
 
 /// A call's place in the registry, left when it is dropped.
-struct Registered(Arc<Service>, (String, String));
+struct Registered(Arc<Service>, (String, String, u64));
 
 impl Drop for Registered {
     fn drop(&mut self) {

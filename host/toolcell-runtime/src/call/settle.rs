@@ -121,10 +121,10 @@ impl Runtime {
             (false, Some(journal)) => {
                 // Putting names back is a namespace change like any other: no other call
                 // judges against the tree while it is half restored.
-                let namespace = guard.lock_namespace().ok().flatten();
                 // What the landed files are known by was used above: their descriptors go
-                // back before the rollback, which needs some of its own.
+                // back before the rollback (and its lock), which needs some of its own.
                 transaction.release_landed();
+                let namespace = guard.lock_namespace().ok().flatten();
                 let rolled_back = journal.rollback_leaving(root);
                 drop(namespace);
                 match rolled_back {
