@@ -385,8 +385,8 @@ fn serve_raises_its_limit_of_open_files_and_warns_when_the_hard_limit_is_too_low
         let line = limits.lines().find(|line| line.starts_with("Max open files")).expect("open files").to_owned();
         line.split_whitespace().nth(3).expect("soft").to_owned()
     };
-    let roomy = start("1024:8192");
-    assert_eq!(soft(&roomy), "8192");
+    let roomy = start("1024:4096");
+    assert_eq!(soft(&roomy), "4096");
     assert!(!roomy.lines().iter().any(|line| line.contains("limit of open files")), "{:?}", roomy.lines());
     drop(roomy);
     let tight = start("1024:1500");
