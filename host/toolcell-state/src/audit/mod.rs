@@ -263,10 +263,7 @@ impl AuditLog {
     /// The I/O error, or `InvalidData` if the log's last line is not a sealed record (run
     /// `toolcell audit verify`). Nothing is appended then.
     pub fn append(&self, records: &[Record]) -> std::io::Result<()> {
-        if let Some(shared) = &self.shared {
-            return self.append_shared(shared.as_ref(), &identified(records), Drain::Spool);
-        }
-        self.append_local(records)
+        self.append_draining(records, Drain::Spool)
     }
 
     /// [`append`](Self::append) for a caller that holds a lock other hosts wait on (the
@@ -279,10 +276,7 @@ impl AuditLog {
     ///
     /// As [`append`](Self::append).
     pub fn append_in_lock(&self, records: &[Record]) -> std::io::Result<()> {
-        match &self.shared {
-            Some(shared) => self.append_shared(shared.as_ref(), &identified(records), Drain::Later),
-            None => self.append_local(records),
-        }
+        self.append_draining(records, Drain::Later)
     }
 
     /// [`append_deferrable`](Self::append_deferrable) for a caller that holds a lock other
@@ -292,12 +286,27 @@ impl AuditLog {
     ///
     /// As [`append_deferrable`](Self::append_deferrable).
     pub fn append_deferrable_in_lock(&self, records: &[Record]) -> std::io::Result<()> {
+        self.append_deferrable_draining(records, Drain::Later)
+    }
+
+    /// [`append`](Self::append), sending what waits in the spool first or not (`drain`).
+    fn append_draining(&self, records: &[Record], drain: Drain) -> std::io::Result<()> {
+        match &self.shared {
+            Some(shared) => self.append_shared(shared.as_ref(), &identified(records), drain),
+            None => self.append_local(records),
+        }
+    }
+
+    /// [`append_deferrable`](Self::append_deferrable), sending what waits in the spool first or
+    /// not (`drain`).
+    fn append_deferrable_draining(&self, records: &[Record], drain: Drain) -> std::io::Result<()> {
         let Some(shared) = &self.shared else {
             return self.append_local(records);
         };
+        // The same ids in the spool: if the append did land (its answer was lost), the store
+        // keeps them once when they are sent again.
         let records = identified(records);
-        self.append_shared(shared.as_ref(), &records, Drain::Later)
-            .or_else(|_| spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), &records))
+        self.append_shared(shared.as_ref(), &records, drain).or_else(|_| spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), &records))
     }
 
     /// Append `records` to the log file in the state directory.
@@ -368,14 +377,7 @@ impl AuditLog {
     ///
     /// As [`append`](Self::append); with a shared store, only if the spool cannot be written.
     pub fn append_deferrable(&self, records: &[Record]) -> std::io::Result<()> {
-        let Some(shared) = &self.shared else {
-            return self.append(records);
-        };
-        // The same ids in the spool: if the append did land (its answer was lost), the store
-        // keeps them once when they are sent again.
-        let records = identified(records);
-        self.append_shared(shared.as_ref(), &records, Drain::Spool)
-            .or_else(|_| spool::defer(&self.directory.join(AUDIT_SPOOL_FILE), &records))
+        self.append_deferrable_draining(records, Drain::Spool)
     }
 
     /// Append to the shared store: first what waits in the spool (as much as the store takes),
