@@ -7,6 +7,14 @@
 use super::limits::stall_record;
 use super::*;
 
+/// Two hosts on one store, with an `answer_timeout` well past `refused_record`'s refusal, and
+/// their URLs.
+fn two_hosts() -> Option<(Deployment, String, String)> {
+    let deployment = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"")?;
+    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
+    Some((deployment, a, b))
+}
+
 /// Run `tool` with `arguments` in `session` on `a`, its record refused after 4 s; once
 /// `landed` sees its change on disk, run `meanwhile` (another session, on another host). The
 /// hosts' `answer_timeout` (10 s) is well past the refusal, so the other host's own records
@@ -46,10 +54,9 @@ fn writes_go_on(deployment: &Deployment, url: &str, path: &str) {
 /// file) and is named; the call's own file and directory in it are removed; writes go on.
 #[test]
 fn a_rollback_leaves_a_directory_it_made_that_another_host_put_a_file_in_and_writes_go_on() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
+    let Some((deployment, a, b)) = two_hosts() else {
         return;
     };
-    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
     let other = Session::open_at(&deployment, &b);
     let made = deployment.workspace.join("made");
     let (refused, is_error) = refused_record(
@@ -72,10 +79,9 @@ fn a_rollback_leaves_a_directory_it_made_that_another_host_put_a_file_in_and_wri
 /// is put back in its directory made again (its content is not lost), and that is named.
 #[test]
 fn a_rollback_puts_back_a_removed_file_whose_directory_another_host_moved_away() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
+    let Some((deployment, a, b)) = two_hosts() else {
         return;
     };
-    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
     let other = Session::open_at(&deployment, &b);
     std::fs::create_dir_all(deployment.workspace.join("d")).expect("mkdir");
     std::fs::write(deployment.workspace.join("d/f.txt"), "only copy\n").expect("write");
@@ -149,10 +155,9 @@ fn recovery_after_a_crash_leaves_a_directory_another_host_put_a_file_in_and_writ
 /// named; the source is put back.
 #[test]
 fn a_rollback_leaves_a_moved_file_another_host_edited_at_its_destination() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
+    let Some((deployment, a, b)) = two_hosts() else {
         return;
     };
-    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
     let other = Session::open_at(&deployment, &b);
     ok(&other.call_at(&b, "write_file", json!({"path": "target.txt", "content": "old target\n"})));
     for (destination, overwrite) in [("moved.txt", false), ("target.txt", true)] {
@@ -183,10 +188,9 @@ fn a_rollback_leaves_a_moved_file_another_host_edited_at_its_destination() {
 /// where the call moved it (the only copy of its content), and both are named.
 #[test]
 fn a_rollback_keeps_a_moved_file_whose_source_another_host_made_again() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
+    let Some((deployment, a, b)) = two_hosts() else {
         return;
     };
-    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
     let other = Session::open_at(&deployment, &b);
     let session = Session::open_at(&deployment, &a);
     ok(&session.call_at(&a, "read_file", json!({"path": "notes.txt"})));
@@ -211,10 +215,9 @@ fn a_rollback_keeps_a_moved_file_whose_source_another_host_made_again() {
 /// removal stands and is named, and writes go on (the rollback does not stop them).
 #[test]
 fn a_rollback_leaves_a_removed_file_removed_when_another_host_put_a_file_where_its_directory_was() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
+    let Some((deployment, a, b)) = two_hosts() else {
         return;
     };
-    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
     let other = Session::open_at(&deployment, &b);
     std::fs::create_dir_all(deployment.workspace.join("d")).expect("mkdir");
     std::fs::write(deployment.workspace.join("d/f.txt"), "the call removes it\n").expect("write");
@@ -244,10 +247,9 @@ fn a_rollback_leaves_a_removed_file_removed_when_another_host_put_a_file_where_i
 /// named: the change time taken when the call's file landed tells the two apart.
 #[test]
 fn a_rollback_leaves_a_file_another_host_removed_and_made_again_where_the_call_made_one() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
+    let Some((deployment, a, b)) = two_hosts() else {
         return;
     };
-    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
     let other = Session::open_at(&deployment, &b);
     let made = deployment.workspace.join("n.txt");
     let (refused, is_error) = refused_record(
@@ -273,10 +275,9 @@ fn a_rollback_leaves_a_file_another_host_removed_and_made_again_where_the_call_m
 /// stays as that session made it, and is named.
 #[test]
 fn a_rollback_leaves_a_file_another_host_put_where_the_call_made_a_directory() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
+    let Some((deployment, a, b)) = two_hosts() else {
         return;
     };
-    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
     let other = Session::open_at(&deployment, &b);
     for (call, made, landed) in [
         (("create_directory", json!({"path": "d1"})), "d1", "d1"),
@@ -307,10 +308,9 @@ fn a_rollback_leaves_a_file_another_host_put_where_the_call_made_a_directory() {
 /// call's content: the rollback puts back what was there before the call, and blames no one.
 #[test]
 fn a_rollback_puts_back_a_file_whose_metadata_alone_changed_meanwhile() {
-    let Some(deployment) = Deployment::start(2, "[store]\nanswer_timeout = \"10s\"") else {
+    let Some((deployment, a, b)) = two_hosts() else {
         return;
     };
-    let (a, b) = (deployment.hosts[0].url.clone(), deployment.hosts[1].url.clone());
     let other = Session::open_at(&deployment, &b);
     let chmod = |path: &std::path::Path| {
         use std::os::unix::fs::PermissionsExt as _;
