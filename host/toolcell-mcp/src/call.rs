@@ -130,72 +130,76 @@ impl McpServer {
                 () = ct.cancelled(), if !cancel.load(Ordering::Relaxed) => cancel.store(true, Ordering::Relaxed),
             }
         };
-        match joined {
-            Ok(Ok(call)) => {
-                if let Some(metrics) = self.metrics() {
-                    metrics.audit_append();
-                    metrics.policy_denials(call.denials.len());
-                }
-                for warning in &call.warnings {
-                    self.log_level
-                        .send(context, Severity::Warning, json!({ "tool": name, "call_id": call.call_id, "warning": warning }))
-                        .await;
-                }
-                for denial in &call.denials {
-                    let refused = json!({
-                        "tool": name,
-                        "call_id": call.call_id,
-                        "path": denial.event.path,
-                        "rule": denial.event.rule,
-                        "refused": denial.message,
-                    });
-                    self.log_level.send(context, Severity::Notice, refused).await;
-                }
-                match call.output {
-                    Ok(output) => {
-                        let mut content = vec![ContentBlock::text(output.text)];
-                        for image in &call.images {
-                            use base64::Engine as _;
-                            let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
-                            content.push(ContentBlock::image(data, image.mime_type.clone()));
-                        }
-                        let mut result = CallToolResult::success(content);
-                        result.structured_content = output.structured;
-                        result
-                    }
-                    Err(error) => {
-                        let mut result = CallToolResult::error(vec![ContentBlock::text(error.full_text())]);
-                        // Not as structured content: that must match the tool's output schema,
-                        // which describes successful results (clients check it on errors too).
-                        let mut meta = serde_json::Map::new();
-                        meta.insert("toolcell/error".to_owned(), json!(error));
-                        meta.insert("toolcell/call_id".to_owned(), json!(call.call_id));
-                        result.meta = Some(rmcp::model::MetaObject(meta));
-                        result
-                    }
-                }
+        let finished = joined.ok();
+        if let Some(Ok(call)) = &finished {
+            if let Some(metrics) = self.metrics() {
+                metrics.audit_append();
+                metrics.policy_denials(call.denials.len());
             }
-            Ok(Err(host_error)) => {
-                let (kind, message) = match host_error {
-                    toolcell_host::Error::UnknownTool { .. } => ("not-found", host_error.to_string()),
-                    other => {
-                        // Details (which may name host paths) go to the operator only.
-                        let _ = writeln_stderr(&format!("toolcell mcp: `{name}` failed in the host: {other}"));
-                        ("failed", format!("the host could not run `{name}`; the operator's log has the details"))
-                    }
-                };
-                // The same `_meta` as a tool's own error, so a client reads every error alike
-                // (no call ran, so there is no call id).
-                let mut result = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
+            for warning in &call.warnings {
+                self.log_level.send(context, Severity::Warning, json!({ "tool": name, "call_id": call.call_id, "warning": warning })).await;
+            }
+            for denial in &call.denials {
+                let refused = json!({
+                    "tool": name,
+                    "call_id": call.call_id,
+                    "path": denial.event.path,
+                    "rule": denial.event.rule,
+                    "refused": denial.message,
+                });
+                self.log_level.send(context, Severity::Notice, refused).await;
+            }
+        }
+        result_of(&name, finished)
+    }
+}
+
+/// The MCP result of a call of `name` that `finished` (`None`: its thread failed).
+pub(crate) fn result_of(name: &str, finished: Option<Result<toolcell_host::CallResult, toolcell_host::Error>>) -> CallToolResult {
+    match finished {
+        Some(Ok(call)) => match call.output {
+            Ok(output) => {
+                let mut content = vec![ContentBlock::text(output.text)];
+                for image in &call.images {
+                    use base64::Engine as _;
+                    let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
+                    content.push(ContentBlock::image(data, image.mime_type.clone()));
+                }
+                let mut result = CallToolResult::success(content);
+                result.structured_content = output.structured;
+                result
+            }
+            Err(error) => {
+                let mut result = CallToolResult::error(vec![ContentBlock::text(error.full_text())]);
+                // Not as structured content: that must match the tool's output schema,
+                // which describes successful results (clients check it on errors too).
                 let mut meta = serde_json::Map::new();
-                meta.insert("toolcell/error".to_owned(), json!({ "kind": kind, "message": message }));
+                meta.insert("toolcell/error".to_owned(), json!(error));
+                meta.insert("toolcell/call_id".to_owned(), json!(call.call_id));
                 result.meta = Some(rmcp::model::MetaObject(meta));
                 result
             }
-            Err(_) => CallToolResult::error(vec![ContentBlock::text(format!(
-                "the host failed while running `{name}`; the operator's log has the details"
-            ))]),
+        },
+        Some(Err(host_error)) => {
+            let (kind, message) = match host_error {
+                toolcell_host::Error::UnknownTool { .. } => ("not-found", host_error.to_string()),
+                other => {
+                    // Details (which may name host paths) go to the operator only.
+                    let _ = writeln_stderr(&format!("toolcell mcp: `{name}` failed in the host: {other}"));
+                    ("failed", format!("the host could not run `{name}`; the operator's log has the details"))
+                }
+            };
+            // The same `_meta` as a tool's own error, so a client reads every error alike
+            // (no call ran, so there is no call id).
+            let mut result = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
+            let mut meta = serde_json::Map::new();
+            meta.insert("toolcell/error".to_owned(), json!({ "kind": kind, "message": message }));
+            result.meta = Some(rmcp::model::MetaObject(meta));
+            result
         }
+        None => CallToolResult::error(vec![ContentBlock::text(format!(
+            "the host failed while running `{name}`; the operator's log has the details"
+        ))]),
     }
 }
 

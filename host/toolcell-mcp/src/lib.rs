@@ -32,6 +32,7 @@ pub mod operator;
 pub mod resources;
 pub mod roots;
 mod sessions;
+mod stdio;
 
 use std::sync::Arc;
 
@@ -40,7 +41,7 @@ use rmcp::model::{
     ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 use toolcell_host::{Session, schemas};
 
@@ -401,7 +402,5 @@ pub struct ServeError {
 ///
 /// [`ServeError`] if the client does not complete initialization or the transport fails.
 pub async fn serve_stdio(server: McpServer) -> Result<(), ServeError> {
-    let running = server.serve(rmcp::transport::stdio_pipes()).await.map_err(|error| ServeError { reason: error.to_string() })?;
-    running.waiting().await.map_err(|error| ServeError { reason: error.to_string() })?;
-    Ok(())
+    stdio::serve(server).await
 }

@@ -33,6 +33,14 @@ impl FromRoots {
         FromRoots { factory, tools: Arc::new(tools), resources_served, current: watch::channel(None).0 }
     }
 
+    /// The session, if the client's roots have said which workspace it is (without waiting).
+    pub(crate) fn known(&self) -> Option<Session> {
+        match &*self.current.borrow() {
+            Some(Ok((_, session))) => Some(session.clone()),
+            _ => None,
+        }
+    }
+
     /// The session, once the client's roots have said which workspace it is.
     pub(crate) async fn session(&self) -> Result<Session, McpError> {
         let mut receiver = self.current.subscribe();

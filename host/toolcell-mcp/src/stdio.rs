@@ -1,0 +1,384 @@
+//! MCP over stdin and stdout, with the commonest request answered without rmcp's service loop:
+//! a plain `tools/call` of an initialized client.
+//!
+//! rmcp reads each message on the async thread, hands a request to a task of its own, which
+//! hands the call to the blocking pool and waits for it, and writes the answer back from the
+//! service loop: for a call that reports nothing while it runs, those hand-offs are most of
+//! what a call costs beyond the call itself. Here a thread of its own reads the client's
+//! messages; a request takes the direct path only when rmcp would have served it the same way
+//! and everything about it is plain: a JSON-RPC request `tools/call` whose params are `name`
+//! and `arguments` and nothing else (no `_meta`: no progress token, no per-request protocol
+//! version), after the client's `initialize` and `notifications/initialized` (so the protocol
+//! version is one the handshake negotiated, before 2026-07-28), from a client that has not
+//! asked for log messages (`logging/setLevel`: from then on every call goes through rmcp,
+//! which sends them). The call then runs on the blocking pool, which writes its answer to
+//! stdout itself. Every other message goes to rmcp as it came, through an in-process pipe, and
+//! rmcp's messages to stdout one whole line at a time, so the two never interleave.
+//!
+//! `notifications/cancelled` for a call on this path stops it, as rmcp stops its own, and no
+//! answer is sent for it. When the client closes stdin, calls in flight have
+//! [`DRAIN`] to finish and answer, as rmcp's have; the rest are then stopped and rolled back,
+//! and the server returns once they have.
+
+use std::collections::HashMap;
+use std::io::{BufRead as _, Write as _};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt as _;
+use rmcp::model::{JsonObject, RequestId, ServerJsonRpcMessage, ServerResult};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+use tokio_util::sync::CancellationToken;
+use toolcell_host::Session;
+
+use crate::{Binding, McpServer, ServeError, call, logging, roots};
+
+/// How long calls in flight have to finish once the client closed stdin (rmcp's own drain).
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Serve `server` over stdin and stdout until the client closes stdin.
+pub(crate) async fn serve(server: McpServer) -> Result<(), ServeError> {
+    let sessions = match &server.binding {
+        Binding::Session { session, .. } => Sessions::One(session.clone()),
+        Binding::Roots(roots) => Sessions::Roots(Arc::clone(roots)),
+        Binding::Service(_) => return served(server.serve(rmcp::transport::stdio_pipes()).await).await,
+    };
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let (their_read, their_write) = tokio::io::split(theirs);
+    let (our_read, mut our_write) = tokio::io::split(ours);
+    let calls = Arc::new(Calls::default());
+    let handshake = Arc::new(Handshake::default());
+    // Whole lines for rmcp, in the order they came (bounded: a client that outruns rmcp waits).
+    let (lines, mut to_rmcp) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    let reader = Reader {
+        sessions,
+        calls: Arc::clone(&calls),
+        handshake: Arc::clone(&handshake),
+        runtime: tokio::runtime::Handle::current(),
+        lines,
+        state: State::default(),
+    };
+    std::thread::Builder::new()
+        .name("toolcell-stdin".to_owned())
+        .spawn(move || reader.run())
+        .map_err(|error| ServeError { reason: format!("cannot start the thread that reads stdin: {error}") })?;
+    let forward = tokio::spawn(async move {
+        while let Some(line) = to_rmcp.recv().await {
+            if our_write.write_all(&line).await.is_err() {
+                break;
+            }
+        }
+        // stdin ended: so does rmcp's input.
+        let _ = our_write.shutdown().await;
+    });
+    // stdout gone: rmcp stops too, as it did when it wrote to stdout itself.
+    let stopped = CancellationToken::new();
+    let stop = stopped.clone();
+    let pump = tokio::spawn(async move {
+        let mut from_rmcp = tokio::io::BufReader::new(our_read);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match from_rmcp.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) if write_line(&line).is_err() => {
+                    stop.cancel();
+                    break;
+                }
+                Ok(_) => handshake.saw(&line),
+            }
+        }
+    });
+    let result = served(server.serve_with_ct((their_read, their_write), stopped).await).await;
+    // rmcp has ended and dropped its side of the pipe: what it wrote is on stdout once the pump
+    // has copied it.
+    let _ = pump.await;
+    forward.abort();
+    let waiting = Arc::clone(&calls);
+    let _ = tokio::task::spawn_blocking(move || waiting.close_and_wait(DRAIN)).await;
+    result
+}
+
+/// The end of rmcp's serving, as [`crate::serve_stdio`] reports it.
+async fn served<S: rmcp::Service<rmcp::RoleServer>, E: std::fmt::Display>(
+    running: Result<rmcp::service::RunningService<rmcp::RoleServer, S>, E>,
+) -> Result<(), ServeError> {
+    let running = running.map_err(|error| ServeError { reason: error.to_string() })?;
+    running.waiting().await.map_err(|error| ServeError { reason: error.to_string() })?;
+    Ok(())
+}
+
+/// Write one whole message line to stdout (the lock keeps lines whole across threads).
+fn write_line(line: &[u8]) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(line)?;
+    stdout.flush()
+}
+
+/// Whether rmcp has answered the client's `initialize`: until it has, every request goes to
+/// rmcp, so that nothing is answered before the handshake (a client may send its first calls
+/// without waiting for the answer).
+#[derive(Default)]
+struct Handshake {
+    /// The id of the client's `initialize`, as [`id_key`] writes it.
+    request: Mutex<Option<String>>,
+    answered: AtomicBool,
+}
+
+impl Handshake {
+    /// rmcp wrote `line`: is it the answer to `initialize`?
+    fn saw(&self, line: &[u8]) {
+        if self.answered.load(Ordering::Acquire) {
+            return;
+        }
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            id: Option<RequestId>,
+            result: Option<serde::de::IgnoredAny>,
+        }
+        let Ok(Answer { id: Some(id), result: Some(_) }) = serde_json::from_slice::<Answer>(line) else { return };
+        if self.request.lock().unwrap_or_else(PoisonError::into_inner).as_deref() == Some(id_key(&id).as_str()) {
+            self.answered.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Where a direct call's session comes from.
+enum Sessions {
+    One(Session),
+    /// The client's first root: a call takes the direct path once it is known.
+    Roots(Arc<roots::FromRoots>),
+}
+
+/// What the reader has seen of the connection.
+#[derive(Default)]
+struct State {
+    /// The client sent `initialize`,
+    initializing: bool,
+    /// and then `notifications/initialized`.
+    initialized: bool,
+    /// The client asked for log messages, or sent what this path does not read (a batch):
+    /// every call goes through rmcp from then on.
+    through_rmcp: bool,
+}
+
+/// The thread that reads the client's messages.
+struct Reader {
+    sessions: Sessions,
+    calls: Arc<Calls>,
+    handshake: Arc<Handshake>,
+    runtime: tokio::runtime::Handle,
+    lines: tokio::sync::mpsc::Sender<Vec<u8>>,
+    state: State,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Request {
+    jsonrpc: String,
+    id: RequestId,
+    method: String,
+    params: Params,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    name: String,
+    #[serde(default)]
+    arguments: Option<JsonObject>,
+}
+
+/// What the reader looks at in a message it hands to rmcp.
+#[derive(serde::Deserialize)]
+struct Peek<'a> {
+    id: Option<RequestId>,
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    params: Option<PeekParams>,
+}
+
+#[derive(serde::Deserialize)]
+struct PeekParams {
+    #[serde(rename = "requestId")]
+    request_id: Option<RequestId>,
+}
+
+impl Reader {
+    fn run(mut self) {
+        let stdin = std::io::stdin();
+        let mut input = stdin.lock();
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match input.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            if let Some((request, session)) = self.direct(&line) {
+                self.start(request, session);
+                continue;
+            }
+            self.observe(&line);
+            if self.lines.blocking_send(std::mem::take(&mut line)).is_err() {
+                break;
+            }
+        }
+        // No call starts on this path any more; dropping `lines` ends rmcp's input.
+        self.calls.close();
+    }
+
+    /// The request `line` holds and its session, if this path answers it.
+    fn direct(&self, line: &[u8]) -> Option<(Request, Session)> {
+        if !self.state.initialized || self.state.through_rmcp || !self.handshake.answered.load(Ordering::Acquire) {
+            return None;
+        }
+        let request = serde_json::from_slice::<Request>(line).ok()?;
+        if request.jsonrpc != "2.0" || request.method != "tools/call" {
+            return None;
+        }
+        let session = match &self.sessions {
+            Sessions::One(session) => session.clone(),
+            Sessions::Roots(roots) => roots.known()?,
+        };
+        Some((request, session))
+    }
+
+    /// Note what `line` (for rmcp) changes for this path.
+    fn observe(&mut self, line: &[u8]) {
+        if line.iter().find(|byte| !byte.is_ascii_whitespace()) == Some(&b'[') {
+            self.state.through_rmcp = true;
+            return;
+        }
+        let Ok(peek) = serde_json::from_slice::<Peek>(line) else { return };
+        match peek.method.as_deref() {
+            Some("initialize") => {
+                self.state.initializing = true;
+                *self.handshake.request.lock().unwrap_or_else(PoisonError::into_inner) = peek.id.as_ref().map(id_key);
+            }
+            Some("notifications/initialized") if self.state.initializing => self.state.initialized = true,
+            Some("logging/setLevel") => self.state.through_rmcp = true,
+            Some("notifications/cancelled") => {
+                if let Some(id) = peek.params.and_then(|params| params.request_id) {
+                    self.calls.cancel(&id_key(&id));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Run `request` in `session` on the blocking pool, which answers it.
+    fn start(&self, request: Request, session: Session) {
+        let Request { id, params, .. } = request;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let Some(entry) = self.calls.enter(id_key(&id), Arc::clone(&cancel)) else { return };
+        self.runtime.spawn_blocking(move || {
+            let _entry = entry;
+            let name = params.name;
+            let args = Value::Object(params.arguments.unwrap_or_default()).to_string();
+            let line = logging::CallLine::of(&session, &name);
+            let started = Instant::now();
+            let finished =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.call_cancellable(&name, &args, Some(&cancel)))).ok();
+            let said = finished.as_ref().and_then(|result| result.as_ref().ok()).map(|call| line.said(call));
+            // No answer to a request the client cancelled, as rmcp sends none.
+            if !cancel.load(Ordering::Relaxed) {
+                let mut result = ServerResult::CallToolResult(call::result_of(&name, finished));
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+                if let Ok(mut text) = serde_json::to_vec(&ServerJsonRpcMessage::response(result, id)) {
+                    text.push(b'\n');
+                    let _ = write_line(&text);
+                }
+            }
+            if let Some(said) = said {
+                line.write(&said, started.elapsed());
+            }
+        });
+    }
+}
+
+/// A request id as the registry keys it (the number 7 and the string "7" are two ids).
+fn id_key(id: &RequestId) -> String {
+    serde_json::to_string(id).unwrap_or_default()
+}
+
+/// The calls this path runs.
+#[derive(Default)]
+struct Calls {
+    running: Mutex<Running>,
+    /// Told each time a call ends.
+    ended: Condvar,
+}
+
+#[derive(Default)]
+struct Running {
+    /// By a number of the call's own: its request id and its cancel flag (a client may send
+    /// two calls under one id; a cancellation of the id reaches both).
+    calls: HashMap<u64, (String, Arc<AtomicBool>)>,
+    next: u64,
+    /// stdin ended: no call starts any more.
+    closed: bool,
+}
+
+impl Calls {
+    fn running(&self) -> std::sync::MutexGuard<'_, Running> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Register a call of request `id`, unless stdin has ended.
+    fn enter(self: &Arc<Self>, id: String, cancel: Arc<AtomicBool>) -> Option<Entry> {
+        let mut running = self.running();
+        if running.closed {
+            return None;
+        }
+        let number = running.next;
+        running.next += 1;
+        running.calls.insert(number, (id, cancel));
+        Some(Entry(Arc::clone(self), number))
+    }
+
+    /// Stop the calls of request `id`.
+    fn cancel(&self, id: &str) {
+        for (of, cancel) in self.running().calls.values() {
+            if of == id {
+                cancel.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn close(&self) {
+        self.running().closed = true;
+    }
+
+    /// Once no call can start, wait up to `drain` for the calls in flight; stop those still
+    /// running then, and wait until they have ended (rolled back).
+    fn close_and_wait(&self, drain: Duration) {
+        let deadline = Instant::now() + drain;
+        let mut running = self.running();
+        running.closed = true;
+        while !running.calls.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                for (_, cancel) in running.calls.values() {
+                    cancel.store(true, Ordering::Relaxed);
+                }
+                drop(self.ended.wait_while(running, |running| !running.calls.is_empty()).unwrap_or_else(PoisonError::into_inner));
+                return;
+            }
+            running = self.ended.wait_timeout(running, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+}
+
+/// A call's place in [`Calls`], left when it is dropped.
+struct Entry(Arc<Calls>, u64);
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.0.running().calls.remove(&self.1);
+        self.0.ended.notify_all();
+    }
+}

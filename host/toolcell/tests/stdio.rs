@@ -1,0 +1,319 @@
+//! `toolcell mcp` over stdio, message by message: a plain `tools/call` of an initialized
+//! client is answered without rmcp's service loop, and must be answered exactly as rmcp
+//! answers it; everything else (a call with `_meta`, every call once the client asked for log
+//! messages, anything before the handshake) goes through rmcp.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// A client that writes and reads the protocol's lines itself.
+struct Raw {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<Value>,
+}
+
+impl Raw {
+    fn start(root: &Path, extra: &[&str]) -> Raw {
+        let workspace = root.join("workspace");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+            .arg("--cache-dir")
+            .arg(toolcell_tests::shared_cache_dir())
+            .arg("--state-dir")
+            .arg(root.join("state"))
+            .args(extra)
+            .args(["mcp", "--role", "impl", "--workspace"])
+            .arg(&workspace)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start toolcell mcp");
+        let stdout = child.stdout.take().expect("stdout");
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let value = serde_json::from_str(&line).unwrap_or_else(|error| panic!("a line that is not JSON ({error}): {line}"));
+                if sender.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Raw { child, stdin, lines }
+    }
+
+    fn send(&mut self, message: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{message}").expect("write to toolcell mcp");
+    }
+
+    fn next(&self) -> Value {
+        self.lines.recv_timeout(Duration::from_secs(60)).expect("a message from toolcell mcp within a minute")
+    }
+
+    /// The answer to request `id`, with the messages before it.
+    fn answer(&self, id: &Value) -> (Value, Vec<Value>) {
+        let mut before = Vec::new();
+        loop {
+            let message = self.next();
+            if message.get("id") == Some(id) && message.get("method").is_none() {
+                return (message, before);
+            }
+            before.push(message);
+        }
+    }
+
+    fn handshake(&mut self) {
+        self.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}));
+        let (answer, _) = self.answer(&json!(0));
+        assert_eq!(answer["result"]["protocolVersion"], "2025-06-18", "{answer}");
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+
+    fn call(&mut self, id: u64, params: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
+        self.answer(&json!(id)).0
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn fixture(root: &Path) {
+    let workspace = root.join("workspace");
+    std::fs::create_dir_all(workspace.join("src")).expect("workspace");
+    std::fs::write(workspace.join("src/main.rs"), "fn main() {}\n").expect("write");
+    std::fs::write(workspace.join(".env"), "SECRET=1\n").expect("write");
+}
+
+/// `message` with its id and the call ids in it (one per call) taken out.
+fn without_ids(message: &Value) -> Value {
+    let mut message = message.clone();
+    message["id"] = Value::Null;
+    if let Some(meta) = message["result"]["_meta"].as_object_mut() {
+        meta.remove("toolcell/call_id");
+    }
+    if let Some(text) = message["result"]["content"][0]["text"].as_str().map(str::to_owned) {
+        // A tool error's text names its call id.
+        let words: Vec<String> =
+            text.split(' ').map(|word| if word.starts_with("`c-") { "`CALL`".to_owned() } else { word.to_owned() }).collect();
+        message["result"]["content"][0]["text"] = json!(words.join(" "));
+    }
+    message
+}
+
+#[test]
+fn a_plain_call_is_answered_as_rmcp_answers_the_same_call_with_meta() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    fixture(temp.path());
+    let mut client = Raw::start(temp.path(), &[]);
+    client.handshake();
+    let calls = [
+        json!({"name": "read_file", "arguments": {"path": "src/main.rs"}}),
+        json!({"name": "list_files", "arguments": {"path": "."}}),
+        json!({"name": "read_file", "arguments": {"path": "missing.rs"}}),
+        json!({"name": "read_file", "arguments": {"path": ".env"}}),
+        json!({"name": "no_such_tool", "arguments": {}}),
+        json!({"name": "read_file"}),
+        json!({"name": "read_file", "arguments": null}),
+    ];
+    let mut id = 1;
+    for params in calls {
+        let plain = client.call(id, params.clone());
+        let mut with_meta = params.clone();
+        with_meta["_meta"] = json!({});
+        let through_rmcp = client.call(id + 1, with_meta);
+        id += 2;
+        assert_eq!(plain["jsonrpc"], "2.0", "{plain}");
+        assert!(plain["result"].is_object(), "{plain}");
+        assert_eq!(without_ids(&plain), without_ids(&through_rmcp), "{params}");
+    }
+    // A request rmcp refuses is refused the same way: params it cannot read.
+    let refused = client.call(100, json!({"name": 7}));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+}
+
+#[test]
+fn calls_sent_before_the_handshake_is_answered_are_answered_after_it() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    fixture(temp.path());
+    let mut client = Raw::start(temp.path(), &[]);
+    // All at once, without waiting for the answer to `initialize`.
+    client.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}));
+    client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    for id in 1..=5 {
+        client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}));
+    }
+    let first = client.next();
+    assert_eq!(first["id"], 0, "the answer to initialize comes first: {first}");
+    let mut answered = Vec::new();
+    for _ in 1..=5 {
+        let message = client.next();
+        assert_eq!(message["result"]["isError"], false, "{message}");
+        answered.push(message["id"].as_u64().expect("id"));
+    }
+    answered.sort_unstable();
+    assert_eq!(answered, [1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn once_the_client_asks_for_log_messages_a_refusal_is_logged_before_the_answer() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    fixture(temp.path());
+    let mut client = Raw::start(temp.path(), &[]);
+    client.handshake();
+    let denied = json!({"name": "read_file", "arguments": {"path": ".env"}});
+    client.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": denied}));
+    let (answer, before) = client.answer(&json!(1));
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(before.is_empty(), "no log messages before the client asks for them: {before:?}");
+    client.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "debug"}}));
+    client.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": denied}));
+    let (answer, before) = client.answer(&json!(3));
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let logged: Vec<&Value> = before.iter().filter(|message| message["method"] == "notifications/message").collect();
+    assert!(
+        logged.iter().any(|message| message["params"]["data"]["path"] == ".env" && message["params"]["level"] == "notice"),
+        "the refusal was logged: {before:?}"
+    );
+}
+
+/// A policy under which the `misbehave` plugin may write, with a minute of deadline.
+fn spin_fixture(root: &Path) -> Vec<String> {
+    fixture(root);
+    let plugins = root.join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugins");
+    std::fs::write(plugins.join("misbehave.wasm"), toolcell_tests::guest_program("misbehave")).expect("plugin");
+    let policy = root.join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[limits]\ndeadline_ms = 60000\n[roles.impl]\ntools = [\"*\"]\n[[roles.impl.rules]]\naccess = [\"read\", \"list\", \"write\"]\npaths = [\"**\"]\neffect = \"allow\"\n",
+    )
+    .expect("policy");
+    vec!["--policy".to_owned(), policy.display().to_string(), "--plugin-dir".to_owned(), plugins.display().to_string()]
+}
+
+fn spin(path: &str) -> Value {
+    json!({"name": "misbehave", "arguments": {"action": "write_then_spin", "path": path, "text": "half done"}})
+}
+
+/// Give the spinning call time to reach the component and write (its write stays the call's own
+/// until it ends, so it cannot be watched for), on a loaded machine too.
+fn let_it_spin() {
+    std::thread::sleep(Duration::from_secs(3));
+}
+
+/// Wait until the audit trail has the `misbehave` call's record, and return it.
+fn spun_record(root: &Path) -> Value {
+    let trail = root.join("state/audit.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&trail).unwrap_or_default();
+        if let Some(record) = text
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|record| record["kind"] == "call" && record["tool"] == "misbehave")
+        {
+            return record;
+        }
+        assert!(Instant::now() < deadline, "the spinning call did not end within 30 s of its minute");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_plain_call_the_client_cancels_is_stopped_rolled_back_and_not_answered() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let extra = spin_fixture(temp.path());
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut client = Raw::start(temp.path(), &extra);
+    client.handshake();
+    client.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": spin("spun.txt")}));
+    let spun = temp.path().join("workspace/spun.txt");
+    let_it_spin();
+    client.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "changed my mind"}}));
+    // The next call is answered, and nothing for the cancelled one comes before it.
+    client.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}),
+    );
+    let (after, before) = client.answer(&json!(2));
+    assert_eq!(after["result"]["isError"], false, "{after}");
+    assert!(before.iter().all(|message| message["id"] != 1), "no answer to a cancelled request: {before:?}");
+    // It was stopped by the cancellation, well before its one-minute deadline, and its write
+    // rolled back.
+    let record = spun_record(temp.path());
+    assert!(record.to_string().contains("cancelled by the client"), "{record}");
+    assert!(!spun.exists(), "the stopped call's write was rolled back");
+    let (after, _) = {
+        client.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}));
+        client.answer(&json!(3))
+    };
+    assert_eq!(after["result"]["isError"], false, "{after}");
+}
+
+#[test]
+fn closing_stdin_lets_a_quick_call_answer_and_stops_a_long_one() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let extra = spin_fixture(temp.path());
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut client = Raw::start(temp.path(), &extra);
+    client.handshake();
+    client.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": spin("spun.txt")}));
+    let spun = temp.path().join("workspace/spun.txt");
+    let_it_spin();
+    client.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}),
+    );
+    drop(client.stdin.take());
+    // The quick call is answered; the spinning one is stopped after the drain and rolled back,
+    // and then the server exits.
+    let (answer, _) = client.answer(&json!(2));
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        if let Some(status) = client.child.try_wait().expect("wait") {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "toolcell mcp did not exit after stdin closed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!spun.exists(), "the stopped call's write was rolled back");
+    let record = spun_record(temp.path());
+    assert!(record.to_string().contains("cancelled by the client"), "{record}");
+    while let Ok(message) = client.lines.try_recv() {
+        assert_ne!(message["id"], 1, "no answer to the stopped call: {message}");
+    }
+}
+
+#[test]
+fn no_call_runs_when_the_handshake_fails() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    fixture(temp.path());
+    let mut client = Raw::start(temp.path(), &[]);
+    // An `initialize` rmcp cannot read, then calls as if it had been answered.
+    client.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 7}}));
+    client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let write = json!({"name": "write_file", "arguments": {"path": "made.txt", "content": "should not be\n"}});
+    client.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": write}));
+    drop(client.stdin.take());
+    let status = client.child.wait().expect("wait");
+    assert!(!status.success(), "a failed handshake is a failed run: {status}");
+    while let Ok(message) = client.lines.try_recv() {
+        assert_ne!(message["id"], 1, "no answer to a call without a handshake: {message}");
+    }
+    assert!(!temp.path().join("workspace/made.txt").exists(), "no call ran");
+}
