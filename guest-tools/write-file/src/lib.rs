@@ -233,7 +233,8 @@ fn existing_text(path: &WorkspacePath) -> Result<Option<(TextEncoding, &'static 
     let size = file.metadata().map_err(|error| path.io_error(error))?.len();
     // One byte more than the file has: all of it is read, and known to be all.
     let limit = if size <= MAX_SNIFFED_BYTES { size + 1 } else { HEAD_BYTES };
-    let mut bytes = Vec::new();
+    // Room for all of it: read in one go, not in doubling pieces.
+    let mut bytes = Vec::with_capacity(usize::try_from(limit).unwrap_or(usize::MAX));
     file.take(limit).read_to_end(&mut bytes).map_err(|error| path.io_error(error))?;
     let Some(found) = encoding::detect(&bytes, (bytes.len() as u64) < limit) else {
         return Ok(None);

@@ -218,16 +218,22 @@ fn let_it_spin() {
 
 /// Wait until the audit trail has the `misbehave` call's record, and return it.
 fn spun_record(root: &Path) -> Value {
+    spun_records(root, 1).remove(0)
+}
+
+/// Wait until the audit trail has `count` records of `misbehave` calls, and return them.
+fn spun_records(root: &Path, count: usize) -> Vec<Value> {
     let trail = root.join("state/audit.jsonl");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let text = std::fs::read_to_string(&trail).unwrap_or_default();
-        if let Some(record) = text
+        let records: Vec<Value> = text
             .lines()
             .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .find(|record| record["kind"] == "call" && record["tool"] == "misbehave")
-        {
-            return record;
+            .filter(|record| record["kind"] == "call" && record["tool"] == "misbehave")
+            .collect();
+        if records.len() >= count {
+            return records;
         }
         assert!(Instant::now() < deadline, "the spinning call did not end within 30 s of its minute");
         std::thread::sleep(Duration::from_millis(50));
@@ -235,28 +241,42 @@ fn spun_record(root: &Path) -> Value {
 }
 
 #[test]
-fn a_plain_call_the_client_cancels_is_stopped_rolled_back_and_not_answered() {
+fn plain_calls_the_client_cancels_are_stopped_rolled_back_and_not_answered() {
     let temp = tempfile::tempdir().expect("temporary directory");
     let extra = spin_fixture(temp.path());
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let mut client = Raw::start(temp.path(), &extra);
     client.handshake();
-    client.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": spin("spun.txt")}));
+    // Three at once: each runs on a thread of its own, and the cancellations are read meanwhile.
+    for (id, path) in [(1, "spun.txt"), (4, "spun-4.txt"), (5, "spun-5.txt")] {
+        client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": spin(path)}));
+    }
     let spun = temp.path().join("workspace/spun.txt");
     let_it_spin();
-    client.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "changed my mind"}}));
+    for id in [1, 4, 5] {
+        client.send(
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "changed my mind"}}),
+        );
+    }
     // The next call is answered, and nothing for the cancelled one comes before it.
     client.send(
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}),
     );
     let (after, before) = client.answer(&json!(2));
     assert_eq!(after["result"]["isError"], false, "{after}");
-    assert!(before.iter().all(|message| message["id"] != 1), "no answer to a cancelled request: {before:?}");
-    // It was stopped by the cancellation, well before its one-minute deadline, and its write
+    assert!(
+        before.iter().all(|message| ![1, 4, 5].contains(&message["id"].as_u64().unwrap_or(0))),
+        "no answer to a cancelled request: {before:?}"
+    );
+    // Each was stopped by the cancellation, well before its one-minute deadline, and its write
     // rolled back.
-    let record = spun_record(temp.path());
-    assert!(record.to_string().contains("cancelled by the client"), "{record}");
-    assert!(!spun.exists(), "the stopped call's write was rolled back");
+    for record in spun_records(temp.path(), 3) {
+        assert!(record.to_string().contains("cancelled by the client"), "{record}");
+    }
+    for path in ["spun.txt", "spun-4.txt", "spun-5.txt"] {
+        assert!(!temp.path().join("workspace").join(path).exists(), "the stopped call's write was rolled back");
+    }
+    assert!(!spun.exists());
     let (after, _) = {
         client.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}));
         client.answer(&json!(3))
