@@ -62,6 +62,9 @@ pub(crate) fn new_engine() -> Result<Engine, Error> {
         // Deadlines: every store gets an epoch deadline; a ticker thread advances the epoch.
         .epoch_interruption(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    if std::env::var_os("TOOLCELL_PERFMAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     Engine::new(&config).map_err(|error| Error::Engine { reason: describe(&error) })
 }
 

@@ -9,7 +9,10 @@
 //! - first start: a fresh process answering `initialize` and then its first `read_file`, with
 //!   an empty compile cache and with a warm one, against the peer's start;
 //! - peak RSS (`VmHWM`) of each server after those calls (6,000 and more), toolcell's against
-//!   the peer's.
+//!   the peer's;
+//! - throughput of one server process: `read_file` calls per second with 1, 2 and 4 requests
+//!   in flight on one stdio connection (a client that sends the next as each is answered),
+//!   toolcell's against the peer's.
 //!
 //! The peer is found through `TOOLCELL_PEER_MCP_SERVER` (its `dist/index.js`); without it the
 //! peer's rows are left out, unless `TOOLCELL_REQUIRE_PEER=1` (set by `.ci/run` and
@@ -263,6 +266,20 @@ fn main() {
         start_rows.push(("MCP filesystem server", runs));
     }
 
+    // Throughput: one fresh process of each, `read_file` with N requests in flight.
+    let throughput_calls = if benchmarking { 3_000 } else { 20 };
+    let mut throughput_rows: Vec<(usize, f64, Option<f64>)> = Vec::new();
+    for in_flight in [1, 2, 4] {
+        let state = temp.path().join(format!("throughput-state-{in_flight}"));
+        let ours =
+            throughput(&mut toolcell_command(&cache, &state, &start_workspace, None), "read_file", "read.txt", in_flight, throughput_calls);
+        let theirs = peer.as_ref().map(|script| {
+            let path = format!("{}/read.txt", start_workspace.display());
+            throughput(&mut peer_command(script, &start_workspace), "read_text_file", &path, in_flight, throughput_calls)
+        });
+        throughput_rows.push((in_flight, ours, theirs));
+    }
+
     let mut out = std::io::stderr().lock();
     let _ = writeln!(out, "MCP over stdio, 4 KiB files, {iterations} interleaved rounds; p50 / p99 in µs");
     let _ = writeln!(out, "{:<24} {:>17} {:>17} {:>17} {:>17}", "", "read_file", "write_file", "edit_file", "list 100");
@@ -280,6 +297,62 @@ fn main() {
     drop(out);
     report_ratios(&names, &p50s, &start_rows);
     report_peaks(&peaks, 4 * (warmup + iterations) + 2);
+    let mut out = std::io::stderr().lock();
+    let _ = writeln!(out, "throughput of one process, read_file calls/s ({throughput_calls} calls)");
+    for (in_flight, ours, theirs) in throughput_rows {
+        let peer = theirs
+            .map_or_else(String::new, |theirs| format!("   MCP filesystem server {theirs:>7.0}   toolcell / peer {:.2}x", ours / theirs));
+        let _ = writeln!(out, "{in_flight} in flight: toolcell {ours:>7.0}{peer}");
+    }
+}
+
+/// Calls per second of a fresh server process answering `calls` calls of `tool` on `path`,
+/// `in_flight` at a time on its one stdio connection (the client sends the next request as
+/// each answer comes).
+fn throughput(command: &mut Command, tool: &str, path: &str, in_flight: usize, calls: usize) -> f64 {
+    use std::io::BufRead as _;
+    let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start the server");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let mut send = |message: Value| {
+        let mut text = message.to_string();
+        text.push('\n');
+        stdin.write_all(text.as_bytes()).expect("write a request");
+    };
+    let mut answer = |line: &mut String| {
+        line.clear();
+        stdout.read_line(line).expect("read an answer");
+        let message: Value = serde_json::from_str(line).expect("an answer is JSON");
+        assert!(message.get("result").is_some_and(|result| result["isError"] != true), "{message}");
+    };
+    send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}));
+    answer(&mut line);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let request =
+        |id: usize| json!({"jsonrpc": "2.0", "id": id + 1, "method": "tools/call", "params": {"name": tool, "arguments": {"path": path}}});
+    // A warm-up call, then the measured ones.
+    send(request(calls));
+    answer(&mut line);
+    let started = Instant::now();
+    let mut sent = 0;
+    while sent < in_flight.min(calls) {
+        send(request(sent));
+        sent += 1;
+    }
+    for _ in 0..calls {
+        answer(&mut line);
+        if sent < calls {
+            send(request(sent));
+            sent += 1;
+        }
+    }
+    let rate = calls as f64 / started.elapsed().as_secs_f64();
+    drop(send);
+    drop(stdin);
+    let _ = child.wait();
+    rate
 }
 
 /// The peak resident set of process `pid` so far, in KiB (`VmHWM`).
