@@ -349,7 +349,6 @@ fn throughput(command: &mut Command, tool: &str, path: &str, in_flight: usize, c
         }
     }
     let rate = calls as f64 / started.elapsed().as_secs_f64();
-    drop(send);
     drop(stdin);
     let _ = child.wait();
     rate
