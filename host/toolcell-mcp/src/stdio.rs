@@ -21,7 +21,7 @@
 //! and the server returns once they have.
 
 use std::collections::HashMap;
-use std::io::{BufRead as _, Write as _};
+use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -212,10 +212,11 @@ impl Reader {
         let mut input = stdin.lock();
         let mut line = Vec::new();
         loop {
-            line.clear();
-            match input.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+            match read_line(&mut input, &mut line) {
+                Line::Whole => {}
+                // rmcp drops a line this long too (and logs it).
+                Line::TooLong => continue,
+                Line::End => break,
             }
             if let Some((request, session)) = self.direct(&line) {
                 self.start(request, session);
@@ -300,6 +301,52 @@ impl Reader {
     }
 }
 
+/// The longest message line read, as rmcp's stdio transport bounds it: a longer one is dropped.
+const MAX_LINE_BYTES: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
+
+/// What [`read_line`] read.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// A whole line, ending with `\n`.
+    Whole,
+    /// A line over [`MAX_LINE_BYTES`], skipped to its end without being kept.
+    TooLong,
+    /// The end of input (a last line without `\n` is no message, as for rmcp) or a read error.
+    End,
+}
+
+/// Read the next line of `input` into `line` (cleared first), never holding more than
+/// [`MAX_LINE_BYTES`] of it.
+fn read_line(input: &mut impl std::io::BufRead, line: &mut Vec<u8>) -> Line {
+    line.clear();
+    let mut too_long = false;
+    loop {
+        let (taken, ended) = {
+            let available = match input.fill_buf() {
+                Ok(available) => available,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return Line::End,
+            };
+            if available.is_empty() {
+                return Line::End;
+            }
+            let newline = available.iter().position(|byte| *byte == b'\n');
+            let taken = newline.map_or(available.len(), |at| at + 1);
+            if too_long || line.len().saturating_add(taken) > MAX_LINE_BYTES {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(&available[..taken]);
+            }
+            (taken, newline.is_some())
+        };
+        input.consume(taken);
+        if ended {
+            return if too_long { Line::TooLong } else { Line::Whole };
+        }
+    }
+}
+
 /// A request id as the registry keys it (the number 7 and the string "7" are two ids).
 fn id_key(id: &RequestId) -> String {
     serde_json::to_string(id).unwrap_or_default()
@@ -380,5 +427,26 @@ impl Drop for Entry {
     fn drop(&mut self) {
         self.0.running().calls.remove(&self.1);
         self.0.ended.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_whole_bounded_and_a_last_one_without_its_newline_is_no_message() {
+        let mut text = b"{\"a\":1}\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', 3 * MAX_LINE_BYTES));
+        text.extend(b"\n{\"b\":2}\n{\"c\"");
+        let mut input = std::io::BufReader::with_capacity(4096, text.as_slice());
+        let mut line = Vec::new();
+        assert_eq!(read_line(&mut input, &mut line), Line::Whole);
+        assert_eq!(line, b"{\"a\":1}\n");
+        assert_eq!(read_line(&mut input, &mut line), Line::TooLong);
+        assert!(line.capacity() <= 2 * MAX_LINE_BYTES, "the long line was never held whole");
+        assert_eq!(read_line(&mut input, &mut line), Line::Whole);
+        assert_eq!(line, b"{\"b\":2}\n");
+        assert_eq!(read_line(&mut input, &mut line), Line::End);
     }
 }
