@@ -27,7 +27,9 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt as _;
-use rmcp::model::{JsonObject, RequestId, ServerJsonRpcMessage, ServerResult};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonObject, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
+};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
@@ -50,13 +52,17 @@ pub(crate) async fn serve(server: McpServer) -> Result<(), ServeError> {
     let (our_read, mut our_write) = tokio::io::split(ours);
     let calls = Arc::new(Calls::default());
     let handshake = Arc::new(Handshake::default());
-    // Whole lines for rmcp, in the order they came (bounded: a client that outruns rmcp waits).
-    let (lines, mut to_rmcp) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+    // Whole lines for rmcp, in the order they came. Bounded, as a line may be 16 MiB: a client
+    // that outruns rmcp waits, and no more than a few lines are held at once.
+    let (lines, mut to_rmcp) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
+    // stdout gone: rmcp stops too, as it did when it wrote to stdout itself, and no call starts.
+    let stopped = CancellationToken::new();
     let reader = Reader {
         sessions,
         calls: Arc::clone(&calls),
         handshake: Arc::clone(&handshake),
         runtime: tokio::runtime::Handle::current(),
+        stopped: stopped.clone(),
         lines,
         state: State::default(),
     };
@@ -73,9 +79,8 @@ pub(crate) async fn serve(server: McpServer) -> Result<(), ServeError> {
         // stdin ended: so does rmcp's input.
         let _ = our_write.shutdown().await;
     });
-    // stdout gone: rmcp stops too, as it did when it wrote to stdout itself.
-    let stopped = CancellationToken::new();
     let stop = stopped.clone();
+    let pump_calls = Arc::clone(&calls);
     let pump = tokio::spawn(async move {
         let mut from_rmcp = tokio::io::BufReader::new(our_read);
         let mut line = Vec::new();
@@ -84,6 +89,7 @@ pub(crate) async fn serve(server: McpServer) -> Result<(), ServeError> {
             match from_rmcp.read_until(b'\n', &mut line).await {
                 Ok(0) | Err(_) => break,
                 Ok(_) if write_line(&line).is_err() => {
+                    pump_calls.close();
                     stop.cancel();
                     break;
                 }
@@ -170,6 +176,8 @@ struct Reader {
     calls: Arc<Calls>,
     handshake: Arc<Handshake>,
     runtime: tokio::runtime::Handle,
+    /// Cancelled when stdout is gone.
+    stopped: CancellationToken,
     lines: tokio::sync::mpsc::Sender<Vec<u8>>,
     state: State,
 }
@@ -191,21 +199,6 @@ struct Params {
     arguments: Option<JsonObject>,
 }
 
-/// What the reader looks at in a message it hands to rmcp.
-#[derive(serde::Deserialize)]
-struct Peek<'a> {
-    id: Option<RequestId>,
-    #[serde(borrow)]
-    method: Option<std::borrow::Cow<'a, str>>,
-    params: Option<PeekParams>,
-}
-
-#[derive(serde::Deserialize)]
-struct PeekParams {
-    #[serde(rename = "requestId")]
-    request_id: Option<RequestId>,
-}
-
 impl Reader {
     fn run(mut self) {
         let stdin = std::io::stdin();
@@ -214,8 +207,11 @@ impl Reader {
         loop {
             match read_line(&mut input, &mut line) {
                 Line::Whole => {}
-                // rmcp drops a line this long too (and logs it).
-                Line::TooLong => continue,
+                // As rmcp drops (and logs) a line this long.
+                Line::TooLong => {
+                    tracing::error!(max_line_length = MAX_LINE_BYTES, "Incoming message exceeded the maximum line length, discarding it");
+                    continue;
+                }
                 Line::End => break,
             }
             if let Some((request, session)) = self.direct(&line) {
@@ -247,25 +243,33 @@ impl Reader {
         Some((request, session))
     }
 
-    /// Note what `line` (for rmcp) changes for this path.
+    /// Note what `line` (for rmcp) changes for this path, reading it as rmcp does (a leading
+    /// byte-order mark is skipped, and a message rmcp cannot read changes nothing).
     fn observe(&mut self, line: &[u8]) {
+        let line = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(line);
         if line.iter().find(|byte| !byte.is_ascii_whitespace()) == Some(&b'[') {
             self.state.through_rmcp = true;
             return;
         }
-        let Ok(peek) = serde_json::from_slice::<Peek>(line) else { return };
-        match peek.method.as_deref() {
-            Some("initialize") => {
-                self.state.initializing = true;
-                *self.handshake.request.lock().unwrap_or_else(PoisonError::into_inner) = peek.id.as_ref().map(id_key);
-            }
-            Some("notifications/initialized") if self.state.initializing => self.state.initialized = true,
-            Some("logging/setLevel") => self.state.through_rmcp = true,
-            Some("notifications/cancelled") => {
-                if let Some(id) = peek.params.and_then(|params| params.request_id) {
-                    self.calls.cancel(&id_key(&id));
+        let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(line) else { return };
+        match message {
+            JsonRpcMessage::Request(request) => match request.request {
+                ClientRequest::InitializeRequest(_) => {
+                    self.state.initializing = true;
+                    *self.handshake.request.lock().unwrap_or_else(PoisonError::into_inner) = Some(id_key(&request.id));
                 }
-            }
+                ClientRequest::SetLevelRequest(_) => self.state.through_rmcp = true,
+                _ => {}
+            },
+            JsonRpcMessage::Notification(notification) => match notification.notification {
+                ClientNotification::InitializedNotification(_) if self.state.initializing => self.state.initialized = true,
+                ClientNotification::CancelledNotification(cancelled) => {
+                    if let Some(id) = cancelled.params.request_id {
+                        self.calls.cancel(&id_key(&id));
+                    }
+                }
+                _ => {}
+            },
             _ => {}
         }
     }
@@ -275,6 +279,7 @@ impl Reader {
         let Request { id, params, .. } = request;
         let cancel = Arc::new(AtomicBool::new(false));
         let Some(entry) = self.calls.enter(id_key(&id), Arc::clone(&cancel)) else { return };
+        let (calls, stopped) = (Arc::clone(&self.calls), self.stopped.clone());
         self.runtime.spawn_blocking(move || {
             let _entry = entry;
             let name = params.name;
@@ -291,7 +296,11 @@ impl Reader {
                 result.strip_non_object_output_for_legacy_peer();
                 if let Ok(mut text) = serde_json::to_vec(&ServerJsonRpcMessage::response(result, id)) {
                     text.push(b'\n');
-                    let _ = write_line(&text);
+                    if write_line(&text).is_err() {
+                        // stdout is gone: no call starts any more, and rmcp stops.
+                        calls.close();
+                        stopped.cancel();
+                    }
                 }
             }
             if let Some(said) = said {
@@ -366,8 +375,8 @@ struct Running {
     /// two calls under one id; a cancellation of the id reaches both).
     calls: HashMap<u64, (String, Arc<AtomicBool>)>,
     next: u64,
-    /// stdin ended: no call starts any more.
-    closed: bool,
+    /// When stdin ended (or stdout went): no call starts any more.
+    closed: Option<Instant>,
 }
 
 impl Calls {
@@ -378,7 +387,7 @@ impl Calls {
     /// Register a call of request `id`, unless stdin has ended.
     fn enter(self: &Arc<Self>, id: String, cancel: Arc<AtomicBool>) -> Option<Entry> {
         let mut running = self.running();
-        if running.closed {
+        if running.closed.is_some() {
             return None;
         }
         let number = running.next;
@@ -397,15 +406,15 @@ impl Calls {
     }
 
     fn close(&self) {
-        self.running().closed = true;
+        self.running().closed.get_or_insert_with(Instant::now);
     }
 
-    /// Once no call can start, wait up to `drain` for the calls in flight; stop those still
-    /// running then, and wait until they have ended (rolled back).
+    /// Once no call can start, wait until `drain` after stdin ended for the calls in flight
+    /// (rmcp drains its own meanwhile); stop those still running then, and wait until they
+    /// have ended (rolled back).
     fn close_and_wait(&self, drain: Duration) {
-        let deadline = Instant::now() + drain;
         let mut running = self.running();
-        running.closed = true;
+        let deadline = *running.closed.get_or_insert_with(Instant::now) + drain;
         while !running.calls.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

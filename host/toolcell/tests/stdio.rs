@@ -54,6 +54,12 @@ impl Raw {
         writeln!(stdin, "{message}").expect("write to toolcell mcp");
     }
 
+    /// Send `message` behind a UTF-8 byte-order mark (which JSON readers may skip, and rmcp does).
+    fn send_with_bom(&mut self, message: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "\u{feff}{message}").expect("write to toolcell mcp");
+    }
+
     fn next(&self) -> Value {
         self.lines.recv_timeout(Duration::from_secs(60)).expect("a message from toolcell mcp within a minute")
     }
@@ -180,7 +186,9 @@ fn once_the_client_asks_for_log_messages_a_refusal_is_logged_before_the_answer()
     let (answer, before) = client.answer(&json!(1));
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     assert!(before.is_empty(), "no log messages before the client asks for them: {before:?}");
-    client.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "debug"}}));
+    // As rmcp reads it: behind a byte-order mark, with a field it does not know.
+    client
+        .send_with_bom(&json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "debug", "requestId": true}}));
     client.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": denied}));
     let (answer, before) = client.answer(&json!(3));
     assert_eq!(answer["result"]["isError"], true, "{answer}");
@@ -253,11 +261,25 @@ fn plain_calls_the_client_cancels_are_stopped_rolled_back_and_not_answered() {
     }
     let spun = temp.path().join("workspace/spun.txt");
     let_it_spin();
-    for id in [1, 4, 5] {
+    // A cancellation sent as a request is no cancellation (rmcp answers it with an error).
+    client.send(&json!({"jsonrpc": "2.0", "id": 90, "method": "notifications/cancelled", "params": {"requestId": 1}}));
+    let (refused, _) = client.answer(&json!(90));
+    assert!(refused.get("error").is_some(), "{refused}");
+    std::thread::sleep(Duration::from_secs(1));
+    let trail = std::fs::read_to_string(temp.path().join("state/audit.jsonl")).unwrap_or_default();
+    let ended = trail
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|record| record["kind"] == "call" && record["tool"] == "misbehave")
+        .count();
+    assert_eq!(ended, 0, "no call was stopped by it");
+    for id in [1, 4] {
         client.send(
             &json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "changed my mind"}}),
         );
     }
+    // As rmcp reads it: behind a byte-order mark.
+    client.send_with_bom(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}));
     // The next call is answered, and nothing for the cancelled one comes before it.
     client.send(
         &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}),
@@ -336,4 +358,49 @@ fn no_call_runs_when_the_handshake_fails() {
         assert_ne!(message["id"], 1, "no answer to a call without a handshake: {message}");
     }
     assert!(!temp.path().join("workspace/made.txt").exists(), "no call ran");
+}
+
+#[test]
+fn a_client_that_closes_stdout_stops_the_server_and_its_calls() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    fixture(temp.path());
+    let workspace = temp.path().join("workspace");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .arg("--cache-dir")
+        .arg(toolcell_tests::shared_cache_dir())
+        .arg("--state-dir")
+        .arg(temp.path().join("state"))
+        .args(["mcp", "--role", "impl", "--workspace"])
+        .arg(&workspace)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start toolcell mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}});
+    writeln!(stdin, "{initialize}").expect("write");
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("the answer to initialize");
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).expect("write");
+    // The client stops reading: its end of stdout is closed.
+    drop(stdout);
+    for id in 1..=20 {
+        let write = json!({"name": "write_file", "arguments": {"path": format!("made-{id}.txt"), "content": "x\n"}});
+        if writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": write})).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The first answer it could not write stopped it: it exits (with stdin still open), and the
+    // calls after that one did not run.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "toolcell mcp went on after its stdout was closed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let made = (1..=20).filter(|id| workspace.join(format!("made-{id}.txt")).exists()).count();
+    assert!(made <= 2, "{made} calls ran after stdout was gone");
 }
