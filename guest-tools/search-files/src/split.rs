@@ -118,8 +118,9 @@ fn walk_order(left: &str, right: &str) -> std::cmp::Ordering {
 }
 
 /// What one part of a split scan found: the files with a match among its share, and what it
-/// searched and skipped. A part stops once it holds more matching files than the page can
-/// show: every file up to the one where the first part stopped is then known.
+/// searched and skipped. A part stops once the parts together hold more matching files than
+/// the page can show ([`Board`]), or it alone does: every file up to where the first part
+/// stopped is then known, and that many are among them.
 #[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Part {
     files: Vec<String>,
@@ -137,11 +138,87 @@ pub(crate) struct Part {
     unreadable_own: u64,
     /// The fingerprints of the listings it dealt from.
     listings: Vec<u64>,
+    #[serde(skip)]
+    board: Board,
+}
+
+/// What the parts of a split scan tell one another (`context.shard-progress`), so that they
+/// stop once together they have filled the page.
+///
+/// After each file with a match, a part posts how many it has found and the last of them: all
+/// are at or before it in walk order, since a part searches its share in walk order. Once the
+/// posted counts add up to more than the page, the page is full by the furthest of those files
+/// (the stop line): every part then searches its share up to the line and stops there, so that
+/// every file up to the line is known, and more than a page of them match.
+#[derive(Default)]
+struct Board {
+    /// The stop line, once the parts have filled the page together.
+    line: Option<String>,
+    /// Files searched since the part last read the board.
+    since_read: u32,
+}
+
+/// A part that finds no match reads the board after this many files: the others may have
+/// filled the page.
+const READ_EVERY: u32 = 64;
+
+impl Board {
+    /// Post `matches` found up to `last` (the last of them) and read the other parts' posts:
+    /// the stop line, if they now add up to more than `enough`.
+    fn exchange(&mut self, matches: usize, last: Option<&str>, enough: u64) {
+        self.since_read = 0;
+        let mut post = Vec::new();
+        if let Some(last) = last {
+            post.extend_from_slice(&(matches as u64).to_le_bytes());
+            post.extend_from_slice(last.as_bytes());
+        }
+        let posts = toolcell_sdk::shard_progress(&post);
+        let mut total: u64 = 0;
+        let mut furthest: Option<&str> = None;
+        for post in &posts {
+            let Some((count, path)) = post.split_first_chunk::<8>() else {
+                continue;
+            };
+            let Ok(path) = std::str::from_utf8(path) else {
+                continue;
+            };
+            total = total.saturating_add(u64::from_le_bytes(*count));
+            if furthest.is_none_or(|furthest| walk_order(furthest, path).is_lt()) {
+                furthest = Some(path);
+            }
+        }
+        if total > enough {
+            self.line = furthest.map(str::to_owned);
+        }
+    }
 }
 
 impl Part {
     /// Search one file of the share: only whether it has a match.
     pub(crate) fn file(&mut self, search: &mut Search, path: &WorkspacePath) -> ControlFlow<()> {
+        // Past the stop line: every file of the share up to it is searched.
+        if let Some(line) = self.board.line.as_deref()
+            && walk_order(path.as_str(), line).is_gt()
+        {
+            self.stopped_at = Some(line.to_owned());
+            return ControlFlow::Break(());
+        }
+        let found = self.files.len();
+        let flow = self.search(search, path);
+        self.board.since_read += 1;
+        if self.board.line.is_none() && (self.files.len() > found || self.board.since_read >= READ_EVERY) {
+            let last = self.files.last().map(String::as_str);
+            self.board.exchange(self.files.len(), last, search.offset.saturating_add(search.max_results));
+            // The page may be full at this very file.
+            if flow.is_continue() && self.board.line.as_deref().is_some_and(|line| walk_order(path.as_str(), line).is_ge()) {
+                self.stopped_at = Some(path.as_str().to_owned());
+                return ControlFlow::Break(());
+            }
+        }
+        flow
+    }
+
+    fn search(&mut self, search: &mut Search, path: &WorkspacePath) -> ControlFlow<()> {
         let Some(bytes) = searchable(path, &mut self.files_searched, &mut self.skipped_binary, &mut self.skipped_large) else {
             return ControlFlow::Continue(());
         };
