@@ -1,6 +1,7 @@
 //! `search_files`: regular-expression search over the workspace's text files.
 
 mod ignore_files;
+mod literal;
 mod matching;
 mod split;
 
@@ -445,7 +446,22 @@ mod tests {
             "a b\na\nb\nab\n",
             "word\n word \nwords\n",
         ];
-        let queries = ["needle", "^needle$", "^$", "x*", "a\\sb", "a[^x]b", "^\\s*$", "\\bword\\b", "e\\r?$", "(?i)NEEDLE", "fn|hello"];
+        let queries = [
+            "needle",
+            "^needle$",
+            "eedle\\r?$",
+            "^needle x",
+            "ord\\b",
+            "^$",
+            "x*",
+            "a\\sb",
+            "a[^x]b",
+            "^\\s*$",
+            "\\bword\\b",
+            "e\\r?$",
+            "(?i)NEEDLE",
+            "fn|hello",
+        ];
         for query in queries {
             let matcher = Matcher::compile(query, false, false).expect("valid query");
             let Matcher::Lines { line, .. } = &matcher else { panic!("line matching") };
