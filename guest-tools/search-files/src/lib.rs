@@ -248,7 +248,7 @@ impl Tool for SearchFiles {
                 let shard = toolcell_sdk::shard().map(|(index, count)| (index as usize, count.max(1) as usize));
                 let (first, step) = shard.unwrap_or((0, 1));
                 let splits = shard.is_none() && candidates.len() > SPLIT_CANDIDATES;
-                let mut part = Part::default();
+                let mut part = Part::new(first);
                 for candidate in candidates.iter().skip(first).step_by(step) {
                     let Ok(path) = WorkspacePath::parse(candidate) else {
                         continue;
@@ -277,7 +277,7 @@ impl Tool for SearchFiles {
                 let shard = toolcell_sdk::shard();
                 let mut share = shard.map(Share::new);
                 let is_part = share.is_some();
-                let mut part = Part::default();
+                let mut part = Part::new(shard.map_or(0, |(index, _)| index as usize));
                 let mut split = false;
                 let summary = walk::walk_filtered(
                     &root,
