@@ -82,6 +82,9 @@ impl Random {
     }
 }
 
+/// Planted in two files of every five, as `// gamma N delta`: a regex over it (`gamma.*delta`)
+/// fills a page of 10,000 files long before a tree of 50,000 ends.
+pub const GAMMA_DELTA: &str = "gamma.*delta";
 /// A word in one file of every 1,000.
 pub const LITERAL: &str = "zebra_quartz_needle";
 /// Spelled `QuartzHeron` in one file of every 2,000 and `quartzheron` in another.
@@ -95,7 +98,8 @@ const WORDS: [&str; 24] = [
 /// The tree the benchmark searches: `files` source-like files of 10 to 80 lines, 100 to a
 /// directory two levels deep, from a fixed seed (the same tree every run). Planted: [`LITERAL`]
 /// in one file of every 1,000, `fn needle_handler_N` in one of every 500, [`MIXED_CASE`] in two
-/// spellings, and identifiers of the shape `abc_123456` (no literal) in one of every 700. Run
+/// spellings, and identifiers of the shape `abc_123456` (no literal) in one of every 700, and `// gamma N delta` in two of every five
+/// ([`GAMMA_DELTA`]). Run
 /// `cargo bench -p toolcell --bench index -- --generate DIR FILES` to write one and stop.
 ///
 /// # Panics
@@ -112,6 +116,9 @@ pub fn generate_tree(root: &Path, files: usize) {
         for _ in 0..10 + random.below(70) {
             let words: Vec<&str> = (0..3 + random.below(8)).map(|_| WORDS[random.below(WORDS.len())]).collect();
             text.push_str(&format!("    {} = {}({});\n", words[0], words[1], words[2..].join(", ")));
+        }
+        if index % 5 < 2 {
+            text.push_str(&format!("    // gamma {index} delta\n"));
         }
         if index % 1000 == 7 {
             text.push_str(&format!("    // {LITERAL}\n"));

@@ -331,6 +331,13 @@ pub fn shard_results() -> Option<Vec<Result<Output, ToolError>>> {
     })
 }
 
+/// In a part of a split call: post this part's `progress` (at most 4 KiB) and read every
+/// part's latest, in part order (empty for a part that posted none yet); see
+/// `context.shard-progress` in `wit/tool.wit`. Outside a part: an empty list.
+pub fn shard_progress(progress: &[u8]) -> Vec<Vec<u8>> {
+    context::shard_progress(progress)
+}
+
 /// What this tool kept under `key` with [`remember`] earlier in the session, if the host still
 /// holds it: a hint to check before relying on it, never a fact about the workspace.
 pub fn recall(key: &str) -> Option<Vec<u8>> {

@@ -1,6 +1,7 @@
 //! `search_files`: regular-expression search over the workspace's text files.
 
 mod ignore_files;
+mod literal;
 mod matching;
 mod split;
 
@@ -247,7 +248,7 @@ impl Tool for SearchFiles {
                 let shard = toolcell_sdk::shard().map(|(index, count)| (index as usize, count.max(1) as usize));
                 let (first, step) = shard.unwrap_or((0, 1));
                 let splits = shard.is_none() && candidates.len() > SPLIT_CANDIDATES;
-                let mut part = Part::default();
+                let mut part = Part::new(first);
                 for candidate in candidates.iter().skip(first).step_by(step) {
                     let Ok(path) = WorkspacePath::parse(candidate) else {
                         continue;
@@ -276,7 +277,7 @@ impl Tool for SearchFiles {
                 let shard = toolcell_sdk::shard();
                 let mut share = shard.map(Share::new);
                 let is_part = share.is_some();
-                let mut part = Part::default();
+                let mut part = Part::new(shard.map_or(0, |(index, _)| index as usize));
                 let mut split = false;
                 let summary = walk::walk_filtered(
                     &root,
@@ -445,7 +446,22 @@ mod tests {
             "a b\na\nb\nab\n",
             "word\n word \nwords\n",
         ];
-        let queries = ["needle", "^needle$", "^$", "x*", "a\\sb", "a[^x]b", "^\\s*$", "\\bword\\b", "e\\r?$", "(?i)NEEDLE", "fn|hello"];
+        let queries = [
+            "needle",
+            "^needle$",
+            "eedle\\r?$",
+            "^needle x",
+            "ord\\b",
+            "^$",
+            "x*",
+            "a\\sb",
+            "a[^x]b",
+            "^\\s*$",
+            "\\bword\\b",
+            "e\\r?$",
+            "(?i)NEEDLE",
+            "fn|hello",
+        ];
         for query in queries {
             let matcher = Matcher::compile(query, false, false).expect("valid query");
             let Matcher::Lines { line, .. } = &matcher else { panic!("line matching") };

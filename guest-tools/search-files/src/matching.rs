@@ -8,7 +8,8 @@ pub(crate) enum Matcher {
     /// Each line on its own (`^` and `$` are the line's ends), and, when it can stand in for
     /// it, a regex matching the whole file at once: a file it does not match has no matching
     /// line.
-    Lines { line: regex::bytes::Regex, file: Option<regex::bytes::Regex> },
+    /// `literal`, when known, is held by every match: only lines holding it are matched.
+    Lines { line: regex::bytes::Regex, file: Option<regex::bytes::Regex>, literal: Option<memchr::memmem::Finder<'static>> },
     /// Over the whole file: a match may span lines.
     Multiline(regex::bytes::Regex),
 }
@@ -45,13 +46,13 @@ impl Matcher {
                 !looks.contains(regex_syntax::hir::Look::Start) && !looks.contains(regex_syntax::hir::Look::End)
             });
         let file = if whole_file_is_sound { Some(build(true)?) } else { None };
-        Ok(Matcher::Lines { line, file })
+        Ok(Matcher::Lines { line, file, literal: crate::literal::required(query, case_insensitive) })
     }
 
     /// Whether `bytes` (a whole file) has a match.
     pub(crate) fn has_match(&self, bytes: &[u8]) -> bool {
         match self {
-            Matcher::Lines { line, file } => matching_lines(line, file.as_ref(), bytes).next().is_some(),
+            Matcher::Lines { line, file, literal } => matching_lines(line, file.as_ref(), literal.as_ref(), bytes).next().is_some(),
             Matcher::Multiline(regex) => regex.is_match(bytes),
         }
     }
@@ -59,7 +60,7 @@ impl Matcher {
     /// How many matches `bytes` has: matching lines, or matches when they may span lines.
     pub(crate) fn count(&self, bytes: &[u8]) -> usize {
         match self {
-            Matcher::Lines { line, file } => matching_lines(line, file.as_ref(), bytes).count(),
+            Matcher::Lines { line, file, literal } => matching_lines(line, file.as_ref(), literal.as_ref(), bytes).count(),
             Matcher::Multiline(regex) => regex.find_iter(bytes).count(),
         }
     }
@@ -68,7 +69,9 @@ impl Matcher {
     /// included, in order and not overlapping (matches sharing a line are one range).
     pub(crate) fn hits(&self, bytes: &[u8], lines: &[&[u8]]) -> Vec<(usize, usize)> {
         match self {
-            Matcher::Lines { line, file } => matching_lines(line, file.as_ref(), bytes).map(|index| (index, index)).collect(),
+            Matcher::Lines { line, file, literal } => {
+                matching_lines(line, file.as_ref(), literal.as_ref(), bytes).map(|index| (index, index)).collect()
+            }
             Matcher::Multiline(regex) => {
                 let starts = line_starts(bytes);
                 let line_of = |offset: usize| starts.partition_point(|&start| start <= offset).saturating_sub(1);
@@ -95,26 +98,30 @@ impl Matcher {
 /// With `file` (the query over the whole text, which matches wherever a line does), the
 /// buffer is searched at once, as ripgrep does: `file` finds the next candidate with its
 /// literal prefilter, only the line around it is matched on its own, and the lines between
-/// are never looked at one by one. Without it, each line is matched.
+/// are never looked at one by one. With `literal` (held by every match), it is what is looked
+/// for instead, with `memmem`, as ripgrep does. Without either, each line is matched.
 fn matching_lines<'a>(
     line: &'a regex::bytes::Regex,
     file: Option<&'a regex::bytes::Regex>,
+    literal: Option<&'a memchr::memmem::Finder<'static>>,
     bytes: &'a [u8],
 ) -> impl Iterator<Item = usize> + 'a {
-    let mut each_line = file.is_none().then(|| text::byte_lines(bytes).enumerate());
+    let mut each_line = (file.is_none() && literal.is_none()).then(|| text::byte_lines(bytes).enumerate());
     // Where the search goes on, and the number of the line starting at `counted_to`.
     let (mut from, mut counted_to, mut number) = (0, 0, 0);
     std::iter::from_fn(move || {
         if let Some(lines) = each_line.as_mut() {
             return lines.find(|(_, text)| line.is_match(text)).map(|(index, _)| index);
         }
-        let file = file?;
         loop {
             // A text ending with a newline has no line after it.
             if from >= bytes.len() {
                 return None;
             }
-            let found = file.find_at(bytes, from)?.start();
+            let found = match literal {
+                Some(literal) => from + literal.find(&bytes[from..])?,
+                None => file?.find_at(bytes, from)?.start(),
+            };
             if found == bytes.len() && bytes.last() == Some(&b'\n') {
                 return None;
             }

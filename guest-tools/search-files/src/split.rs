@@ -118,8 +118,9 @@ fn walk_order(left: &str, right: &str) -> std::cmp::Ordering {
 }
 
 /// What one part of a split scan found: the files with a match among its share, and what it
-/// searched and skipped. A part stops once it holds more matching files than the page can
-/// show: every file up to the one where the first part stopped is then known.
+/// searched and skipped. A part stops once the parts together hold more matching files than
+/// the page can show ([`Board`]), or it alone does: every file up to where the first part
+/// stopped is then known, and that many are among them.
 #[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Part {
     files: Vec<String>,
@@ -137,11 +138,159 @@ pub(crate) struct Part {
     unreadable_own: u64,
     /// The fingerprints of the listings it dealt from.
     listings: Vec<u64>,
+    /// Which part this is.
+    #[serde(skip)]
+    index: usize,
+    #[serde(skip)]
+    board: Board,
+}
+
+/// What the parts of a split scan tell one another (`context.shard-progress`), so that they
+/// stop once together they have filled the page.
+///
+/// After each file with a match, a part posts checkpoints: how many it had found by a file
+/// with a match, for every so many of them and for its last. All those matches are at or
+/// before that file in walk order, since a part searches its share in walk order. Once the
+/// posted counts add up to more than the page, the stop line is the first checkpoint by which
+/// they already do: every part then searches its share up to the line and stops there, so that
+/// every file up to the line is known, and more than a page of them match.
+#[derive(Default)]
+struct Board {
+    /// The stop line, once the parts have filled the page together.
+    line: Option<String>,
+    /// Files searched since the part last read the board.
+    since_read: u32,
+    /// This part's checkpoints, every `step`-th match: (matches so far, the file).
+    checkpoints: Vec<(u64, String)>,
+    step: u64,
+}
+
+/// A part that finds no match reads the board after this many files: the others may have
+/// filled the page.
+const READ_EVERY: u32 = 64;
+/// Checkpoints kept before every other one is dropped (and the step doubled).
+const MOST_CHECKPOINTS: usize = 64;
+/// What the host keeps of one post.
+const MOST_POST_BYTES: usize = 4 * 1024;
+
+/// A post: each checkpoint as its count (8 bytes), its path's length (4) and the path.
+fn encode(checkpoints: &[(u64, String)], last: Option<(u64, &str)>) -> Vec<u8> {
+    let mut post = Vec::new();
+    for (count, path) in checkpoints.iter().map(|(count, path)| (*count, path.as_str())).chain(last) {
+        post.extend_from_slice(&count.to_le_bytes());
+        post.extend_from_slice(&(path.len() as u32).to_le_bytes());
+        post.extend_from_slice(path.as_bytes());
+    }
+    post
+}
+
+/// A post's checkpoints, in the order posted; an unreadable one ends it.
+fn decode(mut post: &[u8]) -> Vec<(u64, &str)> {
+    let mut checkpoints = Vec::new();
+    while let Some((count, rest)) = post.split_first_chunk::<8>()
+        && let Some((length, rest)) = rest.split_first_chunk::<4>()
+        && let Some(path) = rest.get(..u32::from_le_bytes(*length) as usize)
+        && let Ok(path) = std::str::from_utf8(path)
+    {
+        checkpoints.push((u64::from_le_bytes(*count), path));
+        post = &rest[path.len()..];
+    }
+    checkpoints
+}
+
+impl Board {
+    /// Note this part's `matches`-th match, `path`.
+    fn matched(&mut self, matches: u64, path: &str) {
+        self.step = self.step.max(1);
+        if matches.is_multiple_of(self.step) {
+            self.checkpoints.push((matches, path.to_owned()));
+            if self.checkpoints.len() > MOST_CHECKPOINTS {
+                self.step *= 2;
+                let step = self.step;
+                self.checkpoints.retain(|(count, _)| count.is_multiple_of(step));
+            }
+        }
+    }
+
+    /// Post this part's checkpoints and `files` (its matches, in walk order) and read the
+    /// other parts' posts: the stop line, if they now add up to more than `enough`.
+    fn exchange(&mut self, index: usize, files: &[String], enough: u64) {
+        self.since_read = 0;
+        let last = files.last().map(|last| (files.len() as u64, last.as_str()));
+        let mut post = encode(&self.checkpoints, last);
+        // Fewer checkpoints until the host keeps the post (the last match at least).
+        let mut kept = self.checkpoints.len();
+        while post.len() > MOST_POST_BYTES && kept > 0 {
+            kept /= 2;
+            post = encode(&self.checkpoints[self.checkpoints.len() - kept..], last);
+        }
+        if post.len() > MOST_POST_BYTES {
+            post.clear();
+        }
+        let posts = toolcell_sdk::shard_progress(&post);
+        let others: Vec<Vec<(u64, &str)>> =
+            posts.iter().enumerate().filter(|(part, _)| *part != index).map(|(_, post)| decode(post)).collect();
+        self.line = stop_line(files, &self.checkpoints, &others, enough);
+    }
+}
+
+/// The first file by which more than `enough` files match: this part's `files` (its matches,
+/// in walk order) up to it, and each other part's last checkpoint at or before it. `None`
+/// while the parts' posts do not add up to that many.
+fn stop_line(files: &[String], checkpoints: &[(u64, String)], others: &[Vec<(u64, &str)>], enough: u64) -> Option<String> {
+    let most = files.len() as u64 + others.iter().filter_map(|post| post.last()).map(|(count, _)| count).sum::<u64>();
+    if most <= enough {
+        return None;
+    }
+    let by = |line: &str| {
+        let own = files.partition_point(|file| walk_order(file, line).is_le()) as u64;
+        own + others
+            .iter()
+            .map(|post| {
+                let before = post.partition_point(|(_, path)| walk_order(path, line).is_le());
+                before.checked_sub(1).map_or(0, |at| post[at].0)
+            })
+            .sum::<u64>()
+    };
+    let mut lines: Vec<&str> = others.iter().flatten().map(|(_, path)| *path).chain(files.last().map(String::as_str)).collect();
+    lines.extend(checkpoints.iter().map(|(_, path)| path.as_str()));
+    lines.sort_unstable_by(|left, right| walk_order(left, right));
+    lines.into_iter().find(|line| by(line) > enough).map(str::to_owned)
 }
 
 impl Part {
+    /// Part `index` of a split call.
+    pub(crate) fn new(index: usize) -> Part {
+        Part { index, ..Part::default() }
+    }
+
     /// Search one file of the share: only whether it has a match.
     pub(crate) fn file(&mut self, search: &mut Search, path: &WorkspacePath) -> ControlFlow<()> {
+        // Past the stop line: every file of the share up to it is searched.
+        if let Some(line) = self.board.line.as_deref()
+            && walk_order(path.as_str(), line).is_gt()
+        {
+            self.stopped_at = Some(line.to_owned());
+            return ControlFlow::Break(());
+        }
+        let found = self.files.len();
+        let flow = self.search(search, path);
+        self.board.since_read += 1;
+        if self.files.len() > found {
+            self.board.matched(self.files.len() as u64, path.as_str());
+        }
+        if self.board.line.is_none() && (self.files.len() > found || self.board.since_read >= READ_EVERY) {
+            self.board.exchange(self.index, &self.files, search.offset.saturating_add(search.max_results));
+            // The page may be full at this very file.
+            if flow.is_continue() && self.board.line.as_deref().is_some_and(|line| walk_order(path.as_str(), line).is_ge()) {
+                self.stopped_at = Some(path.as_str().to_owned());
+                return ControlFlow::Break(());
+            }
+        }
+        flow
+    }
+
+    fn search(&mut self, search: &mut Search, path: &WorkspacePath) -> ControlFlow<()> {
         let Some(bytes) = searchable(path, &mut self.files_searched, &mut self.skipped_binary, &mut self.skipped_large) else {
             return ControlFlow::Continue(());
         };
@@ -295,6 +444,21 @@ mod tests {
         let files: Vec<&str> = merged.files.iter().map(|(path, _)| path.as_str()).collect();
         assert_eq!(files, ["a/b.rs", "a/c/d.rs", "a/z.rs", "a-b.rs", "c.rs"]);
         assert_eq!(merged.files_searched, 20);
+    }
+
+    #[test]
+    fn the_stop_line_is_the_first_checkpoint_by_which_the_parts_fill_the_page() {
+        let files: Vec<String> = ["a/1", "a/3", "c/1"].map(str::to_owned).to_vec();
+        let other = encode(&[(2, "b/2".to_owned()), (4, "d/4".to_owned())], Some((5, "e/5")));
+        let others = vec![decode(&other)];
+        assert_eq!(others[0], [(2, "b/2"), (4, "d/4"), (5, "e/5")]);
+        // Three of ours and five of theirs: more than 7 only by the end.
+        assert_eq!(stop_line(&files, &[], &others, 7).as_deref(), Some("e/5"));
+        // More than 4: two of ours by `a/3` are not enough with none of theirs, two of ours
+        // and two of theirs by `b/2` are not, three and two by `c/1` are.
+        assert_eq!(stop_line(&files, &[], &others, 4).as_deref(), Some("c/1"));
+        assert_eq!(stop_line(&files, &[], &others, 8), None);
+        assert_eq!(stop_line(&files, &[], &[], 2).as_deref(), Some("c/1"));
     }
 
     #[test]

@@ -316,10 +316,14 @@ impl Runtime {
         let call_id = outcome.call_id.clone();
         // The parts share the call's memory limit: a split does not multiply it.
         let memory_pool = Some(Arc::default());
+        // What the parts tell one another while they run (`shard-progress`).
+        let shard_progress = Some(Arc::new(std::sync::Mutex::new(vec![Vec::new(); parts as usize])));
         let in_force = guard.in_force();
-        let part = |shard: Option<(u32, u32)>, shard_results| -> Result<(CallOutcome, FsGuard), Error> {
+        let part = |shard: Option<(u32, u32)>, shard_results: Option<_>| -> Result<(CallOutcome, FsGuard), Error> {
             let mut part = CallOutcome::new(call_id.clone());
-            let context = CallContext { parts: 0, shard, shard_results, memory_pool: memory_pool.clone(), ..context.clone() };
+            let shard_progress = if shard.is_some() { shard_progress.clone() } else { None };
+            let context =
+                CallContext { parts: 0, shard, shard_results, shard_progress, memory_pool: memory_pool.clone(), ..context.clone() };
             let (guard, _) =
                 self.run_component(pre, request, context, self.read_only_guard(request, &in_force, &call_id)?, &mut part, deadline)?;
             Ok((part, guard))

@@ -17,6 +17,8 @@ use crate::error::{Error, describe};
 pub(crate) const MAX_NOTE_BYTES: usize = 4 * 1024;
 /// Bytes of images one call may attach.
 pub(crate) const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
+/// The most bytes of progress one part of a split call posts (`shard-progress`).
+const MAX_SHARD_PROGRESS_BYTES: usize = 4 * 1024;
 
 pub(super) type WitError = bindings::toolcell::tool::types::ToolError;
 
@@ -55,6 +57,9 @@ pub(crate) struct CallContext {
     /// context): a part asking the same is given the same list, whatever the index learnt
     /// since, so that the parts deal out one list between them.
     pub(crate) candidates_given: Arc<Mutex<Option<GivenCandidates>>>,
+    /// In a part of a split call: every part's latest progress (`shard-progress`), shared
+    /// by the parts so that they can stop one another.
+    pub(crate) shard_progress: Option<Arc<Mutex<Vec<Vec<u8>>>>>,
     /// The linear memory granted to all the instances of a split call at once: its memory
     /// limit is the call's, not each part's.
     pub(crate) memory_pool: Option<Arc<std::sync::atomic::AtomicUsize>>,
@@ -215,6 +220,21 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
 
     fn shard_results(&mut self) -> Option<Vec<Result<WitOutput, WitError>>> {
         self.context.shard_results.clone()
+    }
+
+    fn shard_progress(&mut self, progress: Vec<u8>) -> Vec<Vec<u8>> {
+        let (Some(board), Some((index, _))) = (self.context.shard_progress.as_ref(), self.context.shard) else {
+            return Vec::new();
+        };
+        let Ok(mut board) = board.lock() else {
+            return Vec::new();
+        };
+        if progress.len() <= MAX_SHARD_PROGRESS_BYTES
+            && let Some(slot) = board.get_mut(index as usize)
+        {
+            *slot = progress;
+        }
+        board.clone()
     }
 
     fn recall(&mut self, key: String) -> Option<Vec<u8>> {
