@@ -25,6 +25,24 @@ pub fn median(mut samples: Vec<Duration>) -> Duration {
     percentile(&mut samples, 50)
 }
 
+/// The median times of `runs` runs of each of `runs_of`, run in turn (after one run each to
+/// warm up).
+pub fn interleaved<const N: usize>(runs: usize, runs_of: &mut [&mut dyn FnMut(); N]) -> [Duration; N] {
+    let mut samples: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
+    for run in 0..=runs {
+        // Each run starts with the next one, so that none always follows the same.
+        for step in 0..N {
+            let which = (run + step) % N;
+            let started = Instant::now();
+            runs_of[which]();
+            if run > 0 {
+                samples[which].push(started.elapsed());
+            }
+        }
+    }
+    samples.map(median)
+}
+
 /// The median time of `runs` runs of `run`, after one run to warm up.
 pub fn time<T>(runs: usize, mut run: impl FnMut() -> T) -> Duration {
     run();

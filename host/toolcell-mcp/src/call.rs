@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ProgressNotificationParam};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, ProgressNotificationParam, RequestId};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::{Value, json};
@@ -201,6 +201,49 @@ pub(crate) fn result_of(name: &str, finished: Option<Result<toolcell_host::CallR
             "the host failed while running `{name}`; the operator's log has the details"
         ))]),
     }
+}
+
+/// A `tools/call` in its plainest form, which the direct paths of stdio and HTTP answer
+/// themselves: a JSON-RPC request whose params are `name` and `arguments` and nothing else
+/// (no `_meta`: no progress token, no per-request protocol version).
+pub(crate) struct PlainCall {
+    pub(crate) id: RequestId,
+    pub(crate) params: CallToolRequestParams,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainRequest {
+    jsonrpc: String,
+    id: RequestId,
+    method: String,
+    params: PlainParams,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainParams {
+    name: String,
+    #[serde(default)]
+    arguments: Option<JsonObject>,
+}
+
+impl PlainCall {
+    /// The plain call `message` is, if it is one.
+    pub(crate) fn parse(message: &[u8]) -> Option<PlainCall> {
+        let request = serde_json::from_slice::<PlainRequest>(message).ok()?;
+        (request.jsonrpc == "2.0" && request.method == "tools/call").then(|| {
+            let mut params = CallToolRequestParams::new(request.params.name);
+            params.arguments = request.params.arguments;
+            PlainCall { id: request.id, params }
+        })
+    }
+}
+
+/// A request id as the direct paths' registries of calls key it (the number 7 and the string
+/// "7" are two ids).
+pub(crate) fn id_key(id: &RequestId) -> String {
+    serde_json::to_string(id).unwrap_or_default()
 }
 
 /// A call's outcome for the metrics: `ok`, or its error's kind (a word of the runtime's own).

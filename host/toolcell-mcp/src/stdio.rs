@@ -27,14 +27,13 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt as _;
-use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonObject, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
-};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 use toolcell_host::Session;
 
+use crate::call::{PlainCall, id_key};
 use crate::{Binding, McpServer, ServeError, call, logging, roots};
 
 /// How long calls in flight have to finish once the client closed stdin (rmcp's own drain).
@@ -182,23 +181,6 @@ struct Reader {
     state: State,
 }
 
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Request {
-    jsonrpc: String,
-    id: RequestId,
-    method: String,
-    params: Params,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Params {
-    name: String,
-    #[serde(default)]
-    arguments: Option<JsonObject>,
-}
-
 impl Reader {
     fn run(mut self) {
         let stdin = std::io::stdin();
@@ -228,14 +210,11 @@ impl Reader {
     }
 
     /// The request `line` holds and its session, if this path answers it.
-    fn direct(&self, line: &[u8]) -> Option<(Request, Session)> {
+    fn direct(&self, line: &[u8]) -> Option<(PlainCall, Session)> {
         if !self.state.initialized || self.state.through_rmcp || !self.handshake.answered.load(Ordering::Acquire) {
             return None;
         }
-        let request = serde_json::from_slice::<Request>(line).ok()?;
-        if request.jsonrpc != "2.0" || request.method != "tools/call" {
-            return None;
-        }
+        let request = PlainCall::parse(line)?;
         let session = match &self.sessions {
             Sessions::One(session) => session.clone(),
             Sessions::Roots(roots) => roots.known()?,
@@ -275,14 +254,14 @@ impl Reader {
     }
 
     /// Run `request` in `session` on the blocking pool, which answers it.
-    fn start(&self, request: Request, session: Session) {
-        let Request { id, params, .. } = request;
+    fn start(&self, request: PlainCall, session: Session) {
+        let PlainCall { id, params } = request;
         let cancel = Arc::new(AtomicBool::new(false));
         let Some(entry) = self.calls.enter(id_key(&id), Arc::clone(&cancel)) else { return };
         let (calls, stopped) = (Arc::clone(&self.calls), self.stopped.clone());
         self.runtime.spawn_blocking(move || {
             let _entry = entry;
-            let name = params.name;
+            let name = params.name.into_owned();
             let args = Value::Object(params.arguments.unwrap_or_default()).to_string();
             let line = logging::CallLine::of(&session, &name);
             let started = Instant::now();
@@ -354,11 +333,6 @@ fn read_line(input: &mut impl std::io::BufRead, line: &mut Vec<u8>) -> Line {
             return if too_long { Line::TooLong } else { Line::Whole };
         }
     }
-}
-
-/// A request id as the registry keys it (the number 7 and the string "7" are two ids).
-fn id_key(id: &RequestId) -> String {
-    serde_json::to_string(id).unwrap_or_default()
 }
 
 /// The calls this path runs.

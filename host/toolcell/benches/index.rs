@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use toolcell_host::{Host, HostBuilder, Session, Workspace};
 use toolcell_runtime::IndexFreshness;
-use toolcell_tests::measure::{LITERAL, MIXED_CASE, Random, generate_tree, median, rg_files, ripgrep, time};
+use toolcell_tests::measure::{LITERAL, MIXED_CASE, Random, generate_tree, interleaved, median, rg_files, ripgrep, time};
 
 /// The files `search_files` lists for `args`, sorted, and how many it read.
 fn search(session: &Session, args: &serde_json::Value) -> (Vec<String>, u64) {
@@ -54,24 +54,6 @@ impl Row<'_> {
             ours.as_secs_f64() / baseline.as_secs_f64()
         );
     }
-}
-
-/// The median times of `runs` runs of each of `runs_of`, run in turn (after one run each to
-/// warm up).
-fn interleaved<const N: usize>(runs: usize, runs_of: &mut [&mut dyn FnMut(); N]) -> [Duration; N] {
-    let mut samples: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
-    for run in 0..=runs {
-        // Each run starts with the next one, so that none always follows the same.
-        for step in 0..N {
-            let which = (run + step) % N;
-            let started = Instant::now();
-            runs_of[which]();
-            if run > 0 {
-                samples[which].push(started.elapsed());
-            }
-        }
-    }
-    samples.map(median)
 }
 
 fn host(workspace: &Path, state: &Path, cache: &Path, policy: Option<&str>) -> Host {

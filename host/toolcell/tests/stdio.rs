@@ -11,6 +11,23 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+/// `toolcell mcp` on `root`'s workspace, its stdin and stdout piped.
+fn spawn(root: &Path, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .arg("--cache-dir")
+        .arg(toolcell_tests::shared_cache_dir())
+        .arg("--state-dir")
+        .arg(root.join("state"))
+        .args(extra)
+        .args(["mcp", "--role", "impl", "--workspace"])
+        .arg(root.join("workspace"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start toolcell mcp")
+}
+
 /// A client that writes and reads the protocol's lines itself.
 struct Raw {
     child: Child,
@@ -20,20 +37,7 @@ struct Raw {
 
 impl Raw {
     fn start(root: &Path, extra: &[&str]) -> Raw {
-        let workspace = root.join("workspace");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-            .arg("--cache-dir")
-            .arg(toolcell_tests::shared_cache_dir())
-            .arg("--state-dir")
-            .arg(root.join("state"))
-            .args(extra)
-            .args(["mcp", "--role", "impl", "--workspace"])
-            .arg(&workspace)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start toolcell mcp");
+        let mut child = spawn(root, extra);
         let stdout = child.stdout.take().expect("stdout");
         let (sender, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -365,18 +369,7 @@ fn a_client_that_closes_stdout_stops_the_server_and_its_calls() {
     let temp = tempfile::tempdir().expect("temporary directory");
     fixture(temp.path());
     let workspace = temp.path().join("workspace");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toolcell"))
-        .arg("--cache-dir")
-        .arg(toolcell_tests::shared_cache_dir())
-        .arg("--state-dir")
-        .arg(temp.path().join("state"))
-        .args(["mcp", "--role", "impl", "--workspace"])
-        .arg(&workspace)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start toolcell mcp");
+    let mut child = spawn(temp.path(), &[]);
     let mut stdin = child.stdin.take().expect("stdin");
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
     let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {

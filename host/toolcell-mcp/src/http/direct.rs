@@ -24,11 +24,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full};
-use rmcp::model::{CallToolRequestParams, JsonObject, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult};
+use rmcp::model::{ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult};
 use tokio_util::sync::CancellationToken;
 
 use super::{Answer, Service};
 use crate::McpServer;
+use crate::call::{PlainCall as Call, id_key};
 
 /// The calls this path runs, by session, and the sessions whose clients asked for log
 /// messages (their calls go through rmcp, which sends them).
@@ -40,29 +41,6 @@ pub(crate) struct Direct {
     logging: Mutex<HashSet<String>>,
     /// The number the next call gets.
     next: std::sync::atomic::AtomicU64,
-}
-
-/// A `tools/call` this path answers.
-pub(super) struct Call {
-    id: RequestId,
-    params: CallToolRequestParams,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Request {
-    jsonrpc: String,
-    id: RequestId,
-    method: String,
-    params: Params,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Params {
-    name: String,
-    #[serde(default)]
-    arguments: Option<JsonObject>,
 }
 
 #[derive(serde::Deserialize)]
@@ -115,12 +93,7 @@ impl Direct {
         if self.logging.lock().unwrap_or_else(PoisonError::into_inner).contains(session) || !plain_headers(headers, allowed_hosts) {
             return None;
         }
-        let request = serde_json::from_slice::<Request>(body).ok()?;
-        (request.jsonrpc == "2.0" && request.method == "tools/call").then(|| {
-            let mut params = CallToolRequestParams::new(request.params.name);
-            params.arguments = request.params.arguments;
-            Call { id: request.id, params }
-        })
+        Call::parse(body)
     }
 }
 
@@ -172,11 +145,6 @@ impl Service {
         response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         response
     }
-}
-
-/// A request id as the registry keys it (the number 7 and the string "7" are two ids).
-fn id_key(id: &RequestId) -> String {
-    serde_json::to_string(id).unwrap_or_default()
 }
 
 /// A call's place in the registry, left when it is dropped.

@@ -12,11 +12,10 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolcell_host::{HostBuilder, Session};
-use toolcell_tests::measure::{GAMMA_DELTA, median, rg_files};
+use toolcell_tests::measure::{GAMMA_DELTA, interleaved, rg_files};
 
 /// The regex of the scan row: a line of exactly `x = y(value, let);`.
 pub const SCAN: &str = r"^    [a-z]+ = [a-z]+\(value, let\);$";
@@ -48,22 +47,6 @@ fn rg_head(rg: &Path, pattern: &str, workspace: &Path, limit: usize) -> Vec<Stri
     // The pipe is closed here: rg ends at its next write, as under `head`.
     let _ = child.wait();
     files
-}
-
-/// The median times of `runs` runs of each of `runs_of`, taken in turn, after one each.
-fn interleaved<const N: usize>(runs: usize, runs_of: &mut [&mut dyn FnMut(); N]) -> [Duration; N] {
-    let mut samples: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
-    for run in 0..=runs {
-        for step in 0..N {
-            let which = (run + step) % N;
-            let started = Instant::now();
-            runs_of[which]();
-            if run > 0 {
-                samples[which].push(started.elapsed());
-            }
-        }
-    }
-    samples.map(median)
 }
 
 /// The rows, `| search | toolcell | rg | ratio |`, for the tree at `workspace` (indexed
