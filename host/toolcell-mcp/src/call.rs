@@ -98,18 +98,12 @@ impl McpServer {
         let cancel = Arc::new(AtomicBool::new(false));
         let cancel_call = Arc::clone(&cancel);
         let started = Instant::now();
-        // The answer is handed over first; the call's log line is written on the call's own
-        // thread while the answer is sent.
-        let line = logging::CallLine::of(&session, &name);
         let (answer, mut answered) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            let result = session.call_cancellable(&tool, &args, Some(&cancel_call));
-            let said = result.as_ref().ok().map(|call| line.said(call));
-            let _ = answer.send(result);
-            if let Some(said) = said {
-                line.write(&said, started.elapsed());
-            }
+            call_answering(&session, &tool, &args, &cancel_call, |finished| {
+                let _ = answer.send(finished);
+            });
         });
         let progress_token = context.and_then(|context| context.meta.get_progress_token());
         // Not at once: rmcp routes a notification to the request's own stream only once it has
@@ -130,7 +124,7 @@ impl McpServer {
                 () = ct.cancelled(), if !cancel.load(Ordering::Relaxed) => cancel.store(true, Ordering::Relaxed),
             }
         };
-        let finished = joined.ok();
+        let finished = joined.ok().flatten();
         if let Some(Ok(call)) = &finished {
             if let Some(metrics) = self.metrics() {
                 metrics.audit_append();
@@ -151,6 +145,26 @@ impl McpServer {
             }
         }
         result_of(&name, finished)
+    }
+}
+
+/// Run the call of `tool` with `args` in `session` on this thread (`cancel` stops it), hand
+/// what it returned to `answer` (`None`: the host failed), and then write the call's log line:
+/// the answer goes first, the line is written while it is sent.
+pub(crate) fn call_answering(
+    session: &Session,
+    tool: &str,
+    args: &str,
+    cancel: &Arc<AtomicBool>,
+    answer: impl FnOnce(Option<Result<toolcell_host::CallResult, toolcell_host::Error>>),
+) {
+    let line = logging::CallLine::of(session, tool);
+    let started = Instant::now();
+    let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.call_cancellable(tool, args, Some(cancel)))).ok();
+    let said = finished.as_ref().and_then(|result| result.as_ref().ok()).map(|call| line.said(call));
+    answer(finished);
+    if let Some(said) = said {
+        line.write(&said, started.elapsed());
     }
 }
 

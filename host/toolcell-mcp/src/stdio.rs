@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use toolcell_host::Session;
 
 use crate::call::{PlainCall, id_key};
-use crate::{Binding, McpServer, ServeError, call, logging, roots};
+use crate::{Binding, McpServer, ServeError, call, roots};
 
 /// How long calls in flight have to finish once the client closed stdin (rmcp's own drain).
 const DRAIN: Duration = Duration::from_secs(5);
@@ -263,13 +263,11 @@ impl Reader {
             let _entry = entry;
             let name = params.name.into_owned();
             let args = Value::Object(params.arguments.unwrap_or_default()).to_string();
-            let line = logging::CallLine::of(&session, &name);
-            let started = Instant::now();
-            let finished =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.call_cancellable(&name, &args, Some(&cancel)))).ok();
-            let said = finished.as_ref().and_then(|result| result.as_ref().ok()).map(|call| line.said(call));
-            // No answer to a request the client cancelled, as rmcp sends none.
-            if !cancel.load(Ordering::Relaxed) {
+            call::call_answering(&session, &name, &args, &cancel, |finished| {
+                // No answer to a request the client cancelled, as rmcp sends none.
+                if cancel.load(Ordering::Relaxed) {
+                    return;
+                }
                 let mut result = ServerResult::CallToolResult(call::result_of(&name, finished));
                 result.strip_result_type_for_legacy_peer();
                 result.strip_non_object_output_for_legacy_peer();
@@ -281,10 +279,7 @@ impl Reader {
                         stopped.cancel();
                     }
                 }
-            }
-            if let Some(said) = said {
-                line.write(&said, started.elapsed());
-            }
+            });
         });
     }
 }

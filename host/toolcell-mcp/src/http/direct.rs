@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full};
-use rmcp::model::{ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, JsonRpcMessage, ProtocolVersion, ServerJsonRpcMessage, ServerResult};
 use tokio_util::sync::CancellationToken;
 
 use super::{Answer, Service};
@@ -41,18 +41,6 @@ pub(crate) struct Direct {
     logging: Mutex<HashSet<String>>,
     /// The number the next call gets.
     next: std::sync::atomic::AtomicU64,
-}
-
-#[derive(serde::Deserialize)]
-struct Cancelled {
-    method: String,
-    params: CancelledParams,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CancelledParams {
-    request_id: RequestId,
 }
 
 impl Direct {
@@ -75,11 +63,10 @@ impl Direct {
     /// If `body` (a `notifications/cancelled` rmcp accepted) cancels a call of `session` this
     /// path runs, cancel it.
     pub(super) fn cancel(&self, session: &str, body: &[u8]) {
-        let Ok(cancelled) = serde_json::from_slice::<Cancelled>(body) else { return };
-        if cancelled.method != "notifications/cancelled" {
-            return;
-        }
-        let id = id_key(&cancelled.params.request_id);
+        // Read as rmcp read it.
+        let Ok(JsonRpcMessage::Notification(notification)) = serde_json::from_slice::<ClientJsonRpcMessage>(body) else { return };
+        let ClientNotification::CancelledNotification(cancelled) = notification.notification else { return };
+        let Some(id) = cancelled.params.request_id.as_ref().map(id_key) else { return };
         for ((of, call, _), token) in self.running.lock().unwrap_or_else(PoisonError::into_inner).iter() {
             if of == session && *call == id {
                 token.cancel();
@@ -200,6 +187,7 @@ fn host_allowed(headers: &HeaderMap, allowed_hosts: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rmcp::model::RequestId;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut headers = HeaderMap::new();

@@ -156,10 +156,10 @@ fn mcp_on_roots(runtime: Runtime, approver: Option<Arc<dyn Approver>>, mcp: &Mcp
     Ok(ExitCode::SUCCESS)
 }
 
-/// `toolcell serve`: one runtime, one host per configured workspace, MCP over HTTP.
 /// Descriptors kept for calls beyond one per connection, below which `serve` warns at start.
 const OPEN_FILES_FOR_CALLS: u64 = 1024;
 
+/// `toolcell serve`: one runtime, one host per configured workspace, MCP over HTTP.
 pub(super) fn serve(args: &RuntimeArgs, serve: &ServeArgs) -> anyhow::Result<ExitCode> {
     let config = toolcell_mcp::config::ServiceConfig::load(&serve.config)?;
     // `[store] url` in the service's configuration, unless `--store` names another.
