@@ -165,7 +165,7 @@ fn calls_sent_before_the_handshake_is_answered_are_answered_after_it() {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}));
     client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     for id in 1..=5 {
-        client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}));
+        client.send(&quick_read(id));
     }
     let first = client.next();
     assert_eq!(first["id"], 0, "the answer to initialize comes first: {first}");
@@ -235,15 +235,9 @@ fn spun_record(root: &Path) -> Value {
 
 /// Wait until the audit trail has `count` records of `misbehave` calls, and return them.
 fn spun_records(root: &Path, count: usize) -> Vec<Value> {
-    let trail = root.join("state/audit.jsonl");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let text = std::fs::read_to_string(&trail).unwrap_or_default();
-        let records: Vec<Value> = text
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter(|record| record["kind"] == "call" && record["tool"] == "misbehave")
-            .collect();
+        let records = misbehave_calls(root);
         if records.len() >= count {
             return records;
         }
@@ -252,31 +246,45 @@ fn spun_records(root: &Path, count: usize) -> Vec<Value> {
     }
 }
 
+/// The audit trail's records of the `misbehave` calls that have ended.
+fn misbehave_calls(root: &Path) -> Vec<Value> {
+    std::fs::read_to_string(root.join("state/audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|record| record["kind"] == "call" && record["tool"] == "misbehave")
+        .collect()
+}
+
+/// A client of a server under [`spin_fixture`]'s policy, past the handshake.
+fn spinning_client(root: &Path) -> Raw {
+    let extra = spin_fixture(root);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut client = Raw::start(root, &extra);
+    client.handshake();
+    client
+}
+
+/// Request `id`: a quick read.
+fn quick_read(id: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}})
+}
+
 #[test]
 fn plain_calls_the_client_cancels_are_stopped_rolled_back_and_not_answered() {
     let temp = tempfile::tempdir().expect("temporary directory");
-    let extra = spin_fixture(temp.path());
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let mut client = Raw::start(temp.path(), &extra);
-    client.handshake();
+    let mut client = spinning_client(temp.path());
     // Three at once: each runs on a thread of its own, and the cancellations are read meanwhile.
     for (id, path) in [(1, "spun.txt"), (4, "spun-4.txt"), (5, "spun-5.txt")] {
         client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": spin(path)}));
     }
-    let spun = temp.path().join("workspace/spun.txt");
     let_it_spin();
     // A cancellation sent as a request is no cancellation (rmcp answers it with an error).
     client.send(&json!({"jsonrpc": "2.0", "id": 90, "method": "notifications/cancelled", "params": {"requestId": 1}}));
     let (refused, _) = client.answer(&json!(90));
     assert!(refused.get("error").is_some(), "{refused}");
     std::thread::sleep(Duration::from_secs(1));
-    let trail = std::fs::read_to_string(temp.path().join("state/audit.jsonl")).unwrap_or_default();
-    let ended = trail
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|record| record["kind"] == "call" && record["tool"] == "misbehave")
-        .count();
-    assert_eq!(ended, 0, "no call was stopped by it");
+    assert_eq!(misbehave_calls(temp.path()).len(), 0, "no call was stopped by it");
     for id in [1, 4] {
         client.send(
             &json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "changed my mind"}}),
@@ -285,9 +293,7 @@ fn plain_calls_the_client_cancels_are_stopped_rolled_back_and_not_answered() {
     // As rmcp reads it: behind a byte-order mark.
     client.send_with_bom(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}));
     // The next call is answered, and nothing for the cancelled one comes before it.
-    client.send(
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}),
-    );
+    client.send(&quick_read(2));
     let (after, before) = client.answer(&json!(2));
     assert_eq!(after["result"]["isError"], false, "{after}");
     assert!(
@@ -302,27 +308,19 @@ fn plain_calls_the_client_cancels_are_stopped_rolled_back_and_not_answered() {
     for path in ["spun.txt", "spun-4.txt", "spun-5.txt"] {
         assert!(!temp.path().join("workspace").join(path).exists(), "the stopped call's write was rolled back");
     }
-    assert!(!spun.exists());
-    let (after, _) = {
-        client.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}));
-        client.answer(&json!(3))
-    };
+    client.send(&quick_read(3));
+    let (after, _) = client.answer(&json!(3));
     assert_eq!(after["result"]["isError"], false, "{after}");
 }
 
 #[test]
 fn closing_stdin_lets_a_quick_call_answer_and_stops_a_long_one() {
     let temp = tempfile::tempdir().expect("temporary directory");
-    let extra = spin_fixture(temp.path());
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let mut client = Raw::start(temp.path(), &extra);
-    client.handshake();
+    let mut client = spinning_client(temp.path());
     client.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": spin("spun.txt")}));
     let spun = temp.path().join("workspace/spun.txt");
     let_it_spin();
-    client.send(
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}),
-    );
+    client.send(&quick_read(2));
     drop(client.stdin.take());
     // The quick call is answered; the spinning one is stopped after the drain and rolled back,
     // and then the server exits.
