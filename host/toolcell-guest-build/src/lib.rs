@@ -5,7 +5,8 @@
 //! [`build_guests`], which runs `cargo build --release --target wasm32-wasip2` on that workspace
 //! into a target directory shared by every host profile (so switching between debug and release
 //! host builds does not rebuild the guests), and writes a Rust file listing the components for
-//! `include!`.
+//! `include!`. `TOOLCELL_GUEST_TARGET_DIR` (an absolute path) names that directory for builds
+//! with a target directory of their own, such as the fuzzers'.
 //!
 //! ```no_run
 //! // build.rs
@@ -50,7 +51,7 @@ pub fn build_guests(workspace: &GuestWorkspace<'_>) {
     let crate_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env("OUT_DIR"));
     let guest_dir = crate_dir.join(workspace.manifest_dir);
-    let target_dir = shared_target_dir(&out_dir).join("guests");
+    let target_dir = guest_target_dir(&out_dir);
 
     watch(&guest_dir.join("Cargo.toml"));
     watch(&guest_dir.join("Cargo.lock"));
@@ -137,8 +138,24 @@ fn watch(path: &Path) {
     let _ = writeln!(std::io::stdout(), "cargo:rerun-if-changed={}", path.display());
 }
 
-/// The cargo target directory holding `out_dir` (it carries `CACHEDIR.TAG`), so that every
-/// host profile shares one guest build; `out_dir` itself if none is found.
-fn shared_target_dir(out_dir: &Path) -> PathBuf {
-    out_dir.ancestors().find(|dir| dir.join("CACHEDIR.TAG").is_file()).unwrap_or(out_dir).to_path_buf()
+/// Where the guests are built: `TOOLCELL_GUEST_TARGET_DIR` if set (so that a build with
+/// another target directory, such as the fuzzers', reuses one guest build: the guests' flags
+/// never depend on the outer build's), else `guests` in the cargo target directory holding
+/// `out_dir` (it carries `CACHEDIR.TAG`), shared by every host profile; in `out_dir` itself if
+/// none is found.
+fn guest_target_dir(out_dir: &Path) -> PathBuf {
+    let _ = writeln!(std::io::stdout(), "cargo:rerun-if-env-changed={GUEST_TARGET_DIR_VARIABLE}");
+    if let Some(directory) = std::env::var_os(GUEST_TARGET_DIR_VARIABLE).filter(|directory| !directory.is_empty()) {
+        let directory = PathBuf::from(directory);
+        assert!(
+            directory.is_absolute(),
+            "{GUEST_TARGET_DIR_VARIABLE} is `{}`, a relative path, which each build script would read from its own directory: give an absolute path",
+            directory.display()
+        );
+        return directory;
+    }
+    out_dir.ancestors().find(|dir| dir.join("CACHEDIR.TAG").is_file()).unwrap_or(out_dir).join("guests")
 }
+
+/// The variable naming a guest target directory of its own (see [`guest_target_dir`]).
+const GUEST_TARGET_DIR_VARIABLE: &str = "TOOLCELL_GUEST_TARGET_DIR";
