@@ -145,8 +145,12 @@ fn watch(path: &Path) {
 /// none is found.
 fn guest_target_dir(out_dir: &Path) -> PathBuf {
     let _ = writeln!(std::io::stdout(), "cargo:rerun-if-env-changed={GUEST_TARGET_DIR_VARIABLE}");
-    if let Some(directory) = std::env::var_os(GUEST_TARGET_DIR_VARIABLE).filter(|directory| !directory.is_empty()) {
-        let directory = PathBuf::from(directory);
+    choose_guest_target_dir(out_dir, std::env::var_os(GUEST_TARGET_DIR_VARIABLE).map(PathBuf::from))
+}
+
+/// [`guest_target_dir`], given the variable's value.
+fn choose_guest_target_dir(out_dir: &Path, chosen: Option<PathBuf>) -> PathBuf {
+    if let Some(directory) = chosen.filter(|directory| !directory.as_os_str().is_empty()) {
         assert!(
             directory.is_absolute(),
             "{GUEST_TARGET_DIR_VARIABLE} is `{}`, a relative path, which each build script would read from its own directory: give an absolute path",
@@ -159,3 +163,28 @@ fn guest_target_dir(out_dir: &Path) -> PathBuf {
 
 /// The variable naming a guest target directory of its own (see [`guest_target_dir`]).
 const GUEST_TARGET_DIR_VARIABLE: &str = "TOOLCELL_GUEST_TARGET_DIR";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guests_go_beside_the_target_directory_or_where_the_variable_says() {
+        let target = tempfile::tempdir().expect("temporary directory");
+        let out_dir = target.path().join("debug/build/toolcell-builtins-0123/out");
+        std::fs::create_dir_all(&out_dir).expect("create out dir");
+        // No target directory found: beside OUT_DIR.
+        assert_eq!(choose_guest_target_dir(&out_dir, None), out_dir.join("guests"));
+        std::fs::write(target.path().join("CACHEDIR.TAG"), "Signature: 8a477f597d28d172789f06886806bc55").expect("tag");
+        assert_eq!(choose_guest_target_dir(&out_dir, None), target.path().join("guests"));
+        assert_eq!(choose_guest_target_dir(&out_dir, Some(PathBuf::new())), target.path().join("guests"));
+        let elsewhere = target.path().join("shared-guests");
+        assert_eq!(choose_guest_target_dir(&out_dir, Some(elsewhere.clone())), elsewhere);
+    }
+
+    #[test]
+    #[should_panic(expected = "a relative path")]
+    fn a_relative_guest_target_directory_is_refused() {
+        choose_guest_target_dir(Path::new("/tmp/out"), Some(PathBuf::from("target/guests")));
+    }
+}
