@@ -56,3 +56,47 @@ fn errors() {
     assert!(message.contains("`content`"), "{message}");
     assert!(!fixture.root().join("a.txt").exists());
 }
+
+/// The descriptors of this process that name something inside `root` (the host holds a replaced
+/// or removed file for a moment after its call, so that freeing its blocks does not hold up
+/// the answer).
+fn descriptors_under(root: &std::path::Path) -> Vec<String> {
+    let inside = format!("{}/", root.to_string_lossy());
+    std::fs::read_dir("/proc/self/fd")
+        .expect("list the open descriptors")
+        .flatten()
+        .filter_map(|entry| std::fs::read_link(entry.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .filter(|target| target.starts_with(&inside))
+        .collect()
+}
+
+#[test]
+fn files_replaced_or_removed_are_let_go_of_after_their_call() {
+    let fixture = Fixture::new();
+    fixture.write("rewritten.txt", "0\n");
+    fixture.write("edited.txt", "one two\n");
+    fixture.write("gone.txt", "x\n");
+    fixture.write("moved.txt", "new\n");
+    fixture.write("replaced.txt", "old\n");
+    for round in 1..=20 {
+        fixture.ok("write_file", json!({"path": "rewritten.txt", "content": format!("{round}\n")}));
+    }
+    fixture.ok("edit_file", json!({"path": "edited.txt", "old_string": "one", "new_string": "1"}));
+    fixture.ok("delete_file", json!({"path": "gone.txt"}));
+    fixture.ok("move_file", json!({"source": "moved.txt", "destination": "replaced.txt", "overwrite": true}));
+    assert_eq!(fixture.read_text("rewritten.txt"), "20\n");
+    assert_eq!(fixture.read_text("edited.txt"), "1 two\n");
+    assert_eq!(fixture.read_text("replaced.txt"), "new\n");
+    assert!(!fixture.root().join("gone.txt").exists());
+    // Closed by the host's closing thread soon after; a descriptor leaked stays.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let open = descriptors_under(fixture.root());
+        if open.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still open after their calls: {open:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

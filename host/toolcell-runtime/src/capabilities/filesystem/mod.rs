@@ -20,6 +20,7 @@ mod moves;
 mod open;
 mod operate;
 mod record;
+mod release;
 mod resolve;
 mod rewrite;
 mod transaction;

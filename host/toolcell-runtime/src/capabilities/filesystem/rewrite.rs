@@ -201,7 +201,10 @@ pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) ->
     let readable =
         rustix::fs::openat(&directory, landing, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty());
     let content = readable.ok().and_then(|readable| landed::content_of(&shadow.file, &readable));
+    // The file replaced is freed after the call, not in the rename (see `release`).
+    let replaced = release::hold(&directory, name);
     rustix::fs::renameat(&directory, landing, &directory, name)?;
+    release::later(replaced);
     // The change time is the one the rename gave it.
     transaction::Landed::of(&shadow.file, content)
 }

@@ -321,11 +321,14 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         }
         let source_parent = self.parent_descriptor(&fd, &source, "rename-at", Access::Delete)?;
         let source_name = source.rsplit_once('/').map_or(source.as_str(), |(_, name)| name).to_owned();
+        // A file renamed over is freed after the call, not in the rename (see `release`).
+        let replaced = if source_is_directory { None } else { self.guard.hold(&destination) };
         let result = self.in_parent(&new_descriptor, &destination, ("rename-at", Access::Write), |this, parent, name| {
             fs::HostDescriptor::rename_at(&mut this.inner, Resource::new_borrow(source_parent.rep()), source_name, parent, name)
         });
         self.inner.table.delete(source_parent)?;
         if result.is_ok() {
+            release::later(replaced);
             // Descriptors opened at or under the source are judged where they are now.
             self.guard.moved(&source, &destination);
             if !source_is_directory {
@@ -370,9 +373,13 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.land(&canonical)?;
         self.guard.check_single_link("unlink-file-at", &canonical)?;
         self.guard.before_mutation("unlink-file-at", &canonical, false)?;
+        // Freed after the call, not in the unlink (see `release`).
+        let removed = self.guard.hold(&canonical);
         self.in_parent(&fd, &canonical, ("unlink-file-at", Access::Delete), |this, parent, name| {
             fs::HostDescriptor::unlink_file_at(&mut this.inner, parent, name)
-        })
+        })?;
+        release::later(removed);
+        Ok(())
     }
 
     fn read_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::InputStream>> {
