@@ -96,6 +96,16 @@ pub fn shared_cache_dir() -> PathBuf {
     Path::new(env!("OUT_DIR")).join("test-component-cache")
 }
 
+/// Wait up to `limit` until `done` holds, for what the host finishes on a thread of its own
+/// after a call has answered.
+pub fn eventually(what: &str, limit: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}: not after {limit:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A runtime builder with the built-in tools and the shared cache.
 pub fn builtin_runtime_builder() -> RuntimeBuilder {
     let mut builder = RuntimeBuilder::new().cache_dir(shared_cache_dir());

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 use toolcell_runtime::{IndexFreshness, IndexStatus, Runtime};
 use toolcell_tests::measure::Random;
-use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, guest_program, runtime_with_policy};
+use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, eventually, guest_program, runtime_with_policy};
 
 const WORDS: [&str; 12] = ["alpha", "beta", "gamma", "Delta", "needle", "haystack", "fn", "main", "TODO", "x", "é", "42"];
 
@@ -238,15 +238,6 @@ fn a_role_learns_nothing_from_the_index_about_files_it_may_not_read() {
     assert_eq!(probe("needle"), Value::Null);
 }
 
-/// Wait (up to a minute) until `done` holds.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let started = std::time::Instant::now();
-    while !done() {
-        assert!(started.elapsed() < Duration::from_secs(60), "{what}: not after a minute");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_serving_host_builds_the_index_on_first_search_and_replaces_a_damaged_one() {
     let state = tempfile::tempdir().expect("state");
@@ -272,7 +263,9 @@ fn a_serving_host_builds_the_index_on_first_search_and_replaces_a_damaged_one() 
     assert_eq!(runtime.index_status(&fixture.workspace).expect("status"), IndexStatus::Absent);
     let niceness = rustix::process::getpriority_process(None).expect("this thread's nice value");
     assert_eq!(search(), 50);
-    eventually("the index is built", || matches!(runtime.index_status(&fixture.workspace), Ok(IndexStatus::Present { .. })));
+    eventually("the index is built", Duration::from_secs(60), || {
+        matches!(runtime.index_status(&fixture.workspace), Ok(IndexStatus::Present { .. }))
+    });
     // The build yielded to the calls in its own thread only.
     assert_eq!(rustix::process::getpriority_process(None).expect("nice value"), niceness);
     assert_eq!(search(), 1, "the search after reads only the candidate");
@@ -285,12 +278,16 @@ fn a_serving_host_builds_the_index_on_first_search_and_replaces_a_damaged_one() 
     std::fs::write(&file, &bytes).expect("damage the index");
     assert!(matches!(runtime.index_status(&fixture.workspace), Ok(IndexStatus::Damaged(_))));
     assert_eq!(search(), 50);
-    eventually("the damaged index is replaced", || matches!(runtime.index_status(&fixture.workspace), Ok(IndexStatus::Present { .. })));
+    eventually("the damaged index is replaced", Duration::from_secs(60), || {
+        matches!(runtime.index_status(&fixture.workspace), Ok(IndexStatus::Present { .. }))
+    });
     assert_eq!(search(), 1);
     // Cut short, likewise.
     std::fs::write(&file, &bytes[..middle]).expect("truncate the index");
     assert_eq!(search(), 50);
-    eventually("the truncated index is replaced", || matches!(runtime.index_status(&fixture.workspace), Ok(IndexStatus::Present { .. })));
+    eventually("the truncated index is replaced", Duration::from_secs(60), || {
+        matches!(runtime.index_status(&fixture.workspace), Ok(IndexStatus::Present { .. }))
+    });
     assert_eq!(search(), 1);
 }
 

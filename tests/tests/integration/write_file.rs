@@ -1,7 +1,7 @@
 use std::os::unix::fs::PermissionsExt as _;
 
 use serde_json::json;
-use toolcell_tests::Fixture;
+use toolcell_tests::{Fixture, eventually};
 use toolcell_types::ToolErrorKind;
 
 #[test]
@@ -90,13 +90,11 @@ fn files_replaced_or_removed_are_let_go_of_after_their_call() {
     assert_eq!(fixture.read_text("replaced.txt"), "new\n");
     assert!(!fixture.root().join("gone.txt").exists());
     // Closed by the host's closing thread soon after; a descriptor leaked stays.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
+    eventually("the replaced and removed files are closed", std::time::Duration::from_secs(20), || {
         let open = descriptors_under(fixture.root());
-        if open.is_empty() {
-            break;
+        if !open.is_empty() {
+            eprintln!("still open: {open:?}");
         }
-        assert!(std::time::Instant::now() < deadline, "still open after their calls: {open:?}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        open.is_empty()
+    });
 }
