@@ -112,9 +112,16 @@ fn fingerprint(directory: &str, children: &[(String, EntryKind)]) -> u64 {
     hash
 }
 
-/// Walk order: component by component.
+/// Walk order: component by component. Byte by byte with `/` below every other byte is the
+/// same order (a name never holds a `/`, and a component that is a prefix of another, ended
+/// by `/` or by the path, comes first), without splitting either path.
 fn walk_order(left: &str, right: &str) -> std::cmp::Ordering {
-    left.split('/').cmp(right.split('/'))
+    let (left, right) = (left.as_bytes(), right.as_bytes());
+    let key = |byte: u8| if byte == b'/' { 0 } else { u16::from(byte) + 1 };
+    match left.iter().zip(right).position(|(l, r)| l != r) {
+        Some(at) => key(left[at]).cmp(&key(right[at])),
+        None => left.len().cmp(&right.len()),
+    }
 }
 
 /// What one part of a split scan found: the files with a match among its share, and what it
@@ -148,8 +155,9 @@ pub(crate) struct Part {
 /// What the parts of a split scan tell one another (`context.shard-progress`), so that they
 /// stop once together they have filled the page.
 ///
-/// After each file with a match, a part posts checkpoints: how many it had found by a file
-/// with a match, for every so many of them and for its last. All those matches are at or
+/// Every so often (more often as the page nears full, and at least every [`READ_EVERY`]
+/// files), a part posts checkpoints: how many it had found by a file with a match, for every
+/// so many of them and for its last. All those matches are at or
 /// before that file in walk order, since a part searches its share in walk order. Once the
 /// posted counts add up to more than the page, the stop line is the first checkpoint by which
 /// they already do: every part then searches its share up to the line and stops there, so that
@@ -160,6 +168,8 @@ struct Board {
     line: Option<String>,
     /// Files searched since the part last read the board.
     since_read: u32,
+    /// This part's count of matches at which it next posts and reads the board.
+    exchange_at: u64,
     /// This part's checkpoints, every `step`-th match: (matches so far, the file).
     checkpoints: Vec<(u64, String)>,
     step: u64,
@@ -231,6 +241,13 @@ impl Board {
         let others: Vec<Vec<(u64, &str)>> =
             posts.iter().enumerate().filter(|(part, _)| *part != index).map(|(_, post)| decode(post)).collect();
         self.line = stop_line(files, &self.checkpoints, &others, enough);
+        // Far from a full page, the board changes little between two matches: the parts
+        // still need `gap` matches between them, so this one posts again once it has found
+        // half of its share of those (at once when they are few). Posting after every match
+        // cost more than searching the files, in a page of 10,000.
+        let known = files.len() as u64 + others.iter().filter_map(|post| post.last()).map(|(count, _)| count).sum::<u64>();
+        let gap = enough.saturating_sub(known);
+        self.exchange_at = files.len() as u64 + (gap / (2 * posts.len().max(1) as u64)).max(1);
     }
 }
 
@@ -279,7 +296,7 @@ impl Part {
         if self.files.len() > found {
             self.board.matched(self.files.len() as u64, path.as_str());
         }
-        if self.board.line.is_none() && (self.files.len() > found || self.board.since_read >= READ_EVERY) {
+        if self.board.line.is_none() && (self.files.len() as u64 >= self.board.exchange_at || self.board.since_read >= READ_EVERY) {
             self.board.exchange(self.index, &self.files, search.offset.saturating_add(search.max_results));
             // The page may be full at this very file.
             if flow.is_continue() && self.board.line.as_deref().is_some_and(|line| walk_order(path.as_str(), line).is_ge()) {
@@ -370,7 +387,8 @@ impl Merged {
             unreadable_common = unreadable_common.max(usize::try_from(part.unreadable_common).unwrap_or(0));
         }
         merged.unreadable_directories += unreadable_common;
-        found.sort_unstable_by(|left, right| walk_order(left.0, right.0));
+        // Each part's files are in walk order already: a stable sort merges the runs.
+        found.sort_by(|left, right| walk_order(left.0, right.0));
         merged.files = found
             .into_iter()
             .take_while(|(path, _)| known_until.is_none_or(|until| walk_order(path, until).is_le()))
@@ -459,6 +477,16 @@ mod tests {
         assert_eq!(stop_line(&files, &[], &others, 4).as_deref(), Some("c/1"));
         assert_eq!(stop_line(&files, &[], &others, 8), None);
         assert_eq!(stop_line(&files, &[], &[], 2).as_deref(), Some("c/1"));
+    }
+
+    #[test]
+    fn walk_order_is_component_by_component() {
+        let paths = ["a", "a/b", "a-b", "a b/c", "a.b/c", "a/b/c", "a/b-c", "a/b.c/d", "a0", "a0/b", "ab", "b", "é/a", "z/é"];
+        for left in paths {
+            for right in paths {
+                assert_eq!(walk_order(left, right), left.split('/').cmp(right.split('/')), "{left} against {right}");
+            }
+        }
     }
 
     #[test]
