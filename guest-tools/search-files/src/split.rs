@@ -161,7 +161,9 @@ pub(crate) struct Part {
 /// before that file in walk order, since a part searches its share in walk order. Once the
 /// posted counts add up to more than the page, the stop line is the first checkpoint by which
 /// they already do: every part then searches its share up to the line and stops there, so that
-/// every file up to the line is known, and more than a page of them match.
+/// every file up to the line is known, and more than a page of them match. A part still short
+/// of the line keeps reading the posts, and moves the line closer when they show the page full
+/// by an earlier file: a part that ran ahead set it where it stood, past where the page fills.
 #[derive(Default)]
 struct Board {
     /// The stop line, once the parts have filled the page together.
@@ -209,6 +211,21 @@ fn decode(mut post: &[u8]) -> Vec<(u64, &str)> {
 }
 
 impl Board {
+    /// This part searched `path` (its match, if any, noted): post and read the board
+    /// (`board`, which takes this part's post and gives every part's) when due. Whether the
+    /// page is full by `path`.
+    ///
+    /// Once there is a line, a part short of it goes on reading the board: the line comes
+    /// closer as the others' posts and its own matches show the page full sooner.
+    fn searched(&mut self, index: usize, files: &[String], enough: u64, path: &str, board: impl FnOnce(&[u8]) -> Vec<Vec<u8>>) -> bool {
+        self.since_read += 1;
+        if files.len() as u64 >= self.exchange_at || self.since_read >= READ_EVERY {
+            self.exchange(index, files, enough, board);
+            return self.line.as_deref().is_some_and(|line| walk_order(path, line).is_ge());
+        }
+        false
+    }
+
     /// Note this part's `matches`-th match, `path`.
     fn matched(&mut self, matches: u64, path: &str) {
         self.step = self.step.max(1);
@@ -224,7 +241,7 @@ impl Board {
 
     /// Post this part's checkpoints and `files` (its matches, in walk order) and read the
     /// other parts' posts: the stop line, if they now add up to more than `enough`.
-    fn exchange(&mut self, index: usize, files: &[String], enough: u64) {
+    fn exchange(&mut self, index: usize, files: &[String], enough: u64, board: impl FnOnce(&[u8]) -> Vec<Vec<u8>>) {
         self.since_read = 0;
         let last = files.last().map(|last| (files.len() as u64, last.as_str()));
         let mut post = encode(&self.checkpoints, last);
@@ -237,10 +254,15 @@ impl Board {
         if post.len() > MOST_POST_BYTES {
             post.clear();
         }
-        let posts = toolcell_sdk::shard_progress(&post);
+        let posts = board(&post);
         let others: Vec<Vec<(u64, &str)>> =
             posts.iter().enumerate().filter(|(part, _)| *part != index).map(|(_, post)| decode(post)).collect();
-        self.line = stop_line(files, &self.checkpoints, &others, enough);
+        // Every line found holds (the counts by it only grow): the earliest is kept.
+        let line = stop_line(files, &self.checkpoints, &others, enough);
+        self.line = match (self.line.take(), line) {
+            (Some(old), Some(new)) => Some(if walk_order(&new, &old).is_lt() { new } else { old }),
+            (old, new) => old.or(new),
+        };
         // Far from a full page, the board changes little between two matches: the parts
         // still need `gap` matches between them, so this one posts again once it has found
         // half of its share of those (at once when they are few). Posting after every match
@@ -283,26 +305,23 @@ impl Part {
 
     /// Search one file of the share: only whether it has a match.
     pub(crate) fn file(&mut self, search: &mut Search, path: &WorkspacePath) -> ControlFlow<()> {
-        // Past the stop line: every file of the share up to it is searched.
-        if let Some(line) = self.board.line.as_deref()
-            && walk_order(path.as_str(), line).is_gt()
-        {
-            self.stopped_at = Some(line.to_owned());
+        let enough = search.offset.saturating_add(search.max_results);
+        // Past the stop line: every file of the share up to it is searched. The last post
+        // tells the parts still short of the line everything this one found before it.
+        if self.board.line.as_deref().is_some_and(|line| walk_order(path.as_str(), line).is_gt()) {
+            self.board.exchange(self.index, &self.files, enough, toolcell_sdk::shard_progress);
+            self.stopped_at = self.board.line.clone();
             return ControlFlow::Break(());
         }
         let found = self.files.len();
         let flow = self.search(search, path);
-        self.board.since_read += 1;
         if self.files.len() > found {
             self.board.matched(self.files.len() as u64, path.as_str());
         }
-        if self.board.line.is_none() && (self.files.len() as u64 >= self.board.exchange_at || self.board.since_read >= READ_EVERY) {
-            self.board.exchange(self.index, &self.files, search.offset.saturating_add(search.max_results));
-            // The page may be full at this very file.
-            if flow.is_continue() && self.board.line.as_deref().is_some_and(|line| walk_order(path.as_str(), line).is_ge()) {
-                self.stopped_at = Some(path.as_str().to_owned());
-                return ControlFlow::Break(());
-            }
+        let full = self.board.searched(self.index, &self.files, enough, path.as_str(), toolcell_sdk::shard_progress);
+        if flow.is_continue() && full {
+            self.stopped_at = Some(path.as_str().to_owned());
+            return ControlFlow::Break(());
         }
         flow
     }
@@ -487,6 +506,43 @@ mod tests {
                 assert_eq!(walk_order(left, right), left.split('/').cmp(right.split('/')), "{left} against {right}");
             }
         }
+    }
+
+    /// Part 0 ran ahead (its matches at even positions, part 1's at odd ones) and set the line
+    /// where it stood; part 1, behind, moves the line back to where the page fills as it goes.
+    #[test]
+    fn a_part_behind_moves_the_line_back_to_where_the_page_fills() {
+        let posts = std::cell::RefCell::new(vec![Vec::new(); 2]);
+        let board = |index: usize| {
+            let posts = &posts;
+            move |post: &[u8]| {
+                posts.borrow_mut()[index] = post.to_vec();
+                posts.borrow().clone()
+            }
+        };
+        let path = |position: usize| format!("a/{position:02}");
+        let (mut ahead, mut behind) = (Board::default(), Board::default());
+        let (mut ahead_files, mut behind_files) = (Vec::new(), Vec::new());
+        behind_files.push(path(1));
+        behind.matched(1, &path(1));
+        assert!(!behind.searched(1, &behind_files, 10, &path(1), board(1)));
+        for position in (0..20).step_by(2) {
+            ahead_files.push(path(position));
+            ahead.matched(ahead_files.len() as u64, &path(position));
+            ahead.searched(0, &ahead_files, 10, &path(position), board(0));
+        }
+        // Its ten and the one posted: eleven by `a/18`.
+        assert_eq!(ahead.line.as_deref(), Some("a/18"));
+        // Part 1 goes on; the page holds eleven by `a/10`, so part 1 stops before `a/11`.
+        let mut lines = Vec::new();
+        for position in (3..=9).step_by(2) {
+            behind_files.push(path(position));
+            behind.matched(behind_files.len() as u64, &path(position));
+            assert!(!behind.searched(1, &behind_files, 10, &path(position), board(1)));
+            lines.extend(behind.line.clone());
+        }
+        // By `a/03` it has not found enough of the matches the page still needed to post.
+        assert_eq!(lines, ["a/14", "a/12", "a/10"]);
     }
 
     #[test]
