@@ -175,6 +175,8 @@ struct Board {
     /// This part's checkpoints, every `step`-th match: (matches so far, the file).
     checkpoints: Vec<(u64, String)>,
     step: u64,
+    /// The other parts' posts, as last read.
+    others: Vec<Vec<u8>>,
 }
 
 /// A part that finds no match reads the board after this many files: the others may have
@@ -215,15 +217,38 @@ impl Board {
     /// (`board`, which takes this part's post and gives every part's) when due. Whether the
     /// page is full by `path`.
     ///
-    /// Once there is a line, a part short of it goes on reading the board: the line comes
-    /// closer as the others' posts and its own matches show the page full sooner.
+    /// Once there is a line, a part short of it reads the board only every [`READ_EVERY`]
+    /// files (see [`Board::past_line`]).
     fn searched(&mut self, index: usize, files: &[String], enough: u64, path: &str, board: impl FnOnce(&[u8]) -> Vec<Vec<u8>>) -> bool {
         self.since_read += 1;
         if files.len() as u64 >= self.exchange_at || self.since_read >= READ_EVERY {
             self.exchange(index, files, enough, board);
-            return self.line.as_deref().is_some_and(|line| walk_order(path, line).is_ge());
         }
-        false
+        self.line.as_deref().is_some_and(|line| walk_order(path, line).is_ge())
+    }
+
+    /// Whether `path`, this part's next file, is past the line. A part that ran ahead set the
+    /// line where it stood, past where the page fills; a part behind it checks before each
+    /// file whether this part's matches and the others' posts as last read fill the page
+    /// before it, and if so brings the line back to where they do.
+    fn past_line(&mut self, files: &[String], path: &str, enough: u64) -> bool {
+        if self.line.is_none() {
+            return false;
+        }
+        if self.count_by(files, path) > enough {
+            self.settle(files, enough);
+        }
+        self.line.as_deref().is_some_and(|line| walk_order(path, line).is_gt())
+    }
+
+    /// How many files match before `path`, this part's next file, as far as this part knows:
+    /// all of its own `files` (it searches in walk order) and each other part's last
+    /// checkpoint before `path`.
+    fn count_by(&self, files: &[String], path: &str) -> u64 {
+        let theirs = self.others.iter().map(|post| {
+            decode(post).into_iter().take_while(|(_, at)| walk_order(at, path).is_le()).last().map_or(0, |(count, _)| count)
+        });
+        files.len() as u64 + theirs.sum::<u64>()
     }
 
     /// Note this part's `matches`-th match, `path`.
@@ -255,21 +280,30 @@ impl Board {
             post.clear();
         }
         let posts = board(&post);
-        let others: Vec<Vec<(u64, &str)>> =
-            posts.iter().enumerate().filter(|(part, _)| *part != index).map(|(_, post)| decode(post)).collect();
-        // Every line found holds (the counts by it only grow): the earliest is kept.
+        let parts = posts.len().max(1) as u64;
+        self.others = posts.into_iter().enumerate().filter(|(part, _)| *part != index).map(|(_, post)| post).collect();
+        let known = self.settle(files, enough);
+        // Far from a full page, the board changes little between two matches: the parts
+        // still need `gap` matches between them, so this one posts again once it has found
+        // half of its share of those (at once when they are few). Posting after every match
+        // cost more than searching the files, in a page of 10,000. Once there is a line, only
+        // every `READ_EVERY` files (see `searched`).
+        let gap = enough.saturating_sub(known);
+        self.exchange_at =
+            if self.line.is_some() { u64::MAX } else { files.len() as u64 + (gap / (2 * parts)).max(1) };
+    }
+
+    /// The line by the posts as last read, if it is earlier than the one there is (every line
+    /// found holds, since the counts by it only grow). Returns how many matches the posts and
+    /// this part's `files` add up to.
+    fn settle(&mut self, files: &[String], enough: u64) -> u64 {
+        let others: Vec<Vec<(u64, &str)>> = self.others.iter().map(|post| decode(post)).collect();
         let line = stop_line(files, &self.checkpoints, &others, enough);
         self.line = match (self.line.take(), line) {
             (Some(old), Some(new)) => Some(if walk_order(&new, &old).is_lt() { new } else { old }),
             (old, new) => old.or(new),
         };
-        // Far from a full page, the board changes little between two matches: the parts
-        // still need `gap` matches between them, so this one posts again once it has found
-        // half of its share of those (at once when they are few). Posting after every match
-        // cost more than searching the files, in a page of 10,000.
-        let known = files.len() as u64 + others.iter().filter_map(|post| post.last()).map(|(count, _)| count).sum::<u64>();
-        let gap = enough.saturating_sub(known);
-        self.exchange_at = files.len() as u64 + (gap / (2 * posts.len().max(1) as u64)).max(1);
+        files.len() as u64 + others.iter().filter_map(|post| post.last()).map(|(count, _)| count).sum::<u64>()
     }
 }
 
@@ -308,7 +342,7 @@ impl Part {
         let enough = search.offset.saturating_add(search.max_results);
         // Past the stop line: every file of the share up to it is searched. The last post
         // tells the parts still short of the line everything this one found before it.
-        if self.board.line.as_deref().is_some_and(|line| walk_order(path.as_str(), line).is_gt()) {
+        if self.board.past_line(&self.files, path.as_str(), enough) {
             self.board.exchange(self.index, &self.files, enough, toolcell_sdk::shard_progress);
             self.stopped_at = self.board.line.clone();
             return ControlFlow::Break(());
@@ -533,16 +567,21 @@ mod tests {
         }
         // Its ten and the one posted: eleven by `a/18`.
         assert_eq!(ahead.line.as_deref(), Some("a/18"));
-        // Part 1 goes on; the page holds eleven by `a/10`, so part 1 stops before `a/11`.
-        let mut lines = Vec::new();
-        for position in (3..=9).step_by(2) {
+        // Part 1 goes on: the page holds eleven by `a/10`, so part 1 stops before `a/11`,
+        // though the line part 0 set is further on.
+        let mut stopped = None;
+        for position in (3..=17).step_by(2) {
+            if behind.past_line(&behind_files, &path(position), 10) {
+                stopped = Some(path(position));
+                break;
+            }
             behind_files.push(path(position));
             behind.matched(behind_files.len() as u64, &path(position));
             assert!(!behind.searched(1, &behind_files, 10, &path(position), board(1)));
-            lines.extend(behind.line.clone());
         }
-        // By `a/03` it has not found enough of the matches the page still needed to post.
-        assert_eq!(lines, ["a/14", "a/12", "a/10"]);
+        assert_eq!(stopped.as_deref(), Some("a/11"));
+        assert_eq!(behind.line.as_deref(), Some("a/10"));
+        assert_eq!(behind_files.len(), 5);
     }
 
     #[test]
