@@ -245,9 +245,10 @@ impl Board {
     /// all of its own `files` (it searches in walk order) and each other part's last
     /// checkpoint before `path`.
     fn count_by(&self, files: &[String], path: &str) -> u64 {
-        let theirs = self.others.iter().map(|post| {
-            decode(post).into_iter().take_while(|(_, at)| walk_order(at, path).is_le()).last().map_or(0, |(count, _)| count)
-        });
+        let theirs = self
+            .others
+            .iter()
+            .map(|post| decode(post).into_iter().take_while(|(_, at)| walk_order(at, path).is_le()).last().map_or(0, |(count, _)| count));
         files.len() as u64 + theirs.sum::<u64>()
     }
 
@@ -289,8 +290,7 @@ impl Board {
         // cost more than searching the files, in a page of 10,000. Once there is a line, only
         // every `READ_EVERY` files (see `searched`).
         let gap = enough.saturating_sub(known);
-        self.exchange_at =
-            if self.line.is_some() { u64::MAX } else { files.len() as u64 + (gap / (2 * parts)).max(1) };
+        self.exchange_at = if self.line.is_some() { u64::MAX } else { files.len() as u64 + (gap / (2 * parts)).max(1) };
     }
 
     /// The line by the posts as last read, if it is earlier than the one there is (every line
