@@ -245,11 +245,7 @@ impl Board {
     /// all of its own `files` (it searches in walk order) and each other part's last
     /// checkpoint before `path`.
     fn count_by(&self, files: &[String], path: &str) -> u64 {
-        let theirs = self
-            .others
-            .iter()
-            .map(|post| decode(post).into_iter().take_while(|(_, at)| walk_order(at, path).is_le()).last().map_or(0, |(count, _)| count));
-        files.len() as u64 + theirs.sum::<u64>()
+        files.len() as u64 + self.others.iter().map(|post| posted_by(&decode(post), path)).sum::<u64>()
     }
 
     /// Note this part's `matches`-th match, `path`.
@@ -303,27 +299,31 @@ impl Board {
             (Some(old), Some(new)) => Some(if walk_order(&new, &old).is_lt() { new } else { old }),
             (old, new) => old.or(new),
         };
-        files.len() as u64 + others.iter().filter_map(|post| post.last()).map(|(count, _)| count).sum::<u64>()
+        posted_in_all(files, &others)
     }
+}
+
+/// How many matches one part posted by `line`: its last checkpoint at or before it.
+fn posted_by(post: &[(u64, &str)], line: &str) -> u64 {
+    let before = post.partition_point(|(_, path)| walk_order(path, line).is_le());
+    before.checked_sub(1).map_or(0, |at| post[at].0)
+}
+
+/// This part's matches, `files`, and the last count each other part posted.
+fn posted_in_all(files: &[String], others: &[Vec<(u64, &str)>]) -> u64 {
+    files.len() as u64 + others.iter().filter_map(|post| post.last()).map(|(count, _)| count).sum::<u64>()
 }
 
 /// The first file by which more than `enough` files match: this part's `files` (its matches,
 /// in walk order) up to it, and each other part's last checkpoint at or before it. `None`
 /// while the parts' posts do not add up to that many.
 fn stop_line(files: &[String], checkpoints: &[(u64, String)], others: &[Vec<(u64, &str)>], enough: u64) -> Option<String> {
-    let most = files.len() as u64 + others.iter().filter_map(|post| post.last()).map(|(count, _)| count).sum::<u64>();
-    if most <= enough {
+    if posted_in_all(files, others) <= enough {
         return None;
     }
     let by = |line: &str| {
         let own = files.partition_point(|file| walk_order(file, line).is_le()) as u64;
-        own + others
-            .iter()
-            .map(|post| {
-                let before = post.partition_point(|(_, path)| walk_order(path, line).is_le());
-                before.checked_sub(1).map_or(0, |at| post[at].0)
-            })
-            .sum::<u64>()
+        own + others.iter().map(|post| posted_by(post, line)).sum::<u64>()
     };
     let mut lines: Vec<&str> = others.iter().flatten().map(|(_, path)| *path).chain(files.last().map(String::as_str)).collect();
     lines.extend(checkpoints.iter().map(|(_, path)| path.as_str()));
