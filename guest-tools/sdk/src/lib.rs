@@ -203,7 +203,10 @@ fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Output {
     text: String,
-    structured: Option<serde_json::Value>,
+    /// The structured value as JSON text, serialized once from the tool's own type: building a
+    /// `serde_json::Value` first and printing it through `Display` made a `list_files` call of
+    /// 100 entries a quarter slower (`cargo bench -p toolcell-runtime --bench call`).
+    structured: Option<String>,
 }
 
 impl Output {
@@ -214,14 +217,14 @@ impl Output {
 
     /// The text and the structured value.
     pub fn into_parts(self) -> (String, Option<serde_json::Value>) {
-        (self.text, self.structured)
+        (self.text, self.structured.and_then(|json| serde_json::from_str(&json).ok()))
     }
 
     /// Attach the structured form of the result: a JSON value, or any serialisable value (of
     /// the type whose schema [`ToolInfo::output_of`] declared).
     #[must_use]
     pub fn with_structured(mut self, value: impl serde::Serialize) -> Self {
-        self.structured = Some(serde_json::to_value(value).unwrap_or(serde_json::Value::Null));
+        self.structured = Some(serde_json::to_string(&value).unwrap_or_else(|_| "null".to_owned()));
         self
     }
 }
@@ -319,15 +322,7 @@ pub fn shard() -> Option<(u32, u32)> {
 /// In the assembly of a split call: each part's result, in part order.
 pub fn shard_results() -> Option<Vec<Result<Output, ToolError>>> {
     context::shard_results().map(|results| {
-        results
-            .into_iter()
-            .map(|result| {
-                result.map(|output| Output {
-                    text: output.text,
-                    structured: output.structured.and_then(|json| serde_json::from_str(&json).ok()),
-                })
-            })
-            .collect()
+        results.into_iter().map(|result| result.map(|output| Output { text: output.text, structured: output.structured })).collect()
     })
 }
 
@@ -370,7 +365,7 @@ pub fn call<T: Tool>(args: &str) -> Result<wit::ToolOutput, ToolError> {
     let args: T::Args = serde_json::from_str(args)
         .map_err(|error| ToolError::InvalidArgs(format!("the arguments do not fit the tool's schema: {error}")))?;
     let output = T::call(args)?;
-    Ok(wit::ToolOutput { text: output.text, structured: output.structured.map(|value| value.to_string()) })
+    Ok(wit::ToolOutput { text: output.text, structured: output.structured })
 }
 
 /// Export a [`Tool`] implementation as the component's `toolcell:tool/tool` interface.

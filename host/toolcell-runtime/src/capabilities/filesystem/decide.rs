@@ -13,8 +13,9 @@ pub(crate) const IN_FLIGHT_PATTERN: &str = ".toolcell-*";
 /// Whether a component of the workspace path `path` is a name the host reserves for what a
 /// call has in flight ([`IN_FLIGHT_PREFIX`](toolcell_state::journal::IN_FLIGHT_PREFIX)).
 pub(crate) fn is_in_flight(path: &str) -> bool {
-    const PREFIX: &str = toolcell_state::journal::IN_FLIGHT_PREFIX;
-    path.starts_with(PREFIX) || path.match_indices(PREFIX).any(|(at, _)| path.as_bytes()[at - 1] == b'/')
+    // Component by component: a substring search builds its searcher on every call, and this
+    // runs for every access a guard judges (twice for most).
+    path.split('/').any(|component| component.starts_with(toolcell_state::journal::IN_FLIGHT_PREFIX))
 }
 
 /// What decides an access ([`FsGuard::judgment`]), borrowed from the guard and its policy.
@@ -172,6 +173,21 @@ impl FsGuard {
                     self.policy.as_ref().map_or_else(String::new, |policy| format!(", {} line {line}", policy.file()))
                 ),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_in_flight;
+
+    #[test]
+    fn in_flight_names_are_found_in_any_component_and_only_at_its_start() {
+        for path in [".toolcell-1", ".toolcell-", "a/.toolcell-x", "a/b/.toolcell-x/c", ".toolcell-x/a", "a//.toolcell-"] {
+            assert!(is_in_flight(path), "{path}");
+        }
+        for path in ["", ".", "a", "x.toolcell-1", "a/x.toolcell-1", "a/.toolcel", ".toolcell", "a/b.toolcell-/c", "toolcell-1"] {
+            assert!(!is_in_flight(path), "{path}");
         }
     }
 }
