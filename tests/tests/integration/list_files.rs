@@ -113,3 +113,25 @@ fn sorted_by_modification_time_the_newest_come_first() {
     assert_eq!(by_name.text, "deep/middle.txt\nnew.txt\nold.txt\nsame-a.txt\nsame-b.txt");
     assert!(by_name.structured.expect("structured")["entries"][0].get("modified").is_none());
 }
+
+/// The host reads a directory a buffer at a time: one whose entries fill it many times over is
+/// listed whole, each entry once, and names reserved for calls in flight stay hidden wherever
+/// they fall in it.
+#[test]
+fn a_directory_larger_than_one_read_is_listed_whole() {
+    let fixture = Fixture::new();
+    let mut expected = Vec::new();
+    for n in 0..1_500 {
+        let name = format!("big/{n:04}-{}", "n".repeat(90));
+        fixture.write(&name, "");
+        expected.push(name);
+        if n % 500 == 250 {
+            fixture.write(&format!("big/.toolcell-{n}"), "");
+        }
+    }
+    let output = fixture.ok("list_files", json!({"path": "big", "max_results": 5_000}));
+    assert_eq!(lines(&output.text), expected);
+    let structured = output.structured.expect("structured");
+    assert_eq!(structured["entries"].as_array().map(Vec::len), Some(1_500));
+    assert_eq!(structured["truncated"], false);
+}
