@@ -135,3 +135,24 @@ fn a_directory_larger_than_one_read_is_listed_whole() {
     assert_eq!(structured["entries"].as_array().map(Vec::len), Some(1_500));
     assert_eq!(structured["truncated"], false);
 }
+
+/// The host hands a directory's entries over in byte order of their names (a component that
+/// sorts them, as every built-in does, then finds them in order), whatever order the
+/// filesystem keeps them in.
+#[test]
+fn the_host_hands_over_a_listing_in_name_order() {
+    let fixture = Fixture::new();
+    // Made in descending order: a filesystem that lists in creation order (or its reverse,
+    // or by a hash of the name) does not give byte order by chance.
+    let mut expected: Vec<String> = (0..300).map(|n| format!("{}{n:03}", ["b", "A", "a-", "a.", "a"][n % 5])).collect();
+    for name in expected.iter().rev() {
+        fixture.write(&format!("order/{name}"), "");
+    }
+    expected.sort();
+    let outcome = fixture.call("fs_probe", &json!({"ops": [{"op": "raw_list_order", "path": "order"}]}));
+    let output = outcome.result.expect("the probe runs");
+    let result = &output.structured.expect("structured")[0];
+    assert_eq!(result["ok"], true, "{result}");
+    let listed: Vec<&str> = result["value"].as_array().expect("names").iter().filter_map(|name| name.as_str()).collect();
+    assert_eq!(listed, expected);
+}

@@ -335,6 +335,17 @@ fn raw_call(op: &str, path: &str, to: &str, content: &str) -> std::io::Result<Va
             names.sort();
             Ok(json!(names))
         }
+        // The names in the order the host's stream gives them.
+        "raw_list_order" => {
+            let directory =
+                root.open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::DIRECTORY, DescriptorFlags::READ).map_err(wasi_error)?;
+            let stream = directory.read_directory().map_err(wasi_error)?;
+            let mut names = Vec::new();
+            while let Some(entry) = stream.read_directory_entry().map_err(wasi_error)? {
+                names.push(entry.name);
+            }
+            Ok(json!(names))
+        }
         "raw_mkdir" => done(root.create_directory_at(path)),
         "raw_remove" => done(root.unlink_file_at(path)),
         "raw_rmdir" => done(root.remove_directory_at(path)),

@@ -128,9 +128,9 @@ impl FsGuard {
 
     /// The entries of `directory` (the workspace path `path`) the role may see, read at once:
     /// entries it may not read or list, and names the host reserves for what calls have in
-    /// flight, are left out. An
-    /// entry's type comes from the listing itself (`d_type`), so no entry is stat'ed unless the
-    /// filesystem does not say.
+    /// flight, are left out, and the rest come in byte order of their names. An entry's type
+    /// comes from the listing itself (`d_type`), so no entry is stat'ed unless the filesystem
+    /// does not say.
     pub(super) fn list(&self, directory: &std::fs::File, path: &str) -> FsResult<Listing> {
         use rustix::fs::{AtFlags, FileType, Mode, OFlags};
         // A description of its own (the component's descriptor keeps its offset), read with a
@@ -181,6 +181,14 @@ impl FsGuard {
                 entries.push(Ok(DirectoryEntry { type_, name: name.to_owned() }));
             }
         }
+        // In byte order of their names, the entries that are errors last: components sort a
+        // listing anyway (the built-ins do), and a sort in wasm compares bytes one at a time.
+        entries.sort_unstable_by(|left, right| match (left, right) {
+            (Ok(left), Ok(right)) => left.name.cmp(&right.name),
+            (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+            (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+            (Err(_), Err(_)) => std::cmp::Ordering::Equal,
+        });
         Ok(Listing { entries: entries.into_iter() })
     }
 
