@@ -324,25 +324,13 @@ fn raw_call(op: &str, path: &str, to: &str, content: &str) -> std::io::Result<Va
             file.write(content.as_bytes(), 0).map(|written| json!(written)).map_err(wasi_error)
         }
         "raw_stat" => root.stat_at(PathFlags::SYMLINK_FOLLOW, path).map(|stat| json!(stat.size)).map_err(wasi_error),
-        "raw_list" => {
+        // Sorted here, and as the host's stream gives them.
+        "raw_list" | "raw_list_order" => {
             let directory =
                 root.open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::DIRECTORY, DescriptorFlags::READ).map_err(wasi_error)?;
-            let stream = directory.read_directory().map_err(wasi_error)?;
-            let mut names = Vec::new();
-            while let Some(entry) = stream.read_directory_entry().map_err(wasi_error)? {
-                names.push(entry.name);
-            }
-            names.sort();
-            Ok(json!(names))
-        }
-        // The names in the order the host's stream gives them.
-        "raw_list_order" => {
-            let directory =
-                root.open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::DIRECTORY, DescriptorFlags::READ).map_err(wasi_error)?;
-            let stream = directory.read_directory().map_err(wasi_error)?;
-            let mut names = Vec::new();
-            while let Some(entry) = stream.read_directory_entry().map_err(wasi_error)? {
-                names.push(entry.name);
+            let mut names = names_in(&directory)?;
+            if op == "raw_list" {
+                names.sort();
             }
             Ok(json!(names))
         }
@@ -367,14 +355,20 @@ fn list_held(index: &str) -> std::io::Result<Value> {
     HELD.with(|held| {
         let held = held.borrow();
         let directory = held.get(index).ok_or_else(|| std::io::Error::other("no such handle"))?;
-        let stream = directory.read_directory().map_err(wasi_error)?;
-        let mut names = Vec::new();
-        while let Some(entry) = stream.read_directory_entry().map_err(wasi_error)? {
-            names.push(entry.name);
-        }
+        let mut names = names_in(directory)?;
         names.sort();
         Ok(json!(names))
     })
+}
+
+/// The names in `directory`, in the order the host's stream gives them.
+fn names_in(directory: &wasip2::filesystem::types::Descriptor) -> std::io::Result<Vec<String>> {
+    let stream = directory.read_directory().map_err(wasi_error)?;
+    let mut names = Vec::new();
+    while let Some(entry) = stream.read_directory_entry().map_err(wasi_error)? {
+        names.push(entry.name);
+    }
+    Ok(names)
 }
 
 /// `symlink(target, link)` from wasi-libc: std's `symlink_path` is unstable on WASI.
