@@ -182,7 +182,8 @@ impl FsGuard {
             }
         }
         // In byte order of their names, the entries that are errors last: components sort a
-        // listing anyway (the built-ins do), and a sort in wasm compares bytes one at a time.
+        // listing anyway (the built-ins do), and a component's sort of an unsorted listing of
+        // 1,000 was a twentieth of its call (its `memcmp`), where a sorted one costs a pass.
         entries.sort_unstable_by(|left, right| match (left, right) {
             (Ok(left), Ok(right)) => left.name.cmp(&right.name),
             (Ok(_), Err(_)) => std::cmp::Ordering::Less,
