@@ -156,3 +156,17 @@ fn the_host_hands_over_a_listing_in_name_order() {
     let listed: Vec<&str> = result["value"].as_array().expect("names").iter().filter_map(|name| name.as_str()).collect();
     assert_eq!(listed, expected);
 }
+
+/// A name that is not UTF-8 cannot be shown or opened: it is left out, and every other entry of
+/// the directory is listed, before it in the host's order or after.
+#[test]
+fn a_name_that_is_not_utf8_is_left_out_and_the_rest_listed() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let fixture = Fixture::new();
+    for name in ["a.txt", "c.txt", "z.txt"] {
+        fixture.write(&format!("mixed/{name}"), "");
+    }
+    std::fs::write(fixture.root().join("mixed").join(std::ffi::OsStr::from_bytes(b"b\xff.txt")), "").expect("write");
+    let output = fixture.ok("list_files", json!({"path": "mixed"}));
+    assert_eq!(lines(&output.text), ["mixed/a.txt", "mixed/c.txt", "mixed/z.txt"]);
+}
