@@ -170,3 +170,18 @@ fn a_name_that_is_not_utf8_is_left_out_and_the_rest_listed() {
     let output = fixture.ok("list_files", json!({"path": "mixed"}));
     assert_eq!(lines(&output.text), ["mixed/a.txt", "mixed/c.txt", "mixed/z.txt"]);
 }
+
+/// A component may list the workspace root through the very descriptor the host preopened for
+/// it (an `O_PATH` descriptor on the host), not only through one it opened from it.
+#[test]
+fn the_preopened_root_itself_can_be_listed() {
+    let fixture = Fixture::new();
+    for name in ["b.txt", "a.txt", "dir/c.txt"] {
+        fixture.write(name, "");
+    }
+    let outcome = fixture.call("fs_probe", &json!({"ops": [{"op": "raw_list_preopen", "path": "."}]}));
+    let output = outcome.result.expect("the probe runs");
+    let result = &output.structured.expect("structured")[0];
+    assert_eq!(result["ok"], true, "{result}");
+    assert_eq!(result["value"], json!(["a.txt", "b.txt", "dir"]));
+}

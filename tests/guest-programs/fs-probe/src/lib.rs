@@ -324,6 +324,12 @@ fn raw_call(op: &str, path: &str, to: &str, content: &str) -> std::io::Result<Va
             file.write(content.as_bytes(), 0).map(|written| json!(written)).map_err(wasi_error)
         }
         "raw_stat" => root.stat_at(PathFlags::SYMLINK_FOLLOW, path).map(|stat| json!(stat.size)).map_err(wasi_error),
+        // The workspace root through the descriptor the host preopened, not one opened from it.
+        "raw_list_preopen" => {
+            let mut names = names_in(&root)?;
+            names.sort();
+            Ok(json!(names))
+        }
         // Sorted here, and as the host's stream gives them.
         "raw_list" | "raw_list_order" => {
             let directory =

@@ -133,11 +133,13 @@ impl FsGuard {
     /// does not say.
     pub(super) fn list(&self, directory: &std::fs::File, path: &str) -> FsResult<Listing> {
         use rustix::fs::{AtFlags, FileType, Mode, OFlags};
-        // A description of its own (the component's descriptor keeps its offset), read with a
-        // buffer that takes a directory of some hundred entries in one `getdents64`
-        // (`rustix::fs::Dir` starts at 768 bytes and grows: four calls for 100 entries).
-        let flags = rustix::fs::fcntl_getfl(directory).map_err(std::io::Error::from)?;
-        let own = rustix::fs::openat(directory, ".", flags | OFlags::CLOEXEC, Mode::empty()).map_err(std::io::Error::from)?;
+        // A description of its own (the component's descriptor keeps its offset), opened for
+        // reading whatever the component's was opened for (the workspace root's preopen is an
+        // `O_PATH` descriptor, which `getdents64` refuses), read with a buffer that takes a
+        // directory of some hundred entries in one `getdents64` (`rustix::fs::Dir` starts at
+        // 768 bytes and grows: four calls for 100 entries).
+        let reading = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let own = rustix::fs::openat(directory, ".", reading, Mode::empty()).map_err(std::io::Error::from)?;
         let mut buffer = Vec::with_capacity(LIST_BUFFER_BYTES);
         let mut reader = rustix::fs::RawDir::new(&own, buffer.spare_capacity_mut());
         let mut entries = Vec::new();
@@ -147,6 +149,8 @@ impl FsGuard {
                 Ok(entry) => entry,
                 // The directory was removed while it was read: it has no more entries.
                 Err(rustix::io::Errno::NOENT) => break,
+                // Interrupted before it read anything: read again.
+                Err(rustix::io::Errno::INTR) => continue,
                 Err(errno) => return Err(std::io::Error::from(errno).into()),
             };
             let name = entry.file_name().to_bytes();
