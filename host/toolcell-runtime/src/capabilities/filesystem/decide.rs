@@ -14,7 +14,7 @@ pub(crate) const IN_FLIGHT_PATTERN: &str = ".toolcell-*";
 /// call has in flight ([`IN_FLIGHT_PREFIX`](toolcell_state::journal::IN_FLIGHT_PREFIX)).
 pub(crate) fn is_in_flight(path: &str) -> bool {
     // Component by component: a substring search builds its searcher on every call, and this
-    // runs for every access a guard judges (twice for most).
+    // runs for every access a guard judges.
     path.split('/').any(|component| component.starts_with(toolcell_state::journal::IN_FLIGHT_PREFIX))
 }
 
@@ -77,7 +77,7 @@ impl FsGuard {
         if is_in_flight(path) {
             return Judgment::InFlight;
         }
-        if let Some(state) = self.state_path_of(path) {
+        if let Some(state) = self.owned_location_of(path) {
             return Judgment::StatePath(state);
         }
         let Some(policy) = &self.policy else {
@@ -103,6 +103,12 @@ impl FsGuard {
         if is_in_flight(path) {
             return Some(IN_FLIGHT_PATTERN);
         }
+        self.owned_location_of(path)
+    }
+
+    /// The host-owned location (state directory, cache, plugins, policy) that `path` is or
+    /// lies under; [`state_path_of`](Self::state_path_of) without the names in flight.
+    fn owned_location_of(&self, path: &str) -> Option<&str> {
         self.state_paths
             .iter()
             .find(|state| path == state.as_str() || path.strip_prefix(state.as_str()).is_some_and(|rest| rest.starts_with('/')))
