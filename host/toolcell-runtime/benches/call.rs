@@ -42,8 +42,12 @@ fn measure(iterations: usize, mut run: impl FnMut()) -> Stats {
     for _ in 0..iterations / 10 + 1 {
         run();
     }
+    let idle = idle_before_each_call();
     let mut samples: Vec<Duration> = (0..iterations)
         .map(|_| {
+            if let Some(idle) = idle {
+                std::thread::sleep(idle);
+            }
             let started = Instant::now();
             run();
             started.elapsed()
@@ -56,6 +60,13 @@ fn measure(iterations: usize, mut run: impl FnMut()) -> Stats {
         p99: samples[(samples.len() * 99 / 100).min(samples.len() - 1)],
         mean: total / u32::try_from(samples.len()).unwrap_or(u32::MAX),
     }
+}
+
+/// `--idle-us N`: sleep N µs before each measured call (not counted), so that each call starts
+/// on a CPU that has been idle, as calls spaced out by an agent's thinking do.
+fn idle_before_each_call() -> Option<Duration> {
+    let value = std::env::args().skip_while(|arg| arg != "--idle-us").nth(1)?;
+    Some(Duration::from_micros(value.parse().expect("--idle-us takes a number of microseconds")))
 }
 
 fn main() {

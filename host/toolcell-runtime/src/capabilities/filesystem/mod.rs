@@ -23,6 +23,7 @@ mod record;
 mod release;
 mod resolve;
 mod rewrite;
+mod streams;
 mod transaction;
 mod wasi;
 

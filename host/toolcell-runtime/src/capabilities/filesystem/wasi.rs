@@ -17,7 +17,22 @@ use wasmtime_wasi::p2::bindings::sync::io::streams;
 use wasmtime_wasi::p2::{FsError, FsResult};
 
 use super::open::Open;
+use super::streams::{FileReader, FileWriter, Place};
 use super::*;
+
+impl GuardedFilesystem<'_> {
+    /// An output stream writing to the file `fd` at `place` on the calling thread (see
+    /// [`streams`](super::streams)), refused as wasmtime-wasi refuses one.
+    fn file_writer(&mut self, fd: &Resource<Descriptor>, place: Place) -> FsResult<Resource<streams::OutputStream>> {
+        let file = match self.inner.table.get(fd)? {
+            Descriptor::File(file) if file.perms.write_not_permitted() => return Err(ErrorCode::NotPermitted.into()),
+            Descriptor::File(file) => Arc::clone(&file.file),
+            Descriptor::Dir(_) => return Err(ErrorCode::BadDescriptor.into()),
+        };
+        let writer: streams::OutputStream = Box::new(FileWriter::new(file, place));
+        Ok(self.inner.table.push(writer)?)
+    }
+}
 
 impl preopens::Host for GuardedFilesystem<'_> {
     fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
@@ -384,8 +399,14 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn read_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::InputStream>> {
         self.guard.spend("read-via-stream")?;
-        // Checked when the descriptor was opened for reading.
-        fs::HostDescriptor::read_via_stream(&mut self.inner, fd, offset)
+        // Checked when the descriptor was opened for reading. A directory is is-directory, as
+        // wasmtime-wasi answers.
+        let file = match self.inner.table.get(&fd)? {
+            Descriptor::File(file) => Arc::clone(&file.file),
+            Descriptor::Dir(_) => return Err(ErrorCode::IsDirectory.into()),
+        };
+        let reader: streams::InputStream = Box::new(FileReader::new(file, offset));
+        Ok(self.inner.table.push(reader)?)
     }
 
     fn write_via_stream(&mut self, fd: Resource<Descriptor>, offset: Filesize) -> FsResult<Resource<streams::OutputStream>> {
@@ -393,7 +414,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let path = self.current_path(&fd, "write-via-stream", Access::Write)?;
         self.guard.check("write-via-stream", &path, Access::Write)?;
         self.guard.writing_again(&path);
-        fs::HostDescriptor::write_via_stream(&mut self.inner, fd, offset)
+        self.file_writer(&fd, Place::At(offset))
     }
 
     fn append_via_stream(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<streams::OutputStream>> {
@@ -401,7 +422,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let path = self.current_path(&fd, "append-via-stream", Access::Write)?;
         self.guard.check("append-via-stream", &path, Access::Write)?;
         self.guard.writing_again(&path);
-        fs::HostDescriptor::append_via_stream(&mut self.inner, fd)
+        self.file_writer(&fd, Place::End)
     }
 
     fn is_same_object(&mut self, a: Resource<Descriptor>, b: Resource<Descriptor>) -> wasmtime::Result<bool> {
