@@ -60,6 +60,9 @@ pub(crate) type BoundRoleKey = (u64, String, String, Option<TaskBinding>);
 /// Loaded tool components, ready to run calls. Cheap to share between threads.
 pub struct Runtime {
     pub(crate) engine: Engine,
+    /// wasmtime-wasi's filesystem linked without the guard (the benchmark's baseline): the
+    /// workspace is then preopened by wasmtime-wasi itself, by its path.
+    pub(crate) unguarded: bool,
     pub(crate) tools: BTreeMap<String, LoadedTool>,
     pub(crate) loaded: Vec<LoadedComponent>,
     /// The policy in force: replaced whole by [`Runtime::reload_policy`].

@@ -156,3 +156,35 @@ fn a_component_using_std_fs_cannot_leave_the_workspace() {
     assert_eq!(fixture.read_text("inside.txt"), "inside");
     assert_ne!(CANARY, "");
 }
+
+/// The workspace's directory moved away and another put at its path between calls (a checkout
+/// swapped under a running server): each call still works in the directory the workspace was
+/// opened as, the component's preopen as much as the guard's judgement, and learns nothing of
+/// the directory now at the path.
+#[test]
+fn a_workspace_path_taken_by_another_directory_leads_no_call_there() {
+    let fixture = Fixture::new();
+    fixture.write("mine.txt", "mine\n");
+    let moved = fixture.base().join("moved");
+    std::fs::rename(fixture.root(), &moved).expect("move the workspace away");
+    std::fs::create_dir(fixture.root()).expect("another directory at the workspace's path");
+    std::fs::write(fixture.root().join("theirs.txt"), CANARY).expect("write");
+
+    let listed = fixture.ok("list_files", json!({}));
+    assert_eq!(listed.text.lines().collect::<Vec<_>>(), ["mine.txt"]);
+    let probed = fixture.call(
+        "fs_probe",
+        &json!({"ops": [
+            {"op": "raw_list_preopen", "path": "."},
+            {"op": "stat", "path": "theirs.txt"},
+            {"op": "write", "path": "new.txt", "content": "new"},
+        ]}),
+    );
+    let results = probed.result.expect("the probe runs").structured.expect("structured");
+    assert_eq!(results[0]["value"], json!(["mine.txt"]), "{results}");
+    assert_eq!(results[1]["ok"], false, "{results}");
+    assert_eq!(results[2]["ok"], true, "{results}");
+    assert_eq!(std::fs::read_to_string(moved.join("new.txt")).expect("written where the workspace is"), "new");
+    assert!(!fixture.root().join("new.txt").exists());
+    assert_eq!(std::fs::read_to_string(fixture.root().join("theirs.txt")).expect("read"), CANARY);
+}

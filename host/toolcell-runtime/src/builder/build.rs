@@ -280,6 +280,7 @@ impl RuntimeBuilder {
         });
         Runtime {
             engine: engine.engine,
+            unguarded: self.unguarded,
             tools: tools.by_name,
             loaded: tools.components,
             policy: crate::reload::PolicySlot::new(policy),

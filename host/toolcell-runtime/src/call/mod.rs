@@ -394,7 +394,11 @@ impl Runtime {
         // The host runs calls on plain threads, so blocking filesystem calls run in place
         // instead of hopping to a worker thread.
         wasi.allow_blocking_current_thread(filesystem::BLOCKING_IN_PLACE).stdout(stdout.clone()).stderr(stderr.clone());
-        wasi.preopened_dir(workspace.root(), ".", FsPerms::ReadWrite).map_err(host_error)?;
+        // Behind the guard, the component's preopen is the guard's own workspace descriptor
+        // (see `preopens::Host` in the guard); only the unguarded baseline opens it by path.
+        if self.unguarded {
+            wasi.preopened_dir(workspace.root(), ".", FsPerms::ReadWrite).map_err(host_error)?;
+        }
         let limits = self.limits_for(tool, guard.policy());
         let mut guard = guard;
         guard.set_budget(tool, limits.host_calls, limits.open_files, limits.audit_records);

@@ -35,12 +35,24 @@ impl GuardedFilesystem<'_> {
 }
 
 impl preopens::Host for GuardedFilesystem<'_> {
+    /// The workspace, as `.`: a duplicate of the very descriptor the guard resolves and judges
+    /// every path against, not the workspace's path opened again (which walked the whole
+    /// path on every call, and would give the component another directory than the guard's
+    /// if the path were replaced meanwhile). None for a call without a workspace (`describe`).
     fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
-        let directories = preopens::Host::get_directories(&mut self.inner)?;
-        for (descriptor, _) in &directories {
-            self.guard.descriptors.insert(descriptor.rep(), ".".to_owned());
-        }
-        Ok(directories)
+        let Some(root) = self.guard.root() else {
+            return Ok(Vec::new());
+        };
+        let directory = root.try_clone()?.into_std_file();
+        let preopen = wasmtime_wasi::filesystem::Dir::new(
+            directory,
+            wasmtime_wasi::FsPerms::ReadWrite,
+            wasmtime_wasi::filesystem::OpenMode::READ | wasmtime_wasi::filesystem::OpenMode::WRITE,
+            BLOCKING_IN_PLACE,
+        );
+        let descriptor = self.inner.table.push(Descriptor::Dir(preopen))?;
+        self.guard.descriptors.insert(descriptor.rep(), ".".to_owned());
+        Ok(vec![(descriptor, ".".to_owned())])
     }
 }
 
