@@ -51,13 +51,14 @@ mod bindings;
 mod capabilities;
 
 // One call, top to bottom (`call`), what it is and produces (`outcome`), its limits, the
-// stdout and stderr it captures, and the tools the host implements (`native`) or adapts
-// from a provider (`toolcell_args::adapters`).
+// stdout and stderr it captures, the tools the host implements (`native`) or adapts from a
+// provider (`toolcell_args::adapters`), and the teardown of its instance (`reaper`).
 mod call;
 mod capture;
 mod limits;
 mod native;
 mod outcome;
+mod reaper;
 
 // The content index: the CLI's and embedders' operations on it.
 mod content_index;

@@ -131,6 +131,26 @@ fn a_gigabyte_of_output_hits_the_memory_cap_first() {
     still_serves(&fixture, &runtime);
 }
 
+/// A finished call's instance is torn down after the call returns, off its thread: every one
+/// is let go of, so calls one after another, many more than the pool has slots for, from
+/// several threads at once, all start.
+#[test]
+fn finished_calls_give_back_every_instance_slot() {
+    let fixture = Fixture::new();
+    let runtime = limited();
+    let rounds = 2 * toolcell_runtime::MAX_LIVE_INSTANCES + 10;
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                for _ in 0..rounds / 2 {
+                    still_serves(&fixture, &runtime);
+                }
+            });
+        }
+    });
+    still_serves(&fixture, &runtime);
+}
+
 #[test]
 fn limits_beyond_the_pool_are_refused_at_build() {
     let result = builtin_runtime_builder().limits(Limits { memory_bytes: 8 << 30, ..Limits::default() }).build();
