@@ -28,5 +28,6 @@ mod search_limits;
 mod shared_sessions;
 mod shared_store;
 mod split;
+mod streams;
 mod transactions;
 mod write_file;

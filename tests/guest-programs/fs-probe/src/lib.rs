@@ -185,6 +185,9 @@ fn run(operation: &Operation) -> Value {
         "open_read" => open_read(path, &operation.to),
         "metadata_hash" => metadata_hash(path),
         "list_held" => list_held(&operation.content),
+        "raw_preopens" => raw_preopens(operation.content.parse().unwrap_or(0)),
+        "raw_stream_hold" => raw_stream_hold(path, operation.content.parse().unwrap_or(0)),
+        "stream_script" => Ok(stream_script(&operation.content)),
         op if op.starts_with("raw_") => raw_call(op, path, &operation.to, &operation.content),
         "repeat" => {
             let count: usize = operation.content.parse().unwrap_or(0);
@@ -237,6 +240,10 @@ thread_local! {
     static HOARD: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
     /// Directory handles kept open by `open_dir`.
     static HELD: std::cell::RefCell<Vec<wasip2::filesystem::types::Descriptor>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Preopened descriptors asked for again and again by `raw_preopens`, held until the end.
+    static PREOPENS: std::cell::RefCell<Vec<wasip2::filesystem::types::Descriptor>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Streams kept by `raw_stream_hold` after their descriptors were dropped.
+    static STREAMS: std::cell::RefCell<Vec<wasip2::io::streams::InputStream>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn wasi_error(code: wasip2::filesystem::types::ErrorCode) -> std::io::Error {
@@ -353,6 +360,175 @@ fn raw_call(op: &str, path: &str, to: &str, content: &str) -> std::io::Result<Va
         }
         other => Err(std::io::Error::other(format!("unknown raw operation {other}"))),
     }
+}
+
+/// Ask for the preopened directories `count` times, holding every descriptor they give until
+/// the call ends: the number of `.` descriptors held.
+fn raw_preopens(count: usize) -> std::io::Result<Value> {
+    PREOPENS.with(|held| {
+        let mut held = held.borrow_mut();
+        for _ in 0..count {
+            for (descriptor, name) in wasip2::filesystem::preopens::get_directories() {
+                if name == "." {
+                    held.push(descriptor);
+                }
+            }
+        }
+        Ok(json!(held.len()))
+    })
+}
+
+/// Open `path` for reading `count` times, each time keeping a stream of it and dropping the
+/// descriptor: the number of streams held.
+fn raw_stream_hold(path: &str, count: usize) -> std::io::Result<Value> {
+    use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
+    let root = workspace_root()?;
+    STREAMS.with(|held| {
+        let mut held = held.borrow_mut();
+        for _ in 0..count {
+            let file = root.open_at(PathFlags::empty(), path, OpenFlags::empty(), DescriptorFlags::READ).map_err(wasi_error)?;
+            held.push(file.read_via_stream(0).map_err(wasi_error)?);
+        }
+        Ok(json!(held.len()))
+    })
+}
+
+/// A stream error as a string: its filesystem error code, or `closed`.
+fn stream_error(error: &wasip2::io::streams::StreamError) -> String {
+    match error {
+        wasip2::io::streams::StreamError::Closed => "closed".to_owned(),
+        wasip2::io::streams::StreamError::LastOperationFailed(error) => {
+            format!("failed:{}", wasip2::filesystem::types::filesystem_error_code(error).map_or("none", |code| code.name()))
+        }
+    }
+}
+
+/// A script of raw `wasi:filesystem` and `wasi:io/streams` calls, steps separated by `;`,
+/// each `name:argument`; each step's result is reported. `open:PATH,FLAGS` (`c` create, `t`
+/// truncate, `e` exclusive, `r` read, `w` write, `d` directory) sets the file; `ws:OFFSET`,
+/// `as`, `rs:OFFSET` make its write, append or read stream (`ws_root`, `rs_root` on the
+/// preopen itself); `cw` check-write, `w:TEXT`, `wn:N` (N bytes `x` in one write), `bwf:TEXT`
+/// blocking-write-and-flush, `wz:N` write-zeroes, `fl` flush, `bfl` blocking-flush, `r:N`,
+/// `br:N`, `sk:N`; `dropfd`, `dropout`, `dropin`; `size` (stat of the file), `stat:PATH`
+/// (stat-at on the root), `rename:FROM>TO`, `unlink:PATH`, `setsize:N`, `fail` (stop).
+fn stream_script(script: &str) -> Value {
+    use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
+    let Ok(root) = workspace_root() else {
+        return json!(["no workspace"]);
+    };
+    let mut file: Option<wasip2::filesystem::types::Descriptor> = None;
+    let mut output: Option<wasip2::io::streams::OutputStream> = None;
+    let mut input: Option<wasip2::io::streams::InputStream> = None;
+    let mut results = Vec::new();
+    for step in script.split(';').filter(|step| !step.is_empty()) {
+        let (name, argument) = step.split_once(':').unwrap_or((step, ""));
+        let number = || argument.parse::<u64>().unwrap_or(0);
+        let result: Value = match name {
+            "open" => {
+                let (path, flags) = argument.split_once(',').unwrap_or((argument, "r"));
+                let mut open_flags = OpenFlags::empty();
+                let mut descriptor_flags = DescriptorFlags::empty();
+                for flag in flags.chars() {
+                    match flag {
+                        'c' => open_flags |= OpenFlags::CREATE,
+                        't' => open_flags |= OpenFlags::TRUNCATE,
+                        'e' => open_flags |= OpenFlags::EXCLUSIVE,
+                        'd' => open_flags |= OpenFlags::DIRECTORY,
+                        'r' => descriptor_flags |= DescriptorFlags::READ,
+                        'w' => descriptor_flags |= DescriptorFlags::WRITE,
+                        _ => {}
+                    }
+                }
+                match root.open_at(PathFlags::empty(), path, open_flags, descriptor_flags) {
+                    Ok(opened) => {
+                        file = Some(opened);
+                        json!("ok")
+                    }
+                    Err(code) => json!(code.name()),
+                }
+            }
+            "ws" | "as" | "ws_root" => {
+                let target = if name == "ws_root" { Some(&root) } else { file.as_ref() };
+                let made = match (name, target) {
+                    (_, None) => Err(None),
+                    ("as", Some(target)) => target.append_via_stream().map_err(Some),
+                    (_, Some(target)) => target.write_via_stream(number()).map_err(Some),
+                };
+                match made {
+                    Ok(stream) => {
+                        output = Some(stream);
+                        json!("ok")
+                    }
+                    Err(code) => json!(code.map_or("no file", |code| code.name())),
+                }
+            }
+            "rs" | "rs_root" => {
+                let target = if name == "rs_root" { Some(&root) } else { file.as_ref() };
+                match target.map(|target| target.read_via_stream(number())) {
+                    Some(Ok(stream)) => {
+                        input = Some(stream);
+                        json!("ok")
+                    }
+                    Some(Err(code)) => json!(code.name()),
+                    None => json!("no file"),
+                }
+            }
+            "cw" | "w" | "wn" | "bwf" | "wz" | "fl" | "bfl" => {
+                let Some(stream) = output.as_ref() else {
+                    results.push(json!([step, "no output stream"]));
+                    continue;
+                };
+                let done = match name {
+                    "cw" => stream.check_write().map(|permit| json!(permit)),
+                    "w" => stream.write(argument.as_bytes()).map(|()| json!("ok")),
+                    "wn" => stream.write(&vec![b'x'; number() as usize]).map(|()| json!("ok")),
+                    "bwf" => stream.blocking_write_and_flush(argument.as_bytes()).map(|()| json!("ok")),
+                    "wz" => stream.write_zeroes(number()).map(|()| json!("ok")),
+                    "fl" => stream.flush().map(|()| json!("ok")),
+                    _ => stream.blocking_flush().map(|()| json!("ok")),
+                };
+                done.unwrap_or_else(|error| json!(stream_error(&error)))
+            }
+            "r" | "br" | "sk" => {
+                let Some(stream) = input.as_ref() else {
+                    results.push(json!([step, "no input stream"]));
+                    continue;
+                };
+                let done = match name {
+                    "r" => stream.read(number()).map(|bytes| json!(String::from_utf8_lossy(&bytes))),
+                    "br" => stream.blocking_read(number()).map(|bytes| json!(String::from_utf8_lossy(&bytes))),
+                    _ => stream.skip(number()).map(|skipped| json!(skipped)),
+                };
+                done.unwrap_or_else(|error| json!(stream_error(&error)))
+            }
+            "dropfd" => json!(file.take().is_some()),
+            "dropout" => json!(output.take().is_some()),
+            "dropin" => json!(input.take().is_some()),
+            "size" => match file.as_ref().map(|file| file.stat()) {
+                Some(Ok(stat)) => json!(stat.size),
+                Some(Err(code)) => json!(code.name()),
+                None => json!("no file"),
+            },
+            "setsize" => match file.as_ref().map(|file| file.set_size(number())) {
+                Some(Ok(())) => json!("ok"),
+                Some(Err(code)) => json!(code.name()),
+                None => json!("no file"),
+            },
+            "stat" => root.stat_at(PathFlags::empty(), argument).map(|stat| json!(stat.size)).unwrap_or_else(|code| json!(code.name())),
+            "rename" => {
+                let (from, to) = argument.split_once('>').unwrap_or((argument, ""));
+                root.rename_at(from, &root, to).map(|()| json!("ok")).unwrap_or_else(|code| json!(code.name()))
+            }
+            "unlink" => root.unlink_file_at(argument).map(|()| json!("ok")).unwrap_or_else(|code| json!(code.name())),
+            "fail" => {
+                results.push(json!([step, "stopping"]));
+                break;
+            }
+            other => json!(format!("unknown step {other}")),
+        };
+        results.push(json!([step, result]));
+    }
+    json!(results)
 }
 
 /// List the directory behind handle `index`.

@@ -116,7 +116,8 @@ impl FsGuard {
         let Some(budget) = self.budget.as_ref() else {
             return Ok(());
         };
-        if self.descriptors.len() < budget.open_files {
+        self.orphans.retain(|file| file.strong_count() > 0);
+        if self.descriptors.len() + self.orphans.len() < budget.open_files {
             return Ok(());
         }
         let message = format!(

@@ -67,6 +67,11 @@ impl Landed {
         })
     }
 
+    /// The device and inode it landed as.
+    pub(crate) fn inode(&self) -> (u64, u64) {
+        (self.device, self.inode)
+    }
+
     /// Let go of the inode (its descriptor goes back); only an unchanged change time then
     /// counts.
     pub(crate) fn release(&mut self) {

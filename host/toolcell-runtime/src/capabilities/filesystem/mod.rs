@@ -106,6 +106,12 @@ pub(crate) struct FsGuard {
     root: Option<cap_std::fs::Dir>,
     /// Workspace-relative path of each open descriptor, by resource index.
     descriptors: HashMap<u32, String>,
+    /// The component's preopen, once it asked for it: a duplicate of `root` made once per
+    /// call, so asking again (and again) costs the host no further descriptor.
+    preopen: Option<wasmtime_wasi::filesystem::Dir>,
+    /// Files whose descriptor was dropped while a stream of them still holds them open: they
+    /// count against the budget of open files until their last stream goes.
+    orphans: Vec<std::sync::Weak<std::fs::File>>,
     pub(crate) events: Vec<FsEvent>,
     pub(crate) unrecorded_events: u64,
     pub(crate) denials: Vec<Denial>,
@@ -152,6 +158,8 @@ impl FsGuard {
             approver,
             root,
             descriptors: HashMap::new(),
+            preopen: None,
+            orphans: Vec::new(),
             events: Vec::new(),
             unrecorded_events: 0,
             denials: Vec::new(),

@@ -116,7 +116,7 @@ impl FsGuard {
         };
         for shadow in landing {
             let landed = land_file(root, &shadow, sync).map_err(|error| FsError::from(ErrorCode::from(error)))?;
-            transaction.landed.push((shadow.path, landed));
+            transaction.landed_mid_call(shadow.path, landed);
         }
         Ok(())
     }

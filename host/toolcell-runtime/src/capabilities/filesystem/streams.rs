@@ -41,11 +41,24 @@ pub(super) struct FileWriter {
     file: Arc<std::fs::File>,
     place: Place,
     state: State,
+    /// Alive as long as the stream: [`FileWriter::alive`] tells whether it still is.
+    alive: Arc<()>,
 }
 
 impl FileWriter {
     pub(super) fn new(file: Arc<std::fs::File>, place: Place) -> Self {
-        FileWriter { file, place, state: State::Ready }
+        FileWriter { file, place, state: State::Ready, alive: Arc::new(()) }
+    }
+
+    /// The file it writes to.
+    pub(super) fn file(&self) -> &Arc<std::fs::File> {
+        &self.file
+    }
+
+    /// What tells whether this stream still exists (and so may still write): upgradable
+    /// until it is dropped.
+    pub(super) fn alive(&self) -> std::sync::Weak<()> {
+        Arc::downgrade(&self.alive)
     }
 
     /// Write all of `bytes`, advancing the offset by what was written.

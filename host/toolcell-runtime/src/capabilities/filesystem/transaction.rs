@@ -49,6 +49,11 @@ pub(crate) struct Transaction {
     pub(crate) shadows: Vec<rewrite::Shadow>,
     /// The files put in place (rewritten whole, or renamed there), with what each landed as.
     pub(crate) landed: Vec<(String, Landed)>,
+    /// The files (device and inode) output streams of this call write to, each with what
+    /// tells whether its stream still exists: a stream alive when its file is put in place
+    /// may write to it after, so what the file landed as is not what the call leaves there
+    /// (see [`Transaction::landed_mid_call`]).
+    streamed: Vec<((u64, u64), std::sync::Weak<()>)>,
     /// The files (not directories) this call renamed: source, destination.
     pub(crate) moves: Vec<(String, String)>,
     /// Why writes to the workspace are stopped (a journal that does not verify, a call that
@@ -65,6 +70,24 @@ impl Transaction {
         for (_, landed) in &mut self.landed {
             landed.release();
         }
+    }
+
+    /// A file put in place while the call runs (before its end): kept as landed, unless an
+    /// output stream of the call that writes to it still exists and may write again after
+    /// this (a write through a descriptor says so each time, a stream only when it is made).
+    /// Such a file counts as one the call changed again, as after [`FsGuard::writing_again`].
+    pub(crate) fn landed_mid_call(&mut self, path: String, landed: Landed) {
+        self.streamed.retain(|(_, alive)| alive.strong_count() > 0);
+        if !self.streamed.iter().any(|(inode, _)| *inode == landed.inode()) {
+            self.landed.push((path, landed));
+        }
+    }
+
+    /// An output stream of this call writes to the file `inode` (device and inode) while
+    /// `alive` can be upgraded.
+    pub(crate) fn streaming_to(&mut self, inode: (u64, u64), alive: std::sync::Weak<()>) {
+        self.streamed.retain(|(_, alive)| alive.strong_count() > 0);
+        self.streamed.push((inode, alive));
     }
 
     #[expect(clippy::too_many_arguments, reason = "one constructor for one struct; every field is needed")]
@@ -100,6 +123,7 @@ impl Transaction {
             checked: std::collections::HashSet::new(),
             shadows: Vec::new(),
             landed: Vec::new(),
+            streamed: Vec::new(),
             moves: Vec::new(),
             stopped: None,
         }
@@ -248,7 +272,7 @@ impl FsGuard {
             return;
         };
         if let Some(landed) = Landed::at(root, to) {
-            transaction.landed.push((to.to_owned(), landed));
+            transaction.landed_mid_call(to.to_owned(), landed);
         }
         transaction.moves.push((from.to_owned(), to.to_owned()));
     }

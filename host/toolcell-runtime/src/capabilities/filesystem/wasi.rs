@@ -29,7 +29,13 @@ impl GuardedFilesystem<'_> {
             Descriptor::File(file) => Arc::clone(&file.file),
             Descriptor::Dir(_) => return Err(ErrorCode::BadDescriptor.into()),
         };
-        let writer: streams::OutputStream = Box::new(FileWriter::new(file, place));
+        let writer = FileWriter::new(file, place);
+        if let Some(transaction) = self.guard.transaction.as_mut()
+            && let Ok(stat) = rustix::fs::fstat(&*writer.file())
+        {
+            transaction.streaming_to((stat.st_dev, stat.st_ino), writer.alive());
+        }
+        let writer: streams::OutputStream = Box::new(writer);
         Ok(self.inner.table.push(writer)?)
     }
 }
@@ -40,16 +46,25 @@ impl preopens::Host for GuardedFilesystem<'_> {
     /// path on every call, and would give the component another directory than the guard's
     /// if the path were replaced meanwhile). None for a call without a workspace (`describe`).
     fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
-        let Some(root) = self.guard.root() else {
-            return Ok(Vec::new());
+        // Each answer is a descriptor in the call's table: counted as any filesystem call.
+        self.guard.spend_capability("get-directories").map_err(wasmtime::Error::msg)?;
+        let preopen = match &self.guard.preopen {
+            Some(preopen) => preopen.clone(),
+            None => {
+                let Some(root) = self.guard.root() else {
+                    return Ok(Vec::new());
+                };
+                let directory = root.try_clone()?.into_std_file();
+                let preopen = wasmtime_wasi::filesystem::Dir::new(
+                    directory,
+                    wasmtime_wasi::FsPerms::ReadWrite,
+                    wasmtime_wasi::filesystem::OpenMode::READ | wasmtime_wasi::filesystem::OpenMode::WRITE,
+                    BLOCKING_IN_PLACE,
+                );
+                self.guard.preopen = Some(preopen.clone());
+                preopen
+            }
         };
-        let directory = root.try_clone()?.into_std_file();
-        let preopen = wasmtime_wasi::filesystem::Dir::new(
-            directory,
-            wasmtime_wasi::FsPerms::ReadWrite,
-            wasmtime_wasi::filesystem::OpenMode::READ | wasmtime_wasi::filesystem::OpenMode::WRITE,
-            BLOCKING_IN_PLACE,
-        );
         let descriptor = self.inner.table.push(Descriptor::Dir(preopen))?;
         self.guard.descriptors.insert(descriptor.rep(), ".".to_owned());
         Ok(vec![(descriptor, ".".to_owned())])
@@ -293,6 +308,12 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
 
     fn drop(&mut self, fd: Resource<Descriptor>) -> wasmtime::Result<()> {
         self.guard.descriptors.remove(&fd.rep());
+        // A stream of the file keeps it open: it still counts as an open file.
+        if let Ok(Descriptor::File(file)) = self.inner.table.get(&fd)
+            && Arc::strong_count(&file.file) > 1
+        {
+            self.guard.orphans.push(Arc::downgrade(&file.file));
+        }
         fs::HostDescriptor::drop(&mut self.inner, fd)
     }
 
