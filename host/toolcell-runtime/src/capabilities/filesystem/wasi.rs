@@ -31,7 +31,7 @@ impl GuardedFilesystem<'_> {
         };
         let writer = FileWriter::new(file, place);
         if let Some(transaction) = self.guard.transaction.as_mut()
-            && let Ok(stat) = rustix::fs::fstat(&*writer.file())
+            && let Ok(stat) = rustix::fs::fstat(writer.file())
         {
             transaction.streaming_to((stat.st_dev, stat.st_ino), writer.alive());
         }
