@@ -1,4 +1,5 @@
-//! Finished calls' instances, torn down on a thread of their own once the call has its result.
+//! Finished calls' instances, torn down on a thread of their own once the call has its result
+//! (and [`Dropper`], the thread and queue it and the closing of released files share).
 //!
 //! Dropping a call's store deallocates its instance: the pool resets the linear memory the
 //! component touched (it scans which pages were written and clears them) and its tables, and
@@ -27,25 +28,45 @@ const QUEUED: usize = 2;
 /// Instances the thread may hold at once: those queued and the one it is dropping.
 pub(crate) const HELD: u32 = QUEUED as u32 + 1;
 
-/// The thread's queue: `None` if it could not be started (every call then drops its own).
-static QUEUE: OnceLock<Option<SyncSender<Store<CallState>>>> = OnceLock::new();
+/// The thread finished calls' stores go to.
+static STORES: Dropper<Store<CallState>> = Dropper::new("toolcell-teardown", QUEUED);
 
 /// Drop `store` on the thread, or here if its queue is full.
 pub(crate) fn later(store: Store<CallState>) {
-    let queue = QUEUE.get_or_init(|| {
-        let (queue, stores) = sync_channel::<Store<CallState>>(QUEUED);
-        std::thread::Builder::new()
-            .name("toolcell-teardown".to_owned())
-            .spawn(move || {
-                for store in stores {
-                    drop(store);
-                }
-            })
-            .ok()
-            .map(|_| queue)
-    });
-    match queue.as_ref().map(|queue| queue.try_send(store)) {
-        None | Some(Ok(())) => {}
-        Some(Err(TrySendError::Full(store) | TrySendError::Disconnected(store))) => drop(store),
+    STORES.later(store);
+}
+
+/// A thread that drops what it is sent, started at the first thing sent, and the bounded
+/// queue to it: past `capacity` waiting, or if the thread could not be started, the sender
+/// drops its own.
+pub(crate) struct Dropper<T> {
+    name: &'static str,
+    capacity: usize,
+    queue: OnceLock<Option<SyncSender<T>>>,
+}
+
+impl<T: Send + 'static> Dropper<T> {
+    pub(crate) const fn new(name: &'static str, capacity: usize) -> Self {
+        Dropper { name, capacity, queue: OnceLock::new() }
+    }
+
+    /// Drop `item` on the thread, or here if its queue is full.
+    pub(crate) fn later(&self, item: T) {
+        let queue = self.queue.get_or_init(|| {
+            let (queue, items) = sync_channel::<T>(self.capacity);
+            std::thread::Builder::new()
+                .name(self.name.to_owned())
+                .spawn(move || {
+                    for item in items {
+                        drop(item);
+                    }
+                })
+                .ok()
+                .map(|_| queue)
+        });
+        match queue.as_ref().map(|queue| queue.try_send(item)) {
+            None | Some(Ok(())) => {}
+            Some(Err(TrySendError::Full(item) | TrySendError::Disconnected(item))) => drop(item),
+        }
     }
 }
