@@ -15,21 +15,15 @@ use crate::bindings;
 use crate::capabilities::CallState;
 use crate::error::{Error, describe};
 
-/// Instances that calls may hold at once, across all concurrent calls. A Rust tool component
+/// Instances that may be alive at once, across all concurrent calls. A Rust tool component
 /// holds a handful of core instances (its module plus the adapter's shims).
-const LIVE_COMPONENT_INSTANCES: u32 = 128;
+const POOL_COMPONENT_INSTANCES: u32 = 128;
 /// Calls that can hold an instance at once in one process (each call instantiates one
 /// component): a server running calls concurrently keeps below this, or a call fails to start.
-pub const MAX_LIVE_INSTANCES: usize = LIVE_COMPONENT_INSTANCES as usize;
-/// The pool: the live instances, and those of finished calls still being torn down.
-const POOL_COMPONENT_INSTANCES: u32 = LIVE_COMPONENT_INSTANCES + crate::reaper::HELD;
-/// Core instances, memories and tables per component instance the pool has room for.
-const CORE_INSTANCES_EACH: u32 = 8;
-const MEMORIES_EACH: u32 = 2;
-const TABLES_EACH: u32 = 4;
-const POOL_CORE_INSTANCES: u32 = POOL_COMPONENT_INSTANCES * CORE_INSTANCES_EACH;
-const POOL_MEMORIES: u32 = POOL_COMPONENT_INSTANCES * MEMORIES_EACH;
-const POOL_TABLES: u32 = POOL_COMPONENT_INSTANCES * TABLES_EACH;
+pub const MAX_LIVE_INSTANCES: usize = POOL_COMPONENT_INSTANCES as usize;
+const POOL_CORE_INSTANCES: u32 = 1024;
+const POOL_MEMORIES: u32 = 256;
+const POOL_TABLES: u32 = 512;
 /// Bytes of each pooled linear memory and table kept resident between instances.
 const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 const KEEP_RESIDENT_TABLE_BYTES: usize = 64 << 10;

@@ -51,14 +51,13 @@ mod bindings;
 mod capabilities;
 
 // One call, top to bottom (`call`), what it is and produces (`outcome`), its limits, the
-// stdout and stderr it captures, the tools the host implements (`native`) or adapts from a
-// provider (`toolcell_args::adapters`), and the teardown of its instance (`reaper`).
+// stdout and stderr it captures, and the tools the host implements (`native`) or adapts
+// from a provider (`toolcell_args::adapters`).
 mod call;
 mod capture;
 mod limits;
 mod native;
 mod outcome;
-mod reaper;
 
 // The content index: the CLI's and embedders' operations on it.
 mod content_index;

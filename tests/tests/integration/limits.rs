@@ -131,9 +131,8 @@ fn a_gigabyte_of_output_hits_the_memory_cap_first() {
     still_serves(&fixture, &runtime);
 }
 
-/// A finished call's instance is torn down after the call returns, off its thread: every one
-/// is let go of, so calls one after another, many more than the pool has slots for, from
-/// several threads at once, all start.
+/// Every finished call gives its instance's slot back to the pool: calls one after another,
+/// many more than the pool has slots for, from several threads at once, all start.
 #[test]
 fn finished_calls_give_back_every_instance_slot() {
     let fixture = Fixture::new();

@@ -474,21 +474,13 @@ impl Runtime {
                 .with_hint("this is a bug in the tool: try another approach, or report it"))
             }
         };
-        // Everything a later step needs is taken out of the store, and what the call held
-        // outside its instance is let go of here: the component's open descriptors (its
-        // resource table) and its grants from the call's memory pool. The instance itself
-        // is torn down on another thread (see `reaper`).
-        let state = store.data_mut();
-        let mut guard = std::mem::replace(&mut state.guard, FsGuard::new(None, "", None, None));
-        state.http.account(&mut guard, std::mem::replace(&mut state.table, ResourceTable::new()));
-        drop(std::mem::replace(&mut state.limiter, limits::MemoryLimiter::new(0)));
-        outcome.notes = std::mem::take(&mut state.context.notes);
-        outcome.images = std::mem::take(&mut state.context.images);
-        let split = state.context.split;
+        let mut state = store.into_data();
+        state.http.account(&mut state.guard, std::mem::replace(&mut state.table, ResourceTable::new()));
+        outcome.notes = state.context.notes;
+        outcome.images = state.context.images;
         outcome.stdout = stdout.take();
         outcome.stderr = stderr.take();
-        crate::reaper::later(store);
-        Ok((guard, split))
+        Ok((state.guard, state.context.split))
     }
 
     fn deadline_error(&self, tool: &str, limits: &Limits) -> ToolError {

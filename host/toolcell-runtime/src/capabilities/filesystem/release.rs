@@ -21,10 +21,10 @@
 //! longer than the closes queued ahead of it.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::OnceLock;
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
 
 use rustix::fs::{FileType, Mode, OFlags};
-
-use crate::reaper::Dropper;
 
 /// Descriptors queued for the closing thread at most.
 pub(crate) const MOST_HELD: usize = 64;
@@ -33,8 +33,9 @@ pub(crate) const MOST_HELD_BYTES: u64 = 1 << 20;
 /// `statfs`'s `f_type` of ext2, ext3 and ext4.
 const EXT4_SUPER_MAGIC: i128 = 0xEF53;
 
-/// The closing thread (every call closes its own if it could not be started).
-static CLOSING: Dropper<OwnedFd> = Dropper::new("toolcell-release", MOST_HELD);
+/// The closing thread's queue: `None` if the thread could not be started (every call then
+/// closes its own).
+static QUEUE: OnceLock<Option<SyncSender<OwnedFd>>> = OnceLock::new();
 
 /// The file named `name` in `directory`, held so that it outlives a rename over it or its
 /// unlink (see the module's documentation); `None` if there is none, if holding it does not
@@ -67,8 +68,23 @@ impl super::FsGuard {
 
 /// Close `held` on the closing thread, or here if its queue is full.
 pub(crate) fn later(held: Option<OwnedFd>) {
-    if let Some(held) = held {
-        CLOSING.later(held);
+    let Some(held) = held else { return };
+    let queue = QUEUE.get_or_init(|| {
+        let (queue, closing) = sync_channel::<OwnedFd>(MOST_HELD);
+        std::thread::Builder::new()
+            .name("toolcell-release".to_owned())
+            .spawn(move || {
+                for held in closing {
+                    drop(held);
+                }
+            })
+            .ok()
+            .map(|_| queue)
+    });
+    match queue.as_ref().map(|queue| queue.try_send(held)) {
+        None => {}
+        Some(Ok(())) => {}
+        Some(Err(TrySendError::Full(held) | TrySendError::Disconnected(held))) => drop(held),
     }
 }
 
