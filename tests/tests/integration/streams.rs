@@ -55,8 +55,9 @@ fn open_descriptors() -> usize {
 }
 
 /// A component asks for the preopened directories again and again, holding every descriptor:
-/// each answer must not cost the host a descriptor of its own (the call's budget of open files
-/// bounds the host's descriptors; `get-directories` is not counted against it).
+/// each answer must not cost the host a descriptor of its own (3,000 held took 3,034 before).
+/// The count is the whole test process's, which other tests share (one holds up to 1,024
+/// files open through streams), hence the wide margin.
 #[test]
 fn asking_for_the_preopens_again_and_again_takes_no_host_descriptor_each() {
     use std::sync::Arc;
@@ -86,7 +87,7 @@ fn asking_for_the_preopens_again_and_again_takes_no_host_descriptor_each() {
     let results = outcome.result.expect("the probe runs").structured.expect("structured");
     let held = results[0]["value"].as_u64().unwrap_or(0);
     let grown = most.load(Ordering::Relaxed).saturating_sub(before);
-    assert!(grown < 500, "{held} preopens held cost the host {grown} descriptors");
+    assert!(grown < 2_000, "{held} preopens held cost the host {grown} descriptors");
 }
 
 // ---------------------------------------------------------------------------------------
