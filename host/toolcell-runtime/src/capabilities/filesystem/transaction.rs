@@ -49,11 +49,11 @@ pub(crate) struct Transaction {
     pub(crate) shadows: Vec<rewrite::Shadow>,
     /// The files put in place (rewritten whole, or renamed there), with what each landed as.
     pub(crate) landed: Vec<(String, Landed)>,
-    /// The files (device and inode) output streams of this call write to, each with what
-    /// tells whether its stream still exists: a stream alive when its file is put in place
-    /// may write to it after, so what the file landed as is not what the call leaves there
-    /// (see [`Transaction::landed_mid_call`]).
-    streamed: Vec<((u64, u64), std::sync::Weak<()>)>,
+    /// The files output streams of this call write to, each with what tells whether its
+    /// stream still exists: a stream alive when its file is put in place may write to it
+    /// after, so what the file landed as is not what the call leaves there (see
+    /// [`Transaction::landed_mid_call`]). Neither keeps the file open.
+    streamed: Vec<(std::sync::Weak<std::fs::File>, std::sync::Weak<()>)>,
     /// The files (not directories) this call renamed: source, destination.
     pub(crate) moves: Vec<(String, String)>,
     /// Why writes to the workspace are stopped (a journal that does not verify, a call that
@@ -78,16 +78,20 @@ impl Transaction {
     /// Such a file counts as one the call changed again, as after [`FsGuard::writing_again`].
     pub(crate) fn landed_mid_call(&mut self, path: String, landed: Landed) {
         self.streamed.retain(|(_, alive)| alive.strong_count() > 0);
-        if !self.streamed.iter().any(|(inode, _)| *inode == landed.inode()) {
+        // A stream alive holds its file, so the file is there to be asked its inode.
+        let written_by_a_stream = self.streamed.iter().any(|(file, _)| {
+            file.upgrade().and_then(|file| rustix::fs::fstat(&*file).ok()).is_some_and(|stat| (stat.st_dev, stat.st_ino) == landed.inode())
+        });
+        if !written_by_a_stream {
             self.landed.push((path, landed));
         }
     }
 
-    /// An output stream of this call writes to the file `inode` (device and inode) while
-    /// `alive` can be upgraded.
-    pub(crate) fn streaming_to(&mut self, inode: (u64, u64), alive: std::sync::Weak<()>) {
+    /// An output stream of this call writes to `file` while `alive` can be upgraded. Which
+    /// file that is (its inode) is asked only when a file lands mid-call, which is rare.
+    pub(crate) fn streaming_to(&mut self, file: std::sync::Weak<std::fs::File>, alive: std::sync::Weak<()>) {
         self.streamed.retain(|(_, alive)| alive.strong_count() > 0);
-        self.streamed.push((inode, alive));
+        self.streamed.push((file, alive));
     }
 
     #[expect(clippy::too_many_arguments, reason = "one constructor for one struct; every field is needed")]

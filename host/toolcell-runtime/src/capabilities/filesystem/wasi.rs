@@ -30,10 +30,8 @@ impl GuardedFilesystem<'_> {
             Descriptor::Dir(_) => return Err(ErrorCode::BadDescriptor.into()),
         };
         let writer = FileWriter::new(file, place);
-        if let Some(transaction) = self.guard.transaction.as_mut()
-            && let Ok(stat) = rustix::fs::fstat(writer.file())
-        {
-            transaction.streaming_to((stat.st_dev, stat.st_ino), writer.alive());
+        if let Some(transaction) = self.guard.transaction.as_mut() {
+            transaction.streaming_to(Arc::downgrade(writer.file()), writer.alive());
         }
         let writer: streams::OutputStream = Box::new(writer);
         Ok(self.inner.table.push(writer)?)
