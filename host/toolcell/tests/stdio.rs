@@ -395,3 +395,49 @@ fn a_client_that_closes_stdout_stops_the_server_and_its_calls() {
     let made = (1..=20).filter(|id| workspace.join(format!("made-{id}.txt")).exists()).count();
     assert!(made <= 2, "{made} calls ran after stdout was gone");
 }
+
+/// The threads of process `pid` named `name`.
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the server's threads")
+        .filter_map(Result::ok)
+        .filter(|task| std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim_end() == name))
+        .count()
+}
+
+#[test]
+fn calls_run_on_the_threads_that_read_them_and_those_threads_end_once_the_calls_are_done() {
+    const CALLS: u64 = 8;
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let mut client = spinning_client(temp.path());
+    let pid = client.child.id();
+    for id in 1..=CALLS {
+        client.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": spin(&format!("spun-{id}.txt"))}));
+    }
+    // Each call runs on the thread that read it, and one more reads on: no call waits for
+    // another, and the cancellations below are read while they run.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reading = threads_named(pid, "toolcell-stdin");
+        if reading > usize::try_from(CALLS).expect("small") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{reading} reading threads for {CALLS} calls running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for id in 1..=CALLS {
+        client.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}));
+    }
+    assert_eq!(spun_records(temp.path(), usize::try_from(CALLS).expect("small")).len(), usize::try_from(CALLS).expect("small"));
+    // Done, the threads end but two, which take turns for the calls that follow.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while threads_named(pid, "toolcell-stdin") > 2 {
+        assert!(Instant::now() < deadline, "{} reading threads stay", threads_named(pid, "toolcell-stdin"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for id in 100..110 {
+        let answer = client.call(id, quick_read(id)["params"].clone());
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+    }
+    assert_eq!(threads_named(pid, "toolcell-stdin"), 2, "calls one after another start no thread");
+}
