@@ -522,8 +522,14 @@ impl Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        self.calls.running().calls.remove(&self.number);
-        self.calls.ended.notify_all();
+        let mut running = self.calls.running();
+        running.calls.remove(&self.number);
+        // Only the end of the serving waits for calls to end, and only once it has closed.
+        let waited_for = running.closed.is_some();
+        drop(running);
+        if waited_for {
+            self.calls.ended.notify_all();
+        }
     }
 }
 

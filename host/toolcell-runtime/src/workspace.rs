@@ -1,20 +1,44 @@
 //! [`Workspace`]: the directory a call may touch, opened once.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::Error;
 use toolcell_state::LockStoreError;
 
 /// The workspace a call may touch: a directory on the host, granted to the component as its
 /// only preopen, named `.`.
-#[derive(Debug)]
 pub struct Workspace {
     pub(crate) root: PathBuf,
     /// The absolute path the workspace was opened by, when it is not `root` (a path through
     /// a symlink): clients may name files under either.
     pub(crate) given: Option<PathBuf>,
     /// The workspace directory, opened once; the guard resolves symlinks through it.
-    pub(crate) directory: cap_std::fs::Dir,
+    pub(crate) directory: Arc<cap_std::fs::Dir>,
+    /// The components' preopen of it: a descriptor of its own on the same directory
+    /// (wasmtime-wasi owns the file it wraps), made once and shared by every call.
+    preopen: wasmtime_wasi::filesystem::Dir,
+}
+
+impl std::fmt::Debug for Workspace {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Workspace")
+            .field("root", &self.root)
+            .field("given", &self.given)
+            .field("directory", &self.directory)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a call holds of its workspace: the directory its guard resolves paths through, and the
+/// component's preopen of that same directory. Shared by the calls of the workspace: a call
+/// takes no descriptor of its own (a duplicate describes the same open directory anyway, and
+/// nothing a call does through either changes it for another: every access is relative to it).
+#[derive(Clone)]
+pub(crate) struct Held {
+    pub(crate) directory: Arc<cap_std::fs::Dir>,
+    pub(crate) preopen: wasmtime_wasi::filesystem::Dir,
 }
 
 impl Workspace {
@@ -39,12 +63,18 @@ impl Workspace {
         }
         let directory = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority())
             .map_err(|error| workspace_error(format!("it cannot be opened: {error}")))?;
+        let preopen = wasmtime_wasi::filesystem::Dir::new(
+            directory.try_clone().map_err(|error| workspace_error(format!("it cannot be opened: {error}")))?.into_std_file(),
+            wasmtime_wasi::FsPerms::ReadWrite,
+            wasmtime_wasi::filesystem::OpenMode::READ | wasmtime_wasi::filesystem::OpenMode::WRITE,
+            crate::capabilities::filesystem::BLOCKING_IN_PLACE,
+        );
         // A `..` in it was resolved after the symlinks before it: only the canonical root
         // says where the workspace is then.
         let given = std::path::absolute(path)
             .ok()
             .filter(|given| *given != root && !given.components().any(|component| component == std::path::Component::ParentDir));
-        Ok(Workspace { root, given, directory })
+        Ok(Workspace { root, given, directory: Arc::new(directory), preopen })
     }
 
     /// Create the directory `path` (and its parents) if missing, then [`open`](Self::open) it.
@@ -86,10 +116,29 @@ impl Workspace {
         self.directory.symlink_metadata(path).is_ok_and(|metadata| metadata.is_file() && cap_std::fs::MetadataExt::nlink(&metadata) > 1)
     }
 
-    /// A handle of its own on the workspace directory, for one call of `tool`.
-    pub(crate) fn reopen(&self, tool: &str) -> Result<cap_std::fs::Dir, Error> {
-        self.directory
-            .try_clone()
-            .map_err(|error| Error::Call { tool: tool.to_owned(), reason: format!("cannot reopen the workspace: {error}") })
+    /// The workspace, for one call.
+    pub(crate) fn held(&self) -> Held {
+        Held { directory: Arc::clone(&self.directory), preopen: self.preopen.clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cap_std::fs::MetadataExt as _;
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+
+    #[test]
+    fn calls_hold_the_workspace_without_a_descriptor_each_and_see_the_same_directory() {
+        let temp = tempfile::tempdir().expect("temporary directory");
+        let workspace = Workspace::open(temp.path()).expect("workspace");
+        let (first, second) = (workspace.held(), workspace.held());
+        assert_eq!(first.directory.as_raw_fd(), second.directory.as_raw_fd(), "the guard's directory is shared");
+        assert_eq!(first.preopen.dir.as_raw_fd(), second.preopen.dir.as_raw_fd(), "the preopen is shared");
+        // The component's preopen and the guard's directory are the same directory.
+        let guard = first.directory.dir_metadata().expect("stat");
+        let preopen = first.preopen.dir.metadata().expect("stat");
+        assert_eq!((guard.dev(), guard.ino()), (preopen.dev(), preopen.ino()));
     }
 }

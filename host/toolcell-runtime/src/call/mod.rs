@@ -187,7 +187,6 @@ impl Runtime {
     /// caller's role, the audit sink and the host-owned paths, and no transaction, so every
     /// write and delete is refused.
     fn read_only_guard(&self, request: &CallRequest<'_>, in_force: &InForce, call_id: &str) -> Result<FsGuard, Error> {
-        let directory = request.workspace.reopen(request.tool)?;
         let bound = match &in_force.policy {
             None => None,
             // Closed: a role whose scoped rules could not be bound must not run as the role
@@ -197,7 +196,7 @@ impl Runtime {
                 reason: format!("the policy's rules for role `{}` could not be bound for this call", request.role.escape_default()),
             })?),
         };
-        Ok(FsGuard::new(None, request.role, request.approver.cloned(), Some(directory))
+        Ok(FsGuard::new(None, request.role, request.approver.cloned(), Some(request.workspace.held()))
             .with_policy(in_force)
             .with_role(bound)
             .with_audit(self.audit_sink(request, call_id), self.host_paths_inside(request.workspace)?))

@@ -263,8 +263,7 @@ impl Runtime {
             return Err(format!("the validator tool `{tool}` is not a loaded component"));
         };
         let pre = code.get(&self.engine, origin).map_err(|error| error.to_string())?;
-        let directory = request.workspace.reopen(tool).map_err(|error| error.to_string())?;
-        let guard = FsGuard::new(None, request.role, None, Some(directory));
+        let guard = FsGuard::new(None, request.role, None, Some(request.workspace.held()));
         let context = CallContext {
             role: request.role.to_owned(),
             session_id: request.session_id.to_owned(),

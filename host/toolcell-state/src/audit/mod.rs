@@ -83,6 +83,9 @@ struct Commit {
     settled: u64,
     /// Why settled appends failed, until each one's caller takes its own.
     failed: std::collections::HashMap<u64, (std::io::ErrorKind, String)>,
+    /// Appends asleep on `settled`: a group is settled without a wake-up (a system call) when
+    /// none is, as with one append at a time.
+    sleeping: usize,
 }
 
 /// Settles the group an append led, even if writing it panicked: its tickets are marked done
@@ -107,8 +110,11 @@ impl Drop for Settle<'_> {
         }
         commit.settled = self.end;
         commit.writing = false;
+        let sleeping = commit.sleeping > 0;
         drop(commit);
-        self.log.settled.notify_all();
+        if sleeping {
+            self.log.settled.notify_all();
+        }
     }
 }
 
@@ -341,7 +347,9 @@ impl AuditLog {
                 commit = self.commit.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 continue;
             }
+            commit.sleeping += 1;
             commit = self.settled.wait(commit).unwrap_or_else(std::sync::PoisonError::into_inner);
+            commit.sleeping -= 1;
         }
         // Lead: write every queued append, ours among them, as one.
         commit.writing = true;

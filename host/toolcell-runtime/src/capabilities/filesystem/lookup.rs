@@ -39,7 +39,7 @@ impl FsGuard {
         if self.spend("inspect").is_err() {
             return Err(self.last_refusal(ToolErrorKind::TooLarge));
         }
-        let canonical = match resolve(self.root.as_ref(), ".", path, false) {
+        let canonical = match resolve(self.root.as_deref(), ".", path, false) {
             Resolved::Inside(canonical) => canonical,
             Resolved::Outside => {
                 self.refuse_outside("inspect", path, Access::Read);
@@ -52,7 +52,7 @@ impl FsGuard {
         if self.land(&canonical).is_err() {
             return Err((ToolErrorKind::Failed, format!("`{shown}` could not be looked up")));
         }
-        let Some(root) = self.root.as_ref() else {
+        let Some(root) = self.root.as_deref() else {
             return Err((ToolErrorKind::Failed, "the call has no workspace".to_owned()));
         };
         let metadata = match root.symlink_metadata(&canonical) {
@@ -200,7 +200,7 @@ impl FsGuard {
     /// Refuse to open a FIFO, socket or device: opening or reading one can block the host
     /// beyond any deadline, and no file tool needs one.
     pub(super) fn check_openable(&mut self, operation: &'static str, path: &str, access: Access) -> FsResult<()> {
-        let Some(root) = self.root.as_ref() else {
+        let Some(root) = self.root.as_deref() else {
             return Ok(());
         };
         let Ok(metadata) = root.metadata(path) else {

@@ -103,11 +103,11 @@ pub(crate) struct FsGuard {
     bound: Option<Arc<toolcell_policy::Role>>,
     approver: Option<Arc<dyn Approver>>,
     /// The workspace, for resolving symlinks; `None` when the call has no workspace (`describe`).
-    root: Option<cap_std::fs::Dir>,
+    root: Option<Arc<cap_std::fs::Dir>>,
     /// Workspace-relative path of each open descriptor, by resource index.
     descriptors: HashMap<u32, String>,
-    /// The component's preopen, once it asked for it: a duplicate of `root` made once per
-    /// call, so asking again (and again) costs the host no further descriptor.
+    /// The component's preopen: the workspace's, made once for every call of the workspace
+    /// (see [`crate::workspace::Held`]), so asking for it costs the host no descriptor.
     preopen: Option<wasmtime_wasi::filesystem::Dir>,
     /// Files whose descriptor was dropped while a stream of them still holds them open: they
     /// count against the budget of open files until their last stream goes.
@@ -143,8 +143,9 @@ impl FsGuard {
         policy: Option<Arc<Policy>>,
         role: &str,
         approver: Option<Arc<dyn Approver>>,
-        root: Option<cap_std::fs::Dir>,
+        workspace: Option<crate::workspace::Held>,
     ) -> Self {
+        let (root, preopen) = workspace.map(|held| (held.directory, held.preopen)).unzip();
         FsGuard {
             audit: None,
             state_paths: Vec::new(),
@@ -158,7 +159,7 @@ impl FsGuard {
             approver,
             root,
             descriptors: HashMap::new(),
-            preopen: None,
+            preopen,
             orphans: Vec::new(),
             events: Vec::new(),
             unrecorded_events: 0,
@@ -176,7 +177,7 @@ impl FsGuard {
 
     /// The workspace directory, if the call has one.
     pub(crate) fn root(&self) -> Option<&cap_std::fs::Dir> {
-        self.root.as_ref()
+        self.root.as_deref()
     }
 
     /// Run the call as a transaction: mutations pass the lock table and the read-before-write
@@ -230,7 +231,7 @@ impl FsGuard {
     /// Wait for the workspace's namespace lock ([`NamespaceLock`]): a change of names is judged
     /// and made while it is held. `None` when the call has no workspace.
     pub(crate) fn lock_namespace(&self) -> FsResult<Option<NamespaceLock>> {
-        self.root.as_ref().map(NamespaceLock::acquire).transpose().map_err(|error| FsError::from(ErrorCode::from(error)))
+        self.root.as_deref().map(NamespaceLock::acquire).transpose().map_err(|error| FsError::from(ErrorCode::from(error)))
     }
 
     /// Ask the approver now, before the namespace lock is taken, about an access to `path`
@@ -248,7 +249,7 @@ impl FsGuard {
         let Ok(base) = self.base(descriptor) else {
             return Ok(());
         };
-        let Resolved::Inside(canonical) = resolve(self.root.as_ref(), &base, path, follow_final) else {
+        let Resolved::Inside(canonical) = resolve(self.root.as_deref(), &base, path, follow_final) else {
             return Ok(());
         };
         let unanswered = self.effect(access, &canonical) == Effect::Ask && !self.approved.contains(&(access, canonical.clone()));
@@ -273,7 +274,7 @@ impl FsGuard {
             return Ok(());
         };
         let (Resolved::Inside(source), Resolved::Inside(destination)) =
-            (resolve(self.root.as_ref(), &from_base, from, false), resolve(self.root.as_ref(), &to_base, to, false))
+            (resolve(self.root.as_deref(), &from_base, from, false), resolve(self.root.as_deref(), &to_base, to, false))
         else {
             return Ok(());
         };
@@ -301,7 +302,7 @@ impl FsGuard {
     /// Resolve a path an agent gave a host-implemented tool (relative to the workspace root) to
     /// its canonical form; a path outside is refused and recorded like a component's.
     pub(crate) fn resolve_path(&mut self, operation: &'static str, path: &str, access: Access) -> Option<String> {
-        match resolve(self.root.as_ref(), ".", path, false) {
+        match resolve(self.root.as_deref(), ".", path, false) {
             Resolved::Inside(canonical) => Some(canonical),
             Resolved::Outside => {
                 self.refuse_outside(operation, path, access);
@@ -336,7 +337,7 @@ impl FsGuard {
         access: Access,
     ) -> FsResult<String> {
         let base = self.base(descriptor)?;
-        match resolve(self.root.as_ref(), &base, path, follow_final) {
+        match resolve(self.root.as_deref(), &base, path, follow_final) {
             Resolved::Inside(canonical) => Ok(canonical),
             Resolved::Outside => Err(self.refuse_outside(operation, path, access)),
             Resolved::Loop => Err(FsError::from(ErrorCode::Loop)),

@@ -18,7 +18,7 @@ impl FsGuard {
     /// paths and locks), hidden entries included. A rule on a file deep inside cannot be
     /// bypassed by moving its directory.
     pub(super) fn check_subtree_move(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
-        let Some(root) = self.root.as_ref() else {
+        let Some(root) = self.root.as_deref() else {
             return Ok(());
         };
         // Each entry with whether it is a directory and whether a symlink, as the listing says
@@ -93,7 +93,7 @@ impl FsGuard {
     ///
     /// [`approve_before_lock`]: FsGuard::approve_before_lock
     pub(super) fn approve_moved_entries(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
-        let Some(root) = self.root.as_ref() else {
+        let Some(root) = self.root.as_deref() else {
             return Ok(());
         };
         if !root.symlink_metadata(from).is_ok_and(|metadata| metadata.is_dir()) {
@@ -141,7 +141,7 @@ impl FsGuard {
         link: &str,
         landing: &str,
     ) -> FsResult<()> {
-        let Some(root) = self.root.as_ref() else {
+        let Some(root) = self.root.as_deref() else {
             return Ok(());
         };
         let Ok(target) = root.read_link_contents(link) else {
@@ -197,7 +197,7 @@ impl FsGuard {
                 _ => named = true,
             }
         }
-        match resolve(self.root.as_ref(), directory, target, true) {
+        match resolve(self.root.as_deref(), directory, target, true) {
             Resolved::Inside(_) => None,
             Resolved::Outside => Some("resolved through the symlinks on its way, it leads outside the workspace"),
             Resolved::Loop => Some("it goes through too many symlinks"),
@@ -247,7 +247,7 @@ impl FsGuard {
     /// copy with one link, which every role could then open (the content of a host file
     /// outside, or of a hidden one).
     pub(super) fn check_single_link(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
-        let Some(root) = self.root.as_ref().filter(|_| path != ".") else {
+        let Some(root) = self.root.as_deref().filter(|_| path != ".") else {
             return Ok(());
         };
         match root.symlink_metadata(path) {
@@ -309,17 +309,17 @@ impl FsGuard {
 
     /// Whether `path` is a symlink (not followed).
     pub(super) fn is_symlink(&self, path: &str) -> bool {
-        self.root.as_ref().and_then(|root| root.symlink_metadata(path).ok()).is_some_and(|metadata| metadata.is_symlink())
+        self.root.as_deref().and_then(|root| root.symlink_metadata(path).ok()).is_some_and(|metadata| metadata.is_symlink())
     }
 
     /// Whether anything (a symlink included) is at `path`.
     pub(super) fn exists(&self, path: &str) -> bool {
-        self.root.as_ref().is_some_and(|root| root.symlink_metadata(path).is_ok())
+        self.root.as_deref().is_some_and(|root| root.symlink_metadata(path).is_ok())
     }
 
     /// Whether `path` is a directory (not a symlink to one).
     pub(super) fn is_directory(&self, path: &str) -> bool {
-        self.root.as_ref().and_then(|root| root.symlink_metadata(path).ok()).is_some_and(|metadata| metadata.is_dir())
+        self.root.as_deref().and_then(|root| root.symlink_metadata(path).ok()).is_some_and(|metadata| metadata.is_dir())
     }
 
     /// Whether an existing directory the role may see is at `path`: creating it again is then

@@ -60,7 +60,7 @@ impl super::FsGuard {
     /// The file at the canonical workspace `path` (not followed if a symlink), held as
     /// [`hold`] holds it, before an unlink or a rename over it.
     pub(super) fn hold(&self, path: &str) -> Option<OwnedFd> {
-        let root = self.root.as_ref()?;
+        let root = self.root.as_deref()?;
         let held = toolcell_state::beneath::open(root, path, OFlags::PATH | OFlags::NOFOLLOW, Mode::empty()).ok()?;
         worth_holding(&held).then_some(held)
     }

@@ -38,7 +38,7 @@ impl FsGuard {
     /// Whether opening `path` with these flags rewrites it whole (or creates it), so that the
     /// write can go to a new file that replaces it at once.
     pub(super) fn rewrites_whole(&self, path: &str, open_flags: OpenFlags) -> bool {
-        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_ref()) else {
+        let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_ref()) else {
             return false;
         };
         if path == "." || open_flags.contains(OpenFlags::DIRECTORY) || transaction.shadows.iter().any(|shadow| shadow.path == path) {
@@ -55,7 +55,7 @@ impl FsGuard {
     /// descriptor the component writes through.
     pub(super) fn shadow(&mut self, path: &str, access: OFlags) -> FsResult<std::fs::File> {
         let parent = path.rsplit_once('/').map_or(".", |(parent, _)| parent);
-        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_ref()) else {
+        let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_ref()) else {
             return Err(FsError::from(ErrorCode::Access));
         };
         // Without the file's own name: a name near the kernel's 255 bytes could not be
@@ -111,7 +111,7 @@ impl FsGuard {
             std::mem::take(&mut transaction.shadows).into_iter().partition(|shadow| under(&shadow.path));
         transaction.shadows = kept;
         let sync = transaction.durability.syncs();
-        let Some(root) = self.root.as_ref() else {
+        let Some(root) = self.root.as_deref() else {
             return Ok(());
         };
         for shadow in landing {
@@ -155,7 +155,7 @@ impl FsGuard {
             journal.make_durable().map_err(|error| format!("the call's journal cannot be saved ({error})"))?;
         }
         let sync = transaction.durability.syncs();
-        let Some(root) = self.root.as_ref() else {
+        let Some(root) = self.root.as_deref() else {
             return Ok(());
         };
         for shadow in shadows {

@@ -231,7 +231,7 @@ impl FsGuard {
     }
 
     fn before_change(&mut self, operation: &'static str, path: &str, replaces_content: bool, in_place: bool) -> FsResult<()> {
-        let Some(root) = self.root.as_ref() else {
+        let Some(root) = self.root.as_deref() else {
             return Ok(());
         };
         let Some(transaction) = self.transaction.as_mut() else {
@@ -272,7 +272,7 @@ impl FsGuard {
     /// in place (another host that replaces it meanwhile has it left as it made it), and the
     /// two are one move (a rollback that cannot move it back leaves it where it is).
     pub(super) fn renamed(&mut self, from: &str, to: &str) {
-        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
+        let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_mut()) else {
             return;
         };
         if let Some(landed) = Landed::at(root, to) {
@@ -285,7 +285,7 @@ impl FsGuard {
     /// if it is a file this call put in place, the change is the call's own, not another
     /// session's.
     pub(super) fn relanded(&mut self, path: &str) {
-        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
+        let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_mut()) else {
             return;
         };
         for (_, landed) in transaction.landed.iter_mut().filter(|(landed, _)| landed == path) {
@@ -315,7 +315,7 @@ impl FsGuard {
         in_place: bool,
         write: impl FnOnce(&mut Journal, &cap_std::fs::Dir) -> std::io::Result<()>,
     ) -> FsResult<()> {
-        let (Some(root), Some(transaction)) = (self.root.as_ref(), self.transaction.as_mut()) else {
+        let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_mut()) else {
             return Ok(());
         };
         // A file this call put in place and now changes again is no longer what it landed.

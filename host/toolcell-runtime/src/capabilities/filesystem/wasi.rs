@@ -39,29 +39,16 @@ impl GuardedFilesystem<'_> {
 }
 
 impl preopens::Host for GuardedFilesystem<'_> {
-    /// The workspace, as `.`: a duplicate of the very descriptor the guard resolves and judges
-    /// every path against, not the workspace's path opened again (which walked the whole
-    /// path on every call, and would give the component another directory than the guard's
-    /// if the path were replaced meanwhile). None for a call without a workspace (`describe`).
+    /// The workspace, as `.`: a descriptor of the very directory the guard resolves and judges
+    /// every path against (the workspace's, made once), not the workspace's path opened again
+    /// (which walked the whole path on every call, and would give the component another
+    /// directory than the guard's if the path were replaced meanwhile). None for a call without
+    /// a workspace (`describe`).
     fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
         // Each answer is a descriptor in the call's table: counted as any filesystem call.
         self.guard.spend_capability("get-directories").map_err(wasmtime::Error::msg)?;
-        let preopen = match &self.guard.preopen {
-            Some(preopen) => preopen.clone(),
-            None => {
-                let Some(root) = self.guard.root() else {
-                    return Ok(Vec::new());
-                };
-                let directory = root.try_clone()?.into_std_file();
-                let preopen = wasmtime_wasi::filesystem::Dir::new(
-                    directory,
-                    wasmtime_wasi::FsPerms::ReadWrite,
-                    wasmtime_wasi::filesystem::OpenMode::READ | wasmtime_wasi::filesystem::OpenMode::WRITE,
-                    BLOCKING_IN_PLACE,
-                );
-                self.guard.preopen = Some(preopen.clone());
-                preopen
-            }
+        let Some(preopen) = self.guard.preopen.clone() else {
+            return Ok(Vec::new());
         };
         let descriptor = self.inner.table.push(Descriptor::Dir(preopen))?;
         self.guard.descriptors.insert(descriptor.rep(), ".".to_owned());
