@@ -4,15 +4,15 @@
 //! rmcp reads each message on the async thread, hands a request to a task of its own, which
 //! hands the call to the blocking pool and waits for it, and writes the answer back from the
 //! service loop: for a call that reports nothing while it runs, those hand-offs are most of
-//! what a call costs beyond the call itself. Here threads of their own read the client's
-//! messages, one at a time (see [`Readers`]); a request takes the direct path only when rmcp would have served it the same way
+//! what a call costs beyond the call itself. Here a thread of its own reads the client's
+//! messages; a request takes the direct path only when rmcp would have served it the same way
 //! and everything about it is plain: a JSON-RPC request `tools/call` whose params are `name`
 //! and `arguments` and nothing else (no `_meta`: no progress token, no per-request protocol
 //! version), after the client's `initialize` and `notifications/initialized` (so the protocol
 //! version is one the handshake negotiated, before 2026-07-28), from a client that has not
 //! asked for log messages (`logging/setLevel`: from then on every call goes through rmcp,
-//! which sends them). The call then runs on the thread that read it, which writes its answer
-//! to stdout itself, while another thread reads on. Every other message goes to rmcp as it came, through an in-process pipe, and
+//! which sends them). The call then runs on the blocking pool, which writes its answer to
+//! stdout itself. Every other message goes to rmcp as it came, through an in-process pipe, and
 //! rmcp's messages to stdout one whole line at a time, so the two never interleave.
 //!
 //! `notifications/cancelled` for a call on this path stops it, as rmcp stops its own, and no
@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -56,22 +56,19 @@ pub(crate) async fn serve(server: McpServer) -> Result<(), ServeError> {
     let (lines, mut to_rmcp) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
     // stdout gone: rmcp stops too, as it did when it wrote to stdout itself, and no call starts.
     let stopped = CancellationToken::new();
-    let readers = Arc::new(Readers {
+    let reader = Reader {
         sessions,
         calls: Arc::clone(&calls),
         handshake: Arc::clone(&handshake),
         runtime: tokio::runtime::Handle::current(),
         stopped: stopped.clone(),
-        input: Mutex::new(Input {
-            stdin: std::io::BufReader::with_capacity(INPUT_BUFFER, std::io::stdin()),
-            line: Vec::new(),
-            state: State::default(),
-            lines: Some(lines),
-        }),
-        waiting: AtomicUsize::new(1),
-        running: AtomicUsize::new(0),
-    });
-    readers.start_thread().map_err(|error| ServeError { reason: format!("cannot start the thread that reads stdin: {error}") })?;
+        lines,
+        state: State::default(),
+    };
+    std::thread::Builder::new()
+        .name("toolcell-stdin".to_owned())
+        .spawn(move || reader.run())
+        .map_err(|error| ServeError { reason: format!("cannot start the thread that reads stdin: {error}") })?;
     let forward = tokio::spawn(async move {
         while let Some(line) = to_rmcp.recv().await {
             if our_write.write_all(&line).await.is_err() {
@@ -172,122 +169,25 @@ struct State {
     through_rmcp: bool,
 }
 
-/// The threads that read the client's messages, one at a time and in turn. The thread that
-/// reads a call this path answers runs it itself, and the next message is read by another (one
-/// that waits for its turn, or one started then): a call costs no hand-off from the thread that
-/// read it to the thread that runs it (a wake-up of a sleeping thread, which measured about a
-/// sixth of a small call made back to back). Two threads stay between calls; more are started
-/// only while calls run concurrently, and end once they are done.
-struct Readers {
+/// The thread that reads the client's messages.
+struct Reader {
     sessions: Sessions,
     calls: Arc<Calls>,
     handshake: Arc<Handshake>,
     runtime: tokio::runtime::Handle,
     /// Cancelled when stdout is gone.
     stopped: CancellationToken,
-    /// The client's messages, held by the thread whose turn it is to read.
-    input: Mutex<Input>,
-    /// Threads reading or waiting for their turn to read (none is running a call).
-    waiting: AtomicUsize,
-    /// Calls running on these threads (not on the blocking pool).
-    running: AtomicUsize,
-}
-
-/// What the reading thread holds.
-struct Input {
-    stdin: std::io::BufReader<std::io::Stdin>,
-    /// The line read last (its buffer kept from line to line).
-    line: Vec<u8>,
+    lines: tokio::sync::mpsc::Sender<Vec<u8>>,
     state: State,
-    /// Whole lines for rmcp; `None` once stdin has ended (dropped, which ends rmcp's input).
-    lines: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
 }
 
-/// The buffer stdin is read through (a call's arguments may be 16 MiB: it fills in steps).
-const INPUT_BUFFER: usize = 64 << 10;
-/// Threads kept waiting for their turn to read once calls are done.
-const THREADS_KEPT: usize = 2;
-/// Calls run at once on the reading threads; more go to the blocking pool (which bounds its
-/// threads and queues the rest).
-const CALLS_ON_READERS: usize = 64;
-
-impl Readers {
-    fn start_thread(self: &Arc<Self>) -> std::io::Result<()> {
-        let readers = Arc::clone(self);
-        std::thread::Builder::new().name("toolcell-stdin".to_owned()).spawn(move || readers.run()).map(drop)
-    }
-
-    /// One reading thread: wait for the turn to read, read up to a call this path answers, hand
-    /// the turn on, run the call, and wait for the turn again (or end, if enough threads wait).
-    fn run(self: Arc<Self>) {
+impl Reader {
+    fn run(mut self) {
+        let stdin = std::io::stdin();
+        let mut input = stdin.lock();
+        let mut line = Vec::new();
         loop {
-            let mut input = self.input.lock().unwrap_or_else(PoisonError::into_inner);
-            let Some((request, session, entry)) = self.next_call(&mut input) else {
-                // stdin has ended: every thread ends as its turn comes.
-                self.waiting.fetch_sub(1, Ordering::AcqRel);
-                return;
-            };
-            let inline = self.running.load(Ordering::Acquire) < CALLS_ON_READERS;
-            if inline {
-                self.running.fetch_add(1, Ordering::AcqRel);
-                // This thread runs the call: another reads next (a new one if none waits; if
-                // none can start, the call goes to the blocking pool and this one reads on).
-                if self.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    self.waiting.fetch_add(1, Ordering::AcqRel);
-                    if self.start_thread().is_err() {
-                        self.running.fetch_sub(1, Ordering::AcqRel);
-                        drop(input);
-                        self.on_blocking_pool(request, session, entry);
-                        continue;
-                    }
-                }
-            }
-            drop(input);
-            if !inline {
-                self.on_blocking_pool(request, session, entry);
-                continue;
-            }
-            // Counted among the waiting threads before the answer is written: a client that
-            // sends its next call as soon as it has the answer finds a thread waiting (this
-            // one), and no thread is started for it.
-            let mut again = None;
-            {
-                let _runtime = self.runtime.enter();
-                answer(request, session, entry, &self.calls, &self.stopped, || {
-                    self.running.fetch_sub(1, Ordering::AcqRel);
-                    again = Some(self.wait_again());
-                });
-            }
-            let again = again.unwrap_or_else(|| {
-                self.running.fetch_sub(1, Ordering::AcqRel);
-                self.wait_again()
-            });
-            if !again {
-                return;
-            }
-        }
-    }
-
-    /// After a call: count this thread among those waiting for their turn, unless
-    /// [`THREADS_KEPT`] already are (then it ends).
-    fn wait_again(&self) -> bool {
-        let mut waiting = self.waiting.load(Ordering::Acquire);
-        while waiting < THREADS_KEPT {
-            match self.waiting.compare_exchange_weak(waiting, waiting + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(now) => waiting = now,
-            }
-        }
-        false
-    }
-
-    /// Read messages, passing on those for rmcp, up to the next call this path answers
-    /// (registered in `calls` before the next line is read, so that a cancellation that follows
-    /// finds it); `None` once stdin has ended (or rmcp's input has).
-    fn next_call(&self, input: &mut Input) -> Option<(PlainCall, Session, Entry)> {
-        let lines = input.lines.clone()?;
-        loop {
-            match read_line(&mut input.stdin, &mut input.line) {
+            match read_line(&mut input, &mut line) {
                 Line::Whole => {}
                 // As rmcp drops (and logs) a line this long.
                 Line::TooLong => {
@@ -296,26 +196,22 @@ impl Readers {
                 }
                 Line::End => break,
             }
-            if let Some((request, session)) = self.direct(&input.state, &input.line) {
-                let cancel = Arc::new(AtomicBool::new(false));
-                // `None`: stdin ended (stdout gone), and the call is not run.
-                let Some(entry) = self.calls.enter(id_key(&request.id), cancel) else { continue };
-                return Some((request, session, entry));
+            if let Some((request, session)) = self.direct(&line) {
+                self.start(request, session);
+                continue;
             }
-            observe(&mut input.state, &self.handshake, &self.calls, &input.line);
-            if lines.blocking_send(std::mem::take(&mut input.line)).is_err() {
+            self.observe(&line);
+            if self.lines.blocking_send(std::mem::take(&mut line)).is_err() {
                 break;
             }
         }
         // No call starts on this path any more; dropping `lines` ends rmcp's input.
-        input.lines = None;
         self.calls.close();
-        None
     }
 
     /// The request `line` holds and its session, if this path answers it.
-    fn direct(&self, state: &State, line: &[u8]) -> Option<(PlainCall, Session)> {
-        if !state.initialized || state.through_rmcp || !self.handshake.answered.load(Ordering::Acquire) {
+    fn direct(&self, line: &[u8]) -> Option<(PlainCall, Session)> {
+        if !self.state.initialized || self.state.through_rmcp || !self.handshake.answered.load(Ordering::Acquire) {
             return None;
         }
         let request = PlainCall::parse(line)?;
@@ -326,70 +222,66 @@ impl Readers {
         Some((request, session))
     }
 
-    /// Run a call on the blocking pool, which answers it.
-    fn on_blocking_pool(&self, request: PlainCall, session: Session, entry: Entry) {
-        let (calls, stopped) = (Arc::clone(&self.calls), self.stopped.clone());
-        self.runtime.spawn_blocking(move || answer(request, session, entry, &calls, &stopped, || {}));
-    }
-}
-
-/// Note what `line` (for rmcp) changes for this path, reading it as rmcp does (a leading
-/// byte-order mark is skipped, and a message rmcp cannot read changes nothing).
-fn observe(state: &mut State, handshake: &Handshake, calls: &Calls, line: &[u8]) {
-    let line = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(line);
-    if line.iter().find(|byte| !byte.is_ascii_whitespace()) == Some(&b'[') {
-        state.through_rmcp = true;
-        return;
-    }
-    let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(line) else { return };
-    match message {
-        JsonRpcMessage::Request(request) => match request.request {
-            ClientRequest::InitializeRequest(_) => {
-                state.initializing = true;
-                *handshake.request.lock().unwrap_or_else(PoisonError::into_inner) = Some(id_key(&request.id));
-            }
-            ClientRequest::SetLevelRequest(_) => state.through_rmcp = true,
-            _ => {}
-        },
-        JsonRpcMessage::Notification(notification) => match notification.notification {
-            ClientNotification::InitializedNotification(_) if state.initializing => state.initialized = true,
-            ClientNotification::CancelledNotification(cancelled) => {
-                if let Some(id) = cancelled.params.request_id {
-                    calls.cancel(&id_key(&id));
-                }
-            }
-            _ => {}
-        },
-        _ => {}
-    }
-}
-
-/// Run `request` in `session` and write its answer to stdout (none if the client cancelled it),
-/// with `before_answering` called once the call is done, just before.
-fn answer(request: PlainCall, session: Session, entry: Entry, calls: &Calls, stopped: &CancellationToken, before_answering: impl FnOnce()) {
-    let PlainCall { id, params } = request;
-    let cancel = entry.cancel();
-    let name = params.name.into_owned();
-    let args = Value::Object(params.arguments.unwrap_or_default()).to_string();
-    call::call_answering(&session, &name, &args, &cancel, |finished| {
-        before_answering();
-        // No answer to a request the client cancelled, as rmcp sends none.
-        if cancel.load(Ordering::Relaxed) {
+    /// Note what `line` (for rmcp) changes for this path, reading it as rmcp does (a leading
+    /// byte-order mark is skipped, and a message rmcp cannot read changes nothing).
+    fn observe(&mut self, line: &[u8]) {
+        let line = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(line);
+        if line.iter().find(|byte| !byte.is_ascii_whitespace()) == Some(&b'[') {
+            self.state.through_rmcp = true;
             return;
         }
-        let mut result = ServerResult::CallToolResult(call::result_of(&name, finished));
-        result.strip_result_type_for_legacy_peer();
-        result.strip_non_object_output_for_legacy_peer();
-        if let Ok(mut text) = serde_json::to_vec(&ServerJsonRpcMessage::response(result, id)) {
-            text.push(b'\n');
-            if write_line(&text).is_err() {
-                // stdout is gone: no call starts any more, and rmcp stops.
-                calls.close();
-                stopped.cancel();
-            }
+        let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(line) else { return };
+        match message {
+            JsonRpcMessage::Request(request) => match request.request {
+                ClientRequest::InitializeRequest(_) => {
+                    self.state.initializing = true;
+                    *self.handshake.request.lock().unwrap_or_else(PoisonError::into_inner) = Some(id_key(&request.id));
+                }
+                ClientRequest::SetLevelRequest(_) => self.state.through_rmcp = true,
+                _ => {}
+            },
+            JsonRpcMessage::Notification(notification) => match notification.notification {
+                ClientNotification::InitializedNotification(_) if self.state.initializing => self.state.initialized = true,
+                ClientNotification::CancelledNotification(cancelled) => {
+                    if let Some(id) = cancelled.params.request_id {
+                        self.calls.cancel(&id_key(&id));
+                    }
+                }
+                _ => {}
+            },
+            _ => {}
         }
-    });
-    drop(entry);
+    }
+
+    /// Run `request` in `session` on the blocking pool, which answers it.
+    fn start(&self, request: PlainCall, session: Session) {
+        let PlainCall { id, params } = request;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let Some(entry) = self.calls.enter(id_key(&id), Arc::clone(&cancel)) else { return };
+        let (calls, stopped) = (Arc::clone(&self.calls), self.stopped.clone());
+        self.runtime.spawn_blocking(move || {
+            let _entry = entry;
+            let name = params.name.into_owned();
+            let args = Value::Object(params.arguments.unwrap_or_default()).to_string();
+            call::call_answering(&session, &name, &args, &cancel, |finished| {
+                // No answer to a request the client cancelled, as rmcp sends none.
+                if cancel.load(Ordering::Relaxed) {
+                    return;
+                }
+                let mut result = ServerResult::CallToolResult(call::result_of(&name, finished));
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+                if let Ok(mut text) = serde_json::to_vec(&ServerJsonRpcMessage::response(result, id)) {
+                    text.push(b'\n');
+                    if write_line(&text).is_err() {
+                        // stdout is gone: no call starts any more, and rmcp stops.
+                        calls.close();
+                        stopped.cancel();
+                    }
+                }
+            });
+        });
+    }
 }
 
 /// The longest message line read, as rmcp's stdio transport bounds it: a longer one is dropped.
@@ -469,8 +361,8 @@ impl Calls {
         }
         let number = running.next;
         running.next += 1;
-        running.calls.insert(number, (id, Arc::clone(&cancel)));
-        Some(Entry { calls: Arc::clone(self), number, cancel })
+        running.calls.insert(number, (id, cancel));
+        Some(Entry(Arc::clone(self), number))
     }
 
     /// Stop the calls of request `id`.
@@ -507,28 +399,17 @@ impl Calls {
 }
 
 /// A call's place in [`Calls`], left when it is dropped.
-struct Entry {
-    calls: Arc<Calls>,
-    number: u64,
-    /// Set when the client cancels the call (or it is stopped at the end of the drain).
-    cancel: Arc<AtomicBool>,
-}
-
-impl Entry {
-    fn cancel(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.cancel)
-    }
-}
+struct Entry(Arc<Calls>, u64);
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        let mut running = self.calls.running();
-        running.calls.remove(&self.number);
+        let mut running = self.0.running();
+        running.calls.remove(&self.1);
         // Only the end of the serving waits for calls to end, and only once it has closed.
         let waited_for = running.closed.is_some();
         drop(running);
         if waited_for {
-            self.calls.ended.notify_all();
+            self.0.ended.notify_all();
         }
     }
 }
