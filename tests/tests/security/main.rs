@@ -34,6 +34,7 @@ mod boundary;
 mod cases;
 mod fourth_pass;
 mod hardening;
+mod shared_descriptors;
 
 use std::path::Path;
 use std::sync::OnceLock;

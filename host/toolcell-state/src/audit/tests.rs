@@ -233,3 +233,36 @@ fn an_append_in_the_namespace_lock_leaves_the_spool_for_the_next_append() {
     assert_eq!(store.taken.lock().expect("taken").len(), 603, "the spool went first, then the record");
     assert!(waiting_in(&path).is_empty());
 }
+
+/// Group commits wake sleepers only when `sleeping > 0`. Many threads
+/// on one log, with appends bunched so that some spin past `SPIN` and sleep while a leader
+/// writes; every append must return (a lost wake-up would hang one forever). A watchdog fails
+/// the test instead of hanging it.
+#[test]
+fn no_append_is_left_asleep_under_contention() {
+    let temp = tempfile::tempdir().expect("temp");
+    let log = std::sync::Arc::new(AuditLog::open(temp.path()).expect("log"));
+    let (done, finished) = std::sync::mpsc::channel();
+    let threads = 16;
+    let appends = 400;
+    for writer in 0..threads {
+        let log = std::sync::Arc::clone(&log);
+        let done = done.clone();
+        std::thread::spawn(move || {
+            for append in 0..appends {
+                // Bursts of several records make a leader write longer than `SPIN`.
+                let records: Vec<Record> = (0..=(append % 7) * 20).map(|part| record(writer, append, part)).collect();
+                log.append(&records).expect("append");
+                if append % 13 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            done.send(writer).expect("send");
+        });
+    }
+    drop(done);
+    for _ in 0..threads {
+        finished.recv_timeout(std::time::Duration::from_secs(120)).expect("an append was left asleep (no thread finished within 120 s)");
+    }
+    assert_eq!(log.commit.lock().expect("commit").sleeping, 0, "sleepers counted back to zero");
+}
