@@ -141,6 +141,9 @@ pub fn is_symlink_on_path(error: &io::Error) -> bool {
 // Path resolution: a path a component names, relative to one of its descriptors, to the
 // canonical workspace-relative path it leads to (symlinks followed inside the workspace).
 
+/// The longest path the kernel looks up, its terminating NUL included (`PATH_MAX` on Linux).
+const PATH_MAX: usize = 4096;
+
 /// Symlinks followed while resolving one path before it counts as a loop.
 pub const MAX_SYMLINK_HOPS: usize = 40;
 
@@ -232,6 +235,11 @@ fn resolve_walking(root: &cap_std::fs::Dir, base: &str, path: &str, follow_final
         }
         let joined = resolved.join("/");
         let Ok(metadata) = root.symlink_metadata(&joined) else {
+            // A path this long cannot be looked up: whether a symlink is on it cannot be told,
+            // so it is not taken as inside (nothing could act on it anyway).
+            if joined.len() >= PATH_MAX {
+                return Resolved::Outside;
+            }
             // Missing (about to be created) or unreadable: nothing to follow.
             continue;
         };
@@ -553,6 +561,10 @@ mod tests {
             }
         }
         assert!(disagreements.is_empty(), "{disagreements:#?}");
+        // Past `PATH_MAX` a symlink cannot be looked up: the path is not taken as inside.
+        for path in [&deep_esc, &deep_esc_dir] {
+            assert!(matches!(resolve(Some(&root), ".", path, true), Resolved::Outside), "a path of {} bytes", path.len());
+        }
         // The one step answered a good share of them (else this tests only the walk).
         assert!(one_step >= 60, "the one step answered {one_step}");
     }
