@@ -339,6 +339,15 @@ mod tests {
         assert_eq!(FileType::from_raw_mode(rustix::fs::fstat(&fd).expect("fstat").st_mode), FileType::Fifo);
     }
 
+    /// Where a resolution leads, as the tests compare it.
+    fn shown(resolved: Resolved) -> String {
+        match resolved {
+            Resolved::Inside(path) => path,
+            Resolved::Outside => "OUTSIDE".to_owned(),
+            Resolved::Loop => "LOOP".to_owned(),
+        }
+    }
+
     #[test]
     fn resolution_follows_symlinks_inside_the_workspace() {
         let temp = tempfile::tempdir().expect("temporary directory");
@@ -350,11 +359,7 @@ mod tests {
         std::os::unix::fs::symlink("loop2", root_path.join("loop1")).expect("symlink");
         std::os::unix::fs::symlink("loop1", root_path.join("loop2")).expect("symlink");
         let root = cap_std::fs::Dir::open_ambient_dir(&root_path, cap_std::ambient_authority()).expect("open");
-        let inside = |base: &str, path: &str, follow: bool| match resolve(Some(&root), base, path, follow) {
-            Resolved::Inside(path) => path,
-            Resolved::Outside => "OUTSIDE".to_owned(),
-            Resolved::Loop => "LOOP".to_owned(),
-        };
+        let inside = |base: &str, path: &str, follow: bool| shown(resolve(Some(&root), base, path, follow));
         assert_eq!(inside(".", "src/../docs/x", true), "docs/x");
         assert_eq!(inside(".", "./docs//x", true), "docs/x");
         assert_eq!(inside(".", "src/link/x", true), "docs/x");
@@ -393,11 +398,6 @@ mod tests {
             std::os::unix::fs::symlink(target, ws.join(link)).expect("symlink");
         }
         let root = cap_std::fs::Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).expect("open");
-        let shown = |resolved: Resolved| match resolved {
-            Resolved::Inside(path) => path,
-            Resolved::Outside => "OUTSIDE".to_owned(),
-            Resolved::Loop => "LOOP".to_owned(),
-        };
         let paths = [
             "src/a/b/f.rs",
             "src/a/b/f.rs/",
@@ -479,11 +479,6 @@ mod tests {
         }
         deep.symlink("../../../../../../../../../../../../../../../../../../../../../../../../../hidden", "esc").expect("deep symlink");
         let root = cap_std::fs::Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).expect("open");
-        let shown = |resolved: Resolved| match resolved {
-            Resolved::Inside(path) => path,
-            Resolved::Outside => "OUTSIDE".to_owned(),
-            Resolved::Loop => "LOOP".to_owned(),
-        };
         let long_dotdot = format!("{}sl/c", "c/../".repeat(900));
         let long_name_path = format!("b/{}", "x".repeat(300));
         let deep_esc = format!("{deep_path}esc/secret");

@@ -11,7 +11,7 @@ use super::boundary::results;
 use super::fourth_pass::TWO_ROLES as POLICY;
 use super::hardening::{Governed, governed};
 
-fn probe_as(runtime: &Runtime, workspace: &Workspace, role: &str, ops: &Value) -> CallOutcome {
+pub(super) fn probe_as(runtime: &Runtime, workspace: &Workspace, role: &str, ops: &Value) -> CallOutcome {
     let args = json!({ "ops": ops }).to_string();
     runtime
         .call(&CallRequest::new(workspace, role, &format!("s-{role}"), "fs_probe", &args))

@@ -2,20 +2,12 @@
 //! from outside: a hostile component (`fs_probe`), another role, a concurrent call, a later
 //! call.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use toolcell_runtime::{CallOutcome, CallRequest, Runtime, Workspace};
-
+use super::attack_fourth::probe_as;
 use super::boundary::{results, shown};
 use super::fourth_pass::TWO_ROLES as POLICY;
 use super::hardening::{Governed, governed};
-
-fn probe_as(runtime: &Runtime, workspace: &Workspace, role: &str, ops: &Value) -> CallOutcome {
-    let args = json!({ "ops": ops }).to_string();
-    runtime
-        .call(&CallRequest::new(workspace, role, &format!("s-{role}"), "fs_probe", &args))
-        .unwrap_or_else(|error| panic!("host error: {error}"))
-}
 
 /// One call does everything it can to the shared preopen (asks for it hundreds of times and
 /// holds it, opens streams on it, reads it, touches it, drops it) while another role's call
