@@ -43,11 +43,24 @@ pub(super) struct FileWriter {
     state: State,
     /// Alive as long as the stream: [`FileWriter::alive`] tells whether it still is.
     alive: Arc<()>,
+    /// Start writing what each write leaves to the device at once (a file this call syncs
+    /// before placing it): see [`FileWriter::starting_writeback`].
+    writeback: bool,
 }
 
 impl FileWriter {
     pub(super) fn new(file: Arc<std::fs::File>, place: Place) -> Self {
-        FileWriter { file, place, state: State::Ready, alive: Arc::new(()) }
+        FileWriter { file, place, state: State::Ready, alive: Arc::new(()), writeback: false }
+    }
+
+    /// Have each write start the writeback of the bytes it wrote
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which waits for nothing): for a file the call
+    /// syncs when it places it, so that the device writes the content while the component
+    /// finishes and its instance is torn down, and the sync then finds it written or under
+    /// way. Only a hint: the sync is what makes the content durable.
+    pub(super) fn starting_writeback(mut self, writeback: bool) -> Self {
+        self.writeback = writeback;
+        self
     }
 
     /// The file it writes to.
@@ -63,6 +76,10 @@ impl FileWriter {
 
     /// Write all of `bytes`, advancing the offset by what was written.
     fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let start = match self.place {
+            Place::At(offset) => offset,
+            Place::End => 0,
+        };
         let mut rest = bytes;
         while !rest.is_empty() {
             let written = match self.place {
@@ -80,6 +97,11 @@ impl FileWriter {
             }
             rest = &rest[written..];
         }
+        if self.writeback {
+            // An append's range is the whole file (0 bytes: to its end).
+            let length = if matches!(self.place, Place::At(_)) { bytes.len() as u64 } else { 0 };
+            start_writeback(&self.file, start, length);
+        }
         Ok(())
     }
 
@@ -95,6 +117,19 @@ impl FileWriter {
             State::Closed => Err(StreamError::Closed),
         }
     }
+}
+
+/// Start writing `length` bytes of `file` from `offset` (0: to its end) to the device, without
+/// waiting. A failure is of no consequence (the sync that follows reports any of its own).
+fn start_writeback(file: &std::fs::File, offset: u64, length: u64) {
+    use std::os::fd::AsRawFd as _;
+    let (Ok(offset), Ok(length)) = (i64::try_from(offset), i64::try_from(length)) else {
+        return;
+    };
+    // SAFETY: `sync_file_range` reads no memory of this process: it takes a descriptor, which
+    // `file` keeps open for the call, and two integers.
+    #[expect(unsafe_code, reason = "sync_file_range has no safe binding in rustix")]
+    let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), offset, length, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
 /// Append `bytes` to `file`: `pwritev2` with `RWF_APPEND`, or the descriptor switched to
@@ -235,6 +270,26 @@ mod tests {
         std::fs::OpenOptions::new().append(true).open(&path).expect("open").write_all(b"|other|").expect("append");
         writer.write(Bytes::from_static(b"+two")).expect("write");
         assert_eq!(std::fs::read(&path).expect("read"), b"start+one|other|+two");
+    }
+
+    #[test]
+    fn writes_that_start_their_writeback_write_the_same_bytes_and_never_fail_for_it() {
+        let (_directory, path, file) = file_with(b"0123456789", std::fs::OpenOptions::new().write(true));
+        let mut writer = FileWriter::new(Arc::clone(&file), Place::At(8)).starting_writeback(true);
+        writer.write(Bytes::from(vec![b'x'; 3 * MOST_AT_ONCE])).expect("write");
+        writer.flush().expect("flush");
+        let mut appender = FileWriter::new(file, Place::End).starting_writeback(true);
+        appender.write(Bytes::from_static(b"end")).expect("append");
+        appender.flush().expect("flush");
+        let mut expected = b"01234567".to_vec();
+        expected.extend(std::iter::repeat_n(b'x', 3 * MOST_AT_ONCE));
+        expected.extend(b"end");
+        assert_eq!(std::fs::read(&path).expect("read"), expected);
+        // Where writeback cannot start (a character device: `ESPIPE`), the write still is.
+        let null = Arc::new(std::fs::OpenOptions::new().write(true).open("/dev/null").expect("open /dev/null"));
+        let mut writer = FileWriter::new(null, Place::At(0)).starting_writeback(true);
+        writer.write(Bytes::from_static(b"gone")).expect("write");
+        assert_eq!(writer.check_write().expect("no failure"), MOST_AT_ONCE);
     }
 
     #[test]

@@ -21,15 +21,18 @@ use super::streams::{FileReader, FileWriter, Place};
 use super::*;
 
 impl GuardedFilesystem<'_> {
-    /// An output stream writing to the file `fd` at `place` on the calling thread (see
-    /// [`streams`](super::streams)), refused as wasmtime-wasi refuses one.
-    fn file_writer(&mut self, fd: &Resource<Descriptor>, place: Place) -> FsResult<Resource<streams::OutputStream>> {
+    /// An output stream writing to the file `fd`, which is `path`, at `place` on the calling
+    /// thread (see [`streams`](super::streams)), refused as wasmtime-wasi refuses one.
+    fn file_writer(&mut self, fd: &Resource<Descriptor>, path: &str, place: Place) -> FsResult<Resource<streams::OutputStream>> {
         let file = match self.inner.table.get(fd)? {
             Descriptor::File(file) if file.perms.write_not_permitted() => return Err(ErrorCode::NotPermitted.into()),
             Descriptor::File(file) => Arc::clone(&file.file),
             Descriptor::Dir(_) => return Err(ErrorCode::BadDescriptor.into()),
         };
-        let writer = FileWriter::new(file, place);
+        // A file this call rewrites whole (the descriptor is its new content: `current_path`
+        // checked it) and syncs before placing it.
+        let synced = self.guard.transaction.as_ref().is_some_and(|transaction| transaction.durability.syncs());
+        let writer = FileWriter::new(file, place).starting_writeback(synced && self.guard.shadow_of(path).is_some());
         if let Some(transaction) = self.guard.transaction.as_mut() {
             transaction.streaming_to(Arc::downgrade(writer.file()), writer.alive());
         }
@@ -432,7 +435,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let path = self.current_path(&fd, "write-via-stream", Access::Write)?;
         self.guard.check("write-via-stream", &path, Access::Write)?;
         self.guard.writing_again(&path);
-        self.file_writer(&fd, Place::At(offset))
+        self.file_writer(&fd, &path, Place::At(offset))
     }
 
     fn append_via_stream(&mut self, fd: Resource<Descriptor>) -> FsResult<Resource<streams::OutputStream>> {
@@ -440,7 +443,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let path = self.current_path(&fd, "append-via-stream", Access::Write)?;
         self.guard.check("append-via-stream", &path, Access::Write)?;
         self.guard.writing_again(&path);
-        self.file_writer(&fd, Place::End)
+        self.file_writer(&fd, &path, Place::End)
     }
 
     fn is_same_object(&mut self, a: Resource<Descriptor>, b: Resource<Descriptor>) -> wasmtime::Result<bool> {
