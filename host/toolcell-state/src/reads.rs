@@ -41,12 +41,16 @@ impl Version {
     /// The metadata part of the version of the regular file `path`, or `None` if it is not one.
     pub fn stat(root: &Dir, path: &str) -> Option<Version> {
         let metadata = root.symlink_metadata(path).ok().filter(cap_std::fs::Metadata::is_file)?;
-        Some(Version {
+        Some(Version::from_metadata(&metadata))
+    }
+
+    fn from_metadata(metadata: &cap_std::fs::Metadata) -> Version {
+        Version {
             len: metadata.len(),
             mtime_ns: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
             ino: metadata.ino(),
             sha256: None,
-        })
+        }
     }
 
     /// The metadata part of the version of an open regular file, or `None` if it is not one.
@@ -57,6 +61,19 @@ impl Version {
             ino: stat.st_ino,
             sha256: None,
         })
+    }
+
+    /// The version of an open regular file whose content is known to have the SHA-256
+    /// `sha256` (a file the caller wrote and hashed, unchanged since), or `None` if it is not
+    /// a regular file.
+    pub fn hashed(stat: &rustix::fs::Stat, sha256: &[u8; 32]) -> Option<Version> {
+        Version::of(stat).map(|version| Version { sha256: Some(crate::storage::hex(sha256)), ..version })
+    }
+
+    /// This version's content hash, if it has one and `metadata` is of the file it describes
+    /// (the same inode, length and modification time).
+    pub(crate) fn hash_if_describes(&self, metadata: &cap_std::fs::Metadata) -> Option<&str> {
+        self.sha256.as_deref().filter(|_| self.same_metadata(&Version::from_metadata(metadata)))
     }
 
     /// Add the content hash, if the file still has this metadata.
@@ -259,6 +276,10 @@ impl ReadTracker {
     /// After a call: record the files it read (with their versions when opened) and the
     /// current versions of the files it modified. `seen` is what the session had seen when the
     /// call started; nothing is written if the call taught it nothing new.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the session and its workspace, what it had seen, and the call's reads, changes and written files"
+    )]
     pub fn update(
         &self,
         session: &str,
@@ -267,16 +288,25 @@ impl ReadTracker {
         seen: &SessionReads,
         reads: &[(String, Version)],
         modified: &[String],
+        written: &[(String, Version)],
     ) -> std::io::Result<()> {
-        let changes = ReadTracker::changes(root, seen, reads, modified);
+        let changes = ReadTracker::changes(root, seen, reads, modified, written);
         let changes: Vec<(&str, Option<Version>)> = changes.iter().map(|(path, version)| (path.as_str(), version.clone())).collect();
         self.record(session, workspace, changes)
     }
 
     /// What a call taught the session, as [`update`](Self::update) records it: each path's
     /// version now (hashed, unless the call touched very many), or `None` for a file it saw
-    /// removed; nothing the session had already seen.
-    pub fn changes(root: &Dir, seen: &SessionReads, reads: &[(String, Version)], modified: &[String]) -> Vec<(String, Option<Version>)> {
+    /// removed; nothing the session had already seen. `written` are versions of files the call
+    /// wrote whose content the caller hashed as it placed them ([`Version::hashed`]): a
+    /// modified file that still has one is recorded with it instead of being read again.
+    pub fn changes(
+        root: &Dir,
+        seen: &SessionReads,
+        reads: &[(String, Version)],
+        modified: &[String],
+        written: &[(String, Version)],
+    ) -> Vec<(String, Option<Version>)> {
         let hash = reads.len() + modified.len() <= MAX_TRACKED_READS;
         let known =
             |path: &str, version: &Version| seen.get(path).is_some_and(|old| old.same_metadata(version) && (old.sha256.is_some() || !hash));
@@ -290,7 +320,15 @@ impl ReadTracker {
         for path in modified {
             match Version::stat(root, path) {
                 Some(version) if known(path, &version) => {}
-                Some(version) => changes.push((path.clone(), Some(if hash { version.with_hash(root, path) } else { version }))),
+                Some(version) => {
+                    let hashed = written.iter().find(|(written, hashed)| written == path && hashed.same_metadata(&version));
+                    let version = match hashed {
+                        Some((_, hashed)) if hash => hashed.clone(),
+                        _ if hash => version.with_hash(root, path),
+                        _ => version,
+                    };
+                    changes.push((path.clone(), Some(version)));
+                }
                 None if seen.contains_key(path.as_str()) => changes.push((path.clone(), None)),
                 None => {}
             }
@@ -345,6 +383,8 @@ impl ReadTracker {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write as _;
+
     use super::*;
 
     fn workspace_with(files: usize) -> (tempfile::TempDir, Dir) {
@@ -368,13 +408,13 @@ mod tests {
         let state = temp.path().join("state");
         let writer = ReadTracker::new(Some(&state));
         let other = ReadTracker::new(Some(&state));
-        writer.update("s", &workspace, &root, &SessionReads::new(), &[read(&root, "f0.txt")], &[]).expect("update");
+        writer.update("s", &workspace, &root, &SessionReads::new(), &[read(&root, "f0.txt")], &[], &[]).expect("update");
         assert!(other.load("s", &workspace).contains_key("f0.txt"));
         let file = state.join("sessions").join(format!("{}.jsonl", crate::storage::session_key("s", &workspace)));
         let size = std::fs::metadata(&file).expect("session file").len();
         // A second call appends one line, which the other tracker folds into what it had.
         let seen = writer.load("s", &workspace);
-        writer.update("s", &workspace, &root, &seen, &[read(&root, "f1.txt")], &[]).expect("update");
+        writer.update("s", &workspace, &root, &seen, &[read(&root, "f1.txt")], &[], &[]).expect("update");
         assert!(std::fs::metadata(&file).expect("session file").len() > size);
         let loaded = other.load("s", &workspace);
         assert_eq!(loaded.keys().map(String::as_str).collect::<std::collections::BTreeSet<_>>(), ["f0.txt", "f1.txt"].into());
@@ -382,7 +422,7 @@ mod tests {
         // A removed file the session wrote is dropped; a session of another name sees nothing.
         std::fs::remove_file(temp.path().join("ws/f0.txt")).expect("rm");
         let seen = writer.load("s", &workspace);
-        writer.update("s", &workspace, &root, &seen, &[], &["f0.txt".to_owned()]).expect("update");
+        writer.update("s", &workspace, &root, &seen, &[], &["f0.txt".to_owned()], &[]).expect("update");
         assert!(!other.load("s", &workspace).contains_key("f0.txt"));
         assert!(other.load("t", &workspace).is_empty());
     }
@@ -399,7 +439,7 @@ mod tests {
             // The file changes every round, so every round appends a line.
             std::fs::write(temp.path().join("ws/f0.txt"), format!("round {round}")).expect("write");
             let seen = tracker.load("s", &workspace);
-            tracker.update("s", &workspace, &root, &seen, &[], &["f0.txt".to_owned()]).expect("update");
+            tracker.update("s", &workspace, &root, &seen, &[], &["f0.txt".to_owned()], &[]).expect("update");
             largest = largest.max(std::fs::metadata(&file).expect("session file").len());
         }
         assert!(largest <= COMPACT_MIN_BYTES + 1024, "the file grew to {largest} bytes");
@@ -409,4 +449,25 @@ mod tests {
             Version::stat(&root, "f0.txt").map(|version| version.with_hash(&root, "f0.txt")).as_ref()
         );
     }
+
+    #[test]
+    fn a_written_version_with_its_hash_is_recorded_as_it_is_while_the_file_still_has_it() {
+        let (temp, root) = workspace_with(2);
+        let hashed = |path: &str, sha256: &[u8; 32]| {
+            let file = root.open(path).expect("open").into_std();
+            (path.to_owned(), Version::hashed(&rustix::fs::fstat(&file).expect("fstat"), sha256).expect("a file"))
+        };
+        // A hash the file's content does not have: taken as given, so not read again.
+        let written = [hashed("f0.txt", &[7; 32]), hashed("f1.txt", &[7; 32])];
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::OpenOptions::new().append(true).open(temp.path().join("ws/f1.txt")).expect("open").write_all(b"+").expect("append");
+        let modified = ["f0.txt".to_owned(), "f1.txt".to_owned()];
+        let changes = ReadTracker::changes(&root, &SessionReads::new(), &[], &modified, &written);
+        let hash_of_change = |path: &str| changes.iter().find(|(changed, _)| changed == path).and_then(|(_, version)| version.clone()?.sha256);
+        assert_eq!(hash_of_change("f0.txt"), Some(crate::storage::hex(&[7; 32])));
+        // Changed since it was written: its content now is read and hashed.
+        assert_eq!(hash_of_change("f1.txt"), hash_of(&root, "f1.txt"));
+        assert_ne!(hash_of_change("f1.txt"), Some(crate::storage::hex(&[7; 32])));
+    }
+
 }

@@ -139,7 +139,13 @@ impl UndoStore {
     }
 
     /// Keep what a committed call's journal saved: the first prior state of each file it
-    /// changed, with a hash of what the call left. Blobs are moved out of `blob_dir`.
+    /// changed, with a hash of what the call left (taken from `written`, the versions of files
+    /// it wrote with their content hashed as they were placed, where a file still has one; see
+    /// [`crate::reads::ReadTracker::changes`]). Blobs are moved out of `blob_dir`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the call's session and files, its journal's steps and blobs, and what it wrote: all of what one record holds"
+    )]
     pub fn record(
         &self,
         session: &str,
@@ -148,10 +154,11 @@ impl UndoStore {
         call_id: &str,
         steps: Vec<Step>,
         blob_dir: Option<&Path>,
+        written: &[(String, crate::reads::Version)],
     ) -> std::io::Result<()> {
         let mut counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
-        let lines = lines_of(root, call_id, steps, |blob, kept| {
+        let lines = lines_of(root, call_id, steps, written, |blob, kept| {
             let Some(blob_dir) = blob_dir else {
                 return Ok(false);
             };
@@ -189,13 +196,14 @@ impl UndoStore {
         steps: Vec<Step>,
         blob_dir: Option<&Path>,
         reads: &[(String, Option<crate::reads::Version>)],
+        written: &[(String, crate::reads::Version)],
     ) -> Result<(), SharedRecordError> {
         let Some(backend) = &self.shared else {
             return Ok(());
         };
         let _counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut blobs = Vec::new();
-        let lines = lines_of(root, call_id, steps, |blob, kept| {
+        let lines = lines_of(root, call_id, steps, written, |blob, kept| {
             let Some(blob_dir) = blob_dir else {
                 return Ok(false);
             };
@@ -411,6 +419,7 @@ fn lines_of(
     root: &Dir,
     call_id: &str,
     steps: Vec<Step>,
+    written: &[(String, crate::reads::Version)],
     mut keep_blob: impl FnMut(&str, &str) -> std::io::Result<bool>,
 ) -> std::io::Result<Vec<Line>> {
     let mut seen = std::collections::HashSet::new();
@@ -421,7 +430,12 @@ fn lines_of(
         }
         let (after, is_directory) = match root.symlink_metadata(&step.path) {
             Err(_) => (None, false),
-            Ok(metadata) if metadata.is_file() => match hash_of(root, &step.path) {
+            Ok(metadata) if metadata.is_file() => match written
+                .iter()
+                .find_map(|(path, version)| version.hash_if_describes(&metadata).filter(|_| *path == step.path))
+                .map(str::to_owned)
+                .or_else(|| hash_of(root, &step.path))
+            {
                 Some(hash) => (Some(hash), false),
                 None => continue,
             },
@@ -475,7 +489,7 @@ mod tests {
             identity: None,
         };
         for index in 0..(COMPACT_LINES + 50) {
-            store.record("s", &workspace, &root, &format!("c-{index}"), vec![step(&format!("before {index}"))], None).expect("record");
+            store.record("s", &workspace, &root, &format!("c-{index}"), vec![step(&format!("before {index}"))], None, &[]).expect("record");
         }
         let directory = store.session_dir("s", &workspace);
         assert!(count_lines(&directory.join(LOG)) <= COMPACT_LINES, "the log was compacted");
@@ -493,5 +507,39 @@ mod tests {
         // A torn last line (a crash mid-append) is skipped.
         std::fs::OpenOptions::new().append(true).open(directory.join(LOG)).expect("open").write_all(b"{\"record\":{\"pa").expect("tear");
         assert_eq!(fresh.last("s", &workspace, "a.txt").expect("a log").expect("an entry").call_id, format!("c-{}", COMPACT_LINES + 48));
+    }
+
+    #[test]
+    fn what_a_call_left_is_hashed_from_what_it_wrote_while_the_file_still_is_that() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let workspace = temp.path().join("ws");
+        std::fs::create_dir(&workspace).expect("mkdir");
+        for name in ["a.txt", "b.txt"] {
+            std::fs::write(workspace.join(name), "left by the call").expect("write");
+        }
+        let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
+        let written = |name: &str| {
+            let stat = rustix::fs::stat(workspace.join(name)).expect("stat");
+            (name.to_owned(), crate::reads::Version::hashed(&stat, &[9; 32]).expect("a file"))
+        };
+        let written = [written("a.txt"), written("b.txt")];
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(workspace.join("b.txt"), "changed since").expect("write");
+        let step = |path: &str| Step {
+            path: path.to_owned(),
+            prior: Prior::Inline { hex: crate::storage::hex(b"before"), mode: 0o644 },
+            identity: None,
+        };
+        let lines = lines_of(&root, "c-1", vec![step("a.txt"), step("b.txt")], &written, |_, _| Ok(false)).expect("lines");
+        let after = |path: &str| {
+            lines.iter().find_map(|line| match line {
+                Line::Record(entry) if entry.path == path => Some(entry.after.clone()),
+                _ => None,
+            })
+        };
+        // The hash given (not the content's: the file was not read again) ...
+        assert_eq!(after("a.txt"), Some(Some(crate::storage::hex(&[9; 32]))));
+        // ... unless the file changed since it was written.
+        assert_eq!(after("b.txt"), Some(hash_of(&root, "b.txt")));
     }
 }

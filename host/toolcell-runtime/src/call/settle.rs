@@ -50,12 +50,15 @@ impl Runtime {
         // journal is still open, in one statement: if the store cannot keep them, the call is
         // rolled back (the caller told why), never left standing without its record.
         let mut recorded = false;
+        // What the files this call placed landed as, their content hashed then: the records
+        // below take it instead of reading them again.
+        let written = if outcome.result.is_ok() { transaction.written_versions() } else { Vec::new() };
         let journal = match journal {
             Some(journal) if outcome.result.is_ok() && self.undo.is_shared() => {
                 replaced = transaction.replaced_since(root);
                 let absent = Transaction::absent_at_end(root, journal.steps());
                 let made = Transaction::made_directories(root, journal.steps());
-                match self.record_shared(request, outcome, &transaction, root, &journal, &replaced) {
+                match self.record_shared(request, outcome, &transaction, root, &journal, (&replaced, &written)) {
                     Ok(()) => {
                         recorded = true;
                         Some(journal)
@@ -107,8 +110,15 @@ impl Runtime {
                 if request.tool != native::UNDO_EDIT {
                     // Without the undo record the change still stands; `undo_edit` will say
                     // there is nothing to undo.
-                    let _ =
-                        self.undo.record(request.session_id, request.workspace.root(), root, &outcome.call_id, steps, blob_dir.as_deref());
+                    let _ = self.undo.record(
+                        request.session_id,
+                        request.workspace.root(),
+                        root,
+                        &outcome.call_id,
+                        steps,
+                        blob_dir.as_deref(),
+                        &written,
+                    );
                 }
                 if let Some(blob_dir) = blob_dir {
                     let _ = std::fs::remove_dir_all(blob_dir);
@@ -159,7 +169,7 @@ impl Runtime {
                 .collect();
             let modified: Vec<String> = modified.iter().filter(|path| !replaced.contains(path)).cloned().collect();
             // Best effort: without the record, the next write only warns or asks to read again.
-            let _ = self.reads.update(request.session_id, request.workspace.root(), root, &transaction.seen, &reads, &modified);
+            let _ = self.reads.update(request.session_id, request.workspace.root(), root, &transaction.seen, &reads, &modified, &written);
         }
         outcome.warnings = std::mem::take(&mut guard.warnings);
         if let Ok(output) = &mut outcome.result
@@ -180,7 +190,7 @@ impl Runtime {
         transaction: &Transaction,
         root: &cap_std::fs::Dir,
         journal: &toolcell_state::journal::Journal,
-        replaced: &[String],
+        (replaced, written): (&[String], &[(String, toolcell_state::reads::Version)]),
     ) -> Result<(), String> {
         // Another host may have replaced a file since this call put it in place: that content
         // is neither this session's to have read nor its to undo.
@@ -194,10 +204,10 @@ impl Runtime {
         } else {
             let reads: Vec<_> = transaction.tracked_reads().iter().filter(|(path, _)| !replaced.contains(path)).cloned().collect();
             let modified: Vec<String> = transaction.modified.iter().filter(|path| !replaced.contains(path)).cloned().collect();
-            toolcell_state::reads::ReadTracker::changes(root, &transaction.seen, &reads, &modified)
+            toolcell_state::reads::ReadTracker::changes(root, &transaction.seen, &reads, &modified, written)
         };
         self.undo
-            .record_shared_call(request.session_id, request.workspace.root(), root, &outcome.call_id, steps, journal.blob_dir(), &reads)
+            .record_shared_call(request.session_id, request.workspace.root(), root, &outcome.call_id, steps, journal.blob_dir(), &reads, written)
             .map_err(|error| match error {
                 toolcell_state::undo::SharedRecordError::Store(error) => {
                     format!(

@@ -68,6 +68,19 @@ impl Landed {
     }
 
     /// The device and inode it landed as.
+    /// What the file is now, with the content it landed with, if the inode it landed as
+    /// (held since) has not changed since it was put in place: its change time is still the
+    /// one the placing gave it. `None` otherwise, or if its content was not read as it landed.
+    pub(crate) fn version(&self) -> Option<toolcell_state::reads::Version> {
+        let (held, content) = (self.held.as_ref()?, self.content.as_ref()?);
+        let stat = rustix::fs::fstat(held).ok()?;
+        let changed = (stat.st_ctime, i64::try_from(stat.st_ctime_nsec).unwrap_or_default());
+        if (stat.st_dev, stat.st_ino, changed) != (self.device, self.inode, self.changed) {
+            return None;
+        }
+        toolcell_state::reads::Version::hashed(&stat, content)
+    }
+
     pub(crate) fn inode(&self) -> (u64, u64) {
         (self.device, self.inode)
     }
@@ -261,5 +274,27 @@ mod tests {
         landed.retake(&root, "g.txt");
         let now = root.symlink_metadata("g.txt").expect("lstat");
         assert_eq!(landed.changed, (now.ctime(), now.ctime_nsec()), "taken again");
+    }
+
+    #[test]
+    fn a_landed_file_has_a_version_with_its_content_only_while_it_is_as_it_landed() {
+        let (temp, root) = workspace();
+        root.write("v.txt", "as it landed").expect("write");
+        let mut landed = Landed::at(&root, "v.txt").expect("landed");
+        let stat = rustix::fs::stat(temp.path().join("v.txt")).expect("stat");
+        let sha256: [u8; 32] = sha2::Sha256::digest(b"as it landed").into();
+        assert_eq!(landed.version(), toolcell_state::reads::Version::hashed(&stat, &sha256));
+        assert!(landed.version().is_some());
+        // Its metadata changed (and so, for all the host knows, its content): no version.
+        a_tick();
+        std::fs::set_permissions(temp.path().join("v.txt"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        assert_eq!(landed.version(), None);
+        // Let go of: no version either.
+        root.write("w.txt", "as it landed").expect("write");
+        let mut other = Landed::at(&root, "w.txt").expect("landed");
+        assert!(other.version().is_some());
+        other.release();
+        assert_eq!(other.version(), None);
+        landed.release();
     }
 }

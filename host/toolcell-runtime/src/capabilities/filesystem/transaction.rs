@@ -133,6 +133,13 @@ impl Transaction {
         }
     }
 
+    /// The versions of the files this call put in place that are as they landed, with the
+    /// content they landed with (see [`Landed::version`]): what the session's record of what
+    /// it saw and the undo record take instead of reading those files again.
+    pub(crate) fn written_versions(&self) -> Vec<(String, Version)> {
+        self.landed.iter().filter_map(|(path, landed)| Some((path.clone(), landed.version()?))).collect()
+    }
+
     /// The files this call put in place, and did not change again, that another call (of
     /// another host, which does not see this one's in-flight paths) has replaced since: what
     /// stands there now is not what this call wrote, so it is neither read by the session nor
