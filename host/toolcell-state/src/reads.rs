@@ -463,11 +463,11 @@ mod tests {
         std::fs::OpenOptions::new().append(true).open(temp.path().join("ws/f1.txt")).expect("open").write_all(b"+").expect("append");
         let modified = ["f0.txt".to_owned(), "f1.txt".to_owned()];
         let changes = ReadTracker::changes(&root, &SessionReads::new(), &[], &modified, &written);
-        let hash_of_change = |path: &str| changes.iter().find(|(changed, _)| changed == path).and_then(|(_, version)| version.clone()?.sha256);
+        let hash_of_change =
+            |path: &str| changes.iter().find(|(changed, _)| changed == path).and_then(|(_, version)| version.clone()?.sha256);
         assert_eq!(hash_of_change("f0.txt"), Some(crate::storage::hex(&[7; 32])));
         // Changed since it was written: its content now is read and hashed.
         assert_eq!(hash_of_change("f1.txt"), hash_of(&root, "f1.txt"));
         assert_ne!(hash_of_change("f1.txt"), Some(crate::storage::hex(&[7; 32])));
     }
-
 }

@@ -151,8 +151,16 @@ impl GuardedFilesystem<'_> {
             // Missing (about to be created) or changed: the open itself will tell.
             return Ok(());
         };
-        let path_of_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
-        match rustix::fs::access(path_of_fd.as_str(), rustix::fs::Access::WRITE_OK) {
+        // Asked of the descriptor itself (`faccessat2` with `AT_EMPTY_PATH`), or, on a kernel
+        // without it (before 5.8), through its `/proc/self/fd` link.
+        let asked = match rustix::fs::accessat(&file, "", rustix::fs::Access::WRITE_OK, rustix::fs::AtFlags::EMPTY_PATH) {
+            Err(rustix::io::Errno::NOSYS | rustix::io::Errno::INVAL) => {
+                let path_of_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
+                rustix::fs::access(path_of_fd.as_str(), rustix::fs::Access::WRITE_OK)
+            }
+            asked => asked,
+        };
+        match asked {
             Err(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS) => {
                 Err(self.refused_by_filesystem(operation, path, Access::Write))
             }
