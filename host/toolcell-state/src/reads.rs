@@ -323,7 +323,8 @@ impl ReadTracker {
                 Some(version) => {
                     let hashed = written.iter().find(|(written, hashed)| written == path && hashed.same_metadata(&version));
                     let version = match hashed {
-                        Some((_, hashed)) if hash => hashed.clone(),
+                        // Within the size the tracker hashes at all, as a file read is.
+                        Some((_, hashed)) if hash && hashed.len <= MAX_HASHED_BYTES => hashed.clone(),
                         _ if hash => version.with_hash(root, path),
                         _ => version,
                     };
@@ -469,5 +470,12 @@ mod tests {
         // Changed since it was written: its content now is read and hashed.
         assert_eq!(hash_of_change("f1.txt"), hash_of(&root, "f1.txt"));
         assert_ne!(hash_of_change("f1.txt"), Some(crate::storage::hex(&[7; 32])));
+        // Larger than the tracker hashes at all: recorded by its metadata, as a file read is.
+        let big = usize::try_from(MAX_HASHED_BYTES).expect("fits") + 1;
+        std::fs::write(temp.path().join("ws/big.txt"), vec![b'x'; big]).expect("write");
+        let written = [hashed("big.txt", &[7; 32])];
+        let changes = ReadTracker::changes(&root, &SessionReads::new(), &[], &["big.txt".to_owned()], &written);
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].1.clone().and_then(|version| version.sha256), None);
     }
 }

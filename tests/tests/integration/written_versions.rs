@@ -1,0 +1,110 @@
+//! What a session records of the files its calls wrote (the version it saw, the undo record's
+//! `after`) is what the call left there: a change another program makes to such a file in
+//! place (same inode, same length), during the call or after it, is neither read by the
+//! session nor undone over, and what the call left is undoable and writable again as it is.
+
+use std::io::{Seek as _, SeekFrom, Write as _};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use toolcell_runtime::Runtime;
+use toolcell_tests::{Fixture, TEST_POLICY, runtime_with_policy};
+use toolcell_types::ToolErrorKind;
+
+fn refusing() -> Runtime {
+    let policy = TEST_POLICY.replace("version = 1", "version = 1\n[writes]\nread_before_write = \"refuse\"");
+    runtime_with_policy(&policy, None)
+}
+
+/// Overwrite `relative`'s bytes in place from its start (no truncation, no new inode), as an
+/// editor or a tool writing through an open descriptor does.
+fn overwrite_in_place(fixture: &Fixture, relative: &str, content: &str) {
+    let mut file = std::fs::OpenOptions::new().write(true).open(fixture.root().join(relative)).expect("open in place");
+    file.seek(SeekFrom::Start(0)).expect("seek");
+    file.write_all(content.as_bytes()).expect("write in place");
+}
+
+fn inode(fixture: &Fixture, relative: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(fixture.root().join(relative)).expect("stat").ino()
+}
+
+/// The file a call put in place, changed in place (same inode and length) by another program
+/// while the call still runs: the session did not see that content, so it may not edit it
+/// without reading it, and `undo_edit` does not write over it.
+#[test]
+fn a_file_changed_in_place_while_its_call_still_runs_is_neither_read_nor_undone_over() {
+    let runtime = refusing();
+    let fixture = Fixture::new();
+    fixture.write("src/a.rs", "fn a() {}\n");
+    fixture.call_as(&runtime, "s-1", None, &[], "read_file", &json!({"path": "src/a.rs"})).result.expect("read");
+    let ops = json!({"ops": [
+        {"op": "write", "path": "src/a.rs", "content": "mine\n"},
+        {"op": "stat", "path": "src/a.rs"},
+        {"op": "sleep", "path": "", "content": "1500"},
+    ]});
+    let outcome = std::thread::scope(|scope| {
+        let call = scope.spawn(|| fixture.call_as(&runtime, "s-1", None, &[], "fs_probe", &ops));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fixture.read_text("src/a.rs") != "mine\n" {
+            assert!(Instant::now() < deadline, "the call never put its file in place");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let landed = inode(&fixture, "src/a.rs");
+        overwrite_in_place(&fixture, "src/a.rs", "MINE\n");
+        assert_eq!(inode(&fixture, "src/a.rs"), landed, "changed in place");
+        call.join().expect("the call")
+    });
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    let edit = json!({"path": "src/a.rs", "edits": [{"old_string": "MINE", "new_string": "edited"}]});
+    let error = fixture.call_as(&runtime, "s-1", None, &[], "edit_file", &edit).result.expect_err("never read");
+    assert_eq!(error.kind, ToolErrorKind::Conflict, "{}", error.message);
+    let undone = fixture.call_as(&runtime, "s-1", None, &[], "undo_edit", &json!({"path": "src/a.rs"})).result;
+    assert!(undone.is_err(), "undo_edit wrote over another program's change: {undone:?}");
+    assert_eq!(fixture.read_text("src/a.rs"), "MINE\n");
+}
+
+/// The same, once the call has answered: the version the session recorded for its write (the
+/// hash the file landed with) does not make the other program's content its own.
+#[test]
+fn a_file_changed_in_place_after_its_call_answered_is_neither_read_nor_undone_over() {
+    let runtime = refusing();
+    let fixture = Fixture::new();
+    fixture.write("src/a.rs", "fn a() {}\n");
+    let session = |tool: &str, args: serde_json::Value| fixture.call_as(&runtime, "s-1", None, &[], tool, &args).result;
+    session("read_file", json!({"path": "src/a.rs"})).expect("read");
+    session("write_file", json!({"path": "src/a.rs", "content": "version 2\n"})).expect("write");
+    let landed = inode(&fixture, "src/a.rs");
+    overwrite_in_place(&fixture, "src/a.rs", "VERSION 2\n");
+    assert_eq!(inode(&fixture, "src/a.rs"), landed, "changed in place");
+    let error =
+        session("edit_file", json!({"path": "src/a.rs", "edits": [{"old_string": "VERSION", "new_string": "v"}]})).expect_err("never read");
+    assert_eq!(error.kind, ToolErrorKind::Conflict, "{}", error.message);
+    let error = session("undo_edit", json!({"path": "src/a.rs"})).expect_err("changed since");
+    assert_eq!(error.kind, ToolErrorKind::Conflict, "{}", error.message);
+    assert_eq!(fixture.read_text("src/a.rs"), "VERSION 2\n");
+}
+
+/// What a call left, untouched since (or only touched: its times changed, its content not), is
+/// the session's: it edits it without reading it again, and undoes each call in turn.
+#[test]
+fn a_file_as_its_call_left_it_is_edited_and_undone_without_being_read_again() {
+    let runtime = refusing();
+    let fixture = Fixture::new();
+    fixture.write("src/a.rs", "fn a() {}\n");
+    let session = |tool: &str, args: serde_json::Value| fixture.call_as(&runtime, "s-1", None, &[], tool, &args).result;
+    session("read_file", json!({"path": "src/a.rs"})).expect("read");
+    session("write_file", json!({"path": "src/a.rs", "content": "version 2\n"})).expect("write");
+    session("edit_file", json!({"path": "src/a.rs", "edits": [{"old_string": "2", "new_string": "3"}]})).expect("its own write");
+    // Touched by another program: new times, the same content.
+    std::thread::sleep(Duration::from_millis(20));
+    let file = std::fs::OpenOptions::new().write(true).open(fixture.root().join("src/a.rs")).expect("open");
+    file.set_modified(std::time::SystemTime::now()).expect("touch");
+    drop(file);
+    session("edit_file", json!({"path": "src/a.rs", "edits": [{"old_string": "3", "new_string": "4"}]})).expect("touched only");
+    assert_eq!(fixture.read_text("src/a.rs"), "version 4\n");
+    for expected in ["version 3\n", "version 2\n", "fn a() {}\n"] {
+        session("undo_edit", json!({"path": "src/a.rs"})).expect("undo");
+        assert_eq!(fixture.read_text("src/a.rs"), expected);
+    }
+}
