@@ -2,6 +2,7 @@
 //! `after`) is what the call left there: a change another program makes to such a file in
 //! place (same inode, same length), during the call or after it, is neither read by the
 //! session nor undone over, and what the call left is undoable and writable again as it is.
+//! A move shows nothing: a file moved carries to where it goes what the session knew of it.
 
 use std::io::{Seek as _, SeekFrom, Write as _};
 use std::time::{Duration, Instant};
@@ -107,4 +108,62 @@ fn a_file_as_its_call_left_it_is_edited_and_undone_without_being_read_again() {
         session("undo_edit", json!({"path": "src/a.rs"})).expect("undo");
         assert_eq!(fixture.read_text("src/a.rs"), expected);
     }
+}
+
+/// Moving a file does not show the session its content: under `read_before_write = "refuse"`
+/// a file moved without being read, away and back, by two calls or within one, still has to
+/// be read before it is edited.
+#[test]
+fn a_file_moved_without_being_read_is_still_unread() {
+    let runtime = refusing();
+    let fixture = Fixture::new();
+    fixture.write("src/unread.rs", "never shown\n");
+    let session = |tool: &str, args: serde_json::Value| fixture.call_as(&runtime, "s-1", None, &[], tool, &args).result;
+    let edit = |path: &str| json!({"path": path, "edits": [{"old_string": "never", "new_string": "edited"}]});
+    assert_eq!(session("edit_file", edit("src/unread.rs")).expect_err("unread").kind, ToolErrorKind::Conflict);
+    session("move_file", json!({"source": "src/unread.rs", "destination": "src/tmp.rs"})).expect("move away");
+    assert_eq!(session("edit_file", edit("src/tmp.rs")).expect_err("moved, unread").kind, ToolErrorKind::Conflict);
+    session("move_file", json!({"source": "src/tmp.rs", "destination": "src/unread.rs"})).expect("move back");
+    let edited = session("edit_file", edit("src/unread.rs"));
+    assert_eq!(edited.map(|output| output.text).map_err(|error| error.kind), Err(ToolErrorKind::Conflict), "edited unread");
+    // Within one call: renamed away and back by a component.
+    let ops = json!({"ops": [
+        {"op": "rename", "path": "src/unread.rs", "to": "src/away.rs"},
+        {"op": "rename", "path": "src/away.rs", "to": "src/unread.rs"},
+    ]});
+    let renamed = session("fs_probe", ops).expect("renamed away and back");
+    assert_eq!(renamed.text.matches("\"ok\":true").count(), 2, "{}", renamed.text);
+    assert_eq!(session("edit_file", edit("src/unread.rs")).expect_err("still unread").kind, ToolErrorKind::Conflict);
+    // Given a second name (and the first removed outside toolcell, so that the file has one
+    // name again): the same.
+    let ops = json!({"ops": [{"op": "hard_link", "path": "src/unread.rs", "to": "src/other.rs"}]});
+    let linked = session("fs_probe", ops).expect("linked");
+    assert_eq!(linked.text.matches("\"ok\":true").count(), 1, "{}", linked.text);
+    std::fs::remove_file(fixture.root().join("src/unread.rs")).expect("remove the first name");
+    assert_eq!(session("edit_file", edit("src/other.rs")).expect_err("linked, unread").kind, ToolErrorKind::Conflict);
+    assert_eq!(fixture.read_text("src/other.rs"), "never shown\n");
+}
+
+/// What the session knew of a file goes with it: read, then moved, it is edited where it went
+/// without being read again; written by a call and renamed into place in the same call, it is
+/// the session's too.
+#[test]
+fn a_file_read_or_written_then_moved_is_known_where_it_went() {
+    let runtime = refusing();
+    let fixture = Fixture::new();
+    fixture.write("src/read.rs", "shown\n");
+    let session = |tool: &str, args: serde_json::Value| fixture.call_as(&runtime, "s-1", None, &[], tool, &args).result;
+    let edit = |path: &str, from: &str, to: &str| json!({"path": path, "edits": [{"old_string": from, "new_string": to}]});
+    session("read_file", json!({"path": "src/read.rs"})).expect("read");
+    session("move_file", json!({"source": "src/read.rs", "destination": "src/moved.rs"})).expect("move");
+    session("edit_file", edit("src/moved.rs", "shown", "edited")).expect("known where it went");
+    assert_eq!(fixture.read_text("src/moved.rs"), "edited\n");
+    let ops = json!({"ops": [
+        {"op": "write", "path": "src/.new.tmp", "content": "written by the call\n"},
+        {"op": "rename", "path": "src/.new.tmp", "to": "src/saved.rs"},
+    ]});
+    let saved = session("fs_probe", ops).expect("written and renamed into place");
+    assert_eq!(saved.text.matches("\"ok\":true").count(), 2, "{}", saved.text);
+    session("edit_file", edit("src/saved.rs", "written", "changed")).expect("the call's own content");
+    assert_eq!(fixture.read_text("src/saved.rs"), "changed by the call\n");
 }

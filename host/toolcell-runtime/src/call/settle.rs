@@ -167,7 +167,9 @@ impl Runtime {
                 .filter(|(path, _)| !replaced.contains(path))
                 .cloned()
                 .collect();
-            let modified: Vec<String> = modified.iter().filter(|path| !replaced.contains(path)).cloned().collect();
+            let unseen = transaction.unseen_moves();
+            let modified: Vec<String> =
+                modified.iter().filter(|path| !replaced.contains(path) && !unseen.contains(*path)).cloned().collect();
             // Best effort: without the record, the next write only warns or asks to read again.
             let _ = self.reads.update(request.session_id, request.workspace.root(), root, &transaction.seen, &reads, &modified, &written);
         }
@@ -203,7 +205,9 @@ impl Runtime {
             Vec::new()
         } else {
             let reads: Vec<_> = transaction.tracked_reads().iter().filter(|(path, _)| !replaced.contains(path)).cloned().collect();
-            let modified: Vec<String> = transaction.modified.iter().filter(|path| !replaced.contains(path)).cloned().collect();
+            let unseen = transaction.unseen_moves();
+            let modified: Vec<String> =
+                transaction.modified.iter().filter(|path| !replaced.contains(path) && !unseen.contains(*path)).cloned().collect();
             toolcell_state::reads::ReadTracker::changes(root, &transaction.seen, &reads, &modified, written)
         };
         self.undo

@@ -56,6 +56,13 @@ pub(crate) struct Transaction {
     streamed: Vec<(std::sync::Weak<std::fs::File>, std::sync::Weak<()>)>,
     /// The files (not directories) this call renamed: source, destination.
     pub(crate) moves: Vec<(String, String)>,
+    /// Paths whose content the session may take as known, from this call alone: what it wrote
+    /// there, or moved there from such a path or from a file the session had seen as it is.
+    known_in_call: std::collections::HashSet<String>,
+    /// Files this call moved (or linked) where they are from a path whose content the session
+    /// had not seen: a move shows nothing, so they are not recorded as seen (see
+    /// [`Transaction::unseen_moves`]).
+    moved_unseen: std::collections::HashSet<String>,
     /// Why writes to the workspace are stopped (a journal that does not verify, a call that
     /// could not be rolled back), if they are: every write and delete is refused with it.
     pub(crate) stopped: Option<String>,
@@ -123,6 +130,8 @@ impl Transaction {
             journal: None,
             reads: Vec::new(),
             reads_overflowed: false,
+            known_in_call: std::collections::HashSet::new(),
+            moved_unseen: std::collections::HashSet::new(),
             modified: Vec::new(),
             checked: std::collections::HashSet::new(),
             shadows: Vec::new(),
@@ -220,6 +229,37 @@ impl Transaction {
     pub(crate) fn tracked_reads(&self) -> &[(String, Version)] {
         if self.reads_overflowed { &[] } else { &self.reads }
     }
+
+    /// The files this call moved into place from a path whose content the session had not
+    /// seen: not a change of theirs the session saw, so not recorded as one.
+    pub(crate) fn unseen_moves(&self) -> &std::collections::HashSet<String> {
+        &self.moved_unseen
+    }
+
+    /// A file now also (or only) at `path`, which the session knew as it is (`known`) or not.
+    fn named_again(&mut self, path: &str, known: bool) {
+        if known {
+            self.moved_unseen.remove(path);
+            self.known_in_call.insert(path.to_owned());
+        } else {
+            self.known_in_call.remove(path);
+            self.moved_unseen.insert(path.to_owned());
+        }
+    }
+
+    /// Whether the session may take the content of the file at `path` (now `current`) as
+    /// known: this call wrote it, or moved it there from a known path, or the call read it,
+    /// or the session saw it as it is.
+    fn known(&self, root: &cap_std::fs::Dir, path: &str, current: &Version) -> bool {
+        if self.known_in_call.contains(path) {
+            return true;
+        }
+        if self.moved_unseen.contains(path) {
+            return false;
+        }
+        let read = |version: &Version| version.unchanged(root, path, current);
+        self.seen.get(path).is_some_and(read) || self.tracked_reads().iter().any(|(read_path, version)| read_path == path && read(version))
+    }
 }
 
 impl FsGuard {
@@ -272,13 +312,30 @@ impl FsGuard {
                     .push(format!("Warning: overwriting existing file `{shown}` that was not read first. Consider reading it first.")),
             }
         }
-        self.journal(operation, path, in_place, |journal, root| journal.preserve(root, path))
+        self.journal(operation, path, in_place, |journal, root| journal.preserve(root, path))?;
+        if replaces_content && let Some(transaction) = self.transaction.as_mut() {
+            // Its content is the call's from here on (a rename over it says otherwise after).
+            transaction.moved_unseen.remove(path);
+            transaction.known_in_call.insert(path.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Whether the session may take the content of the file `path` as known before this call
+    /// moves it (see [`Transaction::known`]): asked before the move, carried by it.
+    pub(super) fn known_before_move(&self, path: &str) -> bool {
+        let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_ref()) else {
+            return false;
+        };
+        Version::stat(root, path).is_some_and(|current| transaction.known(root, path, &current))
     }
 
     /// After the file `from` was renamed to `to`: what stands at `to` is a file this call put
     /// in place (another host that replaces it meanwhile has it left as it made it), and the
-    /// two are one move (a rollback that cannot move it back leaves it where it is).
-    pub(super) fn renamed(&mut self, from: &str, to: &str) {
+    /// two are one move (a rollback that cannot move it back leaves it where it is). The
+    /// session knows its content at `to` only if it knew it at `from` (`known`, asked before
+    /// the move): a move shows nothing.
+    pub(super) fn renamed(&mut self, from: &str, to: &str, known: bool) {
         let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_mut()) else {
             return;
         };
@@ -286,6 +343,16 @@ impl FsGuard {
             transaction.landed_mid_call(to.to_owned(), landed);
         }
         transaction.moves.push((from.to_owned(), to.to_owned()));
+        transaction.known_in_call.remove(from);
+        transaction.named_again(to, known);
+    }
+
+    /// After the file `source` got a second name, `link`: the session knows the content under
+    /// it only if it knew it under `source` (`known`, asked before the link was made).
+    pub(super) fn linked(&mut self, link: &str, known: bool) {
+        if let Some(transaction) = self.transaction.as_mut() {
+            transaction.named_again(link, known);
+        }
     }
 
     /// After this call changed only the metadata of `path` (its times, or a hard link to it):

@@ -247,6 +247,8 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             self.guard.check_link_stays_inside("link-at", (&source, &link), &source, &link)?;
             self.guard.check_symlink_not_on_the_way("link-at", &link)?;
         }
+        // Whether the session knows the file's content: a new name for it shows nothing.
+        let known = self.guard.known_before_move(&source);
         self.guard.before_mutation("link-at", &link, false)?;
         let source_parent = self.parent_descriptor(&fd, &source, "link-at", Access::Write)?;
         let source_name = source.rsplit_once('/').map_or(source.as_str(), |(_, name)| name).to_owned();
@@ -265,6 +267,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         if result.is_ok() {
             // The source's change time moved with its link count.
             self.guard.relanded(&source);
+            self.guard.linked(&link, known);
         }
         result
     }
@@ -348,6 +351,8 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             self.guard.check_link_stays_inside("rename-at", (&source, &destination), &source, &destination)?;
             self.guard.check_symlink_not_on_the_way("rename-at", &destination)?;
         }
+        // Whether the session knows the file's content, asked before the move changes it.
+        let known = !source_is_directory && self.guard.known_before_move(&source);
         if source_is_directory {
             self.guard.check_subtree_move("rename-at", &source, &destination)?;
             self.guard.before_move("rename-at", &source, &destination)?;
@@ -368,7 +373,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
             // Descriptors opened at or under the source are judged where they are now.
             self.guard.moved(&source, &destination);
             if !source_is_directory {
-                self.guard.renamed(&source, &destination);
+                self.guard.renamed(&source, &destination, known);
             }
         }
         result
