@@ -52,7 +52,13 @@ impl UndoGuard for FsGuard {
     }
 
     fn admit(&mut self, path: &str, access: Access) -> bool {
-        FsGuard::admit(self, "undo", path, access)
+        let admitted = FsGuard::admit(self, "undo", path, access);
+        if admitted {
+            // What undo puts back is what was there before the undone call: the session knows
+            // it only if it still has a version of the path (it read or wrote it before).
+            self.restoring(path);
+        }
+        admitted
     }
 }
 

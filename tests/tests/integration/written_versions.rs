@@ -167,3 +167,68 @@ fn a_file_read_or_written_then_moved_is_known_where_it_went() {
     session("edit_file", edit("src/saved.rs", "written", "changed")).expect("the call's own content");
     assert_eq!(fixture.read_text("src/saved.rs"), "changed by the call\n");
 }
+
+/// Within the call that moved it, a file the session never read is no more writable where it
+/// went than where it was: renamed and written, appended to, truncated, or renamed over a
+/// file the call had just written, it is refused, and the call leaves it as it was.
+#[test]
+fn a_file_moved_without_being_read_cannot_be_written_in_the_same_call() {
+    let runtime = refusing();
+    let attempts = [
+        json!([
+            {"op": "rename", "path": "src/unread.rs", "to": "src/away.rs"},
+            {"op": "write", "path": "src/away.rs", "content": "replaced\n"},
+            {"op": "rename", "path": "src/away.rs", "to": "src/unread.rs"},
+        ]),
+        json!([
+            {"op": "rename", "path": "src/unread.rs", "to": "src/away.rs"},
+            {"op": "append", "path": "src/away.rs", "content": "appended\n"},
+        ]),
+        json!([
+            {"op": "rename", "path": "src/unread.rs", "to": "src/away.rs"},
+            {"op": "truncate", "path": "src/away.rs"},
+        ]),
+        json!([
+            {"op": "write", "path": "src/away.rs", "content": "the call's\n"},
+            {"op": "rename", "path": "src/unread.rs", "to": "src/away.rs"},
+            {"op": "write", "path": "src/away.rs", "content": "replaced\n"},
+        ]),
+    ];
+    for (index, ops) in attempts.into_iter().enumerate() {
+        let fixture = Fixture::new();
+        fixture.write("src/unread.rs", "never shown\n");
+        let outcome = fixture.call_as(&runtime, "s-1", None, &[], "fs_probe", &json!({ "ops": ops }));
+        let text = outcome.result.map(|output| output.text).unwrap_or_default();
+        assert!(text.matches("\"ok\":false").count() >= 1 || text.is_empty(), "attempt {index} wrote an unread file: {text}");
+        let left = ["src/unread.rs", "src/away.rs"].map(|path| std::fs::read_to_string(fixture.root().join(path)).ok());
+        assert!(left.contains(&Some("never shown\n".to_owned())), "attempt {index} left {left:?}");
+    }
+}
+
+/// `undo_edit` putting back a file the session never read (moved away, or removed) does not
+/// show it: it is still unread where it comes back.
+#[test]
+fn a_file_put_back_by_undo_without_being_read_is_still_unread() {
+    let runtime = refusing();
+    let edit = json!({"path": "src/unread.rs", "edits": [{"old_string": "never", "new_string": "edited"}]});
+    for undone in ["move_file", "delete_file"] {
+        let fixture = Fixture::new();
+        fixture.write("src/unread.rs", "never shown\n");
+        let session = |tool: &str, args: &serde_json::Value| fixture.call_as(&runtime, "s-1", None, &[], tool, args).result;
+        match undone {
+            "move_file" => {
+                session(undone, &json!({"source": "src/unread.rs", "destination": "src/b.rs"})).expect("moved");
+                // Undone path by path: the new name goes, the old one comes back.
+                session("undo_edit", &json!({"path": "src/b.rs"})).expect("the new name undone");
+                session("undo_edit", &json!({"path": "src/unread.rs"})).expect("the old name put back");
+            }
+            _ => {
+                session(undone, &json!({"path": "src/unread.rs"})).expect("removed");
+                session("undo_edit", &json!({"path": "src/unread.rs"})).expect("put back");
+            }
+        }
+        assert_eq!(fixture.read_text("src/unread.rs"), "never shown\n", "{undone} undone");
+        let edited = session("edit_file", &edit).map(|output| output.text).map_err(|error| error.kind);
+        assert_eq!(edited, Err(ToolErrorKind::Conflict), "edited unread after {undone} was undone");
+    }
+}

@@ -244,6 +244,9 @@ impl Transaction {
         } else {
             self.known_in_call.remove(path);
             self.moved_unseen.insert(path.to_owned());
+            // What was checked under this name is not what stands there now: the next write
+            // to it is checked again.
+            self.checked.remove(path);
         }
     }
 
@@ -352,6 +355,17 @@ impl FsGuard {
     pub(super) fn linked(&mut self, link: &str, known: bool) {
         if let Some(transaction) = self.transaction.as_mut() {
             transaction.named_again(link, known);
+        }
+    }
+
+    /// Before `undo_edit` puts back at `path` what was there before the undone call: content
+    /// the session knows only if it has a version of the path (a file it never read, moved
+    /// away or removed, is still unread when it comes back).
+    pub(crate) fn restoring(&mut self, path: &str) {
+        if let Some(transaction) = self.transaction.as_mut()
+            && !transaction.seen.contains_key(path)
+        {
+            transaction.named_again(path, false);
         }
     }
 
