@@ -103,20 +103,16 @@ impl FileWriter {
             rest = &rest[written..];
         }
         if self.writeback {
-            let range = match self.place {
+            let (range, hinted) = match self.place {
                 Place::At(end) => writeback_range(self.hinted, start, end, PAGE),
                 // Where an append lands is not known here: the first one starts the whole
                 // file (0 bytes: to its end), later ones nothing.
-                Place::End => self.hinted.is_none().then_some((0, 0)),
+                Place::End => (self.hinted.is_none().then_some((0, 0)), self.hinted.unwrap_or(0)),
             };
             if let Some((offset, length)) = range {
                 start_writeback(&self.file, offset, length);
             }
-            let end = match self.place {
-                Place::At(end) => end,
-                Place::End => 0,
-            };
-            self.hinted = Some(self.hinted.unwrap_or(0).max(end / PAGE * PAGE));
+            self.hinted = Some(hinted);
         }
         Ok(())
     }
@@ -139,17 +135,20 @@ impl FileWriter {
 const PAGE: u64 = 4096;
 
 /// What to start writing back after a write of `start..end`, as `(offset, length)`, when the
-/// writeback started so far ends at `hinted`: the first write, all it wrote; a later one, the
-/// whole pages from where the writeback ended (or the write's own first page) up to the page
-/// the write ends in, if any. A page a later write fills again is then started once it is
-/// whole, not again for every write into it.
-fn writeback_range(hinted: Option<u64>, start: u64, end: u64, page: u64) -> Option<(u64, u64)> {
-    let Some(hinted) = hinted else {
-        return (end > start).then(|| (start, end - start));
-    };
-    let from = hinted.max(start / page * page);
+/// writeback started so far ends at `hinted`, and where it ends then: the first write, all it
+/// wrote; a later one, the whole pages from where the writeback ended (or the write's own
+/// first page) up to the page the write ends in, if any. A page a later write fills again is
+/// then started once it is whole, not again for every write into it.
+fn writeback_range(hinted: Option<u64>, start: u64, end: u64, page: u64) -> (Option<(u64, u64)>, u64) {
     let to = end / page * page;
-    (to > from).then(|| (from, to - from))
+    let range = match hinted {
+        None => (end > start).then(|| (start, end - start)),
+        Some(hinted) => {
+            let from = hinted.max(start / page * page);
+            (to > from).then(|| (from, to - from))
+        }
+    };
+    (range, hinted.unwrap_or(0).max(to))
 }
 
 /// Start writing `length` bytes of `file` from `offset` (0: to its end) to the device, without
@@ -328,24 +327,25 @@ mod tests {
     #[test]
     fn a_file_written_in_small_pieces_is_started_about_once_and_one_written_at_once_whole() {
         // One write: all of it, the page it ends in too.
-        assert_eq!(writeback_range(None, 0, 4000, PAGE), Some((0, 4000)));
+        assert_eq!(writeback_range(None, 0, 4000, PAGE).0, Some((0, 4000)));
         // 20,000 writes of 16 bytes: about the file's size in all, never a page per write.
         let (mut hinted, mut started, mut hints) = (None, 0, 0);
         for write in 0..20_000u64 {
             let (start, end) = (write * 16, write * 16 + 16);
-            if let Some((offset, length)) = writeback_range(hinted, start, end, PAGE) {
+            let (range, now) = writeback_range(hinted, start, end, PAGE);
+            if let Some((offset, length)) = range {
                 assert!(offset + length <= end, "nothing past what was written");
                 started += length;
                 hints += 1;
             }
-            hinted = Some(hinted.unwrap_or(0).max(end / PAGE * PAGE));
+            hinted = Some(now);
         }
         assert!(started <= 20_000 * 16 + PAGE, "{started} bytes started for a file of 320,000");
         assert!(hints <= 20_000 * 16 / PAGE + 2, "{hints} starts");
         // A write back into pages already started starts nothing again.
-        assert_eq!(writeback_range(Some(8 * PAGE), PAGE, 3 * PAGE, PAGE), None);
+        assert_eq!(writeback_range(Some(8 * PAGE), PAGE, 3 * PAGE, PAGE), (None, 8 * PAGE));
         // A write past a hole: its own whole pages.
-        assert_eq!(writeback_range(Some(PAGE), 10 * PAGE + 5, 12 * PAGE + 7, PAGE), Some((10 * PAGE, 2 * PAGE)));
+        assert_eq!(writeback_range(Some(PAGE), 10 * PAGE + 5, 12 * PAGE + 7, PAGE), (Some((10 * PAGE, 2 * PAGE)), 12 * PAGE));
     }
 
     #[test]
