@@ -34,7 +34,7 @@ pub struct Version {
     mtime_ns: i128,
     ino: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    sha256: Option<String>,
+    pub(crate) sha256: Option<String>,
 }
 
 impl Version {
@@ -44,7 +44,7 @@ impl Version {
         Some(Version::from_metadata(&metadata))
     }
 
-    fn from_metadata(metadata: &cap_std::fs::Metadata) -> Version {
+    pub(crate) fn from_metadata(metadata: &cap_std::fs::Metadata) -> Version {
         Version {
             len: metadata.len(),
             mtime_ns: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
@@ -70,10 +70,11 @@ impl Version {
         Version::of(stat).map(|version| Version { sha256: Some(crate::storage::hex(sha256)), ..version })
     }
 
-    /// This version's content hash, if it has one and `metadata` is of the file it describes
-    /// (the same inode, length and modification time).
-    pub(crate) fn hash_if_describes(&self, metadata: &cap_std::fs::Metadata) -> Option<&str> {
-        self.sha256.as_deref().filter(|_| self.same_metadata(&Version::from_metadata(metadata)))
+    /// Of `written` (versions of files a call wrote, hashed as they were placed: see
+    /// [`Version::hashed`]), the one of `path` that still describes the file there, whose
+    /// metadata is `now` (the same inode, length and modification time).
+    pub(crate) fn written_as<'a>(written: &'a [(String, Version)], path: &str, now: &Version) -> Option<&'a Version> {
+        written.iter().find(|(written, version)| written == path && version.same_metadata(now)).map(|(_, version)| version)
     }
 
     /// Add the content hash, if the file still has this metadata.
@@ -321,10 +322,9 @@ impl ReadTracker {
             match Version::stat(root, path) {
                 Some(version) if known(path, &version) => {}
                 Some(version) => {
-                    let hashed = written.iter().find(|(written, hashed)| written == path && hashed.same_metadata(&version));
-                    let version = match hashed {
+                    let version = match Version::written_as(written, path, &version) {
                         // Within the size the tracker hashes at all, as a file read is.
-                        Some((_, hashed)) if hash && hashed.len <= MAX_HASHED_BYTES => hashed.clone(),
+                        Some(hashed) if hash && hashed.len <= MAX_HASHED_BYTES => hashed.clone(),
                         _ if hash => version.with_hash(root, path),
                         _ => version,
                     };

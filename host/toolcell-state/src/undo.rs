@@ -16,7 +16,7 @@ use cap_std::fs::Dir;
 use serde::{Deserialize, Serialize};
 
 use crate::journal::{Prior, Step};
-use crate::reads::hash_of;
+use crate::reads::{Version, hash_of};
 
 /// Changes remembered per session.
 pub const MAX_ENTRIES: usize = 100;
@@ -154,7 +154,7 @@ impl UndoStore {
         call_id: &str,
         steps: Vec<Step>,
         blob_dir: Option<&Path>,
-        written: &[(String, crate::reads::Version)],
+        written: &[(String, Version)],
     ) -> std::io::Result<()> {
         let mut counts = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let directory = self.session_dir(session, workspace);
@@ -195,8 +195,8 @@ impl UndoStore {
         call_id: &str,
         steps: Vec<Step>,
         blob_dir: Option<&Path>,
-        reads: &[(String, Option<crate::reads::Version>)],
-        written: &[(String, crate::reads::Version)],
+        reads: &[(String, Option<Version>)],
+        written: &[(String, Version)],
     ) -> Result<(), SharedRecordError> {
         let Some(backend) = &self.shared else {
             return Ok(());
@@ -216,8 +216,7 @@ impl UndoStore {
             .map(serde_json::to_string)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|error| SharedRecordError::Io(std::io::Error::other(error)))?;
-        let reads: Vec<(&str, Option<crate::reads::Version>)> =
-            reads.iter().map(|(path, version)| (path.as_str(), version.clone())).collect();
+        let reads: Vec<(&str, Option<Version>)> = reads.iter().map(|(path, version)| (path.as_str(), version.clone())).collect();
         if texts.is_empty() && reads.is_empty() {
             return Ok(());
         }
@@ -419,7 +418,7 @@ fn lines_of(
     root: &Dir,
     call_id: &str,
     steps: Vec<Step>,
-    written: &[(String, crate::reads::Version)],
+    written: &[(String, Version)],
     mut keep_blob: impl FnMut(&str, &str) -> std::io::Result<bool>,
 ) -> std::io::Result<Vec<Line>> {
     let mut seen = std::collections::HashSet::new();
@@ -430,10 +429,8 @@ fn lines_of(
         }
         let (after, is_directory) = match root.symlink_metadata(&step.path) {
             Err(_) => (None, false),
-            Ok(metadata) if metadata.is_file() => match written
-                .iter()
-                .find_map(|(path, version)| version.hash_if_describes(&metadata).filter(|_| *path == step.path))
-                .map(str::to_owned)
+            Ok(metadata) if metadata.is_file() => match Version::written_as(written, &step.path, &Version::from_metadata(&metadata))
+                .and_then(|version| version.sha256.clone())
                 .or_else(|| hash_of(root, &step.path))
             {
                 Some(hash) => (Some(hash), false),
@@ -520,7 +517,7 @@ mod tests {
         let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
         let written = |name: &str| {
             let stat = rustix::fs::stat(workspace.join(name)).expect("stat");
-            (name.to_owned(), crate::reads::Version::hashed(&stat, &[9; 32]).expect("a file"))
+            (name.to_owned(), Version::hashed(&stat, &[9; 32]).expect("a file"))
         };
         let written = [written("a.txt"), written("b.txt")];
         std::thread::sleep(std::time::Duration::from_millis(20));
