@@ -167,9 +167,7 @@ impl Runtime {
                 .filter(|(path, _)| !replaced.contains(path))
                 .cloned()
                 .collect();
-            let unseen = transaction.unseen_moves();
-            let modified: Vec<String> =
-                modified.iter().filter(|path| !replaced.contains(path) && !unseen.contains(*path)).cloned().collect();
+            let modified = transaction.seen_changed(modified, &replaced);
             // Best effort: without the record, the next write only warns or asks to read again.
             let _ = self.reads.update(request.session_id, request.workspace.root(), root, &transaction.seen, &reads, &modified, &written);
         }
@@ -205,9 +203,7 @@ impl Runtime {
             Vec::new()
         } else {
             let reads: Vec<_> = transaction.tracked_reads().iter().filter(|(path, _)| !replaced.contains(path)).cloned().collect();
-            let unseen = transaction.unseen_moves();
-            let modified: Vec<String> =
-                transaction.modified.iter().filter(|path| !replaced.contains(path) && !unseen.contains(*path)).cloned().collect();
+            let modified = transaction.seen_changed(&transaction.modified, replaced);
             toolcell_state::reads::ReadTracker::changes(root, &transaction.seen, &reads, &modified, written)
         };
         self.undo

@@ -61,7 +61,7 @@ pub(crate) struct Transaction {
     known_in_call: std::collections::HashSet<String>,
     /// Files this call moved (or linked) where they are from a path whose content the session
     /// had not seen: a move shows nothing, so they are not recorded as seen (see
-    /// [`Transaction::unseen_moves`]).
+    /// [`Transaction::seen_changed`]).
     moved_unseen: std::collections::HashSet<String>,
     /// Why writes to the workspace are stopped (a journal that does not verify, a call that
     /// could not be rolled back), if they are: every write and delete is refused with it.
@@ -230,10 +230,11 @@ impl Transaction {
         if self.reads_overflowed { &[] } else { &self.reads }
     }
 
-    /// The files this call moved into place from a path whose content the session had not
-    /// seen: not a change of theirs the session saw, so not recorded as one.
-    pub(crate) fn unseen_moves(&self) -> &std::collections::HashSet<String> {
-        &self.moved_unseen
+    /// Of the paths this call `modified`, those the session saw change, to be recorded as seen:
+    /// not `replaced` by another host since it put them in place, nor a file it moved there
+    /// from a path whose content the session had not seen.
+    pub(crate) fn seen_changed(&self, modified: &[String], replaced: &[String]) -> Vec<String> {
+        modified.iter().filter(|path| !replaced.contains(path) && !self.moved_unseen.contains(*path)).cloned().collect()
     }
 
     /// A file now also (or only) at `path`, which the session knew as it is (`known`) or not.
