@@ -3,10 +3,10 @@
 //! another writer, the content is.
 
 use std::os::unix::fs::PermissionsExt as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolcell_tests::{Fixture, TEST_POLICY, runtime_with_policy};
+use toolcell_tests::{Fixture, TEST_POLICY, eventually, runtime_with_policy};
 
 fn refusing_unread() -> toolcell_runtime::Runtime {
     runtime_with_policy(&TEST_POLICY.replace("version = 1", "version = 1\n[writes]\nread_before_write = \"refuse\""), None)
@@ -78,11 +78,8 @@ fn a_file_whose_metadata_alone_changed_while_the_call_ran_stays_its_own() {
         ]});
         let outcome = std::thread::scope(|scope| {
             let call = scope.spawn(|| fixture.call_as(&runtime, "s-1", None, &[], "fs_probe", &ops));
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while fixture.read_text("src/a.rs") != "mine\n" {
-                assert!(Instant::now() < deadline, "{what}: the call never put its file in place");
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            let placed = format!("{what}: the call puts its file in place");
+            eventually(&placed, Duration::from_secs(10), || fixture.read_text("src/a.rs") == "mine\n");
             // Later than the kernel's coarse clock tick, so the change time moves.
             std::thread::sleep(Duration::from_millis(20));
             touch(&fixture.root().join("src/a.rs"));

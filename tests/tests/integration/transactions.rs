@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolcell_runtime::{Limits, Runtime};
-use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, guest_program, runtime_with_policy};
+use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, eventually, guest_program, runtime_with_policy};
 use toolcell_types::ToolErrorKind;
 
 /// A workspace with files of several modes, a directory tree and a symlink.
@@ -292,11 +292,7 @@ fn a_file_replaced_after_the_call_put_it_in_place_is_neither_read_nor_undoable()
     ]});
     let outcome = std::thread::scope(|scope| {
         let call = scope.spawn(|| fixture.call_as(&runtime, "s-1", None, &[], "fs_probe", &ops));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while fixture.read_text("src/a.rs") != "mine\n" {
-            assert!(Instant::now() < deadline, "the call never put its file in place");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        eventually("the call puts its file in place", Duration::from_secs(10), || fixture.read_text("src/a.rs") == "mine\n");
         let theirs = fixture.root().join("src/.theirs");
         std::fs::write(&theirs, "theirs\n").expect("write");
         std::fs::rename(&theirs, fixture.root().join("src/a.rs")).expect("replace");

@@ -5,11 +5,11 @@
 //! A move shows nothing: a file moved carries to where it goes what the session knew of it.
 
 use std::io::{Seek as _, SeekFrom, Write as _};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use toolcell_runtime::Runtime;
-use toolcell_tests::{Fixture, TEST_POLICY, runtime_with_policy};
+use toolcell_tests::{Fixture, TEST_POLICY, eventually, runtime_with_policy};
 use toolcell_types::ToolErrorKind;
 
 fn refusing() -> Runtime {
@@ -23,6 +23,16 @@ fn overwrite_in_place(fixture: &Fixture, relative: &str, content: &str) {
     let mut file = std::fs::OpenOptions::new().write(true).open(fixture.root().join(relative)).expect("open in place");
     file.seek(SeekFrom::Start(0)).expect("seek");
     file.write_all(content.as_bytes()).expect("write in place");
+}
+
+/// A session's call of `tool` with `args`: its result.
+type Session<'a> = dyn Fn(&str, serde_json::Value) -> Result<toolcell_types::ToolOutput, toolcell_types::ToolError> + 'a;
+
+/// `src/a.rs` there, read by the session, then rewritten by it as `version 2`.
+fn read_then_rewritten(fixture: &Fixture, session: &Session<'_>) {
+    fixture.write("src/a.rs", "fn a() {}\n");
+    session("read_file", json!({"path": "src/a.rs"})).expect("read");
+    session("write_file", json!({"path": "src/a.rs", "content": "version 2\n"})).expect("write");
 }
 
 fn inode(fixture: &Fixture, relative: &str) -> u64 {
@@ -46,11 +56,7 @@ fn a_file_changed_in_place_while_its_call_still_runs_is_neither_read_nor_undone_
     ]});
     let outcome = std::thread::scope(|scope| {
         let call = scope.spawn(|| fixture.call_as(&runtime, "s-1", None, &[], "fs_probe", &ops));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while fixture.read_text("src/a.rs") != "mine\n" {
-            assert!(Instant::now() < deadline, "the call never put its file in place");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        eventually("the call puts its file in place", Duration::from_secs(10), || fixture.read_text("src/a.rs") == "mine\n");
         let landed = inode(&fixture, "src/a.rs");
         overwrite_in_place(&fixture, "src/a.rs", "MINE\n");
         assert_eq!(inode(&fixture, "src/a.rs"), landed, "changed in place");
@@ -69,12 +75,9 @@ fn a_file_changed_in_place_while_its_call_still_runs_is_neither_read_nor_undone_
 /// hash the file landed with) does not make the other program's content its own.
 #[test]
 fn a_file_changed_in_place_after_its_call_answered_is_neither_read_nor_undone_over() {
-    let runtime = refusing();
-    let fixture = Fixture::new();
-    fixture.write("src/a.rs", "fn a() {}\n");
+    let (runtime, fixture) = (refusing(), Fixture::new());
     let session = |tool: &str, args: serde_json::Value| fixture.call_as(&runtime, "s-1", None, &[], tool, &args).result;
-    session("read_file", json!({"path": "src/a.rs"})).expect("read");
-    session("write_file", json!({"path": "src/a.rs", "content": "version 2\n"})).expect("write");
+    read_then_rewritten(&fixture, &session);
     let landed = inode(&fixture, "src/a.rs");
     overwrite_in_place(&fixture, "src/a.rs", "VERSION 2\n");
     assert_eq!(inode(&fixture, "src/a.rs"), landed, "changed in place");
@@ -90,12 +93,9 @@ fn a_file_changed_in_place_after_its_call_answered_is_neither_read_nor_undone_ov
 /// the session's: it edits it without reading it again, and undoes each call in turn.
 #[test]
 fn a_file_as_its_call_left_it_is_edited_and_undone_without_being_read_again() {
-    let runtime = refusing();
-    let fixture = Fixture::new();
-    fixture.write("src/a.rs", "fn a() {}\n");
+    let (runtime, fixture) = (refusing(), Fixture::new());
     let session = |tool: &str, args: serde_json::Value| fixture.call_as(&runtime, "s-1", None, &[], tool, &args).result;
-    session("read_file", json!({"path": "src/a.rs"})).expect("read");
-    session("write_file", json!({"path": "src/a.rs", "content": "version 2\n"})).expect("write");
+    read_then_rewritten(&fixture, &session);
     session("edit_file", json!({"path": "src/a.rs", "edits": [{"old_string": "2", "new_string": "3"}]})).expect("its own write");
     // Touched by another program: new times, the same content.
     std::thread::sleep(Duration::from_millis(20));
