@@ -104,8 +104,8 @@ impl Tool for EditFile {
         let path = WorkspacePath::parse(&args.path)?;
         let dry_run = args.dry_run.unwrap_or(false);
         let edits = edits_of(args)?;
-        let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
-        if !metadata.is_file() {
+        let metadata = toolcell_sdk::scan::stat(path.as_str()).map_err(|error| path.io_error(error))?;
+        if metadata.kind != toolcell_sdk::walk::EntryKind::File {
             return Err(ToolError::Unsupported(format!("{} is not a regular file: edit_file only edits text files", quote(path.as_str()))));
         }
         let bytes = std::fs::read(path.as_str()).map_err(|error| path.io_error(error))?;

@@ -103,17 +103,10 @@ impl Tool for ListFiles {
             .unwrap_or_else(|| args.pattern.as_deref().is_some_and(|pattern| pattern.contains('/') || pattern.contains("**")));
         let max_results = args.max_results.unwrap_or(DEFAULT_MAX_RESULTS);
         let by_modified = args.sort == Some(Sort::Modified);
-        let metadata = std::fs::metadata(root.as_str()).map_err(|error| root.io_error(error))?;
-        if !metadata.is_dir() {
-            return Err(ToolError::Unsupported(format!(
-                "{} is a file, not a directory: use read_file to read it, or list its parent directory",
-                quote(root.as_str())
-            )));
-        }
-
         let mut entries = Vec::new();
         let mut truncated = false;
-        let summary = walk::walk(&root, recursive, |entry| {
+        // The walk's first listing is the check that `root` is a directory: no `stat` first.
+        let walked = walk::walk(&root, recursive, |entry| {
             let relative = entry.path.strip_prefix(&root).unwrap_or(entry.path.as_str());
             if matcher.as_ref().is_some_and(|matcher| !matcher.is_match(relative)) {
                 return ControlFlow::Continue(());
@@ -126,8 +119,22 @@ impl Tool for ListFiles {
             }
             entries.push((entry.path.clone(), entry.kind));
             ControlFlow::Continue(())
-        })
-        .map_err(|error| root.io_error(error))?;
+        });
+        let summary = match walked {
+            Ok(summary) => summary,
+            // Not a directory: `root` itself is a file (or one of its parents is, which
+            // `io_error` words).
+            Err(error)
+                if error.kind() == std::io::ErrorKind::NotADirectory
+                    && std::fs::metadata(root.as_str()).is_ok_and(|metadata| !metadata.is_dir()) =>
+            {
+                return Err(ToolError::Unsupported(format!(
+                    "{} is a file, not a directory: use read_file to read it, or list its parent directory",
+                    quote(root.as_str())
+                )));
+            }
+            Err(error) => return Err(root.io_error(error)),
+        };
         // Seconds and nanoseconds since the epoch of each entry, when sorting by them (not
         // followed: a symlink's own time).
         let mut modified: Vec<Option<std::time::Duration>> = Vec::new();

@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use serde_json::json;
 
 use crate::encoding::{self, DecodingReader, TextEncoding};
+use crate::entry::EntryKind;
 use crate::path::quote;
 use crate::text::{self, BINARY_SNIFF_BYTES};
 use crate::{Output, ToolError, WorkspacePath};
@@ -34,7 +35,7 @@ pub fn read_lines(path: &WorkspacePath, offset: Option<u64>, limit: Option<u64>,
 /// A regular file opened for [`OpenedFile::read_lines`], with its first bytes already read: a
 /// caller can look at them (is it an image?) without opening the file a second time.
 pub struct OpenedFile {
-    metadata: std::fs::Metadata,
+    metadata: crate::scan::FileStat,
     file: crate::scan::FileReader,
     head: Vec<u8>,
     /// How many bytes were asked for `head`: fewer read means the whole file is in it.
@@ -49,14 +50,14 @@ impl OpenedFile {
     /// As [`read_lines`], but for a binary file, which only reading its lines refuses.
     pub fn open(path: &WorkspacePath) -> Result<OpenedFile, ToolError> {
         // Look before opening: opening a FIFO would block until a writer appears.
-        let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
-        if metadata.is_dir() {
+        let metadata = crate::scan::stat(path.as_str()).map_err(|error| path.io_error(error))?;
+        if metadata.kind == EntryKind::Directory {
             return Err(ToolError::Unsupported(format!(
                 "{} is a directory, not a file: use `list_files` to see what it holds",
                 quote(path.as_str())
             )));
         }
-        if !metadata.is_file() {
+        if metadata.kind != EntryKind::File {
             return Err(ToolError::Unsupported(format!(
                 "{} is not a regular file (it is a FIFO, socket or device): only regular files can be read",
                 quote(path.as_str())
@@ -64,8 +65,8 @@ impl OpenedFile {
         }
         let mut file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
         // A file read whole anyway is looked at whole to tell its encoding; a larger one by its head.
-        let sniff = if metadata.len() < INDEX_MIN_BYTES { INDEX_MIN_BYTES } else { ENCODING_SNIFF_BYTES };
-        let sniff = sniff.min(metadata.len().saturating_add(1));
+        let sniff = if metadata.size < INDEX_MIN_BYTES { INDEX_MIN_BYTES } else { ENCODING_SNIFF_BYTES };
+        let sniff = sniff.min(metadata.size.saturating_add(1));
         let head = read_head(&mut file, sniff).map_err(|error| path.io_error(error))?;
         Ok(OpenedFile { metadata, file, head, sniff })
     }
@@ -99,7 +100,7 @@ impl OpenedFile {
         };
         // Big enough for a few host calls per MiB, small enough that a small file's call does
         // not grow the component's memory.
-        let capacity = usize::try_from(metadata.len()).unwrap_or(usize::MAX).clamp(4 * 1024, 64 * 1024);
+        let capacity = usize::try_from(metadata.size).unwrap_or(usize::MAX).clamp(4 * 1024, 64 * 1024);
         if !encoding.is_utf8() {
             // Decoded to UTF-8 on the way; line indexes (byte offsets in the file) are for UTF-8
             // files only.
@@ -154,8 +155,8 @@ impl OpenedFile {
 ///
 /// The path's error, as [`read_lines`] would report it.
 pub fn count_lines(path: &WorkspacePath) -> Result<u64, ToolError> {
-    let metadata = std::fs::metadata(path.as_str()).map_err(|error| path.io_error(error))?;
-    if !metadata.is_file() {
+    let metadata = crate::scan::stat(path.as_str()).map_err(|error| path.io_error(error))?;
+    if metadata.kind != EntryKind::File {
         // `read_lines` says what it is instead.
         return Ok(0);
     }
@@ -164,8 +165,8 @@ pub fn count_lines(path: &WorkspacePath) -> Result<u64, ToolError> {
         return Ok(index.total_lines);
     }
     let mut file = crate::scan::open_reader(path.as_str()).map_err(|error| path.io_error(error))?;
-    let head = read_head(&mut file, ENCODING_SNIFF_BYTES.min(metadata.len().saturating_add(1))).map_err(|error| path.io_error(error))?;
-    let encoding = encoding::detect(&head, (head.len() as u64) < ENCODING_SNIFF_BYTES.min(metadata.len().saturating_add(1)));
+    let head = read_head(&mut file, ENCODING_SNIFF_BYTES.min(metadata.size.saturating_add(1))).map_err(|error| path.io_error(error))?;
+    let encoding = encoding::detect(&head, (head.len() as u64) < ENCODING_SNIFF_BYTES.min(metadata.size.saturating_add(1)));
     let rest = std::io::Cursor::new(head).chain(file);
     if let Some(encoding) = encoding.filter(TextEncoding::is_utf16) {
         // A newline byte in UTF-16 may be half of another character: counted decoded.

@@ -53,16 +53,48 @@ pub fn read_dir(path: &str) -> io::Result<Vec<(String, EntryKind)>> {
                 Err(ErrorCode::IllegalByteSequence) => continue,
                 Err(code) => return Err(to_io(code)),
             };
-            let kind = match entry.type_ {
-                DescriptorType::RegularFile => EntryKind::File,
-                DescriptorType::Directory => EntryKind::Directory,
-                DescriptorType::SymbolicLink => EntryKind::Symlink,
-                _ => EntryKind::Other,
-            };
-            children.push((entry.name, kind));
+            children.push((entry.name, kind_of(entry.type_)));
         }
         Ok(children)
     })
+}
+
+/// What [`stat`] found at a path.
+#[derive(Debug, Clone, Copy)]
+pub struct FileStat {
+    /// What it is.
+    pub kind: EntryKind,
+    /// Its size in bytes.
+    pub size: u64,
+    /// When its content last changed, since the Unix epoch (`None` if the host gives no time).
+    pub modified: Option<std::time::Duration>,
+}
+
+/// What is at `path` (workspace-relative; a final symlink is followed, within the
+/// workspace): one host call, where `std::fs::metadata` makes two (wasi-libc also asks for the
+/// inode's hash, for `st_ino`).
+///
+/// # Errors
+///
+/// The host's refusal or the filesystem's error, as [`std::io::Error`].
+pub fn stat(path: &str) -> io::Result<FileStat> {
+    with_root(|root| {
+        let stat = root.stat_at(PathFlags::SYMLINK_FOLLOW, path).map_err(to_io)?;
+        let modified = stat
+            .data_modification_timestamp
+            .map(|time| std::time::Duration::from_secs(time.seconds) + std::time::Duration::from_nanos(u64::from(time.nanoseconds)));
+        Ok(FileStat { kind: kind_of(stat.type_), size: stat.size, modified })
+    })
+}
+
+/// What an entry of `type_` is.
+fn kind_of(type_: DescriptorType) -> EntryKind {
+    match type_ {
+        DescriptorType::RegularFile => EntryKind::File,
+        DescriptorType::Directory => EntryKind::Directory,
+        DescriptorType::SymbolicLink => EntryKind::Symlink,
+        _ => EntryKind::Other,
+    }
 }
 
 /// How many hard links the file `path` has (a final symlink is followed, within the
@@ -146,6 +178,17 @@ pub fn open_reader(path: &str) -> io::Result<FileReader> {
     })
 }
 
+impl FileReader {
+    /// The file's size now (one host call).
+    ///
+    /// # Errors
+    ///
+    /// The host's refusal or the filesystem's error, as [`std::io::Error`].
+    pub fn size(&self) -> io::Result<u64> {
+        self.file.stat().map(|stat| stat.size).map_err(to_io)
+    }
+}
+
 impl io::Read for FileReader {
     fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
         let wanted = (buffer.len() as u64).min(READ_CHUNK);
@@ -178,6 +221,7 @@ fn to_io(code: ErrorCode) -> io::Error {
         ErrorCode::NotDirectory => io::ErrorKind::NotADirectory,
         ErrorCode::Exist => io::ErrorKind::AlreadyExists,
         ErrorCode::NotEmpty => io::ErrorKind::DirectoryNotEmpty,
+        ErrorCode::NameTooLong => io::ErrorKind::InvalidFilename,
         ErrorCode::InvalidSeek | ErrorCode::Invalid => io::ErrorKind::InvalidInput,
         ErrorCode::InsufficientMemory => io::ErrorKind::OutOfMemory,
         _ => io::ErrorKind::Other,

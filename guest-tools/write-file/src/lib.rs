@@ -10,6 +10,7 @@ use serde_json::json;
 use toolcell_sdk::encoding::{self, TextEncoding};
 use toolcell_sdk::path::quote;
 use toolcell_sdk::text;
+use toolcell_sdk::walk::EntryKind;
 use toolcell_sdk::{Output, Tool, ToolError, ToolInfo, WorkspacePath};
 
 #[derive(Deserialize)]
@@ -95,11 +96,11 @@ impl Tool for WriteFile {
         if path.is_root() {
             return Err(ToolError::InvalidArgs("`.` is the workspace root, a directory: give the path of a file to write".to_owned()));
         }
-        let existed = match std::fs::metadata(path.as_str()) {
-            Ok(metadata) if metadata.is_dir() => {
+        let existed = match toolcell_sdk::scan::stat(path.as_str()) {
+            Ok(metadata) if metadata.kind == EntryKind::Directory => {
                 return Err(ToolError::Unsupported(format!("{} is a directory: give the path of a file inside it", quote(path.as_str()))));
             }
-            Ok(metadata) if !metadata.is_file() => {
+            Ok(metadata) if metadata.kind != EntryKind::File => {
                 return Err(ToolError::Unsupported(format!(
                     "{} is not a regular file (it is a FIFO, socket or device): write_file only writes regular files",
                     quote(path.as_str())
@@ -227,10 +228,10 @@ fn existing_text(path: &WorkspacePath) -> Result<Option<(TextEncoding, &'static 
     if !may_read || !single_link {
         return Ok(None);
     }
-    let Ok(file) = std::fs::File::open(path.as_str()) else {
+    let Ok(file) = toolcell_sdk::scan::open_reader(path.as_str()) else {
         return Ok(None);
     };
-    let size = file.metadata().map_err(|error| path.io_error(error))?.len();
+    let size = file.size().map_err(|error| path.io_error(error))?;
     // One byte more than the file has: all of it is read, and known to be all.
     let limit = if size <= MAX_SNIFFED_BYTES { size + 1 } else { HEAD_BYTES };
     // Room for all of it: read in one go, not in doubling pieces.

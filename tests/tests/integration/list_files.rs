@@ -79,6 +79,15 @@ fn errors() {
     let fixture = tree();
     let message = fixture.error("list_files", json!({"path": "a.md"}), ToolErrorKind::Unsupported);
     assert!(message.contains("read_file"), "{message}");
+    // The listing itself finds out what the path is: a symlink to a file is a file, one to a
+    // directory is listed, and a path under a file does not exist.
+    fixture.symlink("a.md", "to-file");
+    let message = fixture.error("list_files", json!({"path": "to-file"}), ToolErrorKind::Unsupported);
+    assert!(message.contains("is a file"), "{message}");
+    fixture.symlink("src/lib", "to-directory");
+    assert_eq!(lines(&fixture.ok("list_files", json!({"path": "to-directory"})).text), ["to-directory/mod.rs", "to-directory/util.txt"]);
+    let message = fixture.error("list_files", json!({"path": "a.md/inner"}), ToolErrorKind::NotFound);
+    assert!(message.contains("one of its parents is a file"), "{message}");
     fixture.error("list_files", json!({"path": "nope"}), ToolErrorKind::NotFound);
     let message = fixture.error("list_files", json!({"pattern": "a[b"}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("`pattern`"), "{message}");

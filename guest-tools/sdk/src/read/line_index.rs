@@ -24,12 +24,12 @@ pub(super) struct Fingerprint {
 
 impl Fingerprint {
     /// The file's fingerprint, if it is large enough to be worth an index and has a time.
-    pub(super) fn of(metadata: &std::fs::Metadata) -> Option<Fingerprint> {
-        if metadata.len() < INDEX_MIN_BYTES {
+    pub(super) fn of(metadata: &crate::scan::FileStat) -> Option<Fingerprint> {
+        if metadata.size < INDEX_MIN_BYTES {
             return None;
         }
-        let modified = metadata.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
-        Some(Fingerprint { size: metadata.len(), modified_seconds: modified.as_secs(), modified_nanos: modified.subsec_nanos() })
+        let modified = metadata.modified?;
+        Some(Fingerprint { size: metadata.size, modified_seconds: modified.as_secs(), modified_nanos: modified.subsec_nanos() })
     }
 }
 
