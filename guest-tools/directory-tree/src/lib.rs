@@ -78,8 +78,8 @@ impl Tool for DirectoryTree {
         }
         let excluded =
             excluded.build().map_err(|error| ToolError::InvalidArgs(format!("`exclude` is not a valid set of globs: {error}")))?;
-        let metadata = std::fs::metadata(root.as_str()).map_err(|error| root.io_error(error))?;
-        if !metadata.is_dir() {
+        let metadata = toolcell_sdk::scan::stat(root.as_str()).map_err(|error| root.io_error(error))?;
+        if metadata.kind != toolcell_sdk::walk::EntryKind::Directory {
             return Err(ToolError::Unsupported(format!(
                 "{} is a file, not a directory: use file_info or read_file on it, or show its parent directory",
                 quote(root.as_str())

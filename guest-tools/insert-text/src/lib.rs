@@ -65,14 +65,14 @@ impl Tool for InsertText {
         if args.text.is_empty() {
             return Err(ToolError::InvalidArgs("`text` is empty: give the lines to insert".to_owned()));
         }
-        let metadata = std::fs::metadata(path.as_str()).map_err(|error| match error.kind() {
+        let metadata = toolcell_sdk::scan::stat(path.as_str()).map_err(|error| match error.kind() {
             std::io::ErrorKind::NotFound => ToolError::NotFound(format!(
                 "{} does not exist: insert_text only inserts into existing files; use write_file to create it",
                 quote(path.as_str())
             )),
             _ => path.io_error(error),
         })?;
-        if !metadata.is_file() {
+        if metadata.kind != toolcell_sdk::walk::EntryKind::File {
             return Err(ToolError::Unsupported(format!(
                 "{} is not a regular file: insert_text only inserts into text files",
                 quote(path.as_str())

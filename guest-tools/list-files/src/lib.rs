@@ -142,10 +142,7 @@ impl Tool for ListFiles {
             let mut timed: Vec<_> = entries
                 .drain(..)
                 .map(|(path, kind)| {
-                    let time = std::fs::symlink_metadata(path.as_str())
-                        .and_then(|metadata| metadata.modified())
-                        .ok()
-                        .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok());
+                    let time = toolcell_sdk::scan::symlink_stat(path.as_str()).ok().and_then(|stat| stat.modified);
                     (time, path, kind)
                 })
                 .collect();

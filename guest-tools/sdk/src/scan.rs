@@ -78,8 +78,21 @@ pub struct FileStat {
 ///
 /// The host's refusal or the filesystem's error, as [`std::io::Error`].
 pub fn stat(path: &str) -> io::Result<FileStat> {
+    stat_with(PathFlags::SYMLINK_FOLLOW, path)
+}
+
+/// [`stat`] of `path` itself: a final symlink is not followed (its own kind and time).
+///
+/// # Errors
+///
+/// As [`stat`].
+pub fn symlink_stat(path: &str) -> io::Result<FileStat> {
+    stat_with(PathFlags::empty(), path)
+}
+
+fn stat_with(flags: PathFlags, path: &str) -> io::Result<FileStat> {
     with_root(|root| {
-        let stat = root.stat_at(PathFlags::SYMLINK_FOLLOW, path).map_err(to_io)?;
+        let stat = root.stat_at(flags, path).map_err(to_io)?;
         let modified = stat
             .data_modification_timestamp
             .map(|time| std::time::Duration::from_secs(time.seconds) + std::time::Duration::from_nanos(u64::from(time.nanoseconds)));
