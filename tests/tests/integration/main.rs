@@ -11,6 +11,7 @@ mod encodings;
 mod escapes;
 mod example_tool;
 mod governance;
+mod host_calls;
 mod inspect;
 mod landed;
 mod languages;
