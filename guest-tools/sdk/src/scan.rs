@@ -93,9 +93,10 @@ pub fn symlink_stat(path: &str) -> io::Result<FileStat> {
 fn stat_with(flags: PathFlags, path: &str) -> io::Result<FileStat> {
     with_root(|root| {
         let stat = root.stat_at(flags, path).map_err(to_io)?;
-        let modified = stat
-            .data_modification_timestamp
-            .map(|time| std::time::Duration::from_secs(time.seconds) + std::time::Duration::from_nanos(u64::from(time.nanoseconds)));
+        // A time past what a `Duration` holds is no time (as `SystemTime` cannot hold it).
+        let modified = stat.data_modification_timestamp.and_then(|time| {
+            std::time::Duration::from_secs(time.seconds).checked_add(std::time::Duration::from_nanos(u64::from(time.nanoseconds)))
+        });
         Ok(FileStat { kind: kind_of(stat.type_), size: stat.size, modified })
     })
 }
