@@ -237,7 +237,8 @@ impl Transaction {
         modified.iter().filter(|path| !replaced.contains(path) && !self.moved_unseen.contains(*path)).cloned().collect()
     }
 
-    /// A file now also (or only) at `path`, which the session knew as it is (`known`) or not.
+    /// A file now also (or only) at `path`, whose content the session knows (`known`: this
+    /// call writes it, or it came from a known path) or not.
     fn named_again(&mut self, path: &str, known: bool) {
         if known {
             self.moved_unseen.remove(path);
@@ -319,8 +320,7 @@ impl FsGuard {
         self.journal(operation, path, in_place, |journal, root| journal.preserve(root, path))?;
         if replaces_content && let Some(transaction) = self.transaction.as_mut() {
             // Its content is the call's from here on (a rename over it says otherwise after).
-            transaction.moved_unseen.remove(path);
-            transaction.known_in_call.insert(path.to_owned());
+            transaction.named_again(path, true);
         }
         Ok(())
     }
