@@ -126,7 +126,7 @@ impl Tool for ListFiles {
             // `io_error` words).
             Err(error)
                 if error.kind() == std::io::ErrorKind::NotADirectory
-                    && std::fs::metadata(root.as_str()).is_ok_and(|metadata| !metadata.is_dir()) =>
+                    && toolcell_sdk::scan::stat(root.as_str()).is_ok_and(|stat| stat.kind != walk::EntryKind::Directory) =>
             {
                 return Err(ToolError::Unsupported(format!(
                     "{} is a file, not a directory: use read_file to read it, or list its parent directory",
