@@ -317,6 +317,30 @@ impl Fixture {
         snapshot_tree(self.root(), None)
     }
 
+    /// Call `fs_probe` in `session` to write `content` to `path`, stat it and then hold the
+    /// call open for `hold_ms`; once the file is in place, run `meanwhile` (what another program
+    /// does while the call runs) and then wait for the call's outcome.
+    pub fn while_a_call_holds(
+        &self,
+        runtime: &Runtime,
+        session: &str,
+        (path, content): (&str, &str),
+        hold_ms: u64,
+        meanwhile: impl FnOnce(),
+    ) -> CallOutcome {
+        let ops = serde_json::json!({"ops": [
+            {"op": "write", "path": path, "content": content},
+            {"op": "stat", "path": path},
+            {"op": "sleep", "path": "", "content": hold_ms.to_string()},
+        ]});
+        std::thread::scope(|scope| {
+            let call = scope.spawn(|| self.call_as(runtime, session, None, &[], "fs_probe", &ops));
+            eventually(&format!("the call puts `{path}` in place"), std::time::Duration::from_secs(10), || self.read_text(path) == content);
+            meanwhile();
+            call.join().expect("the call")
+        })
+    }
+
     /// Call a tool as `role` in `session`, writing for lock owner `owner` with `fences`.
     pub fn call_as(&self, runtime: &Runtime, session: &str, owner: Option<&str>, fences: &[u64], tool: &str, args: &Value) -> CallOutcome {
         call_in(runtime, &self.workspace, session, owner, fences, tool, args)

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolcell_tests::{Fixture, TEST_POLICY, eventually, runtime_with_policy};
+use toolcell_tests::{Fixture, TEST_POLICY, runtime_with_policy};
 
 fn refusing_unread() -> toolcell_runtime::Runtime {
     runtime_with_policy(&TEST_POLICY.replace("version = 1", "version = 1\n[writes]\nread_before_write = \"refuse\""), None)
@@ -71,19 +71,10 @@ fn a_file_whose_metadata_alone_changed_while_the_call_ran_stays_its_own() {
         let runtime = refusing_unread();
         let fixture = fixture();
         fixture.call_as(&runtime, "s-1", None, &[], "read_file", &json!({"path": "src/a.rs"})).result.expect("read");
-        let ops = json!({"ops": [
-            {"op": "write", "path": "src/a.rs", "content": "mine\n"},
-            {"op": "stat", "path": "src/a.rs"},
-            {"op": "sleep", "path": "", "content": "1000"},
-        ]});
-        let outcome = std::thread::scope(|scope| {
-            let call = scope.spawn(|| fixture.call_as(&runtime, "s-1", None, &[], "fs_probe", &ops));
-            let placed = format!("{what}: the call puts its file in place");
-            eventually(&placed, Duration::from_secs(10), || fixture.read_text("src/a.rs") == "mine\n");
+        let outcome = fixture.while_a_call_holds(&runtime, "s-1", ("src/a.rs", "mine\n"), 1000, || {
             // Later than the kernel's coarse clock tick, so the change time moves.
             std::thread::sleep(Duration::from_millis(20));
             touch(&fixture.root().join("src/a.rs"));
-            call.join().expect("the call")
         });
         assert!(outcome.result.is_ok(), "{what}: {:?}", outcome.result);
         assert_the_sessions_own(&fixture, &runtime, what);

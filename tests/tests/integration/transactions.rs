@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolcell_runtime::{Limits, Runtime};
-use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, eventually, guest_program, runtime_with_policy};
+use toolcell_tests::{Fixture, TEST_POLICY, builtin_runtime_builder, guest_program, runtime_with_policy};
 use toolcell_types::ToolErrorKind;
 
 /// A workspace with files of several modes, a directory tree and a symlink.
@@ -285,18 +285,10 @@ fn a_file_replaced_after_the_call_put_it_in_place_is_neither_read_nor_undoable()
     let runtime = runtime_with_policy(&policy, None);
     let fixture = project();
     fixture.call_as(&runtime, "s-1", None, &[], "read_file", &json!({"path": "src/a.rs"})).result.expect("read");
-    let ops = json!({"ops": [
-        {"op": "write", "path": "src/a.rs", "content": "mine\n"},
-        {"op": "stat", "path": "src/a.rs"},
-        {"op": "sleep", "path": "", "content": "1500"},
-    ]});
-    let outcome = std::thread::scope(|scope| {
-        let call = scope.spawn(|| fixture.call_as(&runtime, "s-1", None, &[], "fs_probe", &ops));
-        eventually("the call puts its file in place", Duration::from_secs(10), || fixture.read_text("src/a.rs") == "mine\n");
+    let outcome = fixture.while_a_call_holds(&runtime, "s-1", ("src/a.rs", "mine\n"), 1500, || {
         let theirs = fixture.root().join("src/.theirs");
         std::fs::write(&theirs, "theirs\n").expect("write");
         std::fs::rename(&theirs, fixture.root().join("src/a.rs")).expect("replace");
-        call.join().expect("the call")
     });
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
     let edit = json!({"path": "src/a.rs", "edits": [{"old_string": "theirs", "new_string": "overwritten"}]});

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolcell_runtime::Runtime;
-use toolcell_tests::{Fixture, TEST_POLICY, eventually, runtime_with_policy};
+use toolcell_tests::{Fixture, TEST_POLICY, runtime_with_policy};
 use toolcell_types::ToolErrorKind;
 
 fn refusing() -> Runtime {
@@ -49,18 +49,10 @@ fn a_file_changed_in_place_while_its_call_still_runs_is_neither_read_nor_undone_
     let fixture = Fixture::new();
     fixture.write("src/a.rs", "fn a() {}\n");
     fixture.call_as(&runtime, "s-1", None, &[], "read_file", &json!({"path": "src/a.rs"})).result.expect("read");
-    let ops = json!({"ops": [
-        {"op": "write", "path": "src/a.rs", "content": "mine\n"},
-        {"op": "stat", "path": "src/a.rs"},
-        {"op": "sleep", "path": "", "content": "1500"},
-    ]});
-    let outcome = std::thread::scope(|scope| {
-        let call = scope.spawn(|| fixture.call_as(&runtime, "s-1", None, &[], "fs_probe", &ops));
-        eventually("the call puts its file in place", Duration::from_secs(10), || fixture.read_text("src/a.rs") == "mine\n");
+    let outcome = fixture.while_a_call_holds(&runtime, "s-1", ("src/a.rs", "mine\n"), 1500, || {
         let landed = inode(&fixture, "src/a.rs");
         overwrite_in_place(&fixture, "src/a.rs", "MINE\n");
         assert_eq!(inode(&fixture, "src/a.rs"), landed, "changed in place");
-        call.join().expect("the call")
     });
     assert!(outcome.result.is_ok(), "{:?}", outcome.result);
     let edit = json!({"path": "src/a.rs", "edits": [{"old_string": "MINE", "new_string": "edited"}]});
