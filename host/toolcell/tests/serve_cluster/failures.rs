@@ -1,5 +1,6 @@
 //! The store failing under a deployment: a database that hangs, one that stops mid-call.
 
+use super::limits::{stall_record, stalled_record_came};
 use super::*;
 
 /// A database that hangs (every process of it stopped, its connections open) holds no request
@@ -213,12 +214,7 @@ fn a_rollback_after_the_record_failed_leaves_what_another_host_made_of_the_file_
     ok(&first.call_at(&a, "read_file", json!({"path": "notes.txt"})));
     // The next undo record (the first session's) takes 4 s, then fails; later ones pass (a
     // sequence counts them: it is not rolled back with the statement).
-    deployment.cluster.psql(
-        "CREATE SEQUENCE toolcell_test_records; \
-         CREATE FUNCTION toolcell_test_stall() RETURNS trigger LANGUAGE plpgsql AS $$ \
-         BEGIN IF nextval('toolcell_test_records') = 1 THEN PERFORM pg_sleep(4); RAISE EXCEPTION 'stalled'; END IF; RETURN NEW; END $$; \
-         CREATE TRIGGER toolcell_test_stall BEFORE INSERT ON toolcell_session_undo FOR EACH ROW EXECUTE FUNCTION toolcell_test_stall();",
-    );
+    stall_record(&deployment, 1, 4, "RAISE EXCEPTION 'stalled'");
     let notes = deployment.workspace.join("notes.txt");
     let (refused, first) = std::thread::scope(|scope| {
         let url = a.clone();
@@ -232,6 +228,7 @@ fn a_rollback_after_the_record_failed_leaves_what_another_host_made_of_the_file_
             std::thread::sleep(Duration::from_millis(20));
         }
         // Another session, on B, reads what landed and builds on it while the record stalls.
+        stalled_record_came(&deployment);
         assert!(ok(&other.call_at(&b, "read_file", json!({"path": "notes.txt"}))).contains("bye"));
         ok(&other.call_at(&b, "edit_file", json!({"path": "notes.txt", "old_string": "bye", "new_string": "bye, and more"})));
         edit.join().expect("the edit's thread")

@@ -15,6 +15,18 @@ pub(super) fn stall_record(deployment: &Deployment, nth: u32, seconds: u32, end:
     ));
 }
 
+/// Wait until the stalled record has come (its statement counted it): from then on other
+/// records pass. A call's change lands before its record is written, so a test that lets another
+/// host write once the change is seen must wait for this too, or on a loaded machine the other
+/// host's record can be the one that stalls.
+pub(super) fn stalled_record_came(deployment: &Deployment) {
+    let started = Instant::now();
+    while deployment.cluster.psql("SELECT is_called FROM toolcell_test_records").trim() != "t" {
+        assert!(started.elapsed() < Duration::from_secs(60), "the stalled record never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The audit trail's records of `tool` calls whose message holds `text`.
 fn audited(deployment: &Deployment, tool: &str, text: &str) -> Vec<Value> {
     deployment
@@ -50,6 +62,7 @@ fn a_rollback_after_the_record_failed_leaves_a_removed_file_another_host_made_ag
             std::thread::sleep(Duration::from_millis(20));
         }
         // Another session, on B, writes the file again while the record stalls.
+        stalled_record_came(&deployment);
         ok(&other.call_at(&b, "write_file", json!({"path": "notes.txt", "content": "made on B\n"})));
         removal.join().expect("the removal's thread")
     });

@@ -4,7 +4,7 @@
 //! moved file the other session edited where the call put it, a moved file whose source the
 //! other session made again, a removed file whose directory the other session moved away.
 
-use super::limits::stall_record;
+use super::limits::{stall_record, stalled_record_came};
 use super::*;
 
 /// Two hosts on one store, with an `answer_timeout` well past `refused_record`'s refusal, and
@@ -37,6 +37,7 @@ fn refused_record<'a>(
             assert!(started.elapsed() < Duration::from_secs(60), "the call's change never landed");
             std::thread::sleep(Duration::from_millis(20));
         }
+        stalled_record_came(deployment);
         meanwhile();
         call.join().expect("the call's thread")
     });
@@ -126,6 +127,7 @@ fn recovery_after_a_crash_leaves_a_directory_another_host_put_a_file_in_and_writ
             assert!(started.elapsed() < Duration::from_secs(60), "the call's change never landed");
             std::thread::sleep(Duration::from_millis(20));
         }
+        stalled_record_came(&deployment);
         ok(&other.call_at(&b, "write_file", json!({"path": "made/theirs.txt", "content": "made on B\n"})));
         let killed = Command::new("kill").args(["-KILL", &deployment.hosts[0].child.id().to_string()]).status().expect("kill");
         assert!(killed.success());
