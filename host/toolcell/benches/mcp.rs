@@ -14,6 +14,10 @@
 //!   in flight on one stdio connection (a client that sends the next as each is answered),
 //!   toolcell's against the peer's.
 //!
+//! - a floor under all of these: the same round trips to a stdio server that parses each
+//!   request and answers it at once with a canned 4 KiB text (this bench's own binary, started
+//!   with `--stdio-floor`), what the transport and the client cost with no work behind them.
+//!
 //! The peer is found through `TOOLCELL_PEER_MCP_SERVER` (its `dist/index.js`); without it the
 //! peer's rows are left out, unless `TOOLCELL_REQUIRE_PEER=1` (set by `.ci/run` and
 //! `.ci/bench`), which makes a missing peer an error. `cargo bench -p toolcell --bench mcp`
@@ -165,7 +169,40 @@ fn first_start(command: &mut Command, read_tool: &str, path: &str) -> (Duration,
     (initialized, first)
 }
 
+/// The argument that makes this binary the floor server instead of the bench.
+const FLOOR_ARG: &str = "--stdio-floor";
+
+/// The floor server: one thread that reads each request line from stdin, parses it, and
+/// answers it at once: `initialize` with a bare result, anything else with a 4 KiB text.
+fn stdio_floor() {
+    use std::io::BufRead as _;
+    let text = four_kib();
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { return };
+        let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
+        let Some(id) = message.get("id") else { continue };
+        let result = if message["method"] == "initialize" {
+            json!({ "protocolVersion": message["params"]["protocolVersion"], "capabilities": {}, "serverInfo": { "name": "floor", "version": "0" } })
+        } else {
+            json!({ "content": [{ "type": "text", "text": text }] })
+        };
+        let mut answer = json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string();
+        answer.push('\n');
+        if out.write_all(answer.as_bytes()).and_then(|()| out.flush()).is_err() {
+            return;
+        }
+    }
+}
+
+/// The name of the floor's row.
+const FLOOR: &str = "stdio floor (no work)";
+
 fn main() {
+    if std::env::args().any(|arg| arg == FLOOR_ARG) {
+        stdio_floor();
+        return;
+    }
     let benchmarking = std::env::args().any(|arg| arg == "--bench");
     let iterations = if benchmarking { 2_000 } else { 10 };
     let starts = if benchmarking { 5 } else { 1 };
@@ -195,6 +232,9 @@ fn main() {
             peer: true,
         });
     }
+    let current = std::env::current_exe().expect("this bench's binary");
+    let (client, _) = StdioClient::spawn(Command::new(current).arg(FLOOR_ARG)).expect("start the floor server");
+    servers.push(Server { name: FLOOR, via: Via::Mcp(client), prefix: String::new(), read_tool: "read_file", peer: false });
     // The same calls in-process, default durability.
     let host = toolcell_host::HostBuilder::new(workspace(temp.path(), "in-process"))
         .cache_dir(&cache)
@@ -236,7 +276,8 @@ fn main() {
     let peaks: Vec<(&str, u64)> = servers
         .iter()
         .filter_map(|server| match &server.via {
-            Via::Mcp(client) => Some((server.name, peak_rss_kib(client.id())?)),
+            Via::Mcp(client) if server.name != FLOOR => Some((server.name, peak_rss_kib(client.id())?)),
+            Via::Mcp(_) => None,
             Via::InProcess(_) => None,
         })
         .collect();
