@@ -20,11 +20,9 @@ pub(super) fn stall_record(deployment: &Deployment, nth: u32, seconds: u32, end:
 /// host write once the change is seen must wait for this too, or on a loaded machine the other
 /// host's record can be the one that stalls.
 pub(super) fn stalled_record_came(deployment: &Deployment) {
-    let started = Instant::now();
-    while deployment.cluster.psql("SELECT is_called FROM toolcell_test_records").trim() != "t" {
-        assert!(started.elapsed() < Duration::from_secs(60), "the stalled record never came");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    toolcell_tests::eventually("the stalled record comes", Duration::from_secs(60), || {
+        deployment.cluster.psql("SELECT is_called FROM toolcell_test_records").trim() == "t"
+    });
 }
 
 /// The audit trail's records of `tool` calls whose message holds `text`.
