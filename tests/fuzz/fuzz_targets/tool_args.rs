@@ -85,7 +85,7 @@ fn setup() -> &'static Setup {
 
 fn value(input: &mut Unstructured<'_>, depth: u8) -> arbitrary::Result<Value> {
     Ok(match u8::arbitrary(input)? % 8 {
-        0 | 1 | 2 => Value::String((*input.choose(STRINGS)?).to_owned()),
+        0..=2 => Value::String((*input.choose(STRINGS)?).to_owned()),
         3 => Value::from(i64::arbitrary(input)?),
         4 => Value::from(u8::arbitrary(input)? % 8),
         5 => Value::Bool(bool::arbitrary(input)?),
@@ -105,10 +105,10 @@ fuzz_target!(|bytes: &[u8]| {
     };
     let mut args = Map::new();
     for property in properties {
-        if bool::arbitrary(&mut input).unwrap_or(false) {
-            if let Ok(value) = value(&mut input, 0) {
-                args.insert(property.clone(), value);
-            }
+        if bool::arbitrary(&mut input).unwrap_or(false)
+            && let Ok(value) = value(&mut input, 0)
+        {
+            args.insert(property.clone(), value);
         }
     }
     if bool::arbitrary(&mut input).unwrap_or(false) {
