@@ -61,9 +61,11 @@ const MAX_REMEMBERED: usize = 256;
 /// service configuration: whatever it was told to use instead of the defaults) in the default
 /// state directory, which every run protects, so that every later run protects them too: a
 /// plain run on `$HOME` must not hand its tools the key of a run that kept its state in
-/// `~/work-state`. Locations that no longer exist are dropped; the newest
-/// [`MAX_REMEMBERED`] are kept. Only the default state directory of this environment holds
-/// the record; a run of another environment protects its own.
+/// `~/work-state`. A location that does not exist (yet, or any more) is kept as well: a run
+/// creates its plugin directory, or an operator restores a state directory, at a path a tool
+/// of another run must not have filled first. Past [`MAX_REMEMBERED`] locations the oldest
+/// that do not exist go first, then the oldest of the rest. Only the default state directory
+/// of this environment holds the record; a run of another environment protects its own.
 ///
 /// # Errors
 ///
@@ -87,18 +89,37 @@ pub fn remember_locations(locations: &[PathBuf]) -> std::io::Result<()> {
             return Err(errno.into());
         }
     }
-    let mut kept: Vec<PathBuf> =
-        remembered_locations().into_iter().filter(|location| !new.contains(location) && location.symlink_metadata().is_ok()).collect();
-    kept.extend(new);
-    let start = kept.len().saturating_sub(MAX_REMEMBERED);
+    let mut kept: Vec<PathBuf> = remembered_locations().into_iter().filter(|location| !new.contains(location)).collect();
+    kept.extend(new.iter().cloned());
+    let kept = newest(kept, MAX_REMEMBERED, |location| new.iter().any(|own| own == location) || location.symlink_metadata().is_ok());
     let mut text = String::new();
-    for location in &kept[start..] {
+    for location in &kept {
         if let Some(line) = location.to_str().filter(|line| !line.contains('\n')) {
             text.push_str(line);
             text.push('\n');
         }
     }
     crate::storage::replace_bytes(&record, text.as_bytes(), false)
+}
+
+/// At most `limit` of `locations` (oldest first), in their order: past the limit, the oldest
+/// for which `exists` is false are left out first, then the oldest of the others.
+fn newest(locations: Vec<PathBuf>, limit: usize, exists: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut excess = locations.len().saturating_sub(limit);
+    let missing: Vec<bool> = locations.iter().map(|location| !exists(location)).collect();
+    let mut drop = vec![false; locations.len()];
+    for pass_missing in [true, false] {
+        for (index, is_missing) in missing.iter().enumerate() {
+            if excess == 0 {
+                break;
+            }
+            if *is_missing == pass_missing && !drop[index] {
+                drop[index] = true;
+                excess -= 1;
+            }
+        }
+    }
+    locations.into_iter().zip(drop).filter(|(_, dropped)| !dropped).map(|(location, _)| location).collect()
 }
 
 /// The locations runs recorded with [`remember_locations`] (absolute paths only).
@@ -235,6 +256,17 @@ mod tests {
         let found = symlinks_on_the_way(&base.join("real/hop/missing/toolcell"));
         assert_eq!(found, vec![base.join("real/hop"), base.join("first")]);
         assert_eq!(symlinks_on_the_way(&base.join("real/inner")), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn past_the_limit_missing_locations_go_first_and_the_rest_stay_in_order() {
+        let paths: Vec<PathBuf> = ["/a", "/b-missing", "/c", "/d-missing", "/e"].iter().map(PathBuf::from).collect();
+        let exists = |path: &Path| !path.to_string_lossy().ends_with("missing");
+        assert_eq!(newest(paths.clone(), 5, exists), paths, "within the limit, a missing location is kept");
+        let names = |kept: Vec<PathBuf>| kept.iter().map(|path| path.to_string_lossy().into_owned()).collect::<Vec<_>>();
+        assert_eq!(names(newest(paths.clone(), 4, exists)), ["/a", "/c", "/d-missing", "/e"]);
+        assert_eq!(names(newest(paths.clone(), 3, exists)), ["/a", "/c", "/e"]);
+        assert_eq!(names(newest(paths, 2, exists)), ["/c", "/e"]);
     }
 
     #[test]

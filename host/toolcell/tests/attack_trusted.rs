@@ -225,3 +225,36 @@ fn another_runs_own_state_directory_is_protected_too() {
     assert_eq!(std::fs::read(own_state.join("state.key")).ok(), key, "another run's state key was rewritten: {written}");
     assert!(read.contains("toolcell's own state"), "another run's state key was read: {read}");
 }
+
+/// A run told to load plugins from a directory that does not exist yet (`--plugin-dir
+/// ~/myplugins`, made later by the user) loads whatever is there at its next start. Another
+/// run with locations of its own, whose tools work on `$HOME`, rewrote the record of every
+/// run's locations and left out those that did not exist: its tools then wrote a plugin there.
+#[test]
+fn a_plugin_directory_that_does_not_exist_yet_stays_protected_after_another_run() {
+    let home = home();
+    let project = home.elsewhere.join("project");
+    std::fs::create_dir_all(&project).expect("project");
+    let plugins = home.home.join("myplugins");
+    let output = Command::new(env!("CARGO_BIN_EXE_toolcell"))
+        .arg("--cache-dir")
+        .arg(home.elsewhere.join("cache"))
+        .arg("--state-dir")
+        .arg(home.elsewhere.join("first-state"))
+        .arg("--plugin-dir")
+        .arg(&plugins)
+        .args(["call", "list_files", "{}", "--workspace"])
+        .arg(&project)
+        .env("HOME", &home.home)
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("TOOLCELL_STATE_DIR")
+        .output()
+        .expect("run toolcell");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // The other run (its own state, cache and plugins elsewhere) records its locations.
+    let (_, written) = builtin(&home, "write_file", &json!({"path": "myplugins/word_count.wasm", "content": "\u{0}asm"}));
+    assert!(!plugins.exists(), "a tool of another run made the plugin directory: {written}");
+    assert!(written.contains("toolcell's own"), "refused as a protected location: {written}");
+    let (_, made) = builtin(&home, "create_directory", &json!({"path": "myplugins"}));
+    assert!(!plugins.exists(), "a tool of another run made the plugin directory: {made}");
+}
