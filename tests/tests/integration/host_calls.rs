@@ -26,8 +26,9 @@ fn the_file_tools_make_only_the_host_calls_they_need() {
     fixture.call("read_file", &json!({"path": "edit.txt"}));
     let edit = host_calls(&fixture, "edit_file", json!({"path": "edit.txt", "old_string": "line 10", "new_string": "LINE 10"}));
     // As counted when the built-ins stopped looking through `std::fs::metadata` (which made
-    // `read_file` 7 and `list_files` 107).
-    let calls = [("read_file", read, 5), ("list_files", list, 104), ("edit_file", edit, 8)];
+    // `read_file` 7 and `list_files` 107); `edit_file` one more since the calls that judge no
+    // path count too (wasi-libc asks for the type of the file `std::fs::write` opens).
+    let calls = [("read_file", read, 5), ("list_files", list, 104), ("edit_file", edit, 9)];
     for (tool, made, most) in calls {
         assert!(made <= most, "{tool} made {made} host calls, at most {most} expected: {calls:?}");
     }

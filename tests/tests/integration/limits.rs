@@ -204,6 +204,19 @@ fn filesystem_calls_and_open_files_have_budgets() {
     assert!(error.message.contains("made more than 2000 filesystem calls") && error.message.contains("`host_calls`"), "{}", error.message);
     assert_eq!(outcome.denials.len(), 1, "one record for the budget, not one per refused call");
 
+    // Calls that judge no path (a `sync` among them) count too.
+    let outcome = fixture.call_on(
+        &runtime,
+        "impl",
+        "fs_probe",
+        &json!({"ops": [{"op": "repeat", "path": ".", "to": "descriptor", "content": "1000"}]}),
+        None,
+    );
+    let error = outcome.result.expect_err("over budget");
+    assert_eq!(error.kind, ToolErrorKind::TooLarge, "{}", error.message);
+    assert!(error.message.contains("made more than 2000 filesystem calls"), "{}", error.message);
+    assert_eq!(outcome.denials.len(), 1, "{:?}", outcome.denials);
+
     let outcome =
         fixture.call_on(&runtime, "impl", "fs_probe", &json!({"ops": [{"op": "hold_open", "path": "notes.txt", "content": "100"}]}), None);
     let error = outcome.result.expect_err("too many open files");

@@ -194,6 +194,8 @@ fn run(operation: &Operation) -> Value {
             let refused = (0..count)
                 .filter(|_| match operation.to.as_str() {
                     "inspect" => toolcell_sdk::WorkspacePath::parse(path).and_then(|parsed| toolcell_sdk::inspect(&parsed)).is_err(),
+                    // The descriptor calls that judge no path, on the workspace root.
+                    "descriptor" => descriptor_calls().is_err(),
                     _ => std::fs::metadata(path).is_err(),
                 })
                 .count();
@@ -303,6 +305,21 @@ fn open_read(path: &str, flags: &str) -> std::io::Result<Value> {
     let stream = file.read_via_stream(0).map_err(wasi_error)?;
     let streamed = stream.blocking_read(4096).map_err(|error| std::io::Error::other(format!("{error:?}")))?;
     Ok(json!([String::from_utf8_lossy(&bytes), String::from_utf8_lossy(&streamed)]))
+}
+
+/// `sync`, `sync-data`, `get-flags`, `get-type`, `metadata-hash`, `advise` and
+/// `is-same-object` on the workspace root, once each.
+fn descriptor_calls() -> std::io::Result<()> {
+    use wasip2::filesystem::types::Advice;
+    let root = workspace_root()?;
+    root.sync().map_err(wasi_error)?;
+    root.sync_data().map_err(wasi_error)?;
+    root.get_flags().map_err(wasi_error)?;
+    root.get_type().map_err(wasi_error)?;
+    root.metadata_hash().map_err(wasi_error)?;
+    root.advise(0, 0, Advice::Normal).map_err(wasi_error)?;
+    let _ = root.is_same_object(&root);
+    Ok(())
 }
 
 /// One bare `metadata-hash-at` on `path`, as `std::fs` makes before a `stat`.

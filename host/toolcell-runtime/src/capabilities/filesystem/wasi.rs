@@ -70,19 +70,25 @@ impl fs::Host for GuardedFilesystem<'_> {
 }
 
 impl fs::HostDescriptor for GuardedFilesystem<'_> {
+    // Calls that judge no path still count against the call's budget of host calls: a loop of
+    // them (a `sync` each time) is stopped like any other.
     fn advise(&mut self, fd: Resource<Descriptor>, offset: Filesize, len: Filesize, advice: fs::Advice) -> FsResult<()> {
+        self.guard.spend("advise")?;
         fs::HostDescriptor::advise(&mut self.inner, fd, offset, len, advice)
     }
 
     fn sync_data(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
+        self.guard.spend("sync-data")?;
         fs::HostDescriptor::sync_data(&mut self.inner, fd)
     }
 
     fn get_flags(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorFlags> {
+        self.guard.spend("get-flags")?;
         fs::HostDescriptor::get_flags(&mut self.inner, fd)
     }
 
     fn get_type(&mut self, fd: Resource<Descriptor>) -> FsResult<DescriptorType> {
+        self.guard.spend("get-type")?;
         fs::HostDescriptor::get_type(&mut self.inner, fd)
     }
 
@@ -154,6 +160,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn sync(&mut self, fd: Resource<Descriptor>) -> FsResult<()> {
+        self.guard.spend("sync")?;
         fs::HostDescriptor::sync(&mut self.inner, fd)
     }
 
@@ -452,10 +459,13 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     }
 
     fn is_same_object(&mut self, a: Resource<Descriptor>, b: Resource<Descriptor>) -> wasmtime::Result<bool> {
+        // No error to answer with: past the budget the component is stopped.
+        self.guard.spend_capability("is-same-object").map_err(wasmtime::Error::msg)?;
         fs::HostDescriptor::is_same_object(&mut self.inner, a, b)
     }
 
     fn metadata_hash(&mut self, fd: Resource<Descriptor>) -> FsResult<MetadataHashValue> {
+        self.guard.spend("metadata-hash")?;
         fs::HostDescriptor::metadata_hash(&mut self.inner, fd)
     }
 
