@@ -122,6 +122,56 @@ pub fn private_file() -> std::fs::OpenOptions {
     options
 }
 
+/// Copy what `source` holds into `destination` (both at their start), leaving the holes of a
+/// sparse file holes: only the ranges the file system says hold data are read and written, and
+/// the copy is then given the source's length. Saving a file before a change costs what the
+/// file takes on the disk, not its length (an 8 GiB file of one hole would otherwise be 8 GiB
+/// written to the state directory, and 8 GiB again when it is put back).
+///
+/// # Errors
+///
+/// Whatever reading, writing or sizing fails with.
+pub fn copy_sparse(source: &impl rustix::fd::AsFd, destination: &impl rustix::fd::AsFd) -> std::io::Result<()> {
+    use rustix::fs::SeekFrom;
+    let length = u64::try_from(rustix::fs::fstat(source)?.st_size).unwrap_or(0);
+    let mut buffer = vec![0u8; 64 << 10];
+    let mut offset = 0u64;
+    while offset < length {
+        // The next range of data: where it starts, and where the hole after it does.
+        let start = match rustix::fs::seek(source, SeekFrom::Data(offset)) {
+            Ok(start) => start,
+            // No data past `offset`: the rest is a hole.
+            Err(rustix::io::Errno::NXIO) => break,
+            // A file system without SEEK_DATA: everything is data.
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::OPNOTSUPP) => offset,
+            Err(errno) => return Err(errno.into()),
+        };
+        let end = rustix::fs::seek(source, SeekFrom::Hole(start)).unwrap_or(length).min(length);
+        let mut at = start;
+        while at < end {
+            let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(buffer.len());
+            let read = match rustix::io::pread(source, &mut buffer[..want], at) {
+                Ok(0) => break,
+                Ok(read) => read,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(errno) => return Err(errno.into()),
+            };
+            let mut written = 0;
+            while written < read {
+                match rustix::io::pwrite(destination, &buffer[written..read], at + written as u64) {
+                    Ok(count) => written += count,
+                    Err(rustix::io::Errno::INTR) => {}
+                    Err(errno) => return Err(errno.into()),
+                }
+            }
+            at += read as u64;
+        }
+        offset = end.max(start + 1);
+    }
+    rustix::fs::ftruncate(destination, length)?;
+    Ok(())
+}
+
 /// The largest file the host reads back from its own state (an index, an undo record).
 pub const MAX_HOST_FILE_BYTES: u64 = 1 << 30;
 
@@ -204,4 +254,37 @@ fn unique_suffix() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     COUNTER.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{FileExt as _, MetadataExt as _};
+
+    #[test]
+    fn a_sparse_file_is_copied_with_its_holes_and_its_bytes() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let source = std::fs::File::create_new(temp.path().join("source")).expect("source");
+        source.set_len(1 << 30).expect("a gigabyte of hole");
+        source.write_all_at(b"middle", 512 << 20).expect("write");
+        source.write_all_at(b"start", 0).expect("write");
+        let copy = std::fs::File::create_new(temp.path().join("copy")).expect("copy");
+        copy_sparse(&source, &copy).expect("copied");
+        let metadata = copy.metadata().expect("metadata");
+        assert_eq!(metadata.len(), 1 << 30);
+        assert!(metadata.blocks() * 512 < 8 << 20, "the holes stay holes: {} blocks", metadata.blocks());
+        let mut word = [0u8; 6];
+        copy.read_exact_at(&mut word, 512 << 20).expect("read");
+        assert_eq!(&word, b"middle");
+        copy.read_exact_at(&mut word[..5], 0).expect("read");
+        assert_eq!(&word[..5], b"start");
+        copy.read_exact_at(&mut word, (1 << 30) - 6).expect("read");
+        assert_eq!(word, [0; 6]);
+        // A file with no hole is copied whole.
+        let dense = std::fs::File::create_new(temp.path().join("dense")).expect("dense");
+        dense.write_all_at(&vec![7u8; 200_000], 0).expect("write");
+        let again = std::fs::File::create_new(temp.path().join("again")).expect("again");
+        copy_sparse(&dense, &again).expect("copied");
+        assert_eq!(std::fs::read(temp.path().join("again")).expect("read"), vec![7u8; 200_000]);
+    }
 }

@@ -234,6 +234,45 @@ fn filesystem_calls_and_open_files_have_budgets() {
 const FILES: usize = 30_000;
 
 #[test]
+fn a_call_cannot_make_sparse_files_the_host_would_hash_and_save_at_their_length() {
+    let fixture = Fixture::new();
+    fixture.write("kept.txt", "kept\n");
+    let runtime = limited();
+    let sparse = |ops: serde_json::Value| fixture.call_on(&runtime, "impl", "fs_probe", &json!({ "ops": ops }), None);
+    for ops in [
+        // 8 GiB of one hole, made by `set-size`: a file of its own, or one the workspace has.
+        json!([{"op": "set_len", "path": "big.bin", "content": (8u64 << 30).to_string()}]),
+        json!([{"op": "set_len", "path": "kept.txt", "content": (8u64 << 30).to_string()}]),
+        // A stream that starts 8 GiB in.
+        json!([{"op": "write_at", "path": "big.bin", "to": (8u64 << 30).to_string()}]),
+        // Within the allowance one at a time, not together.
+        json!([
+            {"op": "set_len", "path": "a.bin", "content": (40u64 << 20).to_string()},
+            {"op": "set_len", "path": "b.bin", "content": (40u64 << 20).to_string()},
+        ]),
+    ] {
+        let started = Instant::now();
+        let outcome = sparse(ops.clone());
+        let error = outcome.result.expect_err("refused");
+        assert_eq!(error.kind, ToolErrorKind::TooLarge, "{ops}: {}", error.message);
+        assert!(error.message.contains("without the bytes between being written") && error.message.contains("64 MiB"), "{}", error.message);
+        assert!(outcome.denials.iter().any(|denial| denial.event.rule == "sparse-file"), "{ops}: {:?}", outcome.denials);
+        assert!(started.elapsed() < Duration::from_secs(5), "{ops}: refused before the host read the file ({:?})", started.elapsed());
+        for name in ["big.bin", "a.bin", "b.bin"] {
+            assert!(!fixture.root().join(name).exists(), "{ops}: rolled back");
+        }
+        assert_eq!(std::fs::read_to_string(fixture.root().join("kept.txt")).expect("kept"), "kept\n");
+    }
+    // A file extended by less, or written where it ends, is fine.
+    let outcome = sparse(json!([
+        {"op": "set_len", "path": "small.bin", "content": (1u64 << 20).to_string()},
+        {"op": "write_at", "path": "small.bin", "to": (1u64 << 20).to_string()},
+    ]));
+    outcome.result.expect("within the allowance");
+    assert_eq!(std::fs::metadata(fixture.root().join("small.bin")).expect("made").len(), (1 << 20) + 1);
+}
+
+#[test]
 fn the_deadline_bounds_the_hosts_own_work_for_the_call() {
     let deadline = Duration::from_millis(100);
     let fixture = Fixture::new();

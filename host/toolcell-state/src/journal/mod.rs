@@ -474,8 +474,8 @@ impl Journal {
                     }
                     self.blobs += 1;
                     let blob = self.blobs.to_string();
-                    let mut copy = crate::storage::private_file().write(true).create_new(true).open(self.blob_dir.join(&blob))?;
-                    std::io::copy(&mut source, &mut copy)?;
+                    let copy = crate::storage::private_file().write(true).create_new(true).open(self.blob_dir.join(&blob))?;
+                    crate::storage::copy_sparse(&source, &copy)?;
                     self.unsynced_blobs.push(copy);
                     Prior::File { blob, mode }
                 }

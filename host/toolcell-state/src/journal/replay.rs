@@ -162,7 +162,7 @@ pub fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()>
             let mut file = parent.open_with(&temporary, cap_std::fs::OpenOptions::new().write(true).create_new(true))?;
             let mode = match &step.prior {
                 Prior::File { blob, mode } => {
-                    std::io::copy(&mut File::open(directory.join(blob))?, &mut file)?;
+                    crate::storage::copy_sparse(&File::open(directory.join(blob))?, &file)?;
                     mode
                 }
                 Prior::Inline { hex, mode } => {

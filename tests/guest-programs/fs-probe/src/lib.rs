@@ -159,6 +159,20 @@ fn run(operation: &Operation) -> Value {
             })()
         }
         "truncate" => std::fs::OpenOptions::new().write(true).truncate(true).open(path).map(|_| json!(null)),
+        // `set-size` to `content` bytes (created if missing), without writing them.
+        "set_len" => std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .and_then(|file| file.set_len(operation.content.parse().unwrap_or(0)))
+            .map(|()| json!(null)),
+        // One byte written at the offset `to` (created if missing): a stream that starts there.
+        "write_at" => std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path).and_then(|mut file| {
+            use std::io::{Seek as _, Write as _};
+            file.seek(std::io::SeekFrom::Start(operation.to.parse().unwrap_or(0)))?;
+            file.write_all(b"x").map(|()| json!(null))
+        }),
         "list" => std::fs::read_dir(path).map(|entries| {
             let mut names: Vec<String> = entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
             names.sort();

@@ -16,12 +16,29 @@ pub(super) struct Budget {
     pub(super) exhausted: bool,
     /// Distinct refusals the call may record.
     pub(super) audit_records: u64,
+    /// Bytes the call may still extend its files by without writing them (see [`MAX_HOLE_BYTES`]).
+    pub(super) holes_left: u64,
 }
+
+/// The bytes one call may extend the files it writes by without writing them: `set-size` past
+/// a file's end, or a write that starts past it. Such a hole costs a component one host call,
+/// while the host reads, hashes and saves a file a call wrote at the cost of its whole length
+/// (an 8 GiB hole kept a host thread hashing past the call's deadline, and its rollback wrote
+/// 8 GiB to the disk).
+pub(crate) const MAX_HOLE_BYTES: u64 = 64 << 20;
 
 impl FsGuard {
     /// Bound the call's filesystem calls and open descriptors.
     pub(crate) fn set_budget(&mut self, tool: &str, calls: u64, open_files: usize, audit_records: u64) {
-        self.budget = Some(Budget { tool: tool.to_owned(), calls_left: calls, calls, open_files, exhausted: false, audit_records });
+        self.budget = Some(Budget {
+            tool: tool.to_owned(),
+            calls_left: calls,
+            calls,
+            open_files,
+            exhausted: false,
+            audit_records,
+            holes_left: MAX_HOLE_BYTES,
+        });
     }
 
     /// Stop the host's own work for the call at `deadline` (see [`within_deadline`](Self::within_deadline)).
@@ -109,6 +126,28 @@ impl FsGuard {
             Ok(()) => Ok(()),
             Err(_) => Err(self.flood.clone().unwrap_or_else(|| "the call's budget of host calls is spent; do less in one call".to_owned())),
         }
+    }
+
+    /// Count the hole left by extending `file` (which is `path`) to `end` without writing the
+    /// bytes between its end and `end`; refused, with a record, past [`MAX_HOLE_BYTES`] for
+    /// the call.
+    pub(super) fn extend(&mut self, operation: &'static str, path: &str, file: &impl rustix::fd::AsFd, end: u64) -> FsResult<()> {
+        let size = rustix::fs::fstat(file).map_err(|errno| FsError::from(ErrorCode::from(std::io::Error::from(errno))))?.st_size;
+        let size = u64::try_from(size).unwrap_or(0);
+        let gap = end.saturating_sub(size);
+        let Some(budget) = self.budget.as_mut().filter(|_| gap > 0) else {
+            return Ok(());
+        };
+        if gap <= budget.holes_left {
+            budget.holes_left -= gap;
+            return Ok(());
+        }
+        let message = format!(
+            "`{}` would be extended from {size} to {end} bytes without the bytes between being written; one call may leave at most {} MiB unwritten in the files it writes (the host reads and saves what a call wrote, at its whole length). Write the bytes instead",
+            escape_control(path),
+            MAX_HOLE_BYTES >> 20
+        );
+        Err(self.refuse_rule(operation, path, Access::Write, "sparse-file", message, ToolErrorKind::TooLarge))
     }
 
     /// Refuse an open past the budget of open descriptors.

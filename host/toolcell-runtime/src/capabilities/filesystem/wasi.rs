@@ -98,6 +98,10 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.check("set-size", &path, Access::Write)?;
         self.guard.check_single_link("set-size", &path)?;
         self.guard.before_mutation("set-size", &path, true)?;
+        if let Descriptor::File(file) = self.inner.table.get(&fd)? {
+            let file = Arc::clone(&file.file);
+            self.guard.extend("set-size", &path, &*file, size)?;
+        }
         fs::HostDescriptor::set_size(&mut self.inner, fd, size)
     }
 
@@ -140,6 +144,12 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let path = self.current_path(&fd, "write", Access::Write)?;
         self.guard.check("write", &path, Access::Write)?;
         self.guard.writing_again(&path);
+        if offset > 0
+            && let Descriptor::File(file) = self.inner.table.get(&fd)?
+        {
+            let file = Arc::clone(&file.file);
+            self.guard.extend("write", &path, &*file, offset)?;
+        }
         fs::HostDescriptor::write(&mut self.inner, fd, buffer, offset)
     }
 
@@ -447,6 +457,12 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let path = self.current_path(&fd, "write-via-stream", Access::Write)?;
         self.guard.check("write-via-stream", &path, Access::Write)?;
         self.guard.writing_again(&path);
+        if offset > 0
+            && let Descriptor::File(file) = self.inner.table.get(&fd)?
+        {
+            let file = Arc::clone(&file.file);
+            self.guard.extend("write-via-stream", &path, &*file, offset)?;
+        }
         self.file_writer(&fd, &path, Place::At(offset))
     }
 
