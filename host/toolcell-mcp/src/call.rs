@@ -254,6 +254,53 @@ impl PlainCall {
     }
 }
 
+/// The `id` of the JSON-RPC request whose text starts with `prefix` (the rest may be cut off),
+/// if its top-level object names one before the cut: a number or a string, as JSON-RPC allows.
+pub(crate) fn leading_id(prefix: &[u8]) -> Option<RequestId> {
+    let prefix = prefix.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(prefix);
+    let mut depth = 0usize;
+    let mut at = 0;
+    // The start and end of the last string read at depth 1, and whether a `:` followed it.
+    let mut key: Option<(usize, usize)> = None;
+    while at < prefix.len() {
+        match prefix[at] {
+            b'"' => {
+                let start = at;
+                at += 1;
+                while at < prefix.len() && prefix[at] != b'"' {
+                    at += if prefix[at] == b'\\' { 2 } else { 1 };
+                }
+                let end = (at + 1).min(prefix.len());
+                key = (depth == 1).then_some((start, end));
+            }
+            b':' if depth == 1 => {
+                if let Some((start, end)) = key.take()
+                    && &prefix[start..end] == b"\"id\""
+                {
+                    let value = &prefix[at + 1..];
+                    let value = &value[value.iter().position(|byte| !byte.is_ascii_whitespace())?..];
+                    // Only a value that ends before the cut: a number cut short is another id.
+                    let end = if value.first() == Some(&b'"') {
+                        let mut index = 1;
+                        while index < value.len() && value[index] != b'"' {
+                            index += if value[index] == b'\\' { 2 } else { 1 };
+                        }
+                        (index < value.len()).then_some(index + 1)?
+                    } else {
+                        value.iter().position(|byte| matches!(byte, b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n'))?
+                    };
+                    return serde_json::from_slice(&value[..end]).ok();
+                }
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.checked_sub(1)?,
+            _ => {}
+        }
+        at += 1;
+    }
+    None
+}
+
 /// A request id as the direct paths' registries of calls key it (the number 7 and the string
 /// "7" are two ids).
 pub(crate) fn id_key(id: &RequestId) -> String {
@@ -274,4 +321,23 @@ fn outcome_of(result: &CallToolResult) -> String {
         .filter(|kind| kind.len() <= 32 && kind.bytes().all(|byte| byte.is_ascii_lowercase() || byte == b'-' || byte == b'_'))
         .unwrap_or("failed")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_id_of_a_request_cut_short_is_found_only_at_its_top_level_and_whole() {
+        let id = |text: &str| leading_id(text.as_bytes()).map(|id| id_key(&id));
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"w"#).as_deref(), Some("7"));
+        assert_eq!(id(r#"{ "id" : "a\"b}" , "params":"#).as_deref(), Some(r#""a\"b}""#));
+        assert_eq!(id(r#"{"method":"x","params":{"id":3,"content":"xx"#), None, "an `id` inside the params is not the request's");
+        assert_eq!(id(r#"{"params":{"text":"\"id\":4"},"id":5}"#).as_deref(), Some("5"));
+        assert_eq!(id("\u{feff}{\"id\":8,"), Some("8".to_owned()));
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":12"#), None, "a number cut short may be another");
+        assert_eq!(id(r#"{"id":"unterminat"#), None);
+        assert_eq!(id(r#"{"id":null,"x":1}"#), None);
+        assert_eq!(id(r#"]]{"id":1}"#), None);
+    }
 }

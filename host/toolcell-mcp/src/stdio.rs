@@ -189,9 +189,24 @@ impl Reader {
         loop {
             match read_line(&mut input, &mut line) {
                 Line::Whole => {}
-                // As rmcp drops (and logs) a line this long.
+                // Dropped, as rmcp drops a line this long; but a request whose id comes before
+                // the cut (`line` holds the line's start) is answered, so its client does not
+                // wait for ever.
                 Line::TooLong => {
                     tracing::error!(max_line_length = MAX_LINE_BYTES, "Incoming message exceeded the maximum line length, discarding it");
+                    if let Some(id) = call::leading_id(&line) {
+                        let message = format!(
+                            "the request is over {} MiB, the longest message toolcell mcp reads; send less in one request (a large file in parts, for example)",
+                            MAX_LINE_BYTES >> 20
+                        );
+                        let error = ServerJsonRpcMessage::error(rmcp::ErrorData::invalid_request(message, None), Some(id));
+                        if let Ok(mut text) = serde_json::to_vec(&error) {
+                            text.push(b'\n');
+                            if write_line(&text).is_err() {
+                                break;
+                            }
+                        }
+                    }
                     continue;
                 }
                 Line::End => break,
@@ -284,6 +299,9 @@ impl Reader {
     }
 }
 
+/// How much of a line over [`MAX_LINE_BYTES`] is kept, to find its request's id.
+const KEPT_OF_TOO_LONG: usize = 64 << 10;
+
 /// The longest message line read, as rmcp's stdio transport bounds it: a longer one is dropped.
 const MAX_LINE_BYTES: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 
@@ -299,7 +317,8 @@ enum Line {
 }
 
 /// Read the next line of `input` into `line` (cleared first), never holding more than
-/// [`MAX_LINE_BYTES`] of it.
+/// [`MAX_LINE_BYTES`] of it. Of a longer line, `line` keeps the first [`KEPT_OF_TOO_LONG`]
+/// bytes.
 fn read_line(input: &mut impl std::io::BufRead, line: &mut Vec<u8>) -> Line {
     line.clear();
     let mut too_long = false;
@@ -316,8 +335,12 @@ fn read_line(input: &mut impl std::io::BufRead, line: &mut Vec<u8>) -> Line {
             let newline = available.iter().position(|byte| *byte == b'\n');
             let taken = newline.map_or(available.len(), |at| at + 1);
             if too_long || line.len().saturating_add(taken) > MAX_LINE_BYTES {
+                if !too_long {
+                    let kept = available[..taken].iter().take(KEPT_OF_TOO_LONG.saturating_sub(line.len()));
+                    line.extend(kept);
+                    line.truncate(KEPT_OF_TOO_LONG);
+                }
                 too_long = true;
-                line.clear();
             } else {
                 line.extend_from_slice(&available[..taken]);
             }
@@ -429,6 +452,7 @@ mod tests {
         assert_eq!(line, b"{\"a\":1}\n");
         assert_eq!(read_line(&mut input, &mut line), Line::TooLong);
         assert!(line.capacity() <= 2 * MAX_LINE_BYTES, "the long line was never held whole");
+        assert_eq!(line.len(), KEPT_OF_TOO_LONG, "its start is kept");
         assert_eq!(read_line(&mut input, &mut line), Line::Whole);
         assert_eq!(line, b"{\"b\":2}\n");
         assert_eq!(read_line(&mut input, &mut line), Line::End);

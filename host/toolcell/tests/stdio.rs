@@ -155,6 +155,29 @@ fn a_plain_call_is_answered_as_rmcp_answers_the_same_call_with_meta() {
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
 }
 
+/// A request over the longest line read (16 MiB) is dropped, as rmcp drops it, but answered
+/// with an error when its id comes before the cut: its client would otherwise wait for ever.
+/// A line that is not JSON gets no answer (there is no id to give one; the official SDKs ignore
+/// such lines too), and the server goes on.
+#[test]
+fn a_request_over_the_longest_line_is_answered_with_an_error_naming_the_limit() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    fixture(temp.path());
+    let mut client = Raw::start(temp.path(), &[]);
+    client.handshake();
+    let content = "x".repeat(17 << 20);
+    client.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "write_file", "arguments": {"path": "big.txt", "content": content}}}));
+    let (answer, _) = client.answer(&json!(5));
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    let message = answer["error"]["message"].as_str().expect("a message");
+    assert!(message.contains("over 16 MiB") && message.contains("send less"), "{message}");
+    assert!(!temp.path().join("workspace/big.txt").exists());
+    let stdin = client.stdin.as_mut().expect("stdin open");
+    stdin.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":6\n\xff\xfe\n").expect("write");
+    let read = client.call(7, json!({"name": "read_file", "arguments": {"path": "src/main.rs"}}));
+    assert!(read["result"]["content"][0]["text"].as_str().is_some_and(|text| text.contains("fn main")), "{read}");
+}
+
 #[test]
 fn calls_sent_before_the_handshake_is_answered_are_answered_after_it() {
     let temp = tempfile::tempdir().expect("temporary directory");
