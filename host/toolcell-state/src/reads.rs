@@ -27,14 +27,44 @@ pub const MAX_TRACKED_READS: usize = 64;
 /// Files larger than this are tracked by metadata only.
 const MAX_HASHED_BYTES: u64 = 16 << 20;
 
+/// A file changed less than this long before its version was taken may change again with
+/// every time it has left as it was: file systems stamp changes with a clock that advances in
+/// ticks of a few milliseconds.
+const RACY_NS: i128 = 100_000_000;
+
 /// What a file was when the session last saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Version {
     len: u64,
     mtime_ns: i128,
     ino: u64,
+    /// Its change time, which only the kernel sets: content written in place with its
+    /// modification time put back still changes it. `None` in records made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ctime_ns: Option<i128>,
+    /// Taken within [`RACY_NS`] of the file's last change: a change right after could leave its
+    /// times as they were, so only its content tells (when it was hashed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    racy: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) sha256: Option<String>,
+}
+
+/// Two versions are the same when they describe the same file and content; whether one was
+/// taken close to the file's change is a note about the taking.
+impl PartialEq for Version {
+    fn eq(&self, other: &Version) -> bool {
+        (self.len, self.mtime_ns, self.ino, self.ctime_ns, &self.sha256)
+            == (other.len, other.mtime_ns, other.ino, other.ctime_ns, &other.sha256)
+    }
+}
+
+impl Eq for Version {}
+
+/// Whether a version taken now of a file changed at `ctime_ns` is racy (see [`Version::racy`]).
+fn racy(ctime_ns: i128) -> bool {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |now| now.as_nanos());
+    i128::try_from(now).unwrap_or(i128::MAX) - ctime_ns < RACY_NS
 }
 
 impl Version {
@@ -45,21 +75,29 @@ impl Version {
     }
 
     pub(crate) fn from_metadata(metadata: &cap_std::fs::Metadata) -> Version {
+        let ctime_ns = i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec());
         Version {
             len: metadata.len(),
             mtime_ns: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
             ino: metadata.ino(),
+            ctime_ns: Some(ctime_ns),
+            racy: racy(ctime_ns),
             sha256: None,
         }
     }
 
     /// The metadata part of the version of an open regular file, or `None` if it is not one.
     pub fn of(stat: &rustix::fs::Stat) -> Option<Version> {
-        (rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile).then(|| Version {
-            len: u64::try_from(stat.st_size).unwrap_or(0),
-            mtime_ns: i128::from(stat.st_mtime) * 1_000_000_000 + i128::from(stat.st_mtime_nsec),
-            ino: stat.st_ino,
-            sha256: None,
+        (rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile).then(|| {
+            let ctime_ns = i128::from(stat.st_ctime) * 1_000_000_000 + i128::from(stat.st_ctime_nsec);
+            Version {
+                len: u64::try_from(stat.st_size).unwrap_or(0),
+                mtime_ns: i128::from(stat.st_mtime) * 1_000_000_000 + i128::from(stat.st_mtime_nsec),
+                ino: stat.st_ino,
+                ctime_ns: Some(ctime_ns),
+                racy: racy(ctime_ns),
+                sha256: None,
+            }
         })
     }
 
@@ -93,13 +131,18 @@ impl Version {
     }
 
     fn same_metadata(&self, other: &Version) -> bool {
-        (self.len, self.mtime_ns, self.ino) == (other.len, other.mtime_ns, other.ino)
+        let same_change = match (self.ctime_ns, other.ctime_ns) {
+            (Some(ours), Some(theirs)) => ours == theirs,
+            _ => true,
+        };
+        (self.len, self.mtime_ns, self.ino) == (other.len, other.mtime_ns, other.ino) && same_change
     }
 
     /// Whether the file at `path`, whose metadata is now `current`, still has the content
-    /// this version saw.
+    /// this version saw. Unchanged metadata is enough unless the version was taken too close
+    /// to the file's change to tell (see [`Version::racy`]) and has the content's hash.
     pub fn unchanged(&self, root: &Dir, path: &str, current: &Version) -> bool {
-        if self.same_metadata(current) {
+        if self.same_metadata(current) && !(self.racy && self.sha256.is_some()) {
             return true;
         }
         // Touched or rewritten with the same bytes: the content decides.
@@ -426,6 +469,40 @@ mod tests {
         writer.update("s", &workspace, &root, &seen, &[], &["f0.txt".to_owned()], &[]).expect("update");
         assert!(!other.load("s", &workspace).contains_key("f0.txt"));
         assert!(other.load("t", &workspace).is_empty());
+    }
+
+    #[test]
+    fn a_change_in_place_is_seen_when_the_modification_time_is_put_back_or_has_not_moved() {
+        let (temp, root) = workspace_with(1);
+        let path = temp.path().join("ws/f0.txt");
+        std::fs::write(&path, "aaa\n").expect("write");
+        let modified = std::fs::metadata(&path).expect("metadata").modified().expect("mtime");
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let seen = Version::stat(&root, "f0.txt").expect("a file").with_hash(&root, "f0.txt");
+        assert!(!seen.racy, "taken well after the change");
+        // Rewritten in place, the same length, its modification time put back.
+        std::fs::write(&path, "ccc\n").expect("write");
+        std::fs::File::options().write(true).open(&path).expect("open").set_modified(modified).expect("set mtime");
+        let now = Version::stat(&root, "f0.txt").expect("a file");
+        assert!(!seen.unchanged(&root, "f0.txt", &now), "the change time tells");
+        // Only touched: the content decides.
+        std::fs::write(&path, "aaa\n").expect("write");
+        let now = Version::stat(&root, "f0.txt").expect("a file");
+        assert!(seen.unchanged(&root, "f0.txt", &now));
+
+        // Taken right after a change: a second change in the same tick of the clock leaves
+        // every time as it was, and the content still tells.
+        std::fs::write(&path, "bbb\n").expect("write");
+        let seen = Version::stat(&root, "f0.txt").expect("a file").with_hash(&root, "f0.txt");
+        assert!(seen.racy);
+        std::fs::write(&path, "ddd\n").expect("write");
+        let mut now = Version::stat(&root, "f0.txt").expect("a file");
+        // As if the clock had not moved between the two writes.
+        (now.mtime_ns, now.ctime_ns) = (seen.mtime_ns, seen.ctime_ns);
+        assert!(!seen.unchanged(&root, "f0.txt", &now));
+        // A record made before change times were kept is read as before.
+        let old: Version = serde_json::from_str(r#"{"len":4,"mtime_ns":1,"ino":2}"#).expect("an old record");
+        assert_eq!((old.ctime_ns, old.racy), (None, false));
     }
 
     #[test]
