@@ -308,3 +308,28 @@ fn moving_a_directory_never_names_the_hidden_entries_in_it() {
     assert!(outcome.denials.iter().any(|denial| denial.event.rule == "hidden-entry" && denial.event.path.starts_with("secrets/")));
     assert_eq!(fixture.snapshot(), before);
 }
+
+/// A directory that lists as empty for the role, holding only entries it may not see: removing
+/// it is refused as that, with a record naming the entry for the operator, not failed with the
+/// file system's "not empty".
+#[test]
+fn removing_a_directory_that_holds_hidden_entries_is_refused_as_such() {
+    let fixture = Fixture::new();
+    fixture.write("secrets/key.pem", "PRIVATE");
+    let before = fixture.snapshot();
+    let outcome = fixture.call_on(governed_runtime(), "impl", "delete_file", &json!({"path": "secrets", "recursive": true}), None);
+    let error = outcome.result.expect_err("the hidden entry stays");
+    assert_eq!(error.kind, ToolErrorKind::Denied, "{}", error.message);
+    assert!(
+        error.message.contains("removing the directory `secrets` is refused: it holds entries your role may not see"),
+        "{}",
+        error.message
+    );
+    assert!(!error.message.contains("key.pem"), "a hidden name leaked: {}", error.message);
+    assert!(
+        outcome.denials.iter().any(|denial| denial.event.rule == "hidden-entry" && denial.event.path == "secrets/key.pem"),
+        "{:?}",
+        outcome.denials
+    );
+    assert_eq!(fixture.snapshot(), before);
+}

@@ -135,7 +135,9 @@ impl FsGuard {
         let size = rustix::fs::fstat(file).map_err(|errno| FsError::from(ErrorCode::from(std::io::Error::from(errno))))?.st_size;
         let size = u64::try_from(size).unwrap_or(0);
         let gap = end.saturating_sub(size);
-        let Some(budget) = self.budget.as_mut().filter(|_| gap > 0) else {
+        // An end no file can have is the file system's to refuse, as it would without the guard.
+        let possible = i64::try_from(end).is_ok();
+        let Some(budget) = self.budget.as_mut().filter(|_| gap > 0 && possible) else {
             return Ok(());
         };
         if gap <= budget.holes_left {

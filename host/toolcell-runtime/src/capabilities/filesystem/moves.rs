@@ -204,6 +204,27 @@ impl FsGuard {
         }
     }
 
+    /// The refusal of removing the directory `path`, which is not empty (`error`): if what
+    /// is left in it is hidden from the role (a directory that lists as empty), the refusal
+    /// says so and names that rule, recorded with the first such entry; otherwise `error`.
+    pub(super) fn not_empty(&mut self, operation: &'static str, path: &str, error: FsError) -> FsError {
+        let hidden = self.root.as_deref().and_then(|root| root.read_dir(path).ok()).and_then(|entries| {
+            entries.filter_map(Result::ok).find_map(|entry| {
+                let inner = format!("{path}/{}", entry.file_name().to_string_lossy());
+                let is_directory = entry.file_type().is_ok_and(|kind| kind.is_dir());
+                (!self.is_visible(&inner, is_directory)).then_some(inner)
+            })
+        });
+        let Some(hidden) = hidden else {
+            return error;
+        };
+        let message = format!(
+            "removing the directory `{}` is refused: it holds entries your role may not see, which stay; remove the entries you can see instead, or ask the operator",
+            escape_control(path)
+        );
+        self.refuse_rule(operation, &hidden, Access::Delete, "hidden-entry", message, ToolErrorKind::Denied)
+    }
+
     /// Refuse to move or link `from`, which the role may not read, to `to`, where it could:
     /// that would hand it the content the policy hides. (Moving a hidden entry to a place
     /// where it stays hidden is allowed.)

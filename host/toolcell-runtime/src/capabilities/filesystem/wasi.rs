@@ -341,9 +341,15 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let canonical = self.guard.check_at("remove-directory-at", &fd, &path, false, Access::Delete)?;
         self.guard.land(&canonical)?;
         self.guard.before_mutation("remove-directory-at", &canonical, false)?;
-        self.in_parent(&fd, &canonical, ("remove-directory-at", Access::Delete), |this, parent, name| {
+        let removed = self.in_parent(&fd, &canonical, ("remove-directory-at", Access::Delete), |this, parent, name| {
             fs::HostDescriptor::remove_directory_at(&mut this.inner, parent, name)
-        })
+        });
+        match removed {
+            Err(error) if matches!(error.downcast_ref(), Some(ErrorCode::NotEmpty)) => {
+                Err(self.guard.not_empty("remove-directory-at", &canonical, error))
+            }
+            other => other,
+        }
     }
 
     fn rename_at(
