@@ -220,8 +220,24 @@ fn password_home() -> Option<PathBuf> {
 
 /// `path` with its longest existing ancestor canonicalized and the missing rest appended: a
 /// location that does not exist yet (a plugin directory) must be protected where it would be
-/// created.
+/// created. In the missing rest, `..` undoes the name before it and `.` goes (`~/none/../plugins`
+/// is `~/plugins` once `none` is made a directory, as a later run would find it).
 pub fn canonical_lenient(path: &Path) -> PathBuf {
+    let found = canonical_lenient_as_given(path);
+    let mut normal = PathBuf::new();
+    for component in found.components() {
+        match component {
+            Component::ParentDir => {
+                normal.pop();
+            }
+            Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    normal
+}
+
+fn canonical_lenient_as_given(path: &Path) -> PathBuf {
     let Ok(absolute) = std::path::absolute(path) else {
         return path.to_path_buf();
     };
@@ -232,13 +248,16 @@ pub fn canonical_lenient(path: &Path) -> PathBuf {
             canonical.extend(missing.iter().rev());
             return canonical;
         }
-        match (current.file_name(), current.parent()) {
-            (Some(name), Some(parent)) => {
-                missing.push(name);
-                current = parent;
-            }
+        let last = match current.components().next_back() {
+            Some(Component::Normal(name)) => name,
+            Some(Component::ParentDir) => std::ffi::OsStr::new(".."),
             _ => return absolute,
-        }
+        };
+        let Some(parent) = current.parent() else {
+            return absolute;
+        };
+        missing.push(last);
+        current = parent;
     }
 }
 
@@ -256,6 +275,16 @@ mod tests {
         let found = symlinks_on_the_way(&base.join("real/hop/missing/toolcell"));
         assert_eq!(found, vec![base.join("real/hop"), base.join("first")]);
         assert_eq!(symlinks_on_the_way(&base.join("real/inner")), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn a_missing_location_spelled_with_dots_is_recorded_where_it_would_be_made() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let base = std::fs::canonicalize(temp.path()).expect("canonical");
+        assert_eq!(canonical_lenient(&base.join("none/../plugins")), base.join("plugins"));
+        assert_eq!(canonical_lenient(&base.join("none/./deeper/../../x/./y")), base.join("x/y"));
+        std::fs::create_dir(base.join("real")).expect("mkdir");
+        assert_eq!(canonical_lenient(&base.join("real/../real/missing")), base.join("real/missing"));
     }
 
     #[test]

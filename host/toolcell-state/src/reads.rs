@@ -150,9 +150,15 @@ impl Version {
     }
 }
 
-/// The SHA-256 (hex) of the content of `path` under `root`, or `None` if it cannot be read.
+/// The SHA-256 (hex) of the content of `path` under `root`, or `None` if it cannot be read or
+/// holds more than [`MAX_HOLE_BYTES`](crate::storage::MAX_HOLE_BYTES) of holes (its length is
+/// not what it cost to make; reading it could take the host minutes).
 pub fn hash_of(root: &Dir, path: &str) -> Option<String> {
-    hash_file(&mut root.open(path).ok()?.into_std())
+    let mut file = root.open(path).ok()?.into_std();
+    if crate::storage::hole_bytes(&file).ok()? > crate::storage::MAX_HOLE_BYTES {
+        return None;
+    }
+    hash_file(&mut file)
 }
 
 /// The SHA-256 of what remains to be read of `file`, in hex.
@@ -503,6 +509,16 @@ mod tests {
         // A record made before change times were kept is read as before.
         let old: Version = serde_json::from_str(r#"{"len":4,"mtime_ns":1,"ino":2}"#).expect("an old record");
         assert_eq!((old.ctime_ns, old.racy), (None, false));
+    }
+
+    #[test]
+    fn a_file_of_holes_is_not_hashed() {
+        let (temp, root) = workspace_with(0);
+        let sparse = std::fs::File::create_new(temp.path().join("ws/sparse.bin")).expect("create");
+        sparse.set_len(4 << 30).expect("4 GiB of hole");
+        assert_eq!(hash_of(&root, "sparse.bin"), None);
+        sparse.set_len(crate::storage::MAX_HOLE_BYTES).expect("shrink");
+        assert!(hash_of(&root, "sparse.bin").is_some(), "as many holes as a call may make are read");
     }
 
     #[test]

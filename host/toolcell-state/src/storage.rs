@@ -122,6 +122,23 @@ pub fn private_file() -> std::fs::OpenOptions {
     options
 }
 
+/// The most a file may hold in holes (length the file system stores no data for) and still be
+/// read whole by the host: hashed for versions and undo records. A hole costs a component one
+/// host call to make, and the host would read it at its whole length; a call may leave no more
+/// than this in a file it extends (the runtime's `sparse-file` rule).
+pub const MAX_HOLE_BYTES: u64 = 64 << 20;
+
+/// The bytes of `file`'s length that the file system stores no data for.
+///
+/// # Errors
+///
+/// Whatever `fstat` fails with.
+pub fn hole_bytes(file: &impl rustix::fd::AsFd) -> std::io::Result<u64> {
+    let stat = rustix::fs::fstat(file)?;
+    let length = u64::try_from(stat.st_size).unwrap_or(0);
+    Ok(length.saturating_sub(u64::try_from(stat.st_blocks).unwrap_or(0).saturating_mul(512)))
+}
+
 /// Copy what `source` holds into `destination` (both at their start), leaving the holes of a
 /// sparse file holes: only the ranges the file system says hold data are read and written, and
 /// the copy is then given the source's length. Saving a file before a change costs what the

@@ -13,6 +13,9 @@ use crate::journal::{Prior, Step};
 use crate::reads::hash_of;
 use crate::undo::{UndoEntry, UndoStore};
 
+/// The largest restored file whose lines `undo_edit` counts.
+const COUNTED_BYTES: u64 = 16 << 20;
+
 /// What judges and records the accesses of `undo_edit`: the call's filesystem guard.
 pub trait UndoGuard {
     /// The workspace directory; `None` when the call has none.
@@ -162,12 +165,16 @@ pub fn undo_edit(call: &mut UndoCall<'_>, args: &str) -> Result<ToolOutput, Tool
             text
         }
         _ => {
-            let lines = root.read(&path).map(|bytes| bytes.iter().filter(|byte| **byte == b'\n').count()).unwrap_or(0);
-            format!(
-                "Restored `{shown}` to its content before this session's call {} ({})",
-                entry.call_id,
+            // Lines counted in a file of up to 16 MiB; a larger one (or a sparse one, of any
+            // length) is not read again just to say so.
+            let size = root.metadata(&path).map(|metadata| metadata.len()).unwrap_or(0);
+            let counted = if size <= COUNTED_BYTES {
+                let lines = root.read(&path).map(|bytes| bytes.iter().filter(|byte| **byte == b'\n').count()).unwrap_or(0);
                 toolcell_types::counted(u64::try_from(lines).unwrap_or(u64::MAX), "line", "lines")
-            )
+            } else {
+                toolcell_types::counted(size, "byte", "bytes")
+            };
+            format!("Restored `{shown}` to its content before this session's call {} ({counted})", entry.call_id)
         }
     };
     Ok(ToolOutput {

@@ -263,6 +263,13 @@ fn a_call_cannot_make_sparse_files_the_host_would_hash_and_save_at_their_length(
         }
         assert_eq!(std::fs::read_to_string(fixture.root().join("kept.txt")).expect("kept"), "kept\n");
     }
+    // Calls that each stay within the allowance do not grow one file's holes past it either.
+    sparse(json!([{"op": "set_len", "path": "grown.bin", "content": (40u64 << 20).to_string()}])).result.expect("within");
+    let outcome = sparse(json!([{"op": "set_len", "path": "grown.bin", "content": (80u64 << 20).to_string()}]));
+    let error = outcome.result.expect_err("the file would hold 80 MiB of holes");
+    assert!(error.message.contains("a file may hold no more than that unwritten"), "{}", error.message);
+    assert_eq!(std::fs::metadata(fixture.root().join("grown.bin")).expect("kept").len(), 40 << 20);
+    std::fs::remove_file(fixture.root().join("grown.bin")).expect("rm");
     // A file extended by less, or written where it ends, is fine.
     let outcome = sparse(json!([
         {"op": "set_len", "path": "small.bin", "content": (1u64 << 20).to_string()},

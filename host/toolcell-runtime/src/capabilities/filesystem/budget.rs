@@ -20,12 +20,12 @@ pub(super) struct Budget {
     pub(super) holes_left: u64,
 }
 
-/// The bytes one call may extend the files it writes by without writing them: `set-size` past
-/// a file's end, or a write that starts past it. Such a hole costs a component one host call,
-/// while the host reads, hashes and saves a file a call wrote at the cost of its whole length
-/// (an 8 GiB hole kept a host thread hashing past the call's deadline, and its rollback wrote
-/// 8 GiB to the disk).
-pub(crate) const MAX_HOLE_BYTES: u64 = 64 << 20;
+/// The bytes one call may extend the files it writes by without writing them (`set-size` past
+/// a file's end, or a write that starts past it), and the most holes a file it extends may end
+/// up with. Such a hole costs a component one host call, while the host reads, hashes and
+/// saves a file a call wrote at the cost of its whole length (an 8 GiB hole kept a host thread
+/// hashing past the call's deadline, and its rollback wrote 8 GiB to the disk).
+pub(crate) use toolcell_state::storage::MAX_HOLE_BYTES;
 
 impl FsGuard {
     /// Bound the call's filesystem calls and open descriptors.
@@ -132,20 +132,23 @@ impl FsGuard {
     /// bytes between its end and `end`; refused, with a record, past [`MAX_HOLE_BYTES`] for
     /// the call.
     pub(super) fn extend(&mut self, operation: &'static str, path: &str, file: &impl rustix::fd::AsFd, end: u64) -> FsResult<()> {
-        let size = rustix::fs::fstat(file).map_err(|errno| FsError::from(ErrorCode::from(std::io::Error::from(errno))))?.st_size;
-        let size = u64::try_from(size).unwrap_or(0);
+        let io = |errno: rustix::io::Errno| FsError::from(ErrorCode::from(std::io::Error::from(errno)));
+        let size = u64::try_from(rustix::fs::fstat(file).map_err(io)?.st_size).unwrap_or(0);
         let gap = end.saturating_sub(size);
         // An end no file can have is the file system's to refuse, as it would without the guard.
         let possible = i64::try_from(end).is_ok();
         let Some(budget) = self.budget.as_mut().filter(|_| gap > 0 && possible) else {
             return Ok(());
         };
-        if gap <= budget.holes_left {
+        // The file's own holes count too: calls that each stay within the allowance must not
+        // grow one file's holes without end.
+        let holes = toolcell_state::storage::hole_bytes(file).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        if gap <= budget.holes_left && holes.saturating_add(gap) <= MAX_HOLE_BYTES {
             budget.holes_left -= gap;
             return Ok(());
         }
         let message = format!(
-            "`{}` would be extended from {size} to {end} bytes without the bytes between being written; one call may leave at most {} MiB unwritten in the files it writes (the host reads and saves what a call wrote, at its whole length). Write the bytes instead",
+            "`{}` would be extended from {size} to {end} bytes without the bytes between being written; one call may leave at most {} MiB unwritten in the files it writes, and a file may hold no more than that unwritten (the host reads and saves what a call wrote, at its whole length). Write the bytes instead",
             escape_control(path),
             MAX_HOLE_BYTES >> 20
         );
