@@ -130,7 +130,7 @@ impl FsGuard {
 
     /// Count the hole left by extending `file` (which is `path`) to `end` without writing the
     /// bytes between its end and `end`; refused, with a record, past [`MAX_HOLE_BYTES`] for
-    /// the call.
+    /// the call, or when the file would then hold more than that unwritten.
     pub(super) fn extend(&mut self, operation: &'static str, path: &str, file: &impl rustix::fd::AsFd, end: u64) -> FsResult<()> {
         let io = |errno: rustix::io::Errno| FsError::from(ErrorCode::from(std::io::Error::from(errno)));
         let size = u64::try_from(rustix::fs::fstat(file).map_err(io)?.st_size).unwrap_or(0);
