@@ -202,3 +202,12 @@ fn a_forged_posting_list_reads_as_every_file() {
     assert_eq!(candidates(&read, "xyz", false), ["a.rs", "b.rs", "c.rs"]);
     assert_eq!(candidates(&read, "abc", false), ["a.rs", "b.rs"]);
 }
+
+#[test]
+fn a_files_trigrams_hold_no_memory_beyond_the_distinct_ones() {
+    // A megabyte of one repeated word: a trigram per byte collected, three distinct kept.
+    let text = "abc".repeat(1 << 20);
+    let trigrams = trigrams_of(text.as_bytes());
+    assert_eq!(trigrams.len(), 3);
+    assert!(trigrams.capacity() < 64, "{} kept", trigrams.capacity());
+}

@@ -176,7 +176,8 @@ impl bindings::toolcell::tool::context::Host for ContextView<'_> {
         // Counted against the call's budget of host calls, like a listing.
         self.guard.spend_capability("search-candidates").ok()?;
         // The host's own paths are never candidates: the guard has them for this call.
-        let candidates = scope.candidates(self.guard.root()?, self.guard.state_paths(), &pattern, case_insensitive, &under)?;
+        let deadline = self.guard.deadline();
+        let candidates = scope.candidates(self.guard.root()?, self.guard.state_paths(), (&pattern, case_insensitive, &under), deadline)?;
         // Only files the caller may read, in directories it may list, as a walk would reach
         // them: the index says nothing of the others. What needs approval (`ask`) counts as
         // denied here: the answer would tell what an unapproved file holds, and asking the

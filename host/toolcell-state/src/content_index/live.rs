@@ -2,6 +2,7 @@
 //! asks it for, and how it is kept fresh (notifications, or comparing every file).
 
 use super::*;
+use std::time::Instant;
 
 /// A file that differs from what the index holds.
 #[derive(Debug)]
@@ -168,8 +169,11 @@ impl Live {
     }
 
     /// Read the files changed since the index that were never read (those `wanted` picks), on
-    /// every core, as a burst of edits leaves many: once per version.
-    pub(super) fn read_changed(&mut self, root: &cap_std::fs::Dir, wanted: &dyn Fn(&str) -> bool) {
+    /// every core, as a burst of edits leaves many: once per version. None is started past
+    /// `deadline` (the call's): a file left unread is a candidate, which the tool scans within
+    /// its own deadline.
+    pub(super) fn read_changed(&mut self, root: &cap_std::fs::Dir, wanted: &dyn Fn(&str) -> bool, deadline: Option<Instant>) {
+        let past = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
         let now = now_ns();
         let watching = self.watcher.is_some();
         let mut unread: Vec<(&String, &mut Content, Stamp)> = self
@@ -187,6 +191,9 @@ impl Live {
                 for share in unread.chunks_mut(chunk) {
                     scope.spawn(move || {
                         for (path, content, stamp) in share {
+                            if past() {
+                                break;
+                            }
                             **content = read_trigrams(root, path, *stamp, now, watching);
                         }
                     });
@@ -194,6 +201,9 @@ impl Live {
             });
         } else {
             for (path, content, stamp) in unread {
+                if past() {
+                    break;
+                }
                 *content = read_trigrams(root, path, stamp, now, watching);
             }
         }
@@ -217,7 +227,13 @@ impl Live {
     }
 
     /// The files that may match `query`, in walk order, below `under`.
-    pub(super) fn candidates(&mut self, root: &cap_std::fs::Dir, query: &toolcell_index::Query, under: &str) -> Vec<String> {
+    pub(super) fn candidates(
+        &mut self,
+        root: &cap_std::fs::Dir,
+        query: &toolcell_index::Query,
+        under: &str,
+        deadline: Option<Instant>,
+    ) -> Vec<String> {
         let is_under = |path: &str| {
             under == "." || under.is_empty() || path == under || path.strip_prefix(under).is_some_and(|rest| rest.starts_with('/'))
         };
@@ -229,7 +245,7 @@ impl Live {
             .filter(|path| is_under(path) && !self.changed.contains_key(*path))
             .map(str::to_owned)
             .collect();
-        self.read_changed(root, &is_under);
+        self.read_changed(root, &is_under, deadline);
         for (path, change) in &self.changed {
             let Change::File { content, .. } = change else {
                 continue;

@@ -248,16 +248,17 @@ fn read_index(path: &std::path::Path) -> Option<Index> {
 impl IndexScope {
     /// The files under `under` that may hold a match of `pattern`, in walk order: the index's
     /// candidates among the files as they were indexed, and the files added or changed since
-    /// that may match (read by the host once per version). `None` without a usable index or
-    /// for a pattern the index cannot read. Who may see which file is the caller's to filter.
+    /// that may match (read by the host once per version, none started past `deadline`: those
+    /// are candidates). `None` without a usable index or for a pattern the index cannot read.
+    /// Who may see which file is the caller's to filter.
     pub fn candidates(
         &self,
         root: &cap_std::fs::Dir,
         host_paths: &[String],
-        pattern: &str,
-        case_insensitive: bool,
-        under: &str,
+        question: (&str, bool, &str),
+        deadline: Option<Instant>,
     ) -> Option<Vec<String>> {
+        let (pattern, case_insensitive, under) = question;
         let store = &self.store;
         let query = toolcell_index::plan(pattern, case_insensitive).ok()?;
         if query == toolcell_index::Query::All {
@@ -307,7 +308,7 @@ impl IndexScope {
         if current.watcher.is_some() {
             store.absorb_in_background(&slot, &self.workspace, root, host_paths);
         }
-        Some(current.candidates(root, &query, under))
+        Some(current.candidates(root, &query, under, deadline))
     }
 }
 

@@ -46,6 +46,11 @@ impl FsGuard {
         self.deadline = Some(deadline);
     }
 
+    /// The call's deadline, if it has one.
+    pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
+    }
+
     /// Whether the host stopped the call at its deadline.
     pub(crate) fn timed_out(&self) -> bool {
         self.timed_out
