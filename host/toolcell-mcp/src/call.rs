@@ -266,10 +266,7 @@ pub(crate) fn leading_id(prefix: &[u8]) -> Option<RequestId> {
         match prefix[at] {
             b'"' => {
                 let start = at;
-                at += 1;
-                while at < prefix.len() && prefix[at] != b'"' {
-                    at += if prefix[at] == b'\\' { 2 } else { 1 };
-                }
+                at = closing_quote(prefix, at);
                 let end = (at + 1).min(prefix.len());
                 key = (depth == 1).then_some((start, end));
             }
@@ -281,10 +278,7 @@ pub(crate) fn leading_id(prefix: &[u8]) -> Option<RequestId> {
                     let value = &value[value.iter().position(|byte| !byte.is_ascii_whitespace())?..];
                     // Only a value that ends before the cut: a number cut short is another id.
                     let end = if value.first() == Some(&b'"') {
-                        let mut index = 1;
-                        while index < value.len() && value[index] != b'"' {
-                            index += if value[index] == b'\\' { 2 } else { 1 };
-                        }
+                        let index = closing_quote(value, 0);
                         (index < value.len()).then_some(index + 1)?
                     } else {
                         value.iter().position(|byte| matches!(byte, b',' | b'}' | b' ' | b'\t' | b'\r' | b'\n'))?
@@ -299,6 +293,16 @@ pub(crate) fn leading_id(prefix: &[u8]) -> Option<RequestId> {
         at += 1;
     }
     None
+}
+
+/// Where the JSON string opened by the quote at `open` in `bytes` closes (its escapes
+/// skipped); `bytes.len()` or past it if it is cut off first.
+fn closing_quote(bytes: &[u8], open: usize) -> usize {
+    let mut at = open + 1;
+    while at < bytes.len() && bytes[at] != b'"' {
+        at += if bytes[at] == b'\\' { 2 } else { 1 };
+    }
+    at
 }
 
 /// A request id as the direct paths' registries of calls key it (the number 7 and the string

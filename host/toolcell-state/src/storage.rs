@@ -134,9 +134,13 @@ pub const MAX_HOLE_BYTES: u64 = 64 << 20;
 ///
 /// Whatever `fstat` fails with.
 pub fn hole_bytes(file: &impl rustix::fd::AsFd) -> std::io::Result<u64> {
-    let stat = rustix::fs::fstat(file)?;
+    Ok(holes_of(&rustix::fs::fstat(file)?))
+}
+
+/// The bytes of the length `stat` gives that the file system stores no data for.
+pub fn holes_of(stat: &rustix::fs::Stat) -> u64 {
     let length = u64::try_from(stat.st_size).unwrap_or(0);
-    Ok(length.saturating_sub(u64::try_from(stat.st_blocks).unwrap_or(0).saturating_mul(512)))
+    length.saturating_sub(u64::try_from(stat.st_blocks).unwrap_or(0).saturating_mul(512))
 }
 
 /// Copy what `source` holds into `destination` (both at their start), leaving the holes of a

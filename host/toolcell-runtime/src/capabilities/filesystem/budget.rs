@@ -137,8 +137,8 @@ impl FsGuard {
     /// bytes between its end and `end`; refused, with a record, past [`MAX_HOLE_BYTES`] for
     /// the call, or when the file would then hold more than that unwritten.
     pub(super) fn extend(&mut self, operation: &'static str, path: &str, file: &impl rustix::fd::AsFd, end: u64) -> FsResult<()> {
-        let io = |errno: rustix::io::Errno| FsError::from(ErrorCode::from(std::io::Error::from(errno)));
-        let size = u64::try_from(rustix::fs::fstat(file).map_err(io)?.st_size).unwrap_or(0);
+        let stat = rustix::fs::fstat(file).map_err(|errno| FsError::from(ErrorCode::from(std::io::Error::from(errno))))?;
+        let size = u64::try_from(stat.st_size).unwrap_or(0);
         let gap = end.saturating_sub(size);
         // An end no file can have is the file system's to refuse, as it would without the guard.
         let possible = i64::try_from(end).is_ok();
@@ -147,7 +147,7 @@ impl FsGuard {
         };
         // The file's own holes count too: calls that each stay within the allowance must not
         // grow one file's holes without end.
-        let holes = toolcell_state::storage::hole_bytes(file).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        let holes = toolcell_state::storage::holes_of(&stat);
         if gap <= budget.holes_left && holes.saturating_add(gap) <= MAX_HOLE_BYTES {
             budget.holes_left -= gap;
             return Ok(());

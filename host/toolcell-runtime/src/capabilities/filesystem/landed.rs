@@ -147,9 +147,7 @@ fn same_inode(metadata: &cap_std::fs::Metadata, landed: &Landed) -> bool {
 /// its length is not what it costs to make, and hashing it could outlast any deadline. Without
 /// the hash, only an unchanged change time tells the file is as it landed.
 fn digest(file: impl AsFd) -> std::io::Result<[u8; 32]> {
-    let stat = rustix::fs::fstat(&file)?;
-    let (length, stored) = (u64::try_from(stat.st_size).unwrap_or(0), u64::try_from(stat.st_blocks).unwrap_or(0).saturating_mul(512));
-    if length.saturating_sub(stored) > super::budget::MAX_HOLE_BYTES {
+    if toolcell_state::storage::hole_bytes(&file)? > super::budget::MAX_HOLE_BYTES {
         return Err(std::io::Error::other("a sparse file is not hashed"));
     }
     let mut hasher = sha2::Sha256::new();

@@ -21,6 +21,20 @@ use super::streams::{FileReader, FileWriter, Place};
 use super::*;
 
 impl GuardedFilesystem<'_> {
+    /// Before `operation` makes the file `fd` (which is `path`) reach `end` without writing up
+    /// to it (`set-size` to `end`, a write starting at `end`): the hole it may leave is the
+    /// guard's to count (see `FsGuard::extend`). Nothing to count from the start of a file.
+    fn extending(&mut self, fd: &Resource<Descriptor>, operation: &'static str, path: &str, end: Filesize) -> FsResult<()> {
+        if end == 0 {
+            return Ok(());
+        }
+        let Descriptor::File(file) = self.inner.table.get(fd)? else {
+            return Ok(());
+        };
+        let file = Arc::clone(&file.file);
+        self.guard.extend(operation, path, &*file, end)
+    }
+
     /// An output stream writing to the file `fd`, which is `path`, at `place` on the calling
     /// thread (see [`streams`](super::streams)), refused as wasmtime-wasi refuses one.
     fn file_writer(&mut self, fd: &Resource<Descriptor>, path: &str, place: Place) -> FsResult<Resource<streams::OutputStream>> {
@@ -98,10 +112,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.check("set-size", &path, Access::Write)?;
         self.guard.check_single_link("set-size", &path)?;
         self.guard.before_mutation("set-size", &path, true)?;
-        if let Descriptor::File(file) = self.inner.table.get(&fd)? {
-            let file = Arc::clone(&file.file);
-            self.guard.extend("set-size", &path, &*file, size)?;
-        }
+        self.extending(&fd, "set-size", &path, size)?;
         fs::HostDescriptor::set_size(&mut self.inner, fd, size)
     }
 
@@ -144,12 +155,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let path = self.current_path(&fd, "write", Access::Write)?;
         self.guard.check("write", &path, Access::Write)?;
         self.guard.writing_again(&path);
-        if offset > 0
-            && let Descriptor::File(file) = self.inner.table.get(&fd)?
-        {
-            let file = Arc::clone(&file.file);
-            self.guard.extend("write", &path, &*file, offset)?;
-        }
+        self.extending(&fd, "write", &path, offset)?;
         fs::HostDescriptor::write(&mut self.inner, fd, buffer, offset)
     }
 
@@ -463,12 +469,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         let path = self.current_path(&fd, "write-via-stream", Access::Write)?;
         self.guard.check("write-via-stream", &path, Access::Write)?;
         self.guard.writing_again(&path);
-        if offset > 0
-            && let Descriptor::File(file) = self.inner.table.get(&fd)?
-        {
-            let file = Arc::clone(&file.file);
-            self.guard.extend("write-via-stream", &path, &*file, offset)?;
-        }
+        self.extending(&fd, "write-via-stream", &path, offset)?;
         self.file_writer(&fd, &path, Place::At(offset))
     }
 
