@@ -61,6 +61,11 @@ impl PartialEq for Version {
 
 impl Eq for Version {}
 
+/// A file time (seconds and nanoseconds since the epoch) in nanoseconds.
+fn nanoseconds(seconds: impl Into<i128>, nanoseconds: impl Into<i128>) -> i128 {
+    seconds.into() * 1_000_000_000 + nanoseconds.into()
+}
+
 /// Whether a version taken now of a file changed at `ctime_ns` is racy (see [`Version::racy`]).
 fn racy(ctime_ns: i128) -> bool {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |now| now.as_nanos());
@@ -75,10 +80,10 @@ impl Version {
     }
 
     pub(crate) fn from_metadata(metadata: &cap_std::fs::Metadata) -> Version {
-        let ctime_ns = i128::from(metadata.ctime()) * 1_000_000_000 + i128::from(metadata.ctime_nsec());
+        let ctime_ns = nanoseconds(metadata.ctime(), metadata.ctime_nsec());
         Version {
             len: metadata.len(),
-            mtime_ns: i128::from(metadata.mtime()) * 1_000_000_000 + i128::from(metadata.mtime_nsec()),
+            mtime_ns: nanoseconds(metadata.mtime(), metadata.mtime_nsec()),
             ino: metadata.ino(),
             ctime_ns: Some(ctime_ns),
             racy: racy(ctime_ns),
@@ -89,10 +94,10 @@ impl Version {
     /// The metadata part of the version of an open regular file, or `None` if it is not one.
     pub fn of(stat: &rustix::fs::Stat) -> Option<Version> {
         (rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile).then(|| {
-            let ctime_ns = i128::from(stat.st_ctime) * 1_000_000_000 + i128::from(stat.st_ctime_nsec);
+            let ctime_ns = nanoseconds(stat.st_ctime, stat.st_ctime_nsec);
             Version {
                 len: u64::try_from(stat.st_size).unwrap_or(0),
-                mtime_ns: i128::from(stat.st_mtime) * 1_000_000_000 + i128::from(stat.st_mtime_nsec),
+                mtime_ns: nanoseconds(stat.st_mtime, stat.st_mtime_nsec),
                 ino: stat.st_ino,
                 ctime_ns: Some(ctime_ns),
                 racy: racy(ctime_ns),
