@@ -317,9 +317,10 @@ impl Fixture {
         snapshot_tree(self.root(), None)
     }
 
-    /// Call `fs_probe` in `session` to write `content` to `path`, stat it and then hold the
-    /// call open for `hold_ms`; once the file is in place, run `meanwhile` (what another program
-    /// does while the call runs) and then wait for the call's outcome.
+    /// Call `fs_probe` in `session` to write `content` to `path`, list its directory (which
+    /// puts the file in place before the call ends) and then hold the call open for `hold_ms`;
+    /// once the file is in place, run `meanwhile` (what another program does while the call
+    /// runs) and then wait for the call's outcome.
     pub fn while_a_call_holds(
         &self,
         runtime: &Runtime,
@@ -330,7 +331,7 @@ impl Fixture {
     ) -> CallOutcome {
         let ops = serde_json::json!({"ops": [
             {"op": "write", "path": path, "content": content},
-            {"op": "stat", "path": path},
+            {"op": "list", "path": path.rsplit_once('/').map_or(".", |(parent, _)| parent)},
             {"op": "sleep", "path": "", "content": hold_ms.to_string()},
         ]});
         std::thread::scope(|scope| {

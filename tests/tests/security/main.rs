@@ -34,6 +34,7 @@ mod boundary;
 mod cases;
 mod fourth_pass;
 mod hardening;
+mod in_place;
 mod shared_descriptors;
 
 use std::path::Path;

@@ -35,7 +35,13 @@ impl Runtime {
         let Some(root) = guard.root() else {
             return;
         };
-        let journal = transaction.journal.take();
+        // New content the call never put in place changed nothing: its names stay as they are,
+        // whatever another host wrote there meanwhile, and nothing of them is undoable.
+        transaction.discard_shadows(root);
+        let journal = transaction.journal.take().map(|mut journal| {
+            journal.leave_as_they_are(&transaction.unlanded.iter().cloned().collect::<Vec<_>>());
+            journal
+        });
         if outcome.result.is_ok()
             && journal.is_some()
             && let Err(error) = self.validate(request, guard.policy(), root, &transaction.modified)

@@ -441,7 +441,8 @@ fn stream_error(error: &wasip2::io::streams::StreamError) -> String {
 /// preopen itself); `cw` check-write, `w:TEXT`, `wn:N` (N bytes `x` in one write), `bwf:TEXT`
 /// blocking-write-and-flush, `wz:N` write-zeroes, `fl` flush, `bfl` blocking-flush, `r:N`,
 /// `br:N`, `sk:N`; `dropfd`, `dropout`, `dropin`; `size` (stat of the file), `stat:PATH`
-/// (stat-at on the root), `rename:FROM>TO`, `unlink:PATH`, `setsize:N`, `fail` (stop).
+/// (stat-at on the root), `ls:DIR` (a listing of `DIR`: its number of entries),
+/// `rename:FROM>TO`, `unlink:PATH`, `setsize:N`, `fail` (stop).
 fn stream_script(script: &str) -> Value {
     use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
     let Ok(root) = workspace_root() else {
@@ -551,6 +552,17 @@ fn stream_script(script: &str) -> Value {
                 root.rename_at(from, &root, to).map(|()| json!("ok")).unwrap_or_else(|code| json!(code.name()))
             }
             "unlink" => root.unlink_file_at(argument).map(|()| json!("ok")).unwrap_or_else(|code| json!(code.name())),
+            "ls" => root
+                .open_at(PathFlags::empty(), argument, OpenFlags::DIRECTORY, DescriptorFlags::READ)
+                .and_then(|directory| {
+                    let entries = directory.read_directory()?;
+                    let mut count = 0;
+                    while entries.read_directory_entry()?.is_some() {
+                        count += 1;
+                    }
+                    Ok(json!(count))
+                })
+                .unwrap_or_else(|code| json!(code.name())),
             "fail" => {
                 results.push(json!([step, "stopping"]));
                 break;

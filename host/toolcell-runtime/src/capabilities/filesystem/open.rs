@@ -9,7 +9,12 @@ use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
 use wasmtime_wasi::p2::bindings::sync::filesystem::types::{Descriptor, DescriptorFlags, OpenFlags, PathFlags};
 use wasmtime_wasi::{FsPerms, OpenMode};
 
+use super::BLOCKING_IN_PLACE;
 use super::operate::{GuardedFilesystem, check_open_flags, follows, open_access, os_open_flags};
+
+/// The flags an open of the call's own new content keeps: its access, and truncation.
+const SHADOW_FLAGS: rustix::fs::OFlags =
+    rustix::fs::OFlags::RDONLY.union(rustix::fs::OFlags::WRONLY).union(rustix::fs::OFlags::RDWR).union(rustix::fs::OFlags::TRUNC);
 use toolcell_state::NamespaceLock;
 use toolcell_state::beneath;
 
@@ -46,6 +51,12 @@ impl Open {
     fn creates(&self) -> bool {
         self.open_flags.contains(OpenFlags::CREATE)
     }
+
+    /// Whether this open of a file whose new content the call is writing opens that content:
+    /// any open of a file but one that must create it.
+    fn reaches_shadow(&self) -> bool {
+        !self.open_flags.contains(OpenFlags::DIRECTORY) && !self.open_flags.contains(OpenFlags::EXCLUSIVE)
+    }
 }
 
 impl GuardedFilesystem<'_> {
@@ -67,7 +78,7 @@ impl GuardedFilesystem<'_> {
             Some((effect, _)) => *effect == Effect::Allow,
             None => !self.guard.is_hidden(&plain),
         };
-        if !allowed {
+        if !allowed || self.guard.shadow_of(&plain).is_some() {
             return Ok(None);
         }
         self.guard.land(&plain)?;
@@ -119,7 +130,10 @@ impl GuardedFilesystem<'_> {
             // What the open would answer (not a directory, not found) tells what is there.
             self.guard.check("open-at", &canonical, Access::Read)?;
         }
-        self.guard.land(&canonical)?;
+        // The call's own new content of the file is opened again, not put in place.
+        if !open.reaches_shadow() || self.guard.shadow_of(&canonical).is_none() {
+            self.guard.land(&canonical)?;
+        }
         self.guard.check_openable("open-at", &canonical, open.access)?;
         self.guard.check_open_files("open-at", &canonical)?;
         Ok((canonical, namespace))
@@ -130,16 +144,28 @@ impl GuardedFilesystem<'_> {
     /// following no symlink, so a directory on the way swapped for a symlink since cannot
     /// redirect it.
     pub(super) fn open_judged(&mut self, canonical: String, open: &Open) -> FsResult<Resource<Descriptor>> {
+        if open.reaches_shadow()
+            && self.guard.shadow_of(&canonical).is_some()
+            && let Some(file) = self.guard.reopen_shadow(&canonical, os_open_flags(open.open_flags, open.flags).0 & SHADOW_FLAGS)?
+        {
+            // Not tracked as read: the call reads what it wrote itself.
+            let (_, mode) = os_open_flags(open.open_flags, open.flags);
+            let descriptor = Descriptor::File(wasmtime_wasi::filesystem::File::new(file, open.perms, mode, BLOCKING_IN_PLACE));
+            let opened = self.inner.table.push(descriptor)?;
+            self.guard.descriptors.insert(opened.rep(), canonical);
+            return Ok(opened);
+        }
         if open.access == Access::Write {
             if open.creates() && !self.guard.exists(&canonical) {
                 self.guard.check_new_name("open-at", &canonical)?;
             }
             self.guard.check_single_link("open-at", &canonical)?;
             self.check_writable("open-at", &canonical)?;
-            if self.guard.rewrites_whole(&canonical, open.open_flags) {
+            let access = os_open_flags(open.open_flags, open.flags).0;
+            if let Some(kind) = self.guard.shadow_kind(&canonical, open.open_flags, access) {
                 self.guard.before_rewrite("open-at", &canonical)?;
                 // Written to a new file with no name, which replaces the file at once.
-                let file = self.guard.shadow(&canonical, os_open_flags(open.open_flags, open.flags).0)?;
+                let file = self.guard.shadow(&canonical, access, kind)?;
                 return self.admit_opened(file, canonical, open.access, open.open_flags, open.flags, open.perms);
             }
             self.guard.before_mutation("open-at", &canonical, true)?;

@@ -1,12 +1,17 @@
-//! Whole-file rewrites: written to a file that has no name until it replaces the file at once
-//! (when the call commits, or as soon as anything else touches it), so no reader sees half a
-//! file and no other call can see, read, write, link or rename what this call has in flight.
+//! Every write to a file goes to a file that has no name until it replaces the file at once
+//! (when the call commits, or as soon as anything else touches its name), so no reader sees half
+//! a file and no other call can see, read, write, link or rename what this call has in flight.
 //!
 //! The new content goes to an `O_TMPFILE` in the file's directory: an inode with no name, which
-//! only this call's descriptor reaches. To land, it gets a name reserved for the host
+//! only this call's descriptors reach. A file opened to be written in place (not truncated) is
+//! copied there first, with its holes and times. To land, it gets a name reserved for the host
 //! ([`IN_FLIGHT_PREFIX`]: every call is refused every access to such names), the host checks
 //! that this name holds the very inode it wrote, and renames it over the file. On a filesystem
 //! without `O_TMPFILE`, the file is created under that reserved name from the start.
+//!
+//! The call itself sees what it has written: opening the path again, or asking its status,
+//! reaches the new content ([`FsGuard::reopen_shadow`]); only what acts on the name (a listing
+//! of its directory, a rename, a removal, a link) puts it in place first.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
@@ -32,28 +37,53 @@ pub(crate) struct Shadow {
     named: Option<String>,
     /// The reserved name it gets when it lands.
     landing_name: String,
+    /// Whether anything was written to it (a copy made for an in-place write that wrote nothing
+    /// by the call's end is dropped, not put in place: the file keeps its inode).
+    pub(crate) written: bool,
+}
+
+/// What a file written through a [`Shadow`] starts as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ShadowKind {
+    /// Empty: the file is created, or truncated.
+    Whole,
+    /// A copy of the file: it is written in place.
+    InPlace,
 }
 
 impl FsGuard {
-    /// Whether opening `path` with these flags rewrites it whole (or creates it), so that the
-    /// write can go to a new file that replaces it at once.
-    pub(super) fn rewrites_whole(&self, path: &str, open_flags: OpenFlags) -> bool {
+    /// How opening `path` for writing with these flags is written through a new file that
+    /// replaces it at once: `Some(Whole)` for a file created or truncated, `Some(InPlace)` for
+    /// an existing file written without truncating it (the new file starts as its copy);
+    /// `None` where there is no such file to make (a directory, a descriptor that cannot write
+    /// (`access`, the open's `O_ACCMODE` part, is `O_RDONLY`), or no transaction).
+    pub(super) fn shadow_kind(&self, path: &str, open_flags: OpenFlags, access: OFlags) -> Option<ShadowKind> {
         let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_ref()) else {
-            return false;
+            return None;
         };
-        if path == "." || open_flags.contains(OpenFlags::DIRECTORY) || transaction.shadows.iter().any(|shadow| shadow.path == path) {
-            return false;
+        if path == "."
+            || open_flags.contains(OpenFlags::DIRECTORY)
+            || !access.intersects(OFlags::WRONLY | OFlags::RDWR)
+            || transaction.shadows.iter().any(|shadow| shadow.path == path)
+        {
+            return None;
         }
         match root.symlink_metadata(path) {
-            Ok(metadata) => metadata.is_file() && open_flags.contains(OpenFlags::TRUNCATE) && !open_flags.contains(OpenFlags::EXCLUSIVE),
-            Err(error) => error.kind() == std::io::ErrorKind::NotFound && open_flags.contains(OpenFlags::CREATE),
+            Ok(metadata) if metadata.is_file() && !open_flags.contains(OpenFlags::EXCLUSIVE) => {
+                Some(if open_flags.contains(OpenFlags::TRUNCATE) { ShadowKind::Whole } else { ShadowKind::InPlace })
+            }
+            Ok(_) => None,
+            Err(error) => {
+                (error.kind() == std::io::ErrorKind::NotFound && open_flags.contains(OpenFlags::CREATE)).then_some(ShadowKind::Whole)
+            }
         }
     }
 
     /// Create the file that will replace `path` (already journaled), with the mode `path` has,
-    /// in `path`'s directory, open for `access` (`O_WRONLY` or `O_RDWR`). Returns the
-    /// descriptor the component writes through.
-    pub(super) fn shadow(&mut self, path: &str, access: OFlags) -> FsResult<std::fs::File> {
+    /// in `path`'s directory, open for `access` (`O_WRONLY` or `O_RDWR`); for an in-place
+    /// write, with `path`'s content (holes kept) and times. Returns the descriptor the
+    /// component writes through.
+    pub(super) fn shadow(&mut self, path: &str, access: OFlags, kind: ShadowKind) -> FsResult<std::fs::File> {
         let parent = path.rsplit_once('/').map_or(".", |(parent, _)| parent);
         let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_ref()) else {
             return Err(FsError::from(ErrorCode::Access));
@@ -77,7 +107,22 @@ impl FsGuard {
                 }
                 Err(errno) => return Err(std::io::Error::from(errno)),
             };
-            if let Ok(metadata) = root.symlink_metadata(path) {
+            if kind == ShadowKind::InPlace {
+                // The file as judged, read in its directory opened without following a symlink.
+                let name = path.rsplit_once('/').map_or(path, |(_, name)| name);
+                let source = beneath::open(&directory, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK, Mode::empty())?;
+                let stat = rustix::fs::fstat(&source)?;
+                if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
+                    return Err(std::io::Error::other("the file was replaced while it was being opened"));
+                }
+                toolcell_state::storage::copy_sparse(&source, &file)?;
+                let times = rustix::fs::Timestamps {
+                    last_access: rustix::fs::Timespec { tv_sec: stat.st_atime, tv_nsec: stat.st_atime_nsec as _ },
+                    last_modification: rustix::fs::Timespec { tv_sec: stat.st_mtime, tv_nsec: stat.st_mtime_nsec as _ },
+                };
+                rustix::fs::futimens(&file, &times)?;
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(stat.st_mode & 0o7777))?;
+            } else if let Ok(metadata) = root.symlink_metadata(path) {
                 let mode = cap_std::fs::PermissionsExt::mode(&metadata.permissions()) & 0o7777;
                 rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))?;
             }
@@ -86,9 +131,53 @@ impl FsGuard {
         let (file, named) = created.map_err(|error| FsError::from(ErrorCode::from(error)))?;
         let kept = file.try_clone().map_err(|error| FsError::from(ErrorCode::from(error)))?;
         if let Some(transaction) = self.transaction.as_mut() {
-            transaction.shadows.push(Shadow { path: path.to_owned(), file: kept, named, landing_name });
+            let written = kind == ShadowKind::Whole;
+            transaction.shadows.push(Shadow { path: path.to_owned(), file: kept, named, landing_name, written });
         }
         Ok(std::fs::File::from(file))
+    }
+
+    /// The new content of `path`, which this call is writing, opened again with `flags`
+    /// (`O_RDONLY`, `O_WRONLY` or `O_RDWR`, perhaps `O_TRUNC`): another descriptor of the same
+    /// unnamed file, through its `/proc/self/fd` link. `None` if `path` has no new content in
+    /// this call, or where `/proc` is not mounted (the content is then put in place first).
+    pub(super) fn reopen_shadow(&mut self, path: &str, flags: OFlags) -> FsResult<Option<std::fs::File>> {
+        let Some(shadow) =
+            self.transaction.as_mut().and_then(|transaction| transaction.shadows.iter_mut().find(|shadow| shadow.path == path))
+        else {
+            return Ok(None);
+        };
+        let by_proc = format!("/proc/self/fd/{}", shadow.file.as_raw_fd());
+        match rustix::fs::openat(rustix::fs::CWD, by_proc.as_str(), flags | OFlags::CLOEXEC | OFlags::NOCTTY, Mode::empty()) {
+            Ok(file) => {
+                if flags.contains(OFlags::TRUNC) {
+                    shadow.written = true;
+                }
+                Ok(Some(std::fs::File::from(file)))
+            }
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(errno) => Err(FsError::from(ErrorCode::from(std::io::Error::from(errno)))),
+        }
+    }
+
+    /// The new content of `path`, if it has one in this call: a duplicate of the host's own
+    /// descriptor of it, to be asked its status (not to be given to the component: it may
+    /// write).
+    pub(super) fn shadow_file(&self, path: &str) -> FsResult<Option<std::fs::File>> {
+        let Some(shadow) = self.shadow_of(path) else {
+            return Ok(None);
+        };
+        let file = shadow.file.try_clone().map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        Ok(Some(std::fs::File::from(file)))
+    }
+
+    /// Note that the new content of `path` (if it has one in this call) was written to.
+    pub(super) fn shadow_written(&mut self, path: &str) {
+        if let Some(shadow) =
+            self.transaction.as_mut().and_then(|transaction| transaction.shadows.iter_mut().find(|shadow| shadow.path == path))
+        {
+            shadow.written = true;
+        }
     }
 
     /// If `path`, or a file under it, is being rewritten, put the new content in place now:
@@ -103,19 +192,22 @@ impl FsGuard {
         if !transaction.shadows.iter().any(|shadow| under(&shadow.path)) {
             return Ok(());
         }
-        // The call goes on after this: its journal must be on the disk before a file changes.
-        if let Some(journal) = transaction.journal.as_mut() {
-            journal.make_durable().map_err(|error| FsError::from(ErrorCode::from(error)))?;
-        }
         let (landing, kept): (Vec<_>, Vec<_>) =
             std::mem::take(&mut transaction.shadows).into_iter().partition(|shadow| under(&shadow.path));
         transaction.shadows = kept;
+        // A copy nothing was written to yet lands too: the component's descriptor of it stays
+        // the file's. The call goes on after this: its journal must be on the disk before a
+        // file changes.
+        if let Some(journal) = transaction.journal.as_mut() {
+            journal.make_durable().map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        }
         let sync = transaction.durability.syncs();
         let Some(root) = self.root.as_deref() else {
             return Ok(());
         };
         for shadow in landing {
             let landed = land_file(root, &shadow, sync).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+            transaction.unlanded.remove(&shadow.path);
             transaction.landed_mid_call(shadow.path, landed);
         }
         Ok(())
@@ -146,7 +238,11 @@ impl FsGuard {
         let Some(transaction) = self.transaction.as_mut() else {
             return Ok(());
         };
-        let shadows = std::mem::take(&mut transaction.shadows);
+        // A copy nothing was written to is dropped: the file stays as it is.
+        let shadows: Vec<_> = std::mem::take(&mut transaction.shadows).into_iter().filter(|shadow| shadow.written).collect();
+        if shadows.is_empty() {
+            return Ok(());
+        }
         // A call whose only change is one whole-file rewrite is done by one rename: a crash
         // leaves the old file or the new one, and there is nothing for the journal to undo.
         // Any other call needs its journal on the disk before its first file lands.
@@ -164,6 +260,7 @@ impl FsGuard {
                 return Err("the call ran past its deadline before its writes were all put in place".to_owned());
             }
             let landed = land_file(root, &shadow, sync).map_err(|error| format!("`{}`: {error}", escape_control(&shadow.path)))?;
+            transaction.unlanded.remove(&shadow.path);
             transaction.landed.push((shadow.path, landed));
         }
         Ok(())
@@ -172,6 +269,30 @@ impl FsGuard {
     /// The new content of `path`, if it is being rewritten in this call.
     pub(super) fn shadow_of(&self, path: &str) -> Option<&Shadow> {
         self.transaction.as_ref()?.shadows.iter().find(|shadow| shadow.path == path)
+    }
+}
+
+impl Transaction {
+    /// Let go of the new content not put in place (the call failed, or nothing was written to
+    /// it): a file made under its reserved name (no `O_TMPFILE`) is removed, if that name still
+    /// holds it.
+    pub(crate) fn discard_shadows(&mut self, root: &cap_std::fs::Dir) {
+        for shadow in std::mem::take(&mut self.shadows) {
+            let Some(named) = shadow.named.as_deref() else {
+                continue;
+            };
+            let parent = shadow.path.rsplit_once('/').map_or(".", |(parent, _)| parent);
+            let Ok(directory) = beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()) else {
+                continue;
+            };
+            let same = |stat: rustix::fs::Stat, other: rustix::fs::Stat| (stat.st_dev, stat.st_ino) == (other.st_dev, other.st_ino);
+            if let (Ok(held), Ok(there)) =
+                (rustix::fs::fstat(&shadow.file), rustix::fs::statat(&directory, named, AtFlags::SYMLINK_NOFOLLOW))
+                && same(held, there)
+            {
+                let _ = rustix::fs::unlinkat(&directory, named, AtFlags::empty());
+            }
+        }
     }
 }
 

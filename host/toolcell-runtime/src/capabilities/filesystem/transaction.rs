@@ -42,11 +42,15 @@ pub(crate) struct Transaction {
     pub(crate) modified: Vec<String>,
     /// Paths whose read-before-write check already ran in this call.
     checked: std::collections::HashSet<String>,
-    /// Files being rewritten whole. The component writes the new content to a file with no
-    /// name; it replaces the path (synced, then renamed over it) when the call commits, or as
-    /// soon as anything else touches the path, so that no reader ever sees a half-written
-    /// file.
+    /// Files being written (rewritten whole, or a copy written in place). The component writes
+    /// the new content to a file with no name; it replaces the path (synced, then renamed over
+    /// it) when the call commits, or as soon as something acts on the path's name, so that no
+    /// other call ever sees what this one has in flight.
     pub(crate) shadows: Vec<rewrite::Shadow>,
+    /// Paths whose only change in this call is new content not put in place yet: the call has
+    /// not changed them, so neither its rollback nor its undo record touches them (another
+    /// host may have written them meanwhile).
+    pub(crate) unlanded: std::collections::HashSet<String>,
     /// The files put in place (rewritten whole, or renamed there), with what each landed as.
     pub(crate) landed: Vec<(String, Landed)>,
     /// The files output streams of this call write to, each with what tells whether its
@@ -135,6 +139,7 @@ impl Transaction {
             modified: Vec::new(),
             checked: std::collections::HashSet::new(),
             shadows: Vec::new(),
+            unlanded: std::collections::HashSet::new(),
             landed: Vec::new(),
             streamed: Vec::new(),
             moves: Vec::new(),
@@ -283,6 +288,11 @@ impl FsGuard {
     }
 
     fn before_change(&mut self, operation: &'static str, path: &str, replaces_content: bool, in_place: bool) -> FsResult<()> {
+        // A change through the descriptor of a file's new content (resizing it) changes nothing
+        // in place: the path was journaled when that content was made.
+        if self.shadow_of(path).is_some() {
+            return Ok(());
+        }
         let Some(root) = self.root.as_deref() else {
             return Ok(());
         };
@@ -386,6 +396,7 @@ impl FsGuard {
     /// call put in place, it is no longer what it landed as (its journal step, taken before
     /// the rewrite, puts back what was there before the call).
     pub(super) fn writing_again(&mut self, path: &str) {
+        self.shadow_written(path);
         if let Some(transaction) = self.transaction.as_mut() {
             transaction.landed.retain(|(landed, _)| landed != path);
         }
@@ -437,7 +448,13 @@ impl FsGuard {
         })();
         match journaled {
             Ok(()) => {
-                if !transaction.modified.iter().any(|modified| modified == path) {
+                let first = !transaction.modified.iter().any(|modified| modified == path);
+                if in_place {
+                    transaction.unlanded.remove(path);
+                } else if first {
+                    transaction.unlanded.insert(path.to_owned());
+                }
+                if first {
                     transaction.modified.push(path.to_owned());
                 }
                 Ok(())

@@ -15,6 +15,7 @@ use wasmtime_wasi::p2::bindings::sync::filesystem::types::{
 };
 use wasmtime_wasi::p2::bindings::sync::io::streams;
 use wasmtime_wasi::p2::{FsError, FsResult};
+use wasmtime_wasi::{FsPerms, OpenMode};
 
 use super::open::Open;
 use super::streams::{FileReader, FileWriter, Place};
@@ -112,6 +113,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.check("set-size", &path, Access::Write)?;
         self.guard.check_single_link("set-size", &path)?;
         self.guard.before_mutation("set-size", &path, true)?;
+        self.guard.shadow_written(&path);
         self.extending(&fd, "set-size", &path, size)?;
         fs::HostDescriptor::set_size(&mut self.inner, fd, size)
     }
@@ -120,6 +122,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("set-times")?;
         let path = self.current_path(&fd, "set-times", Access::Write)?;
         self.guard.check("set-times", &path, Access::Write)?;
+        self.guard.shadow_written(&path);
         fs::HostDescriptor::set_times(&mut self.inner, fd, atim, mtim)?;
         self.guard.relanded(&path);
         Ok(())
@@ -210,6 +213,11 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     fn stat_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<DescriptorStat> {
         self.guard.spend("stat-at")?;
         let canonical = self.guard.resolve_at("stat-at", &fd, &path, follows(path_flags), Access::Read)?;
+        // The call's own new content of a file answers for it, not put in place.
+        if let Some(file) = self.guard.shadow_file(&canonical)? {
+            self.guard.check_lookup("stat-at", &canonical, Some(false))?;
+            return Ok(descriptor_stat(&file.metadata()?));
+        }
         self.guard.land(&canonical)?;
         // The canonical path is resolved already (its last component too, if asked).
         let stat = match self.in_parent(&fd, &canonical, ("stat-at", Access::Read), |this, parent, name| {
@@ -495,6 +503,19 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
     fn metadata_hash_at(&mut self, fd: Resource<Descriptor>, path_flags: PathFlags, path: String) -> FsResult<MetadataHashValue> {
         self.guard.spend("metadata-hash-at")?;
         let canonical = self.guard.resolve_at("metadata-hash-at", &fd, &path, follows(path_flags), Access::Read)?;
+        if let Some(file) = self.guard.shadow_file(&canonical)? {
+            self.guard.check_lookup("metadata-hash-at", &canonical, Some(false))?;
+            // Hashed as wasmtime-wasi hashes any descriptor's, through one of its own.
+            let descriptor = self.inner.table.push(Descriptor::File(wasmtime_wasi::filesystem::File::new(
+                file,
+                FsPerms::ReadOnly,
+                OpenMode::READ,
+                BLOCKING_IN_PLACE,
+            )))?;
+            let hash = fs::HostDescriptor::metadata_hash(&mut self.inner, Resource::new_borrow(descriptor.rep()));
+            self.inner.table.delete(descriptor)?;
+            return hash;
+        }
         self.guard.land(&canonical)?;
         // The canonical path is resolved already (its last component too, if asked).
         let hash = self.in_parent(&fd, &canonical, ("metadata-hash-at", Access::Read), |this, parent, name| {

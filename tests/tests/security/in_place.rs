@@ -1,0 +1,155 @@
+//! A write into an existing file (opened without truncating it, written at an offset or
+//! appended to) is as invisible to every other call as a whole rewrite: it goes to a copy of
+//! the file with no name, put in place when the call commits. Another call reads the committed
+//! content meanwhile; a call that fails leaves the file as it was, whatever another program
+//! wrote there meanwhile; the call itself sees what it wrote.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use toolcell_runtime::{CallOutcome, CallRequest, Runtime, Workspace};
+
+use super::boundary::{results, shown};
+use super::fourth_pass::TWO_ROLES;
+use super::hardening::{Governed, governed, records};
+
+const ORIGINAL: &str = "ORIGINAL content\n";
+
+fn call_as(runtime: &Runtime, workspace: &Workspace, role: &str, tool: &str, args: &Value) -> CallOutcome {
+    let args = args.to_string();
+    runtime
+        .call(&CallRequest::new(workspace, role, &format!("s-{role}"), tool, &args))
+        .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
+}
+
+/// `admin`'s `fs_probe` writes `AAAA` at the start of `src/x.txt` in place, reads the file
+/// again and stats it (which must not put it in place), holds its call open for `hold_ms`,
+/// then fails it or lets it commit.
+fn write_in_place_and_hold(hold_ms: u64, fail: bool) -> Value {
+    let mut ops = vec![
+        json!({"op": "stream_script", "content": "open:src/x.txt,w;ws:0;w:AAAA"}),
+        json!({"op": "read", "path": "src/x.txt"}),
+        json!({"op": "stat", "path": "src/x.txt"}),
+        json!({"op": "sleep", "content": hold_ms.to_string()}),
+    ];
+    if fail {
+        ops.push(json!({"op": "fail"}));
+    }
+    json!({ "ops": ops })
+}
+
+fn text(root: &Path, relative: &str) -> String {
+    std::fs::read_to_string(root.join(relative)).expect("read")
+}
+
+#[test]
+fn a_write_in_place_is_invisible_to_other_calls_until_its_call_commits() {
+    for fail in [true, false] {
+        let Governed { runtime, workspace, root, state, .. } = &governed(TWO_ROLES, &[("src/x.txt", ORIGINAL)]);
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(|| call_as(runtime, workspace, "admin", "fs_probe", &write_in_place_and_hold(1500, fail)));
+            let mut looked = 0;
+            while !writer.is_finished() {
+                // Another session's read, and the file on the disk, show the committed content.
+                let read = call_as(runtime, workspace, "impl", "read_file", &json!({"path": "src/x.txt"}));
+                let seen = shown(&read);
+                if writer.is_finished() {
+                    break;
+                }
+                assert!(!seen.contains("AAAA"), "another call read an uncommitted write in place (fail={fail}): {seen}");
+                assert!(seen.contains("ORIGINAL"), "{seen}");
+                assert_eq!(text(root, "src/x.txt"), ORIGINAL, "the write in place reached the file before its call ended");
+                looked += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            assert!(looked > 0, "the writing call ended before anything looked");
+            let outcome = writer.join().expect("the writing call");
+            assert_eq!(outcome.result.is_err(), fail, "{:?}", outcome.result);
+            if !fail {
+                assert_eq!(results(&outcome)[1]["value"], "AAAAINAL content\n", "the call reads what it wrote");
+            }
+        });
+        let expected = if fail { ORIGINAL.to_owned() } else { ORIGINAL.replacen("ORIG", "AAAA", 1) };
+        assert_eq!(text(root, "src/x.txt"), expected, "fail={fail}");
+        records(state);
+    }
+}
+
+#[test]
+fn a_failed_call_leaves_what_another_program_wrote_meanwhile_to_a_file_it_wrote_in_place() {
+    // Another program (or a toolcell process with another state directory) writes the file
+    // while the call is in flight: in place, and by renaming a new file over it.
+    for by_rename in [false, true] {
+        let Governed { runtime, workspace, root, state, .. } = &governed(TWO_ROLES, &[("src/x.txt", ORIGINAL)]);
+        call_as(runtime, workspace, "admin", "read_file", &json!({"path": "src/x.txt"})).result.expect("read");
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(|| call_as(runtime, workspace, "admin", "fs_probe", &write_in_place_and_hold(800, true)));
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            assert!(!writer.is_finished(), "the call ended before the other program wrote");
+            if by_rename {
+                std::fs::write(root.join("src/.other"), "the other program's\n").expect("write");
+                std::fs::rename(root.join("src/.other"), root.join("src/x.txt")).expect("rename");
+            } else {
+                std::fs::write(root.join("src/x.txt"), "the other program's\n").expect("write");
+            }
+            let outcome = writer.join().expect("the writing call");
+            assert!(outcome.result.is_err(), "{:?}", outcome.result);
+        });
+        assert_eq!(text(root, "src/x.txt"), "the other program's\n", "the failed call's rollback wrote over it (by_rename={by_rename})");
+        records(state);
+    }
+}
+
+#[test]
+fn a_call_sees_its_own_write_in_place_and_its_session_can_undo_it() {
+    let Governed { runtime, workspace, root, state, .. } = &governed(TWO_ROLES, &[("src/x.txt", ORIGINAL)]);
+    call_as(runtime, workspace, "admin", "read_file", &json!({"path": "src/x.txt"})).result.expect("read");
+    let ops = json!({"ops": [
+        // Through `std::fs`: a byte written at offset 2, then the file read whole and stat'd.
+        {"op": "write_at", "path": "src/x.txt", "to": "2"},
+        {"op": "read", "path": "src/x.txt"},
+        {"op": "stat", "path": "src/x.txt"},
+        // Raw: opened again for reading and writing, written past its end, stat'd by path.
+        {"op": "stream_script", "content": "open:src/x.txt,rw;ws:17;w:++;rs:0;r:100;stat:src/x.txt"},
+    ]});
+    let outcome = call_as(runtime, workspace, "admin", "fs_probe", &ops);
+    let results = results(&outcome);
+    assert_eq!(results.len(), 4, "{}", shown(&outcome));
+    assert_eq!(results[1]["value"], "ORxGINAL content\n", "{}", shown(&outcome));
+    assert_eq!(results[2]["value"]["len"], 17, "{}", shown(&outcome));
+    let script = results[3]["value"].to_string();
+    assert!(script.contains("ORxGINAL content\\n++") && script.contains("19"), "{script}");
+    assert_eq!(text(root, "src/x.txt"), "ORxGINAL content\n++");
+    call_as(runtime, workspace, "admin", "undo_edit", &json!({"path": "src/x.txt"})).result.expect("undo");
+    assert_eq!(text(root, "src/x.txt"), ORIGINAL);
+    records(state);
+}
+
+#[test]
+fn an_open_for_writing_that_writes_nothing_leaves_the_file_as_it_is() {
+    let Governed { runtime, workspace, root, state, .. } = &governed(TWO_ROLES, &[("src/x.txt", ORIGINAL)]);
+    let before = std::fs::metadata(root.join("src/x.txt")).expect("stat");
+    let ops = json!({"ops": [{"op": "stream_script", "content": "open:src/x.txt,rw;rs:0;r:100"}]});
+    let outcome = call_as(runtime, workspace, "admin", "fs_probe", &ops);
+    assert!(shown(&outcome).contains("ORIGINAL content"), "{}", shown(&outcome));
+    let after = std::fs::metadata(root.join("src/x.txt")).expect("stat");
+    assert_eq!((after.ino(), after.mtime(), after.mtime_nsec()), (before.ino(), before.mtime(), before.mtime_nsec()));
+    assert_eq!(text(root, "src/x.txt"), ORIGINAL);
+    records(state);
+}
+
+#[test]
+fn a_sparse_file_written_in_place_keeps_its_holes() {
+    let Governed { runtime, workspace, root, state, .. } = &governed(TWO_ROLES, &[]);
+    let file = std::fs::File::create(root.join("sparse.bin")).expect("create");
+    file.set_len(48 << 20).expect("a 48 MiB hole");
+    drop(file);
+    let ops = json!({"ops": [{"op": "write_at", "path": "sparse.bin", "to": "1000"}]});
+    call_as(runtime, workspace, "admin", "fs_probe", &ops).result.expect("written in place");
+    let metadata = std::fs::metadata(root.join("sparse.bin")).expect("stat");
+    assert_eq!(metadata.len(), 48 << 20);
+    assert!(metadata.blocks() * 512 < 1 << 20, "the copy filled the holes: {} blocks", metadata.blocks());
+    records(state);
+}
