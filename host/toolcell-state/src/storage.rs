@@ -143,6 +143,14 @@ pub fn holes_of(stat: &rustix::fs::Stat) -> u64 {
     length.saturating_sub(u64::try_from(stat.st_blocks).unwrap_or(0).saturating_mul(512))
 }
 
+/// The birth time of the file `file` (seconds, nanoseconds), where the file system keeps one
+/// (ext4, XFS, btrfs, tmpfs): with the inode number, it tells one file from a later one that
+/// was given the same number once the first was freed.
+pub fn birth_of(file: &impl rustix::fd::AsFd) -> Option<(i64, u32)> {
+    let statx = rustix::fs::statx(file, "", rustix::fs::AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::BTIME).ok()?;
+    (statx.stx_mask & rustix::fs::StatxFlags::BTIME.bits() != 0).then_some((statx.stx_btime.tv_sec, statx.stx_btime.tv_nsec))
+}
+
 /// Copy what `source` holds into `destination` (both at their start), leaving the holes of a
 /// sparse file holes: only the ranges the file system says hold data are read and written, and
 /// the copy is then given the source's length. Saving a file before a change costs what the

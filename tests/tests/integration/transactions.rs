@@ -413,6 +413,8 @@ const CHILD_WORKSPACE: &str = "TOOLCELL_TEST_CHILD_WORKSPACE";
 const CHILD_STATE: &str = "TOOLCELL_TEST_CHILD_STATE";
 /// `[writes] durability` of the child's policy.
 const CHILD_DURABILITY: &str = "TOOLCELL_TEST_CHILD_DURABILITY";
+/// The `fs_probe` arguments the child calls with, if not [`slow_changes`].
+const CHILD_OPS: &str = "TOOLCELL_TEST_CHILD_OPS";
 const DURABILITIES: [&str; 2] = ["full", "atomic"];
 
 /// [`TEST_POLICY`] with the durability the parent asked for.
@@ -424,8 +426,23 @@ fn policy_with_durability() -> String {
 /// Start this test binary's ignored test `name` as a child host on `workspace` and `state`,
 /// and wait until it reports that it is calling.
 fn start_child(name: &str, workspace: &std::path::Path, state: &std::path::Path, durability: &str) -> std::process::Child {
+    start_child_with(name, workspace, state, durability, None)
+}
+
+/// [`start_child`], the child calling `fs_probe` with `ops` if given.
+fn start_child_with(
+    name: &str,
+    workspace: &std::path::Path,
+    state: &std::path::Path,
+    durability: &str,
+    ops: Option<&Value>,
+) -> std::process::Child {
     let executable = std::env::current_exe().expect("test executable");
-    let mut child = Command::new(&executable)
+    let mut command = Command::new(&executable);
+    if let Some(ops) = ops {
+        command.env(CHILD_OPS, ops.to_string());
+    }
+    let mut child = command
         .args(["--exact", name, "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_WORKSPACE, workspace)
         .env(CHILD_STATE, state)
@@ -454,6 +471,38 @@ fn slow_changes() -> Value {
     json!({ "ops": ops })
 }
 
+/// A host killed while its call writes a file in place (new content not put in place yet)
+/// and another program writes that file meanwhile: the restart rolls back what the call did
+/// change (a directory it made) and leaves what the other program wrote.
+#[test]
+fn a_host_killed_with_a_write_in_flight_leaves_what_another_program_wrote_meanwhile() {
+    for durability in DURABILITIES {
+        let fixture = project();
+        let state = tempfile::tempdir().expect("state");
+        let ops = json!({"ops": [
+            {"op": "stream_script", "content": "open:src/a.rs,w;ws:0;w:MINE"},
+            {"op": "mkdir", "path": "made"},
+            {"op": "sleep", "content": "20000"},
+        ]});
+        let mut child = start_child_with("transactions::killed_host_child", fixture.root(), state.path(), durability, Some(&ops));
+        let started = Instant::now();
+        while !fixture.root().join("made").exists() {
+            assert!(started.elapsed() < Duration::from_secs(20), "{durability}: the child never made its directory");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Another program writes the file in place (same inode) while the call is in flight.
+        std::fs::write(fixture.root().join("src/a.rs"), "theirs\n").expect("write in place");
+        child.kill().expect("kill the child");
+        child.wait().expect("reaped");
+        let restarted: Runtime = runtime_with_policy(TEST_POLICY, Some(state.path()));
+        let recovered = restarted.recover(&fixture.workspace);
+        assert_eq!(recovered.len(), 1, "{durability}: {recovered:?}");
+        assert_eq!(recovered[0].error, None, "{durability}");
+        assert!(!fixture.root().join("made").exists(), "{durability}: the call's directory was not rolled back");
+        assert_eq!(fixture.read_text("src/a.rs"), "theirs\n", "{durability}: the restart wrote over another program's write");
+    }
+}
+
 /// Not a test on its own: the host process that `a_host_killed_mid_call_is_rolled_back_at_restart`
 /// starts and kills.
 #[test]
@@ -467,7 +516,8 @@ fn killed_host_child() {
     // Straight to the real stdout, which the parent reads (not the test harness's capture).
     let mut stdout = std::io::stdout();
     writeln!(stdout, "CALLING").and_then(|()| stdout.flush()).expect("report to the parent");
-    let outcome = toolcell_tests::call_in(&runtime, &workspace, "s-child", None, &[], "fs_probe", &slow_changes());
+    let ops = std::env::var(CHILD_OPS).ok().and_then(|ops| serde_json::from_str(&ops).ok()).unwrap_or_else(slow_changes);
+    let outcome = toolcell_tests::call_in(&runtime, &workspace, "s-child", None, &[], "fs_probe", &ops);
     writeln!(stdout, "DONE {}", outcome.result.is_ok()).expect("report to the parent");
 }
 

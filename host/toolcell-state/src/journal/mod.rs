@@ -28,6 +28,7 @@
 //! simply replayed again.
 
 pub(crate) mod ledger;
+mod preserve;
 mod replay;
 
 pub use replay::{Replayed, restore};
@@ -117,6 +118,13 @@ pub struct Step {
     /// never changed it), instead of rewriting it as a new file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<(u64, u64)>,
+    /// Taken before the file was written through a new file that replaces it whole (renamed
+    /// over it): the birth time of the file saved, where the file system keeps one. While the
+    /// path is still that very file (the inode `identity` names, born then: not a later file
+    /// given the freed number), the call never changed it, and a replay leaves it as it is,
+    /// whatever its content (another program may have written it in place meanwhile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrite_of: Option<(i64, u32)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -430,73 +438,13 @@ impl Journal {
         self.steps.is_empty()
     }
 
-    /// Save the current state of `path` (canonical, in `root`) before it is mutated. Read in
-    /// its directory opened without following a symlink, so a directory on the way swapped for
-    /// one cannot put another file's content in the journal (a rollback would write it here).
-    ///
-    /// # Errors
-    ///
-    /// Whatever reading `path` or saving its prior state fails with; the mutation must not go ahead then.
-    pub fn preserve(&mut self, root: &Dir, path: &str) -> std::io::Result<()> {
-        let (directory, name) = match crate::beneath::parent(root, path) {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return self.append(Step { path: path.to_owned(), prior: Prior::Absent, identity: None });
-            }
-            result => result?,
-        };
-        let mut identity = None;
-        let prior = match directory.symlink_metadata(name) {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Prior::Absent,
-            Err(error) => return Err(error),
-            Ok(metadata) if metadata.is_dir() => Prior::Directory { mode: metadata.permissions().mode() },
-            Ok(metadata) if metadata.is_symlink() => Prior::Symlink {
-                target: directory
-                    .read_link_contents(name)?
-                    .to_str()
-                    .ok_or_else(|| std::io::Error::other("the symlink's target is not UTF-8"))?
-                    .to_owned(),
-            },
-            Ok(metadata) if metadata.is_file() => {
-                let mut source = crate::beneath::open_in(&directory, name, rustix::fs::OFlags::RDONLY)?;
-                let metadata = source.metadata()?;
-                if !metadata.is_file() {
-                    return Err(std::io::Error::other("the file was replaced while it was being saved"));
-                }
-                let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
-                identity = Some((std::os::unix::fs::MetadataExt::dev(&metadata), std::os::unix::fs::MetadataExt::ino(&metadata)));
-                if metadata.len() <= INLINE_BYTES {
-                    let mut content = Vec::new();
-                    std::io::Read::read_to_end(&mut source, &mut content)?;
-                    Prior::Inline { hex: crate::storage::hex(&content), mode }
-                } else {
-                    if self.blobs == 0 {
-                        crate::storage::create_private_dirs(&self.blob_dir)?;
-                    }
-                    self.blobs += 1;
-                    let blob = self.blobs.to_string();
-                    let copy = crate::storage::private_file().write(true).create_new(true).open(self.blob_dir.join(&blob))?;
-                    crate::storage::copy_sparse(&source, &copy)?;
-                    self.unsynced_blobs.push(copy);
-                    Prior::File { blob, mode }
-                }
-            }
-            Ok(_) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::Unsupported,
-                    "only files, directories and symlinks can be changed by a tool call",
-                ));
-            }
-        };
-        self.append(Step { path: path.to_owned(), prior, identity })
-    }
-
     /// Record that the directory `from` is about to be renamed to `to`.
     ///
     /// # Errors
     ///
     /// Whatever appending the step fails with; the move must not go ahead then.
     pub fn preserve_move(&mut self, from: &str, to: &str) -> std::io::Result<()> {
-        self.append(Step { path: from.to_owned(), prior: Prior::Moved { to: to.to_owned() }, identity: None })
+        self.append(Step { path: from.to_owned(), prior: Prior::Moved { to: to.to_owned() }, identity: None, rewrite_of: None })
     }
 
     fn append(&mut self, step: Step) -> std::io::Result<()> {

@@ -206,7 +206,9 @@ pub fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()>
 
 /// Whether `name` in `parent` is still the very file `step` saved, with its mode and its
 /// content: then restoring it would only replace it with a copy (a new inode, perhaps another
-/// group), so it is left alone.
+/// group), so it is left alone. For a step taken before a whole rewrite, the inode and its
+/// birth time tell: the call's change never landed, and what another program wrote there
+/// stays.
 fn is_untouched(parent: &Dir, name: &str, journal: &Path, step: &Step) -> std::io::Result<bool> {
     use std::os::unix::fs::MetadataExt as _;
     let (Some((device, inode)), Prior::File { mode, .. } | Prior::Inline { mode, .. }) = (step.identity, &step.prior) else {
@@ -216,7 +218,14 @@ fn is_untouched(parent: &Dir, name: &str, journal: &Path, step: &Step) -> std::i
         return Ok(false);
     };
     let metadata = current.metadata()?;
-    if !metadata.is_file() || metadata.dev() != device || metadata.ino() != inode || metadata.mode() & 0o7777 != mode & 0o7777 {
+    if !metadata.is_file() || metadata.dev() != device || metadata.ino() != inode {
+        return Ok(false);
+    }
+    if step.rewrite_of.is_some() && crate::storage::birth_of(&current) == step.rewrite_of {
+        // The call's change would have been another file: it never landed.
+        return Ok(true);
+    }
+    if metadata.mode() & 0o7777 != mode & 0o7777 {
         return Ok(false);
     }
     let mut saved: Box<dyn std::io::Read> = match &step.prior {

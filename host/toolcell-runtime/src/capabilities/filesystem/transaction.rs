@@ -327,7 +327,9 @@ impl FsGuard {
                     .push(format!("Warning: overwriting existing file `{shown}` that was not read first. Consider reading it first.")),
             }
         }
-        self.journal(operation, path, in_place, |journal, root| journal.preserve(root, path))?;
+        self.journal(operation, path, in_place, |journal, root| {
+            if in_place { journal.preserve(root, path) } else { journal.preserve_before_rewrite(root, path) }
+        })?;
         if replaces_content && let Some(transaction) = self.transaction.as_mut() {
             // Its content is the call's from here on (a rename over it says otherwise after).
             transaction.named_again(path, true);
