@@ -150,6 +150,13 @@ fn read(file: &File, stem: &str, key: &JournalKey) -> Read {
                     steps.push(step);
                 }
             }
+            Line::Landing { call, paths } => {
+                if let Some((_, steps)) = open.iter_mut().rev().find(|(header, _)| header.call_id == call) {
+                    for rewrite in steps.iter_mut().filter(|step| paths.contains(&step.path)).filter_map(|step| step.rewrite.as_mut()) {
+                        rewrite.landing = true;
+                    }
+                }
+            }
             Line::End { call } => open.retain(|(header, _)| header.call_id != call),
         }
     }

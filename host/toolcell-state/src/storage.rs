@@ -161,6 +161,21 @@ pub fn birth_of(file: &impl rustix::fd::AsFd) -> Option<(i64, u32)> {
 ///
 /// Whatever reading, writing or sizing fails with.
 pub fn copy_sparse(source: &impl rustix::fd::AsFd, destination: &impl rustix::fd::AsFd) -> std::io::Result<()> {
+    copy_sparse_until(source, destination, None)
+}
+
+/// [`copy_sparse`], given up (`TimedOut`) once `deadline` passes: a copy made for a tool call
+/// ends with the call's time, however big the file.
+///
+/// # Errors
+///
+/// Whatever reading, writing or sizing fails with; `TimedOut` past the deadline.
+pub fn copy_sparse_until(
+    source: &impl rustix::fd::AsFd,
+    destination: &impl rustix::fd::AsFd,
+    deadline: Option<std::time::Instant>,
+) -> std::io::Result<()> {
+    let past = || deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline);
     use rustix::fs::SeekFrom;
     let length = u64::try_from(rustix::fs::fstat(source)?.st_size).unwrap_or(0);
     let mut buffer = vec![0u8; 64 << 10];
@@ -178,6 +193,9 @@ pub fn copy_sparse(source: &impl rustix::fd::AsFd, destination: &impl rustix::fd
         let end = rustix::fs::seek(source, SeekFrom::Hole(start)).unwrap_or(length).min(length);
         let mut at = start;
         while at < end {
+            if past() {
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the call's deadline passed while a file was being copied"));
+            }
             let want = usize::try_from(end - at).unwrap_or(usize::MAX).min(buffer.len());
             let read = match rustix::io::pread(source, &mut buffer[..want], at) {
                 Ok(0) => break,
@@ -315,5 +333,19 @@ mod tests {
         let again = std::fs::File::create_new(temp.path().join("again")).expect("again");
         copy_sparse(&dense, &again).expect("copied");
         assert_eq!(std::fs::read(temp.path().join("again")).expect("read"), vec![7u8; 200_000]);
+    }
+
+    #[test]
+    fn a_copy_past_its_deadline_is_given_up() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let source = std::fs::File::create_new(temp.path().join("source")).expect("source");
+        source.write_all_at(&vec![1u8; 1 << 20], 0).expect("write");
+        let copy = std::fs::File::create_new(temp.path().join("copy")).expect("copy");
+        let passed = Some(std::time::Instant::now());
+        let error = copy_sparse_until(&source, &copy, passed).expect_err("past the deadline");
+        assert_eq!(error.kind(), std::io::ErrorKind::TimedOut);
+        let later = Some(std::time::Instant::now() + std::time::Duration::from_secs(60));
+        copy_sparse_until(&source, &copy, later).expect("within the deadline");
+        assert_eq!(std::fs::read(temp.path().join("copy")).expect("read").len(), 1 << 20);
     }
 }

@@ -484,7 +484,7 @@ mod tests {
             path: "a.txt".to_owned(),
             prior: Prior::Inline { hex: crate::storage::hex(content.as_bytes()), mode: 0o644 },
             identity: None,
-            rewrite_of: None,
+            rewrite: None,
         };
         for index in 0..(COMPACT_LINES + 50) {
             store.record("s", &workspace, &root, &format!("c-{index}"), vec![step(&format!("before {index}"))], None, &[]).expect("record");
@@ -527,7 +527,7 @@ mod tests {
             path: path.to_owned(),
             prior: Prior::Inline { hex: crate::storage::hex(b"before"), mode: 0o644 },
             identity: None,
-            rewrite_of: None,
+            rewrite: None,
         };
         let lines = lines_of(&root, "c-1", vec![step("a.txt"), step("b.txt")], &written, |_, _| Ok(false)).expect("lines");
         let after = |path: &str| {

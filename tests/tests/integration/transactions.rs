@@ -471,16 +471,18 @@ fn slow_changes() -> Value {
     json!({ "ops": ops })
 }
 
-/// A host killed while its call writes a file in place (new content not put in place yet)
-/// and another program writes that file meanwhile: the restart rolls back what the call did
-/// change (a directory it made) and leaves what the other program wrote.
+/// A host killed while its call writes a file in place and creates another (new content not
+/// put in place yet), while another program writes the first (in place, or by renaming a file
+/// over it) and makes the second: the restart rolls back what the call did change (a directory
+/// it made) and leaves what the other program wrote.
 #[test]
 fn a_host_killed_with_a_write_in_flight_leaves_what_another_program_wrote_meanwhile() {
-    for durability in DURABILITIES {
+    for (durability, by_rename) in [("full", false), ("atomic", false), ("full", true)] {
         let fixture = project();
         let state = tempfile::tempdir().expect("state");
         let ops = json!({"ops": [
             {"op": "stream_script", "content": "open:src/a.rs,w;ws:0;w:MINE"},
+            {"op": "stream_script", "content": "open:src/new.rs,cw;ws:0;w:MINE"},
             {"op": "mkdir", "path": "made"},
             {"op": "sleep", "content": "20000"},
         ]});
@@ -490,16 +492,23 @@ fn a_host_killed_with_a_write_in_flight_leaves_what_another_program_wrote_meanwh
             assert!(started.elapsed() < Duration::from_secs(20), "{durability}: the child never made its directory");
             std::thread::sleep(Duration::from_millis(5));
         }
-        // Another program writes the file in place (same inode) while the call is in flight.
-        std::fs::write(fixture.root().join("src/a.rs"), "theirs\n").expect("write in place");
+        if by_rename {
+            std::fs::write(fixture.root().join("src/theirs"), "theirs\n").expect("write");
+            std::fs::rename(fixture.root().join("src/theirs"), fixture.root().join("src/a.rs")).expect("rename over");
+        } else {
+            std::fs::write(fixture.root().join("src/a.rs"), "theirs\n").expect("write in place");
+        }
+        std::fs::write(fixture.root().join("src/new.rs"), "theirs too\n").expect("create");
         child.kill().expect("kill the child");
         child.wait().expect("reaped");
         let restarted: Runtime = runtime_with_policy(TEST_POLICY, Some(state.path()));
         let recovered = restarted.recover(&fixture.workspace);
-        assert_eq!(recovered.len(), 1, "{durability}: {recovered:?}");
-        assert_eq!(recovered[0].error, None, "{durability}");
-        assert!(!fixture.root().join("made").exists(), "{durability}: the call's directory was not rolled back");
-        assert_eq!(fixture.read_text("src/a.rs"), "theirs\n", "{durability}: the restart wrote over another program's write");
+        let what = format!("{durability}, by_rename={by_rename}");
+        assert_eq!(recovered.len(), 1, "{what}: {recovered:?}");
+        assert_eq!(recovered[0].error, None, "{what}");
+        assert!(!fixture.root().join("made").exists(), "{what}: the call's directory was not rolled back");
+        assert_eq!(fixture.read_text("src/a.rs"), "theirs\n", "{what}: the restart wrote over another program's write");
+        assert_eq!(fixture.read_text("src/new.rs"), "theirs too\n", "{what}: the restart removed another program's file");
     }
 }
 

@@ -153,3 +153,114 @@ fn a_sparse_file_written_in_place_keeps_its_holes() {
     assert!(metadata.blocks() * 512 < 1 << 20, "the copy filled the holes: {} blocks", metadata.blocks());
     records(state);
 }
+
+/// `admin` holds a write of `src/x.txt` open for `hold_ms` (in place, or rewritten whole) and
+/// commits; `meanwhile` runs while it is in flight. Returns the writing call's outcome.
+fn while_writing(governed: &Governed, whole: bool, hold_ms: u64, meanwhile: impl FnOnce()) -> CallOutcome {
+    let script = if whole { "open:src/x.txt,tw;ws:0;w:AAAA" } else { "open:src/x.txt,w;ws:0;w:AAAA" };
+    let ops = json!({"ops": [{"op": "stream_script", "content": script}, {"op": "sleep", "content": hold_ms.to_string()}]});
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| call_as(&governed.runtime, &governed.workspace, "admin", "fs_probe", &ops));
+        std::thread::sleep(std::time::Duration::from_millis(hold_ms / 3));
+        assert!(!writer.is_finished(), "the call ended before anything else happened");
+        meanwhile();
+        writer.join().expect("the writing call")
+    })
+}
+
+#[test]
+fn a_write_lands_only_over_the_version_it_began_with() {
+    // Another program appends, removes the file, or puts a directory in its place while a call
+    // writes it: the call's commit is refused as a conflict, and what the other program did
+    // stays. Nothing of the call is left under a reserved name.
+    type Change = fn(&Path);
+    let changes: [(&str, Change); 3] = [
+        ("appended", |root| {
+            use std::io::Write as _;
+            let mut file = std::fs::OpenOptions::new().append(true).open(root.join("src/x.txt")).expect("open");
+            file.write_all(b"theirs\n").expect("append");
+        }),
+        ("removed", |root| std::fs::remove_file(root.join("src/x.txt")).expect("remove")),
+        ("a directory", |root| {
+            std::fs::remove_file(root.join("src/x.txt")).expect("remove");
+            std::fs::create_dir(root.join("src/x.txt")).expect("mkdir");
+            std::fs::write(root.join("src/x.txt/inside"), "in").expect("fill");
+        }),
+    ];
+    for whole in [false, true] {
+        for (what, change) in changes {
+            let governed = governed(TWO_ROLES, &[("src/x.txt", ORIGINAL)]);
+            let root = governed.root.clone();
+            let outcome = while_writing(&governed, whole, 900, || change(&root));
+            let error = outcome.result.expect_err("the commit over another version is refused");
+            assert_eq!(error.kind, toolcell_types::ToolErrorKind::Conflict, "{what}, whole={whole}: {}", error.message);
+            assert!(error.message.contains("changed by another program"), "{what}: {}", error.message);
+            match what {
+                "appended" => assert_eq!(text(&governed.root, "src/x.txt"), format!("{ORIGINAL}theirs\n")),
+                "removed" => assert!(!governed.root.join("src/x.txt").exists()),
+                _ => assert_eq!(text(&governed.root, "src/x.txt/inside"), "in"),
+            }
+            let left = reserved_names(&root);
+            assert!(left.is_empty(), "{what}: a reserved name was left: {left:?}");
+            let records = records(&governed.state);
+            assert!(records.iter().any(|record| record.rule.as_deref() == Some("changed-meanwhile")), "{what}: not audited");
+        }
+    }
+}
+
+#[test]
+fn a_lock_taken_while_a_call_writes_stops_its_commit() {
+    let governed = governed(TWO_ROLES, &[("src/x.txt", ORIGINAL)]);
+    let outcome = while_writing(&governed, false, 900, || {
+        let locked = call_as(&governed.runtime, &governed.workspace, "impl", "lock_files", &json!({"paths": ["src/x.txt"]}));
+        assert!(locked.result.is_ok(), "{}", shown(&locked));
+    });
+    let error = outcome.result.expect_err("the commit under another's lock is refused");
+    assert_eq!(error.kind, toolcell_types::ToolErrorKind::Conflict, "{}", error.message);
+    assert!(error.message.contains("locked"), "{}", error.message);
+    assert_eq!(text(&governed.root, "src/x.txt"), ORIGINAL);
+}
+
+#[test]
+fn a_write_keeps_the_files_owner_and_never_its_setuid_bits() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let governed = governed(TWO_ROLES, &[("run.sh", "#!/bin/sh\necho hi\n"), ("whole.sh", "#!/bin/sh\n")]);
+    for name in ["run.sh", "whole.sh"] {
+        let path = governed.root.join(name);
+        // Another user's file where the host may give it away (as root), the host's own
+        // otherwise: either way, the owner it has before.
+        let _ = std::os::unix::fs::chown(&path, Some(65534), Some(65534));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o6755)).expect("chmod");
+    }
+    let owners = |name: &str| {
+        let metadata = std::fs::metadata(governed.root.join(name)).expect("stat");
+        (metadata.uid(), metadata.gid())
+    };
+    let before = (owners("run.sh"), owners("whole.sh"));
+    let ops = json!({"ops": [
+        {"op": "append", "path": "run.sh", "content": "id\n"},
+        {"op": "write", "path": "whole.sh", "content": "#!/bin/sh\nid\n"},
+    ]});
+    let outcome = call_as(&governed.runtime, &governed.workspace, "admin", "fs_probe", &ops);
+    assert!(outcome.result.is_ok(), "{}", shown(&outcome));
+    assert_eq!(text(&governed.root, "run.sh"), "#!/bin/sh\necho hi\nid\n");
+    assert_eq!((owners("run.sh"), owners("whole.sh")), before, "the owner changed");
+    for name in ["run.sh", "whole.sh"] {
+        let mode = std::fs::metadata(governed.root.join(name)).expect("stat").permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o755, "{name}: a tool's write left a setuid or setgid file");
+    }
+}
+
+/// Every name under `directory` the host reserves for calls in flight.
+fn reserved_names(directory: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(directory).expect("list").filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".toolcell-") {
+            found.push(name);
+        } else if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            found.extend(reserved_names(&entry.path()));
+        }
+    }
+    found
+}

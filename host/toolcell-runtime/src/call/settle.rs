@@ -20,11 +20,11 @@ impl Runtime {
         if outcome.result.is_ok() {
             // Whole-file rewrites go in place before validators read them.
             guard.transaction = Some(transaction);
-            if let Err(failure) = guard.land_all() {
+            if let Err((kind, failure)) = guard.land_all() {
                 outcome.result = Err(if guard.timed_out() {
                     self.deadline_error(request.tool, &self.limits_for(request.tool, guard.policy()))
                 } else {
-                    ToolError::new(ToolErrorKind::Failed, format!("the call's writes could not be put in place ({failure})"))
+                    ToolError::new(kind, format!("the call's writes could not be put in place: {failure}"))
                 });
             }
             let Some(taken) = guard.transaction.take() else {

@@ -118,13 +118,27 @@ pub struct Step {
     /// never changed it), instead of rewriting it as a new file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<(u64, u64)>,
-    /// Taken before the file was written through a new file that replaces it whole (renamed
-    /// over it): the birth time of the file saved, where the file system keeps one. While the
-    /// path is still that very file (the inode `identity` names, born then: not a later file
-    /// given the freed number), the call never changed it, and a replay leaves it as it is,
-    /// whatever its content (another program may have written it in place meanwhile).
+    /// Taken before the path was written through a new file that replaces it whole (renamed
+    /// over it): until that file is put in place, the call has not changed the path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rewrite_of: Option<(i64, u32)>,
+    pub rewrite: Option<Rewrite>,
+}
+
+/// What a replay needs to know of a [`Step`] taken before a whole rewrite.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rewrite {
+    /// The birth time of the file saved, where the file system keeps one. While the path is
+    /// still that very file (the inode the step's `identity` names, born then: not a later
+    /// file given the freed number), the new content never landed, and a replay leaves the
+    /// path as it is, whatever its content (another program may have written it in place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub born: Option<(i64, u32)>,
+    /// Whether the new content may have been put in place: a `landing` line after the step
+    /// names the path (or, in the call itself, it was about to land). A replay restores no
+    /// rewrite step without it: the path is then as the call found it, or as another program
+    /// made it since (a file renamed over it, or one made where the call was creating its own).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub landing: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -149,6 +163,9 @@ pub(crate) enum Line {
     Begin(Header),
     /// The prior state of one path the call is about to mutate.
     Step { call: String, step: Step },
+    /// The call is about to put the new content of these paths in place (their rewrite steps
+    /// are then to be replayed).
+    Landing { call: String, paths: Vec<String> },
     /// The call committed or was rolled back: nothing of it is to be replayed.
     End { call: String },
 }
@@ -381,6 +398,8 @@ pub struct Journal {
     /// Lines written since the last sync, and the blobs they saved, not yet synced.
     unsynced: bool,
     unsynced_blobs: Vec<File>,
+    /// When saving a file is given up: the call's deadline.
+    deadline: Option<std::time::Instant>,
 }
 
 impl Journal {
@@ -402,7 +421,14 @@ impl Journal {
             syncs,
             unsynced: true,
             unsynced_blobs: Vec::new(),
+            deadline: None,
         })
+    }
+
+    /// Give up saving a file's content once `deadline` passes (the save fails `TimedOut`, and
+    /// the change it guards is not made).
+    pub fn until(&mut self, deadline: Option<std::time::Instant>) {
+        self.deadline = deadline;
     }
 
     /// Put every step written so far on the disk (blobs, the journal file, and once their
@@ -438,13 +464,35 @@ impl Journal {
         self.steps.is_empty()
     }
 
+    /// Record that the new content of `paths` (rewritten whole) is about to be put in place;
+    /// on the disk with the next [`make_durable`](Self::make_durable).
+    ///
+    /// # Errors
+    ///
+    /// Whatever appending the line fails with; nothing must be put in place then.
+    pub fn landing(&mut self, paths: &[String]) -> std::io::Result<()> {
+        self.file.append(&Line::Landing { call: self.call_id.clone(), paths: paths.to_vec() }, false)?;
+        self.unsynced = true;
+        self.landing_unrecorded(paths);
+        Ok(())
+    }
+
+    /// Note that the new content of `paths` is about to be put in place, for this call's own
+    /// rollback only: a call whose one change is one rename leaves nothing for a recovery to
+    /// replay, whether the rename happened or not.
+    pub fn landing_unrecorded(&mut self, paths: &[String]) {
+        for rewrite in self.steps.iter_mut().filter(|step| paths.contains(&step.path)).filter_map(|step| step.rewrite.as_mut()) {
+            rewrite.landing = true;
+        }
+    }
+
     /// Record that the directory `from` is about to be renamed to `to`.
     ///
     /// # Errors
     ///
     /// Whatever appending the step fails with; the move must not go ahead then.
     pub fn preserve_move(&mut self, from: &str, to: &str) -> std::io::Result<()> {
-        self.append(Step { path: from.to_owned(), prior: Prior::Moved { to: to.to_owned() }, identity: None, rewrite_of: None })
+        self.append(Step { path: from.to_owned(), prior: Prior::Moved { to: to.to_owned() }, identity: None, rewrite: None })
     }
 
     fn append(&mut self, step: Step) -> std::io::Result<()> {

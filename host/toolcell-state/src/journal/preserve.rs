@@ -29,11 +29,17 @@ impl Journal {
     fn preserve_step(&mut self, root: &Dir, path: &str, rewrite: bool) -> std::io::Result<()> {
         let (directory, name) = match crate::beneath::parent(root, path) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return self.append(Step { path: path.to_owned(), prior: Prior::Absent, identity: None, rewrite_of: None });
+                return self.append(Step {
+                    path: path.to_owned(),
+                    prior: Prior::Absent,
+                    identity: None,
+                    rewrite: rewrite.then(Rewrite::default),
+                });
             }
             result => result?,
         };
-        let (mut identity, mut rewrite_of) = (None, None);
+        let mut identity = None;
+        let mut rewrite = rewrite.then(Rewrite::default);
         let prior = match directory.symlink_metadata(name) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Prior::Absent,
             Err(error) => return Err(error),
@@ -53,7 +59,9 @@ impl Journal {
                 }
                 let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
                 identity = Some((std::os::unix::fs::MetadataExt::dev(&metadata), std::os::unix::fs::MetadataExt::ino(&metadata)));
-                rewrite_of = if rewrite { crate::storage::birth_of(&source) } else { None };
+                if let Some(rewrite) = rewrite.as_mut() {
+                    rewrite.born = crate::storage::birth_of(&source);
+                }
                 if metadata.len() <= INLINE_BYTES {
                     let mut content = Vec::new();
                     std::io::Read::read_to_end(&mut source, &mut content)?;
@@ -65,7 +73,7 @@ impl Journal {
                     self.blobs += 1;
                     let blob = self.blobs.to_string();
                     let copy = crate::storage::private_file().write(true).create_new(true).open(self.blob_dir.join(&blob))?;
-                    crate::storage::copy_sparse(&source, &copy)?;
+                    crate::storage::copy_sparse_until(&source, &copy, self.deadline)?;
                     self.unsynced_blobs.push(copy);
                     Prior::File { blob, mode }
                 }
@@ -77,6 +85,6 @@ impl Journal {
                 ));
             }
         };
-        self.append(Step { path: path.to_owned(), prior, identity, rewrite_of })
+        self.append(Step { path: path.to_owned(), prior, identity, rewrite })
     }
 }

@@ -46,7 +46,9 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
         }
     }
     let mut replayed = Replayed::default();
-    for step in steps.iter().rev() {
+    // A path whose new content was never put in place was not changed by its call: it is left
+    // as it stands (its directory was cleared of the call's reserved names above).
+    for step in steps.iter().rev().filter(|step| step.rewrite.as_ref().is_none_or(|rewrite| rewrite.landing)) {
         match restore_leaving(root, directory, step, &mut replayed) {
             // A file or symlink stands where a directory on the path was: another session's,
             // so the rollback does not wedge on it. Nothing the call made can be beneath it.
@@ -221,7 +223,9 @@ fn is_untouched(parent: &Dir, name: &str, journal: &Path, step: &Step) -> std::i
     if !metadata.is_file() || metadata.dev() != device || metadata.ino() != inode {
         return Ok(false);
     }
-    if step.rewrite_of.is_some() && crate::storage::birth_of(&current) == step.rewrite_of {
+    if let Some(born) = step.rewrite.as_ref().and_then(|rewrite| rewrite.born)
+        && crate::storage::birth_of(&current) == Some(born)
+    {
         // The call's change would have been another file: it never landed.
         return Ok(true);
     }

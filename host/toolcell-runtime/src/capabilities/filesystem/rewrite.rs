@@ -40,7 +40,46 @@ pub(crate) struct Shadow {
     /// Whether anything was written to it (a copy made for an in-place write that wrote nothing
     /// by the call's end is dropped, not put in place: the file keeps its inode).
     pub(crate) written: bool,
+    /// What stood at the path when the call began to write it (`None`: nothing). The new
+    /// content lands only over that very version: a change another program (or a host on
+    /// another state directory) made meanwhile is not lost under it.
+    was: Option<Stamp>,
 }
+
+/// What tells a file from its next version: device, inode, length, modification and change
+/// times (any write, truncation, `chmod`, link or rename of it moves the change time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Stamp {
+    identity: (u64, u64),
+    length: i64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+}
+
+impl Stamp {
+    fn of(stat: &rustix::fs::Stat) -> Stamp {
+        let nanoseconds = |nanoseconds| i64::try_from(nanoseconds).unwrap_or_default();
+        Stamp {
+            identity: (stat.st_dev, stat.st_ino),
+            length: stat.st_size,
+            modified: (stat.st_mtime, nanoseconds(stat.st_mtime_nsec)),
+            changed: (stat.st_ctime, nanoseconds(stat.st_ctime_nsec)),
+        }
+    }
+}
+
+/// The error of a landing that found another version at the path than the call began to write
+/// over: nothing was put in place.
+#[derive(Debug)]
+pub(super) struct ChangedMeanwhile;
+
+impl std::fmt::Display for ChangedMeanwhile {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("it was changed by another program or host while this call wrote it")
+    }
+}
+
+impl std::error::Error for ChangedMeanwhile {}
 
 /// What a file written through a [`Shadow`] starts as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,9 +131,17 @@ impl FsGuard {
         // rewritten otherwise.
         let landing_name = format!("{IN_FLIGHT_PREFIX}{}-{}", transaction.call_id, transaction.shadows.len());
         let access = access & (OFlags::WRONLY | OFlags::RDWR);
+        let deadline = self.deadline;
+        let name = path.rsplit_once('/').map_or(path, |(_, name)| name);
         let created = (|| {
             // Created where the judged path is, not where a symlink swapped in since leads.
             let directory = beneath::open(root, parent, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())?;
+            // What stands at the path now: the new content lands only over that very version.
+            let was = match rustix::fs::statat(&directory, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => Some(stat),
+                Err(rustix::io::Errno::NOENT) => None,
+                Err(errno) => return Err(std::io::Error::from(errno)),
+            };
             let unnamed = OFlags::TMPFILE | access | OFlags::CLOEXEC;
             let (file, named) = match rustix::fs::openat(&directory, ".", unnamed, Mode::from_raw_mode(0o600)) {
                 Ok(file) => (file, None),
@@ -107,32 +154,55 @@ impl FsGuard {
                 }
                 Err(errno) => return Err(std::io::Error::from(errno)),
             };
-            if kind == ShadowKind::InPlace {
-                // The file as judged, read in its directory opened without following a symlink.
-                let name = path.rsplit_once('/').map_or(path, |(_, name)| name);
-                let source = beneath::open(&directory, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK, Mode::empty())?;
-                let stat = rustix::fs::fstat(&source)?;
-                if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
-                    return Err(std::io::Error::other("the file was replaced while it was being opened"));
+            let made = (|| {
+                if kind == ShadowKind::InPlace {
+                    // The file as judged, read in its directory opened without following a
+                    // symlink, and still the version seen above.
+                    let source = beneath::open(&directory, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK, Mode::empty())?;
+                    let stat = rustix::fs::fstat(&source)?;
+                    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile
+                        || was.as_ref().map(Stamp::of) != Some(Stamp::of(&stat))
+                    {
+                        return Err(std::io::Error::other("the file was replaced while it was being opened"));
+                    }
+                    toolcell_state::storage::copy_sparse_until(&source, &file, deadline)?;
+                    let times = rustix::fs::Timestamps {
+                        last_access: rustix::fs::Timespec { tv_sec: stat.st_atime, tv_nsec: stat.st_atime_nsec as _ },
+                        last_modification: rustix::fs::Timespec { tv_sec: stat.st_mtime, tv_nsec: stat.st_mtime_nsec as _ },
+                    };
+                    rustix::fs::futimens(&file, &times)?;
                 }
-                toolcell_state::storage::copy_sparse(&source, &file)?;
-                let times = rustix::fs::Timestamps {
-                    last_access: rustix::fs::Timespec { tv_sec: stat.st_atime, tv_nsec: stat.st_atime_nsec as _ },
-                    last_modification: rustix::fs::Timespec { tv_sec: stat.st_mtime, tv_nsec: stat.st_mtime_nsec as _ },
-                };
-                rustix::fs::futimens(&file, &times)?;
-                rustix::fs::fchmod(&file, Mode::from_raw_mode(stat.st_mode & 0o7777))?;
-            } else if let Ok(metadata) = root.symlink_metadata(path) {
-                let mode = cap_std::fs::PermissionsExt::mode(&metadata.permissions()) & 0o7777;
-                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))?;
+                if let Some(stat) = &was {
+                    // The file's owner and group, where the host may give them; never its
+                    // setuid and setgid bits (a file a tool wrote is not one to run as
+                    // another user, as the kernel clears them on an unprivileged write).
+                    let (owner, group) = (rustix::fs::Uid::from_raw(stat.st_uid), rustix::fs::Gid::from_raw(stat.st_gid));
+                    if rustix::fs::fchown(&file, Some(owner), Some(group)).is_err() {
+                        let _ = rustix::fs::fchown(&file, None, Some(group));
+                    }
+                    rustix::fs::fchmod(&file, Mode::from_raw_mode(stat.st_mode & 0o1777))?;
+                }
+                Ok(())
+            })();
+            if let Err(error) = made {
+                if let Some(named) = &named {
+                    let _ = rustix::fs::unlinkat(&directory, named.as_str(), AtFlags::empty());
+                }
+                return Err(error);
             }
-            Ok::<_, std::io::Error>((file, named))
+            Ok::<_, std::io::Error>((file, named, was.as_ref().map(Stamp::of)))
         })();
-        let (file, named) = created.map_err(|error| FsError::from(ErrorCode::from(error)))?;
+        let (file, named, was) = match created {
+            Ok(created) => created,
+            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => {
+                return Err(self.within_deadline().err().unwrap_or_else(|| ErrorCode::Io.into()));
+            }
+            Err(error) => return Err(FsError::from(ErrorCode::from(error))),
+        };
         let kept = file.try_clone().map_err(|error| FsError::from(ErrorCode::from(error)))?;
         if let Some(transaction) = self.transaction.as_mut() {
             let written = kind == ShadowKind::Whole;
-            transaction.shadows.push(Shadow { path: path.to_owned(), file: kept, named, landing_name, written });
+            transaction.shadows.push(Shadow { path: path.to_owned(), file: kept, named, landing_name, written, was });
         }
         Ok(std::fs::File::from(file))
     }
@@ -196,21 +266,71 @@ impl FsGuard {
             std::mem::take(&mut transaction.shadows).into_iter().partition(|shadow| under(&shadow.path));
         transaction.shadows = kept;
         // A copy nothing was written to yet lands too: the component's descriptor of it stays
-        // the file's. The call goes on after this: its journal must be on the disk before a
-        // file changes.
+        // the file's. The call goes on after this: its journal (which says these land) must be
+        // on the disk before a file changes.
         if let Some(journal) = transaction.journal.as_mut() {
-            journal.make_durable().map_err(|error| FsError::from(ErrorCode::from(error)))?;
+            let paths: Vec<String> = landing.iter().map(|shadow| shadow.path.clone()).collect();
+            journal.landing(&paths).and_then(|()| journal.make_durable()).map_err(|error| FsError::from(ErrorCode::from(error)))?;
         }
         let sync = transaction.durability.syncs();
-        let Some(root) = self.root.as_deref() else {
-            return Ok(());
-        };
-        for shadow in landing {
-            let landed = land_file(root, &shadow, sync).map_err(|error| FsError::from(ErrorCode::from(error)))?;
-            transaction.unlanded.remove(&shadow.path);
-            transaction.landed_mid_call(shadow.path, landed);
+        let mut landing = landing.into_iter();
+        while let Some(shadow) = landing.next() {
+            if self.land_one(shadow, sync, false).is_err() {
+                if let Some(transaction) = self.transaction.as_mut() {
+                    transaction.shadows.extend(landing);
+                }
+                return Err(FsError::from(ErrorCode::Access));
+            }
         }
         Ok(())
+    }
+
+    /// Put one file's new content in place, checked first: still this call's to write (the
+    /// lock table, which another host may have changed since the open), and the path still the
+    /// version the call began to write over. A refusal or a failure is recorded (the call then
+    /// fails) and the content is not put in place. `at_end`: the call is committing.
+    fn land_one(&mut self, shadow: Shadow, sync: bool, at_end: bool) -> Result<(), (ToolErrorKind, String)> {
+        let path = shadow.path.clone();
+        let checked = self.check_lock("land", &path, Access::Write);
+        let landed = match (checked, self.root.as_deref()) {
+            (Err(_), _) => Err(None),
+            (Ok(()), Some(root)) => land_file(root, &shadow, sync).map_err(Some),
+            (Ok(()), None) => return Ok(()),
+        };
+        match landed {
+            Ok(landed) => {
+                if let Some(transaction) = self.transaction.as_mut() {
+                    transaction.unlanded.remove(&path);
+                    if at_end {
+                        transaction.landed.push((path, landed));
+                    } else {
+                        transaction.landed_mid_call(path, landed);
+                    }
+                }
+                Ok(())
+            }
+            Err(error) => {
+                if let Some(transaction) = self.transaction.as_mut() {
+                    // Kept, not landed: let go of at the call's end.
+                    transaction.shadows.push(shadow);
+                }
+                let shown = escape_control(&path);
+                let (rule, message, kind) = match error {
+                    // Refused and recorded by the lock check.
+                    None => return Err(self.last_refusal(ToolErrorKind::Conflict)),
+                    Some(error) if error.get_ref().is_some_and(|inner| inner.is::<ChangedMeanwhile>()) => (
+                        "changed-meanwhile",
+                        format!(
+                            "`{shown}` was changed by another program or host while this call wrote it, so this call's content was not put in place: read it again, then make the change"
+                        ),
+                        ToolErrorKind::Conflict,
+                    ),
+                    Some(error) => ("landing-failed", format!("`{shown}` could not be put in place ({error})"), ToolErrorKind::Failed),
+                };
+                self.refuse_rule("land", &path, Access::Write, rule, message.clone(), kind);
+                Err((kind, message))
+            }
+        }
     }
 
     /// Put the rewritten files directly inside `directory` in place.
@@ -234,34 +354,51 @@ impl FsGuard {
     }
 
     /// Put every rewritten file in place: the call is about to commit.
-    pub(crate) fn land_all(&mut self) -> Result<(), String> {
+    pub(crate) fn land_all(&mut self) -> Result<(), (ToolErrorKind, String)> {
         let Some(transaction) = self.transaction.as_mut() else {
             return Ok(());
         };
-        // A copy nothing was written to is dropped: the file stays as it is.
-        let shadows: Vec<_> = std::mem::take(&mut transaction.shadows).into_iter().filter(|shadow| shadow.written).collect();
+        // A copy nothing was written to is not put in place: the file stays as it is (the copy
+        // is let go of at the call's end).
+        let (shadows, unwritten): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut transaction.shadows).into_iter().partition(|shadow| shadow.written);
+        transaction.shadows = unwritten;
         if shadows.is_empty() {
             return Ok(());
         }
         // A call whose only change is one whole-file rewrite is done by one rename: a crash
-        // leaves the old file or the new one, and there is nothing for the journal to undo.
-        // Any other call needs its journal on the disk before its first file lands.
+        // leaves the old file or the new one, and there is nothing for the journal to undo
+        // (its step, without a landing line, is not replayed). Any other call needs its journal
+        // on the disk, with the files about to land, before its first file lands.
         let single_rewrite = shadows.len() == 1 && transaction.journal.as_ref().is_some_and(|journal| journal.len() == 1);
-        if !single_rewrite && let Some(journal) = transaction.journal.as_mut() {
-            journal.make_durable().map_err(|error| format!("the call's journal cannot be saved ({error})"))?;
+        if let Some(journal) = transaction.journal.as_mut() {
+            let paths: Vec<String> = shadows.iter().map(|shadow| shadow.path.clone()).collect();
+            if single_rewrite {
+                journal.landing_unrecorded(&paths);
+            } else {
+                journal
+                    .landing(&paths)
+                    .and_then(|()| journal.make_durable())
+                    .map_err(|error| (ToolErrorKind::Failed, format!("the call's journal cannot be saved ({error})")))?;
+            }
         }
         let sync = transaction.durability.syncs();
-        let Some(root) = self.root.as_deref() else {
-            return Ok(());
-        };
-        for shadow in shadows {
+        let mut shadows = shadows.into_iter();
+        while let Some(shadow) = shadows.next() {
             if self.timed_out || self.deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
                 self.timed_out = true;
-                return Err("the call ran past its deadline before its writes were all put in place".to_owned());
+                if let Some(transaction) = self.transaction.as_mut() {
+                    transaction.shadows.push(shadow);
+                    transaction.shadows.extend(shadows);
+                }
+                return Err((ToolErrorKind::Failed, "the call ran past its deadline before its writes were all put in place".to_owned()));
             }
-            let landed = land_file(root, &shadow, sync).map_err(|error| format!("`{}`: {error}", escape_control(&shadow.path)))?;
-            transaction.unlanded.remove(&shadow.path);
-            transaction.landed.push((shadow.path, landed));
+            if let Err(failure) = self.land_one(shadow, sync, true) {
+                if let Some(transaction) = self.transaction.as_mut() {
+                    transaction.shadows.extend(shadows);
+                }
+                return Err(failure);
+            }
         }
         Ok(())
     }
@@ -317,6 +454,14 @@ pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) ->
         // Something else stands under the reserved name: nothing is placed.
         return Err(std::io::Error::other("the file to be put in place is not the one this call wrote"));
     }
+    let now = match rustix::fs::statat(&directory, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) => Some(Stamp::of(&stat)),
+        Err(rustix::io::Errno::NOENT) => None,
+        Err(errno) => return Err(unname(&directory, landing, errno.into())),
+    };
+    if now != shadow.was {
+        return Err(unname(&directory, landing, std::io::Error::other(ChangedMeanwhile)));
+    }
     // Read (the component's descriptor may be write-only) under the name no call may touch:
     // what it lands with tells a later change of its content from one of its metadata alone.
     let readable =
@@ -324,10 +469,19 @@ pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) ->
     let content = readable.ok().and_then(|readable| landed::content_of(&shadow.file, &readable));
     // The file replaced is freed after the call, not in the rename (see `release`).
     let replaced = release::hold(&directory, name);
-    rustix::fs::renameat(&directory, landing, &directory, name)?;
+    if let Err(errno) = rustix::fs::renameat(&directory, landing, &directory, name) {
+        return Err(unname(&directory, landing, errno.into()));
+    }
     release::later(replaced);
     // The change time is the one the rename gave it.
     transaction::Landed::of(&shadow.file, content)
+}
+
+/// Take the reserved name `landing` away again (the content was not put in place), then
+/// return `error`.
+fn unname(directory: &OwnedFd, landing: &str, error: std::io::Error) -> std::io::Error {
+    let _ = rustix::fs::unlinkat(directory, landing, AtFlags::empty());
+    error
 }
 
 /// Give the unnamed file `file` the name `name` in `directory`: through its `/proc/self/fd`

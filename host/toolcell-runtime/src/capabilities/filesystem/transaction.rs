@@ -417,6 +417,7 @@ impl FsGuard {
         in_place: bool,
         write: impl FnOnce(&mut Journal, &cap_std::fs::Dir) -> std::io::Result<()>,
     ) -> FsResult<()> {
+        let deadline = self.deadline;
         let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_mut()) else {
             return Ok(());
         };
@@ -432,13 +433,15 @@ impl FsGuard {
         }
         let journaled = (|| {
             if transaction.journal.is_none() {
-                transaction.journal = Some(Journal::begin(
+                let mut journal = Journal::begin(
                     &transaction.journals,
                     &transaction.call_id,
                     &transaction.session,
                     &transaction.workspace,
                     transaction.durability.syncs(),
-                )?);
+                )?;
+                journal.until(deadline);
+                transaction.journal = Some(journal);
             }
             match transaction.journal.as_mut() {
                 Some(journal) => {
@@ -461,6 +464,7 @@ impl FsGuard {
                 }
                 Ok(())
             }
+            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => self.within_deadline(),
             Err(error) => {
                 let message = format!(
                     "change of `{}` was refused because its prior state cannot be saved for rollback ({}); tell the operator",
