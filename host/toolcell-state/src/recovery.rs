@@ -150,11 +150,9 @@ fn read(file: &File, stem: &str, key: &JournalKey) -> Read {
                     steps.push(step);
                 }
             }
-            Line::Landing { call, paths } => {
+            Line::Landing { call, files } => {
                 if let Some((_, steps)) = open.iter_mut().rev().find(|(header, _)| header.call_id == call) {
-                    for rewrite in steps.iter_mut().filter(|step| paths.contains(&step.path)).filter_map(|step| step.rewrite.as_mut()) {
-                        rewrite.landing = true;
-                    }
+                    crate::journal::mark_landing(steps, &files);
                 }
             }
             Line::End { call } => open.retain(|(header, _)| header.call_id != call),

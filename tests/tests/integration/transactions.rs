@@ -472,17 +472,20 @@ fn slow_changes() -> Value {
 }
 
 /// A host killed while its call writes a file in place and creates another (new content not
-/// put in place yet), while another program writes the first (in place, or by renaming a file
-/// over it) and makes the second: the restart rolls back what the call did change (a directory
-/// it made) and leaves what the other program wrote.
+/// put in place yet, or put in place mid-call by a listing of their directory), while another
+/// program writes the first (in place, or by renaming a file over it) and makes the second:
+/// the restart rolls back what the call did change (a directory it made) and leaves what the
+/// other program wrote.
 #[test]
 fn a_host_killed_with_a_write_in_flight_leaves_what_another_program_wrote_meanwhile() {
-    for (durability, by_rename) in [("full", false), ("atomic", false), ("full", true)] {
+    for (durability, by_rename, landed) in [("full", false, false), ("atomic", false, false), ("full", true, false), ("full", true, true)] {
         let fixture = project();
         let state = tempfile::tempdir().expect("state");
+        let land = if landed { json!({"op": "list", "path": "src"}) } else { json!({"op": "list", "path": "old"}) };
         let ops = json!({"ops": [
             {"op": "stream_script", "content": "open:src/a.rs,w;ws:0;w:MINE"},
             {"op": "stream_script", "content": "open:src/new.rs,cw;ws:0;w:MINE"},
+            land,
             {"op": "mkdir", "path": "made"},
             {"op": "sleep", "content": "20000"},
         ]});
@@ -498,12 +501,13 @@ fn a_host_killed_with_a_write_in_flight_leaves_what_another_program_wrote_meanwh
         } else {
             std::fs::write(fixture.root().join("src/a.rs"), "theirs\n").expect("write in place");
         }
-        std::fs::write(fixture.root().join("src/new.rs"), "theirs too\n").expect("create");
+        std::fs::write(fixture.root().join("src/theirs"), "theirs too\n").expect("write");
+        std::fs::rename(fixture.root().join("src/theirs"), fixture.root().join("src/new.rs")).expect("make, or rename over");
         child.kill().expect("kill the child");
         child.wait().expect("reaped");
         let restarted: Runtime = runtime_with_policy(TEST_POLICY, Some(state.path()));
         let recovered = restarted.recover(&fixture.workspace);
-        let what = format!("{durability}, by_rename={by_rename}");
+        let what = format!("{durability}, by_rename={by_rename}, landed={landed}");
         assert_eq!(recovered.len(), 1, "{what}: {recovered:?}");
         assert_eq!(recovered[0].error, None, "{what}");
         assert!(!fixture.root().join("made").exists(), "{what}: the call's directory was not rolled back");

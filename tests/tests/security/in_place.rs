@@ -264,3 +264,85 @@ fn reserved_names(directory: &Path) -> Vec<String> {
     }
     found
 }
+
+#[test]
+fn a_failed_call_leaves_a_file_it_put_in_place_that_another_program_changed_since() {
+    // The call's write lands mid-call (a listing of its directory puts it in place), another
+    // program then appends to it or renames its own file over it, and the call fails: the
+    // rollback leaves what the other program made (it saw the call's content), and says so.
+    for by_rename in [false, true] {
+        let governed = governed(TWO_ROLES, &[("src/x.txt", ORIGINAL)]);
+        let ops = json!({"ops": [
+            {"op": "append", "path": "src/x.txt", "content": "mine\n"},
+            {"op": "list", "path": "src"},
+            {"op": "sleep", "content": "900"},
+            {"op": "fail"},
+        ]});
+        let root = governed.root.clone();
+        let outcome = std::thread::scope(|scope| {
+            let writer = scope.spawn(|| call_as(&governed.runtime, &governed.workspace, "admin", "fs_probe", &ops));
+            let started = std::time::Instant::now();
+            while text(&root, "src/x.txt") == ORIGINAL {
+                assert!(started.elapsed() < std::time::Duration::from_secs(20), "the call never put its write in place");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            if by_rename {
+                std::fs::write(root.join("src/theirs"), "theirs\n").expect("write");
+                std::fs::rename(root.join("src/theirs"), root.join("src/x.txt")).expect("rename over");
+            } else {
+                use std::io::Write as _;
+                let mut file = std::fs::OpenOptions::new().append(true).open(root.join("src/x.txt")).expect("open");
+                file.write_all(b"theirs\n").expect("append");
+            }
+            writer.join().expect("the writing call")
+        });
+        let error = outcome.result.expect_err("the call failed");
+        assert!(error.message.contains("left as that session made them"), "by_rename={by_rename}: {}", error.message);
+        let expected = if by_rename { "theirs\n".to_owned() } else { format!("{ORIGINAL}mine\ntheirs\n") };
+        assert_eq!(text(&root, "src/x.txt"), expected, "by_rename={by_rename}: the rollback wrote over another program's change");
+    }
+}
+
+#[test]
+fn a_write_keeps_the_files_extended_attributes_and_acl_but_not_its_capabilities() {
+    use rustix::fs::XattrFlags;
+    let governed = governed(TWO_ROLES, &[("in_place.txt", "secret\n"), ("whole.txt", "secret\n")]);
+    // An ACL that keeps user 65534 out: user::rw-, user:65534:---, group::r--, mask::r--,
+    // other::r-- (the kernel's binary form, version 2).
+    let entry =
+        |tag: u16, permissions: u16, id: u32| [tag.to_le_bytes().as_slice(), &permissions.to_le_bytes(), &id.to_le_bytes()].concat();
+    let acl = [
+        2u32.to_le_bytes().to_vec(),
+        entry(0x01, 6, u32::MAX),
+        entry(0x02, 0, 65534),
+        entry(0x04, 4, u32::MAX),
+        entry(0x10, 4, u32::MAX),
+        entry(0x20, 4, u32::MAX),
+    ]
+    .concat();
+    // File capabilities, version 2: CAP_NET_BIND_SERVICE permitted.
+    let capability = [0x0200_0000u32.to_le_bytes(), 0x400u32.to_le_bytes(), [0; 4], [0; 4], [0; 4]].concat();
+    for name in ["in_place.txt", "whole.txt"] {
+        let path = governed.root.join(name);
+        rustix::fs::setxattr(&path, "system.posix_acl_access", &acl, XattrFlags::empty()).expect("set the ACL");
+        rustix::fs::setxattr(&path, "user.tag", b"kept", XattrFlags::empty()).expect("set a user attribute");
+        rustix::fs::setxattr(&path, "security.capability", &capability, XattrFlags::empty()).expect("set file capabilities (as root)");
+    }
+    let ops = json!({"ops": [
+        {"op": "append", "path": "in_place.txt", "content": "more\n"},
+        {"op": "write", "path": "whole.txt", "content": "new secret\n"},
+    ]});
+    let outcome = call_as(&governed.runtime, &governed.workspace, "admin", "fs_probe", &ops);
+    assert!(outcome.result.is_ok(), "{}", shown(&outcome));
+    assert_eq!(text(&governed.root, "in_place.txt"), "secret\nmore\n");
+    for name in ["in_place.txt", "whole.txt"] {
+        let path = governed.root.join(name);
+        let mut value = vec![0u8; 4096];
+        let length = rustix::fs::getxattr(&path, "system.posix_acl_access", &mut value[..]).expect("the ACL is kept");
+        assert_eq!(&value[..length], &acl[..], "{name}: the ACL changed");
+        let length = rustix::fs::getxattr(&path, "user.tag", &mut value[..]).expect("the user attribute is kept");
+        assert_eq!(&value[..length], b"kept");
+        let capabilities = rustix::fs::getxattr(&path, "security.capability", &mut value[..]);
+        assert_eq!(capabilities, Err(rustix::io::Errno::NODATA), "{name}: a tool's write kept file capabilities");
+    }
+}

@@ -134,7 +134,20 @@ impl Runtime {
                     self.indexes.note_written(request.workspace.root(), root, &skip, modified);
                 }
             }
-            (false, Some(journal)) => {
+            (false, Some(mut journal)) => {
+                // A file this call put in place that another program or host changed since (in
+                // place, replaced or removed it: they saw this call's content) is theirs now,
+                // left as they made it.
+                if replaced.is_empty() && kept.is_empty() {
+                    let changed = transaction.changed_since(root);
+                    if !changed.is_empty() {
+                        kept = leftovers::kept_moves(&transaction.moves, &changed);
+                        let mut left = changed.clone();
+                        left.extend(kept.iter().map(|(_, to)| to.clone()));
+                        journal.leave_as_they_are(&left);
+                        replaced = changed;
+                    }
+                }
                 // Putting names back is a namespace change like any other: no other call
                 // judges against the tree while it is half restored.
                 // What the landed files are known by was used above: their descriptors go

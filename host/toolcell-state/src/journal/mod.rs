@@ -27,10 +27,13 @@
 //! directory is moved back. Replaying is idempotent, so a rollback interrupted by a crash is
 //! simply replayed again.
 
+mod landing;
 pub(crate) mod ledger;
 mod preserve;
 mod replay;
 
+pub(crate) use landing::mark_landing;
+pub use landing::{Landed, Rewrite};
 pub use replay::{Replayed, restore};
 pub(crate) use replay::{replay, unhex};
 use std::fs::File;
@@ -124,23 +127,6 @@ pub struct Step {
     pub rewrite: Option<Rewrite>,
 }
 
-/// What a replay needs to know of a [`Step`] taken before a whole rewrite.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rewrite {
-    /// The birth time of the file saved, where the file system keeps one. While the path is
-    /// still that very file (the inode the step's `identity` names, born then: not a later
-    /// file given the freed number), the new content never landed, and a replay leaves the
-    /// path as it is, whatever its content (another program may have written it in place).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub born: Option<(i64, u32)>,
-    /// Whether the new content may have been put in place: a `landing` line after the step
-    /// names the path (or, in the call itself, it was about to land). A replay restores no
-    /// rewrite step without it: the path is then as the call found it, or as another program
-    /// made it since (a file renamed over it, or one made where the call was creating its own).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub landing: bool,
-}
-
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Header {
     pub(crate) version: u32,
@@ -163,9 +149,9 @@ pub(crate) enum Line {
     Begin(Header),
     /// The prior state of one path the call is about to mutate.
     Step { call: String, step: Step },
-    /// The call is about to put the new content of these paths in place (their rewrite steps
-    /// are then to be replayed).
-    Landing { call: String, paths: Vec<String> },
+    /// The call is about to put the new content of these paths in place, as these files (their
+    /// rewrite steps are then to be replayed).
+    Landing { call: String, files: Vec<(String, Landed)> },
     /// The call committed or was rolled back: nothing of it is to be replayed.
     End { call: String },
 }
@@ -462,28 +448,6 @@ impl Journal {
     /// Whether the journal holds no step yet.
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()
-    }
-
-    /// Record that the new content of `paths` (rewritten whole) is about to be put in place;
-    /// on the disk with the next [`make_durable`](Self::make_durable).
-    ///
-    /// # Errors
-    ///
-    /// Whatever appending the line fails with; nothing must be put in place then.
-    pub fn landing(&mut self, paths: &[String]) -> std::io::Result<()> {
-        self.file.append(&Line::Landing { call: self.call_id.clone(), paths: paths.to_vec() }, false)?;
-        self.unsynced = true;
-        self.landing_unrecorded(paths);
-        Ok(())
-    }
-
-    /// Note that the new content of `paths` is about to be put in place, for this call's own
-    /// rollback only: a call whose one change is one rename leaves nothing for a recovery to
-    /// replay, whether the rename happened or not.
-    pub fn landing_unrecorded(&mut self, paths: &[String]) {
-        for rewrite in self.steps.iter_mut().filter(|step| paths.contains(&step.path)).filter_map(|step| step.rewrite.as_mut()) {
-            rewrite.landing = true;
-        }
     }
 
     /// Record that the directory `from` is about to be renamed to `to`.

@@ -46,9 +46,18 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
         }
     }
     let mut replayed = Replayed::default();
-    // A path whose new content was never put in place was not changed by its call: it is left
-    // as it stands (its directory was cleared of the call's reserved names above).
-    for step in steps.iter().rev().filter(|step| step.rewrite.as_ref().is_none_or(|rewrite| rewrite.landing)) {
+    let mut newer: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for step in steps.iter().rev() {
+        // A path whose new content was never put in place was not changed by its call: it is
+        // left as it stands (its directory was cleared of the call's reserved names above); so
+        // is one where another program put another file since the call's landed (unless the
+        // call itself changed the path after, in a newer step).
+        let newest = newer.insert(step.path.as_str());
+        if let Some(rewrite) = &step.rewrite
+            && (!rewrite.landing || (newest && replaced_since_landing(root, &step.path, rewrite.landed_as)))
+        {
+            continue;
+        }
         match restore_leaving(root, directory, step, &mut replayed) {
             // A file or symlink stands where a directory on the path was: another session's,
             // so the rollback does not wedge on it. Nothing the call made can be beneath it.
@@ -61,6 +70,25 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
         }
     }
     Ok(replayed)
+}
+
+/// Whether `path` holds something else than the file `landed` (which a call put there), or
+/// nothing: another program replaced or removed it since.
+fn replaced_since_landing(root: &Dir, path: &str, landed: Option<Landed>) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(landed) = landed else {
+        return false;
+    };
+    let Ok((parent, name)) = crate::beneath::parent(root, path) else {
+        return true;
+    };
+    let Ok(file) = crate::beneath::open_in(&parent, name, rustix::fs::OFlags::PATH) else {
+        return true;
+    };
+    let Ok(metadata) = file.metadata() else {
+        return true;
+    };
+    (metadata.dev(), metadata.ino()) != landed.inode || landed.born.is_some_and(|born| crate::storage::birth_of(&file) != Some(born))
 }
 
 /// Whether `error` says that a non-directory stands where a directory on a path was: a file

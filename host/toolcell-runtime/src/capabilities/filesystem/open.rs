@@ -165,7 +165,14 @@ impl GuardedFilesystem<'_> {
             if let Some(kind) = self.guard.shadow_kind(&canonical, open.open_flags, access) {
                 self.guard.before_rewrite("open-at", &canonical)?;
                 // Written to a new file with no name, which replaces the file at once.
-                let file = self.guard.shadow(&canonical, access, kind)?;
+                let file = match self.guard.shadow(&canonical, access, kind) {
+                    // The file system's own refusal (a directory the host may not write in),
+                    // recorded as one.
+                    Err(error) if matches!(error.downcast_ref(), Some(ErrorCode::Access | ErrorCode::NotPermitted)) => {
+                        return Err(self.refused_by_filesystem("open-at", &canonical, open.access));
+                    }
+                    shadowed => shadowed?,
+                };
                 return self.admit_opened(file, canonical, open.access, open.open_flags, open.flags, open.perms);
             }
             self.guard.before_mutation("open-at", &canonical, true)?;

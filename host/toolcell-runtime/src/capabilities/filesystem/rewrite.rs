@@ -180,6 +180,7 @@ impl FsGuard {
                     if rustix::fs::fchown(&file, Some(owner), Some(group)).is_err() {
                         let _ = rustix::fs::fchown(&file, None, Some(group));
                     }
+                    copy_attributes(&directory, name, &file)?;
                     rustix::fs::fchmod(&file, Mode::from_raw_mode(stat.st_mode & 0o1777))?;
                 }
                 Ok(())
@@ -269,8 +270,10 @@ impl FsGuard {
         // the file's. The call goes on after this: its journal (which says these land) must be
         // on the disk before a file changes.
         if let Some(journal) = transaction.journal.as_mut() {
-            let paths: Vec<String> = landing.iter().map(|shadow| shadow.path.clone()).collect();
-            journal.landing(&paths).and_then(|()| journal.make_durable()).map_err(|error| FsError::from(ErrorCode::from(error)))?;
+            journal
+                .landing(&landing_files(&landing))
+                .and_then(|()| journal.make_durable())
+                .map_err(|error| FsError::from(ErrorCode::from(error)))?;
         }
         let sync = transaction.durability.syncs();
         let mut landing = landing.into_iter();
@@ -372,12 +375,12 @@ impl FsGuard {
         // on the disk, with the files about to land, before its first file lands.
         let single_rewrite = shadows.len() == 1 && transaction.journal.as_ref().is_some_and(|journal| journal.len() == 1);
         if let Some(journal) = transaction.journal.as_mut() {
-            let paths: Vec<String> = shadows.iter().map(|shadow| shadow.path.clone()).collect();
+            let files = landing_files(&shadows);
             if single_rewrite {
-                journal.landing_unrecorded(&paths);
+                journal.landing_unrecorded(&files);
             } else {
                 journal
-                    .landing(&paths)
+                    .landing(&files)
                     .and_then(|()| journal.make_durable())
                     .map_err(|error| (ToolErrorKind::Failed, format!("the call's journal cannot be saved ({error})")))?;
             }
@@ -454,6 +457,15 @@ pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) ->
         // Something else stands under the reserved name: nothing is placed.
         return Err(std::io::Error::other("the file to be put in place is not the one this call wrote"));
     }
+    // Read (the component's descriptor may be write-only) under the name no call may touch:
+    // what it lands with tells a later change of its content from one of its metadata alone.
+    let readable =
+        rustix::fs::openat(&directory, landing, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty());
+    let content = readable.ok().and_then(|readable| landed::content_of(&shadow.file, &readable));
+    // The file replaced is freed after the call, not in the rename (see `release`).
+    let replaced = release::hold(&directory, name);
+    // The last look before the rename (the hash above takes time on a big file): the path must
+    // still be the version the call began to write over.
     let now = match rustix::fs::statat(&directory, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => Some(Stamp::of(&stat)),
         Err(rustix::io::Errno::NOENT) => None,
@@ -462,19 +474,68 @@ pub(super) fn land_file(root: &cap_std::fs::Dir, shadow: &Shadow, sync: bool) ->
     if now != shadow.was {
         return Err(unname(&directory, landing, std::io::Error::other(ChangedMeanwhile)));
     }
-    // Read (the component's descriptor may be write-only) under the name no call may touch:
-    // what it lands with tells a later change of its content from one of its metadata alone.
-    let readable =
-        rustix::fs::openat(&directory, landing, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty());
-    let content = readable.ok().and_then(|readable| landed::content_of(&shadow.file, &readable));
-    // The file replaced is freed after the call, not in the rename (see `release`).
-    let replaced = release::hold(&directory, name);
     if let Err(errno) = rustix::fs::renameat(&directory, landing, &directory, name) {
         return Err(unname(&directory, landing, errno.into()));
     }
     release::later(replaced);
     // The change time is the one the rename gave it.
     transaction::Landed::of(&shadow.file, content)
+}
+
+/// The paths of `shadows` with the files they are about to land as, for the journal.
+fn landing_files(shadows: &[Shadow]) -> Vec<(String, toolcell_state::journal::Landed)> {
+    shadows
+        .iter()
+        .filter_map(|shadow| {
+            let stat = rustix::fs::fstat(&shadow.file).ok()?;
+            let born = toolcell_state::storage::birth_of(&shadow.file);
+            Some((shadow.path.clone(), toolcell_state::journal::Landed { inode: (stat.st_dev, stat.st_ino), born }))
+        })
+        .collect()
+}
+
+/// Give `file` the extended attributes of `name` in `directory` (its POSIX ACLs among them, so
+/// that a user the file's ACL kept out stays out), but not its file capabilities
+/// (`security.capability`), which a write clears as it clears setuid. Read through the
+/// directory's `/proc/self/fd` link (the file may be write-only), or, where `/proc` is not
+/// mounted, through the file opened for reading.
+fn copy_attributes(directory: &OwnedFd, name: &str, file: &OwnedFd) -> std::io::Result<()> {
+    use rustix::io::Errno;
+    let by_proc = format!("/proc/self/fd/{}/{name}", directory.as_raw_fd());
+    // Most files have none: a small list first, the kernel's largest if it does not fit.
+    let mut names = vec![0u8; 1024];
+    let mut listing = rustix::fs::llistxattr(by_proc.as_str(), &mut names[..]);
+    if listing == Err(Errno::RANGE) {
+        names.resize(64 << 10, 0);
+        listing = rustix::fs::llistxattr(by_proc.as_str(), &mut names[..]);
+    }
+    let (listed, source) = match listing {
+        Ok(0) => return Ok(()),
+        Ok(listed) => (listed, None),
+        Err(Errno::NOTSUP) => return Ok(()),
+        Err(Errno::NOENT) => {
+            let opened = beneath::open(directory, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK, Mode::empty())?;
+            names.resize(64 << 10, 0);
+            match rustix::fs::flistxattr(&opened, &mut names[..]) {
+                Ok(listed) => (listed, Some(opened)),
+                Err(Errno::NOTSUP) => return Ok(()),
+                Err(errno) => return Err(errno.into()),
+            }
+        }
+        Err(errno) => return Err(errno.into()),
+    };
+    let mut value = vec![0u8; 64 << 10];
+    for attribute in
+        names[..listed].split(|byte| *byte == 0).filter(|attribute| !attribute.is_empty() && *attribute != b"security.capability")
+    {
+        let attribute = std::ffi::CString::new(attribute).map_err(std::io::Error::other)?;
+        let length = match &source {
+            Some(opened) => rustix::fs::fgetxattr(opened, attribute.as_c_str(), &mut value[..])?,
+            None => rustix::fs::lgetxattr(by_proc.as_str(), attribute.as_c_str(), &mut value[..])?,
+        };
+        rustix::fs::fsetxattr(file, attribute.as_c_str(), &value[..length], rustix::fs::XattrFlags::empty())?;
+    }
+    Ok(())
 }
 
 /// Take the reserved name `landing` away again (the content was not put in place), then
