@@ -62,7 +62,8 @@ effect = "deny"
 const OLD_SECRET: &str = "API_KEY=old-secret-0000";
 const NEW_SECRET: &str = "API_KEY=new-secret-rotated-4242";
 
-fn call_as(runtime: &Runtime, workspace: &Workspace, role: &str, tool: &str, args: &Value) -> CallOutcome {
+/// Call `tool` as `role` in the session `s-<role>`.
+pub(crate) fn call_as(runtime: &Runtime, workspace: &Workspace, role: &str, tool: &str, args: &Value) -> CallOutcome {
     let args = args.to_string();
     runtime
         .call(&CallRequest::new(workspace, role, &format!("s-{role}"), tool, &args))

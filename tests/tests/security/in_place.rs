@@ -9,20 +9,13 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use toolcell_runtime::{CallOutcome, CallRequest, Runtime, Workspace};
+use toolcell_runtime::CallOutcome;
 
 use super::boundary::{results, shown};
-use super::fourth_pass::TWO_ROLES;
+use super::fourth_pass::{TWO_ROLES, call_as};
 use super::hardening::{Governed, governed, records};
 
 const ORIGINAL: &str = "ORIGINAL content\n";
-
-fn call_as(runtime: &Runtime, workspace: &Workspace, role: &str, tool: &str, args: &Value) -> CallOutcome {
-    let args = args.to_string();
-    runtime
-        .call(&CallRequest::new(workspace, role, &format!("s-{role}"), tool, &args))
-        .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
-}
 
 /// `admin`'s `fs_probe` writes `AAAA` at the start of `src/x.txt` in place, reads the file
 /// again and stats it (which must not put it in place), holds its call open for `hold_ms`,

@@ -11,12 +11,12 @@ use wasmtime_wasi::{FsPerms, OpenMode};
 
 use super::BLOCKING_IN_PLACE;
 use super::operate::{GuardedFilesystem, check_open_flags, follows, open_access, os_open_flags};
+use toolcell_state::NamespaceLock;
+use toolcell_state::beneath;
 
 /// The flags an open of the call's own new content keeps: its access, and truncation.
 const SHADOW_FLAGS: rustix::fs::OFlags =
     rustix::fs::OFlags::RDONLY.union(rustix::fs::OFlags::WRONLY).union(rustix::fs::OFlags::RDWR).union(rustix::fs::OFlags::TRUNC);
-use toolcell_state::NamespaceLock;
-use toolcell_state::beneath;
 
 /// An `open-at` as the component asked for it, decoded once.
 pub(super) struct Open {
