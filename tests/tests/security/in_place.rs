@@ -339,3 +339,25 @@ fn a_write_keeps_the_files_extended_attributes_and_acl_but_not_its_capabilities(
         assert_eq!(capabilities, Err(rustix::io::Errno::NODATA), "{name}: a tool's write kept file capabilities");
     }
 }
+
+#[test]
+fn a_call_cannot_pass_its_own_write_off_as_another_programs_by_linking_its_file() {
+    // The call's write lands mid-call (a listing), the call gives the landed file a second name
+    // over another file (a hard link, then a rename), then writes through its old descriptor:
+    // the write is refused (the file has two names), the call fails, and everything is put
+    // back, the file it renamed over included.
+    for fail in [true, false] {
+        let governed = governed(TWO_ROLES, &[("a.txt", "orig-a\n"), ("b.txt", "orig-b\n")]);
+        let script = "open:a.txt,w;pw:0,HELLO;ls:.;link:a.txt>n.txt;rename:n.txt>b.txt;pw:0,EVIL";
+        let mut ops = vec![json!({"op": "stream_script", "content": script})];
+        if fail {
+            ops.push(json!({"op": "fail"}));
+        }
+        let outcome = call_as(&governed.runtime, &governed.workspace, "admin", "fs_probe", &json!({ "ops": ops }));
+        let error = outcome.result.expect_err("the write through two names is refused");
+        assert!(outcome.denials.iter().any(|denial| denial.event.rule == "hard-link"), "fail={fail}: {}", error.message);
+        assert_eq!(text(&governed.root, "a.txt"), "orig-a\n", "fail={fail}");
+        assert_eq!(text(&governed.root, "b.txt"), "orig-b\n", "fail={fail}: the call's own write stayed");
+        assert!(!governed.root.join("n.txt").exists());
+    }
+}

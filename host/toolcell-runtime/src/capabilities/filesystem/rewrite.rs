@@ -530,8 +530,14 @@ fn copy_attributes(directory: &OwnedFd, name: &str, file: &OwnedFd) -> std::io::
     {
         let attribute = std::ffi::CString::new(attribute).map_err(std::io::Error::other)?;
         let length = match &source {
-            Some(opened) => rustix::fs::fgetxattr(opened, attribute.as_c_str(), &mut value[..])?,
-            None => rustix::fs::lgetxattr(by_proc.as_str(), attribute.as_c_str(), &mut value[..])?,
+            Some(opened) => rustix::fs::fgetxattr(opened, attribute.as_c_str(), &mut value[..]),
+            None => rustix::fs::lgetxattr(by_proc.as_str(), attribute.as_c_str(), &mut value[..]),
+        };
+        let length = match length {
+            Ok(length) => length,
+            // Removed since it was listed.
+            Err(Errno::NODATA) => continue,
+            Err(errno) => return Err(errno.into()),
         };
         rustix::fs::fsetxattr(file, attribute.as_c_str(), &value[..length], rustix::fs::XattrFlags::empty())?;
     }

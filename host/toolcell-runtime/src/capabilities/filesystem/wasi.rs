@@ -36,6 +36,20 @@ impl GuardedFilesystem<'_> {
         self.guard.extend(operation, path, &*file, end)
     }
 
+    /// Before a write through `fd` (which is `path`): the file it writes has one name. The call
+    /// itself may have given it another since it opened it (a hard link, then a rename):
+    /// written under two names, it would be judged, journaled and landed under one only.
+    fn through_one_name(&mut self, fd: &Resource<Descriptor>, operation: &'static str, path: &str) -> FsResult<()> {
+        let Descriptor::File(file) = self.inner.table.get(fd)? else {
+            return Ok(());
+        };
+        let links = rustix::fs::fstat(&*file.file).map_err(std::io::Error::from)?.st_nlink;
+        if links > 1 {
+            return Err(self.guard.refuse_linked(operation, path, Access::Write, links));
+        }
+        Ok(())
+    }
+
     /// An output stream writing to the file `fd`, which is `path`, at `place` on the calling
     /// thread (see [`streams`](super::streams)), refused as wasmtime-wasi refuses one.
     fn file_writer(&mut self, fd: &Resource<Descriptor>, path: &str, place: Place) -> FsResult<Resource<streams::OutputStream>> {
@@ -157,6 +171,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("write")?;
         let path = self.current_path(&fd, "write", Access::Write)?;
         self.guard.check("write", &path, Access::Write)?;
+        self.through_one_name(&fd, "write", &path)?;
         self.guard.writing_again(&path);
         self.extending(&fd, "write", &path, offset)?;
         fs::HostDescriptor::write(&mut self.inner, fd, buffer, offset)
@@ -476,6 +491,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("write-via-stream")?;
         let path = self.current_path(&fd, "write-via-stream", Access::Write)?;
         self.guard.check("write-via-stream", &path, Access::Write)?;
+        self.through_one_name(&fd, "write-via-stream", &path)?;
         self.guard.writing_again(&path);
         self.extending(&fd, "write-via-stream", &path, offset)?;
         self.file_writer(&fd, &path, Place::At(offset))
@@ -485,6 +501,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("append-via-stream")?;
         let path = self.current_path(&fd, "append-via-stream", Access::Write)?;
         self.guard.check("append-via-stream", &path, Access::Write)?;
+        self.through_one_name(&fd, "append-via-stream", &path)?;
         self.guard.writing_again(&path);
         self.file_writer(&fd, &path, Place::End)
     }
