@@ -317,7 +317,7 @@ impl Fixture {
         snapshot_tree(self.root(), None)
     }
 
-    /// Call `fs_probe` in `session` to write `content` to `path`, list its directory (which
+    /// Call `fs_probe` in `session` to write `content` to `path`, read it as a symlink (which
     /// puts the file in place before the call ends) and then hold the call open for `hold_ms`;
     /// once the file is in place, run `meanwhile` (what another program does while the call
     /// runs) and then wait for the call's outcome.
@@ -331,7 +331,7 @@ impl Fixture {
     ) -> CallOutcome {
         let ops = serde_json::json!({"ops": [
             {"op": "write", "path": path, "content": content},
-            {"op": "list", "path": path.rsplit_once('/').map_or(".", |(parent, _)| parent)},
+            {"op": "read_link", "path": path},
             {"op": "sleep", "path": "", "content": hold_ms.to_string()},
         ]});
         std::thread::scope(|scope| {

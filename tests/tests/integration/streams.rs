@@ -106,8 +106,8 @@ fn stream_writes_of_a_failed_call_are_rolled_back() {
         "open:a.txt,w;ws:2;w:XY;as;w:++",
         // A new file, through its stream only, the write never flushed.
         "open:b.txt,cw;ws:0;w:new content",
-        // A whole rewrite, landed by a listing, then written again through the same stream.
-        "open:a.txt,tw;ws:0;w:one;ls:.;w:two",
+        // A whole rewrite, landed by a readlink of its path, then written again through the same stream.
+        "open:a.txt,tw;ws:0;w:one;rl:a.txt;w:two",
         // The same, its stat answered by the new content (not landed).
         "open:a.txt,tw;ws:0;w:one;stat:a.txt;w:two",
         // A whole rewrite whose descriptor is dropped before the stream writes.
@@ -128,7 +128,7 @@ fn stream_writes_land_as_written() {
     fixture.write("a.txt", "0123456789");
     script(&fixture, "open:a.txt,w;ws:2;w:XY;as;w:++");
     assert_eq!(fixture.read_text("a.txt"), "01XY456789++");
-    script(&fixture, "open:a.txt,tw;ws:0;w:one;ls:.;w:two");
+    script(&fixture, "open:a.txt,tw;ws:0;w:one;rl:a.txt;w:two");
     assert_eq!(fixture.read_text("a.txt"), "onetwo");
     script(&fixture, "open:a.txt,tw;ws:0;w:one;stat:a.txt;w:two");
     assert_eq!(fixture.read_text("a.txt"), "onetwo");
@@ -237,7 +237,7 @@ fn streams_are_judged_under_the_policy() {
     assert_eq!(fixture.snapshot(), before);
 }
 
-/// A whole rewrite put in place early (a listing of its directory lands it), then written again
+/// A whole rewrite put in place early (a readlink of its path lands it), then written again
 /// through the stream made before it landed: the file is still the call's own, undoable by its
 /// session and read by it (a descriptor's `write` says so to the transaction on every write; a
 /// stream says so once, when it is made).
@@ -248,7 +248,7 @@ fn a_rewrite_written_again_through_its_stream_after_landing_stays_the_calls_own(
     fixture.write("a.txt", "original\n");
     let session = |tool: &str, args: Value| fixture.call_as(&runtime, "s-1", None, &[], tool, &args).result;
     session("read_file", json!({"path": "a.txt"})).expect("read");
-    let ops = json!({"ops": [{"op": "stream_script", "content": "open:a.txt,tw;ws:0;w:one;ls:.;w:two\n"}]});
+    let ops = json!({"ops": [{"op": "stream_script", "content": "open:a.txt,tw;ws:0;w:one;rl:a.txt;w:two\n"}]});
     session("fs_probe", ops).expect("written");
     assert_eq!(fixture.read_text("a.txt"), "onetwo\n");
     let edit = json!({"path": "a.txt", "edits": [{"old_string": "two", "new_string": "three"}]});

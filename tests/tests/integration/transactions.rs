@@ -472,7 +472,7 @@ fn slow_changes() -> Value {
 }
 
 /// A host killed while its call writes a file in place and creates another (new content not
-/// put in place yet, or put in place mid-call by a listing of their directory), while another
+/// put in place yet, or put in place mid-call by a readlink of their paths), while another
 /// program writes the first (in place, or by renaming a file over it) and makes the second:
 /// the restart rolls back what the call did change (a directory it made) and leaves what the
 /// other program wrote.
@@ -481,7 +481,11 @@ fn a_host_killed_with_a_write_in_flight_leaves_what_another_program_wrote_meanwh
     for (durability, by_rename, landed) in [("full", false, false), ("atomic", false, false), ("full", true, false), ("full", true, true)] {
         let fixture = project();
         let state = tempfile::tempdir().expect("state");
-        let land = if landed { json!({"op": "list", "path": "src"}) } else { json!({"op": "list", "path": "old"}) };
+        let land = if landed {
+            json!({"op": "stream_script", "content": "rl:src/a.rs;rl:src/new.rs"})
+        } else {
+            json!({"op": "list", "path": "src"})
+        };
         let ops = json!({"ops": [
             {"op": "stream_script", "content": "open:src/a.rs,w;ws:0;w:MINE"},
             {"op": "stream_script", "content": "open:src/new.rs,cw;ws:0;w:MINE"},

@@ -18,13 +18,15 @@ use super::hardening::{Governed, governed, records};
 const ORIGINAL: &str = "ORIGINAL content\n";
 
 /// `admin`'s `fs_probe` writes `AAAA` at the start of `src/x.txt` in place, reads the file
-/// again and stats it (which must not put it in place), holds its call open for `hold_ms`,
+/// again, stats it and lists its directory (none of which puts it in place), holds its call
+/// open for `hold_ms`,
 /// then fails it or lets it commit.
 fn write_in_place_and_hold(hold_ms: u64, fail: bool) -> Value {
     let mut ops = vec![
         json!({"op": "stream_script", "content": "open:src/x.txt,w;ws:0;w:AAAA"}),
         json!({"op": "read", "path": "src/x.txt"}),
         json!({"op": "stat", "path": "src/x.txt"}),
+        json!({"op": "list", "path": "src"}),
         json!({"op": "sleep", "content": hold_ms.to_string()}),
     ];
     if fail {
@@ -260,14 +262,14 @@ fn reserved_names(directory: &Path) -> Vec<String> {
 
 #[test]
 fn a_failed_call_leaves_a_file_it_put_in_place_that_another_program_changed_since() {
-    // The call's write lands mid-call (a listing of its directory puts it in place), another
+    // The call's write lands mid-call (a readlink of its path puts it in place), another
     // program then appends to it or renames its own file over it, and the call fails: the
     // rollback leaves what the other program made (it saw the call's content), and says so.
     for by_rename in [false, true] {
         let governed = governed(TWO_ROLES, &[("src/x.txt", ORIGINAL)]);
         let ops = json!({"ops": [
             {"op": "append", "path": "src/x.txt", "content": "mine\n"},
-            {"op": "list", "path": "src"},
+            {"op": "read_link", "path": "src/x.txt"},
             {"op": "sleep", "content": "900"},
             {"op": "fail"},
         ]});
@@ -342,13 +344,13 @@ fn a_write_keeps_the_files_extended_attributes_and_acl_but_not_its_capabilities(
 
 #[test]
 fn a_call_cannot_pass_its_own_write_off_as_another_programs_by_linking_its_file() {
-    // The call's write lands mid-call (a listing), the call gives the landed file a second name
+    // The call's write lands mid-call (a readlink), the call gives the landed file a second name
     // over another file (a hard link, then a rename), then writes through its old descriptor:
     // the write is refused (the file has two names), the call fails, and everything is put
     // back, the file it renamed over included.
     for fail in [true, false] {
         let governed = governed(TWO_ROLES, &[("a.txt", "orig-a\n"), ("b.txt", "orig-b\n")]);
-        let script = "open:a.txt,w;pw:0,HELLO;ls:.;link:a.txt>n.txt;rename:n.txt>b.txt;pw:0,EVIL";
+        let script = "open:a.txt,w;pw:0,HELLO;rl:a.txt;link:a.txt>n.txt;rename:n.txt>b.txt;pw:0,EVIL";
         let mut ops = vec![json!({"op": "stream_script", "content": script})];
         if fail {
             ops.push(json!({"op": "fail"}));
@@ -360,4 +362,40 @@ fn a_call_cannot_pass_its_own_write_off_as_another_programs_by_linking_its_file(
         assert_eq!(text(&governed.root, "b.txt"), "orig-b\n", "fail={fail}: the call's own write stayed");
         assert!(!governed.root.join("n.txt").exists());
     }
+}
+
+#[test]
+fn a_listing_shows_the_call_the_files_it_is_creating_and_puts_nothing_in_place() {
+    let governed = governed(TWO_ROLES, &[("src/x.txt", ORIGINAL)]);
+    let ops = json!({"ops": [
+        {"op": "write", "path": "src/new.txt", "content": "in flight\n"},
+        {"op": "append", "path": "src/x.txt", "content": "in flight\n"},
+        {"op": "list", "path": "src"},
+        {"op": "sleep", "content": "900"},
+        {"op": "fail"},
+    ]});
+    let root = governed.root.clone();
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| call_as(&governed.runtime, &governed.workspace, "admin", "fs_probe", &ops));
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        assert!(!writer.is_finished(), "the call ended before anything looked");
+        // Another session lists and reads the committed state only.
+        let listed = call_as(&governed.runtime, &governed.workspace, "impl", "list_files", &json!({"path": "src"}));
+        assert!(!shown(&listed).contains("new.txt"), "another session listed a file in flight: {}", shown(&listed));
+        let read = call_as(&governed.runtime, &governed.workspace, "impl", "read_file", &json!({"path": "src/x.txt"}));
+        assert!(!shown(&read).contains("in flight"), "{}", shown(&read));
+        assert!(!root.join("src/new.txt").exists());
+        assert_eq!(text(&root, "src/x.txt"), ORIGINAL);
+        let outcome = writer.join().expect("the writing call");
+        assert!(outcome.result.is_err());
+    });
+    assert!(!root.join("src/new.txt").exists());
+    assert_eq!(text(&root, "src/x.txt"), ORIGINAL);
+    // Committed, the call's own listing named its new file.
+    let ops = json!({"ops": [
+        {"op": "write", "path": "src/new.txt", "content": "new\n"},
+        {"op": "list", "path": "src"},
+    ]});
+    let outcome = call_as(&governed.runtime, &governed.workspace, "admin", "fs_probe", &ops);
+    assert_eq!(results(&outcome)[1]["value"], json!(["new.txt", "x.txt"]), "{}", shown(&outcome));
 }

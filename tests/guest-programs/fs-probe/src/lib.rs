@@ -442,7 +442,7 @@ fn stream_error(error: &wasip2::io::streams::StreamError) -> String {
 /// blocking-write-and-flush, `wz:N` write-zeroes, `fl` flush, `bfl` blocking-flush, `r:N`,
 /// `br:N`, `sk:N`; `dropfd`, `dropout`, `dropin`; `size` (stat of the file), `stat:PATH`
 /// (stat-at on the root), `ls:DIR` (a listing of `DIR`: its number of entries),
-/// `rename:FROM>TO`, `link:FROM>TO`, `unlink:PATH`, `setsize:N`, `pw:OFFSET,TEXT` (a write
+/// `rl:PATH` (readlink-at), `rename:FROM>TO`, `link:FROM>TO`, `unlink:PATH`, `setsize:N`, `pw:OFFSET,TEXT` (a write
 /// through the descriptor), `fail` (stop).
 fn stream_script(script: &str) -> Value {
     use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
@@ -553,6 +553,7 @@ fn stream_script(script: &str) -> Value {
                 root.rename_at(from, &root, to).map(|()| json!("ok")).unwrap_or_else(|code| json!(code.name()))
             }
             "unlink" => root.unlink_file_at(argument).map(|()| json!("ok")).unwrap_or_else(|code| json!(code.name())),
+            "rl" => root.readlink_at(argument).map(|target| json!(target)).unwrap_or_else(|code| json!(code.name())),
             "link" => {
                 let (from, to) = argument.split_once('>').unwrap_or((argument, ""));
                 root.link_at(PathFlags::empty(), from, &root, to).map(|()| json!("ok")).unwrap_or_else(|code| json!(code.name()))

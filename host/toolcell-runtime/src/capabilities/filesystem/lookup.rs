@@ -185,6 +185,15 @@ impl FsGuard {
                 entries.push(Ok(DirectoryEntry { type_, name: name.to_owned() }));
             }
         }
+        // The files this call is creating here have no name yet: the call sees them listed.
+        if let Some(transaction) = self.transaction.as_ref() {
+            for shadow in &transaction.shadows {
+                let (parent, name) = shadow.path.rsplit_once('/').unwrap_or((".", shadow.path.as_str()));
+                if parent == path && !entries.iter().any(|entry| matches!(entry, Ok(entry) if entry.name == name)) {
+                    entries.push(Ok(DirectoryEntry { type_: DescriptorType::RegularFile, name: name.to_owned() }));
+                }
+            }
+        }
         // In byte order of their names, the entries that are errors last: components sort a
         // listing anyway (the built-ins do), and a component's sort of an unsorted listing of
         // 1,000 was a twentieth of its call (its `memcmp`), where a sorted one costs a pass.

@@ -81,7 +81,9 @@ impl GuardedFilesystem<'_> {
         if !allowed || self.guard.shadow_of(&plain).is_some() {
             return Ok(None);
         }
-        self.guard.land(&plain)?;
+        if !open.is_directory_read {
+            self.guard.land(&plain)?;
+        }
         self.guard.check_open_files("open-at", &plain)?;
         match self.open_beneath(&plain, open.open_flags, open.flags) {
             Err(error) if beneath::is_symlink_on_path(&error) => Ok(None),
@@ -130,8 +132,10 @@ impl GuardedFilesystem<'_> {
             // What the open would answer (not a directory, not found) tells what is there.
             self.guard.check("open-at", &canonical, Access::Read)?;
         }
-        // The call's own new content of the file is opened again, not put in place.
-        if !open.reaches_shadow() || self.guard.shadow_of(&canonical).is_none() {
+        // A directory opened puts nothing in place (a listing shows the names of the files the
+        // call is creating), and the call's own new content of a file is opened again.
+        let reopens = open.reaches_shadow() && self.guard.shadow_of(&canonical).is_some();
+        if !open.open_flags.contains(OpenFlags::DIRECTORY) && !reopens {
             self.guard.land(&canonical)?;
         }
         self.guard.check_openable("open-at", &canonical, open.access)?;

@@ -10,8 +10,9 @@
 //! without `O_TMPFILE`, the file is created under that reserved name from the start.
 //!
 //! The call itself sees what it has written: opening the path again, or asking its status,
-//! reaches the new content ([`FsGuard::reopen_shadow`]); only what acts on the name (a listing
-//! of its directory, a rename, a removal, a link) puts it in place first.
+//! reaches the new content ([`FsGuard::reopen_shadow`]), and a listing of its directory shows
+//! the name of a file it is creating; only what acts on the name (a rename, a removal, a link)
+//! puts it in place first.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
@@ -334,26 +335,6 @@ impl FsGuard {
                 Err((kind, message))
             }
         }
-    }
-
-    /// Put the rewritten files directly inside `directory` in place.
-    pub(super) fn land_in(&mut self, directory: &str) -> FsResult<()> {
-        let inside: Vec<String> = self
-            .transaction
-            .as_ref()
-            .map(|transaction| {
-                transaction
-                    .shadows
-                    .iter()
-                    .filter(|shadow| shadow.path.rsplit_once('/').map_or(".", |(parent, _)| parent) == directory)
-                    .map(|shadow| shadow.path.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        for path in inside {
-            self.land(&path)?;
-        }
-        Ok(())
     }
 
     /// Put every rewritten file in place: the call is about to commit.

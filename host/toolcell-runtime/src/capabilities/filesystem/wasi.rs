@@ -181,8 +181,6 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("read-directory")?;
         let path = self.current_path(&fd, "read-directory", Access::List)?;
         self.guard.check("read-directory", &path, Access::List)?;
-        // A listing shows what the call wrote: its rewrites in this directory go in place.
-        self.guard.land_in(&path)?;
         let Descriptor::Dir(directory) = self.inner.table.get(&fd)? else {
             return Err(ErrorCode::NotDirectory.into());
         };
