@@ -39,7 +39,7 @@ impl Runtime {
         // whatever another host wrote there meanwhile, and nothing of them is undoable.
         transaction.discard_shadows(root);
         let journal = transaction.journal.take().map(|mut journal| {
-            journal.leave_as_they_are(&transaction.unlanded.iter().cloned().collect::<Vec<_>>());
+            journal.drop_unlanded();
             journal
         });
         if outcome.result.is_ok()

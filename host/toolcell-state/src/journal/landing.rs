@@ -68,4 +68,11 @@ impl Journal {
     pub fn landing_unrecorded(&mut self, files: &[(String, Landed)]) {
         mark_landing(&mut self.steps, files);
     }
+
+    /// Drop the steps taken before rewrites whose new content was never about to land: the
+    /// call did not change those paths, so neither its rollback nor its undo record touches
+    /// them (another host may have written them meanwhile).
+    pub fn drop_unlanded(&mut self) {
+        self.steps.retain(|step| step.rewrite.as_ref().is_none_or(|rewrite| rewrite.landing));
+    }
 }

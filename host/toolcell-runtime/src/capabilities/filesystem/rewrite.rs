@@ -214,9 +214,7 @@ impl FsGuard {
     /// unnamed file, through its `/proc/self/fd` link. `None` if `path` has no new content in
     /// this call, or where `/proc` is not mounted (the content is then put in place first).
     pub(super) fn reopen_shadow(&mut self, path: &str, flags: OFlags) -> FsResult<Option<std::fs::File>> {
-        let Some(shadow) =
-            self.transaction.as_mut().and_then(|transaction| transaction.shadows.iter_mut().find(|shadow| shadow.path == path))
-        else {
+        let Some(shadow) = self.shadow_mut(path) else {
             return Ok(None);
         };
         let by_proc = format!("/proc/self/fd/{}", shadow.file.as_raw_fd());
@@ -245,9 +243,7 @@ impl FsGuard {
 
     /// Note that the new content of `path` (if it has one in this call) was written to.
     pub(super) fn shadow_written(&mut self, path: &str) {
-        if let Some(shadow) =
-            self.transaction.as_mut().and_then(|transaction| transaction.shadows.iter_mut().find(|shadow| shadow.path == path))
-        {
+        if let Some(shadow) = self.shadow_mut(path) {
             shadow.written = true;
         }
     }
@@ -304,7 +300,6 @@ impl FsGuard {
         match landed {
             Ok(landed) => {
                 if let Some(transaction) = self.transaction.as_mut() {
-                    transaction.unlanded.remove(&path);
                     if at_end {
                         transaction.landed.push((path, landed));
                     } else {
@@ -390,6 +385,10 @@ impl FsGuard {
     /// The new content of `path`, if it is being rewritten in this call.
     pub(super) fn shadow_of(&self, path: &str) -> Option<&Shadow> {
         self.transaction.as_ref()?.shadows.iter().find(|shadow| shadow.path == path)
+    }
+
+    fn shadow_mut(&mut self, path: &str) -> Option<&mut Shadow> {
+        self.transaction.as_mut()?.shadows.iter_mut().find(|shadow| shadow.path == path)
     }
 }
 

@@ -47,10 +47,6 @@ pub(crate) struct Transaction {
     /// it) when the call commits, or as soon as something acts on the path's name, so that no
     /// other call ever sees what this one has in flight.
     pub(crate) shadows: Vec<rewrite::Shadow>,
-    /// Paths whose only change in this call is new content not put in place yet: the call has
-    /// not changed them, so neither its rollback nor its undo record touches them (another
-    /// host may have written them meanwhile).
-    pub(crate) unlanded: std::collections::HashSet<String>,
     /// The files put in place (rewritten whole, or renamed there), with what each landed as.
     pub(crate) landed: Vec<(String, Landed)>,
     /// The files output streams of this call write to, each with what tells whether its
@@ -139,7 +135,6 @@ impl Transaction {
             modified: Vec::new(),
             checked: std::collections::HashSet::new(),
             shadows: Vec::new(),
-            unlanded: std::collections::HashSet::new(),
             landed: Vec::new(),
             streamed: Vec::new(),
             moves: Vec::new(),
@@ -453,13 +448,7 @@ impl FsGuard {
         })();
         match journaled {
             Ok(()) => {
-                let first = !transaction.modified.iter().any(|modified| modified == path);
-                if in_place {
-                    transaction.unlanded.remove(path);
-                } else if first {
-                    transaction.unlanded.insert(path.to_owned());
-                }
-                if first {
+                if !transaction.modified.iter().any(|modified| modified == path) {
                     transaction.modified.push(path.to_owned());
                 }
                 Ok(())
