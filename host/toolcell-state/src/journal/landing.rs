@@ -49,8 +49,7 @@ pub(crate) fn mark_landing(steps: &mut [Step], files: &[(String, Landed)]) {
 
 impl Journal {
     /// Record that the new content of these paths (rewritten whole) is about to be put in place
-    /// as these files;
-    /// on the disk with the next [`make_durable`](Self::make_durable).
+    /// as these files; on the disk with the next [`make_durable`](Self::make_durable).
     ///
     /// # Errors
     ///
