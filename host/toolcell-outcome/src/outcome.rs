@@ -81,6 +81,9 @@ pub struct CallOutcome {
     /// The linear memory the component's instance held at the end (all its memories): what
     /// one call of it costs in memory.
     pub memory_bytes: u64,
+    /// Whether the component ran in an instance the runtime made ahead of the call, while
+    /// the machine idled (still one no call ran in before; see `Runtime::call`).
+    pub instance_made_ahead: bool,
     /// The filesystem accesses the guard refused, with their messages. If there are any,
     /// `result` is a `denied` (or `conflict`) error carrying them, whatever the component
     /// returned.
@@ -114,6 +117,7 @@ impl CallOutcome {
             unrecorded_events: 0,
             host_calls: 0,
             memory_bytes: 0,
+            instance_made_ahead: false,
             denials: Vec::new(),
             warnings: Vec::new(),
             rolled_back: 0,

@@ -15,14 +15,16 @@ use crate::bindings;
 use crate::capabilities::CallState;
 use crate::error::{Error, describe};
 
-/// Instances that may be alive at once, across all concurrent calls. A Rust tool component
-/// holds a handful of core instances (its module plus the adapter's shims).
-const POOL_COMPONENT_INSTANCES: u32 = 128;
 /// Calls that can hold an instance at once in one process (each call instantiates one
 /// component): a server running calls concurrently keeps below this, or a call fails to start.
-pub const MAX_LIVE_INSTANCES: usize = POOL_COMPONENT_INSTANCES as usize;
+pub const MAX_LIVE_INSTANCES: usize = 128;
+/// Instances that may be alive at once: every concurrent call's, and those the runtime's idle
+/// thread holds besides (made ahead of a tool's next call, or waiting to be torn down), which
+/// therefore never take a call's place. A Rust tool component holds a handful of core
+/// instances (its module plus the adapter's shims).
+const POOL_COMPONENT_INSTANCES: u32 = (MAX_LIVE_INSTANCES + crate::call::ahead::MAX_HELD) as u32;
 const POOL_CORE_INSTANCES: u32 = 1024;
-const POOL_MEMORIES: u32 = 256;
+const POOL_MEMORIES: u32 = 256 + 2 * crate::call::ahead::MAX_HELD as u32;
 const POOL_TABLES: u32 = 512;
 /// Bytes of each pooled linear memory and table kept resident between instances.
 const KEEP_RESIDENT_BYTES: usize = 1 << 20;

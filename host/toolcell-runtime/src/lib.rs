@@ -7,7 +7,9 @@
 //! [`Runtime::call`] then validates the arguments, creates a fresh store and instance from a
 //! pre-linked `InstancePre` (pooling allocator), preopens the workspace as `.` (the only
 //! directory the component can name), captures stdout and stderr, and runs the tool. Nothing
-//! survives between calls.
+//! survives between calls. (A tool's instance is made ahead of its next call, and a finished
+//! one torn down, by a thread that runs only when a CPU would idle; a call puts its own state
+//! into the store before any of the component's code runs: see `call/ahead.rs`.)
 //!
 //! ```no_run
 //! use toolcell_runtime::{CallRequest, RuntimeBuilder, Workspace};

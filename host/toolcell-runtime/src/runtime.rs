@@ -106,6 +106,9 @@ pub struct Runtime {
     /// Sessions spawned for tasks, the platform's spawner, and what the `workflow` import
     /// shares between calls.
     pub(crate) workflow: Arc<toolcell_state::workflow::WorkflowShared>,
+    /// Instances made ahead of the tools' next calls, and finished ones torn down, on an idle
+    /// thread.
+    pub(crate) ahead: crate::call::ahead::Ahead,
     /// Roles bound for a tool and a task (`Policy::bind`), kept between calls.
     pub(crate) bound_roles: std::sync::Mutex<std::collections::HashMap<BoundRoleKey, Arc<toolcell_policy::Role>>>,
     /// Advances the epoch for deadlines; stops when the runtime is dropped.
@@ -262,6 +265,12 @@ impl Runtime {
     /// failed and could not be rolled back (`failure`).
     pub(crate) fn stop_writes(&self, workspace: &Workspace, session: &str, call_id: &str, failure: &str) {
         self.recovered.stop_writes(workspace.root(), session, call_id, failure, self.audit.as_deref());
+    }
+
+    /// The instances made ahead of the tools' next calls and not yet taken by one (at most
+    /// one per tool called so far): what the runtime's idle thread has ready.
+    pub fn instances_made_ahead(&self) -> usize {
+        self.ahead.ready()
     }
 
     /// What the operator should know about the load: each cached artifact that failed

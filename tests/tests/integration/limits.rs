@@ -319,3 +319,85 @@ fn the_deadline_bounds_the_hosts_own_work_for_the_call() {
     assert_eq!(fixture.snapshot(), before, "the workspace changed");
     still_serves(&fixture, &runtime);
 }
+
+/// Wait until `runtime` has `count` instances made ahead of its tools' next calls (its idle
+/// thread makes one after each call of a tool; on a busy machine that may take a while).
+fn wait_for_instances_made_ahead(runtime: &Runtime, count: usize) {
+    let waited = Instant::now();
+    while runtime.instances_made_ahead() < count {
+        assert!(waited.elapsed() < Duration::from_secs(60), "no instance was made ahead in 60 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn an_instance_made_ahead_is_fresh_and_runs_under_the_calls_own_context_guard_limits_and_deadline() {
+    let fixture = Fixture::new();
+    fixture.write("notes.txt", "the call's own workspace\n");
+    // Only the tools the host ships are made ahead: `misbehave` is shipped here as the embedder
+    // of this runtime would ship a tool of its own.
+    let runtime = builtin_runtime_builder()
+        .component("builtin:misbehave", guest_program("misbehave"))
+        .limits(Limits { deadline: DEADLINE, memory_bytes: 64 << 20, ..Limits::default() })
+        .build()
+        .expect("runtime builds");
+    // One instance made ahead per tool called so far, and this call's tool among them.
+    let call = |tool: &str, args: serde_json::Value| {
+        wait_for_instances_made_ahead(&runtime, if tool == "misbehave" { 1 } else { 2 });
+        let outcome = fixture.call_on(&runtime, "impl", tool, &args, None);
+        assert!(outcome.instance_made_ahead, "{tool} {args} ran in an instance made for it");
+        outcome
+    };
+    let first = fixture.call_on(&runtime, "impl", "misbehave", &json!({"action": "count"}), None);
+    assert!(!first.instance_made_ahead, "nothing was made before the tool's first call");
+    // No state of an earlier call: the component's statics start over.
+    for _ in 0..3 {
+        assert_eq!(call("misbehave", json!({"action": "count"})).result.expect("count").text, "1", "state leaked between calls");
+    }
+    // The call's own role, session and id.
+    let outcome = call("misbehave", json!({"action": "context"}));
+    assert_eq!(outcome.result.expect("context").text, format!("impl s-test {}", outcome.call_id));
+    // Its own memory limit (64 MiB here, the instance was made under the largest)...
+    let outcome = call("misbehave", json!({"action": "allocate", "bytes": 96 << 20}));
+    assert_eq!(outcome.result.expect_err("over the limit").kind, ToolErrorKind::TooLarge);
+    // ...and deadline.
+    let started = Instant::now();
+    let outcome = call("misbehave", json!({"action": "spin"}));
+    assert!(outcome.trapped && started.elapsed() < DEADLINE + Duration::from_secs(5), "{:?}", outcome.result);
+    assert!(outcome.result.expect_err("stopped").message.contains("deadline"));
+    // Its own guard: the workspace and nothing beyond it, each access judged and recorded.
+    let first = fixture.call_on(&runtime, "impl", "read_file", &json!({"path": "notes.txt"}), None);
+    assert!(!first.instance_made_ahead && first.result.is_ok(), "{:?}", first.result);
+    let outcome = call("read_file", json!({"path": "notes.txt"}));
+    assert!(outcome.result.expect("read").text.contains("the call's own workspace"));
+    assert!(outcome.events.iter().any(|event| event.path == "notes.txt"), "{:?}", outcome.events);
+    let outcome = call("read_file", json!({"path": "../outside.txt"}));
+    assert_eq!(outcome.result.expect_err("outside").kind, ToolErrorKind::Denied);
+    // A few are kept (the tools called last), whatever number of tools is called: the pool's
+    // slots are the calls'.
+    for tool in ["list_files", "directory_tree", "file_info", "read_many", "search_files"] {
+        let args = match tool {
+            "read_many" => json!({"paths": ["notes.txt"]}),
+            "search_files" => json!({"query": "own"}),
+            "file_info" => json!({"path": "notes.txt"}),
+            _ => json!({}),
+        };
+        assert!(fixture.call_on(&runtime, "impl", tool, &args, None).result.is_ok(), "{tool}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(runtime.instances_made_ahead() <= 4, "{} made ahead", runtime.instances_made_ahead());
+    still_serves(&fixture, &runtime);
+}
+
+#[test]
+fn a_plugins_instance_is_never_made_ahead() {
+    let fixture = Fixture::new();
+    let runtime = limited();
+    for _ in 0..5 {
+        let outcome = fixture.call_on(&runtime, "impl", "misbehave", &json!({"action": "count"}), None);
+        assert!(!outcome.instance_made_ahead);
+        assert_eq!(outcome.result.expect("count").text, "1");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(runtime.instances_made_ahead(), 0, "a plugin's start code would run under no call's state");
+}

@@ -311,6 +311,7 @@ impl RuntimeBuilder {
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |cores| u32::try_from(cores.get()).unwrap_or(1)).min(8)),
             workflow,
             bound_roles: std::sync::Mutex::default(),
+            ahead: crate::call::ahead::Ahead::default(),
             host_inside: std::sync::Mutex::default(),
             journal_key,
             recovered: toolcell_state::Recoveries::default(),

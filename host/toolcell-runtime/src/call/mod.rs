@@ -16,13 +16,13 @@
 //!    wrote recorded;
 //! 8. [`finish`](Runtime::finish): the call's audit record.
 
+pub(crate) mod ahead;
 mod owned;
 mod settle;
 use std::time::Instant;
 
 use toolcell_policy::{Durability, ReadBeforeWrite, ValidatorCheck};
 use toolcell_types::{ToolError, ToolErrorKind, escape_control};
-use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
@@ -49,7 +49,10 @@ use toolcell_policy::{Access, Effect, Policy};
 pub const STDIO_CAPACITY: usize = 64 * 1024;
 
 impl Runtime {
-    /// Run one tool call in a fresh instance.
+    /// Run one tool call in a fresh instance: one no call ran in before, instantiated now or,
+    /// for a built-in tool, made ahead by the runtime's idle thread after the tool's previous
+    /// call (the call's own guard, context, limits and deadline are put into its store before
+    /// the tool is called; [`CallOutcome::instance_made_ahead`] says which).
     ///
     /// # Errors
     ///
@@ -238,9 +241,11 @@ impl Runtime {
                     ..CallContext::default()
                 };
                 let deadline = Instant::now() + self.limits_for(request.tool, guard.policy()).deadline;
+                // Made ahead only for the tools the host ships (see `ahead`).
+                let ahead = tool.origin.starts_with("builtin:");
                 let parts = self.parts;
                 let (guard, split) =
-                    self.run_component(pre, request, CallContext { parts, ..context.clone() }, guard, outcome, deadline)?;
+                    self.run_component(pre, request, CallContext { parts, ..context.clone() }, guard, outcome, deadline, ahead)?;
                 match split {
                     Some(parts) if outcome.result.is_ok() => self.run_split(pre, request, &context, guard, outcome, parts, deadline),
                     _ => Ok(guard),
@@ -324,7 +329,7 @@ impl Runtime {
             let context =
                 CallContext { parts: 0, shard, shard_results, shard_progress, memory_pool: memory_pool.clone(), ..context.clone() };
             let (guard, _) =
-                self.run_component(pre, request, context, self.read_only_guard(request, &in_force, &call_id)?, &mut part, deadline)?;
+                self.run_component(pre, request, context, self.read_only_guard(request, &in_force, &call_id)?, &mut part, deadline, false)?;
             Ok((part, guard))
         };
         let ran: Vec<Result<(CallOutcome, FsGuard), Error>> = std::thread::scope(|scope| {
@@ -375,7 +380,11 @@ impl Runtime {
 
     /// Instantiate `pre` in a fresh store with `guard` on its filesystem and run one call,
     /// stopped at `deadline`. Fills the result, the trap flag, notes and stdio of `outcome`;
-    /// returns the guard, and how many parts the component asked to be split into.
+    /// returns the guard, and how many parts the component asked to be split into. With
+    /// `ahead` (a built-in tool's own call, not a part or a validator), the instance is one
+    /// made ahead for the tool if one is ready, and it is torn down, and the tool's next made,
+    /// by the runtime's idle thread (see [`ahead`]).
+    #[expect(clippy::too_many_arguments, reason = "the call's parts, each used once")]
     fn run_component(
         &self,
         pre: &bindings::PluginPre<CallState>,
@@ -384,6 +393,7 @@ impl Runtime {
         guard: FsGuard,
         outcome: &mut CallOutcome,
         deadline: Instant,
+        ahead: bool,
     ) -> Result<(FsGuard, Option<u32>), Error> {
         let (tool, args, workspace) = (request.tool, request.args, request.workspace);
         let host_error = |error: wasmtime::Error| Error::Call { tool: tool.to_owned(), reason: describe(&error) };
@@ -404,9 +414,11 @@ impl Runtime {
         guard.set_deadline(deadline);
         let limiter = limits::MemoryLimiter::pooled(limits.memory_bytes, context.memory_pool.clone());
         let http = http::CallHttp::for_call(&self.outbound, request.role, tool, guard.bound_role().as_deref());
+        // A split call's parts share a memory budget their limiters add up as they grow: they
+        // instantiate their own.
+        let ahead = ahead && context.memory_pool.is_none();
         let state = CallState { wasi: wasi.build(), table: ResourceTable::new(), context, guard, limiter, deadline, http };
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|state| &mut state.limiter);
+        let (mut store, made) = self.ahead.store(&self.engine, ahead.then_some(tool), state, limits.memory_bytes);
         // The ticker's phase is arbitrary, so the first tick may come at once: one tick more
         // gives the call at least its deadline, and stops it within one tick after.
         // Each tick also checks whether the caller cancelled the call.
@@ -420,7 +432,11 @@ impl Runtime {
             Ok(wasmtime::UpdateDeadline::Continue(1))
         });
         store.set_epoch_deadline(1);
-        let plugin = pre.instantiate(&mut store).map_err(host_error)?;
+        outcome.instance_made_ahead = made.is_some();
+        let plugin = match made {
+            Some(plugin) => plugin,
+            None => pre.instantiate(&mut store).map_err(host_error)?,
+        };
         let returned = plugin.toolcell_tool_tool().call_call(&mut store, args);
         let memory_refused = store.data().limiter.refused;
         outcome.memory_bytes = store.data().limiter.granted_bytes as u64;
@@ -473,7 +489,14 @@ impl Runtime {
                 .with_hint("this is a bug in the tool: try another approach, or report it"))
             }
         };
-        let mut state = store.into_data();
+        let mut state = if ahead {
+            let state = std::mem::replace(store.data_mut(), ahead::placeholder());
+            self.ahead.tear_down(store);
+            self.ahead.make(tool, pre, &self.engine, &limits);
+            state
+        } else {
+            store.into_data()
+        };
         state.http.account(&mut state.guard, std::mem::replace(&mut state.table, ResourceTable::new()));
         outcome.notes = state.context.notes;
         outcome.images = state.context.images;

@@ -303,7 +303,8 @@ impl Runtime {
         let mut outcome = CallOutcome::new(context.call_id.clone());
         let validation = CallRequest { tool, args: &args, ..*request };
         let deadline = Instant::now() + self.limits_for(validation.tool, Some(policy)).deadline;
-        let (guard, _) = self.run_component(pre, &validation, context, guard, &mut outcome, deadline).map_err(|error| error.to_string())?;
+        let (guard, _) =
+            self.run_component(pre, &validation, context, guard, &mut outcome, deadline, false).map_err(|error| error.to_string())?;
         if let Some(denial) = guard.denials.first() {
             return Err(format!("the validator `{tool}` was refused: {}", denial.message));
         }
