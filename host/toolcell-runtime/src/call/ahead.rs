@@ -20,8 +20,8 @@
 //! the machine runs. What it has not done yet costs a call nothing but what it cost before: a
 //! call finding no instance made ahead instantiates its own, and past [`MAX_QUEUED_TEARDOWNS`]
 //! a call tears its instance down itself. The thread holds at most [`MAX_HELD`] instances
-//! (the [`MAX_MADE_AHEAD`] most recently made, and the teardowns), for which the pool has
-//! slots beyond the calls' own.
+//! (the [`MAX_MADE_AHEAD`] most recently made, the one it is making, and the teardowns), for
+//! which the pool has slots beyond the calls' own.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,8 +41,9 @@ use crate::limits::{Limits, MemoryLimiter};
 pub(crate) const MAX_QUEUED_TEARDOWNS: usize = 4;
 /// Instances made ahead and kept (the tools called most recently: an agent's few).
 pub(crate) const MAX_MADE_AHEAD: usize = 4;
-/// The pool slots the thread may hold beyond the calls'.
-pub(crate) const MAX_HELD: usize = MAX_MADE_AHEAD + MAX_QUEUED_TEARDOWNS;
+/// The pool slots the thread may hold beyond the calls': those kept, the one it is making
+/// (made before the oldest kept is let go of), and the teardowns waiting.
+pub(crate) const MAX_HELD: usize = MAX_MADE_AHEAD + 1 + MAX_QUEUED_TEARDOWNS;
 
 /// An instance made ahead: its store (holding a placeholder state) and its bindings.
 pub(crate) type Made = (Store<CallState>, bindings::Plugin);
