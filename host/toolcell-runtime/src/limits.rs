@@ -34,6 +34,21 @@ impl Drop for EpochTicker {
     }
 }
 
+/// Stop `store`'s component at `within` from now, or once `cancel` is set, checked at every
+/// epoch tick. The ticker's phase is arbitrary, so the first tick may come at once: one tick
+/// more gives the component at least `within`, and stops it within one tick after.
+pub(crate) fn stop_at<T>(store: &mut wasmtime::Store<T>, within: std::time::Duration, cancel: Option<Arc<AtomicBool>>) {
+    let mut ticks_left = ticks_in(within) + 1;
+    store.epoch_deadline_callback(move |_| {
+        ticks_left = ticks_left.saturating_sub(1);
+        if ticks_left == 0 || cancel.as_ref().is_some_and(|cancel| cancel.load(Ordering::Relaxed)) {
+            return Err(wasmtime::Trap::Interrupt.into());
+        }
+        Ok(wasmtime::UpdateDeadline::Continue(1))
+    });
+    store.set_epoch_deadline(1);
+}
+
 /// Caps a store's linear memory and remembers whether it refused a growth, so that the call's
 /// error can name the limit.
 #[derive(Debug, Default)]

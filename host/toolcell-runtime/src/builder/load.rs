@@ -142,15 +142,7 @@ pub(super) fn describe_tool(engine: &Engine, pre: &bindings::PluginPre<CallState
     // What the component writes on stderr while it describes itself (a Python traceback, a
     // Rust panic message) is the reason for a failure, in its own language's terms.
     let stderr = crate::capabilities::CapturePipe::new(DESCRIBE_STDERR_BYTES);
-    let state = CallState {
-        wasi: WasiCtxBuilder::new().stderr(stderr.clone()).build(),
-        table: ResourceTable::new(),
-        context: CallContext::default(),
-        guard: FsGuard::new(None, "", None, None),
-        limiter: limits::MemoryLimiter::new(engine::MAX_MEMORY_BYTES),
-        deadline: Instant::now() + DESCRIBE_DEADLINE,
-        http: crate::capabilities::http::CallHttp::refusing(),
-    };
+    let state = CallState::without_call(WasiCtxBuilder::new().stderr(stderr.clone()).build(), Instant::now() + DESCRIBE_DEADLINE);
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
     // `describe` gets a fixed deadline: it must answer at once.

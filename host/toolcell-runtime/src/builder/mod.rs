@@ -15,11 +15,9 @@ use std::time::{Duration, Instant};
 use toolcell_types::{Annotations, ToolInfo, ToolName};
 use wasmtime::Engine;
 use wasmtime::Store;
-use wasmtime::component::ResourceTable;
 use wasmtime_wasi::WasiCtxBuilder;
 
-use crate::capabilities::filesystem::FsGuard;
-use crate::capabilities::{CallContext, CallState};
+use crate::capabilities::CallState;
 use crate::error::describe;
 use std::sync::Arc;
 use toolcell_args::ArgsSchema;

@@ -29,12 +29,10 @@ use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, Store};
 
 use crate::bindings;
-use crate::capabilities::filesystem::FsGuard;
-use crate::capabilities::{CallContext, CallState, http};
+use crate::capabilities::CallState;
 use crate::limits::{Limits, MemoryLimiter};
 
 /// Finished instances waiting to be torn down on the thread before calls tear down their own.
@@ -95,7 +93,7 @@ impl Ahead {
     ) -> (Store<CallState>, Option<bindings::Plugin>) {
         let made = tool.and_then(|tool| {
             let mut ready = self.shared.ready.lock().ok()?;
-            let at = ready.made.iter().position(|(made, _)| made == tool)?;
+            let at = ready.made.iter().position(|(name, _)| name == tool)?;
             ready.made.remove(at).map(|(_, made)| made)
         });
         match made.filter(|(store, _)| store.data().limiter.granted_bytes <= memory_limit) {
@@ -125,7 +123,7 @@ impl Ahead {
             let Ok(mut ready) = self.shared.ready.lock() else {
                 return;
             };
-            if ready.refused.contains(tool) || ready.made.iter().any(|(made, _)| made == tool) || !ready.queued.insert(tool.to_owned()) {
+            if ready.refused.contains(tool) || ready.made.iter().any(|(name, _)| name == tool) || !ready.queued.insert(tool.to_owned()) {
                 return;
             }
         }
@@ -168,19 +166,10 @@ impl Ahead {
     }
 }
 
-/// The state a store made ahead holds until a call puts its own in: no workspace, no policy,
-/// no network, the largest memory any call may have (the call's own limit is checked when it
-/// takes the instance).
+/// The state a store made ahead holds until a call puts its own in (the call's own memory
+/// limit is checked when it takes the instance).
 pub(crate) fn placeholder() -> CallState {
-    CallState {
-        wasi: wasmtime_wasi::WasiCtxBuilder::new().build(),
-        table: ResourceTable::new(),
-        context: CallContext::default(),
-        guard: FsGuard::new(None, "", None, None),
-        limiter: MemoryLimiter::new(crate::engine::MAX_MEMORY_BYTES),
-        deadline: std::time::Instant::now(),
-        http: http::CallHttp::refusing(),
-    }
+    CallState::without_call(wasmtime_wasi::WasiCtxBuilder::new().build(), std::time::Instant::now())
 }
 
 /// Start the thread; it ends when the runtime (the sender) is gone.
@@ -232,15 +221,7 @@ fn make(engine: &Engine, pre: &bindings::PluginPre<CallState>, memory_limit: usi
     state.limiter = MemoryLimiter::new(memory_limit);
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
-    let mut ticks_left = crate::limits::ticks_in(deadline) + 1;
-    store.epoch_deadline_callback(move |_| {
-        ticks_left = ticks_left.saturating_sub(1);
-        if ticks_left == 0 {
-            return Err(wasmtime::Trap::Interrupt.into());
-        }
-        Ok(wasmtime::UpdateDeadline::Continue(1))
-    });
-    store.set_epoch_deadline(1);
+    crate::limits::stop_at(&mut store, deadline, None);
     let plugin = pre.instantiate(&mut store).ok()?;
     Some((store, plugin))
 }

@@ -419,19 +419,8 @@ impl Runtime {
         let ahead = ahead && context.memory_pool.is_none();
         let state = CallState { wasi: wasi.build(), table: ResourceTable::new(), context, guard, limiter, deadline, http };
         let (mut store, made) = self.ahead.store(&self.engine, ahead.then_some(tool), state, limits.memory_bytes);
-        // The ticker's phase is arbitrary, so the first tick may come at once: one tick more
-        // gives the call at least its deadline, and stops it within one tick after.
         // Each tick also checks whether the caller cancelled the call.
-        let mut ticks_left = limits::ticks_in(deadline.saturating_duration_since(Instant::now())) + 1;
-        let cancel = request.cancel.cloned();
-        store.epoch_deadline_callback(move |_| {
-            ticks_left = ticks_left.saturating_sub(1);
-            if ticks_left == 0 || cancel.as_ref().is_some_and(|cancel| cancel.load(Ordering::Relaxed)) {
-                return Err(wasmtime::Trap::Interrupt.into());
-            }
-            Ok(wasmtime::UpdateDeadline::Continue(1))
-        });
-        store.set_epoch_deadline(1);
+        limits::stop_at(&mut store, deadline.saturating_duration_since(Instant::now()), request.cancel.cloned());
         outcome.instance_made_ahead = made.is_some();
         let plugin = match made {
             Some(plugin) => plugin,

@@ -41,6 +41,23 @@ pub(crate) struct CallState {
     pub(crate) http: http::CallHttp,
 }
 
+impl CallState {
+    /// The state of a store no call owns (a component describing itself, an instance made
+    /// ahead of a call): no workspace, no policy, no role, no network, the largest memory any
+    /// call may have, stopped at `deadline`.
+    pub(crate) fn without_call(wasi: WasiCtx, deadline: std::time::Instant) -> Self {
+        CallState {
+            wasi,
+            table: ResourceTable::new(),
+            context: CallContext::default(),
+            guard: FsGuard::new(None, "", None, None),
+            limiter: crate::limits::MemoryLimiter::new(crate::engine::MAX_MEMORY_BYTES),
+            deadline,
+            http: http::CallHttp::refusing(),
+        }
+    }
+}
+
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
