@@ -227,6 +227,15 @@ impl Output {
         self.structured = Some(serde_json::to_string(&value).unwrap_or_else(|_| "null".to_owned()));
         self
     }
+
+    /// Attach the structured form of the result as JSON text the tool already has (relayed
+    /// from a service, say), passed on as it is: the host checks that it is one JSON value
+    /// (the call fails if not) and hands it to clients as written, line breaks made spaces.
+    #[must_use]
+    pub fn with_structured_json(mut self, json: impl Into<String>) -> Self {
+        self.structured = Some(json.into());
+        self
+    }
 }
 
 /// The caller's role, as the host names it.

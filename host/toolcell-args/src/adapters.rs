@@ -301,8 +301,8 @@ fn text_editor<O: Outcome, E>(governed: &Governed<'_, O, E>, args: &str, refused
         }
     }
     if let Ok(output) = outcome.result_mut() {
-        let result = output.structured.take().unwrap_or(Value::Null);
-        output.structured = Some(json!({ "command": name, "tool": tool, "result": result }));
+        let result = output.structured.take();
+        output.structured = Some(json!({ "command": name, "tool": tool, "result": result }).into());
     }
     Ok(outcome)
 }

@@ -221,7 +221,11 @@ impl Scratch {
             ..CallOutcome::new(String::new())
         });
         if let Ok(output) = &outcome.result {
-            self.results.borrow_mut().push((tool.to_owned(), args.to_owned(), output.structured.clone()));
+            self.results.borrow_mut().push((
+                tool.to_owned(),
+                args.to_owned(),
+                output.structured.clone().map(toolcell_types::Structured::into_value),
+            ));
         }
         outcome
     }
@@ -251,7 +255,7 @@ impl Scratch {
     pub(super) fn leak(&self, outcome: &CallOutcome) -> Option<String> {
         let base = self.temp.path().to_string_lossy().into_owned();
         let texts: Vec<String> = match &outcome.result {
-            Ok(output) => vec![output.text.clone(), output.structured.as_ref().map(Value::to_string).unwrap_or_default()],
+            Ok(output) => vec![output.text.clone(), output.structured.as_ref().map(ToString::to_string).unwrap_or_default()],
             Err(error) => vec![error.message.clone()],
         };
         texts.iter().find_map(|text| {

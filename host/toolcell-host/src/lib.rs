@@ -45,7 +45,7 @@ pub use toolcell_runtime::{
     Access, Approver, CacheOutcome, Denial, Error, IndexStatus, Lock, LockMode, LockRequest, MAX_LIVE_INSTANCES, Runtime, RuntimeBuilder,
     SessionRecord, SessionState, Spawner, TaskBinding, Workspace,
 };
-pub use toolcell_types::{Image, ToolError, ToolErrorKind, ToolInfo, ToolOutput};
+pub use toolcell_types::{Image, Structured, ToolError, ToolErrorKind, ToolInfo, ToolOutput};
 
 use toolcell_runtime::CallRequest;
 

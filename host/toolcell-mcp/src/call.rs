@@ -5,12 +5,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, ProgressNotificationParam, RequestId};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, JsonRpcResponse, JsonRpcVersion2_0, ProgressNotificationParam,
+    RequestId, ServerJsonRpcMessage, ServerResult,
+};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolcell_host::Session;
+use toolcell_types::Structured;
 
 use crate::logging::{self, Severity};
 use crate::{BOUND_REACHED, Binding, McpServer, bounds, http, writeln_stderr};
@@ -170,7 +174,58 @@ pub(crate) fn call_answering(
 
 /// The MCP result of a call of `name` that `finished` (`None`: its thread failed).
 pub(crate) fn result_of(name: &str, finished: Option<Result<toolcell_host::CallResult, toolcell_host::Error>>) -> CallToolResult {
-    match finished {
+    answer_of(name, finished).into_result()
+}
+
+/// A call's MCP result, its structured content still the JSON text the tool wrote.
+pub(crate) struct Answered {
+    /// The result without its structured content.
+    result: CallToolResult,
+    structured: Option<Structured>,
+}
+
+impl Answered {
+    /// The result as rmcp sends it (the structured content parsed).
+    pub(crate) fn into_result(self) -> CallToolResult {
+        let Answered { mut result, structured } = self;
+        result.structured_content = structured.map(Structured::into_value);
+        result
+    }
+
+    /// The whole JSON-RPC response to request `id`, as rmcp writes it for a client of a
+    /// protocol version before 2026-07-28, with the structured content written as the tool
+    /// wrote it (never parsed).
+    pub(crate) fn legacy_response(self, id: RequestId) -> serde_json::Result<Vec<u8>> {
+        /// The result, with the structured content beside its other fields.
+        #[derive(serde::Serialize)]
+        struct WithStructured<'a> {
+            #[serde(flatten)]
+            result: &'a ServerResult,
+            #[serde(rename = "structuredContent")]
+            structured: &'a serde_json::value::RawValue,
+        }
+        match self.structured {
+            // Before 2026-07-28 structured content is an object; rmcp moves any other value
+            // into the text content.
+            Some(structured) if structured.is_object() => {
+                let mut result = ServerResult::CallToolResult(self.result);
+                result.strip_result_type_for_legacy_peer();
+                let result = WithStructured { result: &result, structured: structured.raw() };
+                serde_json::to_vec(&JsonRpcResponse { jsonrpc: JsonRpcVersion2_0, id, result })
+            }
+            structured => {
+                let mut result = ServerResult::CallToolResult(Answered { result: self.result, structured }.into_result());
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+                serde_json::to_vec(&ServerJsonRpcMessage::response(result, id))
+            }
+        }
+    }
+}
+
+/// The MCP result of a call of `name` that `finished` (`None`: its thread failed).
+pub(crate) fn answer_of(name: &str, finished: Option<Result<toolcell_host::CallResult, toolcell_host::Error>>) -> Answered {
+    let result = match finished {
         Some(Ok(call)) => match call.output {
             Ok(output) => {
                 let mut content = vec![ContentBlock::text(output.text)];
@@ -179,9 +234,7 @@ pub(crate) fn result_of(name: &str, finished: Option<Result<toolcell_host::CallR
                     let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
                     content.push(ContentBlock::image(data, image.mime_type.clone()));
                 }
-                let mut result = CallToolResult::success(content);
-                result.structured_content = output.structured;
-                result
+                return Answered { result: CallToolResult::success(content), structured: output.structured };
             }
             Err(error) => {
                 let mut result = CallToolResult::error(vec![ContentBlock::text(error.full_text())]);
@@ -214,7 +267,8 @@ pub(crate) fn result_of(name: &str, finished: Option<Result<toolcell_host::CallR
         None => CallToolResult::error(vec![ContentBlock::text(format!(
             "the host failed while running `{name}`; the operator's log has the details"
         ))]),
-    }
+    };
+    Answered { result, structured: None }
 }
 
 /// A `tools/call` in its plainest form, which the direct paths of stdio and HTTP answer
@@ -343,5 +397,33 @@ mod tests {
         assert_eq!(id(r#"{"id":"unterminat"#), None);
         assert_eq!(id(r#"{"id":null,"x":1}"#), None);
         assert_eq!(id(r#"]]{"id":1}"#), None);
+    }
+
+    #[test]
+    fn a_response_with_the_tools_own_json_is_the_one_rmcp_writes_and_holds_that_json_as_written() {
+        let id = RequestId::Number(7);
+        let shapes = [
+            Some(r#"{"path": "list", "entries": [{"path": "list/a\u00e9", "type": "file"}], "truncated": false}"#),
+            Some(r#"[1, 2]"#),
+            Some("null"),
+            Some(r#""text""#),
+            None,
+        ];
+        for json in shapes {
+            let answered = || Answered {
+                result: CallToolResult::success(vec![ContentBlock::text("listed")]),
+                structured: json.map(|json| Structured::from_json(json.to_owned()).expect("JSON")),
+            };
+            let written = answered().legacy_response(id.clone()).expect("serialized");
+            let mut result = ServerResult::CallToolResult(answered().into_result());
+            result.strip_result_type_for_legacy_peer();
+            result.strip_non_object_output_for_legacy_peer();
+            let rmcp = serde_json::to_value(ServerJsonRpcMessage::response(result, id.clone())).expect("rmcp's");
+            assert_eq!(serde_json::from_slice::<Value>(&written).expect("JSON"), rmcp, "{json:?}");
+            if let Some(object) = json.filter(|json| json.starts_with('{')) {
+                let text = String::from_utf8(written).expect("UTF-8");
+                assert!(text.contains(&format!(r#""structuredContent":{object}"#)), "written as the tool wrote it: {text}");
+            }
+        }
     }
 }

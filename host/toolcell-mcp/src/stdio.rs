@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt as _;
-use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
@@ -283,10 +283,7 @@ impl Reader {
                 if cancel.load(Ordering::Relaxed) {
                     return;
                 }
-                let mut result = ServerResult::CallToolResult(call::result_of(&name, finished));
-                result.strip_result_type_for_legacy_peer();
-                result.strip_non_object_output_for_legacy_peer();
-                if let Ok(mut text) = serde_json::to_vec(&ServerJsonRpcMessage::response(result, id)) {
+                if let Ok(mut text) = call::answer_of(&name, finished).legacy_response(id) {
                     text.push(b'\n');
                     if write_line(&text).is_err() {
                         // stdout is gone: no call starts any more, and rmcp stops.

@@ -18,14 +18,14 @@ wasmtime::component::bindgen!({
 });
 
 /// The component's output for the agent: the text cut at `output_bytes`, and the structured
-/// result parsed (dropped if it is larger than `output_bytes`).
+/// result checked to be JSON and kept as written (dropped if it is larger than `output_bytes`).
 pub(crate) fn convert_output(tool: &str, output: toolcell::tool::types::ToolOutput, output_bytes: usize) -> Result<ToolOutput, ToolError> {
     let mut text = output.text;
     crate::limits::cap_output(&mut text, output_bytes);
     let structured = match output.structured {
         None => None,
         Some(json) if json.len() > output_bytes => None,
-        Some(text) => Some(serde_json::from_str(&text).map_err(|error| {
+        Some(text) => Some(toolcell_types::Structured::from_json(text).map_err(|error| {
             ToolError::new(
                 ToolErrorKind::Failed,
                 format!("the tool `{tool}` returned structured output that is not JSON ({error}); this is a bug in the tool"),
@@ -52,7 +52,10 @@ pub(crate) fn convert_error(error: toolcell::tool::types::ToolError) -> ToolErro
 
 /// A result as the contract carries it (for the assembly of a split call).
 pub(crate) fn to_wit_output(output: &ToolOutput) -> toolcell::tool::types::ToolOutput {
-    toolcell::tool::types::ToolOutput { text: output.text.clone(), structured: output.structured.as_ref().map(ToString::to_string) }
+    toolcell::tool::types::ToolOutput {
+        text: output.text.clone(),
+        structured: output.structured.as_ref().map(|structured| structured.json().to_owned()),
+    }
 }
 
 /// A host error as the WIT `tool-error` a component receives.

@@ -114,7 +114,7 @@ pub fn lock_files(call: &LockCall<'_>, args: &str, mut may_write: impl FnMut(&st
         .collect();
     Ok(ToolOutput {
         text: lines.join("\n"),
-        structured: Some(serde_json::json!({ "locks": acquired.iter().map(lock_json).collect::<Vec<_>>() })),
+        structured: Some(serde_json::json!({ "locks": acquired.iter().map(lock_json).collect::<Vec<_>>() }).into()),
     })
 }
 
@@ -169,7 +169,7 @@ pub fn unlock_files(call: &LockCall<'_>, args: &str) -> Result<ToolOutput, ToolE
             .collect::<Vec<_>>()
             .join("\n")
     };
-    Ok(ToolOutput { text, structured: Some(serde_json::json!({ "released": released.iter().map(lock_json).collect::<Vec<_>>() })) })
+    Ok(ToolOutput { text, structured: Some(serde_json::json!({ "released": released.iter().map(lock_json).collect::<Vec<_>>() }).into()) })
 }
 
 fn record(call: &LockCall<'_>, event: &str, locks: &[Lock]) {

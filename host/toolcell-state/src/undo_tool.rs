@@ -178,12 +178,15 @@ pub fn undo_edit(call: &mut UndoCall<'_>, args: &str) -> Result<ToolOutput, Tool
         }
     };
     Ok(ToolOutput {
-        structured: Some(serde_json::json!({
-            "path": path,
-            "restored_from_call": entry.call_id,
-            "removed": entry.prior == Prior::Absent,
-            "removed_directories": removed_directories,
-        })),
+        structured: Some(
+            serde_json::json!({
+                "path": path,
+                "restored_from_call": entry.call_id,
+                "removed": entry.prior == Prior::Absent,
+                "removed_directories": removed_directories,
+            })
+            .into(),
+        ),
         text,
     })
 }

@@ -16,6 +16,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod structured;
+pub use structured::Structured;
+
 /// `text` with its control characters escaped (`\n` becomes `\\n`), and nothing else changed:
 /// for showing paths and names in messages and logs, where a file name must not be able to
 /// forge a line.
@@ -143,8 +146,9 @@ pub struct ToolInfo {
 pub struct ToolOutput {
     /// What the agent reads.
     pub text: String,
-    /// The same result as JSON, if the tool gives one.
-    pub structured: Option<serde_json::Value>,
+    /// The same result as JSON, if the tool gives one (kept as the tool wrote it; read as a
+    /// `serde_json::Value` through `Deref`).
+    pub structured: Option<Structured>,
 }
 
 /// An image a tool showed the agent beside its result's text (`context.attach-image`).

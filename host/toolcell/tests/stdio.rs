@@ -155,6 +155,47 @@ fn a_plain_call_is_answered_as_rmcp_answers_the_same_call_with_meta() {
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
 }
 
+/// A plugin's structured result reaches the client as the plugin wrote it, in the one line of its
+/// answer, and is answered as rmcp answers it: pretty-printed JSON (its line breaks made
+/// spaces), JSON that is not an object (moved into the text for a client before 2026-07-28),
+/// text that is not JSON or nests too deep (the call fails, naming the tool's bug).
+#[test]
+fn a_plugins_structured_result_is_passed_on_in_one_line_as_rmcp_answers_it() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let mut client = spinning_client(temp.path());
+    let structured = |text: &str| json!({"name": "misbehave", "arguments": {"action": "structured", "text": text}});
+    let pretty = "{\r\n  \"entries\": [\n    {\"path\": \"a\\nb\", \"type\": \"file\"}\n  ],\n  \"truncated\": false\n}\n";
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let cases = [pretty, "[1, 2]", "{\"a\": 1,}", "{\"a\": \"unterminated}", deep.as_str()];
+    let mut id = 1;
+    for text in cases {
+        let plain = client.call(id, structured(text));
+        let mut with_meta = structured(text);
+        with_meta["_meta"] = json!({});
+        let through_rmcp = client.call(id + 1, with_meta);
+        id += 2;
+        assert_eq!(without_ids(&plain), without_ids(&through_rmcp), "{text:?}");
+    }
+    let answer = client.call(id, structured(pretty));
+    assert_eq!(
+        answer["result"]["structuredContent"],
+        json!({"entries": [{"path": "a\nb", "type": "file"}], "truncated": false}),
+        "{answer}"
+    );
+    let answer = client.call(id + 1, structured("[1, 2]"));
+    assert_eq!(answer["result"]["content"][0]["text"], "[1,2]", "{answer}");
+    assert!(answer["result"].get("structuredContent").is_none(), "{answer}");
+    for (number, text) in ["{\"a\": 1,}", deep.as_str()].into_iter().enumerate() {
+        let answer = client.call(id + 2 + number as u64, structured(text));
+        assert_eq!(answer["result"]["isError"], true, "{answer}");
+        let message = answer["result"]["content"][0]["text"].as_str().expect("text");
+        assert!(message.contains("returned structured output that is not JSON"), "{message}");
+    }
+    // The connection still reads and answers.
+    let read = client.call(id + 10, json!({"name": "read_file", "arguments": {"path": "src/main.rs"}}));
+    assert_eq!(read["result"]["structuredContent"]["path"], "src/main.rs", "{read}");
+}
+
 /// A request over the longest line read (16 MiB) is dropped, as rmcp drops it, but answered
 /// with an error when its id comes before the cut: its client would otherwise wait for ever.
 /// A line that is not JSON gets no answer (there is no id to give one; the official SDKs ignore

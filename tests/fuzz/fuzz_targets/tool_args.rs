@@ -142,7 +142,9 @@ fuzz_target!(|bytes: &[u8]| {
     let base = temp.path().to_string_lossy().into_owned();
     if let Ok(outcome) = outcome {
         let texts: Vec<String> = match &outcome.result {
-            Ok(output) => vec![output.text.clone(), output.structured.as_ref().map(Value::to_string).unwrap_or_default()],
+            Ok(output) => {
+                vec![output.text.clone(), output.structured.as_ref().map(|structured| structured.value().to_string()).unwrap_or_default()]
+            }
             Err(error) => vec![error.message.clone()],
         };
         for text in texts.iter().chain(&outcome.warnings) {

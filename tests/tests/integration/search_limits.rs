@@ -38,7 +38,7 @@ fn structured(runtime: &Runtime, fixture: &Fixture, args: &Value) -> (String, Va
     assert_eq!(outcome.unrecorded_events, 0, "every access is kept");
     let opened = outcome.events.iter().filter(|event| event.operation == "open-at" && event.path.ends_with(".rs")).count();
     let output = outcome.result.unwrap_or_else(|error| panic!("{args}: {}", error.message));
-    (output.text, output.structured.expect("structured"), opened)
+    (output.text, output.structured.expect("structured").into_value(), opened)
 }
 
 #[test]

@@ -54,7 +54,9 @@ fn search_candidates_say_nothing_of_a_file_with_several_links() {
     let args = json!({"query": "new-secret-rotated"}).to_string();
     let searched = runtime.call(&CallRequest::new(workspace, "impl", "s-impl", "search_files", &args)).expect("call");
     let text = match &searched.result {
-        Ok(output) => format!("{}{}", output.text, output.structured.as_ref().map(Value::to_string).unwrap_or_default()),
+        Ok(output) => {
+            format!("{}{}", output.text, output.structured.as_ref().map(|structured| structured.value().to_string()).unwrap_or_default())
+        }
         Err(error) => error.message.clone(),
     };
     assert!(!text.contains("new-secret-rotated-4242") && !text.contains("HOST-ONLY-content"), "{text}");

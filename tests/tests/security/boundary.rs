@@ -21,7 +21,7 @@ const PEM: &str = "-----BEGIN PRIVATE KEY----- hunter2-pem-material";
 /// host failed the call for a refusal).
 pub(crate) fn results(outcome: &CallOutcome) -> Vec<Value> {
     match &outcome.result {
-        Ok(output) => output.structured.as_ref().and_then(Value::as_array).cloned().unwrap_or_default(),
+        Ok(output) => output.structured.as_ref().and_then(|structured| structured.as_array()).cloned().unwrap_or_default(),
         Err(_) => Vec::new(),
     }
 }
@@ -37,7 +37,7 @@ pub(crate) fn shown(outcome: &CallOutcome) -> String {
     match &outcome.result {
         Ok(output) => {
             text.push_str(&output.text);
-            text.push_str(&output.structured.as_ref().map(Value::to_string).unwrap_or_default());
+            text.push_str(&output.structured.as_ref().map(|structured| structured.value().to_string()).unwrap_or_default());
         }
         Err(error) => text.push_str(&error.message),
     }

@@ -207,7 +207,7 @@ fn escaping_paths() -> Vec<Case> {
 /// The results of an `fs_probe` call that succeeded.
 fn probe_results(outcome: &CallOutcome) -> Result<Vec<Value>, String> {
     let output = outcome.result.as_ref().map_err(|error| format!("the call failed: {error}"))?;
-    Ok(output.structured.as_ref().and_then(Value::as_array).cloned().unwrap_or_default())
+    Ok(output.structured.as_ref().and_then(|structured| structured.as_array()).cloned().unwrap_or_default())
 }
 
 /// `fs_probe`'s one operation succeeded with `value`, and changed nothing.

@@ -186,7 +186,7 @@ fn visible_texts(outcome: &CallOutcome) -> Vec<String> {
     match &outcome.result {
         Ok(output) => {
             texts.push(output.text.clone());
-            texts.extend(output.structured.as_ref().map(Value::to_string));
+            texts.extend(output.structured.as_ref().map(|structured| structured.value().to_string()));
         }
         Err(error) => texts.push(error.message.clone()),
     }
@@ -244,7 +244,7 @@ pub fn run(case: &Case) {
         Expect::Contained => {
             match &outcome.result {
                 Ok(output) if case.tool == "fs_probe" => {
-                    let results = output.structured.as_ref().and_then(Value::as_array).cloned().unwrap_or_default();
+                    let results = output.structured.as_ref().and_then(|structured| structured.as_array()).cloned().unwrap_or_default();
                     assert!(results.iter().all(|result| result["ok"] == false), "{context}: an operation succeeded: {results:?}");
                 }
                 Ok(_) => {}

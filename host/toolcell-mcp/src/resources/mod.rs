@@ -124,7 +124,7 @@ pub(crate) fn call(session: &Session, tool: &str, arguments: &Value) -> Result<C
         McpError::internal_error(format!("the host could not run `{tool}`; the operator's log has the details"), None)
     })?;
     Ok(match call.output {
-        Ok(output) => Called::Done(output.structured.unwrap_or(Value::Null)),
+        Ok(output) => Called::Done(output.structured.map_or(Value::Null, toolcell_host::Structured::into_value)),
         Err(error) => Called::Refused(error.kind, error.message),
     })
 }

@@ -31,7 +31,7 @@ impl Tool for Misbehave {
         ToolInfo::new("misbehave", "Misbehave", "Test program: crashes or floods on request.").schema(json!({
             "type": "object",
             "properties": {
-                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "echo", "echo_error", "ok", "task", "spawn", "lock_for_task", "release_task", "spawn_loop", "write_then_spin"] },
+                "action": { "enum": ["panic", "print", "note", "context", "count", "spin", "allocate", "big_output", "echo", "echo_error", "structured", "ok", "task", "spawn", "lock_for_task", "release_task", "spawn_loop", "write_then_spin"] },
                 "text": { "type": "string" },
                 "bytes": { "type": "integer", "minimum": 0 },
                 "path": { "type": "string" }
@@ -91,6 +91,8 @@ impl Tool for Misbehave {
             }
             "big_output" => Ok(Output::text("y".repeat(args.bytes))),
             "echo" => Ok(Output::text(args.text)),
+            // `text` as the structured result, verbatim (JSON or not).
+            "structured" => Ok(Output::text("structured").with_structured_json(args.text)),
             // Never an empty message: the conformance tests expect misbehave to fail other checks.
             "echo_error" if args.text.is_empty() => Err(ToolError::Failed("asked to fail with no text".to_owned())),
             "echo_error" => Err(ToolError::Failed(args.text)),
