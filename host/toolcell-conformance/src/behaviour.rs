@@ -71,7 +71,7 @@ pub(super) fn behaviours(tool: &str) -> Vec<(&'static str, Behaviour)> {
         })],
         "directory_tree" => vec![("directory_tree shows directories with their children", |scratch, runtime| {
             let output = scratch.ok(runtime, "directory_tree", json!({}))?;
-            let text = output.structured.map(|tree| tree.to_string()).unwrap_or(output.text);
+            let text = output.structured.map(|tree| tree.value().to_string()).unwrap_or(output.text);
             expect(
                 text.contains("\"src\"") && text.contains("lib.rs") && text.contains("notes.txt"),
                 format!("the tree lacks `src/lib.rs` or `notes.txt`: {}", shorten(&text)),
@@ -255,7 +255,15 @@ impl Scratch {
     pub(super) fn leak(&self, outcome: &CallOutcome) -> Option<String> {
         let base = self.temp.path().to_string_lossy().into_owned();
         let texts: Vec<String> = match &outcome.result {
-            Ok(output) => vec![output.text.clone(), output.structured.as_ref().map(ToString::to_string).unwrap_or_default()],
+            // The structured result as written and as read (a path may be written with escapes).
+            Ok(output) => {
+                let structured = output.structured.as_ref();
+                vec![
+                    output.text.clone(),
+                    structured.map(|structured| structured.json().to_owned()).unwrap_or_default(),
+                    structured.map(|structured| structured.value().to_string()).unwrap_or_default(),
+                ]
+            }
             Err(error) => vec![error.message.clone()],
         };
         texts.iter().find_map(|text| {

@@ -194,32 +194,40 @@ impl Answered {
 
     /// The whole JSON-RPC response to request `id`, as rmcp writes it for a client of a
     /// protocol version before 2026-07-28, with the structured content written as the tool
-    /// wrote it (never parsed).
+    /// wrote it, not parsed (`Structured` keeps it as its value would be written wherever
+    /// readers could take the two differently).
     pub(crate) fn legacy_response(self, id: RequestId) -> serde_json::Result<Vec<u8>> {
-        /// The result, with the structured content beside its other fields.
-        #[derive(serde::Serialize)]
-        struct WithStructured<'a> {
-            #[serde(flatten)]
-            result: &'a ServerResult,
-            #[serde(rename = "structuredContent")]
-            structured: &'a serde_json::value::RawValue,
-        }
         match self.structured {
             // Before 2026-07-28 structured content is an object; rmcp moves any other value
             // into the text content.
             Some(structured) if structured.is_object() => {
-                let mut result = ServerResult::CallToolResult(self.result);
-                result.strip_result_type_for_legacy_peer();
-                let result = WithStructured { result: &result, structured: structured.raw() };
-                serde_json::to_vec(&JsonRpcResponse { jsonrpc: JsonRpcVersion2_0, id, result })
+                let mut result = self.result;
+                // As `ServerResult::strip_result_type_for_legacy_peer` (the unit test below
+                // compares the answers).
+                result.result_type.take_if(|result_type| result_type.is_complete());
+                // The result is an object with other fields and never `structuredContent`
+                // here: the field goes in before its closing brace.
+                let mut written = serde_json::to_vec(&JsonRpcResponse { jsonrpc: JsonRpcVersion2_0, id: id.clone(), result: &result })?;
+                if written.ends_with(b"}}") && !written.ends_with(b"{}}") {
+                    written.truncate(written.len() - 2);
+                    written.extend_from_slice(b",\"structuredContent\":");
+                    written.extend_from_slice(structured.json().as_bytes());
+                    written.extend_from_slice(b"}}");
+                    return Ok(written);
+                }
+                // Not the shape it has been: rmcp writes it all.
+                Answered { result, structured: Some(structured) }.legacy_response_through_rmcp(id)
             }
-            structured => {
-                let mut result = ServerResult::CallToolResult(Answered { result: self.result, structured }.into_result());
-                result.strip_result_type_for_legacy_peer();
-                result.strip_non_object_output_for_legacy_peer();
-                serde_json::to_vec(&ServerJsonRpcMessage::response(result, id))
-            }
+            structured => Answered { result: self.result, structured }.legacy_response_through_rmcp(id),
         }
+    }
+
+    /// [`Answered::legacy_response`] as rmcp writes it, the structured content parsed.
+    fn legacy_response_through_rmcp(self, id: RequestId) -> serde_json::Result<Vec<u8>> {
+        let mut result = ServerResult::CallToolResult(self.into_result());
+        result.strip_result_type_for_legacy_peer();
+        result.strip_non_object_output_for_legacy_peer();
+        serde_json::to_vec(&ServerJsonRpcMessage::response(result, id))
     }
 }
 

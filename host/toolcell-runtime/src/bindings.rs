@@ -18,7 +18,8 @@ wasmtime::component::bindgen!({
 });
 
 /// The component's output for the agent: the text cut at `output_bytes`, and the structured
-/// result checked to be JSON and kept as written (dropped if it is larger than `output_bytes`).
+/// result checked to be JSON and kept as written (dropped if it is larger than `output_bytes`,
+/// as the tool wrote it or as it is kept).
 pub(crate) fn convert_output(tool: &str, output: toolcell::tool::types::ToolOutput, output_bytes: usize) -> Result<ToolOutput, ToolError> {
     let mut text = output.text;
     crate::limits::cap_output(&mut text, output_bytes);
@@ -30,7 +31,8 @@ pub(crate) fn convert_output(tool: &str, output: toolcell::tool::types::ToolOutp
                 ToolErrorKind::Failed,
                 format!("the tool `{tool}` returned structured output that is not JSON ({error}); this is a bug in the tool"),
             )
-        })?),
+        })?)
+        .filter(|structured| structured.json().len() <= output_bytes),
     };
     Ok(ToolOutput { text, structured })
 }
