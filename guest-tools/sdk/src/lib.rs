@@ -229,8 +229,10 @@ impl Output {
     }
 
     /// Attach the structured form of the result as JSON text the tool already has (relayed
-    /// from a service, say), passed on as it is: the host checks that it is one JSON value
-    /// (the call fails if not) and hands it to clients as written, line breaks made spaces.
+    /// from a service, say): the host checks that it is one JSON value (the call fails if not)
+    /// and hands it to clients as written, line breaks made spaces (text with a key repeated
+    /// in an object, or a number with a fraction or an exponent, as its parsed value is
+    /// written).
     #[must_use]
     pub fn with_structured_json(mut self, json: impl Into<String>) -> Self {
         self.structured = Some(json.into());
