@@ -82,7 +82,7 @@ pub use toolcell_args::adapters::{ADAPTER_TOOLS, TEXT_EDITOR};
 pub use toolcell_args::host_tools::{NATIVE_TOOLS, lock_json};
 pub use toolcell_locks::{Lock, LockError, LockRequest, Mode as LockMode};
 pub use toolcell_policy::{Access, Effect, Policy, PolicyError, TaskBinding, canonical_tool_name};
-pub use toolcell_state::inventory::{default_cache_dir, default_state_dir, remember_locations};
+pub use toolcell_state::inventory::{default_cache_dir, default_state_dir, executable, remember_locations, started_by};
 pub use toolcell_state::sessions::{SessionRecord, SessionState, SessionStore, Spawner, default_connect};
 pub use toolcell_state::undo::SessionChange;
 pub use toolcell_state::workflow::{MAX_SESSIONS_PER_TASK, MAX_SPAWNS_PER_CALL};

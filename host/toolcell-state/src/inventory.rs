@@ -1,6 +1,7 @@
 //! Every location a toolcell run reads and trusts, or executes, besides what a run is
 //! configured with: the default state, cache and configuration directories of this user, the
-//! ones the environment names, and the running executable.
+//! ones the environment names, the running executable and those of its name on `$PATH`, and
+//! what earlier runs recorded they used.
 //!
 //! A run that keeps its state, cache or plugins elsewhere (`--state-dir`, `--cache-dir`) still
 //! protects these: the next run with the defaults trusts what it finds there (it executes
@@ -64,23 +65,63 @@ const MAX_REMEMBERED: usize = 256;
 /// `~/work-state`. A location that does not exist (yet, or any more) is kept as well: a run
 /// creates its plugin directory, or an operator restores a state directory, at a path a tool
 /// of another run must not have filled first. Past [`MAX_REMEMBERED`] locations the oldest
-/// that do not exist go first, then the oldest of the rest. Only the default state directory
-/// of this environment holds the record; a run of another environment protects its own.
+/// that do not exist go first, then the oldest of the rest. The record is kept in this run's
+/// default state directory and in the one under `$HOME`, and runs read every record a run of
+/// this user may have written ([`remembered_locations`]).
 ///
 /// # Errors
 ///
 /// Whatever creating the default state directory or rewriting the record fails with.
 pub fn remember_locations(locations: &[PathBuf]) -> std::io::Result<()> {
-    let Some(state) = default_state_dir() else {
-        return Ok(());
-    };
+    // Each location as it resolves now, and as it was named (absolute, its symlinks kept): a
+    // later run protects the symlinks on the way of the name too, which lead the next run of
+    // this configuration to it.
+    let mut new: Vec<PathBuf> = Vec::new();
+    for location in locations {
+        for spelling in [Some(canonical_lenient(location)), std::path::absolute(location).ok()].into_iter().flatten() {
+            if !new.contains(&spelling) {
+                new.push(spelling);
+            }
+        }
+    }
+    for state in record_directories(false) {
+        remember_in(&state, &new)?;
+    }
+    Ok(())
+}
+
+/// The directories whose records of locations runs keep: this run's default state directory
+/// and the one under `$HOME` (which every run of this `$HOME` protects, whatever its
+/// `TOOLCELL_STATE_DIR` or `XDG_STATE_HOME`: a run told to keep its state elsewhere through
+/// the environment is remembered where a run without that environment looks). With
+/// `every_candidate`, also each one another environment of this user would have (the records
+/// read: a location is protected if any of them holds it).
+fn record_directories(every_candidate: bool) -> Vec<PathBuf> {
+    let mut directories: Vec<PathBuf> = default_state_dir().into_iter().collect();
+    let home_state = |home: PathBuf| home.join(".local").join("state").join("toolcell");
+    directories.extend(from_env("HOME").map(home_state));
+    if every_candidate {
+        directories.extend(from_env("TOOLCELL_STATE_DIR"));
+        directories.extend(from_env("XDG_STATE_HOME").map(|state| state.join("toolcell")));
+        directories.extend(password_home().map(home_state));
+    }
+    let mut unique: Vec<PathBuf> = Vec::new();
+    for directory in directories {
+        if !unique.contains(&directory) {
+            unique.push(directory);
+        }
+    }
+    unique
+}
+
+/// Add `new` to the record in the state directory `state`.
+fn remember_in(state: &Path, new: &[PathBuf]) -> std::io::Result<()> {
     let record = state.join(LOCATIONS_FILE);
-    let new: Vec<PathBuf> = locations.iter().map(|location| canonical_lenient(location)).collect();
-    let remembered = remembered_locations();
+    let remembered = read_record(&record);
     if new.iter().all(|location| remembered.contains(location)) {
         return Ok(());
     }
-    crate::storage::create_private_dirs(&state)?;
+    crate::storage::create_private_dirs(state)?;
     // Under a lock of its own: two runs starting at once keep both their locations.
     let lock =
         crate::storage::private_file().read(true).write(true).create(true).truncate(false).open(state.join(crate::LOCATIONS_LOCK_FILE))?;
@@ -89,7 +130,7 @@ pub fn remember_locations(locations: &[PathBuf]) -> std::io::Result<()> {
             return Err(errno.into());
         }
     }
-    let mut kept: Vec<PathBuf> = remembered_locations().into_iter().filter(|location| !new.contains(location)).collect();
+    let mut kept: Vec<PathBuf> = read_record(&record).into_iter().filter(|location| !new.contains(location)).collect();
     kept.extend(new.iter().cloned());
     let kept = newest(kept, MAX_REMEMBERED, |location| new.iter().any(|own| own == location) || location.symlink_metadata().is_ok());
     let mut text = String::new();
@@ -122,12 +163,23 @@ fn newest(locations: Vec<PathBuf>, limit: usize, exists: impl Fn(&Path) -> bool)
     locations.into_iter().zip(drop).filter(|(_, dropped)| !dropped).map(|(location, _)| location).collect()
 }
 
-/// The locations runs recorded with [`remember_locations`] (absolute paths only).
+/// The locations runs recorded with [`remember_locations`] (absolute paths only), in every
+/// record a run of this user may have written.
 pub fn remembered_locations() -> Vec<PathBuf> {
-    let Some(record) = default_state_dir().map(|state| state.join(LOCATIONS_FILE)) else {
-        return Vec::new();
-    };
-    let Ok(bytes) = crate::storage::read_host_file(&record) else {
+    let mut locations: Vec<PathBuf> = Vec::new();
+    for state in record_directories(true) {
+        for location in read_record(&state.join(LOCATIONS_FILE)) {
+            if !locations.contains(&location) {
+                locations.push(location);
+            }
+        }
+    }
+    locations
+}
+
+/// The absolute paths of one record (none if it cannot be read).
+fn read_record(record: &Path) -> Vec<PathBuf> {
+    let Ok(bytes) = crate::storage::read_host_file(record) else {
         return Vec::new();
     };
     String::from_utf8_lossy(&bytes).lines().map(PathBuf::from).filter(|location| location.is_absolute()).collect()
@@ -136,6 +188,28 @@ pub fn remembered_locations() -> Vec<PathBuf> {
 /// The running executable: a tool that could rewrite it would run as the host next time.
 pub fn executable() -> Option<PathBuf> {
     std::env::current_exe().ok()
+}
+
+/// Every file named `toolcell`, or as the running executable is, in a directory of `$PATH`:
+/// a shell's next `toolcell` runs one of them (an install in `~/.cargo/bin` of a `$HOME`
+/// workspace, say), whichever executable this run was started from.
+pub fn executables_on_path() -> Vec<PathBuf> {
+    let mut names = vec![OsString::from("toolcell")];
+    if let Some(name) = executable().as_deref().and_then(Path::file_name)
+        && !names.iter().any(|known| known == name)
+    {
+        names.push(name.to_owned());
+    }
+    let mut found = Vec::new();
+    for directory in std::env::var_os("PATH").iter().flat_map(std::env::split_paths).filter(|directory| directory.is_absolute()) {
+        for name in &names {
+            let candidate = directory.join(name);
+            if std::fs::symlink_metadata(&candidate).is_ok() && !found.contains(&candidate) {
+                found.push(candidate);
+            }
+        }
+    }
+    found
 }
 
 /// The name the running executable was started by: `argv[0]`, or the first match on `$PATH`

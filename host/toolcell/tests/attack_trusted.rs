@@ -258,3 +258,177 @@ fn a_plugin_directory_that_does_not_exist_yet_stays_protected_after_another_run(
     let (_, made) = builtin(&home, "create_directory", &json!({"path": "myplugins"}));
     assert!(!plugins.exists(), "a tool of another run made the plugin directory: {made}");
 }
+
+/// Run `toolcell ARGUMENTS` on the workspace `$HOME` as `admin`, with this environment (and
+/// none of toolcell's location variables but those in `env`). Returns (exit status, stdout +
+/// stderr).
+fn run_with(executable: &Path, home: &Home, arguments: &[&std::ffi::OsStr], env: &[(&str, &std::ffi::OsStr)]) -> (i32, String) {
+    let mut command = Command::new(executable);
+    command.args(arguments).env("HOME", &home.home);
+    for variable in ["XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "TOOLCELL_CACHE_DIR", "TOOLCELL_STATE_DIR"] {
+        command.env_remove(variable);
+    }
+    for (variable, value) in env {
+        command.env(variable, value);
+    }
+    let output = command.output().expect("run toolcell");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.code().unwrap_or(-1), text)
+}
+
+/// `call TOOL ARGS --role admin --workspace WORKSPACE`, after `options`.
+fn call_arguments<'a>(options: &[&'a std::ffi::OsStr], tool: &'a str, args: &'a str, workspace: &'a Path) -> Vec<&'a std::ffi::OsStr> {
+    let mut arguments = options.to_vec();
+    arguments.extend(["call", tool, args, "--role", "admin", "--workspace"].map(std::ffi::OsStr::new));
+    arguments.push(workspace.as_os_str());
+    arguments
+}
+
+/// A run told `--state-dir ~/state-link`, a symlink to `~/real-state`, finds its key and
+/// journals through that name every time. The directory was protected where it resolved, the
+/// symlink was not: a tool of the run replaced it with one to a directory it filled with a key
+/// of its own, and the next run used that directory (a key the tool knows, an audit trail
+/// restarted).
+#[test]
+fn a_state_directory_named_through_a_symlink_cannot_be_sent_elsewhere() {
+    let home = home();
+    std::fs::create_dir_all(home.home.join("real-state")).expect("mkdir");
+    std::os::unix::fs::symlink("real-state", home.home.join("state-link")).expect("symlink");
+    let (cache, plugins, policy) = (home.elsewhere.join("cache"), home.elsewhere.join("plugins"), home.elsewhere.join("allow-all.toml"));
+    let state = home.home.join("state-link");
+    let options = ["--cache-dir", "--state-dir", "--plugin-dir", "--policy"].map(std::ffi::OsStr::new);
+    let options =
+        [options[0], cache.as_os_str(), options[1], state.as_os_str(), options[2], plugins.as_os_str(), options[3], policy.as_os_str()];
+    let ops = json!({"ops": [
+        {"op": "mkdir", "path": "planted"},
+        {"op": "write", "path": "planted/state.key", "content": "P".repeat(32)},
+        {"op": "remove", "path": "state-link"},
+        {"op": "symlink", "path": "state-link", "to": "planted"},
+    ]})
+    .to_string();
+    let executable = Path::new(env!("CARGO_BIN_EXE_toolcell"));
+    let (status, text) = run_with(executable, &home, &call_arguments(&options, "fs_probe", &ops, &home.home), &[]);
+    let target = std::fs::read_link(&state).ok();
+    assert_eq!(target.as_deref(), Some(Path::new("real-state")), "the state directory's name was sent elsewhere (exit {status}): {text}");
+    assert!(!text.contains(&home.home.display().to_string()), "a host path in {text}");
+    // A later run with other directories of its own protects it too (it was remembered).
+    let (_, removed) = builtin(&home, "delete_file", &json!({"path": "state-link"}));
+    assert!(std::fs::symlink_metadata(&state).is_ok_and(|metadata| metadata.is_symlink()), "another run removed it: {removed}");
+}
+
+/// A run may be told its state and cache directories through the environment
+/// (`TOOLCELL_STATE_DIR`, `TOOLCELL_CACHE_DIR`) instead of options. The next run of the same
+/// `$HOME` without those variables did not know them: its tools read the state key and the
+/// cache key (with which a compiled component could be forged) and rewrote the audit trail.
+#[test]
+fn directories_chosen_through_the_environment_are_protected_in_runs_without_it() {
+    let home = home();
+    let project = home.elsewhere.join("project");
+    std::fs::create_dir_all(&project).expect("project");
+    std::fs::write(project.join("a.txt"), "a\n").expect("file");
+    let (state, cache) = (home.home.join("env-state"), home.home.join("env-cache"));
+    let policy = home.elsewhere.join("allow-all.toml");
+    let options = [std::ffi::OsStr::new("--policy"), policy.as_os_str()];
+    let write = json!({"path": "a.txt", "content": "b\n"}).to_string();
+    let env = [("TOOLCELL_STATE_DIR", state.as_os_str()), ("TOOLCELL_CACHE_DIR", cache.as_os_str())];
+    let (status, text) =
+        run_with(Path::new(env!("CARGO_BIN_EXE_toolcell")), &home, &call_arguments(&options, "write_file", &write, &project), &env);
+    assert_eq!(status, 0, "{text}");
+    let key = std::fs::read(state.join("state.key")).expect("the first run's state key");
+    let trail = std::fs::read(state.join("audit.jsonl")).expect("the first run's audit trail");
+    assert!(cache.join("cache.key").exists(), "the first run's cache");
+    // A plain run on `$HOME` (its own directories elsewhere, no such variables).
+    for path in ["env-state/state.key", "env-cache/cache.key"] {
+        let (_, read) = builtin(&home, "read_file", &json!({"path": path}));
+        assert!(read.contains("toolcell's own"), "another run's {path} was read: {read}");
+    }
+    let (_, written) = builtin(&home, "write_file", &json!({"path": "env-state/audit.jsonl", "content": "forged\n"}));
+    assert!(written.contains("toolcell's own"), "{written}");
+    assert_eq!(std::fs::read(state.join("audit.jsonl")).expect("trail"), trail, "another run's audit trail was rewritten: {written}");
+    assert_eq!(std::fs::read(state.join("state.key")).expect("key"), key);
+}
+
+/// The workspace is `$HOME`, and it holds toolcell installs other than the one this run was
+/// started from: one on `$PATH` (`~/.cargo/bin/toolcell`, which a shell's next `toolcell`
+/// runs) and one an earlier run was started from. A tool rewrote either, and the next start
+/// of it ran the tool's code as the user.
+#[test]
+fn other_toolcell_executables_are_protected_too() {
+    let home = home();
+    let on_path = home.home.join(".cargo/bin/toolcell");
+    let used_before = home.home.join("tools/toolcell");
+    for copy in [&on_path, &used_before] {
+        std::fs::create_dir_all(copy.parent().expect("parent")).expect("mkdir");
+        std::fs::copy(env!("CARGO_BIN_EXE_toolcell"), copy).expect("install");
+    }
+    // An earlier run, started from `~/tools/toolcell`, on a project elsewhere.
+    let project = home.elsewhere.join("project");
+    std::fs::create_dir_all(&project).expect("project");
+    let allow_all = home.elsewhere.join("allow-all.toml");
+    let earlier = [std::ffi::OsStr::new("--policy"), allow_all.as_os_str()];
+    let (status, text) = run_with(&used_before, &home, &call_arguments(&earlier, "list_files", "{}", &project), &[]);
+    assert_eq!(status, 0, "{text}");
+    // This run is started from the build, `~/.cargo/bin` on its `$PATH`.
+    let path = std::env::join_paths([on_path.parent().expect("bin").to_path_buf(), PathBuf::from("/usr/bin"), PathBuf::from("/bin")])
+        .expect("PATH");
+    let (cache, state, plugins, policy) =
+        (home.elsewhere.join("cache"), home.elsewhere.join("state"), home.elsewhere.join("plugins"), home.elsewhere.join("allow-all.toml"));
+    let options = [
+        std::ffi::OsStr::new("--cache-dir"),
+        cache.as_os_str(),
+        std::ffi::OsStr::new("--state-dir"),
+        state.as_os_str(),
+        std::ffi::OsStr::new("--plugin-dir"),
+        plugins.as_os_str(),
+        std::ffi::OsStr::new("--policy"),
+        policy.as_os_str(),
+    ];
+    for target in [".cargo/bin/toolcell", "tools/toolcell"] {
+        let write = json!({"path": target, "content": "#!/bin/sh\necho owned\n"}).to_string();
+        let (status, text) = run_with(
+            Path::new(env!("CARGO_BIN_EXE_toolcell")),
+            &home,
+            &call_arguments(&options, "write_file", &write, &home.home),
+            &[("PATH", path.as_os_str())],
+        );
+        assert_eq!(status, 1, "{target}: {text}");
+        assert!(text.contains("toolcell's own"), "{target}: {text}");
+    }
+    for copy in [&on_path, &used_before] {
+        assert_eq!(std::fs::read(copy).expect("copy"), std::fs::read(env!("CARGO_BIN_EXE_toolcell")).expect("build"), "{}", copy.display());
+    }
+}
+
+/// A policy in the workspace that names registry signature keys beside it (`[registry]
+/// signature_keys = ["keys/cosign.pub"]`): the policy file was protected, the keys were not,
+/// and a tool that replaced one would have its own signatures trusted by `tools add` and the
+/// check of the installed plugins.
+#[test]
+fn the_registry_keys_a_policy_names_are_protected_with_it() {
+    let home = home();
+    let policy = home.home.join("config/policy.toml");
+    std::fs::create_dir_all(home.home.join("config/keys")).expect("mkdir");
+    let text = ALLOW_ALL.replacen("version = 1\n", "version = 1\n\n[registry]\nsignature_keys = [\"keys/cosign.pub\"]\n", 1);
+    std::fs::write(&policy, text).expect("policy");
+    let key = "-----BEGIN PUBLIC KEY-----\nthe operator's\n-----END PUBLIC KEY-----\n";
+    std::fs::write(home.home.join("config/keys/cosign.pub"), key).expect("key");
+    let (cache, state, plugins) = (home.elsewhere.join("cache"), home.elsewhere.join("state"), home.elsewhere.join("plugins"));
+    let options = [
+        std::ffi::OsStr::new("--cache-dir"),
+        cache.as_os_str(),
+        std::ffi::OsStr::new("--state-dir"),
+        state.as_os_str(),
+        std::ffi::OsStr::new("--plugin-dir"),
+        plugins.as_os_str(),
+        std::ffi::OsStr::new("--policy"),
+        policy.as_os_str(),
+    ];
+    let write = json!({"path": "config/keys/cosign.pub", "content": "the attacker's"}).to_string();
+    let (status, text) =
+        run_with(Path::new(env!("CARGO_BIN_EXE_toolcell")), &home, &call_arguments(&options, "write_file", &write, &home.home), &[]);
+    assert_eq!(status, 1, "{text}");
+    assert!(text.contains("toolcell's own"), "{text}");
+    // A later run with a policy of its own protects it too (it was remembered).
+    let (_, moved) = builtin(&home, "move_file", &json!({"source": "config/keys", "destination": "old-keys"}));
+    assert_eq!(std::fs::read_to_string(home.home.join("config/keys/cosign.pub")).expect("key"), key, "{moved}");
+}

@@ -92,6 +92,8 @@ impl RuntimeBuilder {
         host_owned.extend(inventory::executable().map(|path| HostOwned::new(&path, false)));
         // The names it was started by: the symlinks on their way are protected with them.
         host_owned.extend(inventory::started_by().map(|path| HostOwned::new(&path, false)));
+        // What a shell's next `toolcell` runs, whichever executable started this run.
+        host_owned.extend(inventory::executables_on_path().iter().map(|path| HostOwned::new(path, false)));
         // What other runs were told to use instead of the defaults, as they recorded it.
         for path in inventory::remembered_locations().into_iter().chain(std::mem::take(&mut self.protected)) {
             let is_directory = std::fs::metadata(&path).is_ok_and(|metadata| metadata.is_dir());
@@ -240,6 +242,10 @@ impl RuntimeBuilder {
         let state_dir = state.as_ref().map(|state| state.path().to_path_buf());
         if let Some(directory) = &state_dir {
             host_owned.push(HostOwned::directory(directory));
+        }
+        // As it was named too: the symlinks on the way of that name lead the next run here.
+        if let Some(named) = &self.audit_dir {
+            host_owned.push(HostOwned::directory(named));
         }
         // Journals are authenticated with the state directory's key; without a state directory,
         // the private temporary one gets a key of its own. Calls a crash interrupted are undone

@@ -198,14 +198,24 @@ fn build_runtime_watching(
     for path in protected {
         builder = builder.protect(*path);
     }
-    // What this run was told to use instead of the defaults: every later run protects it too.
-    let policy_file = args.policy.as_ref().filter(|path| builtin_policy_name(path).is_none());
-    let chosen: Vec<PathBuf> = [args.state_dir.as_ref(), args.cache_dir.as_ref(), args.plugin_dir.as_ref(), policy_file]
-        .into_iter()
-        .flatten()
-        .cloned()
-        .chain(protected.iter().map(|path| path.to_path_buf()))
-        .collect();
+    // The registry keys the policy names: a tool that rewrote one would have its own
+    // signatures trusted by `tools add` and the check of the installed plugins.
+    let keys = registry::signature_key_files(args);
+    for key in &keys {
+        builder = builder.protect(key);
+    }
+    // What this run uses (told or by default, from the command line or the environment) and
+    // the executables it was started from: every later run protects them too, whatever it is
+    // configured with.
+    let policy_file = args.policy.clone().filter(|path| builtin_policy_name(path).is_none());
+    let cache_dir = (!args.no_cache).then(|| args.cache_dir.clone().or_else(toolcell_runtime::default_cache_dir)).flatten();
+    let chosen: Vec<PathBuf> =
+        [state_dir(args), cache_dir, plugin_dir(args), policy_file, toolcell_runtime::executable(), toolcell_runtime::started_by()]
+            .into_iter()
+            .flatten()
+            .chain(keys)
+            .chain(protected.iter().map(|path| path.to_path_buf()))
+            .collect();
     if let Err(error) = toolcell_runtime::remember_locations(&chosen) {
         writeln!(
             std::io::stderr().lock(),

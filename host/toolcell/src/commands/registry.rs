@@ -201,6 +201,15 @@ pub(super) fn pull(args: &RuntimeArgs, reference: &str, output: Option<&std::pat
     Ok(ExitCode::SUCCESS)
 }
 
+/// The signature key files the policy's `[registry]` names (relative to the policy file), read
+/// or not; none when the policy cannot be read (building the runtime says why).
+pub(super) fn signature_key_files(args: &RuntimeArgs) -> Vec<PathBuf> {
+    let Ok(Some((shown, text))) = policy_text(args) else { return Vec::new() };
+    let Ok(settings) = toolcell_policy::registry_settings(&shown, &text) else { return Vec::new() };
+    let base = args.policy.as_deref().and_then(std::path::Path::parent).unwrap_or(std::path::Path::new("."));
+    settings.signature_keys.iter().map(|key| base.join(key)).collect()
+}
+
 /// The policy's text and its name as shown, if it is a file.
 fn policy_text(args: &RuntimeArgs) -> anyhow::Result<Option<(String, String)>> {
     let Some(path) = args.policy.clone().filter(|path| builtin_policy_name(path).is_none()) else { return Ok(None) };
