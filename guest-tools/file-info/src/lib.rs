@@ -65,11 +65,20 @@ impl Tool for FileInfo {
             "delete": effect_name(facts.delete),
         });
         if metadata.file_type().is_symlink() {
-            let target = std::fs::read_link(path.as_str()).map_err(|error| path.io_error(error))?;
-            let target = target.to_string_lossy().into_owned();
+            let target = match std::fs::read_link(path.as_str()) {
+                Ok(target) => Some(target.to_string_lossy().into_owned()),
+                // The host shows no target that leads outside the workspace.
+                Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => None,
+                Err(error) => return Err(path.io_error(error)),
+            };
             let directory = path.parent().unwrap_or_else(WorkspacePath::root);
-            let joined = resolve_link(directory.as_str(), &target).and_then(|resolved| WorkspacePath::parse(&resolved).ok());
-            info["target"] = json!(target);
+            let joined = target
+                .as_deref()
+                .and_then(|target| resolve_link(directory.as_str(), target))
+                .and_then(|resolved| WorkspacePath::parse(&resolved).ok());
+            if let Some(target) = &target {
+                info["target"] = json!(target);
+            }
             match joined {
                 // Only a target that stays inside is looked at (the host judges it again).
                 Some(resolved) => {

@@ -32,10 +32,18 @@ pub enum Kind {
     Session,
     /// A tool call, until its instance is released.
     Call,
+    /// A connection watched for resource changes (its first resource listing or
+    /// subscription on), until it closes: each watcher holds an inotify instance, which the
+    /// user's processes share a small number of.
+    Watcher,
 }
 
+/// Connections one principal may have watched for resource changes at once, of the
+/// [`MAX_WATCHERS`](crate::resources::MAX_WATCHERS) the process watches (fixed, not configured).
+pub const MAX_WATCHERS_PER_PRINCIPAL: usize = 8;
+
 impl Kind {
-    const ALL: [Kind; 5] = [Kind::Connection, Kind::Request, Kind::Stream, Kind::Session, Kind::Call];
+    const ALL: [Kind; 6] = [Kind::Connection, Kind::Request, Kind::Stream, Kind::Session, Kind::Call, Kind::Watcher];
 
     fn index(self) -> usize {
         Kind::ALL.iter().position(|kind| *kind == self).unwrap_or(0)
@@ -51,6 +59,11 @@ impl Kind {
                 ("max_sessions_per_principal", "MCP sessions", "end one (HTTP `DELETE`) or let one stay idle for `session_idle`")
             }
             Kind::Call => ("max_calls_per_principal", "tool calls running", "wait for one to finish"),
+            Kind::Watcher => (
+                "MAX_WATCHERS_PER_PRINCIPAL",
+                "connections watched for resource changes",
+                "close a connection that listed or subscribed to resources",
+            ),
         }
     }
 
@@ -59,6 +72,7 @@ impl Kind {
         match self {
             Kind::Connection => Some(("max_connections", "connection")),
             Kind::Call => Some(("max_calls", "tool call")),
+            Kind::Watcher => Some(("MAX_WATCHERS", "resource watcher")),
             Kind::Request | Kind::Stream | Kind::Session => None,
         }
     }
@@ -84,13 +98,13 @@ impl Refusal {
     fn message(&self) -> String {
         let (_, counted, remedy) = self.kind.describe();
         let Refusal { principal, setting, value, .. } = self;
+        // The watchers' bounds are the process's own, not settings.
+        let raise = if self.kind == Kind::Watcher { String::new() } else { format!(", or raise `{setting}` in service.toml") };
         match self.share {
-            None => format!(
-                "principal `{principal}` has {value} {counted}, as many as `{setting} = {value}` allows: {remedy}, or raise `{setting}` in service.toml"
-            ),
+            None => format!("principal `{principal}` has {value} {counted}, as many as `{setting} = {value}` allows: {remedy}{raise}"),
             Some(share) => format!(
                 "the service has no {} slot left for principal `{principal}`: of `{setting} = {value}`, the rest are in use or kept for \
-                 other principals (each is guaranteed {share}): {remedy}, or raise `{setting}` in service.toml",
+                 other principals (each is guaranteed {share}): {remedy}{raise}",
                 self.kind.shared().map_or("", |(_, one)| one)
             ),
         }
@@ -176,6 +190,7 @@ impl Ledger {
             Kind::Stream => (bounds.max_streams_per_principal, None),
             Kind::Session => (bounds.max_sessions_per_principal, None),
             Kind::Call => (bounds.max_calls_per_principal, Some(bounds.max_calls)),
+            Kind::Watcher => (MAX_WATCHERS_PER_PRINCIPAL, Some(crate::resources::MAX_WATCHERS)),
         }
     }
 

@@ -69,7 +69,7 @@ impl McpServer {
     pub(crate) fn call_slot(&self, parts: Option<&::http::request::Parts>) -> Result<Option<bounds::Slot>, McpError> {
         match &self.binding {
             Binding::Session { .. } | Binding::Roots(_) => Ok(None),
-            Binding::Service(service) => match service.take_call(parts) {
+            Binding::Service(service) => match service.take_slot(parts, bounds::Kind::Call) {
                 Ok(slot) => Ok(Some(slot)),
                 Err(http::CallRefused::Bound(refusal)) => Err({
                     service.log_call_refused(parts, &refusal);
@@ -81,6 +81,16 @@ impl McpServer {
                 }),
                 Err(http::CallRefused::Unauthenticated(reason)) => Err(McpError::invalid_request(reason, None)),
             },
+        }
+    }
+
+    /// The principal's slot of the resource watchers (`serve`), for a connection's watcher
+    /// that may start: each principal is guaranteed a share of the process's watchers, so one
+    /// principal's sessions cannot take them all.
+    pub(crate) fn watcher_seat(&self, parts: Option<&::http::request::Parts>) -> crate::resources::Seat {
+        match &self.binding {
+            Binding::Session { .. } | Binding::Roots(_) => Ok(None),
+            Binding::Service(service) => service.take_slot(parts, bounds::Kind::Watcher).map(Some).map_err(|refused| refused.to_string()),
         }
     }
 

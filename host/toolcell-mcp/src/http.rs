@@ -234,11 +234,11 @@ impl Service {
         Ok((session, tools))
     }
 
-    /// A call slot for the principal of the request whose HTTP parts are `parts`, held until
-    /// the call's instance is released.
-    pub(crate) fn take_call(&self, parts: Option<&http::request::Parts>) -> Result<Slot, CallRefused> {
+    /// A slot of `kind` (a call, held until its instance is released; a resource watcher) for
+    /// the principal of the request whose HTTP parts are `parts`.
+    pub(crate) fn take_slot(&self, parts: Option<&http::request::Parts>, kind: Kind) -> Result<Slot, CallRefused> {
         let principal = authenticated(parts).map_err(CallRefused::Unauthenticated)?;
-        self.ledger.take(&principal.name, Kind::Call).map_err(CallRefused::Bound)
+        self.ledger.take(&principal.name, kind).map_err(CallRefused::Bound)
     }
 
     /// `connection` counts for `principal` from its first request on (again if another

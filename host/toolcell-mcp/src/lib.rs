@@ -289,7 +289,8 @@ impl ServerHandler for McpServer {
         // A resource request costs what a tool call does, and counts against the same bounds.
         let slot = self.call_slot(context.extensions.get::<::http::request::Parts>())?;
         // Without a watcher to spare, the listing still answers; `list_changed` waits for one.
-        let _ = self.subscriptions.watch(&session, context.peer.clone());
+        let seat = self.watcher_seat(context.extensions.get::<::http::request::Parts>());
+        let _ = self.subscriptions.watch(&session, context.peer.clone(), seat);
         let listed = blocking(move || resources::list(&session, request.as_ref())).await;
         drop(slot);
         listed
@@ -320,7 +321,8 @@ impl ServerHandler for McpServer {
         let session = self.resource_session(&context).await?;
         let slot = self.call_slot(context.extensions.get::<::http::request::Parts>())?;
         let (peer, subscriptions) = (context.peer.clone(), self.subscriptions.clone());
-        let subscribed = blocking(move || subscriptions.subscribe(&session, &request.uri, peer)).await;
+        let seat = self.watcher_seat(context.extensions.get::<::http::request::Parts>());
+        let subscribed = blocking(move || subscriptions.subscribe(&session, &request.uri, peer, seat)).await;
         drop(slot);
         subscribed
     }

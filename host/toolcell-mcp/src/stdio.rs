@@ -215,7 +215,16 @@ impl Reader {
                 self.start(request, session);
                 continue;
             }
-            self.observe(&line);
+            // A line that is not JSON is dropped, as rmcp drops it; but a request whose id can
+            // be read is answered with the parse error, so its client does not wait for ever.
+            if !self.observe(&line)
+                && let Some(answer) = parse_error_answer(&line)
+            {
+                if write_line(&answer).is_err() {
+                    break;
+                }
+                continue;
+            }
             if self.lines.blocking_send(std::mem::take(&mut line)).is_err() {
                 break;
             }
@@ -239,13 +248,14 @@ impl Reader {
 
     /// Note what `line` (for rmcp) changes for this path, reading it as rmcp does (a leading
     /// byte-order mark is skipped, and a message rmcp cannot read changes nothing).
-    fn observe(&mut self, line: &[u8]) {
+    /// Whether rmcp reads it as a message.
+    fn observe(&mut self, line: &[u8]) -> bool {
         let line = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(line);
         if line.iter().find(|byte| !byte.is_ascii_whitespace()) == Some(&b'[') {
             self.state.through_rmcp = true;
-            return;
+            return true;
         }
-        let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(line) else { return };
+        let Ok(message) = serde_json::from_slice::<ClientJsonRpcMessage>(line) else { return false };
         match message {
             JsonRpcMessage::Request(request) => match request.request {
                 ClientRequest::InitializeRequest(_) => {
@@ -266,6 +276,7 @@ impl Reader {
             },
             _ => {}
         }
+        true
     }
 
     /// Run `request` in `session` on the blocking pool, which answers it.
@@ -294,6 +305,22 @@ impl Reader {
             });
         });
     }
+}
+
+/// The answer (a line) to `line` if it is not JSON but a request's id can be read from it: a
+/// parse error naming what is wrong, so that the client is told instead of waiting.
+fn parse_error_answer(line: &[u8]) -> Option<Vec<u8>> {
+    let text = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(line);
+    let error = serde_json::from_slice::<Value>(text).err()?;
+    let id = call::leading_id(line)?;
+    let message = format!(
+        "the request is not valid JSON ({error}): send UTF-8 JSON text with every string escaped as JSON allows (no unpaired \
+         surrogate escape such as `\\ud800`), nested at most 128 levels deep"
+    );
+    let answer = ServerJsonRpcMessage::error(rmcp::ErrorData::parse_error(message, None), Some(id));
+    let mut text = serde_json::to_vec(&answer).ok()?;
+    text.push(b'\n');
+    Some(text)
 }
 
 /// How much of a line over [`MAX_LINE_BYTES`] is kept, to find its request's id.

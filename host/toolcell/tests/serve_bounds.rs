@@ -367,3 +367,33 @@ fn one_token_holding_connections_leaves_some_for_another_principal() {
     // Rita is served on what is left.
     served_as_usual(&served.url, &rita);
 }
+
+/// Each connection that lists or subscribes to resources holds one of the process's resource
+/// watchers (an inotify instance each, of which the process keeps 32). One principal's idle
+/// sessions took them all, and another principal's subscription was refused until those
+/// sessions ended: a principal now holds at most 8, and the others' shares stay free.
+#[test]
+fn one_principal_cannot_take_every_resource_watcher() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, alice, rita) = fixture(temp.path(), "");
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
+    let url = served.url.as_str();
+    let subscribe =
+        json!({"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe", "params": {"uri": "toolcell://workspace/notes.txt"}});
+    let mut sessions = Vec::new();
+    for _ in 0..9 {
+        let session = initialize(url, &alice).session.expect("a session");
+        let listed = post(url, &alice, Some(&session), &json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}));
+        // The listing answers whether or not a watcher was left for it.
+        assert!(message(&listed, 1)["result"]["resources"].is_array(), "{}", listed.text);
+        sessions.push(session);
+    }
+    let refused = message(&post(url, &alice, Some(&sessions[8]), &subscribe), 2);
+    let text = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(text.contains("principal `alice` has 8 connections watched for resource changes"), "{refused}");
+    assert!(!text.contains("service.toml"), "no setting raises it: {refused}");
+    // Another principal's subscription is served.
+    let session = initialize(url, &rita).session.expect("a session");
+    let subscribed = message(&post(url, &rita, Some(&session), &subscribe), 2);
+    assert!(subscribed["error"].is_null() && subscribed["result"].is_object(), "{subscribed}");
+}

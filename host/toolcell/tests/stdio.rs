@@ -219,6 +219,38 @@ fn a_request_over_the_longest_line_is_answered_with_an_error_naming_the_limit() 
     assert!(read["result"]["content"][0]["text"].as_str().is_some_and(|text| text.contains("fn main")), "{read}");
 }
 
+/// A request that is not JSON though its id can be read (a lone surrogate escape, a byte that
+/// is not UTF-8 in a string, nesting past 128 levels) was dropped without an answer, and its
+/// client waited for ever: it is answered with a parse error naming the id. A line without a
+/// readable id is still dropped, and the connection goes on.
+#[test]
+fn a_request_that_is_not_json_but_has_an_id_is_answered_with_a_parse_error() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    fixture(temp.path());
+    let mut client = Raw::start(temp.path(), &[]);
+    client.handshake();
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let lines: [(u64, Vec<u8>); 3] = [
+        (11, br#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"\ud800"}}}"#.to_vec()),
+        (12, b"{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\",\"params\":{\"name\":\"read_file\",\"arguments\":{\"path\":\"\xff\"}}}".to_vec()),
+        (13, format!(r#"{{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":{deep}}}}}}}"#).into_bytes()),
+    ];
+    for (id, line) in &lines {
+        let stdin = client.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line).and_then(|()| stdin.write_all(b"\n")).expect("write");
+        let (answer, _) = client.answer(&json!(id));
+        assert_eq!(answer["error"]["code"], -32700, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("not valid JSON") && message.contains("send UTF-8 JSON text"), "{message}");
+    }
+    let stdin = client.stdin.as_mut().expect("stdin open");
+    stdin.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":\"\xff\"}\n").expect("write");
+    client.send(&json!({"jsonrpc": "2.0", "id": 14, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}));
+    let (read, before) = client.answer(&json!(14));
+    assert!(before.is_empty(), "a line without an id was answered: {before:?}");
+    assert!(read["result"]["content"][0]["text"].as_str().is_some_and(|text| text.contains("fn main")), "{read}");
+}
+
 #[test]
 fn calls_sent_before_the_handshake_is_answered_are_answered_after_it() {
     let temp = tempfile::tempdir().expect("temporary directory");

@@ -100,11 +100,17 @@ fn file_info_describes_without_reading_whole() {
     let info = fixture.ok("file_info", json!({"path": "inside-link"})).structured.expect("structured");
     assert_eq!((info["type"].as_str(), info["target_type"].as_str()), (Some("symlink"), Some("file")));
     assert_eq!(info["target_path"], "src/main.rs");
-    // A link that leads out is described, never followed.
+    // A link that leads out is described, never followed, and its target (a name outside the
+    // workspace) is not shown: the host refuses to read it, and records that.
     let outcome = fixture.call("file_info", &json!({"path": "outside-link"}));
-    let info = outcome.result.expect("describes the link").structured.expect("structured");
+    let output = outcome.result.expect("describes the link");
+    let info = output.structured.expect("structured");
     assert_eq!(info["target_type"], "outside the workspace");
-    assert!(outcome.denials.is_empty(), "nothing outside was touched: {:?}", outcome.denials);
+    assert!(info.get("target").is_none(), "{info}");
+    assert!(!output.text.contains("outside/") && !info.to_string().contains("outside/"), "{}", output.text);
+    let rules: Vec<&str> = outcome.denials.iter().map(|denial| denial.event.rule.as_str()).collect();
+    assert_eq!(rules, ["workspace-boundary"], "{:?}", outcome.denials);
+    assert_eq!(outcome.denials[0].event.operation, "readlink-at");
     fixture.assert_outside_untouched();
 
     let message = fixture.error("file_info", json!({"path": "nope.txt"}), ToolErrorKind::NotFound);

@@ -180,6 +180,39 @@ fn a_name_that_is_not_utf8_is_left_out_and_the_rest_listed() {
     assert_eq!(lines(&output.text), ["mixed/a.txt", "mixed/c.txt", "mixed/z.txt"]);
 }
 
+/// A component that lists raw is given an entry whose name is not UTF-8 as an error, but only
+/// where the role may see it, judged by its name as text (each invalid byte a U+FFFD): in a
+/// directory whose files the role may not read, one such name made the listing fail where
+/// it had listed nothing, telling the role that a file it may not see was there.
+#[test]
+fn a_name_that_is_not_utf8_is_not_told_where_the_role_may_not_see_it() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let fixture = Fixture::new();
+    fixture.write("secrets/token.txt", "");
+    fixture.write("open/a.txt", "");
+    let list = |path: &str| {
+        let outcome = fixture.call_on(
+            toolcell_tests::governed_runtime(),
+            "impl",
+            "fs_probe",
+            &json!({"ops": [{"op": "raw_list", "path": path}]}),
+            None,
+        );
+        let result = outcome.result.expect("the probe runs").structured.expect("structured")[0].clone();
+        (result["ok"].clone(), result["value"].clone(), result.to_string())
+    };
+    assert_eq!(list("secrets").0, true);
+    assert_eq!(list("secrets").1, json!([]));
+    std::fs::write(fixture.root().join("secrets").join(std::ffi::OsStr::from_bytes(b"\xffx.txt")), "").expect("write");
+    let (ok, value, shown) = list("secrets");
+    assert_eq!((ok, value), (json!(true), json!([])), "a name the role may not see was told to exist: {shown}");
+    // Where the role may see it, it is the error it always was.
+    std::fs::write(fixture.root().join("open").join(std::ffi::OsStr::from_bytes(b"\xffx.txt")), "").expect("write");
+    let (ok, _, shown) = list("open");
+    assert_eq!(ok, false, "{shown}");
+    assert!(shown.contains("illegal"), "{shown}");
+}
+
 /// A component may list the workspace root through the very descriptor the host preopened for
 /// it (an `O_PATH` descriptor on the host), not only through one it opened from it.
 #[test]

@@ -430,3 +430,31 @@ fn a_refusal_is_worded_from_what_decided_it_not_from_the_rule_name() {
         assert!(read.denials.iter().any(|denial| denial.event.rule == rule), "{:?}", read.denials);
     }
 }
+
+/// A symlink the user made whose target leads outside the workspace (`../../state`, `..`, an
+/// absolute path, or a target that goes out through another link: `dot -> .`, `dot/../x`):
+/// following it is refused, and reading it told the component the name outside. Its target is
+/// now refused as well, recorded, and named nowhere; a target inside is read as it was.
+#[test]
+fn a_symlinks_target_outside_the_workspace_is_not_shown() {
+    let governed = governed(DROPBOX_POLICY, &[("src/inner.txt", "inner\n")]);
+    for (target, link) in
+        [("../../state", "src/out"), ("..", "up"), ("/etc/passwd", "abs"), (".", "dot"), ("dot/../x", "through"), ("inner.txt", "src/in")]
+    {
+        std::os::unix::fs::symlink(target, governed.root.join(link)).expect("symlink");
+    }
+    for (link, target) in [("src/out", "../../state"), ("up", ".."), ("abs", "/etc/passwd"), ("through", "dot/../x")] {
+        let outcome = probe(&governed.runtime, &governed.workspace, json!([{"op": "read_link", "path": link}]));
+        assert!(outcome.result.is_err(), "{link}: {:?}", outcome.result);
+        let shown = format!("{:?}{:?}", outcome.result, outcome.denials);
+        assert!(!shown.contains(target) || target == "..", "{link}: its target was shown: {shown}");
+        assert!(!shown.contains("state") && !shown.contains("passwd"), "{link}: {shown}");
+        assert_audited(&governed.state, &outcome, link);
+        assert_eq!(outcome.denials[0].event.rule, "workspace-boundary", "{link}");
+    }
+    for (link, target) in [("src/in", "inner.txt"), ("dot", ".")] {
+        let outcome = probe(&governed.runtime, &governed.workspace, json!([{"op": "read_link", "path": link}]));
+        assert_eq!(results(&outcome)[0]["value"], target, "{link}: {:?}", outcome.result);
+        assert!(outcome.denials.is_empty(), "{link}: {:?}", outcome.denials);
+    }
+}

@@ -15,7 +15,7 @@ mod complete;
 mod watch;
 
 pub(crate) use complete::complete;
-pub(crate) use watch::Subscriptions;
+pub(crate) use watch::{MAX_WATCHERS, Seat, Subscriptions};
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{

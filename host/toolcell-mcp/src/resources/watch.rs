@@ -51,6 +51,11 @@ impl Drop for WatcherSlot {
     }
 }
 
+/// The principal's slot of [`Kind::Watcher`](crate::bounds::Kind::Watcher), taken for a
+/// watcher that may start (`None` where no principals are counted: over stdio; given back at
+/// once if the connection is watched already), or why none was left.
+pub(crate) type Seat = Result<Option<crate::bounds::Slot>, String>;
+
 /// The subscriptions of one MCP connection.
 #[derive(Default, Clone)]
 pub(crate) struct Subscriptions {
@@ -70,7 +75,7 @@ struct Shared {
 impl Subscriptions {
     /// `resources/subscribe`: `uri` must name a file the role may read (else it answers as a
     /// missing one); at most [`MAX_SUBSCRIPTIONS`].
-    pub(crate) fn subscribe(&self, session: &Session, uri: &str, peer: Peer<RoleServer>) -> Result<(), McpError> {
+    pub(crate) fn subscribe(&self, session: &Session, uri: &str, peer: Peer<RoleServer>, seat: Seat) -> Result<(), McpError> {
         let path = path_of(uri).ok_or_else(|| not_found(uri))?;
         match call(session, "file_info", &serde_json::json!({ "path": path }))? {
             Called::Done(info) if info["type"] == "file" && info["access"]["read"] == "allow" => {}
@@ -89,7 +94,7 @@ impl Subscriptions {
             }
             shared.paths.insert(path.clone());
         }
-        if let Err(refused) = self.watch(session, peer) {
+        if let Err(refused) = self.watch(session, peer, seat) {
             self.shared.lock().unwrap_or_else(PoisonError::into_inner).paths.remove(&path);
             return Err(McpError::invalid_request(refused, Some(serde_json::json!({ "uri": uri, "max_watchers": MAX_WATCHERS }))));
         }
@@ -118,7 +123,7 @@ impl Subscriptions {
     ///
     /// Why no watcher runs: [`MAX_WATCHERS`] connections are watched already, or its thread
     /// could not start.
-    pub(crate) fn watch(&self, session: &Session, peer: Peer<RoleServer>) -> Result<(), String> {
+    pub(crate) fn watch(&self, session: &Session, peer: Peer<RoleServer>, seat: Seat) -> Result<(), String> {
         let busy = || {
             format!(
                 "the server already watches {MAX_WATCHERS} connections for resource changes, the most it may: try again once one has closed"
@@ -129,9 +134,11 @@ impl Subscriptions {
             if shared.watching {
                 return Ok(());
             }
+            // The principal's share of the watchers first (`serve`), then the process's.
+            let principal = seat?;
             let slot = WatcherSlot::take().ok_or_else(busy)?;
             shared.watching = true;
-            (slot, shared.generation)
+            ((slot, principal), shared.generation)
         };
         let (slot, generation) = slot;
         let fail = |reason: String| {

@@ -158,8 +158,23 @@ impl FsGuard {
                 continue;
             }
             let Ok(name) = std::str::from_utf8(name) else {
-                // As wasmtime-wasi: the entry is an error, the listing goes on.
-                entries.push(Err(ErrorCode::IllegalByteSequence));
+                // As wasmtime-wasi: the entry is an error, the listing goes on; but only where
+                // the role may see it, judged by its name as text (each invalid byte a U+FFFD),
+                // whatever its type: an entry the role may not see is not told to exist.
+                child.clear();
+                if path != "." {
+                    child.push_str(path);
+                    child.push('/');
+                }
+                child.push_str(&String::from_utf8_lossy(name));
+                let visible = match entry.file_type() {
+                    FileType::Directory => self.is_visible(&child, true),
+                    FileType::Unknown => self.is_visible(&child, true) && self.is_visible(&child, false),
+                    _ => self.is_visible(&child, false),
+                };
+                if visible {
+                    entries.push(Err(ErrorCode::IllegalByteSequence));
+                }
                 continue;
             };
             let file_type = match entry.file_type() {
@@ -204,6 +219,23 @@ impl FsGuard {
             (Err(_), Err(_)) => std::cmp::Ordering::Equal,
         });
         Ok(Listing { entries: entries.into_iter() })
+    }
+
+    /// The target `target` of the symlink `link` (a canonical workspace path), if the role may
+    /// be shown it: a target that is absolute, or that leads outside the workspace as the kernel
+    /// would resolve it from the link's directory (through the symlinks on its way), names
+    /// something outside, which no tool is shown; reading it is refused (and recorded) with the
+    /// target left out of the message.
+    pub(super) fn shown_link_target(&mut self, operation: &'static str, link: &str, target: String) -> FsResult<String> {
+        let directory = link.rsplit_once('/').map_or(".", |(parent, _)| parent);
+        if target.starts_with('/') || matches!(resolve(self.root.as_deref(), directory, &target, true), Resolved::Outside) {
+            let message = format!(
+                "the target of the symlink `{}` leads outside the workspace, so it is not shown: tools can only reach paths inside it",
+                escape_control(link)
+            );
+            return Err(self.refuse_rule(operation, link, Access::Read, "workspace-boundary", message, ToolErrorKind::Denied));
+        }
+        Ok(target)
     }
 
     /// Refuse to open a FIFO, socket or device: opening or reading one can block the host
