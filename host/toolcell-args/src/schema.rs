@@ -71,10 +71,27 @@ impl ArgsSchema {
                 format!("the arguments to `{tool}` are not valid JSON ({error}): send a JSON object such as {{\"path\": \"src/main.rs\"}}"),
             )
         })?;
-        let rewritten = drop_optional_nulls(&mut value, &self.schema).then(|| value.to_string());
+        let dropped = drop_optional_nulls(&mut value, &self.schema);
         if self.validator.is_valid(&value) {
-            return Ok(rewritten);
+            // A whole number written with a fraction or exponent (`5.0`, `1e3`) is an integer to
+            // the schema but not to the tool reading it: written as one, or refused here, named,
+            // if no integer type holds it (`1e300`).
+            let mut path = String::new();
+            let whole = whole_numbers(&mut value, &self.schema, &mut path).map_err(|field| {
+                ToolError::new(
+                    ToolErrorKind::InvalidArgs,
+                    format!(
+                        "invalid arguments to `{tool}`: `{field}` is {}, out of the range of whole numbers a tool reads: give a whole number between {} and {}",
+                        field_value(&value, &field),
+                        i64::MIN,
+                        u64::MAX
+                    ),
+                )
+                .with_hint(format!("check `{tool}`'s input schema (MCP `tools/list`, or `toolcell tools`) and send the arguments it describes"))
+            })?;
+            return Ok((dropped || whole).then(|| value.to_string()));
         }
+        let rewritten = dropped.then(|| value.to_string());
         let violations: Vec<String> = self
             .validator
             .iter_errors(&value)
@@ -141,6 +158,88 @@ fn drop_optional_nulls(value: &mut serde_json::Value, schema: &serde_json::Value
     changed
 }
 
+/// Write as integers the numbers of `value` that `schema` types `integer` but that were written
+/// with a fraction or an exponent (`5.0`, `1e3`), through nested objects and arrays; whether
+/// any was. `path` is the field being looked at (`edits[0].line`).
+///
+/// # Errors
+///
+/// The field whose number no 64-bit integer holds (`1e300`).
+fn whole_numbers(value: &mut serde_json::Value, schema: &serde_json::Value, path: &mut String) -> Result<bool, String> {
+    use serde_json::Value;
+    let mut changed = false;
+    let at = path.len();
+    match value {
+        Value::Number(number) if number.is_f64() && types_integer(schema) => {
+            let float = number.as_f64().unwrap_or(f64::NAN);
+            // Exactly: `2^63` and `2^64` are the first floats out of each range.
+            let whole = if (-9_223_372_036_854_775_808.0..0.0).contains(&float) {
+                Some(Value::from(float as i64))
+            } else if (0.0..18_446_744_073_709_551_616.0).contains(&float) {
+                Some(Value::from(float as u64))
+            } else {
+                None
+            };
+            match whole {
+                Some(whole) if float.fract() == 0.0 => {
+                    *value = whole;
+                    changed = true;
+                }
+                _ => return Err(path.clone()),
+            }
+        }
+        Value::Object(fields) => {
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (name, field) in fields.iter_mut() {
+                    if let Some(property) = properties.get(name) {
+                        if !path.is_empty() {
+                            path.push('.');
+                        }
+                        path.push_str(name);
+                        changed |= whole_numbers(field, property, path)?;
+                        path.truncate(at);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item) = schema.get("items") {
+                for (index, element) in items.iter_mut().enumerate() {
+                    path.push_str(&format!("[{index}]"));
+                    changed |= whole_numbers(element, item, path)?;
+                    path.truncate(at);
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(changed)
+}
+
+/// Whether `schema`'s `type` is `integer`, or a list holding it.
+fn types_integer(schema: &serde_json::Value) -> bool {
+    schema
+        .get("type")
+        .is_some_and(|kind| kind == "integer" || kind.as_array().is_some_and(|kinds| kinds.iter().any(|kind| kind == "integer")))
+}
+
+/// The value of the field `field` (as [`whole_numbers`] names it) in `value`, as JSON text.
+fn field_value(value: &serde_json::Value, field: &str) -> String {
+    let mut current = value;
+    for part in field.split('.') {
+        let (name, indexes) = part.split_once('[').map_or((part, ""), |(name, rest)| (name, rest));
+        if let Some(next) = current.get(name) {
+            current = next;
+        }
+        for index in indexes.split('[').filter_map(|index| index.trim_end_matches(']').parse::<usize>().ok()) {
+            if let Some(next) = current.get(index) {
+                current = next;
+            }
+        }
+    }
+    current.to_string()
+}
+
 /// `/edits/0/old_string` as `edits[0].old_string`; `None` for the whole arguments object.
 fn field_name(pointer: &str) -> Option<String> {
     if pointer.is_empty() {
@@ -190,6 +289,24 @@ mod tests {
         match schema().check("t", args) {
             Ok(_) => "ok".to_owned(),
             Err(error) => format!("{}: {}", error.kind, error.message),
+        }
+    }
+
+    #[test]
+    fn a_whole_number_with_a_fraction_or_exponent_is_written_as_an_integer_and_one_out_of_range_is_named() {
+        let text = r#"{"type": "object", "properties": {"offset": {"type": "integer", "minimum": 1}, "lines": {"type": "array", "items": {"type": "integer"}}}}"#;
+        let schema = ArgsSchema::compile(text).expect("valid schema").0;
+        let rewritten = schema.check("read_file", r#"{"offset": 5.0, "lines": [1e3, -2.0, 7]}"#).expect("valid").expect("rewritten");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&rewritten).expect("JSON"),
+            serde_json::json!({"offset": 5, "lines": [1000, -2, 7]})
+        );
+        assert_eq!(schema.check("read_file", r#"{"offset": 5}"#).expect("valid"), None, "nothing to rewrite");
+        for (args, field, shown) in [(r#"{"offset": 1e300}"#, "`offset`", "1e300"), (r#"{"lines": [1, 2e19]}"#, "`lines[1]`", "2e19")] {
+            let error = schema.check("read_file", args).expect_err(args);
+            assert_eq!(error.kind, ToolErrorKind::InvalidArgs, "{args}");
+            assert!(error.message.contains(field) && error.message.contains("out of the range of whole numbers"), "{}", error.message);
+            assert!(error.message.contains(&shown.replace("e", "e+")) || error.message.contains(shown), "{}", error.message);
         }
     }
 

@@ -104,6 +104,14 @@ fn bad_arguments_name_the_field() {
     assert!(message.contains("\"path\""), "{message}");
     let message = fixture.error("read_file", json!({"path": "a.txt", "lines": 3}), ToolErrorKind::InvalidArgs);
     assert!(message.contains("lines"), "{message}");
+    // A whole number written as a float is read as the integer it is; one no integer holds is
+    // named (it passed the schema, and the tool's own parse failed naming a line and column of
+    // text the caller never saw).
+    let output = fixture.ok("read_file", json!({"path": "a.txt", "offset": 1.0, "limit": 1e1}));
+    assert!(output.text.contains('x'), "{}", output.text);
+    let message = fixture.error("read_file", json!({"path": "a.txt", "offset": 1e300}), ToolErrorKind::InvalidArgs);
+    assert!(message.contains("`offset` is 1e+300") && message.contains("whole number between"), "{message}");
+    assert!(!message.contains("line 1 column"), "{message}");
 }
 
 #[test]
