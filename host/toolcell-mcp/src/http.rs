@@ -357,10 +357,14 @@ impl Service {
             }
             _ => None,
         };
+        let sent_json = parts.headers.get(http::header::CONTENT_TYPE).is_some_and(|kind| kind.as_bytes().starts_with(b"application/json"));
         let mut response = match direct {
             Some((id, call)) => self.call_directly(id, parts, call).await,
             None => mcp.handle(Request::from_parts(parts, Full::new(body.clone()))).await,
         };
+        if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE && sent_json {
+            response = answers::unreadable(&body);
+        }
         if asks.cancel
             && response.status() == StatusCode::ACCEPTED
             && let Some(id) = &session_id

@@ -397,3 +397,40 @@ fn one_principal_cannot_take_every_resource_watcher() {
     let subscribed = message(&post(url, &rita, Some(&session), &subscribe), 2);
     assert!(subscribed["error"].is_null() && subscribed["result"].is_object(), "{subscribed}");
 }
+
+/// A body sent as `application/json` that rmcp cannot read as a JSON-RPC message (not JSON,
+/// not UTF-8, nested past 128 levels, a batch, a repeated `id`) was answered `415 Unsupported
+/// Media Type` in plain text, telling the client its media type was wrong: it is a `400` with
+/// the JSON-RPC error clients show, naming the request's id where it can be read.
+#[test]
+fn a_json_body_that_is_no_message_gets_a_json_rpc_error_not_a_media_type_refusal() {
+    let temp = tempfile::tempdir().expect("temporary directory");
+    let (config, alice, _) = fixture(temp.path(), "");
+    let served = serve(&config, &temp.path().join("state"), &[] as &[&str]);
+    let session = initialize(&served.url, &alice).session.expect("a session");
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let cases: [(Vec<u8>, i64, Value); 5] = [
+        (br#"{"jsonrpc":"2.0","id":1,"method":"ping""#.to_vec(), -32700, json!(1)),
+        (b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"read_file\",\"arguments\":{\"path\":\"a\xff\"}}}".to_vec(), -32700, json!(2)),
+        (format!(r#"{{"jsonrpc":"2.0","id":3,"method":"ping","params":{{"x":{deep}}}}}"#).into_bytes(), -32700, json!(3)),
+        (br#"[{"jsonrpc":"2.0","id":4,"method":"ping"}]"#.to_vec(), -32600, Value::Null),
+        (br#"{"jsonrpc":"2.0","id":5,"id":6,"method":"ping"}"#.to_vec(), -32600, json!(5)),
+    ];
+    for (body, code, id) in cases {
+        let mut response = agent()
+            .post(&served.url)
+            .header("Authorization", &format!("Bearer {alice}"))
+            .header("Accept", "application/json, text/event-stream")
+            .header("Content-Type", "application/json")
+            .header("MCP-Protocol-Version", "2025-06-18")
+            .header("Mcp-Session-Id", &session)
+            .send(&body[..])
+            .expect("POST");
+        let shown = String::from_utf8_lossy(&body).chars().take(60).collect::<String>();
+        let kind = response.headers().get("content-type").and_then(|kind| kind.to_str().ok()).unwrap_or_default().to_owned();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        assert_eq!((response.status().as_u16(), kind.as_str()), (400, "application/json"), "{shown}: {text}");
+        let answer: Value = serde_json::from_str(&text).unwrap_or_else(|error| panic!("{shown}: {error}: {text}"));
+        assert_eq!((&answer["error"]["code"], &answer["id"]), (&json!(code), &id), "{shown}: {answer}");
+    }
+}

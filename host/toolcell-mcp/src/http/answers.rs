@@ -29,6 +29,32 @@ pub(super) fn too_large(max_bytes: usize, drained: bool) -> Answer {
     response
 }
 
+/// rmcp's `415` to a body sent as JSON that it could not read as a JSON-RPC message (not JSON,
+/// nested too deep, a batch, a repeated `id`): `400` with the JSON-RPC error a client shows,
+/// `-32700` for text that is not JSON and `-32600` for JSON that is no message toolcell reads,
+/// naming the request's id where it can be read.
+pub(super) fn unreadable(body: &[u8]) -> Answer {
+    let (code, message) = match serde_json::from_slice::<serde_json::Value>(body) {
+        Err(error) => (
+            -32700,
+            format!(
+                "the request is not valid JSON ({error}): send one JSON-RPC message as UTF-8 JSON text, nested at most 128 levels deep"
+            ),
+        ),
+        Ok(_) => (
+            -32600,
+            "the request is JSON but no JSON-RPC message this server reads: send one message per request (no batch), each key once"
+                .to_owned(),
+        ),
+    };
+    let id = crate::call::leading_id(body).map_or(serde_json::Value::Null, |id| serde_json::to_value(id).unwrap_or_default());
+    let text = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string();
+    let mut response = Response::new(Full::new(Bytes::from(text)).boxed());
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
 /// A request past one of its principal's bounds: `429`, naming the bound, with a hint to come
 /// back in a second.
 pub(super) fn too_many(refusal: &Refusal) -> Answer {
