@@ -245,7 +245,9 @@ fn a_request_that_is_not_json_but_has_an_id_is_answered_with_a_parse_error() {
     }
     let stdin = client.stdin.as_mut().expect("stdin open");
     stdin.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":\"\xff\"}\n").expect("write");
-    client.send(&json!({"jsonrpc": "2.0", "id": 14, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}));
+    client.send(
+        &json!({"jsonrpc": "2.0", "id": 14, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/main.rs"}}}),
+    );
     let (read, before) = client.answer(&json!(14));
     assert!(before.is_empty(), "a line without an id was answered: {before:?}");
     assert!(read["result"]["content"][0]["text"].as_str().is_some_and(|text| text.contains("fn main")), "{read}");
