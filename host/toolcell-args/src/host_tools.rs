@@ -56,7 +56,7 @@ impl Native {
             Native::LockFiles => (
                 "lock_files",
                 "Lock files",
-                "Lock files or globs (e.g. `src/a.rs`, `src/**`) so that no other agent can change them until you unlock them or the lease ends. Take an exclusive lock before a multi-step change other agents might race; shared locks let others read-lock too but keep everyone else from writing. All paths are locked or none.",
+                "Lock files or globs (e.g. `src/a.rs`, `src/**`) so that no other agent can change what your role may change there until you unlock them or the lease ends: a lock covers only the paths your role may write itself (a path you may not write cannot be locked; a glob skips what you may not write, and the result lists it under `not_covered`). Take an exclusive lock before a multi-step change other agents might race; shared locks let others read-lock too but keep everyone else from writing. All paths are locked or none.",
                 serde_json::json!({
                     "type": "object",
                     "properties": {
@@ -67,7 +67,7 @@ impl Native {
                     "required": ["paths"],
                     "additionalProperties": false
                 }),
-                locks_schema("locks"),
+                lock_files_schema(),
                 // Not read-only: a lock keeps other agents from writing, so a client that
                 // approves read-only tools on its own must still ask.
                 Annotations { read_only: false, destructive: false, idempotent: true },
@@ -128,6 +128,22 @@ fn locks_schema(key: &str) -> serde_json::Value {
     })
 }
 
+/// The output schema of `lock_files`: the locks, a glob's with what it covers.
+fn lock_files_schema() -> serde_json::Value {
+    let mut schema = locks_schema("locks");
+    let properties = &mut schema["properties"]["locks"]["items"]["properties"];
+    properties["covers"] = serde_json::json!({
+        "enum": ["writable"],
+        "description": "For a glob, under a policy: it covers only the paths the role may write itself."
+    });
+    properties["not_covered"] = serde_json::json!({
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "For a glob: the rules, protected paths and default deny that may keep it from covering part of what it matches."
+    });
+    schema
+}
+
 /// A lock as JSON, as tools and the CLI show it.
 pub fn lock_json(lock: &Lock) -> serde_json::Value {
     serde_json::json!({
@@ -143,6 +159,15 @@ pub fn lock_json(lock: &Lock) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_files_says_what_a_lock_covers_and_declares_it() {
+        let (info, _) = Native::LockFiles.describe();
+        assert!(info.description.contains("covers only the paths your role may write itself"), "{}", info.description);
+        let schema = info.output_schema.expect("an output schema");
+        let properties = &schema["properties"]["locks"]["items"]["properties"];
+        assert!(properties.get("covers").is_some() && properties.get("not_covered").is_some(), "{schema}");
+    }
 
     #[test]
     fn native_tools_describe_themselves_validly() {

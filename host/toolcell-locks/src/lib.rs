@@ -12,6 +12,12 @@
 //! when their patterns may overlap and either is exclusive. Expired leases are reclaimed by the
 //! next acquisition that needs them.
 //!
+//! A role may lock only what it may change: a lock taken for a role records it ([`Holder`]),
+//! and keeps another owner from writing or deleting a path only if that role may make the
+//! change itself under the policy ([`LockTable::check_modify`]). A glob wider than what the
+//! role may write (`**`, `d?cs/**`) covers only the part it may write, judged on the canonical
+//! path at each change.
+//!
 //! This crate does no I/O: the runtime keeps the [`LockTable`] as JSON in its state directory
 //! and changes it under a file lock.
 //!
@@ -41,8 +47,16 @@ use std::fmt;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use toolcell_policy::PathGlob;
+use toolcell_policy::{Access, PathGlob, Policy, is_glob, may_overlap};
 use toolcell_types::escape_control;
+
+mod holder;
+
+pub use holder::Holder;
+
+/// The most live locks one owner may hold in a workspace: every write of another owner is
+/// judged against each live lock whose pattern matches it.
+pub const MAX_LOCKS_PER_OWNER: usize = 256;
 
 /// Lapsed locks remembered, so that a stale token is refused with what it covered.
 const MAX_LAPSED: usize = 1024;
@@ -96,6 +110,10 @@ pub struct Lock {
     pub expires_at_ms: u64,
     /// The fencing token of this acquisition.
     pub fence: u64,
+    /// The roles it was taken for; `None` for the operator's, or one taken without a policy
+    /// (it covers its whole pattern).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_for: Option<Box<Holder>>,
 }
 
 impl Lock {
@@ -104,9 +122,17 @@ impl Lock {
         now_ms < self.expires_at_ms
     }
 
-    /// Whether the lock covers the canonical path `path`.
+    /// Whether the lock's pattern matches the canonical path `path` (what its holder may not
+    /// change included: see [`Lock::keeps_from`]).
     pub fn covers(&self, path: &str) -> bool {
         self.pattern == path || PathGlob::new(&self.pattern).is_ok_and(|glob| glob.is_match(path))
+    }
+
+    /// Whether the lock keeps other owners from `access` to the canonical `path` under
+    /// `policy` (`None`: no policy): its pattern matches the path, and its holder may make that
+    /// change itself.
+    pub fn keeps_from(&self, policy: Option<&Policy>, access: Access, path: &str) -> bool {
+        self.covers(path) && self.held_for.as_deref().is_none_or(|holder| holder.may(policy, access, path))
     }
 
     /// When the lease ends, as RFC 3339 UTC.
@@ -180,6 +206,16 @@ pub struct LockRequest {
     pub ttl: Duration,
 }
 
+/// An acquisition for a role ([`LockTable::acquire_held`]): what it asks, whose claim it is,
+/// and the policy both its holder and the holders of the locks it meets are judged by.
+#[derive(Debug, Clone, Copy)]
+pub struct Held<'a> {
+    /// The roles it is taken for; `None` for the operator's lock.
+    pub holder: Option<&'a Holder>,
+    /// The policy (`None`: no policy, every lock covers its whole pattern).
+    pub policy: Option<&'a Policy>,
+}
+
 /// Why an acquisition or release failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LockError {
@@ -200,6 +236,16 @@ pub enum LockError {
     /// The lease is zero or longer than [`MAX_TTL`].
     #[error("a lease of {0:?} is not allowed: ask for between 1 ms and 24 h")]
     Ttl(Duration),
+    /// The owner already holds [`MAX_LOCKS_PER_OWNER`] live locks in the workspace.
+    #[error(
+        "`{owner}` already holds {cap} live locks here, the most one owner may hold: release some (`unlock_files`, `toolcell lock release`), or lock a glob that covers several paths"
+    )]
+    TooMany {
+        /// The owner.
+        owner: String,
+        /// The cap, [`MAX_LOCKS_PER_OWNER`].
+        cap: usize,
+    },
     /// No live lock with this token is held by this owner.
     #[error("no lock with token {fence} is held by `{owner}`; `toolcell lock list` shows the live locks")]
     NotHeld {
@@ -221,7 +267,7 @@ pub enum Refusal {
         /// The token.
         fence: u64,
         /// The lapsed lock, if the table still knows it.
-        lapsed: Option<Lapsed>,
+        lapsed: Option<Box<Lapsed>>,
     },
 }
 
@@ -304,6 +350,17 @@ impl LockTable {
     /// [`LockError::Conflict`] naming the conflicting live lock; [`LockError::Pattern`],
     /// [`LockError::Owner`] or [`LockError::Ttl`] for a bad request.
     pub fn acquire(&mut self, request: &LockRequest, now_ms: u64) -> Result<Lock, LockError> {
+        self.acquire_held(request, Held { holder: None, policy: None }, now_ms)
+    }
+
+    /// [`acquire`](Self::acquire) for `held`'s holder: the lock records it, and it conflicts
+    /// with a lock of another owner on a literal path only if both holders may write that path
+    /// (two globs conflict whenever they may overlap).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    pub fn acquire_held(&mut self, request: &LockRequest, held: Held<'_>, now_ms: u64) -> Result<Lock, LockError> {
         if request.owner.is_empty() || request.owner.chars().any(char::is_control) {
             return Err(LockError::Owner(request.owner.escape_default().to_string()));
         }
@@ -325,7 +382,7 @@ impl LockTable {
             lock.is_live(now_ms)
                 && lock.owner != request.owner
                 && (lock.mode == Mode::Exclusive || request.mode == Mode::Exclusive)
-                && overlaps(&lock.pattern, &request.pattern)
+                && contested(lock, &request.pattern, held)
         }) {
             return Err(LockError::Conflict(conflict.clone()));
         }
@@ -333,7 +390,7 @@ impl LockTable {
         let mut index = 0;
         while index < self.locks.len() {
             let lock = &self.locks[index];
-            if !lock.is_live(now_ms) && overlaps(&lock.pattern, &request.pattern) && lock.owner != request.owner {
+            if !lock.is_live(now_ms) && may_overlap(&lock.pattern, &request.pattern) && lock.owner != request.owner {
                 let lock = self.locks.remove(index);
                 self.remember(lock, Lapse::Reclaimed);
             } else {
@@ -346,10 +403,14 @@ impl LockTable {
                 && lock.session == request.session
                 && lock.pattern == request.pattern
                 && lock.mode == request.mode
+                && lock.held_for.as_deref() == held.holder
         }) {
             existing.acquired_at_ms = now_ms;
             existing.expires_at_ms = expires_at_ms;
             return Ok(existing.clone());
+        }
+        if self.locks.iter().filter(|lock| lock.is_live(now_ms) && lock.owner == request.owner).count() >= MAX_LOCKS_PER_OWNER {
+            return Err(LockError::TooMany { owner: request.owner.clone(), cap: MAX_LOCKS_PER_OWNER });
         }
         self.next_fence = self.next_fence.max(1);
         let lock = Lock {
@@ -360,6 +421,7 @@ impl LockTable {
             acquired_at_ms: now_ms,
             expires_at_ms,
             fence: self.next_fence,
+            held_for: held.holder.cloned().map(Box::new),
         };
         self.next_fence += 1;
         self.locks.push(lock.clone());
@@ -411,7 +473,29 @@ impl LockTable {
     /// [`Refusal::Fenced`] if a presented token covering `path` lapsed, a presented token is
     /// unknown, or `owner` holds only an expired lock covering `path`.
     pub fn check_write(&self, path: &str, owner: &str, fences: &[u64], now_ms: u64) -> Result<(), Refusal> {
-        if let Some(lock) = self.locks.iter().find(|lock| lock.is_live(now_ms) && lock.owner != owner && lock.covers(path)) {
+        self.check_modify(path, Access::Write, owner, fences, now_ms, None)
+    }
+
+    /// Decide whether `owner`, presenting the tokens `fences`, may make `access` (a write or a
+    /// delete) to the canonical `path` at `now_ms`, under `policy` (`None`: no policy). A lock
+    /// of another owner refuses it only if the lock's holder may make that change itself
+    /// ([`Lock::keeps_from`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`check_write`](Self::check_write).
+    pub fn check_modify(
+        &self,
+        path: &str,
+        access: Access,
+        owner: &str,
+        fences: &[u64],
+        now_ms: u64,
+        policy: Option<&Policy>,
+    ) -> Result<(), Refusal> {
+        if let Some(lock) =
+            self.locks.iter().find(|lock| lock.is_live(now_ms) && lock.owner != owner && lock.keeps_from(policy, access, path))
+        {
             return Err(Refusal::Locked(lock.clone()));
         }
         for &fence in fences {
@@ -419,13 +503,16 @@ impl LockTable {
                 Some(lock) if lock.is_live(now_ms) => {}
                 Some(lock) => {
                     if lock.covers(path) {
-                        return Err(Refusal::Fenced { fence, lapsed: Some(Lapsed { lock: lock.clone(), lapse: Lapse::Expired }) });
+                        return Err(Refusal::Fenced {
+                            fence,
+                            lapsed: Some(Box::new(Lapsed { lock: lock.clone(), lapse: Lapse::Expired })),
+                        });
                     }
                 }
                 None => match self.lapsed.iter().rev().find(|lapsed| lapsed.lock.fence == fence) {
                     Some(lapsed) if !lapsed.lock.covers(path) => {}
                     lapsed => {
-                        return Err(Refusal::Fenced { fence, lapsed: lapsed.cloned() });
+                        return Err(Refusal::Fenced { fence, lapsed: lapsed.cloned().map(Box::new) });
                     }
                 },
             }
@@ -436,7 +523,10 @@ impl LockTable {
         if own(true).next().is_none()
             && let Some(expired) = own(false).next_back()
         {
-            return Err(Refusal::Fenced { fence: expired.fence, lapsed: Some(Lapsed { lock: expired.clone(), lapse: Lapse::Expired }) });
+            return Err(Refusal::Fenced {
+                fence: expired.fence,
+                lapsed: Some(Box::new(Lapsed { lock: expired.clone(), lapse: Lapse::Expired })),
+            });
         }
         Ok(())
     }
@@ -459,35 +549,21 @@ impl LockTable {
     }
 }
 
-/// Whether two lock patterns may cover a common path. Exact for a literal path against
-/// anything; conservative (it may say yes when they cannot meet) for two globs.
-pub fn overlaps(a: &str, b: &str) -> bool {
-    if a == b || a == "." || b == "." {
+/// Whether the live lock `lock` and a request for `pattern` contest a path: their patterns may
+/// overlap and, where one is a literal path, both holders may write it.
+fn contested(lock: &Lock, pattern: &str, held: Held<'_>) -> bool {
+    if !may_overlap(&lock.pattern, pattern) {
+        return false;
+    }
+    let literal = if !is_glob(pattern) && pattern != "." {
+        pattern
+    } else if !is_glob(&lock.pattern) && lock.pattern != "." {
+        &lock.pattern
+    } else {
         return true;
-    }
-    match (is_literal(a), is_literal(b)) {
-        (true, true) => false,
-        (true, false) => covers(b, a),
-        (false, true) => covers(a, b),
-        (false, false) => {
-            let (a, b) = (literal_prefix(a), literal_prefix(b));
-            a.starts_with(b) || b.starts_with(a)
-        }
-    }
-}
-
-fn covers(glob: &str, path: &str) -> bool {
-    PathGlob::new(glob).is_ok_and(|glob| glob.is_match(path))
-}
-
-fn is_literal(pattern: &str) -> bool {
-    !pattern.contains(['*', '?', '[', '{', '\\'])
-}
-
-/// The directory part of a glob before its first wildcard: `src/` for `src/*.rs`.
-fn literal_prefix(pattern: &str) -> &str {
-    let literal = &pattern[..pattern.find(['*', '?', '[', '{', '\\']).unwrap_or(pattern.len())];
-    &literal[..literal.rfind('/').map_or(0, |slash| slash + 1)]
+    };
+    let may = |holder: Option<&Holder>| holder.is_none_or(|holder| holder.may(held.policy, Access::Write, literal));
+    may(lock.held_for.as_deref()) && may(held.holder)
 }
 
 /// `ms` since the Unix epoch as RFC 3339 UTC, to the second.

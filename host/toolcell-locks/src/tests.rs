@@ -69,7 +69,7 @@ fn writes_are_refused_under_another_owners_lock_naming_it() {
 fn expired_leases_are_reclaimed_and_their_holders_fenced() {
     let mut table = LockTable::default();
     let stale = table.acquire(&request("src/a.rs", "A", Mode::Exclusive), 0).expect("A");
-    let after = MINUTE.as_millis() as u64 + 1;
+    let after = u64::try_from(MINUTE.as_millis()).expect("ms") + 1;
     // Expired, not yet reclaimed: others may write; the holder may not.
     assert!(table.check_write("src/a.rs", "B", &[], after).is_ok());
     let refusal = table.check_write("src/a.rs", "A", &[stale.fence], after).expect_err("fenced");
@@ -121,15 +121,15 @@ fn bad_requests_are_refused_with_what_to_do() {
 
 #[test]
 fn overlap_is_exact_for_literals_and_conservative_for_globs() {
-    assert!(overlaps("src/a.rs", "src/a.rs"));
-    assert!(!overlaps("src/a.rs", "src/b.rs"));
-    assert!(overlaps("src/**", "src/a/b.rs"));
-    assert!(overlaps("src/**", "src"));
-    assert!(!overlaps("src/**", "srcx/a.rs"));
-    assert!(overlaps("**/*.rs", "docs/x.rs"));
-    assert!(!overlaps("src/*.rs", "docs/x.rs"));
-    assert!(overlaps("src/*.rs", "src/**/*.md"));
-    assert!(!overlaps("src/*.rs", "docs/*.md"));
+    assert!(may_overlap("src/a.rs", "src/a.rs"));
+    assert!(!may_overlap("src/a.rs", "src/b.rs"));
+    assert!(may_overlap("src/**", "src/a/b.rs"));
+    assert!(may_overlap("src/**", "src"));
+    assert!(!may_overlap("src/**", "srcx/a.rs"));
+    assert!(may_overlap("**/*.rs", "docs/x.rs"));
+    assert!(!may_overlap("src/*.rs", "docs/x.rs"));
+    assert!(may_overlap("src/*.rs", "src/**/*.md"));
+    assert!(!may_overlap("src/*.rs", "docs/*.md"));
 }
 
 #[test]
@@ -156,7 +156,7 @@ fn ending_a_session_releases_its_locks_and_only_its_locks() {
     assert_eq!(released.iter().map(|lock| lock.fence).collect::<Vec<_>>(), [ended.fence, chain.fence]);
     assert!(table.check_write("src/a.rs", "B", &[], 1).is_ok(), "the session's lock no longer blocks others");
     let refusal = table.check_write("src/a.rs", "A", &[ended.fence], 1);
-    assert!(matches!(refusal, Err(Refusal::Fenced { lapsed: Some(Lapsed { lapse: Lapse::Released, .. }), .. })));
+    assert!(matches!(&refusal, Err(Refusal::Fenced { lapsed: Some(lapsed), .. }) if lapsed.lapse == Lapse::Released));
     // A release is not dated by the lease's end, which had not come.
     let message = refusal.expect_err("fenced").message("src/a.rs");
     assert!(message.contains("which was released: acquire"), "{message}");
@@ -184,8 +184,187 @@ fn names_with_control_characters_are_refused_and_locks_are_shown_escaped() {
         acquired_at_ms: 0,
         expires_at_ms: 1_000,
         fence: 1,
+        held_for: None,
     };
     let shown = lock.to_string();
     assert!(!shown.chars().any(char::is_control), "{shown:?}");
     assert!(shown.contains("café/\\u{1b}]0;x\\u{7}") && shown.contains("A\\nB"), "{shown}");
+}
+
+/// The attack's policy: `impl` may write everything but `docs/**` (and not the protected
+/// `.env`); `docs` may write `docs/**` and `.env`; `asker` must ask to write `src/**`.
+const ROLES: &str = r#"
+version = 1
+protected = ["**/.env"]
+
+[roles.impl]
+tools = ["write_file", "task_complete"]
+
+[[roles.impl.rules]]
+id = "impl-write"
+access = ["write", "delete"]
+paths = ["**"]
+effect = "allow"
+
+[[roles.impl.rules]]
+id = "docs-read-only"
+access = ["write", "delete"]
+paths = ["docs/**"]
+effect = "deny"
+
+[[roles.impl.rules]]
+id = "task-complete-own-task"
+tools = ["task_complete"]
+access = ["write"]
+paths = ["docs/tasks/{chain}/{task}.md"]
+effect = "allow"
+
+[roles.docs]
+tools = ["write_file"]
+
+[[roles.docs.rules]]
+id = "docs-rw"
+access = ["write", "delete"]
+paths = ["docs/**", "**/.env"]
+effect = "allow"
+
+[roles.asker]
+tools = ["write_file"]
+
+[[roles.asker.rules]]
+id = "asker-writes"
+access = ["write"]
+paths = ["**"]
+effect = "allow"
+
+[[roles.asker.rules]]
+id = "src-needs-approval"
+access = ["write"]
+paths = ["src/**"]
+effect = "ask"
+"#;
+
+fn roles() -> Policy {
+    Policy::parse("roles.toml", ROLES, &["write_file", "task_complete"]).expect("policy")
+}
+
+fn take(table: &mut LockTable, policy: &Policy, pattern: &str, role: &str, task: Option<&str>) -> Result<Lock, LockError> {
+    let task = task.map(|task| toolcell_policy::TaskBinding::parse(task).expect("task"));
+    let holder = Holder::role(role, task.as_ref());
+    let mut held_request = request(pattern, role, Mode::Exclusive);
+    held_request.ttl = MAX_TTL;
+    table.acquire_held(&held_request, Held { holder: Some(&holder), policy: Some(policy) }, 0)
+}
+
+#[test]
+fn a_lock_keeps_others_only_from_what_its_holder_may_change() {
+    let policy = roles();
+    // (pattern, role holding it, task, path another owner changes, access, refused?)
+    type Row<'a> = (&'a str, &'a str, Option<&'a str>, &'a str, Access, bool);
+    let table: &[Row<'_>] = &[
+        // Every glob form over what `impl` may not write covers nothing there.
+        ("**", "impl", None, "docs/guide.md", Access::Write, false),
+        ("**", "impl", None, "docs/guide.md", Access::Delete, false),
+        ("d?cs/**", "impl", None, "docs/guide.md", Access::Write, false),
+        ("[d]ocs/*", "impl", None, "docs/guide.md", Access::Write, false),
+        ("{docs,src}/**", "impl", None, "docs/guide.md", Access::Write, false),
+        ("*.env", "impl", None, ".env", Access::Write, false),
+        ("**/.env", "impl", None, "config/.env", Access::Write, false),
+        ("d\\ocs/guide.md", "impl", None, "docs/guide.md", Access::Write, false),
+        // ... and still covers what it may write.
+        ("**", "impl", None, "src/a.rs", Access::Write, true),
+        ("**", "impl", None, "src/a.rs", Access::Delete, true),
+        ("d?cs/**", "impl", None, "dacs/x", Access::Write, true),
+        // A rule naming a tool the role may call, bound to the lock's task, counts.
+        ("**", "impl", Some("CHAIN-1/001-a"), "docs/tasks/CHAIN-1/001-a.md", Access::Write, true),
+        ("**", "impl", Some("CHAIN-1/001-a"), "docs/tasks/CHAIN-1/002-b.md", Access::Write, false),
+        ("**", "impl", None, "docs/tasks/CHAIN-1/001-a.md", Access::Write, false),
+        // ... for that access only.
+        ("**", "impl", Some("CHAIN-1/001-a"), "docs/tasks/CHAIN-1/001-a.md", Access::Delete, false),
+        // An `ask` rule takes the write away: the holder could not write without approval.
+        ("**", "asker", None, "src/a.rs", Access::Write, false),
+        ("**", "asker", None, "lib/a.rs", Access::Write, true),
+        // A protected path the role's rule names explicitly is the role's to lock.
+        ("**", "docs", None, ".env", Access::Write, true),
+        ("**", "docs", None, "src/a.rs", Access::Write, false),
+        // What a role the policy does not know may change cannot be judged: its lock covers
+        // its whole pattern (a host sharing the table with another policy, a renamed role).
+        ("**", "ghost", None, "src/a.rs", Access::Write, true),
+        ("**", "ghost", None, "docs/guide.md", Access::Write, true),
+    ];
+    for (pattern, role, task, path, access, refused) in table {
+        let mut locks = LockTable::default();
+        take(&mut locks, &policy, pattern, role, *task).expect("taken");
+        let verdict = locks.check_modify(path, *access, "someone-else", &[], 1, Some(&policy));
+        assert_eq!(matches!(verdict, Err(Refusal::Locked(_))), *refused, "{role} holding `{pattern}` ({task:?}), {access} of {path}");
+        // Without a policy (a host that has none) every lock covers its whole pattern.
+        assert!(locks.check_modify(path, *access, "someone-else", &[], 1, None).is_err(), "{pattern} {path}");
+    }
+}
+
+#[test]
+fn the_operators_lock_and_a_lock_from_before_roles_were_recorded_cover_their_whole_pattern() {
+    let policy = roles();
+    let mut table = LockTable::default();
+    table.acquire(&request("docs/**", "OPS", Mode::Exclusive), 0).expect("operator");
+    assert!(matches!(table.check_modify("docs/guide.md", Access::Write, "docs-1", &[], 1, Some(&policy)), Err(Refusal::Locked(_))));
+    // A table written before locks recorded their holder reads as the operator's.
+    let old = r#"{"next_fence": 2, "locks": [{"pattern": "**", "owner": "A", "session": "s", "mode": "exclusive",
+        "acquired_at_ms": 0, "expires_at_ms": 100000, "fence": 1}]}"#;
+    let old: LockTable = serde_json::from_str(old).expect("an old table reads");
+    assert!(old.locks()[0].held_for.is_none());
+    // A holder survives the table's round trip.
+    let mut held = LockTable::default();
+    take(&mut held, &policy, "**", "impl", Some("CHAIN-1/001-a")).expect("taken");
+    let back: LockTable = serde_json::from_str(&serde_json::to_string(&held).expect("json")).expect("reads");
+    assert_eq!(back, held);
+    assert!(back.check_modify("docs/guide.md", Access::Write, "docs-1", &[], 1, Some(&policy)).is_ok());
+}
+
+#[test]
+fn a_broad_lock_does_not_keep_another_role_from_locking_a_path_it_cannot_write() {
+    let policy = roles();
+    let mut table = LockTable::default();
+    take(&mut table, &policy, "**", "impl", None).expect("impl");
+    // The docs role may lock (and write) what `impl` may not write...
+    take(&mut table, &policy, "docs/guide.md", "docs", None).expect("docs may lock its own file");
+    take(&mut table, &policy, ".env", "docs", None).expect("and the protected file its rule names");
+    // ... but not what both may write, nor a glob (two globs conflict whenever they may meet).
+    let both = LockRequest { pattern: "lib/a.rs".to_owned(), ..request("lib/a.rs", "other", Mode::Exclusive) };
+    let impl_holder = Holder::role("impl", None);
+    let conflict = table.acquire_held(&both, Held { holder: Some(&impl_holder), policy: Some(&policy) }, 0);
+    assert!(matches!(conflict, Err(LockError::Conflict(_))));
+    assert!(matches!(take(&mut table, &policy, "docs/**", "docs", None), Err(LockError::Conflict(_))));
+    // A renewal keeps its token only for the same holder.
+    let first = take(&mut table, &policy, "docs/guide.md", "docs", None).expect("renewed");
+    assert_eq!(first.fence, table.locks()[1].fence);
+}
+
+#[test]
+fn a_holder_that_cannot_be_judged_covers_its_whole_pattern() {
+    let policy = roles();
+    let judged = |roles: &[&str]| Holder { roles: roles.iter().map(|role| (*role).to_owned()).collect(), task: None };
+    // No roles, or one role of several unknown: fail closed.
+    assert!(judged(&[]).may(Some(&policy), Access::Write, "docs/guide.md"));
+    assert!(judged(&["impl", "renamed"]).may(Some(&policy), Access::Write, "docs/guide.md"));
+    // Known roles are judged; no policy covers all.
+    assert!(!judged(&["impl"]).may(Some(&policy), Access::Write, "docs/guide.md"));
+    assert!(judged(&["impl"]).may(None, Access::Write, "docs/guide.md"));
+}
+
+#[test]
+fn an_owner_may_hold_only_so_many_live_locks() {
+    let mut table = LockTable::default();
+    for index in 0..MAX_LOCKS_PER_OWNER {
+        table.acquire(&request(&format!("src/{index}.rs"), "A", Mode::Exclusive), 0).expect("under the cap");
+    }
+    let over = table.acquire(&request("src/over.rs", "A", Mode::Exclusive), 0);
+    let Err(error @ LockError::TooMany { cap: MAX_LOCKS_PER_OWNER, .. }) = over else { panic!("{over:?}") };
+    assert!(error.to_string().contains("release some"), "{error}");
+    // A renewal is not a new lock; another owner has its own count; expired locks do not count.
+    table.acquire(&request("src/0.rs", "A", Mode::Exclusive), 1).expect("renewed");
+    table.acquire(&request("lib/a.rs", "B", Mode::Exclusive), 1).expect("another owner");
+    table
+        .acquire(&request("src/over.rs", "A", Mode::Exclusive), u64::try_from(MINUTE.as_millis()).expect("ms") + 1)
+        .expect("the others expired");
 }

@@ -142,21 +142,27 @@ impl Policy {
             }
             rules.push(bound);
         }
-        let index = Access::ALL.map(|access| AccessIndex::new(&rules, access));
-        // Closed on failure: a role missing its scoped denials must not stand in for it.
-        let [Ok(read), Ok(list), Ok(write), Ok(delete)] = index else {
-            return None;
-        };
-        Some(Arc::new(Role {
-            name: shared.name.clone(),
-            description: shared.description.clone(),
-            tools: shared.tools.clone(),
-            rules,
-            scoped: Vec::new(),
-            index: [read, list, write, delete],
-            may_spawn: shared.may_spawn.clone(),
-            may_lock_for_chains: shared.may_lock_for_chains,
-            network: shared.network.clone(),
-        }))
+        with_rules(shared, rules)
     }
+}
+
+/// `shared` with the rules `rules` in place of its own, indexed; `None` if they no longer
+/// combine (callers then refuse everything).
+pub(crate) fn with_rules(shared: &Role, rules: Vec<Rule>) -> Option<Arc<Role>> {
+    let index = Access::ALL.map(|access| AccessIndex::new(&rules, access));
+    // Closed on failure: a role missing its scoped denials must not stand in for it.
+    let [Ok(read), Ok(list), Ok(write), Ok(delete)] = index else {
+        return None;
+    };
+    Some(Arc::new(Role {
+        name: shared.name.clone(),
+        description: shared.description.clone(),
+        tools: shared.tools.clone(),
+        rules,
+        scoped: Vec::new(),
+        index: [read, list, write, delete],
+        may_spawn: shared.may_spawn.clone(),
+        may_lock_for_chains: shared.may_lock_for_chains,
+        network: shared.network.clone(),
+    }))
 }

@@ -172,6 +172,8 @@ pub struct Policy {
     pins: BTreeMap<String, Pin>,
     /// `[plugins.NAME] stub_imports`, by tool name.
     stubs: BTreeMap<String, Vec<String>>,
+    /// Roles bound to judge what locks cover ([`Policy::may_change`]).
+    bound: change::BoundCache,
 }
 
 /// The SHA-256 a tool's component must have (`[plugins.NAME] sha256 = "..."`).
@@ -440,6 +442,7 @@ impl Role {
 }
 
 mod bind;
+mod change;
 mod decide;
 mod index;
 mod mentions;
@@ -460,6 +463,7 @@ pub use registry::{RegistrySettings, registry_settings};
 pub use stubs::{any_covers, covers};
 
 pub use bind::{TaskBinding, canonical_tool_name};
+pub use change::{is_glob, may_overlap};
 pub use decide::{DecidedBy, Verdict};
 pub use index::{PathGlob, join_lexically};
 

@@ -381,6 +381,7 @@ impl Policy {
             tool_limits,
             pins,
             stubs,
+            bound: change::BoundCache::default(),
         })
     }
 }

@@ -700,3 +700,111 @@ fn task_references_and_variables_are_checked() {
     )
     .expect("loads");
 }
+
+#[test]
+fn what_a_role_may_change_counts_every_tool_it_may_call_and_nothing_it_must_ask_for() {
+    let policy = Policy::parse("scoped.toml", SCOPED, TOOLS).expect("loads");
+    let task = TaskBinding::parse("CHAIN-039-file-ops/002-parse").expect("a task");
+    let own = "docs/tasks/in-review/CHAIN-039-file-ops/002-parse.md";
+    let table: &[(&str, Access, &str, Option<&TaskBinding>, bool)] = &[
+        ("impl", Access::Write, "src/a.rs", None, true),
+        ("impl", Access::Delete, "src/a.rs", None, true),
+        ("impl", Access::Write, "docs/guide.md", None, false),
+        ("impl", Access::Write, ".git/config", None, false),
+        // A rule naming `move_file` (which `impl` may call), bound to the task, counts...
+        ("impl", Access::Write, own, Some(&task), true),
+        // ... only bound, and never where a scoped deny wins.
+        ("impl", Access::Write, own, None, false),
+        ("impl", Access::Write, "docs/tasks/done/CHAIN-039-file-ops/002-parse.md", Some(&task), false),
+        // `control` may write nothing; a role the policy does not know, nothing either.
+        ("control", Access::Write, "src/a.rs", None, false),
+        ("nobody", Access::Write, "src/a.rs", None, false),
+    ];
+    for (role, access, path, task, expected) in table {
+        assert_eq!(policy.may_change(role, *access, path, *task), *expected, "{role} {access} {path} {task:?}");
+    }
+    let asking = Policy::parse(
+        "ask.toml",
+        "version = 1\n[roles.r]\ntools = [\"write_file\"]\n[[roles.r.rules]]\naccess = [\"write\"]\npaths = [\"**\"]\neffect = \"allow\"\n\
+         [[roles.r.rules]]\nid = \"approve-src\"\naccess = [\"write\"]\npaths = [\"src/**\"]\neffect = \"ask\"\n",
+        TOOLS,
+    )
+    .expect("loads");
+    assert!(!asking.may_change("r", Access::Write, "src/a.rs", None), "an ask rule takes the write away");
+    assert!(asking.may_change("r", Access::Write, "lib/a.rs", None));
+    // What may keep a glob from covering part of what it matches, for the agent.
+    let limits = policy.limits_within("impl", Access::Write, "d?cs/**", None);
+    assert!(limits.contains(&"rule `docs-read-only` (`docs/**`)".to_owned()), "{limits:?}");
+    assert!(limits.contains(&"protected `.git/**`".to_owned()), "{limits:?}");
+    assert!(policy.limits_within("impl", Access::Write, "src/a.rs", None).is_empty());
+}
+
+#[test]
+fn a_tools_own_right_is_not_the_roles_unless_it_is_about_the_roles_task() {
+    let policy = Policy::parse(
+        "tools.toml",
+        "version = 1\n[roles.c]\ntools = [\"write_file\", \"move_file\"]\n\
+         [[roles.c.rules]]\nid = \"src\"\naccess = [\"write\"]\npaths = [\"src/**\"]\neffect = \"allow\"\n\
+         [[roles.c.rules]]\nid = \"moves-any-task\"\ntools = [\"move_file\"]\naccess = [\"write\"]\npaths = [\"docs/tasks/**\"]\neffect = \"allow\"\n\
+         [[roles.c.rules]]\nid = \"moves-own-task\"\ntools = [\"move_file\"]\naccess = [\"write\"]\npaths = [\"notes\", \"notes/{chain}/{task}.md\"]\neffect = \"allow\"\n",
+        TOOLS,
+    )
+    .expect("loads");
+    let task = TaskBinding::parse("CHAIN-1-a/001-b").expect("a task");
+    let table: &[(&str, Option<&TaskBinding>, bool)] = &[
+        ("src/a.rs", None, true),
+        // `move_file` may write any task file: that is the tool's right, not the role's.
+        ("docs/tasks/todo/CHAIN-2-x/001-y.md", None, false),
+        ("docs/tasks/todo/CHAIN-2-x/001-y.md", Some(&task), false),
+        // Its rule about the holder's own task counts, bound to that task only.
+        ("notes/CHAIN-1-a/001-b.md", Some(&task), true),
+        ("notes/CHAIN-1-a/001-b.md", None, false),
+        ("notes/CHAIN-2-x/001-y.md", Some(&task), false),
+        // Of that rule, only its paths about the task: `notes` is every task's directory.
+        ("notes", Some(&task), false),
+    ];
+    for (path, task, expected) in table {
+        assert_eq!(policy.may_change("c", Access::Write, path, *task), *expected, "{path} {task:?}");
+        // Cached: the same answer again.
+        assert_eq!(policy.may_change("c", Access::Write, path, *task), *expected, "{path} {task:?}");
+    }
+    // The note is honest about the default deny: a role allowed only `src/**` locking `lib/**`
+    // covers nothing; locking `**` covers part; locking `src/**` all.
+    let nothing = policy.limits_within("c", Access::Write, "lib/**", None);
+    assert!(nothing.iter().any(|limit| limit.contains("the lock covers nothing")), "{nothing:?}");
+    let part = policy.limits_within("c", Access::Write, "**", None);
+    assert!(part.iter().any(|limit| limit.starts_with("the default deny (where")), "{part:?}");
+    assert!(!part.iter().any(|limit| limit.contains("moves-any-task")), "{part:?}");
+    let all = policy.limits_within("c", Access::Write, "src/**", None);
+    assert!(!all.iter().any(|limit| limit.contains("default deny")), "{all:?}");
+}
+
+#[test]
+fn one_judgment_of_what_is_a_glob() {
+    for (pattern, glob) in
+        [("src/a.rs", false), (".", false), ("src/*.rs", true), ("d?cs", true), ("[d]ocs", true), ("{a,b}", true), ("d\\ocs/a.md", true)]
+    {
+        assert_eq!(is_glob(pattern), glob, "{pattern}");
+    }
+    assert!(may_overlap(".", "src/a.rs"), "the workspace itself meets everything");
+    assert!(may_overlap("d\\ocs/a.md", "docs/a.md"), "an escape is a glob, judged as one");
+}
+
+#[test]
+fn globs_may_overlap_exactly_with_a_literal_and_conservatively_with_another_glob() {
+    let table = [
+        ("docs/**", "docs/a.md", true),
+        ("d?cs/**", "docs/a.md", true),
+        ("*.env", ".env", true),
+        ("*.env", "config/.env", false),
+        ("src/a.rs", "src/b.rs", false),
+        ("src/**", "docs/**", false),
+        ("**", "docs/**", true),
+        ("d?cs/**", "docs/**", true),
+        ("src/*.rs", "src/a/**", true),
+    ];
+    for (a, b, expected) in table {
+        assert_eq!(may_overlap(a, b), expected, "{a} {b}");
+        assert_eq!(may_overlap(b, a), expected, "{b} {a}");
+    }
+}

@@ -5,8 +5,9 @@
 //! (`undo_tool`, `lock_tools`); this module gives them the call's guard and stores.
 
 pub(crate) use toolcell_args::host_tools::{Native, UNDO_EDIT};
+use toolcell_locks::Holder;
 use toolcell_policy::Access;
-use toolcell_types::{ToolError, ToolOutput};
+use toolcell_types::{ToolError, ToolErrorKind, ToolOutput};
 
 use crate::capabilities::filesystem::FsGuard;
 use crate::outcome::CallRequest;
@@ -68,24 +69,39 @@ fn undo_edit(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
     undo_tool::undo_edit(&mut undo, call.request.args)
 }
 
-fn lock_call<'a>(call: &'a NativeCall<'_>) -> LockCall<'a> {
+fn lock_call<'a>(request: &'a CallRequest<'a>, locks: &'a LockStore, audit: Option<&'a AuditLog>) -> LockCall<'a> {
     LockCall {
-        locks: call.locks,
-        root: &call.request.workspace.directory,
-        workspace: call.request.workspace.root(),
-        owner: call.request.lock_owner(),
-        session: call.request.session_id,
-        role: call.request.role,
-        principal: call.request.principal,
-        audit: call.audit,
+        locks,
+        root: &request.workspace.directory,
+        workspace: request.workspace.root(),
+        owner: request.lock_owner(),
+        session: request.session_id,
+        role: request.role,
+        principal: request.principal,
+        audit,
     }
 }
 
-fn lock_files(call: &NativeCall<'_>) -> Result<ToolOutput, ToolError> {
-    let guard = &*call.guard;
-    lock_tools::lock_files(&lock_call(call), call.request.args, |pattern| guard.allows(Access::Write, pattern))
+/// A role may lock only what it may change: a literal path it may not change itself (judged
+/// as [`Holder::may`] judges what a lock covers) is refused and audited like a refused write;
+/// a glob is taken for the role and covers only what the role may write, judged at every
+/// write of another session. Without a policy the lock records no role and covers its whole
+/// pattern (what a role may change cannot be judged).
+fn lock_files(call: &mut NativeCall<'_>) -> Result<ToolOutput, ToolError> {
+    let locking = lock_call(call.request, call.locks, call.audit);
+    let plan = lock_tools::lock_request(&locking, call.request.args)?;
+    let holder = call.guard.policy().map(|_| Holder::role(call.request.role, call.request.task));
+    let refused: Vec<&str> = match &holder {
+        Some(holder) => plan.literal_paths().filter(|path| !holder.may(call.guard.policy(), Access::Write, path)).collect(),
+        None => Vec::new(),
+    };
+    if !refused.is_empty() {
+        let messages: Vec<String> = refused.into_iter().map(|path| call.guard.refuse_lock(path)).collect();
+        return Err(ToolError::new(ToolErrorKind::Denied, format!("{}. No lock was taken.", messages.join("\n"))));
+    }
+    lock_tools::lock_files(&locking, &plan, holder.as_ref(), call.guard.policy())
 }
 
 fn unlock_files(call: &NativeCall<'_>) -> Result<ToolOutput, ToolError> {
-    lock_tools::unlock_files(&lock_call(call), call.request.args)
+    lock_tools::unlock_files(&lock_call(call.request, call.locks, call.audit), call.request.args)
 }

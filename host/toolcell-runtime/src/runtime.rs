@@ -195,13 +195,17 @@ impl Runtime {
         Ok(self.locks.live(workspace.root())?)
     }
 
-    /// Acquire (or renew) a lock in `workspace`, and record it in the audit trail.
+    /// Acquire (or renew) a lock in `workspace` for the operator or the embedding platform,
+    /// and record it in the audit trail. It covers its whole pattern; a lock an agent took for
+    /// its role contests it only where that role may write, under the policy in force.
     ///
     /// # Errors
     ///
     /// [`Error::Lock`] naming the conflicting lock, or what is wrong with the request.
     pub fn acquire_lock(&self, workspace: &Workspace, request: &LockRequest) -> Result<Lock, Error> {
-        let lock = self.locks.acquire(workspace.root(), request)?;
+        let policy = self.policy();
+        let held = toolcell_locks::Held { holder: None, policy: policy.as_deref() };
+        let lock = self.locks.acquire_held(workspace.root(), request, held)?;
         self.audit_lock(workspace, "acquired", &lock);
         Ok(lock)
     }

@@ -1,14 +1,16 @@
 //! The host tools on the lock table, `lock_files` and `unlock_files`: the arguments (already
 //! checked against their schema), the locks taken or released all or nothing, their audit
-//! records, and the result the agent reads. The caller judges which patterns the role may
-//! lock; this module knows no policy.
+//! records, and the result the agent reads. The caller judges the literal paths (the role
+//! must be able to write each); a glob is taken for the role ([`Holder`]) and covers only what
+//! the role may write, which the result says.
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
 use toolcell_args::host_tools::lock_json;
-use toolcell_locks::{Lock, LockRequest, Mode};
+use toolcell_locks::{Held, Holder, Lock, LockRequest, Mode};
+use toolcell_policy::{Access, Policy, TaskBinding, is_glob};
 use toolcell_types::{ToolError, ToolErrorKind, ToolOutput, escape_control};
 
 use crate::{AuditLog, LockStore, LockStoreError, lock_record};
@@ -37,6 +39,23 @@ pub struct LockCall<'a> {
     pub audit: Option<&'a AuditLog>,
 }
 
+/// What `lock_files` was asked, checked and canonical ([`lock_request`]).
+#[derive(Debug)]
+pub struct LockPlan {
+    /// Canonical patterns, in the order given.
+    pub patterns: Vec<String>,
+    mode: Mode,
+    ttl: Duration,
+}
+
+impl LockPlan {
+    /// The patterns that name one path (no wildcard): the caller refuses those the role may
+    /// not write, before anything is locked.
+    pub fn literal_paths(&self) -> impl Iterator<Item = &str> {
+        self.patterns.iter().map(String::as_str).filter(|pattern| !is_glob(pattern))
+    }
+}
+
 fn parse<T: for<'de> Deserialize<'de>>(args: &str) -> Result<T, ToolError> {
     // The schema was checked first; this only fails on a host bug.
     serde_json::from_str(args).map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, format!("bad arguments: {error}")))
@@ -46,14 +65,12 @@ fn unavailable() -> ToolError {
     ToolError::new(ToolErrorKind::Failed, "the lock table cannot be used; tell the operator")
 }
 
-/// `lock_files`: lock every path of `args` (canonical patterns; each one the role `may_write`)
-/// for the caller, or none of them.
+/// `lock_files`, first half: the arguments of `args`, with every path canonical.
 ///
 /// # Errors
 ///
-/// A [`ToolError`] the agent reads: bad arguments, a pattern outside the workspace or one the
-/// role may not write (`denied`), a conflicting lock, or a lock table that cannot be used.
-pub fn lock_files(call: &LockCall<'_>, args: &str, mut may_write: impl FnMut(&str) -> bool) -> Result<ToolOutput, ToolError> {
+/// A [`ToolError`] the agent reads: bad arguments, or a pattern outside the workspace.
+pub fn lock_request(call: &LockCall<'_>, args: &str) -> Result<LockPlan, ToolError> {
     #[derive(Deserialize)]
     struct Args {
         paths: Vec<String>,
@@ -72,19 +89,26 @@ pub fn lock_files(call: &LockCall<'_>, args: &str, mut may_write: impl FnMut(&st
     for path in &args.paths {
         let pattern = crate::workflow::lock_pattern(call.root, path)
             .map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, LockStoreError::Lock(error).to_string()))?;
-        // Locking is a claim to write: a role may lock only what it may change.
-        if !may_write(&pattern) {
-            return Err(ToolError::new(
-                ToolErrorKind::Denied,
-                format!("role `{}` may not write `{}`, so it may not lock it", call.role, escape_control(&pattern)),
-            ));
-        }
         patterns.push(pattern);
     }
+    Ok(LockPlan { patterns, mode, ttl })
+}
+
+/// `lock_files`, second half: lock every pattern of `plan` for `holder` (the caller's role,
+/// `None` without a policy; the caller checked that it may write each literal path), or none
+/// of them. A glob covers only what the holder may write under `policy`; the result names
+/// what may keep it from covering part of it.
+///
+/// # Errors
+///
+/// A [`ToolError`] the agent reads: a conflicting lock, or a lock table that cannot be used.
+pub fn lock_files(call: &LockCall<'_>, plan: &LockPlan, holder: Option<&Holder>, policy: Option<&Policy>) -> Result<ToolOutput, ToolError> {
+    let (patterns, mode, ttl) = (&plan.patterns, plan.mode, plan.ttl);
+    let held = Held { holder, policy };
     let mut acquired: Vec<Lock> = Vec::new();
-    for pattern in &patterns {
+    for pattern in patterns {
         let request = LockRequest { pattern: pattern.clone(), owner: call.owner.to_owned(), session: call.session.to_owned(), mode, ttl };
-        match call.locks.acquire(call.workspace, &request) {
+        match call.locks.acquire_held(call.workspace, &request, held) {
             Ok(lock) => acquired.push(lock),
             Err(error) => {
                 for lock in &acquired {
@@ -92,6 +116,7 @@ pub fn lock_files(call: &LockCall<'_>, args: &str, mut may_write: impl FnMut(&st
                 }
                 let kind = match error {
                     LockStoreError::Lock(toolcell_locks::LockError::Conflict(_)) => ToolErrorKind::Conflict,
+                    LockStoreError::Lock(toolcell_locks::LockError::TooMany { .. }) => ToolErrorKind::TooLarge,
                     LockStoreError::Lock(_) => ToolErrorKind::InvalidArgs,
                     LockStoreError::Io { .. } | LockStoreError::Store { .. } => ToolErrorKind::Failed,
                 };
@@ -106,16 +131,35 @@ pub fn lock_files(call: &LockCall<'_>, args: &str, mut may_write: impl FnMut(&st
         }
     }
     record(call, "acquired", &acquired);
-    let lines: Vec<String> = acquired
-        .iter()
-        .map(|lock| {
-            format!("Locked `{}` ({}, token {}) until {}", escape_control(&lock.pattern), lock.mode.as_str(), lock.fence, lock.expires_at())
-        })
-        .collect();
-    Ok(ToolOutput {
-        text: lines.join("\n"),
-        structured: Some(serde_json::json!({ "locks": acquired.iter().map(lock_json).collect::<Vec<_>>() }).into()),
-    })
+    let mut lines = Vec::new();
+    let mut locks = Vec::new();
+    for lock in &acquired {
+        let mut line = format!(
+            "Locked `{}` ({}, token {}) until {}",
+            escape_control(&lock.pattern),
+            lock.mode.as_str(),
+            lock.fence,
+            lock.expires_at()
+        );
+        let mut json = lock_json(lock);
+        if let (true, Some(policy), Some(holder)) = (is_glob(&lock.pattern), policy, holder) {
+            // What the glob matches but the role may not write stays unlocked: say so, and how.
+            let task = holder.task.as_deref().and_then(|task| TaskBinding::parse(task).ok());
+            let limits = policy.limits_within(call.role, Access::Write, &lock.pattern, task.as_ref());
+            if !limits.is_empty() {
+                line.push_str(&format!(
+                    "; it covers only the paths role `{}` may write itself, not those kept from it by {} (lock narrower paths to be exact)",
+                    escape_control(call.role),
+                    escape_control(&limits.join(", "))
+                ));
+            }
+            json["covers"] = "writable".into();
+            json["not_covered"] = limits.into();
+        }
+        lines.push(line);
+        locks.push(json);
+    }
+    Ok(ToolOutput { text: lines.join("\n"), structured: Some(serde_json::json!({ "locks": locks }).into()) })
 }
 
 /// `unlock_files`: release the caller's locks on the paths of `args`, or all of them.

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use toolcell_locks::{Lock, LockError, LockRequest, LockTable, Refusal};
+use toolcell_locks::{Held, Lock, LockError, LockRequest, LockTable, Refusal};
+use toolcell_policy::{Access, Policy};
 
 use crate::LOCKS_DIR;
 
@@ -105,6 +106,15 @@ impl LockStore {
         self.update(workspace, |table, now| table.acquire(request, now))
     }
 
+    /// Acquire or renew a lease now for `held`'s holder ([`LockTable::acquire_held`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    pub fn acquire_held(&self, workspace: &Path, request: &LockRequest, held: Held<'_>) -> Result<Lock, LockStoreError> {
+        self.update(workspace, |table, now| table.acquire_held(request, held, now))
+    }
+
     /// Release the lock with token `fence` held by `owner`.
     ///
     /// # Errors
@@ -148,6 +158,25 @@ impl LockStore {
     /// [`LockStoreError::Io`] if the table cannot be read.
     pub fn check_write(&self, workspace: &Path, path: &str, owner: &str, fences: &[u64]) -> Result<Result<(), Refusal>, LockStoreError> {
         self.read(workspace, |table, now| table.check_write(path, owner, fences, now))
+    }
+
+    /// Whether `owner`, presenting `fences`, may make `access` to `path` now, the holders of
+    /// other owners' locks judged by `policy` ([`LockTable::check_modify`]); `Ok(Err(_))` is a
+    /// refusal.
+    ///
+    /// # Errors
+    ///
+    /// [`LockStoreError::Io`] if the table cannot be read.
+    pub fn check_modify(
+        &self,
+        workspace: &Path,
+        path: &str,
+        access: Access,
+        owner: &str,
+        fences: &[u64],
+        policy: Option<&Policy>,
+    ) -> Result<Result<(), Refusal>, LockStoreError> {
+        self.read(workspace, |table, now| table.check_modify(path, access, owner, fences, now, policy))
     }
 
     fn read<T>(&self, workspace: &Path, read: impl FnOnce(&LockTable, u64) -> T) -> Result<T, LockStoreError> {

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolcell_locks::{Lock, LockError, LockRequest, Mode};
-use toolcell_policy::{Role, TaskBinding};
+use toolcell_locks::{Held, Holder, Lock, LockError, LockRequest, Mode};
+use toolcell_policy::{Role, TaskBinding, is_glob};
 use toolcell_types::{ToolError, ToolErrorKind};
 
 use crate::sessions::{SessionRecord, SessionState, SessionStore, Spawner, default_connect};
@@ -169,15 +169,84 @@ impl WorkflowCall {
     ) -> Result<Result<Vec<Lock>, ToolError>, Refusal> {
         let granted = self.role.as_ref().is_some_and(|role| role.may_lock_for_chains());
         self.grant(caller, "lock-for-task", task, granted, "lock paths for a chain")?;
-        Ok(self.lock_for_task_granted(task, patterns, ttl_seconds, pending))
+        self.lock_for_task_granted(caller, task, patterns, ttl_seconds, pending)
+    }
+
+    /// Whose claim a chain's locks are: the caller's role and every role it may spawn (the
+    /// sessions that may write as the chain), bound to the task, so they cover what one of
+    /// these roles may change. Every spawnable role, not only those the chain has spawned so
+    /// far: a lock is taken before the sessions it protects. `None` without a policy (what a
+    /// role may change cannot be judged, so the locks cover their whole patterns).
+    fn chain_holder(&self, caller: &Caller<'_>, binding: &TaskBinding) -> Option<Holder> {
+        self.policy.as_ref()?;
+        let mut roles = vec![caller.role.to_owned()];
+        if let Some(role) = &self.role {
+            roles.extend(role.spawnable().filter(|spawned| *spawned != caller.role).map(str::to_owned));
+        }
+        Some(Holder { roles, task: Some(binding.to_string()) })
+    }
+
+    /// The refusal of a chain lock on the literal `path` that none of `holder`'s roles may
+    /// write: audited with the rule that keeps the first role the caller may spawn (else the
+    /// caller's) from writing it.
+    fn refuse_unwritable(&self, task: &str, holder: &Holder, path: &str) -> Refusal {
+        let policy = self.policy.as_deref();
+        let decided = |name: &str| {
+            policy
+                .and_then(|policy| policy.role(name).map(|role| policy.decide(role, toolcell_policy::Access::Write, path).rule))
+                .unwrap_or_else(|| "unknown-role".to_owned())
+        };
+        let rule = decided(holder.roles.get(1).unwrap_or(&holder.roles[0]));
+        Refusal {
+            operation: "lock-for-task",
+            subject: task.to_owned(),
+            rule: rule.clone(),
+            message: format!(
+                "`{}` may not be locked for the chain: none of the roles that write as it ({}) may write it (rule `{rule}`), and a chain may lock only what its roles may change. Lock paths they may write",
+                toolcell_types::escape_control(path),
+                holder.named()
+            ),
+        }
     }
 
     /// `pending`: the files the calling call is writing and has not put in place yet.
-    fn lock_for_task_granted(&self, task: &str, patterns: &[String], ttl_seconds: u32, pending: &[String]) -> Result<Vec<Lock>, ToolError> {
-        let binding = parse_task(task)?;
+    fn lock_for_task_granted(
+        &self,
+        caller: &Caller<'_>,
+        task: &str,
+        patterns: &[String],
+        ttl_seconds: u32,
+        pending: &[String],
+    ) -> Result<Result<Vec<Lock>, ToolError>, Refusal> {
+        let binding = match parse_task(task) {
+            Ok(binding) => binding,
+            Err(error) => return Ok(Err(error)),
+        };
+        let holder = self.chain_holder(caller, &binding);
+        let canonical = match self.chain_patterns(&binding, patterns, ttl_seconds, pending) {
+            Ok(canonical) => canonical,
+            Err(error) => return Ok(Err(error)),
+        };
+        let policy = self.policy.as_deref();
+        if let Some(holder) = &holder
+            && let Some(path) = canonical.iter().find(|path| !is_glob(path) && !holder.may(policy, toolcell_policy::Access::Write, path))
+        {
+            return Err(self.refuse_unwritable(task, holder, path));
+        }
+        Ok(self.take_chain_locks(&binding, &canonical, ttl_seconds, Held { holder: holder.as_ref(), policy }))
+    }
+
+    /// The canonical patterns of a chain lock, once the task and the request are checked.
+    fn chain_patterns(
+        &self,
+        binding: &TaskBinding,
+        patterns: &[String],
+        ttl_seconds: u32,
+        pending: &[String],
+    ) -> Result<Vec<String>, ToolError> {
         // Locks for a chain that does not exist (or a task nobody started) would hold paths
         // for no one: `**` for a made-up chain stops every other chain's writes.
-        self.check_in_progress(&binding, "lock paths for its chain", pending)?;
+        self.check_in_progress(binding, "lock paths for its chain", pending)?;
         if !(1..=86_400).contains(&ttl_seconds) {
             return Err(ToolError::new(ToolErrorKind::InvalidArgs, format!("a lease of {ttl_seconds} s: give 1 to 86400 seconds")));
         }
@@ -186,25 +255,35 @@ impl WorkflowCall {
         }
         let workspace = open_workspace(&self.workspace)
             .map_err(|_| ToolError::new(ToolErrorKind::Failed, "the workspace cannot be opened to lock paths in it; tell the operator"))?;
+        patterns
+            .iter()
+            .map(|pattern| lock_pattern(&workspace, pattern).map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, error.to_string())))
+            .collect()
+    }
+
+    /// Lock the canonical `patterns` for the chain of `binding`, all or none.
+    fn take_chain_locks(
+        &self,
+        binding: &TaskBinding,
+        patterns: &[String],
+        ttl_seconds: u32,
+        held: Held<'_>,
+    ) -> Result<Vec<Lock>, ToolError> {
         let mut taken: Vec<Lock> = Vec::new();
         for pattern in patterns {
-            let attempt = lock_pattern(&workspace, pattern)
-                .map_err(|error| ToolError::new(ToolErrorKind::InvalidArgs, error.to_string()))
-                .and_then(|pattern| {
-                    let request = LockRequest {
-                        pattern,
-                        owner: binding.chain().to_owned(),
-                        session: task_session(&binding),
-                        mode: Mode::Exclusive,
-                        ttl: Duration::from_secs(u64::from(ttl_seconds)),
-                    };
-                    self.shared.locks.acquire(&self.workspace, &request).map_err(|error| match error {
-                        crate::LockStoreError::Lock(conflict) => ToolError::new(ToolErrorKind::Conflict, conflict.to_string()),
-                        crate::LockStoreError::Io { .. } | crate::LockStoreError::Store { .. } => {
-                            ToolError::new(ToolErrorKind::Failed, "the lock table cannot be written; tell the operator")
-                        }
-                    })
-                });
+            let request = LockRequest {
+                pattern: pattern.clone(),
+                owner: binding.chain().to_owned(),
+                session: task_session(binding),
+                mode: Mode::Exclusive,
+                ttl: Duration::from_secs(u64::from(ttl_seconds)),
+            };
+            let attempt = self.shared.locks.acquire_held(&self.workspace, &request, held).map_err(|error| match error {
+                crate::LockStoreError::Lock(conflict) => ToolError::new(ToolErrorKind::Conflict, conflict.to_string()),
+                crate::LockStoreError::Io { .. } | crate::LockStoreError::Store { .. } => {
+                    ToolError::new(ToolErrorKind::Failed, "the lock table cannot be written; tell the operator")
+                }
+            });
             match attempt {
                 Ok(lock) => taken.push(lock),
                 Err(error) => {
@@ -388,7 +467,7 @@ pub fn lock_pattern(root: &cap_std::fs::Dir, pattern: &str) -> Result<String, Lo
         pattern: pattern.escape_default().to_string(),
         reason: "it leads outside the workspace; lock paths inside it".to_owned(),
     };
-    if pattern.contains(['*', '?', '[', '{']) {
+    if is_glob(pattern) {
         return toolcell_policy::join_lexically(".", pattern).ok_or_else(outside);
     }
     crate::beneath::canonical(root, pattern).ok_or_else(outside)

@@ -2,7 +2,7 @@
 //! several machines working on one repository.
 //!
 //! - **Leases** (`toolcell_leases`): one row per lock (owner, session, mode, pattern, when it
-//!   was acquired and when it ends) and per recently lapsed lock. Every change runs in one
+//!   was acquired and when it ends, the roles it was taken for) and per recently lapsed lock. Every change runs in one
 //!   transaction holding a transaction-scoped advisory lock on the workspace: the rows are read
 //!   into toolcell's own [`LockTable`] (so overlaps are judged exactly as by the file backend),
 //!   changed at the database's clock (`clock_timestamp()`, never a host's), expired leases
@@ -29,17 +29,19 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Config;
-use toolcell_locks::{Lapse, Lapsed, Lock, LockError, LockTable, Mode};
+use toolcell_locks::{LockError, LockTable};
 use toolcell_state::{LockBackend, LockStoreError};
 
 mod audit;
 mod connection;
+mod leases;
 mod sessions;
 
 use connection::{Failure, Slot};
+use leases::{LEASE_COLUMNS, table_of, write_back};
 
 /// The schema version this build needs.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// Each version's statements, applied in order by [`PostgresStore::migrate`].
 pub const MIGRATIONS: &[(i32, &str)] = &[
@@ -79,6 +81,7 @@ CREATE TRIGGER toolcell_audit_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON
     ),
     (2, sessions::MIGRATION),
     (3, audit::MIGRATION),
+    (4, leases::MIGRATION),
 ];
 
 /// The advisory lock that orders migrations.
@@ -320,58 +323,6 @@ impl PostgresStore {
     }
 }
 
-/// A lease row: the lock, and why it lapsed if it did.
-fn lease(row: &tokio_postgres::Row, offset: usize) -> Result<(Lock, Option<Lapse>), String> {
-    let fence: i64 = row.get(offset);
-    let mode: String = row.get(offset + 4);
-    let lock = Lock {
-        fence: u64::try_from(fence).map_err(|_| format!("a lease has the token {fence}"))?,
-        pattern: row.get(offset + 1),
-        owner: row.get(offset + 2),
-        session: row.get(offset + 3),
-        mode: Mode::from_name(&mode).ok_or_else(|| format!("a lease has the mode `{mode}`"))?,
-        acquired_at_ms: u64::try_from(row.get::<_, i64>(offset + 5)).unwrap_or(0),
-        expires_at_ms: u64::try_from(row.get::<_, i64>(offset + 6)).unwrap_or(0),
-    };
-    let lapse = match row.get::<_, Option<String>>(offset + 7).as_deref() {
-        None => None,
-        Some("released") => Some(Lapse::Released),
-        Some("reclaimed") => Some(Lapse::Reclaimed),
-        Some("expired") => Some(Lapse::Expired),
-        Some(other) => return Err(format!("a lease lapsed for the reason `{other}`")),
-    };
-    Ok((lock, lapse))
-}
-
-fn lapse_name(lapse: Lapse) -> &'static str {
-    match lapse {
-        Lapse::Released => "released",
-        Lapse::Reclaimed => "reclaimed",
-        Lapse::Expired => "expired",
-    }
-}
-
-const LEASE_COLUMNS: &str = "fence, pattern, owner, session, mode, acquired_at_ms, expires_at_ms, lapse";
-
-/// The table the rows make: held locks by token (acquisition order), lapsed ones in the order
-/// they lapsed.
-fn table_of(rows: &[tokio_postgres::Row], offset: usize, next_fence: u64) -> Result<LockTable, String> {
-    let mut held = Vec::new();
-    let mut lapsed = Vec::new();
-    for row in rows {
-        if row.get::<_, Option<i64>>(offset).is_none() {
-            // The clock's row when the workspace has no lease.
-            continue;
-        }
-        match lease(row, offset)? {
-            (lock, None) => held.push(lock),
-            (lock, Some(lapse)) => lapsed.push(Lapsed { lock, lapse }),
-        }
-    }
-    held.sort_by_key(|lock| lock.fence);
-    Ok(LockTable::from_parts(next_fence, held, lapsed))
-}
-
 impl LockBackend for PostgresStore {
     fn read(&self, workspace: &Path) -> Result<(LockTable, u64), LockStoreError> {
         let key = workspace.to_string_lossy();
@@ -430,78 +381,6 @@ impl LockBackend for PostgresStore {
             Err(Err(damaged)) => Err(self.lock_error(damaged)),
         }
     }
-}
-
-/// Write what changed between `before` and `after` to the workspace's rows.
-async fn write_back(
-    transaction: &mut tokio_postgres::Transaction<'_>,
-    key: &str,
-    before: &LockTable,
-    after: &LockTable,
-) -> Result<(), tokio_postgres::Error> {
-    let fence_of = |fence: u64| i64::try_from(fence).unwrap_or(i64::MAX);
-    let ms = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX);
-    let held_before: std::collections::HashMap<u64, &Lock> = before.locks().iter().map(|lock| (lock.fence, lock)).collect();
-    let held_after: std::collections::HashSet<u64> = after.locks().iter().map(|lock| lock.fence).collect();
-    let lapsed_before: std::collections::HashSet<u64> = before.lapsed().map(|lapsed| lapsed.lock.fence).collect();
-    let lapsed_after: std::collections::HashMap<u64, &Lapsed> = after.lapsed().map(|lapsed| (lapsed.lock.fence, lapsed)).collect();
-    for lock in after.locks() {
-        match held_before.get(&lock.fence) {
-            Some(old) if *old == lock => {}
-            Some(_) => {
-                transaction.execute(
-                    "UPDATE toolcell_leases SET acquired_at_ms = $3, expires_at_ms = $4 WHERE workspace = $1 AND fence = $2 AND lapse IS NULL",
-                    &[&key, &fence_of(lock.fence), &ms(lock.acquired_at_ms), &ms(lock.expires_at_ms)],
-                ).await?;
-            }
-            None => {
-                transaction
-                    .execute(
-                        "INSERT INTO toolcell_leases (workspace, fence, pattern, owner, session, mode, acquired_at_ms, expires_at_ms) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                        &[
-                            &key,
-                            &fence_of(lock.fence),
-                            &lock.pattern,
-                            &lock.owner,
-                            &lock.session,
-                            &lock.mode.as_str(),
-                            &ms(lock.acquired_at_ms),
-                            &ms(lock.expires_at_ms),
-                        ],
-                    )
-                    .await?;
-            }
-        }
-    }
-    for fence in held_before.keys().filter(|fence| !held_after.contains(fence)) {
-        match lapsed_after.get(fence) {
-            Some(lapsed) => {
-                transaction
-                    .execute(
-                        "UPDATE toolcell_leases SET lapse = $3, lapse_order = nextval('toolcell_lapse_order') \
-                     WHERE workspace = $1 AND fence = $2 AND lapse IS NULL",
-                        &[&key, &fence_of(*fence), &lapse_name(lapsed.lapse)],
-                    )
-                    .await?;
-            }
-            None => {
-                transaction
-                    .execute(
-                        "DELETE FROM toolcell_leases WHERE workspace = $1 AND fence = $2 AND lapse IS NULL",
-                        &[&key, &fence_of(*fence)],
-                    )
-                    .await?;
-            }
-        }
-    }
-    for fence in lapsed_before.iter().filter(|fence| !lapsed_after.contains_key(fence)) {
-        // Forgotten: older than the most lapsed locks a table remembers.
-        transaction
-            .execute("DELETE FROM toolcell_leases WHERE workspace = $1 AND fence = $2 AND lapse IS NOT NULL", &[&key, &fence_of(*fence)])
-            .await?;
-    }
-    Ok(())
 }
 
 /// `postgres://USER@HOST[:PORT]/DB` for messages (the port when it is not the default):

@@ -1243,7 +1243,7 @@ fn hosts_on_a_postgres_store_share_locks_and_one_audit_chain() {
     let status = on(0, &["store", "status"]);
     assert_eq!(status.status, 1, "{}", status.stderr);
     assert!(
-        status.stdout.contains("schema version 0; this toolcell needs 3: run `toolcell store migrate` with the same --store"),
+        status.stdout.contains("schema version 0; this toolcell needs 4: run `toolcell store migrate` with the same --store"),
         "{}",
         status.stdout
     );
@@ -1252,8 +1252,8 @@ fn hosts_on_a_postgres_store_share_locks_and_one_audit_chain() {
     assert!(refused.stderr.contains("toolcell store migrate"), "{}", refused.stderr);
     let migrated = on(0, &["store", "migrate"]);
     assert_eq!(migrated.status, 0, "{}", migrated.stderr);
-    assert!(migrated.stdout.contains("migrated to schema version 3 (applied 1, 2, 3)"), "{}", migrated.stdout);
-    assert!(on(1, &["store", "migrate"]).stdout.contains("already at schema version 3"));
+    assert!(migrated.stdout.contains("migrated to schema version 4 (applied 1, 2, 3, 4)"), "{}", migrated.stdout);
+    assert!(on(1, &["store", "migrate"]).stdout.contains("already at schema version 4"));
     // Host 0 locks; host 1 sees the lock, cannot take it, and may not write what it covers.
     let locked = on(0, &["lock", "acquire", "src/**", "--workspace", dir, "--owner", "A", "--json"]);
     assert_eq!(locked.status, 0, "{}", locked.stderr);

@@ -502,6 +502,79 @@ fn locks_for_a_chain_need_a_task_in_progress() {
 }
 
 #[test]
+fn a_chains_locks_cover_only_what_its_roles_may_write() {
+    // A control-role component, and a `docs` role that may write `docs/**` and the protected
+    // `.env`, which neither `control` nor the `impl` sessions writing as the chain may write.
+    let policy = format!(
+        "{}\n{}",
+        WORKFLOW.replace("\"spawn_impl_session\",", "\"spawn_impl_session\", \"misbehave\","),
+        r#"
+[roles.docs]
+tools = ["read_file", "write_file"]
+
+[[roles.docs.rules]]
+id = "docs-rw"
+access = ["read", "list", "write"]
+paths = ["docs/**", "**/.env"]
+effect = "allow"
+"#
+    );
+    let project = Project::with_policy(&policy);
+    project.fixture.write("docs/guide.md", "# guide\n");
+    project.fixture.write(".env", "A=1\n");
+    let control = project.planned();
+    ok(&control, "task_start", json!({"task": FIRST}));
+    let lock = |pattern: &str| call(&control, "misbehave", json!({"action": "lock_for_task", "text": pattern, "path": FIRST}));
+    for glob in ["**", "d?cs/*", "*.env"] {
+        assert_eq!(lock(glob).output.unwrap_or_else(|error| panic!("{glob}: {error}")).text, "1 locked");
+    }
+    // The chain's `**` keeps nobody from what its roles may not write.
+    let docs = project.host.session("docs", "docs-1").expect("docs session");
+    ok(&docs, "read_file", json!({"path": "docs/guide.md"}));
+    ok(&docs, "write_file", json!({"path": "docs/guide.md", "content": "# new\n"}));
+    ok(&docs, "write_file", json!({"path": ".env", "content": "A=2\n"}));
+    // What `impl` may write is the chain's.
+    let outsider = project.host.session("impl", "impl-outsider").expect("impl session");
+    let (message, rules) = refused(&outsider, "write_file", json!({"path": "src/main.rs", "content": "x"}), ToolErrorKind::Conflict);
+    assert!(message.contains(&format!("locked by `{CHAIN}`")), "{message}");
+    assert!(rules[0].starts_with("lock:"), "{rules:?}");
+    // A literal path none of the chain's roles may write is refused, naming the rule, audited.
+    for (path, rule) in [("docs/guide.md", "docs-read-only"), (".env", "protected:**/.env")] {
+        let error = lock(path).output.expect_err("refused");
+        assert_eq!(error.kind, ToolErrorKind::Denied, "{path}: {error}");
+        assert!(error.message.contains(&format!("`{path}` may not be locked for the chain")), "{error}");
+        assert!(error.message.contains(rule), "{path}: {error}");
+        assert!(
+            audit(&project).iter().any(|record| record.session == "control-1"
+                && record.operation.as_deref() == Some("lock-for-task")
+                && record.rule.as_deref() == Some(rule)
+                && record.decision.as_deref() == Some("deny")),
+            "the refusal to lock {path} is audited"
+        );
+    }
+}
+
+#[test]
+fn a_chains_lock_on_the_task_files_does_not_stop_another_chains_task_tools() {
+    // The shipped policy: `control` may move any chain's task files, but only through the task
+    // tools; that narrow right is theirs, not a claim chain 039 may lock against chain 040.
+    let project = Project::new();
+    let control = project.planned();
+    ok(&control, "task_start", json!({"task": FIRST, "locks": ["docs/tasks/**", "**"], "ttl_seconds": 86_400}));
+    ok(&control, "chain_new", json!({"cr": "CR-040", "slug": "other", "title": "Another change"}));
+    ok(&control, "task_add", json!({"chain": "CHAIN-040-other", "title": "Other work", "objective": "Do it.", "criteria": ["done"]}));
+    let other = "CHAIN-040-other/001-other-work";
+    ok(&control, "task_start", json!({"task": other}));
+    let implementer = project.impl_for("impl-040", other);
+    ok(&implementer, "task_complete", json!({"note": "Done.", "criteria": [1]}));
+    ok(&control, "task_approve", json!({"task": other, "note": "Good."}));
+    assert_eq!(project.status_of(other), "done");
+    // What the chain's roles may write themselves stays the chain's.
+    let (message, _) = refused(&implementer, "write_file", json!({"path": "src/main.rs", "content": "x"}), ToolErrorKind::Conflict);
+    assert!(message.contains(&format!("locked by `{CHAIN}`")), "{message}");
+}
+
+#[test]
 fn spawns_need_a_task_in_progress_and_are_bounded() {
     // A control-role component that loops on `spawn-session`.
     let policy = WORKFLOW.replace("\"spawn_impl_session\",", "\"spawn_impl_session\", \"misbehave\",");

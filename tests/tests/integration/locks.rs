@@ -100,6 +100,136 @@ fn agents_lock_and_unlock_through_tools() {
     fixture.assert_outside_untouched();
 }
 
+/// The shipped default policy and a `docs` role that may write `docs/**` and the protected
+/// `.env`, which `impl` may not write.
+fn with_docs_role() -> String {
+    format!(
+        "{}\n{}",
+        include_str!("../../../policies/default.toml"),
+        r#"
+[roles.docs]
+tools = ["read_file", "write_file", "delete_file", "lock_files"]
+
+[[roles.docs.rules]]
+id = "docs-rw"
+access = ["read", "list", "write", "delete"]
+paths = ["docs/**", "**/.env"]
+effect = "allow"
+"#
+    )
+}
+
+fn call_role(
+    runtime: &Runtime,
+    fixture: &Fixture,
+    role: &str,
+    session: &str,
+    tool: &str,
+    args: &serde_json::Value,
+) -> toolcell_runtime::CallOutcome {
+    let args = args.to_string();
+    runtime
+        .call(&toolcell_runtime::CallRequest::new(&fixture.workspace, role, session, tool, &args))
+        .unwrap_or_else(|error| panic!("host error calling {tool}: {error}"))
+}
+
+#[test]
+fn a_lock_never_keeps_another_role_from_writing_what_its_own_role_may_not_write() {
+    let state = tempfile::tempdir().expect("state");
+    let runtime = runtime_with_policy(&with_docs_role(), Some(state.path()));
+    let fixture = Fixture::new();
+    fixture.write("docs/guide.md", "# guide\n");
+    fixture.write("docs/old.md", "# old\n");
+    fixture.write(".env", "A=1\n");
+    fixture.write("src/a.rs", "fn a() {}\n");
+
+    // `impl` may not write `docs/**` nor `.env`: every glob over them is taken, for a day, but
+    // covers only what `impl` may write, and the result says so.
+    for glob in ["**", "d?cs/**", "[d]ocs/*", "{docs,lib}/**", "*.env", "**/.env", "d\\ocs/guide.md"] {
+        let locked = call_role(&runtime, &fixture, "impl", "impl-1", "lock_files", &json!({"paths": [glob], "ttl_seconds": 86_400}));
+        let output = locked.result.unwrap_or_else(|error| panic!("{glob}: {error}"));
+        // An escape makes a glob too: `d\ocs/guide.md` matches `docs/guide.md`.
+        {
+            assert!(output.text.contains("it covers only the paths role `impl` may write itself"), "{glob}: {}", output.text);
+            let structured = output.structured.expect("structured");
+            assert_eq!(structured["locks"][0]["covers"], "writable", "{glob}");
+        }
+    }
+    // The docs role's writes and deletes there go through.
+    let docs = |tool: &str, args: serde_json::Value| call_role(&runtime, &fixture, "docs", "docs-1", tool, &args).result;
+    docs("read_file", json!({"path": "docs/guide.md"})).expect("read");
+    docs("write_file", json!({"path": "docs/guide.md", "content": "# new\n"})).expect("docs/guide.md is not impl's to lock");
+    docs("write_file", json!({"path": ".env", "content": "A=2\n"})).expect(".env is not impl's to lock");
+    docs("delete_file", json!({"path": "docs/old.md"})).expect("nor to keep from being deleted");
+    assert_eq!(fixture.read_text("docs/guide.md"), "# new\n");
+    // ... and it may lock them: `impl`'s `**` does not contest a path `impl` may not write.
+    docs("lock_files", json!({"paths": ["docs/guide.md"]})).expect("docs locks its own file");
+    // What `impl` may write stays locked against everybody else.
+    let other = call_role(&runtime, &fixture, "impl", "impl-2", "write_file", &json!({"path": "src/a.rs", "content": "x"}));
+    let error = other.result.expect_err("locked");
+    assert_eq!(error.kind, ToolErrorKind::Conflict, "{error}");
+    assert!(error.message.contains("is locked by another session"), "{error}");
+
+    // A literal path the role may not write is refused, naming the rule, and audited.
+    for (path, rule, named) in [("docs/guide.md", "docs-read-only", "docs-read-only"), (".env", "protected:**/.env", "`**/.env`")] {
+        let refused = call_role(&runtime, &fixture, "impl", "impl-1", "lock_files", &json!({"paths": ["src/a.rs", path]}));
+        let error = refused.result.expect_err("denied");
+        assert_eq!(error.kind, ToolErrorKind::Denied, "{path}: {error}");
+        assert!(error.message.contains(&format!("may not write `{path}`, so it may not lock it")), "{error}");
+        assert!(error.message.contains(named), "{path}: {error}");
+        assert_eq!(refused.denials[0].event.rule, rule);
+        let audited = toolcell_tests::audit_records(&runtime);
+        assert!(
+            audited.iter().any(|record| record.path.as_deref() == Some(path)
+                && record.operation.as_deref() == Some("lock")
+                && record.rule.as_deref() == Some(rule)
+                && record.decision.as_deref() == Some("deny")),
+            "the refusal to lock {path} is audited"
+        );
+    }
+    assert!(
+        runtime.live_locks(&fixture.workspace).expect("locks").iter().all(|lock| lock.pattern != "src/a.rs"),
+        "a refused call takes no lock"
+    );
+}
+
+#[test]
+fn a_lock_whose_role_another_host_does_not_know_covers_its_whole_pattern() {
+    // Two hosts share a state directory; the second's policy renamed `impl` (or was reloaded).
+    let state = tempfile::tempdir().expect("state");
+    let first = runtime_with_policy(&with_docs_role(), Some(state.path()));
+    let renamed =
+        with_docs_role().replace("[roles.impl]", "[roles.implementer]").replace("[[roles.impl.rules]]", "[[roles.implementer.rules]]");
+    let second = runtime_with_policy(&renamed, Some(state.path()));
+    let fixture = Fixture::new();
+    fixture.write("docs/guide.md", "# guide\n");
+    fixture.write("src/a.rs", "fn a() {}\n");
+    call_role(&first, &fixture, "impl", "impl-1", "lock_files", &json!({"paths": ["**"]})).result.expect("locked");
+    // The first host judges the lock by `impl`'s rules: `docs/**` is not impl's.
+    call_role(&first, &fixture, "docs", "docs-1", "write_file", &json!({"path": "docs/guide.md", "content": "# one\n"}))
+        .result
+        .expect("not impl's");
+    // The second cannot judge `impl`: the lock covers its whole pattern there.
+    for path in ["docs/guide.md", ".env"] {
+        let write = call_role(&second, &fixture, "docs", "docs-2", "write_file", &json!({"path": path, "content": "x"}));
+        let error = write.result.expect_err("locked");
+        assert_eq!(error.kind, ToolErrorKind::Conflict, "{path}: {error}");
+    }
+    assert_eq!(fixture.read_text("docs/guide.md"), "# one\n");
+}
+
+#[test]
+fn the_operators_lock_is_contested_only_where_an_agents_role_may_write() {
+    let runtime = runtime_with_policy(&with_docs_role(), None);
+    let fixture = Fixture::new();
+    call_role(&runtime, &fixture, "impl", "impl-1", "lock_files", &json!({"paths": ["**"]})).result.expect("locked");
+    let operator = |pattern: &str| runtime.acquire_lock(&fixture.workspace, &request(pattern, "OPS", Duration::from_secs(60)));
+    // `impl` may not write `docs/**`: its `**` does not hold the operator off.
+    operator("docs/guide.md").expect("impl's lock does not cover docs/");
+    let error = operator("src/a.rs").expect_err("impl's lock covers src/");
+    assert!(error.to_string().contains("is locked by"), "{error}");
+}
+
 const STRESS_WORKSPACE: &str = "TOOLCELL_TEST_STRESS_WORKSPACE";
 const STRESS_STATE: &str = "TOOLCELL_TEST_STRESS_STATE";
 const STRESS_OWNER: &str = "TOOLCELL_TEST_STRESS_OWNER";

@@ -471,7 +471,7 @@ fn a_record_sent_again_is_kept_once_and_a_chain_with_duplicates_migrates() {
         link.hash,
     );
     cluster.psql(&version_two);
-    assert_eq!(PostgresStore::open(&cluster.url).expect("parses").migrate().expect("migrates"), vec![3]);
+    assert_eq!(PostgresStore::open(&cluster.url).expect("parses").migrate().expect("migrates"), vec![3, 4]);
     let store = PostgresStore::connect(&cluster.url).expect("connects");
     let records: Vec<toolcell_audit::Record> = (1..=3)
         .map(|n| toolcell_audit::Record {
@@ -492,4 +492,42 @@ fn a_record_sent_again_is_kept_once_and_a_chain_with_duplicates_migrates() {
         assert_eq!(chain.matches(&format!("\"c-new-{n}\"")).count(), 1, "c-new-{n}: {chain}");
     }
     assert_eq!(chain.matches("\"c-old\"").count(), 4, "records without an id are all kept: {chain}");
+}
+
+#[test]
+fn a_lease_keeps_the_roles_it_was_taken_for_so_every_host_judges_it_alike() {
+    let Some((cluster, store)) = store() else {
+        return;
+    };
+    let fixture = Fixture::new();
+    let (state_a, state_b) = (tempfile::tempdir().expect("state"), tempfile::tempdir().expect("state"));
+    let (first, second) = (host(&store, state_a.path()), host(&store, state_b.path()));
+    let task = toolcell_runtime::TaskBinding::parse("CHAIN-1-x/001-a").expect("task");
+    let args = json!({"paths": ["**"], "ttl_seconds": 60}).to_string();
+    let locked = first
+        .call(&toolcell_runtime::CallRequest {
+            task: Some(&task),
+            ..toolcell_runtime::CallRequest::new(&fixture.workspace, "impl", "s-A", "lock_files", &args)
+        })
+        .expect("called");
+    locked.result.expect("locked");
+    // The other host reads the lease with its holder, as the first host wrote it.
+    let live = second.live_locks(&fixture.workspace).expect("locks");
+    let holder = live[0].held_for.as_deref().expect("a holder");
+    assert_eq!((holder.roles.as_slice(), holder.task.as_deref()), (&["impl".to_owned()][..], Some("CHAIN-1-x/001-a")));
+    // A row written by hand or by another program: a NULL role or no roles reads as no holder
+    // (the lease covers its whole pattern), never as a panic nor as a lease covering nothing.
+    for roles in ["ARRAY[NULL]::text[]", "'{}'::text[]", "ARRAY['impl', NULL]::text[]"] {
+        cluster.psql(&format!("UPDATE toolcell_leases SET holder_roles = {roles} WHERE lapse IS NULL AND pattern = '**'"));
+        let live = second.live_locks(&fixture.workspace).expect("the lease reads");
+        assert!(live[0].held_for.is_none(), "{roles}: {:?}", live[0].held_for);
+        let write = json!({"ops": [{"op": "write", "path": "src/a.rs", "content": "x"}]});
+        let outcome = fixture.call_as(&second, "s-B", None, &[], "fs_probe", &write);
+        assert_eq!(outcome.result.expect_err("covered").kind, toolcell_types::ToolErrorKind::Conflict, "{roles}");
+    }
+    // An operator's lease has none, and covers its whole pattern.
+    let elsewhere = Fixture::new();
+    let operator = second.acquire_lock(&elsewhere.workspace, &request("notes.txt", "OPS", Duration::from_secs(30))).expect("acquired");
+    let live = first.live_locks(&elsewhere.workspace).expect("locks");
+    assert!(live.iter().any(|lock| lock.fence == operator.fence && lock.held_for.is_none()));
 }

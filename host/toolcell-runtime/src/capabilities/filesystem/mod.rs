@@ -299,6 +299,42 @@ impl FsGuard {
         self.effect(access, path) == Effect::Allow
     }
 
+    /// Refuse a lock on the canonical `path`, which the role may not write without asking (a
+    /// role may lock only what it may change): recorded like a refused write (operation
+    /// `lock`, the deciding rule), worded from what decided it. The message.
+    pub(crate) fn refuse_lock(&mut self, path: &str) -> String {
+        let (decision, reason) = {
+            let judgment = self.judgment(Access::Write, path);
+            let decision = judgment.to_decision();
+            let reason = if decision.effect == Effect::Ask {
+                format!("a write of it needs approval (rule `{}`{})", decision.rule, self.rule_location(&decision))
+            } else if decision.effect == Effect::Allow {
+                // Allowed to this call only by a rule naming the tools it is for: a tool's narrow
+                // right is not the role's to lock.
+                format!(
+                    "only rule `{}`{} lets it write there, and that rule is for the tools it names",
+                    decision.rule,
+                    self.rule_location(&decision)
+                )
+            } else {
+                self.denial_message(Access::Write, path, &judgment)
+            };
+            (decision, reason)
+        };
+        let message =
+            format!("role `{}` may not write `{}`, so it may not lock it: {reason}", escape_control(&self.role), escape_control(path));
+        let event = FsEvent {
+            operation: "lock",
+            path: path.to_owned(),
+            access: Access::Write,
+            effect: Effect::Deny,
+            rule: decision.rule,
+            asked: false,
+        };
+        let _ = self.refuse(event, message.clone());
+        message
+    }
+
     /// Resolve a path an agent gave a host-implemented tool (relative to the workspace root) to
     /// its canonical form; a path outside is refused and recorded like a component's.
     pub(crate) fn resolve_path(&mut self, operation: &'static str, path: &str, access: Access) -> Option<String> {
@@ -408,15 +444,18 @@ impl FsGuard {
             let message = format!("{access} of `{}` was refused: {stopped}", escape_control(path));
             return Err(self.refuse_rule(operation, path, access, "writes-stopped", message, ToolErrorKind::Failed));
         }
-        let refusal = match transaction.locks.check_write(&transaction.workspace, path, &transaction.owner, &transaction.fences) {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(refusal)) => (refusal.rule(), refusal.message(&escape_control(path)), ToolErrorKind::Conflict),
-            Err(_) => (
-                "locks-unavailable".to_owned(),
-                format!("{access} of `{}` was refused because the lock table cannot be read; tell the operator", escape_control(path)),
-                ToolErrorKind::Failed,
-            ),
-        };
+        // A lock keeps this write from `path` only if its holder's role may make it itself.
+        let policy = self.policy.as_deref();
+        let refusal =
+            match transaction.locks.check_modify(&transaction.workspace, path, access, &transaction.owner, &transaction.fences, policy) {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(refusal)) => (refusal.rule(), refusal.message(&escape_control(path)), ToolErrorKind::Conflict),
+                Err(_) => (
+                    "locks-unavailable".to_owned(),
+                    format!("{access} of `{}` was refused because the lock table cannot be read; tell the operator", escape_control(path)),
+                    ToolErrorKind::Failed,
+                ),
+            };
         let (rule, message, kind) = refusal;
         Err(self.refuse_rule(operation, path, access, &rule, message, kind))
     }
