@@ -423,7 +423,8 @@ fn lines_of(
 ) -> std::io::Result<Vec<Line>> {
     let mut seen = std::collections::HashSet::new();
     let mut lines = Vec::new();
-    for step in steps {
+    // A change of times alone is no edit: `undo_edit` restores content.
+    for step in steps.into_iter().filter(|step| !matches!(step.prior, Prior::Times { .. })) {
         if !seen.insert(step.path.clone()) {
             continue;
         }
@@ -485,6 +486,7 @@ mod tests {
             prior: Prior::Inline { hex: crate::storage::hex(content.as_bytes()), mode: 0o644 },
             identity: None,
             rewrite: None,
+            times: None,
         };
         for index in 0..(COMPACT_LINES + 50) {
             store.record("s", &workspace, &root, &format!("c-{index}"), vec![step(&format!("before {index}"))], None, &[]).expect("record");
@@ -528,6 +530,7 @@ mod tests {
             prior: Prior::Inline { hex: crate::storage::hex(b"before"), mode: 0o644 },
             identity: None,
             rewrite: None,
+            times: None,
         };
         let lines = lines_of(&root, "c-1", vec![step("a.txt"), step("b.txt")], &written, |_, _| Ok(false)).expect("lines");
         let after = |path: &str| {

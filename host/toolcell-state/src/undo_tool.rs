@@ -63,7 +63,7 @@ fn remove_created_directories(call: &mut UndoCall<'_>, entry: &UndoEntry) -> Vec
         let Some(root) = call.guard.root() else {
             break;
         };
-        let step = Step { path: directory.path.clone(), prior: Prior::Absent, identity: None, rewrite: None };
+        let step = Step { path: directory.path.clone(), prior: Prior::Absent, identity: None, rewrite: None, times: None };
         if crate::journal::restore(root, &call.undo.session_dir(session, workspace), &step).is_err() {
             break;
         }
@@ -145,7 +145,7 @@ pub fn undo_edit(call: &mut UndoCall<'_>, args: &str) -> Result<ToolOutput, Tool
     let Some(root) = call.guard.root() else {
         return Err(ToolError::new(ToolErrorKind::Failed, "the call has no workspace"));
     };
-    let step = Step { path: path.clone(), prior: entry.prior.clone(), identity: None, rewrite: None };
+    let step = Step { path: path.clone(), prior: entry.prior.clone(), identity: None, rewrite: None, times: None };
     crate::journal::restore(root, &call.undo.session_dir(session, workspace), &step)
         .map_err(|error| ToolError::new(ToolErrorKind::Failed, format!("cannot restore `{shown}`: {error}; nothing was changed")))?;
     // The change is undone whatever happens to the record; a stale record is refused later

@@ -25,6 +25,7 @@ mod patches;
 mod races;
 mod read_file;
 mod recovery;
+mod rollback_scope;
 mod search_files;
 mod search_limits;
 mod shared_sessions;

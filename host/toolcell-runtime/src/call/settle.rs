@@ -61,7 +61,7 @@ impl Runtime {
         let written = if outcome.result.is_ok() { transaction.written_versions() } else { Vec::new() };
         let journal = match journal {
             Some(journal) if outcome.result.is_ok() && self.undo.is_shared() => {
-                replaced = transaction.replaced_since(root);
+                replaced = transaction.replaced_or_changed_between(root);
                 let absent = Transaction::absent_at_end(root, journal.steps());
                 let made = Transaction::made_directories(root, journal.steps());
                 match self.record_shared(request, outcome, &transaction, root, &journal, (&replaced, &written)) {
@@ -111,7 +111,7 @@ impl Runtime {
                 let (mut steps, blob_dir) = journal.commit();
                 // Another host may have replaced a file since this call put it in place: that
                 // content is neither this session's to have read nor its to undo.
-                replaced = transaction.replaced_since(root);
+                replaced = transaction.replaced_or_changed_between(root);
                 steps.retain(|step| !replaced.contains(&step.path));
                 if request.tool != native::UNDO_EDIT {
                     // Without the undo record the change still stands; `undo_edit` will say
@@ -137,15 +137,29 @@ impl Runtime {
             (false, Some(mut journal)) => {
                 // A file this call put in place that another program or host changed since (in
                 // place, replaced or removed it: they saw this call's content) is theirs now,
-                // left as they made it.
-                if replaced.is_empty() && kept.is_empty() {
-                    let changed = transaction.changed_since(root);
-                    if !changed.is_empty() {
-                        kept = leftovers::kept_moves(&transaction.moves, &changed);
-                        let mut left = changed.clone();
-                        left.extend(kept.iter().map(|(_, to)| to.clone()));
-                        journal.leave_as_they_are(&left);
-                        replaced = changed;
+                // left as they made it; so is any path this call changed in place that holds
+                // something else now than what the call left there (a file another process
+                // wrote where this call removed one).
+                let mut changed = transaction.changed_since(root);
+                changed.extend(transaction.left.changed_since(root, journal.steps().iter().map(|step| &step.path)));
+                let between = transaction.left.between();
+                if changed.iter().chain(between).any(|path| !replaced.contains(path)) {
+                    for path in changed {
+                        if !replaced.contains(&path) {
+                            replaced.push(path);
+                        }
+                    }
+                    // A move whose source another made again (or changed between two changes
+                    // of this call) stays where the call moved it.
+                    let sources: Vec<String> = replaced.iter().chain(between).cloned().collect();
+                    kept = leftovers::kept_moves(&transaction.moves, &sources);
+                    let mut left = replaced.clone();
+                    left.extend(kept.iter().map(|(_, to)| to.clone()));
+                    journal.leave_as_they_are(&left);
+                    for path in between {
+                        if !replaced.contains(path) {
+                            replaced.push(path.clone());
+                        }
                     }
                 }
                 // Putting names back is a namespace change like any other: no other call

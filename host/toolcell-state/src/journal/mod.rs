@@ -23,14 +23,15 @@
 //! opens a workspace rolls back every call of that workspace in it that has no last line
 //! ([`recovery`](crate::recovery)), then removes what it replayed. Rolling back replays a call's steps in reverse, each
 //! restoring its path to the state it had just before its mutation: a removed file is rewritten
-//! (temporary file, sync, rename, mode kept), a created file or directory is removed, a moved
-//! directory is moved back. Replaying is idempotent, so a rollback interrupted by a crash is
+//! (temporary file, sync, rename, mode and times kept), a created file or directory is removed,
+//! a moved directory is moved back, times a call set are set back. Replaying is idempotent, so a rollback interrupted by a crash is
 //! simply replayed again.
 
 mod landing;
 pub(crate) mod ledger;
 mod preserve;
 mod replay;
+mod times;
 
 pub(crate) use landing::mark_landing;
 pub use landing::{Landed, Rewrite};
@@ -39,6 +40,7 @@ pub(crate) use replay::{replay, unhex};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+pub use times::Times;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -107,6 +109,14 @@ pub enum Prior {
         /// Where it went.
         to: String,
     },
+    /// Only the times of what stands there (the object `identity` names) were about to change
+    /// (`set-times`): they are in the step's `times`, put back on that object alone.
+    Times {
+        /// The object's birth time, where the file system keeps one: another object given the
+        /// freed inode number since is not taken for it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        born: Option<(i64, u32)>,
+    },
 }
 
 /// One mutated path and its prior state.
@@ -116,15 +126,20 @@ pub struct Step {
     pub path: String,
     /// What it was.
     pub prior: Prior,
-    /// The device and inode of the file saved in `prior`: a rollback leaves a file that is
-    /// still that inode, with that mode and content, exactly as it is (the call journaled it but
-    /// never changed it), instead of rewriting it as a new file.
+    /// The device and inode of the file saved in `prior` (or, for [`Prior::Times`], of the
+    /// object whose times are saved): a rollback leaves a file that is still that inode, with
+    /// that mode and content, exactly as it is (the call journaled it but never changed it),
+    /// instead of rewriting it as a new file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<(u64, u64)>,
     /// Taken before the path was written through a new file that replaces it whole (renamed
     /// over it): until that file is put in place, the call has not changed the path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewrite: Option<Rewrite>,
+    /// The access and modification times of the file saved in `prior` (its copy a rollback
+    /// makes gets them back), or, for [`Prior::Times`], of the object whose times changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<Times>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -386,6 +401,8 @@ pub struct Journal {
     unsynced_blobs: Vec<File>,
     /// When saving a file is given up: the call's deadline.
     deadline: Option<std::time::Instant>,
+    /// The objects (path, device and inode) whose times are saved already.
+    times_saved: std::collections::HashSet<(String, (u64, u64))>,
 }
 
 impl Journal {
@@ -408,6 +425,7 @@ impl Journal {
             unsynced: true,
             unsynced_blobs: Vec::new(),
             deadline: None,
+            times_saved: std::collections::HashSet::new(),
         })
     }
 
@@ -456,7 +474,7 @@ impl Journal {
     ///
     /// Whatever appending the step fails with; the move must not go ahead then.
     pub fn preserve_move(&mut self, from: &str, to: &str) -> std::io::Result<()> {
-        self.append(Step { path: from.to_owned(), prior: Prior::Moved { to: to.to_owned() }, identity: None, rewrite: None })
+        self.append(Step { path: from.to_owned(), prior: Prior::Moved { to: to.to_owned() }, identity: None, rewrite: None, times: None })
     }
 
     fn append(&mut self, step: Step) -> std::io::Result<()> {

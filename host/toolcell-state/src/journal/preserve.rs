@@ -34,11 +34,13 @@ impl Journal {
                     prior: Prior::Absent,
                     identity: None,
                     rewrite: rewrite.then(Rewrite::default),
+                    times: None,
                 });
             }
             result => result?,
         };
         let mut identity = None;
+        let mut times = None;
         let mut rewrite = rewrite.then(Rewrite::default);
         let prior = match directory.symlink_metadata(name) {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Prior::Absent,
@@ -59,6 +61,7 @@ impl Journal {
                 }
                 let mode = std::os::unix::fs::PermissionsExt::mode(&metadata.permissions());
                 identity = Some((std::os::unix::fs::MetadataExt::dev(&metadata), std::os::unix::fs::MetadataExt::ino(&metadata)));
+                times = Some(Times::of(&metadata));
                 if let Some(rewrite) = rewrite.as_mut() {
                     rewrite.born = crate::storage::birth_of(&source);
                 }
@@ -85,6 +88,6 @@ impl Journal {
                 ));
             }
         };
-        self.append(Step { path: path.to_owned(), prior, identity, rewrite })
+        self.append(Step { path: path.to_owned(), prior, identity, rewrite, times })
     }
 }

@@ -17,6 +17,9 @@ pub struct Replayed {
     /// (or program) put a file or symlink where a directory on their way was: that is left as
     /// it is (never followed), and the call's removal or move of the path stands.
     pub unrestored: Vec<String>,
+    /// Paths whose times the call set and the rollback could not set back: they belong to
+    /// another user, who alone may set them to a given time.
+    pub times_unrestored: Vec<String>,
 }
 
 /// Remove the temporary files the call's whole-file rewrites left beside its paths (they may
@@ -47,7 +50,20 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
     }
     let mut replayed = Replayed::default();
     let mut newer: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    // The paths restored from a saved object, and which object: its times, saved by an older
+    // step, go back on the copy.
+    let mut copied: std::collections::HashMap<&str, Option<(u64, u64)>> = std::collections::HashMap::new();
     for step in steps.iter().rev() {
+        if matches!(step.prior, Prior::Times { .. }) {
+            let copy = copied.get(step.path.as_str()).is_some_and(|identity| *identity == step.identity);
+            match times::put_back(root, step, copy) {
+                Ok(true) => {}
+                Ok(false) => replayed.times_unrestored.push(step.path.clone()),
+                Err(error) if is_blocked(&error) => {}
+                Err(error) => return Err(format!("`{}`: {error}", step.path)),
+            }
+            continue;
+        }
         // A path whose new content was never put in place was not changed by its call: it is
         // left as it stands (its directory was cleared of the call's reserved names above); so
         // is one where another program put another file since the call's landed (unless the
@@ -67,6 +83,11 @@ pub(crate) fn replay(root: &Dir, directory: &Path, call_id: &str, steps: &[Step]
                 }
             }
             result => result.map_err(|error| format!("`{}`: {error}", step.path))?,
+        }
+        if step.prior == Prior::Absent {
+            copied.remove(step.path.as_str());
+        } else {
+            copied.insert(step.path.as_str(), step.identity);
         }
     }
     Ok(replayed)
@@ -202,6 +223,11 @@ pub fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()>
                 _ => unreachable!("matched above"),
             };
             file.set_permissions(cap_std::fs::Permissions::from_mode(*mode))?;
+            // Put back as it was, times included (as a copy made for a write in place keeps
+            // them): a file never written by anyone else since is the file it was.
+            if let Some(times) = step.times {
+                times.set_on(&file)?;
+            }
             file.sync_data()?;
             if parent.symlink_metadata(name).is_ok_and(|metadata| metadata.is_dir()) {
                 parent.remove_dir(name)?;
@@ -231,6 +257,7 @@ pub fn restore(root: &Dir, directory: &Path, step: &Step) -> std::io::Result<()>
             }
             Ok(())
         }
+        Prior::Times { .. } => times::put_back(root, step, false).map(drop),
     }
 }
 

@@ -462,3 +462,81 @@ fn a_step_short_of_descriptors_is_told_from_other_failures() {
     let other = format!("`t84/f.txt`: {}", std::io::Error::from_raw_os_error(2));
     assert!(!short_of_descriptors(&other), "{other}");
 }
+
+/// The modification time of `path`, to the nanosecond.
+fn modified(path: &Path) -> (i64, i64) {
+    use std::os::unix::fs::MetadataExt as _;
+    let metadata = std::fs::symlink_metadata(path).expect("lstat");
+    (metadata.mtime(), metadata.mtime_nsec())
+}
+
+/// Times a call set in place (on a file it leaves, a directory, a file it then rewrites or
+/// removes) are put back by its rollback and by the recovery after a crash; times set on a file
+/// another program replaced since are the other's, left as they are.
+#[test]
+fn times_set_by_a_call_are_put_back() {
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::new(1_000_000_000, 123_456_789);
+    let new = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(7);
+    for crash in [false, true] {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let workspace = temp.path().join("ws");
+        std::fs::create_dir_all(workspace.join("d")).expect("mkdir");
+        for name in ["kept.txt", "rewritten.txt", "removed.txt", "replaced.txt"] {
+            std::fs::write(workspace.join(name), name).expect("write");
+        }
+        for name in ["kept.txt", "rewritten.txt", "removed.txt", "replaced.txt", "d"] {
+            File::open(workspace.join(name)).and_then(|file| file.set_modified(old)).expect("set the old time");
+        }
+        let before = modified(&workspace.join("kept.txt"));
+        let root = Dir::open_ambient_dir(&workspace, cap_std::ambient_authority()).expect("open");
+        let journals = temp.path().join("journal");
+        let file = JournalFile::create(&journals, KEY).expect("journal file");
+        let mut journal = Journal::begin(&file, "c-1", "s-1", &workspace, true).expect("begin");
+        let touch = |journal: &mut Journal, name: &str| {
+            journal.preserve_times(&root, name).expect("preserve the times");
+            File::open(workspace.join(name)).and_then(|file| file.set_modified(new)).expect("set the times");
+        };
+        for name in ["kept.txt", "rewritten.txt", "removed.txt", "replaced.txt", "d"] {
+            touch(&mut journal, name);
+        }
+        // Once per object: a second change of its times saves nothing.
+        let steps = journal.steps().len();
+        touch(&mut journal, "kept.txt");
+        assert_eq!(journal.steps().len(), steps);
+        journal.preserve(&root, "rewritten.txt").expect("preserve");
+        std::fs::write(workspace.join("rewritten.txt"), "the call's").expect("write");
+        journal.preserve(&root, "removed.txt").expect("preserve");
+        std::fs::remove_file(workspace.join("removed.txt")).expect("rm");
+        // Another program replaces a file whose times the call set.
+        std::fs::remove_file(workspace.join("replaced.txt")).expect("rm");
+        std::fs::write(workspace.join("replaced.txt"), "another's").expect("write");
+        let theirs = modified(&workspace.join("replaced.txt"));
+        if crash {
+            drop(journal);
+            drop(file);
+            let recovered = recover(&journals, &KEY, &workspace);
+            assert_eq!(recovered.len(), 1, "{recovered:?}");
+            assert_eq!(recovered[0].error, None);
+        } else {
+            let (_, replayed) = journal.rollback_leaving(&root).expect("rollback");
+            assert_eq!(replayed, Replayed::default());
+        }
+        for name in ["kept.txt", "rewritten.txt", "removed.txt", "d"] {
+            assert_eq!(modified(&workspace.join(name)), before, "{name}, crash {crash}");
+        }
+        assert_eq!(std::fs::read_to_string(workspace.join("rewritten.txt")).expect("read"), "rewritten.txt");
+        assert_eq!(std::fs::read_to_string(workspace.join("removed.txt")).expect("read"), "removed.txt");
+        assert_eq!(std::fs::read_to_string(workspace.join("replaced.txt")).expect("read"), "another's");
+        assert_eq!(modified(&workspace.join("replaced.txt")), theirs, "crash {crash}");
+    }
+}
+
+/// A journal line written before steps had times (or `Prior::Times`) still reads, and is
+/// replayed as it was.
+#[test]
+fn a_step_without_times_reads_as_before() {
+    let line = r#"{"path":"a.txt","prior":{"kind":"inline","hex":"6869","mode":420},"identity":[1,2]}"#;
+    let step: Step = serde_json::from_str(line).expect("an older step");
+    assert_eq!(step.times, None);
+    assert_eq!(step.prior, Prior::Inline { hex: "6869".to_owned(), mode: 420 });
+}

@@ -443,7 +443,8 @@ fn stream_error(error: &wasip2::io::streams::StreamError) -> String {
 /// `br:N`, `sk:N`; `dropfd`, `dropout`, `dropin`; `size` (stat of the file), `stat:PATH`
 /// (stat-at on the root), `ls:DIR` (a listing of `DIR`: its number of entries),
 /// `rl:PATH` (readlink-at), `rename:FROM>TO`, `link:FROM>TO`, `unlink:PATH`, `setsize:N`, `pw:OFFSET,TEXT` (a write
-/// through the descriptor), `fail` (stop).
+/// through the descriptor), `touch` (`set-times` through the descriptor: its modification time
+/// to the epoch), `fail` (stop).
 fn stream_script(script: &str) -> Value {
     use wasip2::filesystem::types::{DescriptorFlags, OpenFlags, PathFlags};
     let Ok(root) = workspace_root() else {
@@ -542,6 +543,15 @@ fn stream_script(script: &str) -> Value {
                 Some(Err(code)) => json!(code.name()),
                 None => json!("no file"),
             },
+            "touch" => {
+                use wasip2::filesystem::types::NewTimestamp;
+                let epoch = NewTimestamp::Timestamp(wasip2::clocks::wall_clock::Datetime { seconds: 0, nanoseconds: 0 });
+                match file.as_ref().map(|file| file.set_times(NewTimestamp::NoChange, epoch)) {
+                    Some(Ok(())) => json!("ok"),
+                    Some(Err(code)) => json!(code.name()),
+                    None => json!("no file"),
+                }
+            }
             "setsize" => match file.as_ref().map(|file| file.set_size(number())) {
                 Some(Ok(())) => json!("ok"),
                 Some(Err(code)) => json!(code.name()),

@@ -13,7 +13,13 @@ pub(super) fn kept_moves(moves: &[(String, String)], left: &[String]) -> Vec<(St
 /// The sentence added to a rolled-back call's error: that nothing was changed, or what was
 /// left and why.
 pub(super) fn note(replaced: &[String], kept: &[(String, String)], replayed: &Replayed) -> String {
-    if replaced.is_empty() && kept.is_empty() && replayed.left.is_empty() && replayed.remade.is_empty() && replayed.unrestored.is_empty() {
+    if replaced.is_empty()
+        && kept.is_empty()
+        && replayed.left.is_empty()
+        && replayed.remade.is_empty()
+        && replayed.unrestored.is_empty()
+        && replayed.times_unrestored.is_empty()
+    {
         return "\n(No file was changed: every change this call made was rolled back.)".to_owned();
     }
     let mut parts = Vec::new();
@@ -45,6 +51,12 @@ pub(super) fn note(replaced: &[String], kept: &[(String, String)], replayed: &Re
         parts.push(format!(
             "Not put back, because another session put a file or symlink where a directory on their way was (left as it is), so this call's removal or move of them stands: {}.",
             listed(replayed.unrestored.iter())
+        ));
+    }
+    if !replayed.times_unrestored.is_empty() {
+        parts.push(format!(
+            "Times set by this call and not set back, because the files belong to another user (only the owner may set a given time): {}.",
+            listed(replayed.times_unrestored.iter())
         ));
     }
     format!("\n(Every other change this call made was rolled back. {})", parts.join(" "))
@@ -85,6 +97,7 @@ mod tests {
             left: vec!["t/d".to_owned(), "t".to_owned(), "t/d".to_owned()],
             remade: vec!["e".to_owned()],
             unrestored: vec!["x/f".to_owned()],
+            times_unrestored: vec!["y".to_owned()],
         };
         let said = note(&["a".to_owned()], &[("a".to_owned(), "b".to_owned())], &replayed);
         assert!(said.contains("left as that session made them: `a`"), "{said}");
@@ -92,6 +105,7 @@ mod tests {
         assert!(said.contains("named above): `t/d`, `t`."), "each directory once: {said}");
         assert!(said.contains("moved or removed them meanwhile: `e`"), "{said}");
         assert!(said.contains("removal or move of them stands: `x/f`."), "{said}");
+        assert!(said.contains("only the owner may set a given time): `y`."), "{said}");
         assert!(!said.contains("No file was changed"), "{said}");
     }
 }

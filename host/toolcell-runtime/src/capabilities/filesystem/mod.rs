@@ -14,6 +14,7 @@
 mod budget;
 mod decide;
 mod landed;
+mod left;
 mod linking;
 mod lookup;
 mod moves;

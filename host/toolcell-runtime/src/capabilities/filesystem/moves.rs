@@ -284,8 +284,13 @@ impl FsGuard {
     }
 
     /// After `from` was renamed to `to`: every descriptor opened at or under `from` now
-    /// refers to the same object under `to`.
+    /// refers to the same object under `to`, and nothing the call left under `from` is there
+    /// any more.
     pub(super) fn moved(&mut self, from: &str, to: &str) {
+        if let Some(transaction) = self.transaction.as_mut() {
+            transaction.left.moved(from, to);
+            transaction.moves.push((from.to_owned(), to.to_owned()));
+        }
         for path in self.descriptors.values_mut() {
             if path == from {
                 *path = to.to_owned();

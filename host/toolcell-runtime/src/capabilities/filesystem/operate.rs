@@ -211,10 +211,14 @@ impl GuardedFilesystem<'_> {
         if !path.contains('/') && self.guard.descriptors.get(&like.rep()).is_some_and(|base| base == ".") {
             // A name in the workspace root, through a descriptor of the root itself: opening
             // the root again would give the same directory (no path to swap on the way).
-            return operation(self, Resource::new_borrow(like.rep()), last);
+            let result = operation(self, Resource::new_borrow(like.rep()), last);
+            // What the operation left at the paths it journaled, noted at once.
+            self.guard.note_left();
+            return result;
         }
         let parent = self.parent_descriptor(like, path, name, access)?;
         let result = operation(self, Resource::new_borrow(parent.rep()), last);
+        self.guard.note_left();
         self.inner.table.delete(parent)?;
         result
     }

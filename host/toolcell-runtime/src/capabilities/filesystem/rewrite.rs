@@ -299,7 +299,8 @@ impl FsGuard {
         };
         match landed {
             Ok(landed) => {
-                if let Some(transaction) = self.transaction.as_mut() {
+                if let (Some(transaction), Some(root)) = (self.transaction.as_mut(), self.root.as_deref()) {
+                    transaction.left.placed(root, &path);
                     if at_end {
                         transaction.landed.push((path, landed));
                     } else {

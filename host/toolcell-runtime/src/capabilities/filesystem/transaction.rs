@@ -54,7 +54,7 @@ pub(crate) struct Transaction {
     /// after, so what the file landed as is not what the call leaves there (see
     /// [`Transaction::landed_mid_call`]). Neither keeps the file open.
     streamed: Vec<(std::sync::Weak<std::fs::File>, std::sync::Weak<()>)>,
-    /// The files (not directories) this call renamed: source, destination.
+    /// The files and directories this call renamed: source, destination.
     pub(crate) moves: Vec<(String, String)>,
     /// Paths whose content the session may take as known, from this call alone: what it wrote
     /// there, or moved there from such a path or from a file the session had seen as it is.
@@ -68,6 +68,9 @@ pub(crate) struct Transaction {
     pub(crate) stopped: Option<String>,
     /// The paths this call journaled, which no other call may change until this one ends.
     pub(crate) in_flight: toolcell_state::inflight::InFlight,
+    /// What this call left at each path it changed in place: its rollback leaves a path that
+    /// holds something else now (another process or program changed it since).
+    pub(crate) left: left::LeftBehind,
 }
 
 impl Transaction {
@@ -139,6 +142,7 @@ impl Transaction {
             streamed: Vec::new(),
             moves: Vec::new(),
             stopped: None,
+            left: left::LeftBehind::default(),
         }
     }
 
@@ -155,6 +159,15 @@ impl Transaction {
     /// undoable by it. (One removed since is judged as a removal is, by its absence.)
     pub(crate) fn replaced_since(&self, root: &cap_std::fs::Dir) -> Vec<String> {
         self.landed_changed(root, false)
+    }
+
+    /// [`replaced_since`](Self::replaced_since), and the paths another changed between two
+    /// changes of this call (see [`left`]): what the call's last change there acted on is not
+    /// content the session saw, nor content its undo may put back.
+    pub(crate) fn replaced_or_changed_between(&self, root: &cap_std::fs::Dir) -> Vec<String> {
+        let mut replaced = self.replaced_since(root);
+        replaced.extend(self.left.between().iter().filter(|path| !replaced.contains(path)).cloned().collect::<Vec<_>>());
+        replaced
     }
 
     /// [`replaced_since`](Self::replaced_since), and the files this call put in place that are
@@ -325,6 +338,7 @@ impl FsGuard {
         self.journal(operation, path, in_place, |journal, root| {
             if in_place { journal.preserve(root, path) } else { journal.preserve_before_rewrite(root, path) }
         })?;
+        self.changing_again(path);
         if replaces_content && let Some(transaction) = self.transaction.as_mut() {
             // Its content is the call's from here on (a rename over it says otherwise after).
             transaction.named_again(path, true);
@@ -353,7 +367,6 @@ impl FsGuard {
         if let Some(landed) = Landed::at(root, to) {
             transaction.landed_mid_call(to.to_owned(), landed);
         }
-        transaction.moves.push((from.to_owned(), to.to_owned()));
         transaction.known_in_call.remove(from);
         transaction.named_again(to, known);
     }
@@ -399,10 +412,47 @@ impl FsGuard {
         }
     }
 
+    /// The operation the paths journaled last were journaled for has run (or failed): note
+    /// what each holds now, which is what this call left there (see [`super::left`]).
+    pub(super) fn note_left(&mut self) {
+        if let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_mut()) {
+            transaction.left.noted(root);
+        }
+    }
+
+    /// Before the times of `path` are set in place (not through the call's own new content of a
+    /// file): journal them, so that a rollback puts them back. Not a change of the path's
+    /// content: the path does not count as one the call wrote.
+    pub(super) fn before_times(&mut self, operation: &'static str, path: &str) -> FsResult<()> {
+        if self.shadow_of(path).is_some() {
+            return Ok(());
+        }
+        let Some(transaction) = self.transaction.as_ref() else {
+            return Ok(());
+        };
+        let written = transaction.modified.iter().any(|modified| modified == path);
+        self.journal(operation, path, true, |journal, root| journal.preserve_times(root, path))?;
+        if !written && let Some(transaction) = self.transaction.as_mut() {
+            transaction.modified.retain(|modified| modified != path);
+        }
+        Ok(())
+    }
+
     /// Journal the rename of the directory `from` to `to` (its content moves with it).
     pub(super) fn before_move(&mut self, operation: &'static str, from: &str, to: &str) -> FsResult<()> {
         self.journal(operation, to, true, |journal, root| journal.preserve(root, to))?;
-        self.journal(operation, from, true, |journal, _| journal.preserve_move(from, to))
+        self.journal(operation, from, true, |journal, _| journal.preserve_move(from, to))?;
+        self.changing_again(to);
+        self.changing_again(from);
+        Ok(())
+    }
+
+    /// Before `path` changes again (its name or content, or a directory's under it): a file
+    /// this call put in place there is no longer what it landed.
+    fn changing_again(&mut self, path: &str) {
+        if let Some(transaction) = self.transaction.as_mut() {
+            transaction.landed.retain(|(landed, _)| landed != path && !landed.strip_prefix(path).is_some_and(|rest| rest.starts_with('/')));
+        }
     }
 
     pub(super) fn journal(
@@ -416,8 +466,6 @@ impl FsGuard {
         let (Some(root), Some(transaction)) = (self.root.as_deref(), self.transaction.as_mut()) else {
             return Ok(());
         };
-        // A file this call put in place and now changes again is no longer what it landed.
-        transaction.landed.retain(|(landed, _)| landed != path && !landed.strip_prefix(path).is_some_and(|rest| rest.starts_with('/')));
         if !transaction.in_flight.claim(path) {
             // Its rollback, or the other call's, would find another tree and stop half done.
             let message = format!(
@@ -440,6 +488,16 @@ impl FsGuard {
             }
             match transaction.journal.as_mut() {
                 Some(journal) => {
+                    // Another changed the path since this call last did (replaced or removed
+                    // what the call left there, or wrote in a file the call put there): what
+                    // the call did before is not to be undone over what the other made.
+                    let landed_changed =
+                        transaction.landed.iter().any(|(landed, file)| landed == path && file.still_at(root, path) != Some(true));
+                    if transaction.left.changed_before_journaling(root, path, in_place) || landed_changed {
+                        transaction.left.changed_between(path);
+                        journal.leave_as_they_are(&[path.to_owned()]);
+                        transaction.landed.retain(|(landed, _)| landed != path);
+                    }
                     write(journal, root)?;
                     if in_place { journal.make_durable() } else { Ok(()) }
                 }

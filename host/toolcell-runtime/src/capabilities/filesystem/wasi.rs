@@ -129,15 +129,22 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.before_mutation("set-size", &path, true)?;
         self.guard.shadow_written(&path);
         self.extending(&fd, "set-size", &path, size)?;
-        fs::HostDescriptor::set_size(&mut self.inner, fd, size)
+        let resized = fs::HostDescriptor::set_size(&mut self.inner, fd, size);
+        self.guard.note_left();
+        resized
     }
 
     fn set_times(&mut self, fd: Resource<Descriptor>, atim: NewTimestamp, mtim: NewTimestamp) -> FsResult<()> {
         self.guard.spend("set-times")?;
         let path = self.current_path(&fd, "set-times", Access::Write)?;
         self.guard.check("set-times", &path, Access::Write)?;
+        // A file or directory itself (not the call's own new content of a file): its times
+        // are journaled first.
+        self.guard.before_times("set-times", &path)?;
         self.guard.shadow_written(&path);
-        fs::HostDescriptor::set_times(&mut self.inner, fd, atim, mtim)?;
+        let set = fs::HostDescriptor::set_times(&mut self.inner, fd, atim, mtim);
+        self.guard.note_left();
+        set?;
         self.guard.relanded(&path);
         Ok(())
     }
@@ -260,6 +267,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("set-times-at")?;
         let canonical = self.guard.check_at("set-times-at", &fd, &path, follows(path_flags), Access::Write)?;
         self.guard.land(&canonical)?;
+        self.guard.before_times("set-times-at", &canonical)?;
         self.in_parent(&fd, &canonical, ("set-times-at", Access::Write), |this, parent, name| {
             fs::HostDescriptor::set_times_at(&mut this.inner, parent, PathFlags::empty(), name, atim, mtim)
         })?;
