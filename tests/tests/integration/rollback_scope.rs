@@ -325,3 +325,61 @@ fn a_rollback_sets_back_the_times_a_call_set() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// A directory the call moved carries what the call left in it: the call removes `a/x.txt`
+/// (or renames `t.txt` into `a/x`) and then moves `a` to `b`; another program writes `b/x.txt`
+/// (or replaces `b/x`). The rollback moves `b` back to `a` first, and restored the call's old
+/// `a/x.txt` over the other's file (or removed it) by the journal, telling no one (found by an
+/// attack on the rollback's first version). What the call left is now followed to where it
+/// was carried; the call's own change there (a file it wrote at `b/x.txt`) still rolls back.
+#[test]
+fn a_rollback_keeps_what_another_program_wrote_inside_a_directory_the_call_moved() {
+    let mut failures = Vec::new();
+    let cases = [
+        ("removed, then its directory moved", json!({"op": "raw_remove", "path": "a/x.txt"}), "b/x.txt", "a/x.txt"),
+        ("renamed in, then its directory moved", json!({"op": "raw_rename", "path": "t.txt", "to": "a/x.txt"}), "b/x.txt", "a/x.txt"),
+    ];
+    for (what, op, written, journaled) in cases {
+        let fixture = Fixture::new();
+        fixture.write("a/x.txt", "old x\n");
+        fixture.write("t.txt", "t\n");
+        let runtime = runtime_with_policy(TEST_POLICY, None);
+        let moved = fixture.root().join("b");
+        let target = fixture.root().join(written);
+        let ops = held(&[op, json!({"op": "raw_rename", "path": "a", "to": "b"})], &[]);
+        // Written whole and renamed over it, as editors and `write_file` do: another object.
+        let written_whole = || {
+            let temporary = moved.join("theirs.tmp");
+            std::fs::write(&temporary, THEIRS).expect("write");
+            std::fs::rename(&temporary, &target).expect("rename");
+        };
+        let outcome = while_held(&fixture, &runtime, &ops, || moved.exists(), written_whole);
+        let error = outcome.result.expect_err("the call fails");
+        let theirs = ["a/x.txt", "b/x.txt"].iter().any(|path| read(&fixture, path).as_deref() == Some(THEIRS));
+        if !theirs {
+            failures.push(format!("{what}: the other program's file was destroyed: {}", error.message));
+        }
+        if !error.message.contains(&format!("`{journaled}`")) {
+            failures.push(format!("{what}: the error does not name `{journaled}`: {}", error.message));
+        }
+    }
+    // The call's own write where it moved the directory is its own change: all rolled back.
+    let fixture = Fixture::new();
+    fixture.write("a/x.txt", "old x\n");
+    let runtime = runtime_with_policy(TEST_POLICY, None);
+    let ops = held(
+        &[
+            json!({"op": "raw_remove", "path": "a/x.txt"}),
+            json!({"op": "raw_rename", "path": "a", "to": "b"}),
+            json!({"op": "write", "path": "b/x.txt", "content": "the call's\n"}),
+        ],
+        &[],
+    );
+    let moved = fixture.root().join("b");
+    let outcome = while_held(&fixture, &runtime, &ops, || moved.exists(), || {});
+    outcome.result.expect_err("the call fails");
+    if read(&fixture, "a/x.txt").as_deref() != Some("old x\n") || fixture.root().join("b").exists() {
+        failures.push(format!("its own changes: not rolled back whole: a/x.txt = {:?}", read(&fixture, "a/x.txt")));
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -65,6 +65,15 @@ pub(crate) struct LeftBehind {
     /// Paths another changed between two changes of the call: the older changes' journal steps
     /// were dropped (the newer ones put back what the other made).
     between: Vec<String>,
+    /// Paths under a directory the call moved: where what the call left there stands now, and
+    /// what that is. The rollback moves the directory back before it restores them, so another's
+    /// change at the new place would come back under the old name and be restored over.
+    carried: HashMap<String, (String, Standing)>,
+}
+
+/// Whether `path` is `directory` or lies beneath it.
+fn at_or_under(path: &str, directory: &str) -> bool {
+    path.strip_prefix(directory).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 impl LeftBehind {
@@ -84,6 +93,7 @@ impl LeftBehind {
         }
         if in_place {
             self.left.remove(path);
+            self.carried.remove(path);
             if !self.pending.iter().any(|pending| pending == path) {
                 self.pending.push(path.to_owned());
             }
@@ -98,16 +108,28 @@ impl LeftBehind {
     pub(crate) fn noted(&mut self, root: &cap_std::fs::Dir) {
         for path in std::mem::take(&mut self.pending) {
             if let Some(now) = Standing::at(root, &path) {
+                self.carry_to(&path, now);
                 self.left.insert(path, now);
             }
+        }
+    }
+
+    /// The call itself left `now` at `location`: so it is for the paths carried there.
+    fn carry_to(&mut self, location: &str, now: Standing) {
+        for (_, left) in self.carried.values_mut().filter(|(carried_to, _)| carried_to == location) {
+            *left = now;
         }
     }
 
     /// The call put a file in place at `path` (or changed it otherwise without journaling it
     /// again): it left what stands there now.
     pub(crate) fn placed(&mut self, root: &cap_std::fs::Dir, path: &str) {
+        self.carried.remove(path);
         match Standing::at(root, path) {
-            Some(now) => self.left.insert(path.to_owned(), now),
+            Some(now) => {
+                self.carry_to(path, now);
+                self.left.insert(path.to_owned(), now)
+            }
             None => self.left.remove(path),
         };
     }
@@ -118,7 +140,16 @@ impl LeftBehind {
     pub(crate) fn moved(&mut self, from: &str, to: &str) {
         let under = |path: &str, directory: &str| path.strip_prefix(directory).is_some_and(|rest| rest.starts_with('/'));
         self.left.retain(|path, _| !under(path, to));
-        for (_, left) in self.left.iter_mut().filter(|(path, _)| under(path, from)) {
+        self.carried.retain(|_, (location, _)| !under(location, to));
+        // What was carried under `from` before goes on with it.
+        for (_, (location, _)) in self.carried.iter_mut().filter(|(_, (location, _))| at_or_under(location, from)) {
+            *location = format!("{to}{}", &location[from.len()..]);
+        }
+        for (path, left) in self.left.iter_mut().filter(|(path, _)| under(path, from)) {
+            // The object the call left goes with the directory; nothing stays under the old name.
+            if !self.carried.contains_key(path) {
+                self.carried.insert(path.clone(), (format!("{to}{}", &path[from.len()..]), *left));
+            }
             *left = Standing::Nothing;
         }
     }
@@ -129,10 +160,14 @@ impl LeftBehind {
         let mut looked = std::collections::HashSet::new();
         let mut changed: Vec<String> = Vec::new();
         for path in paths {
-            if looked.insert(path)
-                && let Some(left) = self.left.get(path)
-                && Standing::at(root, path).is_some_and(|now| now != *left)
-            {
+            if !looked.insert(path) {
+                continue;
+            }
+            let here = self.left.get(path).is_some_and(|left| Standing::at(root, path).is_some_and(|now| now != *left));
+            // Under a directory the call moved: where what it left there stands now, too.
+            let carried =
+                self.carried.get(path).is_some_and(|(location, left)| Standing::at(root, location).is_some_and(|now| now != *left));
+            if here || carried {
                 changed.push(path.clone());
             }
         }
