@@ -383,3 +383,35 @@ fn a_rollback_keeps_what_another_program_wrote_inside_a_directory_the_call_moved
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// The times of a file with other names are theirs too: a call that linked `x.txt` to `y.txt`
+/// and set `y.txt`'s times, then failed, left `x.txt` with the times it set (the rollback put
+/// them back on `y.txt`'s name only, as a copy once `y.txt` was renamed away); one whose file
+/// had a link outside the workspace changed that file's times for good. Setting the times of a
+/// file with more than one link is refused now, as rewriting or removing one is.
+#[test]
+fn the_times_of_a_file_with_other_links_are_not_set() {
+    let runtime = runtime_with_policy(TEST_POLICY, None);
+    let fixture = Fixture::new();
+    fixture.write("x.txt", "x\n");
+    std::fs::File::open(fixture.root().join("x.txt")).and_then(|file| file.set_modified(long_ago())).expect("set the time");
+    let before = modified(&fixture, "x.txt");
+    let ops = json!({"ops": [
+        {"op": "raw_link", "path": "x.txt", "to": "y.txt"},
+        {"op": "raw_touch", "path": "y.txt"},
+        {"op": "raw_rename", "path": "y.txt", "to": "z.txt"},
+        {"op": "fail"},
+    ]});
+    let outcome = fixture.call_as(&runtime, "s-call", None, &[], "fs_probe", &ops);
+    assert!(outcome.result.is_err(), "{:?}", outcome.result);
+    assert_eq!(modified(&fixture, "x.txt"), before, "the linked file's times were changed for good");
+    let rules: Vec<&str> = outcome.denials.iter().map(|denial| denial.event.rule.as_str()).collect();
+    assert!(rules.contains(&"hard-link"), "{rules:?}: {:?}", outcome.result);
+    // A file with a link outside the workspace: its times are not the workspace's to set.
+    let outside = fixture.base().join("outside-link.txt");
+    std::fs::hard_link(fixture.root().join("x.txt"), &outside).expect("link outside");
+    let outcome = fixture.call_as(&runtime, "s-call", None, &[], "fs_probe", &json!({"ops": [{"op": "raw_touch", "path": "x.txt"}]}));
+    let result = outcome.result.map(|output| output.text).unwrap_or_else(|error| error.message);
+    assert_eq!(modified(&fixture, "x.txt"), before, "the outside file's times were set: {result}");
+    assert!(outcome.denials.iter().any(|denial| denial.event.rule == "hard-link"), "{result}");
+}

@@ -138,6 +138,7 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("set-times")?;
         let path = self.current_path(&fd, "set-times", Access::Write)?;
         self.guard.check("set-times", &path, Access::Write)?;
+        self.guard.check_single_link("set-times", &path)?;
         // A file or directory itself (not the call's own new content of a file): its times
         // are journaled first.
         self.guard.before_times("set-times", &path)?;
@@ -267,6 +268,9 @@ impl fs::HostDescriptor for GuardedFilesystem<'_> {
         self.guard.spend("set-times-at")?;
         let canonical = self.guard.check_at("set-times-at", &fd, &path, follows(path_flags), Access::Write)?;
         self.guard.land(&canonical)?;
+        // The times of a file with other names are theirs too (some perhaps outside), and a
+        // rollback could put them back only on a copy.
+        self.guard.check_single_link("set-times-at", &canonical)?;
         self.guard.before_times("set-times-at", &canonical)?;
         self.in_parent(&fd, &canonical, ("set-times-at", Access::Write), |this, parent, name| {
             fs::HostDescriptor::set_times_at(&mut this.inner, parent, PathFlags::empty(), name, atim, mtim)
