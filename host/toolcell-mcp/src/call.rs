@@ -326,6 +326,16 @@ impl PlainCall {
     }
 }
 
+/// Why `body` is not JSON, worded for the client that sent it (a JSON-RPC parse error's
+/// message); `None` if it is JSON.
+pub(crate) fn not_json(body: &[u8]) -> Option<String> {
+    let error = serde_json::from_slice::<Value>(body).err()?;
+    Some(format!(
+        "the request is not valid JSON ({error}): send UTF-8 JSON text with every string escaped as JSON allows (no unpaired \
+         surrogate escape such as `\\ud800`), nested at most 128 levels deep"
+    ))
+}
+
 /// The `id` of the JSON-RPC request whose text starts with `prefix` (the rest may be cut off),
 /// if its top-level object names one before the cut: a number or a string, as JSON-RPC allows.
 pub(crate) fn leading_id(prefix: &[u8]) -> Option<RequestId> {

@@ -310,13 +310,8 @@ impl Reader {
 /// The answer (a line) to `line` if it is not JSON but a request's id can be read from it: a
 /// parse error naming what is wrong, so that the client is told instead of waiting.
 fn parse_error_answer(line: &[u8]) -> Option<Vec<u8>> {
-    let text = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(line);
-    let error = serde_json::from_slice::<Value>(text).err()?;
+    let message = call::not_json(line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(line))?;
     let id = call::leading_id(line)?;
-    let message = format!(
-        "the request is not valid JSON ({error}): send UTF-8 JSON text with every string escaped as JSON allows (no unpaired \
-         surrogate escape such as `\\ud800`), nested at most 128 levels deep"
-    );
     let answer = ServerJsonRpcMessage::error(rmcp::ErrorData::parse_error(message, None), Some(id));
     let mut text = serde_json::to_vec(&answer).ok()?;
     text.push(b'\n');

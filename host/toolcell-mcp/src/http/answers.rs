@@ -34,14 +34,9 @@ pub(super) fn too_large(max_bytes: usize, drained: bool) -> Answer {
 /// `-32700` for text that is not JSON and `-32600` for JSON that is no message toolcell reads,
 /// naming the request's id where it can be read.
 pub(super) fn unreadable(body: &[u8]) -> Answer {
-    let (code, message) = match serde_json::from_slice::<serde_json::Value>(body) {
-        Err(error) => (
-            -32700,
-            format!(
-                "the request is not valid JSON ({error}): send one JSON-RPC message as UTF-8 JSON text, nested at most 128 levels deep"
-            ),
-        ),
-        Ok(_) => (
+    let (code, message) = match crate::call::not_json(body) {
+        Some(message) => (-32700, message),
+        None => (
             -32600,
             "the request is JSON but no JSON-RPC message this server reads: send one message per request (no batch), each key once"
                 .to_owned(),
