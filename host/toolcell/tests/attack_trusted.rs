@@ -89,14 +89,7 @@ fn a_symlink_on_the_way_to_the_default_state_directory_cannot_be_planted() {
 /// `admin` on the workspace `$HOME`. Returns (exit status, stdout + stderr).
 fn call_as_started(executable: &Path, home: &Home, tool: &str, args: &Value) -> (i32, String) {
     let output = Command::new(executable)
-        .arg("--cache-dir")
-        .arg(home.elsewhere.join("cache"))
-        .arg("--state-dir")
-        .arg(home.elsewhere.join("state"))
-        .arg("--plugin-dir")
-        .arg(home.elsewhere.join("plugins"))
-        .arg("--policy")
-        .arg(home.elsewhere.join("allow-all.toml"))
+        .args(locations(home, &home.elsewhere.join("state"), &home.elsewhere.join("allow-all.toml")))
         .args(["call", tool, &args.to_string(), "--role", "admin", "--workspace"])
         .arg(&home.home)
         .env("HOME", &home.home)
@@ -276,9 +269,29 @@ fn run_with(executable: &Path, home: &Home, arguments: &[&std::ffi::OsStr], env:
     (output.status.code().unwrap_or(-1), text)
 }
 
+/// The options of a run whose cache and plugins are elsewhere, its state in `state` and its
+/// policy `policy`.
+fn locations(home: &Home, state: &Path, policy: &Path) -> Vec<std::ffi::OsString> {
+    let mut options = Vec::new();
+    for (option, value) in [
+        ("--cache-dir", home.elsewhere.join("cache")),
+        ("--state-dir", state.to_path_buf()),
+        ("--plugin-dir", home.elsewhere.join("plugins")),
+        ("--policy", policy.to_path_buf()),
+    ] {
+        options.extend([option.into(), value.into_os_string()]);
+    }
+    options
+}
+
 /// `call TOOL ARGS --role admin --workspace WORKSPACE`, after `options`.
-fn call_arguments<'a>(options: &[&'a std::ffi::OsStr], tool: &'a str, args: &'a str, workspace: &'a Path) -> Vec<&'a std::ffi::OsStr> {
-    let mut arguments = options.to_vec();
+fn call_arguments<'a>(
+    options: &'a [impl AsRef<std::ffi::OsStr>],
+    tool: &'a str,
+    args: &'a str,
+    workspace: &'a Path,
+) -> Vec<&'a std::ffi::OsStr> {
+    let mut arguments: Vec<&std::ffi::OsStr> = options.iter().map(AsRef::as_ref).collect();
     arguments.extend(["call", tool, args, "--role", "admin", "--workspace"].map(std::ffi::OsStr::new));
     arguments.push(workspace.as_os_str());
     arguments
@@ -294,11 +307,8 @@ fn a_state_directory_named_through_a_symlink_cannot_be_sent_elsewhere() {
     let home = home();
     std::fs::create_dir_all(home.home.join("real-state")).expect("mkdir");
     std::os::unix::fs::symlink("real-state", home.home.join("state-link")).expect("symlink");
-    let (cache, plugins, policy) = (home.elsewhere.join("cache"), home.elsewhere.join("plugins"), home.elsewhere.join("allow-all.toml"));
     let state = home.home.join("state-link");
-    let options = ["--cache-dir", "--state-dir", "--plugin-dir", "--policy"].map(std::ffi::OsStr::new);
-    let options =
-        [options[0], cache.as_os_str(), options[1], state.as_os_str(), options[2], plugins.as_os_str(), options[3], policy.as_os_str()];
+    let options = locations(&home, &state, &home.elsewhere.join("allow-all.toml"));
     let ops = json!({"ops": [
         {"op": "mkdir", "path": "planted"},
         {"op": "write", "path": "planted/state.key", "content": "P".repeat(32)},
@@ -371,18 +381,7 @@ fn other_toolcell_executables_are_protected_too() {
     // This run is started from the build, `~/.cargo/bin` on its `$PATH`.
     let path = std::env::join_paths([on_path.parent().expect("bin").to_path_buf(), PathBuf::from("/usr/bin"), PathBuf::from("/bin")])
         .expect("PATH");
-    let (cache, state, plugins, policy) =
-        (home.elsewhere.join("cache"), home.elsewhere.join("state"), home.elsewhere.join("plugins"), home.elsewhere.join("allow-all.toml"));
-    let options = [
-        std::ffi::OsStr::new("--cache-dir"),
-        cache.as_os_str(),
-        std::ffi::OsStr::new("--state-dir"),
-        state.as_os_str(),
-        std::ffi::OsStr::new("--plugin-dir"),
-        plugins.as_os_str(),
-        std::ffi::OsStr::new("--policy"),
-        policy.as_os_str(),
-    ];
+    let options = locations(&home, &home.elsewhere.join("state"), &allow_all);
     for target in [".cargo/bin/toolcell", "tools/toolcell"] {
         let write = json!({"path": target, "content": "#!/bin/sh\necho owned\n"}).to_string();
         let (status, text) = run_with(
@@ -412,17 +411,7 @@ fn the_registry_keys_a_policy_names_are_protected_with_it() {
     std::fs::write(&policy, text).expect("policy");
     let key = "-----BEGIN PUBLIC KEY-----\nthe operator's\n-----END PUBLIC KEY-----\n";
     std::fs::write(home.home.join("config/keys/cosign.pub"), key).expect("key");
-    let (cache, state, plugins) = (home.elsewhere.join("cache"), home.elsewhere.join("state"), home.elsewhere.join("plugins"));
-    let options = [
-        std::ffi::OsStr::new("--cache-dir"),
-        cache.as_os_str(),
-        std::ffi::OsStr::new("--state-dir"),
-        state.as_os_str(),
-        std::ffi::OsStr::new("--plugin-dir"),
-        plugins.as_os_str(),
-        std::ffi::OsStr::new("--policy"),
-        policy.as_os_str(),
-    ];
+    let options = locations(&home, &home.elsewhere.join("state"), &policy);
     let write = json!({"path": "config/keys/cosign.pub", "content": "the attacker's"}).to_string();
     let (status, text) =
         run_with(Path::new(env!("CARGO_BIN_EXE_toolcell")), &home, &call_arguments(&options, "write_file", &write, &home.home), &[]);
