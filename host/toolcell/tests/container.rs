@@ -6,9 +6,7 @@
 //! its binary run with the image's loader and libraries. `.ci/run` installs podman and sets
 //! `TOOLCELL_REQUIRE_PODMAN`; elsewhere a machine without it says so and passes.
 
-#[path = "served/mod.rs"]
-#[expect(dead_code, reason = "each test binary uses part of the shared helpers")]
-mod served;
+use crate::served;
 
 use std::io::Write as _;
 use std::path::Path;

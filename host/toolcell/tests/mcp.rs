@@ -6,9 +6,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The Python MCP SDK version the test pins.
-#[path = "python_mcp/mod.rs"]
-mod python_mcp;
+use crate::python_mcp;
 use python_mcp::python_with_mcp;
 
 /// Run the Python client `script` (in `tests/`) against `toolcell mcp` on `workspace`, with its
@@ -280,9 +278,7 @@ fn malformed_tool_calls_are_invalid_params_and_unknown_methods_are_not_found() {
     client.close().expect("the server exits when stdin closes");
 }
 
-#[path = "served/mod.rs"]
-#[expect(dead_code, reason = "these tests read no stderr line")]
-mod served;
+use crate::served;
 use served::{Served, token};
 
 /// Start `toolcell serve` with `config` and its state in `state`; waits for it to listen.
@@ -615,9 +611,7 @@ fn a_call_the_client_cancels_is_stopped_and_rolled_back() {
     }
 }
 
-#[path = "load/mod.rs"]
-#[expect(dead_code, reason = "the load generator is the serve benchmark's; these tests use its client")]
-mod load;
+use crate::load;
 
 #[test]
 fn a_service_killed_under_load_restarts_with_whole_files_and_a_verified_trail() {

@@ -11,13 +11,9 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-#[path = "served/mod.rs"]
-#[expect(dead_code, reason = "these tests read no stderr line")]
-mod served;
+use crate::served;
 
-/// The Python MCP SDK version (as `mcp.rs` pins it; the two share the environment).
-#[path = "python_mcp/mod.rs"]
-mod python_mcp;
+use crate::python_mcp;
 use python_mcp::python_with_mcp;
 
 /// A path `.ci/mcp-conformance` printed, from the environment variable `name`; `None` when it

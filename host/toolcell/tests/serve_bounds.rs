@@ -12,12 +12,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-#[path = "load/mod.rs"]
-#[expect(dead_code, reason = "the load generator is the serve benchmark's; these tests use its client")]
-mod load;
-#[path = "served/mod.rs"]
-#[expect(dead_code, reason = "these tests read no stderr line")]
-mod served;
+use crate::load;
+use crate::served;
 use served::{serve, token};
 
 /// A workspace and a service configuration beginning with `settings`, with an `impl`

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-#[path = "served/mod.rs"]
-mod served;
+use crate::served;
 use served::{Served, agent, alice_service, post_mcp, serve};
 
 /// The default policy, refusing a modification of a file the session has not read.

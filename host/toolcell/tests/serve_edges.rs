@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-#[path = "served/mod.rs"]
-#[expect(dead_code, reason = "these tests need no server address")]
-mod served;
+use crate::served;
 use served::{agent, alice_service, serve, spawn};
 
 /// An HTTP answer: status, content type, `Connection`, `Mcp-Session-Id` if any, body.

@@ -16,9 +16,7 @@ use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 
-#[path = "served/mod.rs"]
-#[expect(dead_code, reason = "these tests need no server address")]
-mod served;
+use crate::served;
 use served::{agent, alice_service, serve};
 
 const RESOURCE: &str = "https://tools.test/mcp";

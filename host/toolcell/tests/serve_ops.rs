@@ -6,8 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-#[path = "served/mod.rs"]
-mod served;
+use crate::served;
 use served::{agent, alice_service, serve, token};
 
 /// GET `url` without a token: status and body.

@@ -8,12 +8,8 @@ use std::process::Command;
 
 use serde_json::json;
 
-#[path = "load/mod.rs"]
-#[expect(dead_code, reason = "the load generator is the serve benchmark's; these tests use its client")]
-mod load;
-#[path = "served/mod.rs"]
-#[expect(dead_code, reason = "this test reads no stderr line")]
-mod served;
+use crate::load;
+use crate::served;
 
 /// Everything is allowed to `admin`: only the host's own protection stands in the way.
 const ALLOW_ALL: &str = r#"

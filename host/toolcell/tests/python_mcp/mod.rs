@@ -1,5 +1,5 @@
 //! The official MCP Python SDK (PyPI, pinned) in a virtual environment under the target
-//! directory, made once and shared by the test binaries that drive a Python client.
+//! directory, made once and shared by the tests that drive a Python client.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -7,11 +7,14 @@ use std::process::Command;
 /// The SDK's pinned version.
 pub const MCP_SDK: &str = "mcp==2.3.0";
 
-/// The Python of the environment (`TOOLCELL_TEST_PYTHON` if set), made on first use.
+/// The Python of the environment (`TOOLCELL_TEST_PYTHON` if set), made on first use (by one
+/// test at a time: the tests that run beside it wait for it).
 pub fn python_with_mcp() -> PathBuf {
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     if let Some(python) = std::env::var_os("TOOLCELL_TEST_PYTHON") {
         return PathBuf::from(python);
     }
+    let _making = MAKING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
     let python = venv.join("bin/python");
     let ready = venv.join(".installed");

@@ -1,6 +1,6 @@
 //! The embedding example compiles and runs as part of the test suite.
 
-#[path = "../examples/embed.rs"]
+#[path = "../../examples/embed.rs"]
 mod embed;
 
 #[test]
