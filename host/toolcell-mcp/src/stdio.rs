@@ -11,8 +11,8 @@
 //! version), after the client's `initialize` and `notifications/initialized` (so the protocol
 //! version is one the handshake negotiated, before 2026-07-28), from a client that has not
 //! asked for log messages (`logging/setLevel`: from then on every call goes through rmcp,
-//! which sends them). The call then runs on the blocking pool, which writes its answer to
-//! stdout itself. Every other message goes to rmcp as it came, through an in-process pipe, and
+//! which sends them). The call then runs on the thread that read it, which writes its answer
+//! to stdout itself, while another thread reads on ([`Readers`]). Every other message goes to rmcp as it came, through an in-process pipe, and
 //! rmcp's messages to stdout one whole line at a time, so the two never interleave.
 //!
 //! `notifications/cancelled` for a call on this path stops it, as rmcp stops its own, and no
@@ -64,11 +64,12 @@ pub(crate) async fn serve(server: McpServer) -> Result<(), ServeError> {
         stopped: stopped.clone(),
         lines,
         state: State::default(),
+        input: std::io::BufReader::with_capacity(1 << 16, std::io::stdin()),
+        line: Vec::new(),
     };
-    std::thread::Builder::new()
-        .name("toolcell-stdin".to_owned())
-        .spawn(move || reader.run())
-        .map_err(|error| ServeError { reason: format!("cannot start the thread that reads stdin: {error}") })?;
+    let readers =
+        Arc::new(Readers { slot: Mutex::new(Slot { reader: Some(reader), idle: 0, threads: 0, done: false }), changed: Condvar::new() });
+    readers.spawn().map_err(|error| ServeError { reason: format!("cannot start the thread that reads stdin: {error}") })?;
     let forward = tokio::spawn(async move {
         while let Some(line) = to_rmcp.recv().await {
             if our_write.write_all(&line).await.is_err() {
@@ -179,22 +180,28 @@ struct Reader {
     stopped: CancellationToken,
     lines: tokio::sync::mpsc::Sender<Vec<u8>>,
     state: State,
+    /// stdin (not its lock, which cannot pass between threads; reads larger than stdin's own
+    /// buffer bypass it).
+    input: std::io::BufReader<std::io::Stdin>,
+    /// The line being read.
+    line: Vec<u8>,
 }
 
 impl Reader {
-    fn run(mut self) {
-        let stdin = std::io::stdin();
-        let mut input = stdin.lock();
-        let mut line = Vec::new();
+    /// Read the client's messages until one is a call this path runs (returned, registered,
+    /// to be run by the caller) or stdin ends (`None`; no call starts on this path any more,
+    /// and dropping the reader ends rmcp's input).
+    fn next_call(&mut self) -> Option<Started> {
         loop {
-            match read_line(&mut input, &mut line) {
+            let line = &mut self.line;
+            match read_line(&mut self.input, line) {
                 Line::Whole => {}
                 // Dropped, as rmcp drops a line this long; but a request whose id comes before
                 // the cut (`line` holds the line's start) is answered, so its client does not
                 // wait for ever.
                 Line::TooLong => {
                     tracing::error!(max_line_length = MAX_LINE_BYTES, "Incoming message exceeded the maximum line length, discarding it");
-                    if let Some(id) = call::leading_id(&line) {
+                    if let Some(id) = call::leading_id(line) {
                         let message = format!(
                             "the request is over {} MiB, the longest message toolcell mcp reads; send less in one request (a large file in parts, for example)",
                             MAX_LINE_BYTES >> 20
@@ -211,26 +218,31 @@ impl Reader {
                 }
                 Line::End => break,
             }
+            let line = std::mem::take(&mut self.line);
             if let Some((request, session)) = self.direct(&line) {
-                self.start(request, session);
-                continue;
+                self.line = line;
+                match self.start(request, session) {
+                    Some(started) => return Some(started),
+                    None => continue,
+                }
             }
             // A line that is not JSON is dropped, as rmcp drops it; but a request whose id can
             // be read is answered with the parse error, so its client does not wait for ever.
             if !self.observe(&line)
                 && let Some(answer) = parse_error_answer(&line)
             {
+                self.line = line;
                 if write_line(&answer).is_err() {
                     break;
                 }
                 continue;
             }
-            if self.lines.blocking_send(std::mem::take(&mut line)).is_err() {
+            if self.lines.blocking_send(line).is_err() {
                 break;
             }
         }
-        // No call starts on this path any more; dropping `lines` ends rmcp's input.
         self.calls.close();
+        None
     }
 
     /// The request `line` holds and its session, if this path answers it.
@@ -279,31 +291,145 @@ impl Reader {
         true
     }
 
-    /// Run `request` in `session` on the blocking pool, which answers it.
-    fn start(&self, request: PlainCall, session: Session) {
+    /// Register `request` in `session` as a call of this path (`None` once stdin has ended).
+    fn start(&self, request: PlainCall, session: Session) -> Option<Started> {
         let PlainCall { id, params } = request;
         let cancel = Arc::new(AtomicBool::new(false));
-        let Some(entry) = self.calls.enter(id_key(&id), Arc::clone(&cancel)) else { return };
-        let (calls, stopped) = (Arc::clone(&self.calls), self.stopped.clone());
-        self.runtime.spawn_blocking(move || {
-            let _entry = entry;
-            let name = params.name.into_owned();
-            let args = Value::Object(params.arguments.unwrap_or_default()).to_string();
-            call::call_answering(&session, &name, &args, &cancel, |finished| {
-                // No answer to a request the client cancelled, as rmcp sends none.
-                if cancel.load(Ordering::Relaxed) {
-                    return;
+        let entry = self.calls.enter(id_key(&id), Arc::clone(&cancel))?;
+        Some(Started { id, params, session, cancel, entry, calls: Arc::clone(&self.calls), stopped: self.stopped.clone() })
+    }
+}
+
+/// A call of this path, registered, to be run and answered.
+struct Started {
+    id: RequestId,
+    params: rmcp::model::CallToolRequestParams,
+    session: Session,
+    cancel: Arc<AtomicBool>,
+    entry: Entry,
+    calls: Arc<Calls>,
+    stopped: CancellationToken,
+}
+
+impl Started {
+    /// Run the call and write its answer.
+    fn run(self) {
+        let Started { id, params, session, cancel, entry, calls, stopped } = self;
+        let _entry = entry;
+        let name = params.name.into_owned();
+        let args = Value::Object(params.arguments.unwrap_or_default()).to_string();
+        call::call_answering(&session, &name, &args, &cancel, |finished| {
+            // No answer to a request the client cancelled, as rmcp sends none.
+            if cancel.load(Ordering::Relaxed) {
+                return;
+            }
+            if let Ok(mut text) = call::answer_of(&name, finished).legacy_response(id) {
+                text.push(b'\n');
+                if write_line(&text).is_err() {
+                    // stdout is gone: no call starts any more, and rmcp stops.
+                    calls.close();
+                    stopped.cancel();
                 }
-                if let Ok(mut text) = call::answer_of(&name, finished).legacy_response(id) {
-                    text.push(b'\n');
-                    if write_line(&text).is_err() {
-                        // stdout is gone: no call starts any more, and rmcp stops.
-                        calls.close();
-                        stopped.cancel();
-                    }
-                }
-            });
+            }
         });
+    }
+}
+
+/// How long a thread of [`Readers`] with nothing to do waits before it ends, if another waits
+/// too (as long as tokio keeps an idle thread of its blocking pool).
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+/// The most threads [`Readers`] keeps, as many as tokio's blocking pool had for these calls: a
+/// client with more calls in flight waits until one ends before the next is read.
+const MAX_THREADS: usize = 512;
+
+/// The threads that read stdin and run this path's calls, leader and followers: one at a time
+/// holds the [`Reader`] and reads; when it reads a call, it hands the reader to a waiting thread
+/// (starting one if none waits) and runs the call itself. A call is run by the thread that read
+/// it, with no hand-off to another thread between the client's request and its answer (waking a
+/// thread is much of what a small call costs on an idle machine), and the next request is read
+/// meanwhile, so calls still run side by side and a cancellation is read while its call runs.
+struct Readers {
+    slot: Mutex<Slot>,
+    /// Told when the reader is handed over or reading has ended.
+    changed: Condvar,
+}
+
+struct Slot {
+    /// The reader, while no thread reads.
+    reader: Option<Reader>,
+    /// Threads waiting for the reader.
+    idle: usize,
+    /// Threads alive.
+    threads: usize,
+    /// stdin has ended: the threads end.
+    done: bool,
+}
+
+impl Readers {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Start one more thread.
+    fn spawn(self: &Arc<Self>) -> std::io::Result<()> {
+        let readers = Arc::clone(self);
+        self.slot().threads += 1;
+        let started = std::thread::Builder::new().name("toolcell-stdin".to_owned()).spawn(move || {
+            readers.work();
+            readers.slot().threads -= 1;
+        });
+        if started.is_err() {
+            self.slot().threads -= 1;
+        }
+        started.map(drop)
+    }
+
+    /// A thread's life: wait for the reader, read until a call, hand the reader on, run the call.
+    fn work(self: &Arc<Self>) {
+        loop {
+            let Some(mut reader) = self.take() else { return };
+            let runtime = reader.runtime.clone();
+            let Some(call) = reader.next_call() else {
+                self.slot().done = true;
+                self.changed.notify_all();
+                return;
+            };
+            let start_another = {
+                let mut slot = self.slot();
+                slot.reader = Some(reader);
+                slot.idle == 0 && slot.threads < MAX_THREADS
+            };
+            // A waiting thread takes the reader, or a new one; at `MAX_THREADS` the reader waits
+            // for the first thread to finish its call.
+            if !start_another || self.spawn().is_err() {
+                self.changed.notify_one();
+            }
+            // Calls run inside the server's runtime, as on its blocking pool.
+            let _entered = runtime.enter();
+            call.run();
+        }
+    }
+
+    /// Wait for the reader; `None` once reading has ended, or when this thread has waited
+    /// [`KEEP_ALIVE`] for nothing while another waits too.
+    fn take(&self) -> Option<Reader> {
+        let mut slot = self.slot();
+        loop {
+            if slot.done {
+                return None;
+            }
+            if let Some(reader) = slot.reader.take() {
+                return Some(reader);
+            }
+            slot.idle += 1;
+            let (mut waited, timeout) = self.changed.wait_timeout(slot, KEEP_ALIVE).unwrap_or_else(PoisonError::into_inner);
+            waited.idle -= 1;
+            if timeout.timed_out() && waited.reader.is_none() && waited.idle > 0 {
+                return None;
+            }
+            slot = waited;
+        }
     }
 }
 
