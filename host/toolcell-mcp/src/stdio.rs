@@ -68,7 +68,7 @@ pub(crate) async fn serve(server: McpServer) -> Result<(), ServeError> {
         line: Vec::new(),
     };
     let readers =
-        Arc::new(Readers { slot: Mutex::new(Slot { reader: Some(reader), idle: 0, threads: 0, done: false }), changed: Condvar::new() });
+        Arc::new(Readers { slot: Mutex::new(Slot { reader: Some(reader), idle: 0, threads: 1, done: false }), changed: Condvar::new() });
     readers.spawn().map_err(|error| ServeError { reason: format!("cannot start the thread that reads stdin: {error}") })?;
     let forward = tokio::spawn(async move {
         while let Some(line) = to_rmcp.recv().await {
@@ -339,16 +339,39 @@ impl Started {
 /// too (as long as tokio keeps an idle thread of its blocking pool).
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
 
-/// The most threads [`Readers`] keeps, as many as tokio's blocking pool had for these calls: a
-/// client with more calls in flight waits until one ends before the next is read.
-const MAX_THREADS: usize = 512;
+/// The most threads [`Readers`] keeps. A call read while all of them run calls goes to tokio's
+/// blocking pool (shared with rmcp's calls), as every call did before, and the reader reads on:
+/// reading never waits for a call to end (a client may write all its requests before it reads
+/// an answer).
+const MAX_THREADS: usize = 32;
+
+/// Where the reader goes once a call is read.
+enum Next {
+    /// To a thread waiting for it.
+    Waiting,
+    /// To a thread just started.
+    Started,
+    /// Back to the thread that read the call, which is one of [`MAX_THREADS`]: the call goes to
+    /// the blocking pool.
+    Full,
+}
+
+/// A thread of [`Readers`], counted until it ends, however it ends.
+struct Alive<'a>(&'a Readers);
+
+impl Drop for Alive<'_> {
+    fn drop(&mut self) {
+        self.0.slot().threads -= 1;
+    }
+}
 
 /// The threads that read stdin and run this path's calls, leader and followers: one at a time
 /// holds the [`Reader`] and reads; when it reads a call, it hands the reader to a waiting thread
-/// (starting one if none waits) and runs the call itself. A call is run by the thread that read
-/// it, with no hand-off to another thread between the client's request and its answer (waking a
-/// thread is much of what a small call costs on an idle machine), and the next request is read
-/// meanwhile, so calls still run side by side and a cancellation is read while its call runs.
+/// (starting one if none waits, up to [`MAX_THREADS`]) and runs the call itself. A call is run
+/// by the thread that read it, with no hand-off to another thread between the client's request
+/// and its answer (a woken thread was about a fifth of a 4 KiB read back to back), and the next
+/// request is read meanwhile, so calls still run side by side and a cancellation is read while
+/// its call runs.
 struct Readers {
     slot: Mutex<Slot>,
     /// Told when the reader is handed over or reading has ended.
@@ -371,13 +394,13 @@ impl Readers {
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Start one more thread.
+    /// Start one more thread, counted in `threads` by the caller (and no longer if it cannot
+    /// be started).
     fn spawn(self: &Arc<Self>) -> std::io::Result<()> {
         let readers = Arc::clone(self);
-        self.slot().threads += 1;
         let started = std::thread::Builder::new().name("toolcell-stdin".to_owned()).spawn(move || {
+            let _alive = Alive(&readers);
             readers.work();
-            readers.slot().threads -= 1;
         });
         if started.is_err() {
             self.slot().threads -= 1;
@@ -395,15 +418,27 @@ impl Readers {
                 self.changed.notify_all();
                 return;
             };
-            let start_another = {
+            // The reader goes to a waiting thread, or to a new one; with neither, the call goes
+            // to the blocking pool and this thread reads on.
+            let next = {
                 let mut slot = self.slot();
                 slot.reader = Some(reader);
-                slot.idle == 0 && slot.threads < MAX_THREADS
+                if slot.idle > 0 {
+                    Next::Waiting
+                } else if slot.threads < MAX_THREADS {
+                    slot.threads += 1;
+                    Next::Started
+                } else {
+                    Next::Full
+                }
             };
-            // A waiting thread takes the reader, or a new one; at `MAX_THREADS` the reader waits
-            // for the first thread to finish its call.
-            if !start_another || self.spawn().is_err() {
-                self.changed.notify_one();
+            match next {
+                Next::Waiting => self.changed.notify_one(),
+                Next::Started if self.spawn().is_ok() => {}
+                Next::Started | Next::Full => {
+                    runtime.spawn_blocking(move || call.run());
+                    continue;
+                }
             }
             // Calls run inside the server's runtime, as on its blocking pool.
             let _entered = runtime.enter();
@@ -411,7 +446,8 @@ impl Readers {
         }
     }
 
-    /// Wait for the reader; `None` once reading has ended, or when this thread has waited
+    /// Wait for the reader (taken at once by the thread that just put it back when it has no
+    /// other to hand it to); `None` once reading has ended, or when this thread has waited
     /// [`KEEP_ALIVE`] for nothing while another waits too.
     fn take(&self) -> Option<Reader> {
         let mut slot = self.slot();

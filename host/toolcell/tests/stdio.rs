@@ -493,3 +493,48 @@ fn a_client_that_closes_stdout_stops_the_server_and_its_calls() {
     let made = (1..=20).filter(|id| workspace.join(format!("made-{id}.txt")).exists()).count();
     assert!(made <= 2, "{made} calls ran after stdout was gone");
 }
+
+#[test]
+fn a_client_that_writes_all_its_calls_before_it_reads_an_answer_gets_them_all() {
+    // More calls than the threads that run them, each answer too large for many to wait in the
+    // pipe: the server must read on while its calls wait for the client to read.
+    const CALLS: u64 = 3000;
+    let temp = tempfile::tempdir().expect("temporary directory");
+    fixture(temp.path());
+    std::fs::write(temp.path().join("workspace/four.txt"), "four KiB of text, one line of many\n".repeat(120)).expect("write");
+    let mut child = spawn(temp.path(), &[]);
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+    )
+    .expect("write");
+    stdout.read_line(&mut line).expect("the answer to initialize");
+    writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).expect("write");
+    let (written, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        for id in 1..=CALLS {
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "four.txt"}}});
+            if writeln!(stdin, "{call}").is_err() {
+                return;
+            }
+        }
+        let _ = written.send(stdin);
+    });
+    let stdin = done.recv_timeout(Duration::from_secs(120));
+    assert!(stdin.is_ok(), "the server stopped reading requests while its answers waited to be read");
+    let mut answered = std::collections::HashSet::new();
+    while (answered.len() as u64) < CALLS {
+        line.clear();
+        assert!(stdout.read_line(&mut line).expect("read an answer") > 0, "the server ended with {} of {CALLS} answered", answered.len());
+        let answer: Value = serde_json::from_str(&line).expect("an answer is JSON");
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+        answered.insert(answer["id"].as_u64().expect("an id"));
+    }
+    drop(stdin);
+    assert!(child.wait().expect("wait").success());
+}
