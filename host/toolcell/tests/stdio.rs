@@ -532,7 +532,10 @@ fn a_client_that_writes_all_its_calls_before_it_reads_an_answer_gets_them_all() 
         line.clear();
         assert!(stdout.read_line(&mut line).expect("read an answer") > 0, "the server ended with {} of {CALLS} answered", answered.len());
         let answer: Value = serde_json::from_str(&line).expect("an answer is JSON");
-        assert_eq!(answer["result"]["isError"], false, "{answer}");
+        // Answered: read, or refused by the host when more calls run than it has instances
+        // for (hundreds at once here, on a loaded machine).
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(answer["result"]["isError"] == false || text.starts_with("the host could not run `read_file`"), "{answer}");
         answered.insert(answer["id"].as_u64().expect("an id"));
     }
     drop(stdin);
