@@ -37,7 +37,7 @@ use crate::call::{PlainCall, id_key};
 use crate::{Binding, McpServer, ServeError, call, roots};
 
 mod readers;
-use readers::{Readers, Slot, Started};
+use readers::{Readers, Started};
 
 /// How long calls in flight have to finish once the client closed stdin (rmcp's own drain).
 const DRAIN: Duration = Duration::from_secs(5);
@@ -70,9 +70,7 @@ pub(crate) async fn serve(server: McpServer) -> Result<(), ServeError> {
         input: std::io::BufReader::with_capacity(1 << 16, std::io::stdin()),
         line: Vec::new(),
     };
-    let readers =
-        Arc::new(Readers { slot: Mutex::new(Slot { reader: Some(reader), idle: 0, threads: 1, done: false }), changed: Condvar::new() });
-    readers.spawn().map_err(|error| ServeError { reason: format!("cannot start the thread that reads stdin: {error}") })?;
+    Readers::start(reader).map_err(|error| ServeError { reason: format!("cannot start the thread that reads stdin: {error}") })?;
     let forward = tokio::spawn(async move {
         while let Some(line) = to_rmcp.recv().await {
             if our_write.write_all(&line).await.is_err() {

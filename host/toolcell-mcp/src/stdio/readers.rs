@@ -86,20 +86,20 @@ impl Drop for Alive<'_> {
 /// request is read meanwhile, so calls still run side by side and a cancellation is read while
 /// its call runs.
 pub(super) struct Readers {
-    pub(super) slot: Mutex<Slot>,
+    slot: Mutex<Slot>,
     /// Told when the reader is handed over or reading has ended.
-    pub(super) changed: Condvar,
+    changed: Condvar,
 }
 
-pub(super) struct Slot {
+struct Slot {
     /// The reader, while no thread reads.
-    pub(super) reader: Option<Reader>,
+    reader: Option<Reader>,
     /// Threads waiting for the reader.
-    pub(super) idle: usize,
+    idle: usize,
     /// Threads alive.
-    pub(super) threads: usize,
+    threads: usize,
     /// stdin has ended: the threads end.
-    pub(super) done: bool,
+    done: bool,
 }
 
 impl Readers {
@@ -107,9 +107,18 @@ impl Readers {
         self.slot.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Start the first thread, which reads with `reader`.
+    pub(super) fn start(reader: Reader) -> std::io::Result<()> {
+        let readers = Arc::new(Readers {
+            slot: Mutex::new(Slot { reader: Some(reader), idle: 0, threads: 1, done: false }),
+            changed: Condvar::new(),
+        });
+        readers.spawn()
+    }
+
     /// Start one more thread, counted in `threads` by the caller (and no longer if it cannot
     /// be started).
-    pub(super) fn spawn(self: &Arc<Self>) -> std::io::Result<()> {
+    fn spawn(self: &Arc<Self>) -> std::io::Result<()> {
         let readers = Arc::clone(self);
         let started = std::thread::Builder::new().name("toolcell-stdin".to_owned()).spawn(move || {
             let _alive = Alive(&readers);
