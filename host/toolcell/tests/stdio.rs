@@ -81,8 +81,7 @@ impl Raw {
     }
 
     fn handshake(&mut self) {
-        self.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}));
+        self.send(&initialize());
         let (answer, _) = self.answer(&json!(0));
         assert_eq!(answer["result"]["protocolVersion"], "2025-06-18", "{answer}");
         self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
@@ -92,6 +91,12 @@ impl Raw {
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
         self.answer(&json!(id)).0
     }
+}
+
+/// The client's `initialize` (id 0).
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
 }
 
 impl Drop for Raw {
@@ -259,8 +264,7 @@ fn calls_sent_before_the_handshake_is_answered_are_answered_after_it() {
     fixture(temp.path());
     let mut client = Raw::start(temp.path(), &[]);
     // All at once, without waiting for the answer to `initialize`.
-    client.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}));
+    client.send(&initialize());
     client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     for id in 1..=5 {
         client.send(&quick_read(id));
@@ -468,9 +472,7 @@ fn a_client_that_closes_stdout_stops_the_server_and_its_calls() {
     let mut child = spawn(temp.path(), &[]);
     let mut stdin = child.stdin.take().expect("stdin");
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}});
-    writeln!(stdin, "{initialize}").expect("write");
+    writeln!(stdin, "{}", initialize()).expect("write");
     let mut line = String::new();
     stdout.read_line(&mut line).expect("the answer to initialize");
     writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).expect("write");
@@ -506,13 +508,7 @@ fn a_client_that_writes_all_its_calls_before_it_reads_an_answer_gets_them_all() 
     let mut stdin = child.stdin.take().expect("stdin");
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
     let mut line = String::new();
-    writeln!(
-        stdin,
-        "{}",
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
-    )
-    .expect("write");
+    writeln!(stdin, "{}", initialize()).expect("write");
     stdout.read_line(&mut line).expect("the answer to initialize");
     writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).expect("write");
     let (written, done) = mpsc::channel();
