@@ -106,11 +106,10 @@ pub fn detect(bytes: &[u8], complete: bool) -> Option<TextEncoding> {
         // UTF-16 text has no NUL code unit (UTF-32's byte-order mark starts like UTF-16LE's).
         return (!has_nul_unit(&bytes[bom_length..])).then_some(bom);
     }
-    if let Some(encoding) = utf16_without_bom(bytes, complete) {
-        return Some(TextEncoding { encoding, bom: false });
-    }
+    // UTF-16 without a byte-order mark has NUL bytes in its sample (a part of the one
+    // `has_nul` looks at), so text with none is not looked at as UTF-16.
     if has_nul(bytes) {
-        return None;
+        return utf16_without_bom(bytes, complete).map(|encoding| TextEncoding { encoding, bom: false });
     }
     let valid_up_to = match std::str::from_utf8(bytes) {
         Ok(_) => return Some(TextEncoding::UTF_8),

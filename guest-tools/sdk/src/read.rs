@@ -131,14 +131,15 @@ impl OpenedFile {
             }
         }
         let mut builder = fingerprint.map(IndexBuilder::new);
-        let window = read_window(
-            BufReader::with_capacity(capacity, std::io::Cursor::new(head).chain(file)),
-            Position::TOP,
-            start,
-            limit,
-            max_output_bytes,
-            Total::Count(builder.as_mut()),
-        )
+        let total = Total::Count(builder.as_mut());
+        let window = if (head.len() as u64) < sniff {
+            // The head is the whole file: read from it alone, without asking the host again
+            // where the file ends.
+            read_window(std::io::Cursor::new(head), Position::TOP, start, limit, max_output_bytes, total)
+        } else {
+            let rest = BufReader::with_capacity(capacity, std::io::Cursor::new(head).chain(file));
+            read_window(rest, Position::TOP, start, limit, max_output_bytes, total)
+        }
         .map_err(|error| path.io_error(error))?;
         if let Some(builder) = builder {
             builder.finish(window.total_lines).remember(path);
