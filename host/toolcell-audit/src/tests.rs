@@ -5,6 +5,9 @@ use super::*;
 fn hashes_are_lowercase_hex_sha256() {
     assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
     assert_eq!(hex(&Sha256::digest(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_eq!(hex(&[]), "");
+    let every: Vec<u8> = (0..=255).collect();
+    assert_eq!(unhex(&hex(&every)), Some(every));
 }
 
 /// A record sealed from its prepared form is the record as JSON, with its `seq` and `prev`
