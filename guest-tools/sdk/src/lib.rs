@@ -52,15 +52,23 @@ pub mod walk;
 
 pub use path::WorkspacePath;
 
-/// Bindings generated from `wit/tool.wit` (world `plugin`).
+/// Bindings generated from `wit/tool.wit` (world `plugin-listing`: `plugin` and the host's
+/// directory listing); the WASI types it names are `wasip2`'s.
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "plugin",
+        world: "plugin-listing",
         path: "../../wit",
         pub_export_macro: true,
         export_macro_name: "export_plugin",
         default_bindings_module: "toolcell_sdk::bindings",
+        with: {
+            "wasi:filesystem/types@0.2.12": wasip2::filesystem::types,
+            "wasi:io/error@0.2.12": wasip2::io::error,
+            "wasi:io/poll@0.2.12": wasip2::io::poll,
+            "wasi:io/streams@0.2.12": wasip2::io::streams,
+            "wasi:clocks/wall-clock@0.2.12": wasip2::clocks::wall_clock,
+        },
     });
 }
 

@@ -2,9 +2,11 @@
 //!
 //! `std::fs` goes through wasi-libc, which asks the host for each listed entry's inode and
 //! stats each opened file several times: host calls a search over 50,000 files pays for in
-//! every file. These helpers make only the calls a scan needs — one per listed entry, and
-//! open, stat, read and close per file. They are governed by the host exactly like `std::fs`
-//! (the same WASI calls reach the same guard); only fewer of them are made.
+//! every file. These helpers make only the calls a scan needs — open and one listing per
+//! directory (`toolcell:tool/listing`, all its entries at once), and open, stat, read and
+//! close per file. They are governed by the host exactly like `std::fs` (the same WASI calls,
+//! or a listing the host judges as the WASI calls it stands for, reach the same guard); only
+//! fewer of them are made.
 
 use std::cell::RefCell;
 use std::io;
@@ -43,17 +45,18 @@ fn with_root<T>(body: impl FnOnce(&Descriptor) -> io::Result<T>) -> io::Result<T
 pub fn read_dir(path: &str) -> io::Result<Vec<(String, EntryKind)>> {
     with_root(|root| {
         let directory = root.open_at(PathFlags::SYMLINK_FOLLOW, path, OpenFlags::DIRECTORY, DescriptorFlags::READ).map_err(to_io)?;
-        let entries = directory.read_directory().map_err(to_io)?;
-        let mut children = Vec::new();
-        loop {
-            let entry = match entries.read_directory_entry() {
-                Ok(Some(entry)) => entry,
-                Ok(None) => break,
-                // A name that is not UTF-8 cannot be shown or opened: skipped, as std skips it.
-                Err(ErrorCode::IllegalByteSequence) => continue,
-                Err(code) => return Err(to_io(code)),
-            };
-            children.push((entry.name, kind_of(entry.type_)));
+        // All the entries in one host call (`toolcell:tool/listing`), judged by the host as
+        // `read-directory` and each `read-directory-entry` would be. A name that is not UTF-8
+        // cannot be shown or opened: the host leaves it out, as std skips it.
+        let entries = crate::bindings::toolcell::tool::listing::read_directory_entries(&directory).map_err(to_io)?;
+        let children: Vec<(String, EntryKind)> = entries
+            .names
+            .split_terminator('\0')
+            .zip(entries.types.iter())
+            .map(|(name, type_)| (name.to_owned(), kind_of(*type_)))
+            .collect();
+        if children.len() != entries.types.len() || entries.names.matches('\0').count() != children.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "the host's listing has names and types that do not pair up"));
         }
         Ok(children)
     })

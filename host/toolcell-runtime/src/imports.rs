@@ -42,7 +42,7 @@ pub(crate) const ALLOWED_WASI: &[(&str, &str)] = &[
 pub(crate) const ALLOWED_HTTP: &[(&str, &str)] = &[("wasi:http", "outgoing-handler"), ("wasi:http", "types")];
 
 /// `toolcell:tool` interfaces a tool may import, in any `0.2.x` version.
-pub(crate) const ALLOWED_TOOLCELL: &[&str] = &["types", "context", "workflow"];
+pub(crate) const ALLOWED_TOOLCELL: &[&str] = &["types", "context", "workflow", "listing"];
 
 /// Refuse `component` if it imports anything outside the `tool-component` world, except what
 /// some tool's `stub_imports` (`stub_rules`, by tool) cover: those imports are returned, to be
@@ -96,6 +96,8 @@ mod tests {
             ("toolcell:tool/context@0.2.0", true),
             ("toolcell:tool/types@0.2.3", true),
             ("toolcell:tool/workflow@0.2.0", true),
+            ("toolcell:tool/listing@0.2.2", true),
+            ("toolcell:tool/listing@0.3.0", false),
             ("toolcell:tool/tool@0.2.0", false),
             ("toolcell:tool/context@0.1.0", false),
             ("toolcell:tool/context@0.3.0", false),

@@ -35,6 +35,7 @@ mod cases;
 mod fourth_pass;
 mod hardening;
 mod in_place;
+mod listing;
 mod shared_descriptors;
 
 use std::path::Path;

@@ -178,6 +178,10 @@ fn run(operation: &Operation) -> Value {
             names.sort();
             json!(names)
         }),
+        // The same listing in one host call (`toolcell:tool/listing`), with each entry's kind.
+        "list_all" => toolcell_sdk::scan::read_dir(path).map(|entries| {
+            json!(entries.iter().map(|(name, kind)| json!([name, kind.as_str()])).collect::<Vec<_>>())
+        }),
         "stat" => std::fs::metadata(path).map(|m| json!({ "len": m.len(), "dir": m.is_dir() })),
         "lstat" => std::fs::symlink_metadata(path).map(|m| json!({ "len": m.len(), "symlink": m.is_symlink() })),
         "mkdir" => std::fs::create_dir_all(path).map(|()| json!(null)),
@@ -362,6 +366,21 @@ fn raw_call(op: &str, path: &str, to: &str, content: &str) -> std::io::Result<Va
             file.write(content.as_bytes(), 0).map(|written| json!(written)).map_err(wasi_error)
         }
         "raw_stat" => root.stat_at(PathFlags::SYMLINK_FOLLOW, path).map(|stat| json!(stat.size)).map_err(wasi_error),
+        // `toolcell:tool/listing` called on a descriptor this component holds: a directory, a
+        // file (both opened for reading, which `list` does not govern), or the preopen root.
+        "raw_list_all" | "raw_list_all_file" | "raw_list_all_preopen" => {
+            let opened = match op {
+                "raw_list_all_preopen" => None,
+                "raw_list_all" => Some(OpenFlags::DIRECTORY),
+                _ => Some(OpenFlags::empty()),
+            }
+            .map(|flags| root.open_at(PathFlags::SYMLINK_FOLLOW, path, flags, DescriptorFlags::READ))
+            .transpose()
+            .map_err(wasi_error)?;
+            let listed = toolcell_sdk::bindings::toolcell::tool::listing::read_directory_entries(opened.as_ref().unwrap_or(&root))
+                .map_err(wasi_error)?;
+            Ok(json!(listed.names.split_terminator('\0').collect::<Vec<_>>()))
+        }
         // The workspace root through the descriptor the host preopened, not one opened from it.
         "raw_list_preopen" => {
             let mut names = names_in(&root)?;

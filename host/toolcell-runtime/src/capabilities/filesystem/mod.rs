@@ -16,6 +16,7 @@ mod decide;
 mod landed;
 mod left;
 mod linking;
+mod listing;
 mod lookup;
 mod moves;
 mod open;
