@@ -179,9 +179,8 @@ fn run(operation: &Operation) -> Value {
             json!(names)
         }),
         // The same listing in one host call (`toolcell:tool/listing`), with each entry's kind.
-        "list_all" => toolcell_sdk::scan::read_dir(path).map(|entries| {
-            json!(entries.iter().map(|(name, kind)| json!([name, kind.as_str()])).collect::<Vec<_>>())
-        }),
+        "list_all" => toolcell_sdk::scan::read_dir(path)
+            .map(|entries| json!(entries.iter().map(|(name, kind)| json!([name, kind.as_str()])).collect::<Vec<_>>())),
         "stat" => std::fs::metadata(path).map(|m| json!({ "len": m.len(), "dir": m.is_dir() })),
         "lstat" => std::fs::symlink_metadata(path).map(|m| json!({ "len": m.len(), "symlink": m.is_symlink() })),
         "mkdir" => std::fs::create_dir_all(path).map(|()| json!(null)),
