@@ -27,7 +27,7 @@ pub enum Error {
     /// A component imports an interface outside the `tool-component` world.
     #[error(
         "the tool component `{origin}` imports `{import}`, which toolcell does not provide: a tool may import only \
-         `toolcell:tool/{context, workflow, listing}` and the WASI interfaces of the `tool-component` world in wit/tool.wit \
+         `toolcell:tool/{{context, workflow, listing}}` and the WASI interfaces of the `tool-component` world in wit/tool.wit \
          (filesystem, io, clocks, random, cli); rebuild it without that dependency, or, if the tool never calls it, let the \
          policy link it as a stub that refuses every call: `[plugins.TOOL] stub_imports = [\"namespace:package/*\"]`"
     )]
