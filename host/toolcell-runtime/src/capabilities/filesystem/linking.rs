@@ -25,12 +25,12 @@ fn unguarded_filesystem(state: &mut CallState) -> wasmtime_wasi::filesystem::Was
     wasmtime_wasi::filesystem::WasiFilesystemCtxView { ctx: state.wasi.filesystem(), table: &mut state.table }
 }
 
-/// Link `wasi:filesystem` and `toolcell:tool/listing`: every call through the guard, or (`guarded` false, the benchmark's
-/// baseline, feature `bench-baseline`) wasmtime-wasi unguarded.
+/// Link `wasi:filesystem` and `toolcell:tool/listing`: every call through the guard, or
+/// (`guarded` false, the benchmark's baseline, feature `bench-baseline`) wasmtime-wasi unguarded.
 pub(crate) fn add_to_linker(linker: &mut Linker<CallState>, guarded: bool) -> Result<(), Error> {
+    use wasmtime_wasi::filesystem::WasiFilesystem;
     use wasmtime_wasi::p2::bindings::{filesystem, sync};
     let link = |result: wasmtime::Result<()>| result.map_err(crate::capabilities::context::link_error);
-    use wasmtime_wasi::filesystem::WasiFilesystem;
     if guarded {
         link(filesystem::preopens::add_to_linker::<CallState, HasGuardedFilesystem>(linker, guarded_filesystem))?;
         link(sync::filesystem::types::add_to_linker::<CallState, HasGuardedFilesystem>(linker, guarded_filesystem))?;

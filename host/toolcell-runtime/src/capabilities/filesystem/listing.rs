@@ -32,7 +32,7 @@ pub(super) use generated::toolcell::tool::listing::{DirectoryEntries, Host, add_
 /// Every entry `read-directory` on `directory` gives, read through `host`'s own
 /// `read-directory` and `read-directory-entry`: a name that is not UTF-8 (an entry's
 /// `illegal-byte-sequence` error) is left out, any other error ends the listing with it.
-pub(super) fn read_directory_entries<H>(host: &mut H, directory: &Resource<Descriptor>) -> FsResult<DirectoryEntries>
+fn read_directory_entries<H>(host: &mut H, directory: &Resource<Descriptor>) -> FsResult<DirectoryEntries>
 where
     H: HostDescriptor + HostDirectoryEntryStream,
 {
